@@ -1,0 +1,35 @@
+# Relay: see README.md. `make run` serves on :8080 with the embedded store;
+# `make test` runs everything, starting its own throwaway PostgreSQL.
+GO       ?= go
+BIN      := bin/relay
+PKGS     := ./...
+GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
+
+.PHONY: build run test test-short bench lint vet fmt-check fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/relay
+
+run: build
+	mkdir -p data
+	./$(BIN) serve
+
+# The whole suite: format and vet checks, every test with the race detector on
+# SQLite and a throwaway PostgreSQL, then every benchmark once.
+test: lint
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+
+lint: fmt-check vet
+
+fmt-check:
+	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin

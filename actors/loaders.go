@@ -1,0 +1,39 @@
+package actors
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gobwas/ws"
+)
+
+// Sink is the transport's handle on one socket. Send never blocks: it queues a
+// complete frame (shared, read-only bytes) and reports false when the socket is
+// gone or its queue overflowed (the transport then closes it as a slow consumer).
+type Sink interface {
+	ID() uint64
+	Send(frame []byte) bool
+	Close(code ws.StatusCode, reason string)
+}
+
+// Key is what the key index knows of one API key.
+type Key struct {
+	ProjectID string
+	Type      string // "public" or "secret"
+	Revoked   bool
+}
+
+// ErrUnknownKey is returned by a KeyLoader for a hash no key has.
+var ErrUnknownKey = errors.New("unknown key")
+
+// KeyLoader finds a key by the SHA-256 hex of its raw value.
+type KeyLoader func(ctx context.Context, hash string) (Key, error)
+
+// Settings are the per-project values the project actor applies.
+type Settings struct {
+	ChannelRateLimit int    // per-channel budget override; 0 means the default
+	ClientEmitSecret string // "" until generated
+}
+
+// SettingsLoader loads a project's settings; it runs beside the actor, never in Receive.
+type SettingsLoader func(ctx context.Context, projectID string) (Settings, error)

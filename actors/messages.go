@@ -1,0 +1,101 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// Messages are pointers to these structs; a message is never touched again
+// after it is sent, and frame bytes are read-only for everyone.
+
+// Publish asks for one emit on a channel (HTTP emit now, client-emit later).
+// The edge waits on Reply (capacity 1); the channel actor answers it directly.
+type Publish struct {
+	Channel string
+	Payload []byte // compact JSON, size already checked
+	At      time.Time
+	Reply   chan PublishResult
+
+	// Filled in by the project actor before it forwards to the channel.
+	projectBudget Budget
+	projectDenied bool
+	channelLimit  int
+}
+
+// PublishResult is the answer to Publish: the 200 or 429 body of SPEC.md.
+type PublishResult struct {
+	Seq         uint64
+	Delivered   int
+	Subscribers int
+	Channel     Budget
+	Project     Budget
+	Err         *proto.Error // channel_rate_limited or project_rate_limited; nil on success
+}
+
+// subscribe adds a connection to a channel; the channel actor sends the ack.
+type subscribe struct {
+	channel  string
+	sink     Sink
+	presence bool
+	clientID string
+}
+
+// unsubscribe removes a connection from a channel; silent skips the ack (the
+// connection is gone).
+type unsubscribe struct {
+	channel string
+	connID  uint64
+	sink    Sink
+	silent  bool
+}
+
+// connOpened and connClosed tell the project actor about its connections.
+type connOpened struct{ sink Sink }
+
+type connClosed struct {
+	connID   uint64
+	channels []string
+}
+
+// clientFrame is a decoded client message for the connection actor.
+type clientFrame struct{ msg proto.ClientMessage }
+
+// socketClosed tells the connection actor that its socket is gone.
+type socketClosed struct{}
+
+// refund gives back a project-budget unit taken for an emit the channel refused.
+type refund struct{ at time.Time }
+
+// mayStop is a dormant channel asking its project to stop it. processed is the
+// number of messages the channel has had from its project: if the project sent
+// more, one is in flight and the channel is not stopped.
+type mayStop struct {
+	channel   string
+	processed uint64
+	pid       *actor.PID
+}
+
+// projectDeleted closes every connection of the project and stops its actors.
+type projectDeleted struct{}
+
+// settingsChanged makes the project actor reload its settings.
+type settingsChanged struct{}
+
+// settingsLoaded carries a settings load back into the project actor.
+type settingsLoaded struct {
+	settings Settings
+	err      error
+}
+
+// Stats is a snapshot of a project actor for the edge (tests, debug).
+type Stats struct {
+	Connections int
+	Channels    int
+	Connects    int64 // connects counted since start (usage)
+	Emits       int64 // emits counted since start (usage)
+}
+
+type statsRequest struct{ reply chan Stats }

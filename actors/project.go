@@ -1,0 +1,171 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// childChannel is the project's view of one channel actor.
+type childChannel struct {
+	pid  *actor.PID
+	sent uint64 // messages sent to it, compared with mayStop.processed
+}
+
+// projectActor owns a project's live state: its channels (children), the
+// project-wide emit backstop, settings, connections and usage counters.
+// Every field is owned by Receive.
+type projectActor struct {
+	id       string
+	cfg      *Config
+	log      *slog.Logger
+	settings Settings
+	loaded   bool
+	pending  []any // messages that arrived before the first settings load
+
+	backstop fixedWindow
+	channels map[string]*childChannel
+	conns    map[uint64]Sink
+
+	connects int64
+	emits    int64
+}
+
+func newProjectActor(id string, cfg *Config) *projectActor {
+	return &projectActor{
+		id: id, cfg: cfg, log: cfg.Logger.With("project", id),
+		backstop: fixedWindow{size: time.Minute},
+		channels: map[string]*childChannel{},
+		conns:    map[uint64]Sink{},
+	}
+}
+
+func (a *projectActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.loadSettings(ctx)
+		return
+	case *settingsLoaded:
+		a.applySettings(ctx, m)
+		return
+	case *settingsChanged:
+		a.loadSettings(ctx)
+		return
+	case *actor.Terminated, *actor.Stopping, *actor.Stopped, *actor.Restarting:
+		return
+	}
+	if !a.loaded {
+		a.pending = append(a.pending, ctx.Message())
+		return
+	}
+	a.handle(ctx, ctx.Message())
+}
+
+func (a *projectActor) handle(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
+	case *Publish:
+		a.publish(ctx, m)
+	case *subscribe:
+		a.send(ctx, m.channel, m)
+	case *unsubscribe:
+		a.send(ctx, m.channel, m)
+	case *connOpened:
+		a.conns[m.sink.ID()] = m.sink
+		a.connects++
+	case *connClosed:
+		delete(a.conns, m.connID)
+		for _, ch := range m.channels {
+			if c, ok := a.channels[ch]; ok {
+				c.sent++
+				ctx.Send(c.pid, &unsubscribe{channel: ch, connID: m.connID, silent: true})
+			}
+		}
+	case *refund:
+		a.backstop.refund(m.at)
+		a.emits--
+	case *mayStop:
+		if c, ok := a.channels[m.channel]; ok && c.pid.Equal(m.pid) && c.sent == m.processed {
+			delete(a.channels, m.channel)
+			ctx.Stop(c.pid)
+		}
+	case *projectDeleted:
+		for _, s := range a.conns {
+			s.Close(CloseProjectDeleted, "project deleted")
+		}
+		ctx.Stop(ctx.Self())
+	case *statsRequest:
+		m.reply <- Stats{Connections: len(a.conns), Channels: len(a.channels), Connects: a.connects, Emits: a.emits}
+	}
+}
+
+// publish checks the project backstop, then forwards to the channel actor,
+// which answers the edge. Refused emits still go to the channel so that every
+// 429 carries both budgets (SPEC.md › Emit endpoint).
+func (a *projectActor) publish(ctx actor.Context, m *Publish) {
+	m.channelLimit = a.cfg.EmitRatePerMinute
+	if a.settings.ChannelRateLimit > 0 {
+		m.channelLimit = a.settings.ChannelRateLimit
+	}
+	var ok bool
+	m.projectBudget, ok = a.backstop.take(m.At, a.cfg.ProjectRatePerMinute)
+	m.projectDenied = !ok
+	if ok {
+		a.emits++ // usage: an emit counts once the budgets let it through; refund undoes it
+	}
+	a.send(ctx, m.Channel, m)
+}
+
+// send delivers msg to the channel actor, starting it if needed.
+func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
+	c, ok := a.channels[channel]
+	if !ok {
+		cfg := a.cfg
+		props := actor.PropsFromProducer(func() actor.Actor { return newChannelActor(channel, cfg) },
+			actor.WithSupervisor(resumeOnPanic))
+		c = &childChannel{pid: ctx.Spawn(props)}
+		a.channels[channel] = c
+	}
+	c.sent++
+	ctx.Send(c.pid, msg)
+}
+
+// loadSettings runs the store call beside the actor and brings the result back
+// as a message, so a slow database never stalls Receive.
+func (a *projectActor) loadSettings(ctx actor.Context) {
+	self, root, load, id := ctx.Self(), ctx.ActorSystem().Root, a.cfg.LoadSettings, a.id
+	go func() {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := load(lctx, id)
+		root.Send(self, &settingsLoaded{settings: s, err: err})
+	}()
+}
+
+func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
+	if m.err != nil {
+		a.log.Error("load project settings", "err", m.err)
+		if !a.loaded {
+			// Without settings the override could be bypassed: retry, holding messages.
+			self, root := ctx.Self(), ctx.ActorSystem().Root
+			time.AfterFunc(time.Second, func() { root.Send(self, &settingsChanged{}) })
+		}
+		return
+	}
+	a.settings = m.settings
+	if !a.loaded {
+		a.loaded = true
+		pending := a.pending
+		a.pending = nil
+		for _, p := range pending {
+			a.handle(ctx, p)
+		}
+	}
+}
+
+// resumeOnPanic keeps a channel's seq and subscribers after a bug panics in
+// Receive: the message is dropped and logged, the state stays.
+var resumeOnPanic = actor.NewOneForOneStrategy(10, 10*time.Second, func(reason any) actor.Directive {
+	return actor.ResumeDirective
+})

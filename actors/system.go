@@ -1,0 +1,169 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Config is what the actors need from the service configuration.
+type Config struct {
+	EmitRatePerMinute    int // per-channel budget unless the project overrides it
+	ProjectRatePerMinute int // project-wide backstop
+	ChannelDormancy      time.Duration
+	LoadSettings         SettingsLoader
+	Logger               *slog.Logger
+	Now                  func() time.Time
+}
+
+// ErrTimeout is returned by the edge calls when the actors did not answer in time.
+var ErrTimeout = errors.New("actors: no answer in time")
+
+// System is the actor system and its edge: the only place where code outside
+// the actors (HTTP handlers, the transport) talks to them.
+type System struct {
+	cfg  *Config
+	as   *actor.ActorSystem
+	root *actor.RootContext
+
+	mu       sync.Mutex // guards spawning; lookups go through projects
+	projects sync.Map   // project id → *actor.PID
+}
+
+// NewSystem starts an actor system whose library logs go to cfg.Logger at Warn and above.
+func NewSystem(cfg Config) *System {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ChannelDormancy == 0 {
+		cfg.ChannelDormancy = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	actorLog := slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("lib", "actor")
+	as := actor.NewActorSystem(
+		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return actorLog }),
+		actor.WithDeadLetterRequestLogging(false),
+	)
+	return &System{cfg: &cfg, as: as, root: as.Root}
+}
+
+// project returns the project actor, starting it on first use.
+func (s *System) project(id string) *actor.PID {
+	if pid, ok := s.projects.Load(id); ok {
+		return pid.(*actor.PID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pid, ok := s.projects.Load(id); ok {
+		return pid.(*actor.PID)
+	}
+	cfg := s.cfg
+	props := actor.PropsFromProducer(func() actor.Actor { return newProjectActor(id, cfg) },
+		actor.WithSupervisor(resumeOnPanic))
+	pid, err := s.root.SpawnNamed(props, "project/"+id)
+	if err != nil && !errors.Is(err, actor.ErrNameExists) {
+		panic("spawn project actor: " + err.Error()) // only ErrNameExists is possible
+	}
+	s.projects.Store(id, pid)
+	return pid
+}
+
+// Publish runs one emit through the project and channel actors and returns
+// the channel actor's answer.
+func (s *System) Publish(ctx context.Context, projectID, channel string, payload []byte) (PublishResult, error) {
+	reply := make(chan PublishResult, 1)
+	s.root.Send(s.project(projectID), &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply})
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-ctx.Done():
+		return PublishResult{}, ErrTimeout
+	}
+}
+
+// Open starts the connection actor of a new socket of a project and returns
+// the session the transport feeds. The connect is counted for usage.
+func (s *System) Open(projectID string, sink Sink) *Session {
+	project := s.project(projectID)
+	s.root.Send(project, &connOpened{sink: sink})
+	pid := s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &connActor{sink: sink, project: project}
+	}, actor.WithSupervisor(resumeOnPanic)))
+	return &Session{sys: s, sink: sink, pid: pid}
+}
+
+// ProjectDeleted closes the project's connections and stops its actors.
+func (s *System) ProjectDeleted(id string) {
+	s.mu.Lock()
+	pid, ok := s.projects.LoadAndDelete(id)
+	s.mu.Unlock()
+	if ok {
+		s.root.Send(pid.(*actor.PID), &projectDeleted{})
+	}
+}
+
+// SettingsChanged makes a running project actor reload its settings.
+func (s *System) SettingsChanged(id string) {
+	if pid, ok := s.projects.Load(id); ok {
+		s.root.Send(pid.(*actor.PID), &settingsChanged{})
+	}
+}
+
+// ProjectStats asks a running project actor for its counters; ok is false
+// when the project has no actor.
+func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, error) {
+	pid, ok := s.projects.Load(id)
+	if !ok {
+		return Stats{}, false, nil
+	}
+	reply := make(chan Stats, 1)
+	s.root.Send(pid.(*actor.PID), &statsRequest{reply: reply})
+	select {
+	case st := <-reply:
+		return st, true, nil
+	case <-ctx.Done():
+		return Stats{}, true, ErrTimeout
+	}
+}
+
+// Shutdown stops every project actor (and with them their channels), letting
+// each finish the messages already queued.
+func (s *System) Shutdown(ctx context.Context) error {
+	var futures []*actor.Future
+	s.projects.Range(func(_, pid any) bool {
+		futures = append(futures, s.root.PoisonFuture(pid.(*actor.PID)))
+		return true
+	})
+	for _, f := range futures {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_ = f.Wait()
+	}
+	s.as.Shutdown()
+	return nil
+}
+
+// minLevel drops records below a level: protoactor logs lifecycle at Info.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}

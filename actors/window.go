@@ -1,0 +1,57 @@
+package actors
+
+import "time"
+
+// Budget is one rate-limit window as SPEC.md shows it: {limit, remaining, resetAt}.
+type Budget struct {
+	Limit     int       `json:"limit"`
+	Remaining int       `json:"remaining"`
+	ResetAt   time.Time `json:"resetAt"`
+}
+
+// fixedWindow counts events in fixed windows aligned to multiples of size
+// (wall-clock minutes for the emit budgets). Owned by one actor; no locks.
+type fixedWindow struct {
+	size  time.Duration
+	start time.Time
+	count int
+}
+
+func (w *fixedWindow) roll(now time.Time) {
+	if now.Before(w.start) || !now.Before(w.start.Add(w.size)) {
+		w.start = now.Truncate(w.size)
+		w.count = 0
+	}
+}
+
+// take counts one event if the window has room under limit.
+func (w *fixedWindow) take(now time.Time, limit int) (Budget, bool) {
+	w.roll(now)
+	if w.count >= limit {
+		return w.budget(limit), false
+	}
+	w.count++
+	return w.budget(limit), true
+}
+
+// peek reports the window without counting.
+func (w *fixedWindow) peek(now time.Time, limit int) Budget {
+	w.roll(now)
+	return w.budget(limit)
+}
+
+// refund gives back one event taken in the current window.
+func (w *fixedWindow) refund(at time.Time) {
+	if w.count > 0 && !at.Before(w.start) {
+		w.count--
+	}
+}
+
+// idle reports whether the window holds nothing that a fresh one would forget.
+func (w *fixedWindow) idle(now time.Time) bool {
+	return w.count == 0 || !now.Before(w.start.Add(w.size))
+}
+
+func (w *fixedWindow) budget(limit int) Budget {
+	return Budget{Limit: limit, Remaining: max(limit-w.count, 0), ResetAt: w.start.Add(w.size).UTC()}
+}

@@ -1,0 +1,69 @@
+package api
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// statusOf is the only code → HTTP status table (SPEC.md › Errors).
+var statusOf = map[proto.Code]int{
+	proto.CodeEmailAndPasswordRequired: http.StatusBadRequest,
+	proto.CodePasswordTooShort:         http.StatusBadRequest,
+	proto.CodeEmailNotAllowed:          http.StatusForbidden,
+	proto.CodeEmailAlreadyRegistered:   http.StatusConflict,
+	proto.CodeInvalidCredentials:       http.StatusUnauthorized,
+	proto.CodeUnauthorized:             http.StatusUnauthorized,
+	proto.CodeNameRequired:             http.StatusBadRequest,
+	proto.CodeProjectNotFound:          http.StatusNotFound,
+	proto.CodeKeyNotFound:              http.StatusNotFound,
+	proto.CodeInvalidKeyType:           http.StatusBadRequest,
+	proto.CodeMissingSecretKey:         http.StatusUnauthorized,
+	proto.CodeInvalidSecretKey:         http.StatusUnauthorized,
+	proto.CodeInvalidJSON:              http.StatusBadRequest,
+	proto.CodeInvalidChannel:           http.StatusBadRequest,
+	proto.CodePayloadTooLarge:          http.StatusRequestEntityTooLarge,
+	proto.CodeChannelRateLimited:       http.StatusTooManyRequests,
+	proto.CodeProjectRateLimited:       http.StatusTooManyRequests,
+	proto.CodeJTIOrClientIDRequired:    http.StatusBadRequest,
+
+	proto.CodeNotFound:             http.StatusNotFound,
+	proto.CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	proto.CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
+	proto.CodeBodyTooLarge:         http.StatusRequestEntityTooLarge,
+	proto.CodeInternal:             http.StatusInternalServerError,
+	proto.CodeUnavailable:          http.StatusServiceUnavailable,
+}
+
+// writeJSON writes v with status. Encoding our own response types cannot fail
+// in a way the client could act on, so a failure is only logged.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes the body {error: code} plus any extra fields, with the
+// status of the table above.
+func writeError(w http.ResponseWriter, code proto.Code, extra ...any) {
+	body := map[string]any{"error": code}
+	for i := 0; i+1 < len(extra); i += 2 {
+		body[extra[i].(string)] = extra[i+1]
+	}
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	writeJSON(w, status, body)
+}
+
+// writeInternal answers 500 for our own faults and logs the cause; the cause
+// never reaches the body.
+func writeInternal(w http.ResponseWriter, log *slog.Logger, msg string, err error) {
+	log.Error(msg, "err", err)
+	writeError(w, proto.CodeInternal)
+}

@@ -1,0 +1,101 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// methods maps HTTP methods to handlers for one path, so that a known path with
+// the wrong method answers 405 in JSON (net/http's own 405 is plain text).
+type methods map[string]http.HandlerFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, ok := m[r.Method]; ok {
+		h(w, r)
+		return
+	}
+	if h, ok := m[http.MethodGet]; ok && r.Method == http.MethodHead {
+		h(w, r)
+		return
+	}
+	allow := make([]string, 0, len(m))
+	for k := range m {
+		allow = append(allow, k)
+	}
+	sort.Strings(allow)
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, proto.CodeMethodNotAllowed)
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) { writeError(w, proto.CodeNotFound) }
+
+// Body caps. Control-plane bodies are a few short strings; emit bodies may hold
+// a full 128 KiB message plus JSON overhead, and anything larger is refused
+// before it is read in full.
+const (
+	maxControlBody = 64 << 10
+	maxEmitBody    = 1 << 20
+)
+
+var (
+	errBodyTooLarge = errors.New("body too large")
+	errContentType  = errors.New("content type is not JSON")
+	errBadJSON      = errors.New("body is not valid JSON")
+)
+
+// readBody reads at most limit bytes of the request body.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, errBodyTooLarge
+	}
+	return body, err
+}
+
+// decodeControl decodes a control-plane JSON body into v. An empty body counts
+// as {}. A non-empty body must be declared JSON: besides being honest, this
+// keeps cross-site forms (text/plain, urlencoded) from reaching cookie routes.
+func decodeControl(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := readBody(w, r, maxControlBody)
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	if !isJSONContentType(r.Header.Get("Content-Type")) {
+		return errContentType
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return errBadJSON
+	}
+	return nil
+}
+
+func isJSONContentType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// writeDecodeError answers a decodeControl failure.
+func writeDecodeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		writeError(w, proto.CodeBodyTooLarge, "max_bytes", maxControlBody)
+	case errors.Is(err, errContentType):
+		writeError(w, proto.CodeUnsupportedMediaType)
+	default:
+		writeError(w, proto.CodeInvalidJSON)
+	}
+}

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/relayhq/relay/store"
+)
+
+// Live is told about control-plane changes that live state (the actors) must
+// follow at once: a revoked or rotated key fails on the very next request.
+type Live interface {
+	KeysChanged(projectID string)
+	ProjectDeleted(projectID string)
+	SettingsChanged(projectID string)
+}
+
+type noLive struct{}
+
+func (noLive) KeysChanged(string)     {}
+func (noLive) ProjectDeleted(string)  {}
+func (noLive) SettingsChanged(string) {}
+
+// Options wires a Server. Store, Logger and SessionKey are required.
+type Options struct {
+	Store               *store.Store
+	Logger              *slog.Logger
+	SessionKey          []byte
+	CookieSecure        string   // auto, true or false
+	AllowedSignupEmails []string // lower-cased
+	Live                Live     // nil: nothing live to tell
+	Now                 func() time.Time
+}
+
+// Server is the public HTTP surface.
+type Server struct {
+	store         *store.Store
+	log           *slog.Logger
+	sessions      *sessions
+	allowedEmails []string
+	live          Live
+	handler       http.Handler
+}
+
+// New builds the public handler.
+func New(o Options) *Server {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Live == nil {
+		o.Live = noLive{}
+	}
+	s := &Server{
+		store:         o.Store,
+		log:           o.Logger,
+		sessions:      &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now},
+		allowedEmails: o.AllowedSignupEmails,
+		live:          o.Live,
+	}
+	mux := http.NewServeMux()
+	controlPlane{s}.routes(mux)
+	mux.Handle("/healthz", methods{http.MethodGet: s.handleHealthz})
+	mux.Handle("/readyz", methods{http.MethodGet: s.handleReadyz})
+	mux.HandleFunc("/", notFound)
+	s.handler = securityHeaders(mux)
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReadyz answers 200 only when the store answers within a second.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("readiness check failed", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// securityHeaders sets the headers every response carries.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		next.ServeHTTP(w, r)
+	})
+}

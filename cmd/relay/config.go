@@ -1,0 +1,216 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting of CONTRACT.md › Configuration, typed and validated.
+// os.Getenv appears nowhere else.
+type Config struct {
+	Addr          string // RELAY_ADDR: public HTTP + WebSocket listener
+	DebugAddr     string // RELAY_DEBUG_ADDR: operator listener; empty disables it
+	DatabaseURL   string // DATABASE_URL: sqlite:PATH or postgres://…
+	SessionSecret string // SESSION_SECRET: empty means generated once and kept in the store
+	CookieSecure  string // COOKIE_SECURE: auto, true or false
+
+	AllowedSignupEmails []string // ALLOWED_SIGNUP_EMAILS, lower-cased; empty means signup is closed
+
+	EmitRatePerMinute       int           // EMIT_RATE_LIMIT_PER_MINUTE: per-channel budget
+	ProjectRatePerMinute    int           // PROJECT_RATE_LIMIT_PER_MINUTE: project backstop
+	ClientEmitRatePerSecond int           // CLIENT_EMIT_RATE_LIMIT_PER_SECOND: per clientId
+	ClientEmitTokenMaxTTL   time.Duration // CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS
+	ReplayTTL               time.Duration // REPLAY_BUFFER_TTL_SECONDS
+	IdleTimeout             time.Duration // IDLE_TIMEOUT_SECONDS
+	ConnectionMaxLifetime   time.Duration // CONNECTION_MAX_LIFETIME_SECONDS
+	WebhookTimeout          time.Duration // WEBHOOK_TIMEOUT_MS
+	UsageRollup             time.Duration // USAGE_ROLLUP_SECONDS
+	ShutdownTimeout         time.Duration // SHUTDOWN_TIMEOUT_SECONDS
+
+	LogFormat string     // LOG_FORMAT: text or json
+	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
+}
+
+// configVars lists every variable LoadConfig reads, for the README and the tests.
+var configVars = []string{
+	"RELAY_ADDR", "RELAY_DEBUG_ADDR", "DATABASE_URL", "SESSION_SECRET", "COOKIE_SECURE",
+	"ALLOWED_SIGNUP_EMAILS", "EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE",
+	"CLIENT_EMIT_RATE_LIMIT_PER_SECOND", "CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS",
+	"REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS", "CONNECTION_MAX_LIFETIME_SECONDS",
+	"WEBHOOK_TIMEOUT_MS", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
+	"LOG_FORMAT", "LOG_LEVEL",
+}
+
+// LoadConfig reads the environment through lookup (os.LookupEnv in main) and
+// validates all of it, so that nothing knowable at start fails later.
+func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
+	p := envParser{lookup: lookup}
+	c := Config{
+		Addr:          p.addr("RELAY_ADDR", ":8080", false),
+		DebugAddr:     p.addr("RELAY_DEBUG_ADDR", "127.0.0.1:6060", true),
+		DatabaseURL:   p.databaseURL("DATABASE_URL", "sqlite:data/relay.db"),
+		SessionSecret: p.raw("SESSION_SECRET"),
+		CookieSecure:  p.oneOf("COOKIE_SECURE", "auto", "auto", "true", "false"),
+
+		AllowedSignupEmails: p.emails("ALLOWED_SIGNUP_EMAILS"),
+
+		EmitRatePerMinute:       p.positive("EMIT_RATE_LIMIT_PER_MINUTE", 600),
+		ProjectRatePerMinute:    p.positive("PROJECT_RATE_LIMIT_PER_MINUTE", 6000),
+		ClientEmitRatePerSecond: p.positive("CLIENT_EMIT_RATE_LIMIT_PER_SECOND", 15),
+		ClientEmitTokenMaxTTL:   p.duration("CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", 600, time.Second),
+		ReplayTTL:               p.duration("REPLAY_BUFFER_TTL_SECONDS", 20, time.Second),
+		IdleTimeout:             p.duration("IDLE_TIMEOUT_SECONDS", 600, time.Second),
+		ConnectionMaxLifetime:   p.duration("CONNECTION_MAX_LIFETIME_SECONDS", 86400, time.Second),
+		WebhookTimeout:          p.duration("WEBHOOK_TIMEOUT_MS", 2500, time.Millisecond),
+		UsageRollup:             p.duration("USAGE_ROLLUP_SECONDS", 300, time.Second),
+		ShutdownTimeout:         p.duration("SHUTDOWN_TIMEOUT_SECONDS", 15, time.Second),
+
+		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
+		LogLevel:  p.level("LOG_LEVEL"),
+	}
+	if len(p.errs) > 0 {
+		return Config{}, fmt.Errorf("bad configuration: %s", strings.Join(p.errs, "; "))
+	}
+	return c, nil
+}
+
+// envParser collects every problem so one start reports them all.
+type envParser struct {
+	lookup func(string) (string, bool)
+	errs   []string
+}
+
+func (p *envParser) raw(name string) string {
+	v, _ := p.lookup(name)
+	return v
+}
+
+func (p *envParser) fail(name, value, why string) {
+	p.errs = append(p.errs, fmt.Sprintf("%s=%q: %s", name, value, why))
+}
+
+func (p *envParser) get(name string) (string, bool) {
+	v := strings.TrimSpace(p.raw(name))
+	return v, v != ""
+}
+
+func (p *envParser) positive(name string, def int) int {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		p.fail(name, v, "want a whole number greater than 0")
+		return def
+	}
+	return n
+}
+
+func (p *envParser) duration(name string, def int, unit time.Duration) time.Duration {
+	return time.Duration(p.positive(name, def)) * unit
+}
+
+func (p *envParser) oneOf(name, def string, allowed ...string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	v = strings.ToLower(v)
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	p.fail(name, v, "want one of "+strings.Join(allowed, ", "))
+	return def
+}
+
+func (p *envParser) addr(name, def string, emptyDisables bool) string {
+	if raw, set := p.lookup(name); set && strings.TrimSpace(raw) == "" && emptyDisables {
+		return "" // explicitly empty: disabled
+	}
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		p.fail(name, v, "want HOST:PORT, for example :8080 or 127.0.0.1:8080")
+		return def
+	}
+	return v
+}
+
+func (p *envParser) databaseURL(name, def string) string {
+	v, ok := p.get(name)
+	if !ok {
+		return def
+	}
+	switch {
+	case strings.HasPrefix(v, "sqlite:") && len(v) > len("sqlite:"):
+	case strings.HasPrefix(v, "postgres://"), strings.HasPrefix(v, "postgresql://"):
+	default:
+		p.fail(name, v, "want sqlite:PATH or postgres://…")
+		return def
+	}
+	return v
+}
+
+func (p *envParser) emails(name string) []string {
+	v, _ := p.get(name)
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		e = strings.ToLower(strings.TrimSpace(e))
+		if e == "" {
+			continue
+		}
+		if !strings.Contains(e, "@") {
+			p.fail(name, e, "not an email address")
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (p *envParser) level(name string) slog.Level {
+	v, ok := p.get(name)
+	if !ok {
+		return slog.LevelInfo
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(v)); err != nil {
+		p.fail(name, v, "want debug, info, warn or error")
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// redacted is the config summary logged at start: secrets never appear.
+func (c Config) redacted() []any {
+	return []any{
+		"addr", c.Addr, "debug_addr", c.DebugAddr, "database", dbKind(c.DatabaseURL),
+		"session_secret_from_env", c.SessionSecret != "", "cookie_secure", c.CookieSecure,
+		"signup_allowlist", len(c.AllowedSignupEmails),
+		"emit_rate_per_minute", c.EmitRatePerMinute, "project_rate_per_minute", c.ProjectRatePerMinute,
+		"client_emit_rate_per_second", c.ClientEmitRatePerSecond,
+		"client_emit_token_max_ttl", c.ClientEmitTokenMaxTTL, "replay_ttl", c.ReplayTTL,
+		"idle_timeout", c.IdleTimeout, "max_lifetime", c.ConnectionMaxLifetime,
+		"webhook_timeout", c.WebhookTimeout, "usage_rollup", c.UsageRollup,
+	}
+}
+
+func dbKind(url string) string {
+	if strings.HasPrefix(url, "sqlite:") {
+		return url // a file path, no credentials
+	}
+	return "postgres"
+}

@@ -1,0 +1,57 @@
+package proto
+
+// Code is an error code of SPEC.md › Errors, spelled exactly as there.
+type Code string
+
+const (
+	CodeEmailAndPasswordRequired Code = "email_and_password_required"
+	CodePasswordTooShort         Code = "password_too_short"
+	CodeEmailNotAllowed          Code = "email_not_allowed"
+	CodeEmailAlreadyRegistered   Code = "email_already_registered"
+	CodeInvalidCredentials       Code = "invalid_credentials"
+	CodeUnauthorized             Code = "unauthorized"
+	CodeNameRequired             Code = "name_required"
+	CodeProjectNotFound          Code = "project_not_found"
+	CodeKeyNotFound              Code = "key_not_found"
+	CodeInvalidKeyType           Code = "invalid_key_type"
+	CodeMissingSecretKey         Code = "missing_secret_key"
+	CodeInvalidSecretKey         Code = "invalid_secret_key"
+	CodeInvalidJSON              Code = "invalid_json"
+	CodeInvalidChannel           Code = "invalid_channel"
+	CodePayloadTooLarge          Code = "payload_too_large"
+	CodeChannelRateLimited       Code = "channel_rate_limited"
+	CodeProjectRateLimited       Code = "project_rate_limited"
+	CodeJTIOrClientIDRequired    Code = "jti_or_client_id_required"
+	CodeUnknownAction            Code = "unknown_action"
+	CodeClientIDRequired         Code = "client_id_required"
+	CodeInvalidSince             Code = "invalid_since"
+	CodeTokenAndTypeRequired     Code = "token_and_type_required"
+	CodeClientEmitNotConfigured  Code = "client_emit_not_configured"
+	CodeInvalidEmitToken         Code = "invalid_emit_token"
+	CodeEmitIdentityMismatch     Code = "emit_identity_mismatch"
+	CodeEmitTokenRevoked         Code = "emit_token_revoked"
+	CodeClientEmitRateLimited    Code = "client_emit_rate_limited"
+
+	// Codes the service adds where SPEC.md has none: routing and transport
+	// failures of the HTTP surface. They never replace a spec code.
+	CodeNotFound             Code = "not_found"
+	CodeMethodNotAllowed     Code = "method_not_allowed"
+	CodeUnsupportedMediaType Code = "unsupported_media_type"
+	CodeBodyTooLarge         Code = "body_too_large"
+	CodeInternal             Code = "internal_error"
+	CodeUnavailable          Code = "service_unavailable"
+)
+
+// Error is a spec error as a value. Channel is set for the codes whose body
+// carries the channel (invalid_channel, and WebSocket errors about a channel).
+type Error struct {
+	Code    Code
+	Channel string
+}
+
+func (e *Error) Error() string {
+	if e.Channel != "" {
+		return string(e.Code) + " (" + e.Channel + ")"
+	}
+	return string(e.Code)
+}

@@ -1,0 +1,92 @@
+package store
+
+import (
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// User is an account that owns projects.
+type User struct {
+	bun.BaseModel `bun:"table:users"`
+
+	ID           string    `bun:"id,pk"`
+	Email        string    `bun:"email"`
+	PasswordHash string    `bun:"password_hash"`
+	CreatedAt    time.Time `bun:"created_at"`
+}
+
+// Project is a tenant: its keys, connections and channels belong to it.
+type Project struct {
+	bun.BaseModel `bun:"table:projects"`
+
+	ID               string    `bun:"id,pk"`
+	OwnerUserID      string    `bun:"owner_user_id"`
+	Name             string    `bun:"name"`
+	ClientEmitSecret string    `bun:"client_emit_secret"` // "" until first generated
+	CreatedAt        time.Time `bun:"created_at"`
+}
+
+// APIKey is a project's public or secret key; only its SHA-256 hash is kept.
+type APIKey struct {
+	bun.BaseModel `bun:"table:api_keys"`
+
+	ID        string     `bun:"id,pk"`
+	ProjectID string     `bun:"project_id"`
+	KeyType   string     `bun:"key_type"` // "public" or "secret"
+	KeyHash   string     `bun:"key_hash"`
+	KeyPrefix string     `bun:"key_prefix"` // masked, safe to show
+	CreatedAt time.Time  `bun:"created_at"`
+	RevokedAt *time.Time `bun:"revoked_at"`
+}
+
+// Active reports whether the key still authenticates.
+func (k APIKey) Active() bool { return k.RevokedAt == nil }
+
+// Settings are the per-project options the dashboard edits.
+type Settings struct {
+	bun.BaseModel `bun:"table:project_settings"`
+
+	ProjectID string `bun:"project_id,pk"`
+	// ChannelRateLimit overrides EMIT_RATE_LIMIT_PER_MINUTE when set.
+	ChannelRateLimit *int      `bun:"channel_rate_limit"`
+	WebhookURL       string    `bun:"webhook_url"`
+	WebhookSecret    string    `bun:"webhook_secret"`
+	UpdatedAt        time.Time `bun:"updated_at"`
+}
+
+// Usage is one project's counters for one UTC day.
+type Usage struct {
+	bun.BaseModel `bun:"table:usage_daily,alias:usage"`
+
+	ProjectID                 string `bun:"project_id,pk"`
+	Day                       string `bun:"day,pk"` // YYYY-MM-DD, UTC
+	ConnectionCount           int64  `bun:"connection_count"`
+	MessageCount              int64  `bun:"message_count"`
+	PeakConcurrentConnections int64  `bun:"peak_concurrent_connections"`
+}
+
+// Revocation kinds.
+const (
+	RevokeJTI    = "jti"
+	RevokeClient = "client"
+)
+
+// Revocation revokes client-emit tokens by jti, or every token of a clientId
+// issued at or before RevokedAt. It can be dropped after ExpiresAt.
+type Revocation struct {
+	bun.BaseModel `bun:"table:emit_token_revocations,alias:rev"`
+
+	ProjectID string    `bun:"project_id,pk"`
+	Kind      string    `bun:"kind,pk"`
+	Value     string    `bun:"value,pk"`
+	RevokedAt time.Time `bun:"revoked_at"`
+	ExpiresAt time.Time `bun:"expires_at"`
+}
+
+type meta struct {
+	bun.BaseModel `bun:"table:meta"`
+
+	Key   string `bun:"key,pk"`
+	Value string `bun:"value"`
+}

@@ -1,0 +1,313 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+)
+
+// fixTimes normalises times read back from SQLite (which returns time.Local).
+func fixTime(t time.Time) time.Time { return t.UTC() }
+
+func fixKey(k *APIKey) {
+	k.CreatedAt = fixTime(k.CreatedAt)
+	if k.RevokedAt != nil {
+		t := fixTime(*k.RevokedAt)
+		k.RevokedAt = &t
+	}
+}
+
+// CreateUser inserts a user; ErrDuplicate when the email (any case) exists.
+func (s *Store) CreateUser(ctx context.Context, email, passwordHash string) (User, error) {
+	u := User{ID: uuid.NewString(), Email: email, PasswordHash: passwordHash, CreatedAt: now()}
+	if _, err := s.db.NewInsert().Model(&u).Exec(ctx); err != nil {
+		if isDuplicate(err) {
+			return User{}, ErrDuplicate
+		}
+		return User{}, err
+	}
+	return u, nil
+}
+
+// UserByEmail finds a user by email, case-insensitively.
+func (s *Store) UserByEmail(ctx context.Context, email string) (User, error) {
+	var u User
+	err := s.db.NewSelect().Model(&u).Where("lower(email) = lower(?)", email).Scan(ctx)
+	u.CreatedAt = fixTime(u.CreatedAt)
+	return u, notFound(err)
+}
+
+// UserByID finds a user by id.
+func (s *Store) UserByID(ctx context.Context, id string) (User, error) {
+	if !validID(id) {
+		return User{}, ErrNotFound
+	}
+	var u User
+	err := s.db.NewSelect().Model(&u).Where("id = ?", id).Scan(ctx)
+	u.CreatedAt = fixTime(u.CreatedAt)
+	return u, notFound(err)
+}
+
+// validID screens ids from URLs: PostgreSQL rejects a malformed uuid with an
+// error, and a malformed id can never match a row anyway.
+func validID(id string) bool {
+	_, err := uuid.Parse(id)
+	return err == nil && len(id) == 36
+}
+
+// CreateProject inserts a project and its first keys in one transaction.
+func (s *Store) CreateProject(ctx context.Context, ownerID, name string, keys ...APIKey) (Project, error) {
+	p := Project{ID: uuid.NewString(), OwnerUserID: ownerID, Name: name, CreatedAt: now()}
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&p).Exec(ctx); err != nil {
+			return err
+		}
+		for i := range keys {
+			keys[i].ID, keys[i].ProjectID, keys[i].CreatedAt = uuid.NewString(), p.ID, p.CreatedAt
+		}
+		if len(keys) > 0 {
+			if _, err := tx.NewInsert().Model(&keys).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Project{}, err
+	}
+	return p, nil
+}
+
+// ProjectsByOwner lists a user's projects, oldest first.
+func (s *Store) ProjectsByOwner(ctx context.Context, ownerID string) ([]Project, error) {
+	var ps []Project
+	err := s.db.NewSelect().Model(&ps).Where("owner_user_id = ?", ownerID).Order("created_at", "id").Scan(ctx)
+	for i := range ps {
+		ps[i].CreatedAt = fixTime(ps[i].CreatedAt)
+	}
+	return ps, err
+}
+
+// Project loads a project by id, whoever owns it.
+func (s *Store) Project(ctx context.Context, id string) (Project, error) {
+	if !validID(id) {
+		return Project{}, ErrNotFound
+	}
+	var p Project
+	err := s.db.NewSelect().Model(&p).Where("id = ?", id).Scan(ctx)
+	p.CreatedAt = fixTime(p.CreatedAt)
+	return p, notFound(err)
+}
+
+// ProjectOfOwner loads a project only if ownerID owns it; ErrNotFound otherwise.
+func (s *Store) ProjectOfOwner(ctx context.Context, id, ownerID string) (Project, error) {
+	if !validID(id) {
+		return Project{}, ErrNotFound
+	}
+	var p Project
+	err := s.db.NewSelect().Model(&p).Where("id = ? AND owner_user_id = ?", id, ownerID).Scan(ctx)
+	p.CreatedAt = fixTime(p.CreatedAt)
+	return p, notFound(err)
+}
+
+// RenameProject renames an owned project.
+func (s *Store) RenameProject(ctx context.Context, id, ownerID, name string) (Project, error) {
+	if !validID(id) {
+		return Project{}, ErrNotFound
+	}
+	var p Project
+	err := s.db.NewUpdate().Model(&p).Set("name = ?", name).
+		Where("id = ? AND owner_user_id = ?", id, ownerID).Returning("*").Scan(ctx)
+	p.CreatedAt = fixTime(p.CreatedAt)
+	return p, notFound(err)
+}
+
+// DeleteProject deletes an owned project; keys, settings, usage rows and
+// revocations go with it (ON DELETE CASCADE).
+func (s *Store) DeleteProject(ctx context.Context, id, ownerID string) error {
+	if !validID(id) {
+		return ErrNotFound
+	}
+	res, err := s.db.NewDelete().Model((*Project)(nil)).Where("id = ? AND owner_user_id = ?", id, ownerID).Exec(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SetClientEmitSecret stores a project's client-emit secret.
+func (s *Store) SetClientEmitSecret(ctx context.Context, projectID, secret string) error {
+	res, err := s.db.NewUpdate().Model((*Project)(nil)).Set("client_emit_secret = ?", secret).Where("id = ?", projectID).Exec(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Keys lists a project's keys, active and revoked, oldest first.
+func (s *Store) Keys(ctx context.Context, projectID string) ([]APIKey, error) {
+	var ks []APIKey
+	err := s.db.NewSelect().Model(&ks).Where("project_id = ?", projectID).Order("created_at", "key_type", "id").Scan(ctx)
+	for i := range ks {
+		fixKey(&ks[i])
+	}
+	return ks, err
+}
+
+// KeyByHash finds a key, active or revoked, by the SHA-256 hash of its raw value.
+func (s *Store) KeyByHash(ctx context.Context, hash string) (APIKey, error) {
+	var k APIKey
+	err := s.db.NewSelect().Model(&k).Where("key_hash = ?", hash).Scan(ctx)
+	fixKey(&k)
+	return k, notFound(err)
+}
+
+// RotateKey revokes the project's active keys of k.KeyType and inserts k as
+// the new active one, atomically.
+func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (APIKey, error) {
+	at := now()
+	k.ID, k.ProjectID, k.CreatedAt, k.RevokedAt = uuid.NewString(), projectID, at, nil
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewUpdate().Model((*APIKey)(nil)).Set("revoked_at = ?", at).
+			Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewInsert().Model(&k).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return APIKey{}, err
+	}
+	return k, nil
+}
+
+// RevokeKey revokes one key of a project. Revoking a revoked key is a no-op
+// that keeps the first revocation time; ErrNotFound if the key is not the project's.
+func (s *Store) RevokeKey(ctx context.Context, projectID, keyID string) (APIKey, error) {
+	if !validID(keyID) {
+		return APIKey{}, ErrNotFound
+	}
+	var k APIKey
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := tx.NewSelect().Model(&k).Where("id = ? AND project_id = ?", keyID, projectID).Scan(ctx); err != nil {
+			return notFound(err)
+		}
+		if k.RevokedAt != nil {
+			return nil
+		}
+		at := now()
+		k.RevokedAt = &at
+		_, err := tx.NewUpdate().Model(&k).Column("revoked_at").WherePK().Exec(ctx)
+		return err
+	})
+	fixKey(&k)
+	return k, err
+}
+
+// Settings loads a project's settings; a project never configured gets the
+// zero Settings (no override, no webhook).
+func (s *Store) Settings(ctx context.Context, projectID string) (Settings, error) {
+	st := Settings{ProjectID: projectID}
+	err := s.db.NewSelect().Model(&st).WherePK().Scan(ctx)
+	if err = notFound(err); err == ErrNotFound {
+		return Settings{ProjectID: projectID}, nil
+	}
+	st.UpdatedAt = fixTime(st.UpdatedAt)
+	return st, err
+}
+
+// SaveSettings writes a project's settings whole.
+func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
+	st.UpdatedAt = now()
+	_, err := s.db.NewInsert().Model(&st).
+		On("CONFLICT (project_id) DO UPDATE").
+		Set("channel_rate_limit = EXCLUDED.channel_rate_limit").
+		Set("webhook_url = EXCLUDED.webhook_url").
+		Set("webhook_secret = EXCLUDED.webhook_secret").
+		Set("updated_at = EXCLUDED.updated_at").
+		Exec(ctx)
+	return err
+}
+
+// AddRevocation stores a revocation; a later one for the same key replaces
+// the earlier (a clientId revocation moves its cut-off forward).
+func (s *Store) AddRevocation(ctx context.Context, r Revocation) error {
+	r.RevokedAt = r.RevokedAt.UTC().Truncate(time.Microsecond)
+	r.ExpiresAt = r.ExpiresAt.UTC().Truncate(time.Microsecond)
+	_, err := s.db.NewInsert().Model(&r).
+		On("CONFLICT (project_id, kind, value) DO UPDATE").
+		Set("revoked_at = EXCLUDED.revoked_at").
+		Set("expires_at = EXCLUDED.expires_at").
+		Exec(ctx)
+	return err
+}
+
+// Revocations lists a project's revocations that have not expired at t.
+func (s *Store) Revocations(ctx context.Context, projectID string, t time.Time) ([]Revocation, error) {
+	var rs []Revocation
+	err := s.db.NewSelect().Model(&rs).Where("project_id = ? AND expires_at > ?", projectID, t.UTC()).Order("kind", "value").Scan(ctx)
+	for i := range rs {
+		rs[i].RevokedAt, rs[i].ExpiresAt = fixTime(rs[i].RevokedAt), fixTime(rs[i].ExpiresAt)
+	}
+	return rs, err
+}
+
+// PruneRevocations deletes revocations expired at t and reports how many.
+func (s *Store) PruneRevocations(ctx context.Context, t time.Time) (int64, error) {
+	res, err := s.db.NewDelete().Model((*Revocation)(nil)).Where("expires_at <= ?", t.UTC()).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// AddUsage adds counts to a project's row for day (YYYY-MM-DD, UTC), creating
+// it if needed; peak keeps the highest value seen.
+func (s *Store) AddUsage(ctx context.Context, u Usage) error {
+	greatest := "GREATEST"
+	if s.dialect == SQLite {
+		greatest = "MAX" // SQLite's two-argument scalar max
+	}
+	_, err := s.db.NewInsert().Model(&u).
+		On("CONFLICT (project_id, day) DO UPDATE").
+		Set("connection_count = ?TableAlias.connection_count + EXCLUDED.connection_count").
+		Set("message_count = ?TableAlias.message_count + EXCLUDED.message_count").
+		Set("peak_concurrent_connections = " + greatest + "(?TableAlias.peak_concurrent_connections, EXCLUDED.peak_concurrent_connections)").
+		Exec(ctx)
+	if isForeignKey(err) {
+		return ErrNotFound // the project was deleted meanwhile; its counts go with it
+	}
+	return err
+}
+
+// Usage lists a project's daily rows from day from (inclusive), oldest first.
+func (s *Store) Usage(ctx context.Context, projectID, from string) ([]Usage, error) {
+	var us []Usage
+	err := s.db.NewSelect().Model(&us).Where("project_id = ? AND day >= ?", projectID, from).Order("day").Scan(ctx)
+	return us, err
+}
+
+// Meta reads a process-wide value.
+func (s *Store) Meta(ctx context.Context, key string) (string, error) {
+	m := meta{Key: key}
+	err := s.db.NewSelect().Model(&m).WherePK().Scan(ctx)
+	return m.Value, notFound(err)
+}
+
+// MetaSetIfAbsent stores value under key unless a value is there already, and
+// returns the value that won, so concurrent nodes agree on one.
+func (s *Store) MetaSetIfAbsent(ctx context.Context, key, value string) (string, error) {
+	m := meta{Key: key, Value: value}
+	if _, err := s.db.NewInsert().Model(&m).On("CONFLICT (key) DO NOTHING").Exec(ctx); err != nil {
+		return "", err
+	}
+	return s.Meta(ctx, key)
+}

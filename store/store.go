@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+	"github.com/uptrace/bun/driver/sqliteshim"
+	"github.com/uptrace/bun/migrate"
+)
+
+// Dialect names the database behind a Store.
+type Dialect string
+
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+var (
+	// ErrNotFound: no row matched (including rows owned by someone else).
+	ErrNotFound = errors.New("store: not found")
+	// ErrDuplicate: a unique constraint refused the row.
+	ErrDuplicate = errors.New("store: duplicate")
+)
+
+// sqlitePragmas make SQLite enforce foreign keys and take the write lock at
+// BEGIN, so concurrent transactions wait instead of failing with SQLITE_BUSY
+// (STACK.md › bun).
+const sqlitePragmas = "_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+
+// Store is the database handle shared by every request; safe for concurrent use.
+type Store struct {
+	db      *bun.DB
+	dialect Dialect
+}
+
+// Open connects to the database named by url ("postgres://…" or
+// "sqlite:PATH") and checks that it answers. It does not migrate.
+func Open(ctx context.Context, url string) (*Store, error) {
+	var (
+		db      *bun.DB
+		dialect Dialect
+	)
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		connector := pgdriver.NewConnector(pgdriver.WithDSN(url))
+		sqldb := sql.OpenDB(connector)
+		sqldb.SetMaxOpenConns(20)
+		sqldb.SetMaxIdleConns(20)
+		sqldb.SetConnMaxIdleTime(5 * time.Minute)
+		db, dialect = bun.NewDB(sqldb, pgdialect.New()), Postgres
+	case strings.HasPrefix(url, "sqlite:"):
+		dsn, err := sqliteDSN(strings.TrimPrefix(url, "sqlite:"))
+		if err != nil {
+			return nil, err
+		}
+		sqldb, err := sql.Open(sqliteshim.ShimName, dsn)
+		if err != nil {
+			return nil, err
+		}
+		sqldb.SetMaxOpenConns(8)
+		sqldb.SetMaxIdleConns(8)
+		db, dialect = bun.NewDB(sqldb, sqlitedialect.New()), SQLite
+	default:
+		return nil, fmt.Errorf("unsupported database URL %q: want postgres://… or sqlite:PATH", redactURL(url))
+	}
+	s := &Store{db: db, dialect: dialect}
+	if err := s.Ping(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// sqliteDSN turns "PATH" or "PATH?params" into a modernc DSN with our pragmas,
+// creating the file's directory so that a fresh checkout just runs.
+func sqliteDSN(path string) (string, error) {
+	file, params, _ := strings.Cut(path, "?")
+	if file == "" {
+		return "", errors.New("sqlite: empty path in DATABASE_URL")
+	}
+	if file != ":memory:" {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return "", fmt.Errorf("sqlite: %w", err)
+		}
+	}
+	if params != "" {
+		params += "&"
+	}
+	return "file:" + file + "?" + params + sqlitePragmas, nil
+}
+
+// redactURL hides a password in a database URL for error messages.
+func redactURL(url string) string {
+	if at := strings.LastIndex(url, "@"); at > 0 {
+		if scheme := strings.Index(url, "://"); scheme > 0 && scheme < at {
+			return url[:scheme+3] + "…" + url[at:]
+		}
+	}
+	return url
+}
+
+// Dialect reports which database backs the store.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// DB exposes the bun handle to tests and tools in this module.
+func (s *Store) DB() *bun.DB { return s.db }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// Close releases the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migrationLockID keys the PostgreSQL advisory lock that serialises
+// migrations across nodes; unlike bun's lock table it dies with the session.
+const migrationLockID = 0x72656c6179 // "relay"
+
+// Migrate applies every migration not yet applied.
+func (s *Store) Migrate(ctx context.Context) error {
+	migrations := migrate.NewMigrations()
+	if err := migrations.Discover(migrationFiles); err != nil {
+		return err
+	}
+	types := map[string]string{"UUID": "TEXT", "TS": "TIMESTAMP"}
+	if s.dialect == Postgres {
+		types = map[string]string{"UUID": "UUID", "TS": "TIMESTAMPTZ"}
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", migrationLockID); err != nil {
+			return fmt.Errorf("migration lock: %w", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(?)", migrationLockID)
+	}
+	m := migrate.NewMigrator(s.db, migrations,
+		migrate.WithTemplateData(types),
+		migrate.WithMarkAppliedOnSuccess(true))
+	if err := m.Init(ctx); err != nil {
+		return err
+	}
+	_, err := m.Migrate(ctx)
+	return err
+}
+
+// now is the timestamp every row is stamped with: UTC, microseconds, so both
+// stores hold and return the same instant.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// isDuplicate reports a unique-constraint violation on either database.
+func isDuplicate(err error) bool {
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) {
+		return pgErr.Field('C') == "23505"
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "(2067)") || strings.Contains(msg, "(1555)")
+}
+
+// notFound maps sql.ErrNoRows to ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// isForeignKey reports a foreign-key violation on either database.
+func isForeignKey(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) {
+		return pgErr.Field('C') == "23503"
+	}
+	return strings.Contains(err.Error(), "FOREIGN KEY constraint failed")
+}

@@ -1,0 +1,359 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+func open(t *testing.T, url string) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestOpenRejectsUnknownScheme(t *testing.T) {
+	_, err := store.Open(context.Background(), "mysql://u:hunter2@h/db")
+	if err == nil {
+		t.Fatal("want error")
+	}
+	if got := err.Error(); !contains(got, "postgres://") || contains(got, "hunter2") {
+		t.Fatalf("error should explain the choices and hide the password: %q", got)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		s := open(t, url)
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		for range 3 {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- s.Migrate(context.Background()) }()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func TestUsers(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, err := s.CreateUser(ctx, "Ada@Example.com", "hash")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateUser(ctx, "ada@example.COM", "x"); !errors.Is(err, store.ErrDuplicate) {
+			t.Fatalf("duplicate email in another case: got %v, want ErrDuplicate", err)
+		}
+		got, err := s.UserByEmail(ctx, "ADA@example.com")
+		if err != nil || got.ID != u.ID || got.PasswordHash != "hash" || !got.CreatedAt.Equal(u.CreatedAt) || got.CreatedAt.Location() != time.UTC {
+			t.Fatalf("UserByEmail = %+v, %v; want %+v in UTC", got, err, u)
+		}
+		if _, err := s.UserByEmail(ctx, "nobody@example.com"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown email: %v", err)
+		}
+		if got, err := s.UserByID(ctx, u.ID); err != nil || got.Email != "Ada@Example.com" {
+			t.Fatalf("UserByID = %+v, %v", got, err)
+		}
+		if _, err := s.UserByID(ctx, "not-a-uuid"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("malformed id: %v", err)
+		}
+	})
+}
+
+func newProject(t *testing.T, s *store.Store, owner string) (store.Project, store.APIKey, store.APIKey) {
+	t.Helper()
+	pub := store.APIKey{KeyType: "public", KeyHash: "hash-pub-" + owner + time.Now().String(), KeyPrefix: "pk_live_abcd************"}
+	sec := store.APIKey{KeyType: "secret", KeyHash: "hash-sec-" + owner + time.Now().String(), KeyPrefix: "sk_live_abcd************"}
+	p, err := s.CreateProject(context.Background(), owner, "demo", pub, sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.Keys(context.Background(), p.ID)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("keys after create: %v, %v", keys, err)
+	}
+	return p, keys[0], keys[1]
+}
+
+func TestProjectsAndOwnership(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		alice, _ := s.CreateUser(ctx, "alice@example.com", "h")
+		bob, _ := s.CreateUser(ctx, "bob@example.com", "h")
+		p, _, _ := newProject(t, s, alice.ID)
+
+		if ps, err := s.ProjectsByOwner(ctx, alice.ID); err != nil || len(ps) != 1 || ps[0].ID != p.ID {
+			t.Fatalf("alice's projects = %v, %v", ps, err)
+		}
+		if ps, err := s.ProjectsByOwner(ctx, bob.ID); err != nil || len(ps) != 0 {
+			t.Fatalf("bob's projects = %v, %v", ps, err)
+		}
+		if _, err := s.ProjectOfOwner(ctx, p.ID, bob.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("bob reads alice's project: %v", err)
+		}
+		if _, err := s.RenameProject(ctx, p.ID, bob.ID, "x"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("bob renames alice's project: %v", err)
+		}
+		if err := s.DeleteProject(ctx, p.ID, bob.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("bob deletes alice's project: %v", err)
+		}
+		r, err := s.RenameProject(ctx, p.ID, alice.ID, "renamed")
+		if err != nil || r.Name != "renamed" || r.ID != p.ID || !r.CreatedAt.Equal(p.CreatedAt) {
+			t.Fatalf("rename = %+v, %v", r, err)
+		}
+		if err := s.SetClientEmitSecret(ctx, p.ID, "s3cret"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.Project(ctx, p.ID); got.ClientEmitSecret != "s3cret" || got.Name != "renamed" {
+			t.Fatalf("project = %+v", got)
+		}
+		for _, id := range []string{"nope", "00000000-0000-0000-0000-000000000000"} {
+			if _, err := s.Project(ctx, id); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("Project(%q): %v", id, err)
+			}
+		}
+	})
+}
+
+func TestKeysRotateRevoke(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, pub, _ := newProject(t, s, u.ID)
+		other, _, otherSec := newProject(t, s, u.ID)
+
+		if k, err := s.KeyByHash(ctx, pub.KeyHash); err != nil || k.ID != pub.ID || !k.Active() || k.ProjectID != p.ID {
+			t.Fatalf("KeyByHash = %+v, %v", k, err)
+		}
+		if _, err := s.KeyByHash(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown hash: %v", err)
+		}
+		nk, err := s.RotateKey(ctx, p.ID, store.APIKey{KeyType: "public", KeyHash: "rotated", KeyPrefix: "pk_live_zzzz************"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, _ := s.KeyByHash(ctx, pub.KeyHash)
+		if old.Active() || old.RevokedAt.Location() != time.UTC {
+			t.Fatalf("rotation left the old key active: %+v", old)
+		}
+		keys, _ := s.Keys(ctx, p.ID)
+		active := 0
+		for _, k := range keys {
+			if k.Active() {
+				active++
+			}
+		}
+		if len(keys) != 3 || active != 2 {
+			t.Fatalf("after rotate: %d keys, %d active; want 3, 2", len(keys), active)
+		}
+		if _, err := s.RevokeKey(ctx, p.ID, otherSec.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("revoking another project's key: %v", err)
+		}
+		k, err := s.RevokeKey(ctx, p.ID, nk.ID)
+		if err != nil || k.Active() {
+			t.Fatalf("revoke = %+v, %v", k, err)
+		}
+		again, err := s.RevokeKey(ctx, p.ID, nk.ID)
+		if err != nil || !again.RevokedAt.Equal(*k.RevokedAt) {
+			t.Fatalf("second revoke should keep the first time: %+v, %v", again, err)
+		}
+		if _, err := s.RevokeKey(ctx, p.ID, "bad-id"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("malformed key id: %v", err)
+		}
+		// Duplicate hashes are refused by the unique index.
+		if _, err := s.RotateKey(ctx, other.ID, store.APIKey{KeyType: "secret", KeyHash: "rotated", KeyPrefix: "x"}); err == nil {
+			t.Fatal("duplicate key hash accepted")
+		}
+		if keys, _ := s.Keys(ctx, other.ID); len(keys) != 2 || !keys[1].Active() {
+			t.Fatalf("failed rotation must roll back: %+v", keys)
+		}
+	})
+}
+
+func TestDeleteCascades(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, pub, _ := newProject(t, s, u.ID)
+		limit := 42
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit, WebhookURL: "https://example.com/h", WebhookSecret: "w"}))
+		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: "2026-11-22", ConnectionCount: 1}))
+		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeJTI, Value: "j", RevokedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}))
+
+		must(t, s.DeleteProject(ctx, p.ID, u.ID))
+		if err := s.DeleteProject(ctx, p.ID, u.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("second delete: %v", err)
+		}
+		if _, err := s.KeyByHash(ctx, pub.KeyHash); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("key survived delete: %v", err)
+		}
+		for table, n := range map[string]int64{"api_keys": 0, "usage_daily": 0, "project_settings": 0, "emit_token_revocations": 0} {
+			got, err := s.DB().NewSelect().Table(table).Where("project_id = ?", p.ID).Count(ctx)
+			if err != nil || got != n {
+				t.Fatalf("%s rows after delete = %d, %v", table, got, err)
+			}
+		}
+		if err := s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: "2026-11-22", MessageCount: 1}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("usage for a deleted project: %v", err)
+		}
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSettings(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, s, u.ID)
+		st, err := s.Settings(ctx, p.ID)
+		if err != nil || st.ChannelRateLimit != nil || st.WebhookURL != "" {
+			t.Fatalf("default settings = %+v, %v", st, err)
+		}
+		limit := 10
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit}))
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit, WebhookURL: "https://h", WebhookSecret: "sec"}))
+		st, err = s.Settings(ctx, p.ID)
+		if err != nil || st.ChannelRateLimit == nil || *st.ChannelRateLimit != 10 || st.WebhookURL != "https://h" || st.WebhookSecret != "sec" {
+			t.Fatalf("settings = %+v, %v", st, err)
+		}
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID}))
+		if st, _ = s.Settings(ctx, p.ID); st.ChannelRateLimit != nil || st.WebhookURL != "" {
+			t.Fatalf("cleared settings = %+v", st)
+		}
+	})
+}
+
+func TestUsageUpsert(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, s, u.ID)
+		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: "2026-11-21", ConnectionCount: 5, MessageCount: 7, PeakConcurrentConnections: 3}))
+		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: "2026-11-22", ConnectionCount: 2, MessageCount: 10, PeakConcurrentConnections: 9}))
+		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: "2026-11-22", ConnectionCount: 1, MessageCount: 5, PeakConcurrentConnections: 4}))
+		rows, err := s.Usage(ctx, p.ID, "2026-11-22")
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("usage = %+v, %v", rows, err)
+		}
+		if r := rows[0]; r.ConnectionCount != 3 || r.MessageCount != 15 || r.PeakConcurrentConnections != 9 {
+			t.Fatalf("row = %+v; want 3 connects, 15 messages, peak 9", r)
+		}
+		if rows, _ := s.Usage(ctx, p.ID, "2026-01-01"); len(rows) != 2 || rows[0].Day != "2026-11-21" {
+			t.Fatalf("all rows = %+v", rows)
+		}
+	})
+}
+
+func TestRevocations(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, s, u.ID)
+		t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeClient, Value: "c1", RevokedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
+		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeClient, Value: "c1", RevokedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(2 * time.Hour)}))
+		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeJTI, Value: "j1", RevokedAt: t0, ExpiresAt: t0.Add(10 * time.Minute)}))
+		rs, err := s.Revocations(ctx, p.ID, t0)
+		if err != nil || len(rs) != 2 {
+			t.Fatalf("revocations = %+v, %v", rs, err)
+		}
+		if rs[0].Kind != store.RevokeClient || !rs[0].RevokedAt.Equal(t0.Add(time.Minute)) || rs[0].RevokedAt.Location() != time.UTC {
+			t.Fatalf("later clientId revocation must win: %+v", rs[0])
+		}
+		if rs, _ := s.Revocations(ctx, p.ID, t0.Add(30*time.Minute)); len(rs) != 1 {
+			t.Fatalf("expired jti revocation still listed: %+v", rs)
+		}
+		n, err := s.PruneRevocations(ctx, t0.Add(30*time.Minute))
+		if err != nil || n != 1 {
+			t.Fatalf("prune = %d, %v", n, err)
+		}
+	})
+}
+
+func TestMeta(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		if _, err := s.Meta(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("missing meta: %v", err)
+		}
+		v, err := s.MetaSetIfAbsent(ctx, "k", "first")
+		if err != nil || v != "first" {
+			t.Fatalf("first set = %q, %v", v, err)
+		}
+		if v, _ := s.MetaSetIfAbsent(ctx, "k", "second"); v != "first" {
+			t.Fatalf("second set = %q, want the first value", v)
+		}
+	})
+}
+
+// TestConcurrentWrites guards the SQLite pragmas: concurrent transactions
+// must wait for the write lock, not fail with SQLITE_BUSY.
+func TestConcurrentWrites(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		var wg sync.WaitGroup
+		errs := make(chan error, 80)
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 10 {
+					_, err := s.CreateProject(ctx, u.ID, "p",
+						store.APIKey{KeyType: "public", KeyHash: time.Now().String() + string(rune('a'+i)) + string(rune('a'+j)), KeyPrefix: "x"})
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ps, _ := s.ProjectsByOwner(ctx, u.ID); len(ps) != 80 {
+			t.Fatalf("projects = %d, want 80", len(ps))
+		}
+	})
+}

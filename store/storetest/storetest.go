@@ -1,0 +1,177 @@
+// Package storetest gives tests real databases: a throwaway PostgreSQL
+// cluster per test binary (initdb in a temp dir, unix socket only, run as the
+// postgres user when the tests run as root) with a fresh schema per test, and
+// a fresh SQLite file per test.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun/driver/pgdriver"
+)
+
+// EnvURL, when set, names an existing PostgreSQL server to use instead of
+// starting one (each test still gets its own schema).
+const EnvURL = "RELAY_TEST_POSTGRES_URL"
+
+var (
+	mu      sync.Mutex
+	baseURL string
+	stopPG  func()
+)
+
+// Main runs the package's tests and stops the throwaway PostgreSQL, if one was
+// started, afterwards. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	mu.Lock()
+	if stopPG != nil {
+		stopPG()
+	}
+	mu.Unlock()
+	os.Exit(code)
+}
+
+// PostgresURL returns a DATABASE_URL for a new, empty schema on the test
+// PostgreSQL, starting the server on first use.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if baseURL == "" {
+		if url := os.Getenv(EnvURL); url != "" {
+			baseURL = url
+		} else {
+			url, stop, err := startPostgres()
+			if err != nil {
+				t.Fatalf("start throwaway PostgreSQL (install PostgreSQL, or set %s): %v", EnvURL, err)
+			}
+			baseURL, stopPG = url, stop
+		}
+	}
+	schema := "t_" + randomHex(6)
+	db := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(baseURL)))
+	defer db.Close()
+	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	sep := "?"
+	if strings.Contains(baseURL, "?") {
+		sep = "&"
+	}
+	return baseURL + sep + "search_path=" + schema
+}
+
+// SQLiteURL returns a DATABASE_URL for a new SQLite file in the test's temp dir.
+func SQLiteURL(t testing.TB) string {
+	return "sqlite:" + filepath.Join(t.TempDir(), "relay.db")
+}
+
+// EachDB runs fn as a subtest once per store, with a fresh database each.
+func EachDB(t *testing.T, fn func(t *testing.T, url string)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, SQLiteURL(t)) })
+	t.Run("postgres", func(t *testing.T) { fn(t, PostgresURL(t)) })
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// pgBin finds the newest installed PostgreSQL binaries (Debian layout first).
+func pgBin() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) < pgVersion(dirs[j]) })
+	if len(dirs) > 0 {
+		return dirs[len(dirs)-1], nil
+	}
+	p, err := exec.LookPath("initdb")
+	if err != nil {
+		return "", fmt.Errorf("no PostgreSQL binaries in /usr/lib/postgresql/*/bin or PATH")
+	}
+	return filepath.Dir(p), nil
+}
+
+func pgVersion(dir string) int {
+	var v int
+	fmt.Sscanf(filepath.Base(filepath.Dir(dir)), "%d", &v)
+	return v
+}
+
+// startPostgres initdb's a cluster in a temp dir and starts it listening only
+// on a unix socket there, tuned for tests (no fsync).
+func startPostgres() (url string, stop func(), err error) {
+	bin, err := pgBin()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "relay-pg-")
+	if err != nil {
+		return "", nil, err
+	}
+	// run executes a PostgreSQL tool, as the postgres user when we are root
+	// (PostgreSQL refuses to run as root).
+	run := func(args ...string) ([]byte, error) {
+		if os.Geteuid() == 0 {
+			args = append([]string{"-u", "postgres", "--"}, args...)
+			return exec.Command("runuser", args...).CombinedOutput()
+		}
+		return exec.Command(args[0], args[1:]...).CombinedOutput()
+	}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return "", nil, fmt.Errorf("running as root needs a postgres user: %w", err)
+		}
+		var uid, gid int
+		fmt.Sscanf(u.Uid, "%d", &uid)
+		fmt.Sscanf(u.Gid, "%d", &gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return "", nil, err
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := run(filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	opts := fmt.Sprintf("-c listen_addresses='' -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", dir)
+	if out, err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "pg.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "pg.log"))
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("pg_ctl start: %v: %s\n%s", err, out, log)
+	}
+	stop = func() {
+		run(filepath.Join(bin, "pg_ctl"), "-D", data, "-w", "-m", "immediate", "stop")
+		os.RemoveAll(dir)
+	}
+	url = fmt.Sprintf("postgres://postgres@/postgres?host=%s&sslmode=disable", filepath.Join(dir, ".s.PGSQL.5432"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(url)))
+	defer db.Close()
+	for {
+		if err = db.PingContext(ctx); err == nil {
+			return url, stop, nil
+		}
+		if ctx.Err() != nil {
+			stop()
+			return "", nil, fmt.Errorf("PostgreSQL did not answer: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
