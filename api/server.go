@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/transport"
 )
 
 // Live is told about control-plane changes that live state (the actors) must
@@ -32,6 +34,11 @@ type Options struct {
 	AllowedSignupEmails []string // lower-cased
 	Live                Live     // nil: nothing live to tell
 	Now                 func() time.Time
+
+	// The connection plane; all three are required for /emit and /ws.
+	Keys      *actors.KeyIndex
+	Actors    *actors.System
+	Transport *transport.Server
 }
 
 // Server is the public HTTP surface.
@@ -42,6 +49,10 @@ type Server struct {
 	allowedEmails []string
 	live          Live
 	handler       http.Handler
+
+	keys      *actors.KeyIndex
+	actors    *actors.System
+	transport *transport.Server
 }
 
 // New builds the public handler.
@@ -58,11 +69,18 @@ func New(o Options) *Server {
 		sessions:      &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now},
 		allowedEmails: o.AllowedSignupEmails,
 		live:          o.Live,
+		keys:          o.Keys,
+		actors:        o.Actors,
+		transport:     o.Transport,
 	}
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)
 	mux.Handle("/healthz", methods{http.MethodGet: s.handleHealthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.handleReadyz})
+	if s.actors != nil {
+		mux.Handle("/emit", methods{http.MethodPost: s.handleEmit})
+		mux.Handle("/ws", methods{http.MethodGet: s.handleWS})
+	}
 	mux.HandleFunc("/", notFound)
 	s.handler = securityHeaders(mux)
 	return s

@@ -12,8 +12,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/transport"
 )
 
 const usage = "usage: relay [serve|migrate]"
@@ -70,19 +73,26 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	var served error
+	select {
+	case <-ctx.Done():
+	case served = <-app.served:
+		log.Error("public listener failed", "err", served)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	return app.shutdown(sctx)
+	return errors.Join(served, app.shutdown(sctx))
 }
 
 // app is a started service: what start built and shutdown tears down.
 type app struct {
-	log    *slog.Logger
-	store  *store.Store
-	public *http.Server
-	addr   net.Addr // bound public address (useful when RELAY_ADDR ends in :0)
-	served chan error
+	log       *slog.Logger
+	store     *store.Store
+	actors    *actors.System
+	transport *transport.Server
+	public    *http.Server
+	addr      net.Addr // bound public address (useful when RELAY_ADDR ends in :0)
+	served    chan error
 }
 
 // start opens the store, binds the listener and serves in the background. It
@@ -101,17 +111,39 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		st.Close()
 		return nil, err
 	}
-	handler := api.New(api.Options{
-		Store: st, Logger: log, SessionKey: key, CookieSecure: cfg.CookieSecure,
-		AllowedSignupEmails: cfg.AllowedSignupEmails,
-	})
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("listen on RELAY_ADDR %s: %w", cfg.Addr, err)
 	}
+	tr, err := transport.New(transport.Config{
+		// Well above the message cap, so an oversize client-emit still gets
+		// its payload_too_large answer rather than a 1009 close.
+		MaxMessageBytes: 2 * proto.MaxMessageBytes,
+		IdleTimeout:     cfg.IdleTimeout,
+		MaxLifetime:     cfg.ConnectionMaxLifetime,
+		Logger:          log.With("component", "transport"),
+	})
+	if err != nil {
+		ln.Close()
+		st.Close()
+		return nil, fmt.Errorf("start transport: %w", err)
+	}
+	sys := actors.NewSystem(actors.Config{
+		EmitRatePerMinute:    cfg.EmitRatePerMinute,
+		ProjectRatePerMinute: cfg.ProjectRatePerMinute,
+		LoadSettings:         settingsLoader(st),
+		Logger:               log.With("component", "actors"),
+	})
+	keys := actors.NewKeyIndex(keyLoader(st))
+	handler := api.New(api.Options{
+		Store: st, Logger: log, SessionKey: key, CookieSecure: cfg.CookieSecure,
+		AllowedSignupEmails: cfg.AllowedSignupEmails,
+		Live:                live{keys: keys, actors: sys},
+		Keys:                keys, Actors: sys, Transport: tr,
+	})
 	a := &app{
-		log: log, store: st, addr: ln.Addr(), served: make(chan error, 1),
+		log: log, store: st, actors: sys, transport: tr, addr: ln.Addr(), served: make(chan error, 1),
 		public: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -126,13 +158,21 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	return a, nil
 }
 
-// shutdown stops accepting, lets requests in flight finish, and closes the store.
+// shutdown refuses new WebSocket handshakes (503), closes every connection
+// with 1001 after what is queued for it, lets HTTP requests in flight (emits)
+// finish, stops the actors and closes the store.
 func (a *app) shutdown(ctx context.Context) error {
-	a.log.Info("shutting down")
-	err := a.public.Shutdown(ctx)
-	if serr := <-a.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
+	a.log.Info("shutting down", "connections", a.transport.Len())
+	err := a.transport.Shutdown(ctx)
+	err = errors.Join(err, a.public.Shutdown(ctx))
+	select {
+	case serr := <-a.served:
+		if serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+	default: // run() already took the listener's error
 	}
+	err = errors.Join(err, a.actors.Shutdown(ctx))
 	err = errors.Join(err, a.store.Close())
 	a.log.Info("stopped")
 	return err

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/proto"
+)
+
+// budgetBody is SPEC.md's {limit, remaining, resetAt}.
+type budgetBody struct {
+	Limit     int    `json:"limit"`
+	Remaining int    `json:"remaining"`
+	ResetAt   string `json:"resetAt"`
+}
+
+func toBudget(b actors.Budget) budgetBody {
+	return budgetBody{Limit: b.Limit, Remaining: b.Remaining, ResetAt: timestamp(b.ResetAt)}
+}
+
+type emitOK struct {
+	OK               bool       `json:"ok"`
+	Channel          string     `json:"channel"`
+	Seq              uint64     `json:"seq"`
+	Delivered        int        `json:"delivered"`
+	SubscriberCount  int        `json:"subscriberCount"`
+	RateLimit        budgetBody `json:"rate_limit"`
+	ProjectRateLimit budgetBody `json:"project_rate_limit"`
+}
+
+type emitLimited struct {
+	Error            proto.Code `json:"error"`
+	RateLimit        budgetBody `json:"rate_limit"`
+	ProjectRateLimit budgetBody `json:"project_rate_limit"`
+}
+
+// emitTimeout bounds the wait for the actors; they answer in microseconds
+// unless the process is overloaded.
+const emitTimeout = 5 * time.Second
+
+// handleEmit is SPEC.md › Emit endpoint.
+func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
+	projectID, ok := s.secretKeyProject(w, r)
+	if !ok {
+		return
+	}
+	body, err := readBody(w, r, maxEmitBody)
+	if errors.Is(err, errBodyTooLarge) {
+		// Far over the message cap whatever its shape.
+		writeError(w, proto.CodePayloadTooLarge, "max_bytes", proto.MaxMessageBytes)
+		return
+	}
+	if err != nil {
+		writeError(w, proto.CodeInvalidJSON)
+		return
+	}
+	req, perr := proto.DecodeEmitRequest(body)
+	if perr != nil {
+		writeSpecError(w, perr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), emitTimeout)
+	defer cancel()
+	res, err := s.actors.Publish(ctx, projectID, req.Channel, req.Payload)
+	if err != nil {
+		s.log.Warn("emit not answered", "project", projectID, "err", err)
+		writeError(w, proto.CodeUnavailable)
+		return
+	}
+	if res.Err != nil {
+		writeJSON(w, http.StatusTooManyRequests, emitLimited{
+			Error: res.Err.Code, RateLimit: toBudget(res.Channel), ProjectRateLimit: toBudget(res.Project),
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, emitOK{
+		OK: true, Channel: req.Channel, Seq: res.Seq, Delivered: res.Delivered, SubscriberCount: res.Subscribers,
+		RateLimit: toBudget(res.Channel), ProjectRateLimit: toBudget(res.Project),
+	})
+}
+
+// writeSpecError writes a proto.Error with the fields its code carries.
+func writeSpecError(w http.ResponseWriter, e *proto.Error) {
+	switch e.Code {
+	case proto.CodeInvalidChannel:
+		writeError(w, e.Code, "channel", e.Channel)
+	case proto.CodePayloadTooLarge:
+		writeError(w, e.Code, "max_bytes", proto.MaxMessageBytes)
+	default:
+		writeError(w, e.Code)
+	}
+}
+
+// secretKeyProject authenticates Authorization: Bearer <SECRET_KEY> and
+// returns the key's project, or answers 401 (or 503 when the store is down
+// and the key is not cached).
+func (s *Server) secretKeyProject(w http.ResponseWriter, r *http.Request) (string, bool) {
+	auth := r.Header.Get("Authorization")
+	if strings.TrimSpace(auth) == "" {
+		writeError(w, proto.CodeMissingSecretKey)
+		return "", false
+	}
+	scheme, raw, _ := strings.Cut(strings.TrimSpace(auth), " ")
+	raw = strings.TrimSpace(raw)
+	if !strings.EqualFold(scheme, "Bearer") || raw == "" {
+		writeError(w, proto.CodeInvalidSecretKey)
+		return "", false
+	}
+	k, ok, err := s.keys.Lookup(r.Context(), raw)
+	if err != nil {
+		s.log.Warn("key lookup failed", "err", err)
+		writeError(w, proto.CodeUnavailable)
+		return "", false
+	}
+	if !ok || k.Revoked || k.Type != "secret" {
+		writeError(w, proto.CodeInvalidSecretKey)
+		return "", false
+	}
+	return k.ProjectID, true
+}

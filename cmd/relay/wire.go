@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/store"
+)
+
+// The actors declare what they need from storage as function types; these
+// adapt the store to them (DESIGN.md: store/ never imports actors/).
+
+func keyLoader(st *store.Store) actors.KeyLoader {
+	return func(ctx context.Context, hash string) (actors.Key, error) {
+		k, err := st.KeyByHash(ctx, hash)
+		if errors.Is(err, store.ErrNotFound) {
+			return actors.Key{}, actors.ErrUnknownKey
+		}
+		if err != nil {
+			return actors.Key{}, err
+		}
+		return actors.Key{ProjectID: k.ProjectID, Type: k.KeyType, Revoked: !k.Active()}, nil
+	}
+}
+
+func settingsLoader(st *store.Store) actors.SettingsLoader {
+	return func(ctx context.Context, projectID string) (actors.Settings, error) {
+		p, err := st.Project(ctx, projectID)
+		if err != nil {
+			return actors.Settings{}, err
+		}
+		s, err := st.Settings(ctx, projectID)
+		if err != nil {
+			return actors.Settings{}, err
+		}
+		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret}
+		if s.ChannelRateLimit != nil {
+			out.ChannelRateLimit = *s.ChannelRateLimit
+		}
+		return out, nil
+	}
+}
+
+// live tells the connection plane about control-plane changes at once.
+type live struct {
+	keys   *actors.KeyIndex
+	actors *actors.System
+}
+
+func (l live) KeysChanged(projectID string) { l.keys.Invalidate(projectID) }
+
+func (l live) ProjectDeleted(projectID string) {
+	l.keys.Invalidate(projectID)
+	l.actors.ProjectDeleted(projectID)
+}
+
+func (l live) SettingsChanged(projectID string) { l.actors.SettingsChanged(projectID) }

@@ -1,0 +1,503 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
+)
+
+// Conn is one WebSocket connection. Send and Close are safe from any
+// goroutine; the read state is touched only by the worker that holds the
+// connection's one-shot epoll event.
+type Conn struct {
+	id      uint64
+	srv     *Server
+	nc      net.Conn
+	rc      syscall.RawConn
+	fd      int // used for epoll only, and only while registered (under mu)
+	handler Handler
+	created int64 // unix nanos
+
+	lastActive   atomic.Int64 // unix nanos of the last byte in either direction
+	closingSince atomic.Int64 // unix nanos when Close was called; 0 while open
+
+	// Read state (one worker at a time).
+	partial   []byte    // bytes of an incomplete frame, kept between reads
+	message   []byte    // data of a fragmented message being reassembled
+	messageOp ws.OpCode // its opcode, 0 when none
+	readDone  bool      // a close frame or protocol error ended reading
+
+	// Write state.
+	mu         sync.Mutex
+	inline     [4][]byte // the queue's backing array while it is short
+	queue      [][]byte  // frames waiting to be written, oldest first
+	head       int       // bytes of queue[0] already written
+	queued     int       // bytes in queue
+	writing    bool      // a worker or drain goroutine owns the flush
+	closing    bool      // close frame queued: nothing more is accepted
+	closeInfo  CloseInfo // what HandleClose will be told
+	closed     bool      // torn down
+	registered bool      // in the epoll set
+}
+
+// ID is unique among the server's connections for its lifetime.
+func (c *Conn) ID() uint64 { return c.id }
+
+// RemoteAddr is the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+func (c *Conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
+
+// Send queues a complete, already framed message (server frames are unmasked,
+// so the same bytes may be queued on many connections; they are never
+// modified). It never blocks. It reports false if the connection is closing
+// or gone, or if the queue overflowed, in which case the connection is closed
+// as a slow consumer.
+func (c *Conn) Send(frame []byte) bool {
+	c.mu.Lock()
+	if c.closing || c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	if len(c.queue) >= c.srv.cfg.QueueFrames || c.queued+len(frame) > c.srv.cfg.QueueBytes {
+		c.mu.Unlock()
+		c.srv.slow.Add(1)
+		c.abort(CloseInfo{Code: StatusSlowConsumer, Reason: "slow consumer"})
+		return false
+	}
+	c.queue = append(c.queue, frame)
+	c.queued += len(frame)
+	start := !c.writing
+	c.writing = true
+	c.mu.Unlock()
+	if start {
+		c.srv.scheduleFlush(c)
+	}
+	return true
+}
+
+// Close sends a close frame after the frames already queued, then closes the
+// socket. Further Sends are refused. Safe to call more than once.
+func (c *Conn) Close(code ws.StatusCode, reason string) {
+	c.closeWith(CloseInfo{Code: code, Reason: reason}, closeBody(code, reason))
+}
+
+func closeBody(code ws.StatusCode, reason string) []byte {
+	if len(reason) > 123 {
+		reason = reason[:123] // control frames carry at most 125 bytes
+	}
+	return ws.NewCloseFrameBody(code, reason)
+}
+
+func (c *Conn) closeWith(info CloseInfo, body []byte) {
+	c.mu.Lock()
+	if c.closing || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.closeInfo = info
+	c.closingSince.Store(time.Now().UnixNano())
+	frame := compile(ws.NewCloseFrame(body))
+	c.queue = append(c.queue, frame)
+	c.queued += len(frame)
+	start := !c.writing
+	c.writing = true
+	c.mu.Unlock()
+	if start {
+		c.srv.scheduleFlush(c)
+	}
+}
+
+// abort drops whatever is queued, tries once to send a close frame without
+// waiting, and tears the connection down now.
+func (c *Conn) abort(info CloseInfo) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	if !info.Abrupt && !c.writing { // never interleave with a writev in flight
+		frame := compile(ws.NewCloseFrame(closeBody(info.Code, info.Reason)))
+		c.rc.Write(func(fd uintptr) bool { unix.Write(int(fd), frame); return true })
+	}
+	c.mu.Unlock()
+	c.teardown(info)
+}
+
+// teardown closes the socket once and tells the handler.
+func (c *Conn) teardown(info CloseInfo) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed, c.closing = true, true
+	if c.registered {
+		// Remove before closing: afterwards the fd number may belong to a new socket.
+		c.srv.poll.remove(c.fd)
+		c.registered = false
+	}
+	c.nc.Close()
+	for i := range c.queue {
+		c.queue[i] = nil
+	}
+	c.queue, c.queued, c.head = nil, 0, 0
+	c.mu.Unlock()
+	c.srv.forget(c)
+	c.handler.HandleClose(info)
+}
+
+func (c *Conn) register() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	err := c.srv.poll.add(c.fd, c.id)
+	c.registered = err == nil
+	c.mu.Unlock()
+	if err != nil {
+		c.teardown(CloseInfo{Code: ws.StatusInternalServerError, Abrupt: true})
+	}
+	return err
+}
+
+func (c *Conn) rearm() {
+	c.mu.Lock()
+	if !c.closed && c.registered {
+		if err := c.srv.poll.rearm(c.fd, c.id); err != nil {
+			c.mu.Unlock()
+			c.teardown(CloseInfo{Code: ws.StatusInternalServerError, Abrupt: true})
+			return
+		}
+	}
+	c.mu.Unlock()
+}
+
+// ---- writing ----
+
+// maxIovecs is how many frames one writev call takes (Linux's IOV_MAX is 1024).
+const maxIovecs = 1024
+
+var iovecPool = sync.Pool{New: func() any { s := make([][]byte, 0, maxIovecs); return &s }}
+
+// take copies up to maxIovecs queued frames into iov (the first one minus the
+// bytes already written). Caller holds mu.
+func (c *Conn) take(iov [][]byte) ([][]byte, int) {
+	total := 0
+	for i, f := range c.queue {
+		if i == maxIovecs {
+			break
+		}
+		if i == 0 {
+			f = f[c.head:]
+		}
+		iov = append(iov, f)
+		total += len(f)
+	}
+	return iov, total
+}
+
+// consumed drops n written bytes from the head of the queue. Caller holds mu.
+func (c *Conn) consumed(n int) {
+	c.queued -= n
+	for n > 0 {
+		rest := len(c.queue[0]) - c.head
+		if n < rest {
+			c.head += n
+			return
+		}
+		n -= rest
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		c.head = 0
+	}
+	if len(c.queue) == 0 {
+		c.queue = c.inline[:0] // back to the inline array: no allocation while short
+	}
+}
+
+// flush writes queued frames with non-blocking writev calls until the queue
+// is empty. If the socket buffer fills, a drain goroutine takes over and
+// waits for it (bounded by WriteTimeout), so workers never block on a peer.
+func (c *Conn) flush() {
+	iovp := iovecPool.Get().(*[][]byte)
+	defer iovecPool.Put(iovp)
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		if len(c.queue) == 0 {
+			c.writing = false
+			done := c.closing
+			info := c.closeInfo
+			c.mu.Unlock()
+			if done {
+				c.teardown(info) // the close frame is out
+			}
+			return
+		}
+		iov, total := c.take((*iovp)[:0])
+		frames := len(iov)
+		c.mu.Unlock()
+
+		var n int
+		var werr error
+		err := c.rc.Write(func(fd uintptr) bool {
+			n, werr = unix.Writev(int(fd), iov)
+			return true
+		})
+		clear(iov)
+		if err == nil {
+			err = werr
+		}
+		if n < 0 {
+			n = 0
+		}
+		c.srv.writeCalls.Add(1)
+		if n > 0 {
+			c.touch()
+			c.mu.Lock()
+			c.consumed(n)
+			c.mu.Unlock()
+			if n == total {
+				c.srv.framesSent.Add(int64(frames))
+			}
+		}
+		switch {
+		case err == nil && n == total:
+			continue
+		case err == nil || errors.Is(err, unix.EAGAIN):
+			go c.drain()
+			return
+		default:
+			c.teardown(CloseInfo{Code: ws.StatusAbnormalClosure, Abrupt: true})
+			return
+		}
+	}
+}
+
+// drain is flush for a peer that is not reading fast enough: it blocks (in
+// Go's netpoller) up to WriteTimeout per write, and drops the peer after that.
+func (c *Conn) drain() {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		if len(c.queue) == 0 {
+			c.writing = false
+			done, info := c.closing, c.closeInfo
+			c.mu.Unlock()
+			if done {
+				c.teardown(info)
+			}
+			return
+		}
+		iov, _ := c.take(nil)
+		frames := len(iov)
+		c.mu.Unlock()
+
+		c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+		bufs := net.Buffers(iov)
+		n, err := bufs.WriteTo(c.nc)
+		c.srv.writeCalls.Add(1)
+		if n > 0 {
+			c.touch()
+			c.mu.Lock()
+			c.consumed(int(n))
+			c.mu.Unlock()
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				c.srv.slow.Add(1)
+				c.teardown(CloseInfo{Code: StatusSlowConsumer, Reason: "slow consumer", Abrupt: true})
+			} else {
+				c.teardown(CloseInfo{Code: ws.StatusAbnormalClosure, Abrupt: true})
+			}
+			return
+		}
+		c.srv.framesSent.Add(int64(frames))
+	}
+}
+
+// ---- reading ----
+
+// readBufSize is the pooled read buffer: big enough for a burst of small
+// frames, returned to the pool before the worker moves on.
+const readBufSize = 16 << 10
+
+var readPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+
+// maxReadsPerEvent bounds one worker's time on one connection; level-triggered
+// epoll fires again at once for what is left.
+const maxReadsPerEvent = 8
+
+// onReadable runs on a worker when epoll reports the connection.
+func (c *Conn) onReadable(events uint32) {
+	bp := readPool.Get().(*[]byte)
+	buf := *bp
+	eof := false
+	for range maxReadsPerEvent {
+		var n int
+		var rerr error
+		err := c.rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf)
+			return true
+		})
+		if err == nil {
+			err = rerr
+		}
+		if n > 0 {
+			c.touch()
+			c.consume(buf[:n])
+			if n < len(buf) {
+				break // drained what the kernel had
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, unix.EAGAIN) {
+			eof = true // n == 0: the peer closed; or a hard error
+		}
+		break
+	}
+	readPool.Put(bp)
+	if eof || events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		c.teardown(CloseInfo{Code: ws.StatusAbnormalClosure, Abrupt: true})
+		return
+	}
+	if c.readDone {
+		return // waiting for our close frame to go out; reads are over
+	}
+	c.rearm()
+}
+
+// consume parses whole frames out of data (plus any partial frame kept from
+// the last read) and keeps the incomplete tail.
+func (c *Conn) consume(data []byte) {
+	if c.readDone {
+		return
+	}
+	if len(c.partial) > 0 {
+		data = append(c.partial, data...)
+	}
+	var rd bytes.Reader
+	var hdr [ws.MaxHeaderSize - 2]byte
+	for len(data) > 0 {
+		rd.Reset(data)
+		h, err := ws.ReadHeaderBuffer(&rd, hdr[:])
+		if err != nil {
+			if errors.Is(err, ws.ErrHeaderLengthUnexpected) || errors.Is(err, ws.ErrHeaderLengthMSB) {
+				c.protocolError(ws.StatusProtocolError, "bad frame length")
+				return
+			}
+			break // header incomplete
+		}
+		hlen := len(data) - rd.Len()
+		if code, reason := c.check(h); code != 0 {
+			c.protocolError(code, reason)
+			return
+		}
+		end := hlen + int(h.Length)
+		if len(data) < end {
+			break // payload incomplete
+		}
+		payload := data[hlen:end]
+		ws.Cipher(payload, h.Mask, 0)
+		c.frame(h, payload)
+		data = data[end:]
+		if c.readDone {
+			return
+		}
+	}
+	if len(data) == 0 {
+		c.partial = nil
+	} else {
+		c.partial = append(c.partial[:0:0], data...) // the read buffer goes back to the pool
+	}
+}
+
+// check validates a frame header before any of its payload is buffered.
+func (c *Conn) check(h ws.Header) (ws.StatusCode, string) {
+	switch {
+	case h.Rsv != 0:
+		return ws.StatusProtocolError, "reserved bits set"
+	case !h.Masked:
+		return ws.StatusProtocolError, "client frames must be masked"
+	case h.OpCode.IsReserved():
+		return ws.StatusProtocolError, "reserved opcode"
+	case h.OpCode.IsControl() && (!h.Fin || h.Length > ws.MaxControlFramePayloadSize):
+		return ws.StatusProtocolError, "bad control frame"
+	case h.OpCode == ws.OpContinuation && c.messageOp == 0:
+		return ws.StatusProtocolError, "continuation without a message"
+	case h.OpCode.IsData() && h.OpCode != ws.OpContinuation && c.messageOp != 0:
+		return ws.StatusProtocolError, "new message inside a fragmented one"
+	case h.Length > int64(c.srv.cfg.MaxMessageBytes) || int64(len(c.message))+h.Length > int64(c.srv.cfg.MaxMessageBytes):
+		return ws.StatusMessageTooBig, "message too big"
+	}
+	return 0, ""
+}
+
+func (c *Conn) protocolError(code ws.StatusCode, reason string) {
+	c.readDone = true
+	c.partial, c.message, c.messageOp = nil, nil, 0
+	c.Close(code, reason)
+}
+
+// frame handles one complete, unmasked frame.
+func (c *Conn) frame(h ws.Header, payload []byte) {
+	switch h.OpCode {
+	case ws.OpPing:
+		c.Send(compile(ws.NewPongFrame(append([]byte(nil), payload...))))
+	case ws.OpPong:
+	case ws.OpClose:
+		c.readDone = true
+		code, reason := ws.ParseCloseFrameData(payload)
+		info := CloseInfo{Code: code, Reason: reason, ByPeer: true}
+		body := payload[:0:0] // echo an empty body for an empty close (never 1005 on the wire)
+		if code.Empty() {
+			info.Code = ws.StatusNoStatusRcvd
+		} else {
+			body = ws.NewCloseFrameBody(code, "")
+		}
+		c.closeWith(info, body)
+	case ws.OpText, ws.OpBinary:
+		if !h.Fin {
+			c.messageOp = h.OpCode
+			c.message = append(c.message, payload...)
+			return
+		}
+		c.deliver(h.OpCode, payload)
+	case ws.OpContinuation:
+		c.message = append(c.message, payload...)
+		if h.Fin {
+			msg, op := c.message, c.messageOp
+			c.message, c.messageOp = nil, 0
+			c.deliver(op, msg)
+		}
+	}
+}
+
+func (c *Conn) deliver(op ws.OpCode, msg []byte) {
+	if op == ws.OpText && !utf8.Valid(msg) {
+		c.protocolError(ws.StatusInvalidFramePayloadData, "invalid UTF-8")
+		return
+	}
+	c.handler.HandleMessage(msg)
+}

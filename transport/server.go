@@ -1,0 +1,359 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// Handler is the upper layer's side of one connection.
+type Handler interface {
+	// HandleMessage gets each complete text or binary message, in order, one
+	// call at a time. payload is only valid during the call.
+	HandleMessage(payload []byte)
+	// HandleClose is called exactly once, after the socket is gone. info says
+	// who closed it and with which code.
+	HandleClose(info CloseInfo)
+}
+
+// CloseInfo describes how a connection ended.
+type CloseInfo struct {
+	// Code and Reason are from the peer's close frame when ByPeer is true
+	// (Code 1005 "no status" when the frame had none), else what we sent.
+	Code   ws.StatusCode
+	Reason string
+	ByPeer bool
+	// Abrupt: the TCP connection dropped without a close handshake.
+	Abrupt bool
+}
+
+// Close codes and reasons the transport uses.
+const (
+	StatusSlowConsumer = ws.StatusCode(1013) // "try again later": resume by replay
+)
+
+var (
+	// ErrShuttingDown: Upgrade refused because Shutdown has begun.
+	ErrShuttingDown = errors.New("transport: shutting down")
+)
+
+// Config bounds what one connection may cost.
+type Config struct {
+	// MaxMessageBytes caps an incoming frame and a reassembled message;
+	// bigger ones are refused with close 1009 before they are buffered.
+	MaxMessageBytes int
+	// QueueFrames and QueueBytes bound a connection's write queue; a peer
+	// whose queue overflows is closed as a slow consumer.
+	QueueFrames int
+	QueueBytes  int
+	// WriteTimeout bounds a blocked write before the peer is dropped.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a connection with no data either way for this long;
+	// MaxLifetime closes any connection this old. Zero disables either.
+	IdleTimeout time.Duration
+	MaxLifetime time.Duration
+	// Workers is the size of the read/write worker pool.
+	Workers int
+	Logger  *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 256 << 10
+	}
+	if c.QueueFrames <= 0 {
+		c.QueueFrames = 4096
+	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = 8 << 20
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.Workers <= 0 {
+		c.Workers = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Stats are cumulative counters since start.
+type Stats struct {
+	Open          int64 // live connections
+	Opened        int64
+	Closed        int64
+	SlowConsumers int64 // closed because their queue overflowed or a write timed out
+	FramesSent    int64
+	WriteCalls    int64
+}
+
+// Server owns the poller, the worker pool and every live connection.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	poll   *poller
+	jobs   chan job
+	nextID atomic.Uint64
+
+	shards [connShards]connShard
+
+	shuttingDown atomic.Bool
+	stop         chan struct{}
+	wg           sync.WaitGroup
+
+	opened, closed, slow, framesSent, writeCalls atomic.Int64
+}
+
+const connShards = 64
+
+type connShard struct {
+	mu    sync.RWMutex
+	conns map[uint64]*Conn
+}
+
+// job is one unit of worker time: read a readable connection, or flush one.
+type job struct {
+	c      *Conn
+	events uint32 // epoll events for a read; 0 means flush
+}
+
+// New starts the poller, the workers and the sweeper.
+func New(cfg Config) (*Server, error) {
+	cfg.defaults()
+	p, err := newPoller()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, jobs: make(chan job, 4096), stop: make(chan struct{})}
+	for i := range s.shards {
+		s.shards[i].conns = map[uint64]*Conn{}
+	}
+	s.wg.Add(2 + cfg.Workers)
+	go s.pollLoop()
+	go s.sweepLoop()
+	for range cfg.Workers {
+		go s.worker()
+	}
+	return s, nil
+}
+
+func (s *Server) shard(id uint64) *connShard { return &s.shards[id%connShards] }
+
+func (s *Server) lookup(id uint64) *Conn {
+	sh := s.shard(id)
+	sh.mu.RLock()
+	c := sh.conns[id]
+	sh.mu.RUnlock()
+	return c
+}
+
+func (s *Server) pollLoop() {
+	defer s.wg.Done()
+	err := s.poll.wait(func(id uint64, events uint32) {
+		if c := s.lookup(id); c != nil {
+			select {
+			case s.jobs <- job{c: c, events: events}:
+			case <-s.stop:
+			}
+		}
+	})
+	if err != nil {
+		s.log.Error("epoll wait failed; no further reads", "err", err)
+	}
+}
+
+func (s *Server) worker() {
+	defer s.wg.Done()
+	for {
+		select {
+		case j := <-s.jobs:
+			if j.events != 0 {
+				j.c.onReadable(j.events)
+			} else {
+				j.c.flush()
+			}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// scheduleFlush hands a connection with queued frames to a worker, or to a
+// goroutine of its own if every worker slot is taken: the caller (a channel
+// actor fanning out) must never wait.
+func (s *Server) scheduleFlush(c *Conn) {
+	select {
+	case s.jobs <- job{c: c}:
+	default:
+		go c.flush()
+	}
+}
+
+// Upgrade completes the WebSocket handshake of an already-authenticated
+// request and registers the connection. open is called before any frame is
+// read and returns the connection's Handler.
+func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn) Handler) error {
+	if s.shuttingDown.Load() {
+		return ErrShuttingDown
+	}
+	nc, rw, _, err := ws.HTTPUpgrader{Timeout: 5 * time.Second}.Upgrade(r, w)
+	if err != nil {
+		return err
+	}
+	// net/http may have left deadlines on the hijacked conn, and may have read
+	// bytes a client pipelined behind its handshake.
+	nc.SetDeadline(time.Time{})
+	var early []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		early, _ = rw.Reader.Peek(n)
+		early = append([]byte(nil), early...)
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		nc.Close()
+		return errors.New("transport: connection has no file descriptor")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	var fd int
+	rc.Control(func(f uintptr) { fd = int(f) }) // no dup: the fd stays owned by nc
+	now := time.Now().UnixNano()
+	c := &Conn{id: s.nextID.Add(1), srv: s, nc: nc, rc: rc, fd: fd, created: now}
+	c.lastActive.Store(now)
+	c.queue = c.inline[:0]
+	c.handler = open(c)
+
+	sh := s.shard(c.id)
+	sh.mu.Lock()
+	sh.conns[c.id] = c
+	sh.mu.Unlock()
+	s.opened.Add(1)
+
+	if len(early) > 0 {
+		c.consume(early)
+	}
+	return c.register()
+}
+
+// Len is the number of live connections.
+func (s *Server) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		n += len(sh.conns)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Open: int64(s.Len()), Opened: s.opened.Load(), Closed: s.closed.Load(),
+		SlowConsumers: s.slow.Load(), FramesSent: s.framesSent.Load(), WriteCalls: s.writeCalls.Load(),
+	}
+}
+
+// each calls fn for every live connection (outside the shard locks).
+func (s *Server) each(fn func(*Conn)) {
+	var batch []*Conn
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.RLock()
+		batch = batch[:0]
+		for _, c := range sh.conns {
+			batch = append(batch, c)
+		}
+		sh.mu.RUnlock()
+		for _, c := range batch {
+			fn(c)
+		}
+	}
+}
+
+func (s *Server) forget(c *Conn) {
+	sh := s.shard(c.id)
+	sh.mu.Lock()
+	delete(sh.conns, c.id)
+	sh.mu.Unlock()
+	s.closed.Add(1)
+}
+
+// sweepLoop enforces the idle timeout and lifetime cap, and drops
+// connections whose close handshake outlived the write timeout.
+func (s *Server) sweepLoop() {
+	defer s.wg.Done()
+	period := time.Second
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			s.sweep(now.UnixNano())
+		}
+	}
+}
+
+func (s *Server) sweep(now int64) {
+	idle, life := int64(s.cfg.IdleTimeout), int64(s.cfg.MaxLifetime)
+	s.each(func(c *Conn) {
+		switch {
+		case c.closingSince.Load() != 0 && now-c.closingSince.Load() > int64(s.cfg.WriteTimeout):
+			c.abort(CloseInfo{Code: ws.StatusGoingAway, Reason: "close timed out", Abrupt: true})
+		case idle > 0 && now-c.lastActive.Load() > idle:
+			c.Close(ws.StatusGoingAway, "idle timeout")
+		case life > 0 && now-c.created > life:
+			c.Close(ws.StatusGoingAway, "connection lifetime exceeded")
+		}
+	})
+}
+
+// Shutdown refuses new upgrades, closes every connection with 1001 after its
+// queued frames are flushed, and waits for them to go (or for ctx, after
+// which the rest are dropped). Then it stops the poller and workers.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shuttingDown.Store(true)
+	s.each(func(c *Conn) { c.Close(ws.StatusGoingAway, "server shutting down") })
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	var err error
+wait:
+	for s.Len() > 0 {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+			s.each(func(c *Conn) {
+				c.abort(CloseInfo{Code: ws.StatusGoingAway, Reason: "server shutting down", Abrupt: true})
+			})
+			break wait
+		case <-t.C:
+		}
+	}
+	close(s.stop)
+	s.poll.interrupt()
+	s.wg.Wait()
+	s.poll.close()
+	return err
+}
+
+// ShuttingDown reports whether Shutdown has begun.
+func (s *Server) ShuttingDown() bool { return s.shuttingDown.Load() }
+
+// compile builds a control frame once.
+func compile(f ws.Frame) []byte { return ws.MustCompileFrame(f) }
