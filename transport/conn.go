@@ -30,7 +30,10 @@ type Conn struct {
 	lastActive   atomic.Int64 // unix nanos of the last byte in either direction
 	closingSince atomic.Int64 // unix nanos when Close was called; 0 while open
 
-	// Read state (one worker at a time).
+	// Read state: one worker at a time, by the one-shot epoll event. readMu
+	// makes that hand-over visible to Go's memory model (and the race
+	// detector), which cannot see the ordering epoll gives; it is never contended.
+	readMu    sync.Mutex
 	partial   []byte    // bytes of an incomplete frame, kept between reads
 	message   []byte    // data of a fragmented message being reassembled
 	messageOp ws.OpCode // its opcode, 0 when none
@@ -272,6 +275,11 @@ func (c *Conn) flush() {
 		if n > 0 {
 			c.touch()
 			c.mu.Lock()
+			if c.closed { // torn down meanwhile; the queue is gone
+				c.writing = false
+				c.mu.Unlock()
+				return
+			}
 			c.consumed(n)
 			c.mu.Unlock()
 			if n == total {
@@ -321,7 +329,9 @@ func (c *Conn) drain() {
 		if n > 0 {
 			c.touch()
 			c.mu.Lock()
-			c.consumed(int(n))
+			if !c.closed {
+				c.consumed(int(n))
+			}
 			c.mu.Unlock()
 		}
 		if err != nil {
@@ -351,6 +361,8 @@ const maxReadsPerEvent = 8
 
 // onReadable runs on a worker when epoll reports the connection.
 func (c *Conn) onReadable(events uint32) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
 	bp := readPool.Get().(*[]byte)
 	buf := *bp
 	eof := false

@@ -243,7 +243,9 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	s.opened.Add(1)
 
 	if len(early) > 0 {
+		c.readMu.Lock()
 		c.consume(early)
+		c.readMu.Unlock()
 	}
 	return c.register()
 }

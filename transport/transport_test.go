@@ -1,0 +1,392 @@
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
+)
+
+// echo is a Handler that sends every message back and records the close.
+type echo struct {
+	conn   *Conn
+	mu     sync.Mutex
+	closed chan CloseInfo
+}
+
+func (e *echo) HandleMessage(p []byte) {
+	e.conn.Send(ws.MustCompileFrame(ws.NewTextFrame(append([]byte(nil), p...))))
+}
+
+func (e *echo) HandleClose(info CloseInfo) { e.closed <- info }
+
+type fixture struct {
+	srv     *Server
+	url     string
+	handles chan *echo
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{srv: srv, handles: make(chan *echo, 100)}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.Upgrade(w, r, func(c *Conn) Handler {
+			e := &echo{conn: c, closed: make(chan CloseInfo, 1)}
+			f.handles <- e
+			return e
+		})
+	}))
+	f.url = "ws://" + strings.TrimPrefix(hs.URL, "http://")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+	})
+	return f
+}
+
+func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader, *echo) {
+	t.Helper()
+	conn, br, _, err := ws.Dial(context.Background(), f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if br == nil {
+		br = bufio.NewReader(conn)
+	}
+	select {
+	case e := <-f.handles:
+		return conn, br, e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no handler opened")
+	}
+	return nil, nil, nil
+}
+
+func readFrame(t *testing.T, conn net.Conn, br *bufio.Reader) ws.Frame {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := ws.ReadFrame(br)
+	if err != nil {
+		t.Fatalf("read frame: %v", err)
+	}
+	if f.Header.Masked {
+		t.Fatal("server frames must not be masked")
+	}
+	return f
+}
+
+func expectText(t *testing.T, conn net.Conn, br *bufio.Reader, want string) {
+	t.Helper()
+	f := readFrame(t, conn, br)
+	if f.Header.OpCode != ws.OpText || string(f.Payload) != want {
+		t.Fatalf("got op %d %q, want text %q", f.Header.OpCode, f.Payload, want)
+	}
+}
+
+func expectClose(t *testing.T, conn net.Conn, br *bufio.Reader, want ws.StatusCode) string {
+	t.Helper()
+	for {
+		f := readFrame(t, conn, br)
+		if f.Header.OpCode == ws.OpClose {
+			code, reason := ws.ParseCloseFrameData(f.Payload)
+			if code != want {
+				t.Fatalf("close %d %q, want %d", code, reason, want)
+			}
+			return reason
+		}
+	}
+}
+
+func masked(op ws.OpCode, fin bool, p []byte) []byte {
+	return ws.MustCompileFrame(ws.MaskFrame(ws.NewFrame(op, fin, p)))
+}
+
+func TestEchoAndPipelinedFrames(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, br, _ := f.dial(t)
+	// Two messages and a ping in one write.
+	var b bytes.Buffer
+	b.Write(masked(ws.OpText, true, []byte("one")))
+	b.Write(masked(ws.OpPing, true, []byte("p")))
+	b.Write(masked(ws.OpText, true, []byte("two")))
+	conn.Write(b.Bytes())
+	expectText(t, conn, br, "one")
+	if fr := readFrame(t, conn, br); fr.Header.OpCode != ws.OpPong || string(fr.Payload) != "p" {
+		t.Fatalf("want pong p, got %d %q", fr.Header.OpCode, fr.Payload)
+	}
+	expectText(t, conn, br, "two")
+}
+
+func TestFrameSplitAcrossReads(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, br, _ := f.dial(t)
+	msg := bytes.Repeat([]byte("x"), 70000) // 64-bit length header
+	fr := masked(ws.OpText, true, msg)
+	for _, cut := range []int{1, 5, 9000, 40000, len(fr) - 1} {
+		conn.Write(fr[:cut])
+		time.Sleep(20 * time.Millisecond)
+		conn.Write(fr[cut:])
+		expectText(t, conn, br, string(msg))
+	}
+}
+
+func TestFragmentedMessageWithControlFrameBetween(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, br, _ := f.dial(t)
+	conn.Write(masked(ws.OpText, false, []byte("hel")))
+	conn.Write(masked(ws.OpPing, true, nil))
+	conn.Write(masked(ws.OpContinuation, false, []byte("lo ")))
+	conn.Write(masked(ws.OpContinuation, true, []byte("world")))
+	if fr := readFrame(t, conn, br); fr.Header.OpCode != ws.OpPong {
+		t.Fatalf("want pong first, got %d", fr.Header.OpCode)
+	}
+	expectText(t, conn, br, "hello world")
+}
+
+func TestOversizeFrameClosed1009BeforeBuffering(t *testing.T) {
+	f := newFixture(t, Config{MaxMessageBytes: 1000})
+	conn, br, e := f.dial(t)
+	// Only the header of a 1 GiB frame: the server must refuse it at once.
+	hdr := ws.Header{Fin: true, OpCode: ws.OpText, Length: 1 << 30, Masked: true, Mask: ws.NewMask()}
+	ws.WriteHeader(conn, hdr)
+	expectClose(t, conn, br, ws.StatusMessageTooBig)
+	if info := <-e.closed; info.Code != ws.StatusMessageTooBig || info.ByPeer {
+		t.Fatalf("close info %+v", info)
+	}
+}
+
+func TestFragmentsOverCapClosed1009(t *testing.T) {
+	f := newFixture(t, Config{MaxMessageBytes: 1000})
+	conn, br, _ := f.dial(t)
+	conn.Write(masked(ws.OpText, false, bytes.Repeat([]byte("a"), 600)))
+	conn.Write(masked(ws.OpContinuation, true, bytes.Repeat([]byte("a"), 600)))
+	expectClose(t, conn, br, ws.StatusMessageTooBig)
+}
+
+func TestProtocolErrors(t *testing.T) {
+	cases := map[string]struct {
+		frame []byte
+		code  ws.StatusCode
+	}{
+		"unmasked":              {ws.MustCompileFrame(ws.NewTextFrame([]byte("x"))), ws.StatusProtocolError},
+		"rsv bits":              {ws.MustCompileFrame(ws.MaskFrame(ws.Frame{Header: ws.Header{Fin: true, Rsv: 4, OpCode: ws.OpText, Length: 1}, Payload: []byte("x")})), ws.StatusProtocolError},
+		"reserved opcode":       {masked(ws.OpCode(3), true, []byte("x")), ws.StatusProtocolError},
+		"lone continuation":     {masked(ws.OpContinuation, true, []byte("x")), ws.StatusProtocolError},
+		"fragmented ping":       {masked(ws.OpPing, false, nil), ws.StatusProtocolError},
+		"invalid utf-8 in text": {masked(ws.OpText, true, []byte{0xff, 0xfe}), ws.StatusInvalidFramePayloadData},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, Config{})
+			conn, br, _ := f.dial(t)
+			conn.Write(tc.frame)
+			expectClose(t, conn, br, tc.code)
+		})
+	}
+}
+
+func TestCloseHandshakeEchoesCode(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, br, e := f.dial(t)
+	conn.Write(masked(ws.OpClose, true, ws.NewCloseFrameBody(4321, "bye")))
+	expectClose(t, conn, br, 4321)
+	info := <-e.closed
+	if !info.ByPeer || info.Code != 4321 || info.Reason != "bye" {
+		t.Fatalf("close info %+v", info)
+	}
+	// The server closes the TCP connection after the echo.
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("want EOF after close, got %v", err)
+	}
+}
+
+func TestEmptyCloseEchoedEmpty(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, br, e := f.dial(t)
+	conn.Write(masked(ws.OpClose, true, nil))
+	fr := readFrame(t, conn, br)
+	if fr.Header.OpCode != ws.OpClose || len(fr.Payload) != 0 {
+		t.Fatalf("want empty close, got %d %q", fr.Header.OpCode, fr.Payload)
+	}
+	if info := <-e.closed; info.Code != ws.StatusNoStatusRcvd || !info.ByPeer {
+		t.Fatalf("close info %+v", info)
+	}
+}
+
+func TestAbruptDisconnectReported(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, _, e := f.dial(t)
+	conn.Close()
+	select {
+	case info := <-e.closed:
+		if !info.Abrupt {
+			t.Fatalf("close info %+v", info)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("HandleClose not called")
+	}
+	waitFor(t, func() bool { return f.srv.Len() == 0 })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	f := newFixture(t, Config{IdleTimeout: time.Second})
+	conn, br, _ := f.dial(t)
+	start := time.Now()
+	reason := expectClose(t, conn, br, ws.StatusGoingAway)
+	if reason != "idle timeout" || time.Since(start) > 4*time.Second {
+		t.Fatalf("reason %q after %v", reason, time.Since(start))
+	}
+}
+
+func TestActivityDefersIdleTimeout(t *testing.T) {
+	f := newFixture(t, Config{IdleTimeout: 1500 * time.Millisecond})
+	conn, br, _ := f.dial(t)
+	for range 4 {
+		time.Sleep(700 * time.Millisecond)
+		wsutil.WriteClientText(conn, []byte("ping"))
+		expectText(t, conn, br, "ping")
+	}
+	expectClose(t, conn, br, ws.StatusGoingAway)
+}
+
+func TestMaxLifetime(t *testing.T) {
+	f := newFixture(t, Config{MaxLifetime: time.Second})
+	conn, br, _ := f.dial(t)
+	if reason := expectClose(t, conn, br, ws.StatusGoingAway); reason != "connection lifetime exceeded" {
+		t.Fatalf("reason %q", reason)
+	}
+}
+
+// TestSlowConsumerClosedOthersUnaffected: a peer that never reads is closed
+// when its queue overflows, while a reading peer gets everything.
+func TestSlowConsumerClosedOthersUnaffected(t *testing.T) {
+	f := newFixture(t, Config{QueueBytes: 1 << 20, QueueFrames: 1 << 20})
+	slowConn, _, slow := f.dial(t)
+	_ = slowConn
+	fastConn, fastBR, fast := f.dial(t)
+	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("z"), 32<<10)))
+	const n = 2000 // 64 MiB: far beyond socket buffers plus the 1 MiB queue
+	got := make(chan int)
+	go func() {
+		count := 0
+		for count < n {
+			fastConn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			fr, err := ws.ReadFrame(fastBR)
+			if err != nil {
+				break
+			}
+			if fr.Header.OpCode == ws.OpText {
+				count++
+			}
+		}
+		got <- count
+	}()
+	slowOK := true
+	for i := 0; i < n; i++ {
+		for queued(fast.conn) > 512<<10 {
+			time.Sleep(100 * time.Microsecond) // the fast reader keeps up, just not instantly
+		}
+		if !fast.conn.Send(frame) {
+			t.Fatalf("fast reader refused at frame %d", i)
+		}
+		if slowOK {
+			slowOK = slow.conn.Send(frame)
+		}
+	}
+	if slowOK {
+		t.Fatal("slow consumer never refused")
+	}
+	select {
+	case info := <-slow.closed:
+		if info.Code != StatusSlowConsumer {
+			t.Fatalf("slow close %+v", info)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("slow consumer not closed")
+	}
+	if c := <-got; c != n {
+		t.Fatalf("fast reader got %d of %d", c, n)
+	}
+	if st := f.srv.Stats(); st.SlowConsumers != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestShutdownSendsGoingAwayAfterQueuedFrames(t *testing.T) {
+	srv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handles := make(chan *echo, 10)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := srv.Upgrade(w, r, func(c *Conn) Handler {
+			e := &echo{conn: c, closed: make(chan CloseInfo, 1)}
+			handles <- e
+			return e
+		}); err == ErrShuttingDown {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer hs.Close()
+	url := "ws://" + strings.TrimPrefix(hs.URL, "http://")
+	conn, br, _, err := ws.Dial(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if br == nil {
+		br = bufio.NewReader(conn)
+	}
+	e := <-handles
+	for i := range 100 {
+		e.conn.Send(ws.MustCompileFrame(ws.NewTextFrame([]byte{byte('0' + i%10)})))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error)
+	go func() { done <- srv.Shutdown(ctx) }()
+	for i := range 100 {
+		expectText(t, conn, br, string([]byte{byte('0' + i%10)}))
+	}
+	expectClose(t, conn, br, ws.StatusGoingAway)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := ws.Dial(context.Background(), url); err == nil {
+		t.Fatal("upgrade accepted after shutdown")
+	}
+}
+
+func queued(c *Conn) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queued
+}
