@@ -70,6 +70,9 @@ func startServer(t testing.TB, dbURL string, env map[string]string) *testServer 
 	}
 	ts := &testServer{t: t, app: a, base: "http://" + a.addr.String(), logs: logs}
 	t.Cleanup(func() {
+		if ts.app == nil {
+			return // the test shut it down itself
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := a.shutdown(ctx); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -83,4 +84,266 @@ func TestSubscribeAndEmit(t *testing.T) {
 		}
 		sub.expectSilence(200 * time.Millisecond)
 	})
+}
+
+func TestHandshakeAuthentication(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		for name, key := range map[string]string{"missing": "", "unknown": "pk_live_nope", "secret key": p.secretKey} {
+			if _, status, err := ts.tryDialWS(key); status != http.StatusUnauthorized {
+				t.Fatalf("%s key: status %d (%v), want 401", name, status, err)
+			}
+		}
+		ts.dialWS(p.publicKey) // the real key works
+
+		// Revoke the public key: the very next handshake fails.
+		keys := owner.do("GET", "/api/projects/"+p.id+"/keys", "")
+		var pubID string
+		for _, k := range keys.json["keys"].([]any) {
+			if k := k.(map[string]any); k["keyType"] == "public" {
+				pubID = k["id"].(string)
+			}
+		}
+		owner.do("POST", "/api/projects/"+p.id+"/keys/"+pubID+"/revoke", "").expect(t, 200, `{"ok":true}`)
+		if _, status, _ := ts.tryDialWS(p.publicKey); status != http.StatusUnauthorized {
+			t.Fatalf("revoked key: status %d, want 401", status)
+		}
+		// Rotation: the new key works at once, the old one stays refused.
+		rot := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
+		ts.dialWS(rot.str("key", "raw"))
+
+		// A plain GET without the upgrade headers is not a WebSocket.
+		res, err := http.Get(ts.base + "/ws?publicKey=" + rot.str("key", "raw"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Fatalf("plain GET /ws: %d, want 400", res.StatusCode)
+		}
+	})
+}
+
+func TestEmitErrors(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		c := ts.client()
+
+		c.emit("", `{"channel":"a","payload":1}`).expect(t, 401, `{"error":"missing_secret_key"}`)
+		c.emit("sk_live_unknown", `{"channel":"a","payload":1}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.emit(p.publicKey, `{"channel":"a","payload":1}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.emit(p.secretKey, `{"channel":"a",`).expect(t, 400, `{"error":"invalid_json"}`)
+		c.emit(p.secretKey, `[1,2]`).expect(t, 400, `{"error":"invalid_json"}`)
+		c.emit(p.secretKey, ``).expect(t, 400, `{"error":"invalid_json"}`)
+		c.emit(p.secretKey, `{"channel":"bad channel!","payload":1}`).expect(t, 400, `{"error":"invalid_channel","channel":"bad channel!"}`)
+		c.emit(p.secretKey, `{"channel":"","payload":1}`).expect(t, 400, `{"error":"invalid_channel","channel":""}`)
+		c.emit(p.secretKey, `{"payload":1}`).expect(t, 400, `{"error":"invalid_channel","channel":""}`)
+		long := strings.Repeat("a", 201)
+		c.emit(p.secretKey, `{"channel":"`+long+`","payload":1}`).expect(t, 400, `{"error":"invalid_channel","channel":"`+long+`"}`)
+		if r := c.emit(p.secretKey, `{"channel":"`+long[:200]+`","payload":1}`); r.status != 200 {
+			t.Fatalf("200-char channel: %d %s", r.status, r.raw)
+		}
+
+		// Size is measured on the serialized {"channel":…,"payload":…}: exactly
+		// at the cap passes, one byte over is refused.
+		overhead := len(`{"channel":"big","payload":""}`)
+		fill := strings.Repeat("x", 131072-overhead)
+		if r := c.emit(p.secretKey, `{"channel":"big","payload":"`+fill+`"}`); r.status != 200 {
+			t.Fatalf("message of exactly 131072 bytes: %d %s", r.status, r.raw)
+		}
+		c.emit(p.secretKey, `{"channel":"big","payload":"`+fill+`x"}`).expect(t, 413, `{"error":"payload_too_large","max_bytes":131072}`)
+		c.emit(p.secretKey, `{"channel":"big","payload":"`+strings.Repeat("y", 2<<20)+`"}`).expect(t, 413, `{"error":"payload_too_large","max_bytes":131072}`)
+
+		// Rotating the secret key: the old one fails on the very next request.
+		rot := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`)
+		c.emit(p.secretKey, `{"channel":"a","payload":1}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
+		if r := c.emit(rot.str("key", "raw"), `{"channel":"a","payload":1}`); r.status != 200 {
+			t.Fatalf("rotated key: %d %s", r.status, r.raw)
+		}
+		// Deleting the project: its keys fail at once.
+		owner.do("DELETE", "/api/projects/"+p.id, "").expect(t, 200, `{"ok":true}`)
+		c.emit(rot.str("key", "raw"), `{"channel":"a","payload":1}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
+	})
+}
+
+// budget checks one {limit, remaining, resetAt} object.
+func budget(t *testing.T, r response, field string, limit, remaining int) {
+	t.Helper()
+	b, _ := r.json[field].(map[string]any)
+	if b == nil {
+		t.Fatalf("%s missing: %s", field, r.raw)
+	}
+	reset, err := time.Parse(time.RFC3339, b["resetAt"].(string))
+	if int(num(b, "limit")) != limit || int(num(b, "remaining")) != remaining || err != nil ||
+		reset.Before(time.Now()) || reset.After(time.Now().Add(61*time.Second)) || reset.Second() != 0 {
+		t.Fatalf("%s = %v, want limit %d remaining %d resetAt within the next minute (%v)", field, b, limit, remaining, err)
+	}
+}
+
+func TestEmitRateLimits(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "3", "PROJECT_RATE_LIMIT_PER_MINUTE": "5"})
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		c := ts.client()
+		// Fixed windows on minute boundaries: keep the test inside one minute.
+		if s := time.Now().Second(); s > 50 {
+			time.Sleep(time.Duration(61-s) * time.Second)
+		}
+		for i := range 3 {
+			r := c.emit(p.secretKey, `{"channel":"a","payload":1}`)
+			if r.status != 200 {
+				t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+			}
+			budget(t, r, "rate_limit", 3, 2-i)
+			budget(t, r, "project_rate_limit", 5, 4-i)
+		}
+		r := c.emit(p.secretKey, `{"channel":"a","payload":1}`)
+		if r.status != 429 || r.json["error"] != "channel_rate_limited" || len(r.json) != 3 {
+			t.Fatalf("4th emit on a: %d %s", r.status, r.raw)
+		}
+		budget(t, r, "rate_limit", 3, 0)
+		budget(t, r, "project_rate_limit", 5, 2) // a refused emit does not use the backstop
+
+		// Another channel has its own budget; the project backstop still counts.
+		for i := range 2 {
+			if r := c.emit(p.secretKey, `{"channel":"b","payload":1}`); r.status != 200 {
+				t.Fatalf("emit b %d: %d %s", i, r.status, r.raw)
+			}
+		}
+		r = c.emit(p.secretKey, `{"channel":"c","payload":1}`)
+		if r.status != 429 || r.json["error"] != "project_rate_limited" || len(r.json) != 3 {
+			t.Fatalf("6th emit in project: %d %s", r.status, r.raw)
+		}
+		budget(t, r, "rate_limit", 3, 3)
+		budget(t, r, "project_rate_limit", 5, 0)
+	})
+}
+
+func TestWebSocketErrors(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		p := ts.signup("alice@example.com").createProject("demo")
+		ws := ts.dialWS(p.publicKey)
+		ws.send(`{"action":`)
+		ws.expect(`{"error":"invalid_json"}`)
+		ws.send(`"subscribe"`)
+		ws.expect(`{"error":"invalid_json"}`)
+		ws.send(`{"action":"dance"}`)
+		ws.expect(`{"error":"unknown_action"}`)
+		ws.send(`{"channel":"a"}`)
+		ws.expect(`{"error":"unknown_action"}`)
+		ws.send(`{"action":"subscribe","channel":"no spaces"}`)
+		ws.expect(`{"error":"invalid_channel","channel":"no spaces"}`)
+		ws.send(`{"action":"unsubscribe","channel":"é"}`)
+		ws.expect(`{"error":"invalid_channel","channel":"é"}`)
+		ws.send(`{"action":"subscribe"}`)
+		ws.expect(`{"error":"invalid_channel","channel":""}`)
+		ws.send(`{"action":"subscribe","channel":"a","presence":true}`)
+		ws.expect(`{"error":"client_id_required","channel":"a"}`)
+		ws.send(`{"action":"subscribe","channel":"a","since":"yesterday"}`)
+		ws.expect(`{"error":"invalid_since","channel":"a"}`)
+		// The connection is still usable after every error.
+		ws.send(`{"action":"ping"}`)
+		ws.expect(`{"action":"pong","ok":true}`)
+	})
+}
+
+func TestFanOutToManySubscribers(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		other := owner.createProject("other")
+		const n = 50
+		subs := make([]*wsClient, n)
+		for i := range subs {
+			subs[i] = ts.dialWS(p.publicKey)
+			subs[i].send(`{"action":"subscribe","channel":"news"}`)
+			subs[i].expect(`{"action":"subscribe","channel":"news","ok":true}`)
+		}
+		// Same channel name in another project: isolated.
+		stranger := ts.dialWS(other.publicKey)
+		stranger.send(`{"action":"subscribe","channel":"news"}`)
+		stranger.expect(`{"action":"subscribe","channel":"news","ok":true}`)
+
+		r := owner.emit(p.secretKey, `{"channel":"news","payload":"x"}`)
+		if num(r.json, "delivered") != n || num(r.json, "subscriberCount") != n {
+			t.Fatalf("emit: %s", r.raw)
+		}
+		for _, s := range subs {
+			s.expect(fmt.Sprintf(`{"channel":"news","payload":"x","seq":%d}`, int64(num(r.json, "seq"))))
+		}
+		stranger.expectSilence(200 * time.Millisecond)
+
+		// A subscriber that goes away is no longer counted.
+		subs[0].conn.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r = owner.emit(p.secretKey, `{"channel":"news","payload":"y"}`)
+			if num(r.json, "subscriberCount") == n-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("closed subscriber still counted: %s", r.raw)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+func TestProjectDeletedClosesConnections(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		ws := ts.dialWS(p.publicKey)
+		ws.send(`{"action":"subscribe","channel":"a"}`)
+		ws.expect(`{"action":"subscribe","channel":"a","ok":true}`)
+		owner.do("DELETE", "/api/projects/"+p.id, "").expect(t, 200, `{"ok":true}`)
+		ws.expectClose(4004, 5*time.Second)
+		if _, status, _ := ts.tryDialWS(p.publicKey); status != http.StatusUnauthorized {
+			t.Fatalf("deleted project's key: %d", status)
+		}
+	})
+}
+
+func TestIdleConnectionClosed(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"IDLE_TIMEOUT_SECONDS": "1"})
+	p := ts.signup("alice@example.com").createProject("demo")
+	ws := ts.dialWS(p.publicKey)
+	if f := ws.expectClose(1001, 5*time.Second); f.reason != "idle timeout" {
+		t.Fatalf("reason %q", f.reason)
+	}
+}
+
+func TestShutdownClosesConnectionsWithGoingAway(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	clients := make([]*wsClient, 20)
+	for i := range clients {
+		clients[i] = ts.dialWS(p.publicKey)
+		clients[i].send(`{"action":"subscribe","channel":"a"}`)
+		clients[i].expect(`{"action":"subscribe","channel":"a","ok":true}`)
+	}
+	r := owner.emit(p.secretKey, `{"channel":"a","payload":"last"}`)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- ts.app.shutdown(ctx)
+	}()
+	for _, c := range clients {
+		c.expect(fmt.Sprintf(`{"channel":"a","payload":"last","seq":%d}`, int64(num(r.json, "seq"))))
+		c.expectClose(1001, 5*time.Second)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ts.app = nil // already shut down
 }
