@@ -347,3 +347,166 @@ func TestShutdownClosesConnectionsWithGoingAway(t *testing.T) {
 	}
 	ts.app = nil // already shut down
 }
+
+func subscribed(t *testing.T, ts *testServer, publicKey, channel string) *wsClient {
+	t.Helper()
+	c := ts.dialWS(publicKey)
+	c.send(`{"action":"subscribe","channel":"` + channel + `"}`)
+	c.expect(`{"action":"subscribe","channel":"` + channel + `","ok":true}`)
+	return c
+}
+
+func TestRawFrames(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	p := ts.signup("alice@example.com").createProject("demo")
+
+	t.Run("split frame reassembled", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		f := clientFrame(0x1, true, []byte(`{"action":"subscribe","channel":"split"}`))
+		for _, part := range [][]byte{f[:1], f[1:3], f[3:10], f[10:]} {
+			c.sendRaw(part)
+			time.Sleep(30 * time.Millisecond)
+		}
+		c.expect(`{"action":"subscribe","channel":"split","ok":true}`)
+		c.conn.Close()
+	})
+	t.Run("fragmented message", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		c.sendRaw(append(append(clientFrame(0x1, false, []byte(`{"action":`)),
+			clientFrame(0x9, true, []byte("hb"))...), // a ping between fragments
+			clientFrame(0x0, true, []byte(`"ping"}`))...))
+		c.expect(`{"action":"pong","ok":true}`)
+		c.conn.Close()
+	})
+	t.Run("oversize frame closed 1009", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		c.sendRaw(clientFrame(0x1, true, make([]byte, 300<<10)))
+		c.expectClose(1009, 5*time.Second)
+	})
+	t.Run("garbage bytes closed 1002", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		c.sendRaw([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		c.expectClose(1002, 5*time.Second)
+	})
+	t.Run("unmasked frame closed 1002", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		c.sendRaw([]byte{0x81, 0x02, '{', '}'})
+		c.expectClose(1002, 5*time.Second)
+	})
+	t.Run("invalid utf-8 closed 1007", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		c.sendRaw(clientFrame(0x1, true, []byte{'"', 0xff, '"'}))
+		c.expectClose(1007, 5*time.Second)
+	})
+	t.Run("client close echoed", func(t *testing.T) {
+		c := ts.dialWS(p.publicKey)
+		c.sendRaw(clientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
+		c.expectClose(4000, 5*time.Second)
+	})
+	// Every one of those connections is gone from the server.
+	deadline := time.Now().Add(5 * time.Second)
+	for ts.app.transport.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections left", ts.app.transport.Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestThousandConnectionsSubscribeAtOnce(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	const n = 1000
+	clients := make([]*wsClient, n)
+	errs := make(chan error, n)
+	for i := range clients {
+		go func() {
+			c, _, err := ts.tryDialWS(p.publicKey)
+			if err == nil {
+				clients[i] = c
+				c.send(`{"action":"subscribe","channel":"crowd"}`)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range clients {
+		c.expect(`{"action":"subscribe","channel":"crowd","ok":true}`)
+	}
+	r := owner.emit(p.secretKey, `{"channel":"crowd","payload":"all"}`)
+	if num(r.json, "delivered") != n || num(r.json, "subscriberCount") != n {
+		t.Fatalf("emit: %s", r.raw)
+	}
+	for _, c := range clients {
+		c.expect(fmt.Sprintf(`{"channel":"crowd","payload":"all","seq":%d}`, int64(num(r.json, "seq"))))
+	}
+}
+
+// TestSlowReaderDoesNotSlowOthers: a subscriber that never reads is dropped
+// as a slow consumer; the others get every message.
+func TestSlowReaderDoesNotSlowOthers(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
+		"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000",
+	})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	slow, _, err := ts.dialWSWith(p.publicKey, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.send(`{"action":"subscribe","channel":"firehose"}`)
+	fast := subscribed(t, ts, p.publicKey, "firehose")
+	time.Sleep(100 * time.Millisecond) // the slow subscription is in (its ack is never read)
+
+	payload := `"` + strings.Repeat("p", 100<<10) + `"`
+	const n = 400 // 40 MiB: beyond the slow peer's socket buffers and its 8 MiB queue
+	for i := range n {
+		r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+payload+`}`)
+		if r.status != 200 {
+			t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+		}
+		if i == 0 && num(r.json, "subscriberCount") != 2 {
+			t.Fatalf("first emit: %s", r.raw)
+		}
+		if _, ok := fast.next(5 * time.Second); !ok {
+			t.Fatalf("fast reader starved at message %d", i)
+		}
+	}
+	if st := ts.app.transport.Stats(); st.SlowConsumers != 1 {
+		t.Fatalf("transport stats %+v, want one slow consumer", st)
+	}
+	r := owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`)
+	if num(r.json, "subscriberCount") != 1 {
+		t.Fatalf("slow consumer still subscribed: %s", r.raw)
+	}
+}
+
+func TestAbruptDisconnectRemovesSubscriptions(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	c := ts.dialWS(p.publicKey)
+	for _, ch := range []string{"a", "b", "c"} {
+		c.send(`{"action":"subscribe","channel":"` + ch + `"}`)
+		c.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
+	}
+	c.conn.UnderlyingConn().Close() // TCP gone, no close frame
+	deadline := time.Now().Add(5 * time.Second)
+	for _, ch := range []string{"a", "b", "c"} {
+		for {
+			r := owner.emit(p.secretKey, `{"channel":"`+ch+`","payload":1}`)
+			if num(r.json, "subscriberCount") == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("channel %s still counts the dropped connection", ch)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

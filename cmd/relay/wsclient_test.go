@@ -1,27 +1,41 @@
 package main
 
 import (
-	"bufio"
-	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
-	"github.com/gobwas/ws/wsutil"
+	"github.com/gorilla/websocket"
 )
 
-// wsClient is a real WebSocket client on a real socket.
+// wsClient is a real WebSocket client on a real socket, built on an
+// independent library (gorilla/websocket), not the server's own framing code.
 type wsClient struct {
-	t    testing.TB
-	conn net.Conn
-	br   *bufio.Reader
+	t      testing.TB
+	conn   *websocket.Conn
+	frames chan frame
+}
+
+// frame is what the server sent: a text message, or a close.
+type frame struct {
+	text      string
+	closed    bool
+	closeCode int
+	reason    string
+	err       error // the connection failed without a close frame
+}
+
+func (ts *testServer) wsURL(publicKey string) string {
+	u := "ws://" + strings.TrimPrefix(ts.base, "http://") + "/ws"
+	if publicKey != "" {
+		u += "?publicKey=" + url.QueryEscape(publicKey)
+	}
+	return u
 }
 
 // dialWS connects with publicKey; it fails the test unless the upgrade succeeds.
@@ -36,80 +50,88 @@ func (ts *testServer) dialWS(publicKey string) *wsClient {
 
 // tryDialWS returns the HTTP status of a refused handshake.
 func (ts *testServer) tryDialWS(publicKey string) (*wsClient, int, error) {
-	u := "ws://" + strings.TrimPrefix(ts.base, "http://") + "/ws"
-	if publicKey != "" {
-		u += "?publicKey=" + url.QueryEscape(publicKey)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, br, _, err := ws.Dial(ctx, u)
+	return ts.dialWSWith(publicKey, true)
+}
+
+// dialWSWith connects; with read false nothing ever reads the socket (a peer
+// that stopped reading).
+func (ts *testServer) dialWSWith(publicKey string, read bool) (*wsClient, int, error) {
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	conn, res, err := d.Dial(ts.wsURL(publicKey), nil)
 	if err != nil {
-		var se ws.StatusError
-		if errors.As(err, &se) {
-			return nil, int(se), err
+		status := 0
+		if res != nil {
+			status = res.StatusCode
 		}
-		return nil, 0, err
+		return nil, status, err
 	}
-	if br == nil {
-		br = bufio.NewReader(conn)
-	}
-	c := &wsClient{t: ts.t, conn: conn, br: br}
+	c := &wsClient{t: ts.t, conn: conn, frames: make(chan frame, 1024)}
 	ts.t.Cleanup(func() { conn.Close() })
-	return c, 101, nil
+	if read {
+		go c.readLoop()
+	}
+	return c, http.StatusSwitchingProtocols, nil
+}
+
+// readLoop turns everything the server sends into frames, so that a test
+// can wait with a timeout without breaking the connection.
+func (c *wsClient) readLoop() {
+	defer close(c.frames)
+	for {
+		_, msg, err := c.conn.ReadMessage()
+		var ce *websocket.CloseError
+		switch {
+		case errors.As(err, &ce):
+			c.frames <- frame{closed: true, closeCode: ce.Code, reason: ce.Text}
+			return
+		case err != nil:
+			c.frames <- frame{err: err}
+			return
+		}
+		c.frames <- frame{text: string(msg)}
+	}
 }
 
 func (c *wsClient) send(v string) {
 	c.t.Helper()
 	c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if err := wsutil.WriteClientText(c.conn, []byte(v)); err != nil {
+	if err := c.conn.WriteMessage(websocket.TextMessage, []byte(v)); err != nil {
 		c.t.Fatalf("send: %v", err)
 	}
 }
 
-// frame is what the server sent: a text message, or a close.
-type frame struct {
-	text      string
-	closed    bool
-	closeCode ws.StatusCode
-	reason    string
+// sendRaw writes bytes straight to the socket, under the library.
+func (c *wsClient) sendRaw(b []byte) {
+	c.t.Helper()
+	if _, err := c.conn.UnderlyingConn().Write(b); err != nil {
+		c.t.Fatalf("raw write: %v", err)
+	}
 }
 
-// next reads the next server frame within timeout (answering pings).
-func (c *wsClient) next(timeout time.Duration) (frame, error) {
-	c.conn.SetReadDeadline(time.Now().Add(timeout))
-	for {
-		h, err := ws.ReadHeader(c.br)
-		if err != nil {
-			return frame{}, err
+// next waits up to timeout for the next frame.
+func (c *wsClient) next(timeout time.Duration) (frame, bool) {
+	select {
+	case f, ok := <-c.frames:
+		if !ok {
+			return frame{err: errors.New("connection over")}, true
 		}
-		if h.Masked {
-			c.t.Errorf("server frame is masked")
-		}
-		payload := make([]byte, h.Length)
-		if _, err := io.ReadFull(c.br, payload); err != nil {
-			return frame{}, err
-		}
-		switch h.OpCode {
-		case ws.OpClose:
-			code, reason := ws.ParseCloseFrameData(payload)
-			return frame{closed: true, closeCode: code, reason: reason}, nil
-		case ws.OpText:
-			return frame{text: string(payload)}, nil
-		case ws.OpPong, ws.OpPing:
-			return frame{text: fmt.Sprintf("<op %d>%s", h.OpCode, payload)}, nil
-		}
+		return f, true
+	case <-time.After(timeout):
+		return frame{}, false
 	}
 }
 
 // expect reads the next message and compares it as JSON with want.
 func (c *wsClient) expect(want string) map[string]any {
 	c.t.Helper()
-	f, err := c.next(5 * time.Second)
-	if err != nil {
-		c.t.Fatalf("waiting for %s: %v", want, err)
-	}
-	if f.closed {
+	f, ok := c.next(5 * time.Second)
+	switch {
+	case !ok:
+		c.t.Fatalf("waiting for %s: timeout", want)
+	case f.closed:
 		c.t.Fatalf("waiting for %s: closed %d %q", want, f.closeCode, f.reason)
+	case f.err != nil:
+		c.t.Fatalf("waiting for %s: %v", want, f.err)
 	}
 	var got, exp any
 	if err := json.Unmarshal([]byte(f.text), &got); err != nil {
@@ -125,16 +147,18 @@ func (c *wsClient) expect(want string) map[string]any {
 	return m
 }
 
-// expectClose reads until the server's close frame and checks its code.
-func (c *wsClient) expectClose(code ws.StatusCode, timeout time.Duration) frame {
+// expectClose skips messages until the server's close frame and checks its code.
+func (c *wsClient) expectClose(code int, timeout time.Duration) frame {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		f, err := c.next(time.Until(deadline))
-		if err != nil {
-			c.t.Fatalf("waiting for close %d: %v", code, err)
-		}
-		if f.closed {
+		f, ok := c.next(time.Until(deadline))
+		switch {
+		case !ok:
+			c.t.Fatalf("waiting for close %d: timeout", code)
+		case f.err != nil:
+			c.t.Fatalf("waiting for close %d: %v", code, f.err)
+		case f.closed:
 			if f.closeCode != code {
 				c.t.Fatalf("closed with %d %q, want %d", f.closeCode, f.reason, code)
 			}
@@ -143,10 +167,35 @@ func (c *wsClient) expectClose(code ws.StatusCode, timeout time.Duration) frame 
 	}
 }
 
-// expectSilence fails if a message arrives within d.
+// expectSilence fails if anything arrives within d.
 func (c *wsClient) expectSilence(d time.Duration) {
 	c.t.Helper()
-	if f, err := c.next(d); err == nil {
+	if f, ok := c.next(d); ok {
 		c.t.Fatalf("unexpected frame %+v", f)
 	}
+}
+
+// clientFrame builds one masked client frame by hand (RFC 6455 §5.2), so raw
+// tests depend on neither library.
+func clientFrame(opcode byte, fin bool, payload []byte) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	out := []byte{b0}
+	switch n := len(payload); {
+	case n < 126:
+		out = append(out, 0x80|byte(n))
+	case n <= 0xFFFF:
+		out = append(out, 0x80|126, byte(n>>8), byte(n))
+	default:
+		out = append(out, 0x80|127)
+		out = binary.BigEndian.AppendUint64(out, uint64(n))
+	}
+	mask := [4]byte{0x12, 0x34, 0x56, 0x78}
+	out = append(out, mask[:]...)
+	for i, c := range payload {
+		out = append(out, c^mask[i%4])
+	}
+	return out
 }
