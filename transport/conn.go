@@ -73,8 +73,7 @@ func (c *Conn) Send(frame []byte) bool {
 	}
 	if len(c.queue) >= c.srv.cfg.QueueFrames || c.queued+len(frame) > c.srv.cfg.QueueBytes {
 		c.mu.Unlock()
-		c.srv.slow.Add(1)
-		c.abort(CloseInfo{Code: StatusSlowConsumer, Reason: "slow consumer"})
+		c.abort(CloseInfo{Cause: CauseSlowConsumer, Code: StatusSlowConsumer, Reason: "slow consumer"})
 		return false
 	}
 	c.queue = append(c.queue, frame)
@@ -91,7 +90,11 @@ func (c *Conn) Send(frame []byte) bool {
 // Close sends a close frame after the frames already queued, then closes the
 // socket. Further Sends are refused. Safe to call more than once.
 func (c *Conn) Close(code ws.StatusCode, reason string) {
-	c.closeWith(CloseInfo{Code: code, Reason: reason}, closeBody(code, reason))
+	c.closeFor(CauseApplication, code, reason)
+}
+
+func (c *Conn) closeFor(cause Cause, code ws.StatusCode, reason string) {
+	c.closeWith(CloseInfo{Cause: cause, Code: code, Reason: reason}, closeBody(code, reason))
 }
 
 func closeBody(code ws.StatusCode, reason string) []byte {
@@ -157,7 +160,7 @@ func (c *Conn) teardown(info CloseInfo) {
 	}
 	c.queue, c.queued, c.head = nil, 0, 0
 	c.mu.Unlock()
-	c.srv.forget(c)
+	c.srv.forget(c, info)
 	c.handler.HandleClose(info)
 }
 
@@ -171,7 +174,7 @@ func (c *Conn) register() error {
 	c.registered = err == nil
 	c.mu.Unlock()
 	if err != nil {
-		c.teardown(CloseInfo{Code: ws.StatusInternalServerError, Abrupt: true})
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusInternalServerError, Abrupt: true})
 	}
 	return err
 }
@@ -181,7 +184,7 @@ func (c *Conn) rearm() {
 	if !c.closed && c.registered {
 		if err := c.srv.poll.rearm(c.fd, c.id); err != nil {
 			c.mu.Unlock()
-			c.teardown(CloseInfo{Code: ws.StatusInternalServerError, Abrupt: true})
+			c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusInternalServerError, Abrupt: true})
 			return
 		}
 	}
@@ -293,7 +296,7 @@ func (c *Conn) flush() {
 			go c.drain()
 			return
 		default:
-			c.teardown(CloseInfo{Code: ws.StatusAbnormalClosure, Abrupt: true})
+			c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusAbnormalClosure, Abrupt: true})
 			return
 		}
 	}
@@ -336,10 +339,9 @@ func (c *Conn) drain() {
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				c.srv.slow.Add(1)
-				c.teardown(CloseInfo{Code: StatusSlowConsumer, Reason: "slow consumer", Abrupt: true})
+				c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: StatusSlowConsumer, Reason: "slow consumer", Abrupt: true})
 			} else {
-				c.teardown(CloseInfo{Code: ws.StatusAbnormalClosure, Abrupt: true})
+				c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusAbnormalClosure, Abrupt: true})
 			}
 			return
 		}
@@ -391,7 +393,7 @@ func (c *Conn) onReadable(events uint32) {
 	}
 	readPool.Put(bp)
 	if eof || events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		c.teardown(CloseInfo{Code: ws.StatusAbnormalClosure, Abrupt: true})
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusAbnormalClosure, Abrupt: true})
 		return
 	}
 	if c.readDone {
@@ -469,7 +471,11 @@ func (c *Conn) check(h ws.Header) (ws.StatusCode, string) {
 func (c *Conn) protocolError(code ws.StatusCode, reason string) {
 	c.readDone = true
 	c.partial, c.message, c.messageOp = nil, nil, 0
-	c.Close(code, reason)
+	cause := CauseProtocol
+	if code == ws.StatusMessageTooBig {
+		cause = CauseTooBig
+	}
+	c.closeFor(cause, code, reason)
 }
 
 // frame handles one complete, unmasked frame.
@@ -481,7 +487,7 @@ func (c *Conn) frame(h ws.Header, payload []byte) {
 	case ws.OpClose:
 		c.readDone = true
 		code, reason := ws.ParseCloseFrameData(payload)
-		info := CloseInfo{Code: code, Reason: reason, ByPeer: true}
+		info := CloseInfo{Cause: CausePeerClosed, Code: code, Reason: reason, ByPeer: true}
 		body := payload[:0:0] // echo an empty body for an empty close (never 1005 on the wire)
 		if code.Empty() {
 			info.Code = ws.StatusNoStatusRcvd

@@ -27,6 +27,7 @@ type Handler interface {
 
 // CloseInfo describes how a connection ended.
 type CloseInfo struct {
+	Cause Cause
 	// Code and Reason are from the peer's close frame when ByPeer is true
 	// (Code 1005 "no status" when the frame had none), else what we sent.
 	Code   ws.StatusCode
@@ -35,11 +36,6 @@ type CloseInfo struct {
 	// Abrupt: the TCP connection dropped without a close handshake.
 	Abrupt bool
 }
-
-// Close codes and reasons the transport uses.
-const (
-	StatusSlowConsumer = ws.StatusCode(1013) // "try again later": resume by replay
-)
 
 var (
 	// ErrShuttingDown: Upgrade refused because Shutdown has begun.
@@ -95,6 +91,7 @@ type Stats struct {
 	SlowConsumers int64 // closed because their queue overflowed or a write timed out
 	FramesSent    int64
 	WriteCalls    int64
+	ClosedBy      map[string]int64 // by Cause name
 }
 
 // Server owns the poller, the worker pool and every live connection.
@@ -111,7 +108,8 @@ type Server struct {
 	stop         chan struct{}
 	wg           sync.WaitGroup
 
-	opened, closed, slow, framesSent, writeCalls atomic.Int64
+	opened, closed, framesSent, writeCalls atomic.Int64
+	closedBy                               [numCauses]atomic.Int64
 }
 
 const connShards = 64
@@ -264,10 +262,15 @@ func (s *Server) Len() int {
 
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Open: int64(s.Len()), Opened: s.opened.Load(), Closed: s.closed.Load(),
-		SlowConsumers: s.slow.Load(), FramesSent: s.framesSent.Load(), WriteCalls: s.writeCalls.Load(),
+		SlowConsumers: s.closedBy[CauseSlowConsumer].Load(), FramesSent: s.framesSent.Load(), WriteCalls: s.writeCalls.Load(),
+		ClosedBy: map[string]int64{},
 	}
+	for _, c := range Causes() {
+		st.ClosedBy[c.String()] = s.closedBy[c].Load()
+	}
+	return st
 }
 
 // each calls fn for every live connection (outside the shard locks).
@@ -287,12 +290,15 @@ func (s *Server) each(fn func(*Conn)) {
 	}
 }
 
-func (s *Server) forget(c *Conn) {
+func (s *Server) forget(c *Conn, info CloseInfo) {
 	sh := s.shard(c.id)
 	sh.mu.Lock()
 	delete(sh.conns, c.id)
 	sh.mu.Unlock()
 	s.closed.Add(1)
+	s.closedBy[info.Cause].Add(1)
+	s.log.Debug("connection closed", "conn", c.id, "cause", info.Cause.String(), "code", int(info.Code),
+		"reason", info.Reason, "abrupt", info.Abrupt, "age", time.Duration(time.Now().UnixNano()-c.created).Round(time.Millisecond))
 }
 
 // sweepLoop enforces the idle timeout and lifetime cap, and drops
@@ -317,11 +323,11 @@ func (s *Server) sweep(now int64) {
 	s.each(func(c *Conn) {
 		switch {
 		case c.closingSince.Load() != 0 && now-c.closingSince.Load() > int64(s.cfg.WriteTimeout):
-			c.abort(CloseInfo{Code: ws.StatusGoingAway, Reason: "close timed out", Abrupt: true})
+			c.abort(CloseInfo{Cause: CausePeerGone, Code: ws.StatusGoingAway, Reason: "close timed out", Abrupt: true})
 		case idle > 0 && now-c.lastActive.Load() > idle:
-			c.Close(ws.StatusGoingAway, "idle timeout")
+			c.closeFor(CauseIdle, ws.StatusGoingAway, "idle timeout")
 		case life > 0 && now-c.created > life:
-			c.Close(ws.StatusGoingAway, "connection lifetime exceeded")
+			c.closeFor(CauseLifetime, ws.StatusGoingAway, "connection lifetime exceeded")
 		}
 	})
 }
@@ -331,7 +337,7 @@ func (s *Server) sweep(now int64) {
 // which the rest are dropped). Then it stops the poller and workers.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shuttingDown.Store(true)
-	s.each(func(c *Conn) { c.Close(ws.StatusGoingAway, "server shutting down") })
+	s.each(func(c *Conn) { c.closeFor(CauseShutdown, ws.StatusGoingAway, "server shutting down") })
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	var err error
@@ -341,7 +347,7 @@ wait:
 		case <-ctx.Done():
 			err = ctx.Err()
 			s.each(func(c *Conn) {
-				c.abort(CloseInfo{Code: ws.StatusGoingAway, Reason: "server shutting down", Abrupt: true})
+				c.abort(CloseInfo{Cause: CauseShutdown, Code: ws.StatusGoingAway, Reason: "server shutting down", Abrupt: true})
 			})
 			break wait
 		case <-t.C:

@@ -167,8 +167,11 @@ func TestOversizeFrameClosed1009BeforeBuffering(t *testing.T) {
 	hdr := ws.Header{Fin: true, OpCode: ws.OpText, Length: 1 << 30, Masked: true, Mask: ws.NewMask()}
 	ws.WriteHeader(conn, hdr)
 	expectClose(t, conn, br, ws.StatusMessageTooBig)
-	if info := <-e.closed; info.Code != ws.StatusMessageTooBig || info.ByPeer {
+	if info := <-e.closed; info.Code != ws.StatusMessageTooBig || info.ByPeer || info.Cause != CauseTooBig {
 		t.Fatalf("close info %+v", info)
+	}
+	if n := f.srv.Stats().ClosedBy["too_big"]; n != 1 {
+		t.Fatalf("too_big count %d", n)
 	}
 }
 
@@ -208,7 +211,7 @@ func TestCloseHandshakeEchoesCode(t *testing.T) {
 	conn.Write(masked(ws.OpClose, true, ws.NewCloseFrameBody(4321, "bye")))
 	expectClose(t, conn, br, 4321)
 	info := <-e.closed
-	if !info.ByPeer || info.Code != 4321 || info.Reason != "bye" {
+	if !info.ByPeer || info.Code != 4321 || info.Reason != "bye" || info.Cause != CausePeerClosed {
 		t.Fatalf("close info %+v", info)
 	}
 	// The server closes the TCP connection after the echo.
@@ -265,6 +268,7 @@ func TestIdleTimeout(t *testing.T) {
 	if reason != "idle timeout" || time.Since(start) > 4*time.Second {
 		t.Fatalf("reason %q after %v", reason, time.Since(start))
 	}
+	waitFor(t, func() bool { return f.srv.Stats().ClosedBy["idle"] == 1 })
 }
 
 func TestActivityDefersIdleTimeout(t *testing.T) {
