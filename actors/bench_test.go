@@ -48,3 +48,35 @@ func BenchmarkFanout(b *testing.B) {
 		})
 	}
 }
+
+// signalSink reports every frame on a channel, so a benchmark can wait for acks.
+type signalSink struct {
+	id uint64
+	ch chan struct{}
+}
+
+func (s *signalSink) ID() uint64                  { return s.id }
+func (s *signalSink) Send([]byte) bool            { s.ch <- struct{}{}; return true }
+func (s *signalSink) Close(ws.StatusCode, string) {}
+
+// BenchmarkSubscribeUnsubscribe measures one subscribe and one unsubscribe,
+// each through the connection, project and channel actors and acked, on a
+// channel that already has 1 000 other subscribers.
+func BenchmarkSubscribeUnsubscribe(b *testing.B) {
+	sys := newTestSystem(b, Config{})
+	for i := 0; i < 1000; i++ {
+		sys.root.Send(sys.project("p"), &subscribe{channel: "c", sink: &nullSink{id: uint64(i + 1)}})
+	}
+	k := &signalSink{id: 1 << 40, ch: make(chan struct{}, 1)}
+	sess := sys.Open("p", k)
+	sub := []byte(`{"action":"subscribe","channel":"c"}`)
+	unsub := []byte(`{"action":"unsubscribe","channel":"c"}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sess.HandleMessage(sub)
+		<-k.ch
+		sess.HandleMessage(unsub)
+		<-k.ch
+	}
+}
