@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"time"
+)
+
+// project is what a scenario needs: a fresh project and its raw keys.
+type project struct {
+	ID        string
+	PublicKey string
+	SecretKey string
+}
+
+// provision signs up (or logs in) and creates a project named name.
+func provision(ctx context.Context, c *common, name string) (project, error) {
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	post := func(path string, body any) (int, map[string]any, error) {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequestWithContext(ctx, "POST", c.base+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := hc.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		json.NewDecoder(res.Body).Decode(&out)
+		return res.StatusCode, out, nil
+	}
+	creds := map[string]string{"email": c.email, "password": c.password}
+	status, out, err := post("/api/auth/signup", creds)
+	if err != nil {
+		return project{}, err
+	}
+	if status != http.StatusCreated {
+		if status, out, err = post("/api/auth/login", creds); err != nil || status != http.StatusOK {
+			return project{}, fmt.Errorf("sign up or log in as %s: %d %v %v", c.email, status, out, err)
+		}
+	}
+	status, out, err = post("/api/projects", map[string]string{"name": name})
+	if err != nil || status != http.StatusCreated {
+		return project{}, fmt.Errorf("create project: %d %v %v", status, out, err)
+	}
+	keys, _ := out["keys"].(map[string]any)
+	p, _ := out["project"].(map[string]any)
+	pr := project{}
+	pr.ID, _ = p["id"].(string)
+	pr.PublicKey, _ = keys["publicKey"].(string)
+	pr.SecretKey, _ = keys["secretKey"].(string)
+	return pr, nil
+}
