@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -15,14 +16,16 @@ type channelSub struct {
 	clientID string
 }
 
-// channelActor owns a channel: seq, subscribers and the per-channel emit
-// window. Every field is owned by Receive.
+// channelActor owns a channel: seq, subscribers, presence members, the replay
+// ring and the per-channel emit window. Every field is owned by Receive.
 type channelActor struct {
-	name   string
-	seq    uint64
-	subs   []channelSub
-	index  map[uint64]int // connection id → position in subs
-	window fixedWindow
+	name    string
+	seq     uint64
+	subs    []channelSub
+	index   map[uint64]int // connection id → position in subs
+	members map[string]int // presence clientId → number of its presence subscriptions
+	window  fixedWindow
+	replay  replayRing
 
 	processed uint64 // messages had from the project actor (see mayStop)
 	dormancy  time.Duration
@@ -31,14 +34,17 @@ type channelActor struct {
 
 func newChannelActor(name string, cfg *Config) *channelActor {
 	now := cfg.Now()
+	// seq starts from the clock (µs since the epoch, well inside 2^53), so it
+	// keeps increasing when a dormant channel is started again and a client's
+	// `since` from before is seen as older than anything buffered.
+	seq := uint64(now.UnixMicro())
 	return &channelActor{
-		name: name,
-		// seq starts from the clock (µs since the epoch, well inside 2^53), so
-		// it keeps increasing when a dormant channel is started again and a
-		// client's `since` from before is seen as older than anything buffered.
-		seq:      uint64(now.UnixMicro()),
+		name:     name,
+		seq:      seq,
 		index:    map[uint64]int{},
+		members:  map[string]int{},
 		window:   fixedWindow{size: time.Minute},
+		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
 		dormancy: cfg.ChannelDormancy,
 		now:      cfg.Now,
 	}
@@ -50,7 +56,12 @@ func (a *channelActor) Receive(ctx actor.Context) {
 		ctx.SetReceiveTimeout(a.dormancy)
 	case *Publish:
 		a.processed++
-		m.Reply <- a.publish(ctx, m)
+		res := a.publish(ctx, m)
+		if m.Reply != nil {
+			m.Reply <- res
+		} else if res.Err != nil {
+			m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.name}))
+		}
 	case *subscribe:
 		a.processed++
 		a.subscribe(m)
@@ -66,7 +77,8 @@ func (a *channelActor) Receive(ctx actor.Context) {
 }
 
 // publish applies the budgets, stamps seq, encodes the message once and hands
-// the same bytes to every subscriber (SPEC.md › Emit endpoint).
+// the same bytes to every subscriber (SPEC.md › Emit endpoint), or, for a
+// client-emit, to every subscriber but the emitter, which gets the emit ack.
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	if m.projectDenied {
 		return PublishResult{
@@ -82,30 +94,129 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		return PublishResult{Channel: budget, Project: project, Err: &proto.Error{Code: proto.CodeChannelRateLimited}}
 	}
 	a.seq++
-	buf := newFrameBuf(len(m.Payload) + len(a.name) + 48)
-	frame := sealFrame(proto.AppendMessage(buf, a.name, m.Payload, a.seq))
+	buf := newFrameBuf(len(m.Payload) + len(a.name) + len(m.clientID) + len(m.msgType) + 64)
+	if m.origin == nil {
+		buf = proto.AppendMessage(buf, a.name, m.Payload, a.seq)
+	} else {
+		buf = proto.AppendClientMessage(buf, a.name, m.msgType, m.Payload, a.seq, m.clientID)
+	}
+	frame := sealFrame(buf)
+	a.replay.add(a.seq, m.At, buf[maxFrameHeader:])
+
+	var skip uint64
+	if m.origin != nil {
+		skip = m.origin.ID()
+	}
 	res := PublishResult{Seq: a.seq, Subscribers: len(a.subs), Channel: budget, Project: m.projectBudget}
 	for i := 0; i < len(a.subs); {
-		if a.subs[i].sink.Send(frame) {
+		s := a.subs[i].sink
+		if s.ID() == skip {
+			i++
+			continue
+		}
+		if s.Send(frame) {
 			res.Delivered++
 			i++
 			continue
 		}
 		a.removeAt(i) // gone: pruned inline during the fan-out (SPEC.md › Connection)
 	}
+	if m.origin != nil {
+		m.origin.Send(textFrame(proto.AppendEmitAck(nil, a.name, a.seq)))
+	}
 	return res
 }
 
+// subscribe replays what the client missed (before the ack), adds or updates
+// the subscription, acks, and runs presence: sync to the newcomer, join to
+// the other presence subscribers.
 func (a *channelActor) subscribe(m *subscribe) {
+	if m.hasSince {
+		a.sendReplay(m.sink, m.since)
+	}
 	id := m.sink.ID()
 	sub := channelSub{sink: m.sink, presence: m.presence, clientID: m.clientID}
-	if i, ok := a.index[id]; ok {
+	i, existed := a.index[id]
+	wasMember := existed && a.subs[i].presence
+	same := wasMember && sub.presence && a.subs[i].clientID == sub.clientID // a repeated subscribe
+	if wasMember && !same {
+		a.removeMember(a.subs[i].clientID, id) // presence switched off, or a new clientId
+	}
+	if existed {
 		a.subs[i] = sub
 	} else {
 		a.index[id] = len(a.subs)
 		a.subs = append(a.subs, sub)
 	}
 	m.sink.Send(textFrame(proto.AppendAck(nil, proto.ActionSubscribe, a.name)))
+	if !sub.presence {
+		return
+	}
+	m.sink.Send(textFrame(proto.AppendPresenceSync(nil, a.name, a.otherMembers(sub.clientID, same))))
+	if !same {
+		a.addMember(sub.clientID, id)
+	}
+}
+
+// otherMembers lists the clientIds of the other presence subscribers, sorted;
+// self says whether the subscriber itself is already counted under clientID.
+func (a *channelActor) otherMembers(clientID string, self bool) []string {
+	out := make([]string, 0, len(a.members))
+	for cid, n := range a.members {
+		if cid == clientID && self {
+			n--
+		}
+		if n > 0 {
+			out = append(out, cid)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// addMember counts a presence subscription; the clientId's first one is a join.
+func (a *channelActor) addMember(clientID string, connID uint64) {
+	a.members[clientID]++
+	if a.members[clientID] == 1 {
+		a.presenceEvent(proto.PresenceJoin, clientID, connID)
+	}
+}
+
+// removeMember uncounts one; the clientId's last one is a leave.
+func (a *channelActor) removeMember(clientID string, connID uint64) {
+	a.members[clientID]--
+	if a.members[clientID] <= 0 {
+		delete(a.members, clientID)
+		a.presenceEvent(proto.PresenceLeave, clientID, connID)
+	}
+}
+
+// presenceEvent sends one encoded join or leave to every presence subscriber
+// but the one it is about. A failed send is left to that connection's own
+// close, so no subscriber is removed while presence is being updated.
+func (a *channelActor) presenceEvent(event, clientID string, except uint64) {
+	var frame []byte
+	for _, s := range a.subs {
+		if !s.presence || s.sink.ID() == except {
+			continue
+		}
+		if frame == nil {
+			frame = textFrame(proto.AppendPresenceEvent(nil, a.name, event, clientID))
+		}
+		s.sink.Send(frame)
+	}
+}
+
+// sendReplay sends the buffered messages newer than since, flagged replay,
+// after a replay_gap when some of what followed since is no longer buffered.
+func (a *channelActor) sendReplay(sink Sink, since float64) {
+	a.replay.expire(a.now())
+	if a.replay.gapAfter(since) {
+		sink.Send(textFrame(proto.AppendReplayGap(nil, a.name, since)))
+	}
+	a.replay.each(since, func(msg []byte) {
+		sink.Send(textFrame(proto.AppendReplayed(nil, msg)))
+	})
 }
 
 func (a *channelActor) unsubscribe(m *unsubscribe) {
@@ -117,9 +228,12 @@ func (a *channelActor) unsubscribe(m *unsubscribe) {
 	}
 }
 
-// removeAt drops subs[i] by moving the last subscriber into its place.
+// removeAt drops subs[i] by moving the last subscriber into its place, and
+// sends its presence leave.
 func (a *channelActor) removeAt(i int) {
-	delete(a.index, a.subs[i].sink.ID())
+	gone := a.subs[i]
+	id := gone.sink.ID()
+	delete(a.index, id)
 	last := len(a.subs) - 1
 	if i != last {
 		a.subs[i] = a.subs[last]
@@ -127,10 +241,15 @@ func (a *channelActor) removeAt(i int) {
 	}
 	a.subs[last] = channelSub{}
 	a.subs = a.subs[:last]
+	if gone.presence {
+		a.removeMember(gone.clientID, id)
+	}
 }
 
 // dormant: nobody listens and nothing is held that a fresh actor would forget
-// (the emit window has run out).
+// (the emit window has run out, the replay ring is empty).
 func (a *channelActor) dormant() bool {
-	return len(a.subs) == 0 && a.window.idle(a.now())
+	now := a.now()
+	a.replay.expire(now)
+	return len(a.subs) == 0 && a.window.idle(now) && a.replay.empty()
 }

@@ -47,7 +47,8 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 			a.subs = map[string]subState{}
 		}
 		a.subs[m.Channel] = subState{presence: m.Presence, clientID: m.ClientID}
-		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, presence: m.Presence, clientID: m.ClientID})
+		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, presence: m.Presence, clientID: m.ClientID,
+			hasSince: m.HasSince, since: m.Since})
 	case proto.ActionUnsubscribe:
 		if _, ok := a.subs[m.Channel]; !ok {
 			// Not subscribed: nothing to remove, but the client still gets its ack.
@@ -57,9 +58,8 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 		delete(a.subs, m.Channel)
 		ctx.Send(a.project, &unsubscribe{channel: m.Channel, connID: a.sink.ID(), sink: a.sink})
 	case proto.ActionEmit:
-		// Client-emit (SPEC.md › Client-emit rules) arrives with its own issue;
-		// until then the project has no client-emit secret.
-		a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeClientEmitNotConfigured, Channel: m.Channel}))
+		sub := a.subs[m.Channel]
+		ctx.Send(a.project, &clientEmit{msg: *m, sink: a.sink, presence: sub.presence, subClientID: sub.clientID})
 	}
 }
 

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/gobwas/ws"
 )
@@ -33,6 +34,23 @@ type KeyLoader func(ctx context.Context, hash string) (Key, error)
 type Settings struct {
 	ChannelRateLimit int    // per-channel budget override; 0 means the default
 	ClientEmitSecret string // "" until generated
+	Revocations      []Revocation
+}
+
+// Revocation kinds.
+const (
+	RevokeJTI    = "jti"
+	RevokeClient = "client"
+)
+
+// Revocation revokes client-emit tokens: one jti, or every token of a
+// clientId issued at or before RevokedAt (whole seconds). It matters until
+// ExpiresAt, when every token it could match has expired.
+type Revocation struct {
+	Kind      string
+	Value     string
+	RevokedAt time.Time
+	ExpiresAt time.Time
 }
 
 // SettingsLoader loads a project's settings; it runs beside the actor, never in Receive.

@@ -17,7 +17,12 @@ type Publish struct {
 	Channel string
 	Payload []byte // compact JSON, size already checked
 	At      time.Time
-	Reply   chan PublishResult
+	Reply   chan PublishResult // nil for a client-emit, which answers its origin
+
+	// Client-emit only: who sent it, under which clientId and type.
+	origin   Sink
+	clientID string
+	msgType  string
 
 	// Filled in by the project actor before it forwards to the channel.
 	projectBudget Budget
@@ -41,6 +46,8 @@ type subscribe struct {
 	sink     Sink
 	presence bool
 	clientID string
+	hasSince bool
+	since    float64
 }
 
 // unsubscribe removes a connection from a channel; silent skips the ack (the
@@ -78,6 +85,21 @@ type mayStop struct {
 	pid       *actor.PID
 }
 
+// clientEmit is a WebSocket emit on its way to the project actor, with what
+// the connection knows of its subscription to the channel (rule 4).
+type clientEmit struct {
+	msg         proto.ClientMessage
+	sink        Sink
+	presence    bool   // subscribed to msg.Channel with presence
+	subClientID string // under this clientId
+}
+
+// revoked carries revocations just stored.
+type revoked struct{ revs []Revocation }
+
+// clientEmitSecret carries a client-emit secret just stored.
+type clientEmitSecret struct{ secret string }
+
 // projectDeleted closes every connection of the project and stops its actors.
 type projectDeleted struct{}
 
@@ -87,6 +109,7 @@ type settingsChanged struct{}
 // settingsLoaded carries a settings load back into the project actor.
 type settingsLoaded struct {
 	settings Settings
+	gen      uint64 // the project's change generation when the load began
 	err      error
 }
 

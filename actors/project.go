@@ -29,6 +29,12 @@ type projectActor struct {
 	channels map[string]*childChannel
 	conns    map[uint64]Sink
 
+	// Client-emit state (SPEC.md › Client-emit rules 5 and 6).
+	revokedJTIs    map[string]time.Time    // jti → when the revocation may be forgotten
+	revokedClients map[string]Revocation   // clientId → latest revocation
+	clientWindows  map[string]*fixedWindow // clientId → 1-second window
+	gen            uint64                  // bumped by every change applied by message
+
 	connects int64
 	emits    int64
 }
@@ -39,6 +45,10 @@ func newProjectActor(id string, cfg *Config) *projectActor {
 		backstop: fixedWindow{size: time.Minute},
 		channels: map[string]*childChannel{},
 		conns:    map[uint64]Sink{},
+
+		revokedJTIs:    map[string]time.Time{},
+		revokedClients: map[string]Revocation{},
+		clientWindows:  map[string]*fixedWindow{},
 	}
 }
 
@@ -52,6 +62,14 @@ func (a *projectActor) Receive(ctx actor.Context) {
 		return
 	case *settingsChanged:
 		a.loadSettings(ctx)
+		return
+	case *revoked:
+		a.gen++
+		a.addRevocations(m.revs)
+		return
+	case *clientEmitSecret:
+		a.gen++
+		a.settings.ClientEmitSecret = m.secret
 		return
 	case *actor.Terminated, *actor.Stopping, *actor.Stopped, *actor.Restarting:
 		return
@@ -67,6 +85,8 @@ func (a *projectActor) handle(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *Publish:
 		a.publish(ctx, m)
+	case *clientEmit:
+		a.clientEmit(ctx, m)
 	case *subscribe:
 		a.send(ctx, m.channel, m)
 	case *unsubscribe:
@@ -134,12 +154,12 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 // loadSettings runs the store call beside the actor and brings the result back
 // as a message, so a slow database never stalls Receive.
 func (a *projectActor) loadSettings(ctx actor.Context) {
-	self, root, load, id := ctx.Self(), ctx.ActorSystem().Root, a.cfg.LoadSettings, a.id
+	self, root, load, id, gen := ctx.Self(), ctx.ActorSystem().Root, a.cfg.LoadSettings, a.id, a.gen
 	go func() {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s, err := load(lctx, id)
-		root.Send(self, &settingsLoaded{settings: s, err: err})
+		root.Send(self, &settingsLoaded{settings: s, gen: gen, err: err})
 	}()
 }
 
@@ -153,6 +173,14 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 		}
 		return
 	}
+	a.addRevocations(m.settings.Revocations) // revocations only accumulate
+	if m.gen != a.gen {
+		// A change arrived by message while this load was under way; the load
+		// may predate it (an old client-emit secret, say). Load again.
+		a.loadSettings(ctx)
+		return
+	}
+	m.settings.Revocations = nil
 	a.settings = m.settings
 	if !a.loaded {
 		a.loaded = true

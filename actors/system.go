@@ -15,9 +15,16 @@ type Config struct {
 	EmitRatePerMinute    int // per-channel budget unless the project overrides it
 	ProjectRatePerMinute int // project-wide backstop
 	ChannelDormancy      time.Duration
-	LoadSettings         SettingsLoader
-	Logger               *slog.Logger
-	Now                  func() time.Time
+	// ReplayTTL and ReplayMaxBytes bound each channel's replay ring.
+	ReplayTTL      time.Duration
+	ReplayMaxBytes int
+	// ClientEmitRatePerSecond caps client-emits per clientId; TokenMaxTTL
+	// caps a client-emit token's life from its iat.
+	ClientEmitRatePerSecond int
+	TokenMaxTTL             time.Duration
+	LoadSettings            SettingsLoader
+	Logger                  *slog.Logger
+	Now                     func() time.Time
 }
 
 // ErrTimeout is returned by the edge calls when the actors did not answer in time.
@@ -41,6 +48,18 @@ func NewSystem(cfg Config) *System {
 	}
 	if cfg.ChannelDormancy == 0 {
 		cfg.ChannelDormancy = 30 * time.Second
+	}
+	if cfg.ReplayTTL == 0 {
+		cfg.ReplayTTL = 20 * time.Second
+	}
+	if cfg.ReplayMaxBytes == 0 {
+		cfg.ReplayMaxBytes = DefaultReplayMaxBytes
+	}
+	if cfg.ClientEmitRatePerSecond == 0 {
+		cfg.ClientEmitRatePerSecond = 15
+	}
+	if cfg.TokenMaxTTL == 0 {
+		cfg.TokenMaxTTL = 10 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -105,6 +124,23 @@ func (s *System) ProjectDeleted(id string) {
 	s.mu.Unlock()
 	if ok {
 		s.root.Send(pid.(*actor.PID), &projectDeleted{})
+	}
+}
+
+// Revoke applies stored revocations to a running project actor at once (a
+// project actor started later loads them from the store).
+func (s *System) Revoke(projectID string, revs []Revocation) {
+	if pid, ok := s.projects.Load(projectID); ok {
+		s.root.Send(pid.(*actor.PID), &revoked{revs: revs})
+	}
+}
+
+// ClientEmitSecretChanged applies a new client-emit secret to a running
+// project actor before the caller answers, so no token of the old secret
+// passes afterwards.
+func (s *System) ClientEmitSecretChanged(projectID, secret string) {
+	if pid, ok := s.projects.Load(projectID); ok {
+		s.root.Send(pid.(*actor.PID), &clientEmitSecret{secret: secret})
 	}
 }
 

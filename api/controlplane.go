@@ -272,7 +272,11 @@ func (c controlPlane) handleRenameProject(w http.ResponseWriter, r *http.Request
 }
 
 func (c controlPlane) handleDeleteProject(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("projectId")
+	p, ok := c.ownedProject(w, r)
+	if !ok {
+		return
+	}
+	id := p.ID // canonical, as the live state knows it
 	err := c.store.DeleteProject(r.Context(), id, userID(r))
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, proto.CodeProjectNotFound)
@@ -370,13 +374,21 @@ func (c controlPlane) handleClientEmitSecret(w http.ResponseWriter, r *http.Requ
 		return
 	}
 	secret := p.ClientEmitSecret
-	if secret == "" || in.Regenerate {
+	switch {
+	case in.Regenerate:
 		secret = newSecret()
 		if err := c.store.SetClientEmitSecret(r.Context(), p.ID, secret); err != nil {
 			writeInternal(w, c.log, "set client-emit secret", err)
 			return
 		}
-		c.live.SettingsChanged(p.ID)
+		c.live.ClientEmitSecretChanged(p.ID, secret)
+	case secret == "":
+		var err error
+		if secret, err = c.store.EnsureClientEmitSecret(r.Context(), p.ID, newSecret()); err != nil {
+			writeInternal(w, c.log, "set client-emit secret", err)
+			return
+		}
+		c.live.ClientEmitSecretChanged(p.ID, secret)
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"clientEmitSecret": secret})
 }

@@ -17,6 +17,7 @@ type Live interface {
 	KeysChanged(projectID string)
 	ProjectDeleted(projectID string)
 	SettingsChanged(projectID string)
+	ClientEmitSecretChanged(projectID, secret string)
 }
 
 type noLive struct{}
@@ -24,6 +25,8 @@ type noLive struct{}
 func (noLive) KeysChanged(string)     {}
 func (noLive) ProjectDeleted(string)  {}
 func (noLive) SettingsChanged(string) {}
+
+func (noLive) ClientEmitSecretChanged(string, string) {}
 
 // Options wires a Server. Store, Logger and SessionKey are required.
 type Options struct {
@@ -39,6 +42,9 @@ type Options struct {
 	Keys      *actors.KeyIndex
 	Actors    *actors.System
 	Transport *transport.Server
+	// TokenMaxTTL is CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS: how long a stored
+	// revocation can matter.
+	TokenMaxTTL time.Duration
 }
 
 // Server is the public HTTP surface.
@@ -53,6 +59,8 @@ type Server struct {
 	keys      *actors.KeyIndex
 	actors    *actors.System
 	transport *transport.Server
+	tokenTTL  time.Duration
+	now       func() time.Time
 }
 
 // New builds the public handler.
@@ -72,6 +80,8 @@ func New(o Options) *Server {
 		keys:          o.Keys,
 		actors:        o.Actors,
 		transport:     o.Transport,
+		tokenTTL:      o.TokenMaxTTL,
+		now:           o.Now,
 	}
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)
@@ -80,6 +90,7 @@ func New(o Options) *Server {
 	if s.actors != nil {
 		mux.Handle("/emit", methods{http.MethodPost: s.handleEmit})
 		mux.Handle("/ws", methods{http.MethodGet: s.handleWS})
+		mux.Handle("/emit-tokens/revoke", methods{http.MethodPost: s.handleRevokeTokens})
 	}
 	mux.HandleFunc("/", notFound)
 	s.handler = securityHeaders(mux)

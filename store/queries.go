@@ -41,7 +41,8 @@ func (s *Store) UserByEmail(ctx context.Context, email string) (User, error) {
 
 // UserByID finds a user by id.
 func (s *Store) UserByID(ctx context.Context, id string) (User, error) {
-	if !validID(id) {
+	id, ok := canonicalID(id)
+	if !ok {
 		return User{}, ErrNotFound
 	}
 	var u User
@@ -50,11 +51,12 @@ func (s *Store) UserByID(ctx context.Context, id string) (User, error) {
 	return u, notFound(err)
 }
 
-// validID screens ids from URLs: PostgreSQL rejects a malformed uuid with an
-// error, and a malformed id can never match a row anyway.
-func validID(id string) bool {
-	_, err := uuid.Parse(id)
-	return err == nil && len(id) == 36
+// canonicalID screens ids from URLs and lower-cases them, as we store them:
+// PostgreSQL rejects a malformed uuid with an error, compares uuids without
+// regard to case, and SQLite compares text exactly, so both must see one form.
+func canonicalID(id string) (string, bool) {
+	u, err := uuid.Parse(id)
+	return u.String(), err == nil && len(id) == 36
 }
 
 // CreateProject inserts a project and its first keys in one transaction.
@@ -92,7 +94,8 @@ func (s *Store) ProjectsByOwner(ctx context.Context, ownerID string) ([]Project,
 
 // Project loads a project by id, whoever owns it.
 func (s *Store) Project(ctx context.Context, id string) (Project, error) {
-	if !validID(id) {
+	id, ok := canonicalID(id)
+	if !ok {
 		return Project{}, ErrNotFound
 	}
 	var p Project
@@ -103,7 +106,8 @@ func (s *Store) Project(ctx context.Context, id string) (Project, error) {
 
 // ProjectOfOwner loads a project only if ownerID owns it; ErrNotFound otherwise.
 func (s *Store) ProjectOfOwner(ctx context.Context, id, ownerID string) (Project, error) {
-	if !validID(id) {
+	id, ok := canonicalID(id)
+	if !ok {
 		return Project{}, ErrNotFound
 	}
 	var p Project
@@ -114,7 +118,8 @@ func (s *Store) ProjectOfOwner(ctx context.Context, id, ownerID string) (Project
 
 // RenameProject renames an owned project.
 func (s *Store) RenameProject(ctx context.Context, id, ownerID, name string) (Project, error) {
-	if !validID(id) {
+	id, ok := canonicalID(id)
+	if !ok {
 		return Project{}, ErrNotFound
 	}
 	var p Project
@@ -127,7 +132,8 @@ func (s *Store) RenameProject(ctx context.Context, id, ownerID, name string) (Pr
 // DeleteProject deletes an owned project; keys, settings, usage rows and
 // revocations go with it (ON DELETE CASCADE).
 func (s *Store) DeleteProject(ctx context.Context, id, ownerID string) error {
-	if !validID(id) {
+	id, ok := canonicalID(id)
+	if !ok {
 		return ErrNotFound
 	}
 	res, err := s.db.NewDelete().Model((*Project)(nil)).Where("id = ? AND owner_user_id = ?", id, ownerID).Exec(ctx)
@@ -176,6 +182,13 @@ func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (APIK
 	at := now()
 	k.ID, k.ProjectID, k.CreatedAt, k.RevokedAt = uuid.NewString(), projectID, at, nil
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// Serialise rotations of one project: on PostgreSQL by locking its row
+		// (SQLite transactions already take the write lock at BEGIN).
+		if s.dialect == Postgres {
+			if _, err := tx.ExecContext(ctx, "SELECT 1 FROM projects WHERE id = ? FOR UPDATE", projectID); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.NewUpdate().Model((*APIKey)(nil)).Set("revoked_at = ?", at).
 			Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).Exec(ctx); err != nil {
 			return err
@@ -192,7 +205,8 @@ func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (APIK
 // RevokeKey revokes one key of a project. Revoking a revoked key is a no-op
 // that keeps the first revocation time; ErrNotFound if the key is not the project's.
 func (s *Store) RevokeKey(ctx context.Context, projectID, keyID string) (APIKey, error) {
-	if !validID(keyID) {
+	keyID, ok := canonicalID(keyID)
+	if !ok {
 		return APIKey{}, ErrNotFound
 	}
 	var k APIKey
@@ -310,4 +324,16 @@ func (s *Store) MetaSetIfAbsent(ctx context.Context, key, value string) (string,
 		return "", err
 	}
 	return s.Meta(ctx, key)
+}
+
+// EnsureClientEmitSecret sets candidate as the project's client-emit secret
+// unless it has one, and returns the secret that holds: concurrent first
+// calls agree on one.
+func (s *Store) EnsureClientEmitSecret(ctx context.Context, projectID, candidate string) (string, error) {
+	if _, err := s.db.NewUpdate().Model((*Project)(nil)).Set("client_emit_secret = ?", candidate).
+		Where("id = ? AND client_emit_secret = ''", projectID).Exec(ctx); err != nil {
+		return "", err
+	}
+	p, err := s.Project(ctx, projectID)
+	return p.ClientEmitSecret, err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"log/slog"
 	"net"
 	"strconv"
@@ -53,7 +54,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		Addr:          p.addr("RELAY_ADDR", ":8080", false),
 		DebugAddr:     p.addr("RELAY_DEBUG_ADDR", "127.0.0.1:6060", true),
 		DatabaseURL:   p.databaseURL("DATABASE_URL", "sqlite:data/relay.db"),
-		SessionSecret: p.raw("SESSION_SECRET"),
+		SessionSecret: p.secret("SESSION_SECRET", 32),
 		CookieSecure:  p.oneOf("COOKIE_SECURE", "auto", "auto", "true", "false"),
 
 		AllowedSignupEmails: p.emails("ALLOWED_SIGNUP_EMAILS"),
@@ -111,8 +112,29 @@ func (p *envParser) positive(name string, def int) int {
 	return n
 }
 
+// secret is a signing key, used verbatim. Blank counts as unset, like every
+// variable; a value shorter than minLen bytes is refused rather than becoming
+// a guessable key.
+func (p *envParser) secret(name string, minLen int) string {
+	v, _ := p.lookup(name)
+	if strings.TrimSpace(v) == "" {
+		return ""
+	}
+	if len(v) < minLen {
+		p.fail(name, "(hidden)", fmt.Sprintf("want at least %d bytes", minLen))
+		return ""
+	}
+	return v
+}
+
 func (p *envParser) duration(name string, def int, unit time.Duration) time.Duration {
-	return time.Duration(p.positive(name, def)) * unit
+	n := p.positive(name, def)
+	if int64(n) > int64(math.MaxInt64/unit) {
+		v, _ := p.get(name)
+		p.fail(name, v, "too large")
+		return time.Duration(def) * unit
+	}
+	return time.Duration(n) * unit
 }
 
 func (p *envParser) oneOf(name, def string, allowed ...string) string {

@@ -130,10 +130,13 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		return nil, fmt.Errorf("start transport: %w", err)
 	}
 	sys := actors.NewSystem(actors.Config{
-		EmitRatePerMinute:    cfg.EmitRatePerMinute,
-		ProjectRatePerMinute: cfg.ProjectRatePerMinute,
-		LoadSettings:         settingsLoader(st),
-		Logger:               log.With("component", "actors"),
+		EmitRatePerMinute:       cfg.EmitRatePerMinute,
+		ProjectRatePerMinute:    cfg.ProjectRatePerMinute,
+		ReplayTTL:               cfg.ReplayTTL,
+		ClientEmitRatePerSecond: cfg.ClientEmitRatePerSecond,
+		TokenMaxTTL:             cfg.ClientEmitTokenMaxTTL,
+		LoadSettings:            settingsLoader(st),
+		Logger:                  log.With("component", "actors"),
 	})
 	keys := actors.NewKeyIndex(keyLoader(st))
 	handler := api.New(api.Options{
@@ -141,6 +144,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		AllowedSignupEmails: cfg.AllowedSignupEmails,
 		Live:                live{keys: keys, actors: sys},
 		Keys:                keys, Actors: sys, Transport: tr,
+		TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
 	})
 	a := &app{
 		log: log, store: st, actors: sys, transport: tr, addr: ln.Addr(), served: make(chan error, 1),

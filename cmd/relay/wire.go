@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/store"
@@ -34,7 +35,14 @@ func settingsLoader(st *store.Store) actors.SettingsLoader {
 		if err != nil {
 			return actors.Settings{}, err
 		}
+		revs, err := st.Revocations(ctx, projectID, time.Now())
+		if err != nil {
+			return actors.Settings{}, err
+		}
 		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret}
+		for _, r := range revs {
+			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
+		}
 		if s.ChannelRateLimit != nil {
 			out.ChannelRateLimit = *s.ChannelRateLimit
 		}
@@ -56,3 +64,7 @@ func (l live) ProjectDeleted(projectID string) {
 }
 
 func (l live) SettingsChanged(projectID string) { l.actors.SettingsChanged(projectID) }
+
+func (l live) ClientEmitSecretChanged(projectID, secret string) {
+	l.actors.ClientEmitSecretChanged(projectID, secret)
+}

@@ -1,0 +1,120 @@
+package actors
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// clientEmit applies SPEC.md › Client-emit rules 1–7 in order; the channel
+// actor does the rest (channel budget, seq, fan-out to the others, emit ack).
+// Every refusal is an error frame to the emitter naming the channel.
+func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
+	msg := &m.msg
+	fail := func(code proto.Code) { m.sink.Send(errorFrame(&proto.Error{Code: code, Channel: msg.Channel})) }
+	now := a.cfg.Now()
+
+	if a.settings.ClientEmitSecret == "" { // 1
+		fail(proto.CodeClientEmitNotConfigured)
+		return
+	}
+	if msg.Token == "" || msg.Type == "" { // 2
+		fail(proto.CodeTokenAndTypeRequired)
+		return
+	}
+	claims, ok := verifyEmitToken(msg.Token, a.settings.ClientEmitSecret, a.id, msg.Channel, msg.Type, now, a.cfg.TokenMaxTTL)
+	if !ok { // 3
+		fail(proto.CodeInvalidEmitToken)
+		return
+	}
+	if !m.presence || m.subClientID != claims.clientID { // 4
+		fail(proto.CodeEmitIdentityMismatch)
+		return
+	}
+	if a.isRevoked(claims, now) { // 5
+		fail(proto.CodeEmitTokenRevoked)
+		return
+	}
+	if !a.takeClientBudget(claims.clientID, now) { // 6
+		fail(proto.CodeClientEmitRateLimited)
+		return
+	}
+	payload := []byte("null") // 7: size, then the budgets
+	if len(msg.Payload) > 0 {
+		var buf bytes.Buffer
+		if json.Compact(&buf, msg.Payload) == nil {
+			payload = buf.Bytes()
+		}
+	}
+	if proto.MessageSize(msg.Channel, payload) > proto.MaxMessageBytes {
+		fail(proto.CodePayloadTooLarge)
+		return
+	}
+	p := &Publish{Channel: msg.Channel, Payload: payload, At: now, origin: m.sink, clientID: claims.clientID, msgType: msg.Type}
+	a.publish(ctx, p) // project backstop here, channel budget and rule 8 in the channel actor
+}
+
+func (a *projectActor) isRevoked(c emitClaims, now time.Time) bool {
+	if exp, ok := a.revokedJTIs[c.jti]; ok && now.Before(exp) {
+		return true
+	}
+	r, ok := a.revokedClients[c.clientID]
+	// Whole seconds: a token issued in the second of the revocation, or before, is revoked.
+	return ok && now.Before(r.ExpiresAt) && c.iat.Unix() <= r.RevokedAt.Unix()
+}
+
+func (a *projectActor) addRevocations(revs []Revocation) {
+	now := a.cfg.Now()
+	for _, r := range revs {
+		if !now.Before(r.ExpiresAt) {
+			continue
+		}
+		switch r.Kind {
+		case RevokeJTI:
+			if r.ExpiresAt.After(a.revokedJTIs[r.Value]) {
+				a.revokedJTIs[r.Value] = r.ExpiresAt
+			}
+		case RevokeClient:
+			if old, ok := a.revokedClients[r.Value]; !ok || r.RevokedAt.After(old.RevokedAt) {
+				a.revokedClients[r.Value] = r
+			}
+		}
+	}
+	a.pruneRevocations(now)
+}
+
+// pruneRevocations forgets revocations no token can match any more.
+func (a *projectActor) pruneRevocations(now time.Time) {
+	for k, exp := range a.revokedJTIs {
+		if !now.Before(exp) {
+			delete(a.revokedJTIs, k)
+		}
+	}
+	for k, r := range a.revokedClients {
+		if !now.Before(r.ExpiresAt) {
+			delete(a.revokedClients, k)
+		}
+	}
+}
+
+// takeClientBudget is the per-clientId fixed 1-second window.
+func (a *projectActor) takeClientBudget(clientID string, now time.Time) bool {
+	w, ok := a.clientWindows[clientID]
+	if !ok {
+		if len(a.clientWindows) >= 4096 {
+			for id, w := range a.clientWindows { // drop windows that ran out
+				if w.idle(now) {
+					delete(a.clientWindows, id)
+				}
+			}
+		}
+		w = &fixedWindow{size: time.Second}
+		a.clientWindows[clientID] = w
+	}
+	_, ok = w.take(now, a.cfg.ClientEmitRatePerSecond)
+	return ok
+}

@@ -1,0 +1,75 @@
+package actors
+
+import "time"
+
+// DefaultReplayMaxBytes caps one channel's replay ring whatever its TTL: at
+// the default budget (600 a minute, 20 s window) that is 200 messages of
+// 5 KiB, or 8 of the largest allowed.
+const DefaultReplayMaxBytes = 1 << 20
+
+// replayRing keeps a channel's recent messages for `since` (SPEC.md › Replay
+// buffer), bounded by age and by bytes. Owned by the channel actor.
+type replayRing struct {
+	ttl      time.Duration
+	maxBytes int
+
+	entries []replayEntry // oldest first; entries[head:] are live
+	head    int
+	bytes   int
+	// lowWater: every message with a greater seq is still buffered. It starts
+	// at the actor's first seq, since what came before (an earlier life of the
+	// channel) is unknown.
+	lowWater uint64
+}
+
+type replayEntry struct {
+	seq uint64
+	at  time.Time
+	msg []byte // the message object, shared with the frame that carried it
+}
+
+func (r *replayRing) add(seq uint64, at time.Time, msg []byte) {
+	r.entries = append(r.entries, replayEntry{seq: seq, at: at, msg: msg})
+	r.bytes += len(msg)
+	r.expire(at)
+}
+
+// expire drops messages older than the TTL, then the oldest while over the
+// byte cap.
+func (r *replayRing) expire(now time.Time) {
+	cutoff := now.Add(-r.ttl)
+	for r.head < len(r.entries) {
+		e := &r.entries[r.head]
+		if !e.at.Before(cutoff) && r.bytes <= r.maxBytes {
+			break
+		}
+		r.bytes -= len(e.msg)
+		r.lowWater = e.seq
+		*e = replayEntry{}
+		r.head++
+	}
+	// Compact once the dead prefix is most of the slice.
+	if r.head > 0 && r.head*2 >= len(r.entries) {
+		n := copy(r.entries, r.entries[r.head:])
+		clear(r.entries[n:])
+		r.entries = r.entries[:n]
+		r.head = 0
+		if n == 0 && cap(r.entries) > 64 {
+			r.entries = nil // give a burst's memory back
+		}
+	}
+}
+
+func (r *replayRing) empty() bool { return r.head == len(r.entries) }
+
+// gapAfter: some message after since is no longer buffered.
+func (r *replayRing) gapAfter(since float64) bool { return since < float64(r.lowWater) }
+
+// each calls fn for every buffered message with seq > since, in seq order.
+func (r *replayRing) each(since float64, fn func(msg []byte)) {
+	for _, e := range r.entries[r.head:] {
+		if float64(e.seq) > since {
+			fn(e.msg)
+		}
+	}
+}
