@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"strings"
