@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+func presenceSub(t *testing.T, ts *testServer, key, channel, clientID string) *wsClient {
+	t.Helper()
+	c := ts.dialWS(key)
+	c.send(`{"action":"subscribe","channel":"` + channel + `","presence":true,"clientId":"` + clientID + `"}`)
+	c.expect(`{"action":"subscribe","channel":"` + channel + `","ok":true}`)
+	return c
+}
+
+func TestPresence(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+
+		plain := subscribed(t, ts, p.publicKey, "room")
+		ann := presenceSub(t, ts, p.publicKey, "room", "ann")
+		ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		bob := presenceSub(t, ts, p.publicKey, "room", "bob")
+		bob.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann"]}`)
+		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
+		cat := presenceSub(t, ts, p.publicKey, "room", "cat")
+		cat.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann","bob"]}`)
+		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"cat"}`)
+		bob.expect(`{"type":"presence","channel":"room","event":"join","clientId":"cat"}`)
+
+		// Leave on unsubscribe, on a clean close, and on an abrupt drop.
+		cat.send(`{"action":"unsubscribe","channel":"room"}`)
+		cat.expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
+		ann.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
+		bob.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
+		cat.expectSilence(100 * time.Millisecond)
+
+		bob.sendRaw(clientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
+		bob.expectClose(1000, 5*time.Second)
+		ann.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"bob"}`)
+
+		dan := presenceSub(t, ts, p.publicKey, "room", "dan")
+		dan.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann"]}`)
+		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"dan"}`)
+		dan.conn.UnderlyingConn().Close()
+		ann.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"dan"}`)
+
+		// Presence never reached the plain subscriber, and never used the budgets.
+		plain.expectSilence(100 * time.Millisecond)
+		r := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
+		budget(t, r, "rate_limit", 600, 599)
+		budget(t, r, "project_rate_limit", 6000, 5999)
+	})
+}
+
+func TestPresenceSameClientOnTwoConnections(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	p := ts.signup("alice@example.com").createProject("demo")
+	watcher := presenceSub(t, ts, p.publicKey, "doc", "w")
+	watcher.expect(`{"type":"presence","channel":"doc","event":"sync","members":[]}`)
+	tab1 := presenceSub(t, ts, p.publicKey, "doc", "eve")
+	tab1.expect(`{"type":"presence","channel":"doc","event":"sync","members":["w"]}`)
+	watcher.expect(`{"type":"presence","channel":"doc","event":"join","clientId":"eve"}`)
+	tab2 := presenceSub(t, ts, p.publicKey, "doc", "eve")
+	tab2.expect(`{"type":"presence","channel":"doc","event":"sync","members":["eve","w"]}`)
+	watcher.expectSilence(100 * time.Millisecond) // eve was already present
+	tab1.conn.Close()
+	watcher.expectSilence(200 * time.Millisecond) // eve is still present on tab2
+	tab2.conn.Close()
+	watcher.expect(`{"type":"presence","channel":"doc","event":"leave","clientId":"eve"}`)
+}
+
+func TestReplay(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"})
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		var seqs []int64
+		for i := range 3 {
+			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"feed","payload":%d}`, i))
+			seqs = append(seqs, int64(num(r.json, "seq")))
+		}
+		// since the first: the two after it, flagged, in order, before the ack.
+		c := ts.dialWS(p.publicKey)
+		c.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
+		c.expect(fmt.Sprintf(`{"channel":"feed","payload":1,"seq":%d,"replay":true}`, seqs[1]))
+		c.expect(fmt.Sprintf(`{"channel":"feed","payload":2,"seq":%d,"replay":true}`, seqs[2]))
+		c.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+
+		// since the latest: nothing to replay, no gap.
+		c2 := ts.dialWS(p.publicKey)
+		c2.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[2]))
+		c2.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+
+		// since older than anything this channel ever buffered: a gap, then all of it.
+		c3 := ts.dialWS(p.publicKey)
+		c3.send(`{"action":"subscribe","channel":"feed","since":5}`)
+		c3.expect(`{"type":"replay_gap","channel":"feed","since":5}`)
+		for i, s := range seqs {
+			c3.expect(fmt.Sprintf(`{"channel":"feed","payload":%d,"seq":%d,"replay":true}`, i, s))
+		}
+		c3.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+
+		// After the TTL the messages are gone: a gap and nothing else.
+		time.Sleep(2500 * time.Millisecond)
+		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"new"}`)
+		c4 := ts.dialWS(p.publicKey)
+		c4.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
+		c4.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"feed","since":%d}`, seqs[0]))
+		c4.expect(fmt.Sprintf(`{"channel":"feed","payload":"new","seq":%d,"replay":true}`, int64(num(r.json, "seq"))))
+		c4.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+	})
+}
+
+// clientEmitSetup: a project with a client-emit secret and a presence
+// subscriber "ann" on channel "chat", plus a plain listener.
+type clientEmitSetup struct {
+	ts       *testServer
+	owner    *client
+	p        project
+	secret   string
+	ann      *wsClient
+	listener *wsClient
+}
+
+func newClientEmitSetup(t *testing.T, url string, env map[string]string) *clientEmitSetup {
+	ts := startServer(t, url, env)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	s := &clientEmitSetup{ts: ts, owner: owner, p: p}
+	s.listener = subscribed(t, ts, p.publicKey, "chat")
+	s.ann = presenceSub(t, ts, p.publicKey, "chat", "ann")
+	s.ann.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
+	return s
+}
+
+func (s *clientEmitSetup) enable(t *testing.T) {
+	r := s.owner.do("PATCH", "/api/projects/"+s.p.id+"/client-emit-secret", `{}`)
+	s.secret = r.str("clientEmitSecret")
+	if r.status != 200 || len(s.secret) < 32 {
+		t.Fatalf("client-emit secret: %d %s", r.status, r.raw)
+	}
+}
+
+func (s *clientEmitSetup) token(t *testing.T, mod func(*backend.TokenOptions)) string {
+	o := backend.TokenOptions{Secret: s.secret, ProjectID: s.p.id, Channel: "chat", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute}
+	if mod != nil {
+		mod(&o)
+	}
+	tok, err := backend.MintClientEmitToken(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func emitFrame(token, typ, payload string) string {
+	return `{"action":"emit","channel":"chat","type":"` + typ + `","payload":` + payload + `,"token":"` + token + `"}`
+}
+
+func TestClientEmitRules(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		s := newClientEmitSetup(t, url, nil)
+		ann := s.ann
+
+		// 1. no secret yet
+		ann.send(emitFrame("x", "msg", "1"))
+		ann.expect(`{"error":"client_emit_not_configured","channel":"chat"}`)
+		s.enable(t)
+		// 2. token and type
+		ann.send(`{"action":"emit","channel":"chat","type":"msg","payload":1}`)
+		ann.expect(`{"error":"token_and_type_required","channel":"chat"}`)
+		ann.send(`{"action":"emit","channel":"chat","payload":1,"token":"` + s.token(t, nil) + `"}`)
+		ann.expect(`{"error":"token_and_type_required","channel":"chat"}`)
+		// 3. signature, expiry, project, channel, type allowlist
+		bad := map[string]string{
+			"garbage":      "not.a.token",
+			"wrong secret": s.token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
+			"expired":      s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
+			"over max ttl": s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
+			"project":      s.token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
+			"channel":      s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
+			"type":         s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
+			"alg none":     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
+		}
+		for name, tok := range bad {
+			ann.send(emitFrame(tok, "msg", "1"))
+			if m := ann.expect(`{"error":"invalid_emit_token","channel":"chat"}`); m == nil {
+				t.Fatalf("%s accepted", name)
+			}
+		}
+		// 4. identity: the token's clientId must be this connection's presence clientId.
+		ann.send(emitFrame(s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" }), "msg", "1"))
+		ann.expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
+		s.listener.send(emitFrame(s.token(t, nil), "msg", "1")) // subscribed, but without presence
+		s.listener.expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
+
+		// 8. success: relayed to the others (not the emitter), the emitter gets the ack.
+		ann.send(emitFrame(s.token(t, nil), "msg", `{"text": "hello"}`))
+		ack := ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		seq := int64(num(ack, "seq"))
+		s.listener.expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann"}`, seq))
+		ann.expectSilence(100 * time.Millisecond)
+		// It is a message like any other: it takes seq and shows in the replay.
+		r := s.owner.emit(s.p.secretKey, `{"channel":"chat","payload":2}`)
+		if int64(num(r.json, "seq")) != seq+1 || num(r.json, "delivered") != 2 {
+			t.Fatalf("emit after client-emit: %s", r.raw)
+		}
+		budget(t, r, "rate_limit", 600, 598) // the client-emit used the channel budget too
+		s.ann.expect(fmt.Sprintf(`{"channel":"chat","payload":2,"seq":%d}`, seq+1))
+		late := s.ts.dialWS(s.p.publicKey)
+		late.send(fmt.Sprintf(`{"action":"subscribe","channel":"chat","since":%d}`, seq-1))
+		late.expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann","replay":true}`, seq))
+
+		// 7. size: serialized {channel,payload} over 128 KiB
+		big := `"` + strings.Repeat("x", 131072) + `"`
+		ann.send(emitFrame(s.token(t, nil), "msg", big))
+		ann.expect(`{"error":"payload_too_large","channel":"chat"}`)
+	})
+}
+
+func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
+	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{
+		"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "3", "EMIT_RATE_LIMIT_PER_MINUTE": "5",
+	})
+	s.enable(t)
+	tok := s.token(t, nil)
+	// 6. per-clientId fixed 1-second window: start right after a second boundary.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	if s := time.Now().Second(); s > 55 {
+		time.Sleep(6 * time.Second) // keep the minute window of the channel budget whole
+	}
+	for range 3 {
+		s.ann.send(emitFrame(tok, "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	}
+	s.ann.send(emitFrame(tok, "msg", "1"))
+	s.ann.expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
+	// Next second: allowed again, until the channel budget (5 a minute) runs out.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	for range 2 {
+		s.ann.send(emitFrame(tok, "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	}
+	s.ann.send(emitFrame(tok, "msg", "1"))
+	s.ann.expect(`{"error":"channel_rate_limited","channel":"chat"}`)
+	for range 5 { // the listener got exactly the five accepted ones
+		s.listener.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
+	}
+	s.listener.expectSilence(100 * time.Millisecond)
+}
+
+func TestClientEmitProjectBackstop(t *testing.T) {
+	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"})
+	s.enable(t)
+	if sec := time.Now().Second(); sec > 55 {
+		time.Sleep(6 * time.Second)
+	}
+	if r := s.owner.emit(s.p.secretKey, `{"channel":"other","payload":1}`); r.status != 200 {
+		t.Fatalf("emit: %s", r.raw)
+	}
+	s.ann.send(emitFrame(s.token(t, nil), "msg", "1"))
+	s.ann.expect(`{"error":"project_rate_limited","channel":"chat"}`)
+}
+
+func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		s := newClientEmitSetup(t, url, nil)
+		s.enable(t)
+		old := s.token(t, nil)
+		s.ann.send(emitFrame(old, "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		again := s.owner.do("PATCH", "/api/projects/"+s.p.id+"/client-emit-secret", `{}`)
+		if again.str("clientEmitSecret") != s.secret {
+			t.Fatalf("second call without regenerate changed the secret: %s", again.raw)
+		}
+		r := s.owner.do("PATCH", "/api/projects/"+s.p.id+"/client-emit-secret", `{"regenerate":true}`)
+		if r.str("clientEmitSecret") == s.secret || r.status != 200 {
+			t.Fatalf("regenerate: %s", r.raw)
+		}
+		s.ann.send(emitFrame(old, "msg", "1"))
+		s.ann.expect(`{"error":"invalid_emit_token","channel":"chat"}`)
+		s.secret = r.str("clientEmitSecret")
+		s.ann.send(emitFrame(s.token(t, nil), "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	})
+}
+
+func (c *client) revoke(secretKey, body string) response {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.ts.base+"/emit-tokens/revoke", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if secretKey != "" {
+		req.Header.Set("Authorization", "Bearer "+secretKey)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var sb strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := res.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	r := response{status: res.StatusCode, header: res.Header, raw: sb.String()}
+	jsonUnmarshal(r.raw, &r.json)
+	return r
+}
+
+func TestRevokeEndpoint(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		s := newClientEmitSetup(t, url, nil)
+		s.enable(t)
+		c := s.ts.client()
+		c.revoke("", `{"jti":"x"}`).expect(t, 401, `{"error":"missing_secret_key"}`)
+		c.revoke("sk_live_nope", `{"jti":"x"}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.revoke(s.p.publicKey, `{"jti":"x"}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.revoke(s.p.secretKey, `{"jti":`).expect(t, 400, `{"error":"invalid_json"}`)
+		c.revoke(s.p.secretKey, `{}`).expect(t, 400, `{"error":"jti_or_client_id_required"}`)
+		c.revoke(s.p.secretKey, `{"jti":"","clientId":""}`).expect(t, 400, `{"error":"jti_or_client_id_required"}`)
+		c.revoke(s.p.secretKey, `{"jti":"never-issued"}`).expect(t, 200, `{"ok":true}`)
+		c.revoke(s.p.secretKey, `{"jti":"never-issued"}`).expect(t, 200, `{"ok":true}`) // idempotent
+
+		// By jti: that token fails, another of the same clientId works.
+		one := s.token(t, func(o *backend.TokenOptions) { o.JTI = "one" })
+		two := s.token(t, func(o *backend.TokenOptions) { o.JTI = "two" })
+		err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: s.ts.base + "/emit", SecretKey: s.p.secretKey, JTI: "one"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ann.send(emitFrame(one, "msg", "1"))
+		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		s.ann.send(emitFrame(two, "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+
+		// By clientId: every token issued up to now fails; one minted in a later second works.
+		c.revoke(s.p.secretKey, `{"clientId":"ann"}`).expect(t, 200, `{"ok":true}`)
+		s.ann.send(emitFrame(two, "msg", "1"))
+		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+		fresh := s.token(t, nil)
+		s.ann.send(emitFrame(fresh, "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+
+		// Revocations survive a restart: a second server on the same database.
+		ts2 := startServer(t, url, nil)
+		ann2 := presenceSub(t, ts2, s.p.publicKey, "chat", "ann")
+		ann2.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
+		for _, tok := range []string{one, two} {
+			ann2.send(emitFrame(tok, "msg", "1"))
+			ann2.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		}
+		ann2.send(emitFrame(fresh, "msg", "1"))
+		ann2.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	})
+}
+
+func jsonUnmarshal(s string, v any) { json.Unmarshal([]byte(s), v) }
