@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/relayhq/relay/actors"
@@ -93,6 +94,8 @@ type app struct {
 	public    *http.Server
 	addr      net.Addr // bound public address (useful when RELAY_ADDR ends in :0)
 	served    chan error
+	stopJobs  context.CancelFunc
+	jobsDone  sync.WaitGroup
 }
 
 // start opens the store, binds the listener and serves in the background. It
@@ -159,7 +162,41 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	}
 	go func() { a.served <- a.public.Serve(ln) }()
 	log.Info("listening", "listener", "public", "addr", ln.Addr().String())
+
+	jobs, stopJobs := context.WithCancel(context.Background())
+	a.stopJobs = stopJobs
+	a.every(jobs, 10*time.Minute, a.pruneRevocations)
 	return a, nil
+}
+
+// every runs job every period until ctx is done.
+func (a *app) every(ctx context.Context, period time.Duration, job func(context.Context)) {
+	a.jobsDone.Add(1)
+	go func() {
+		defer a.jobsDone.Done()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				job(ctx)
+			}
+		}
+	}()
+}
+
+// pruneRevocations drops stored revocations no token can match any more.
+func (a *app) pruneRevocations(ctx context.Context) {
+	n, err := a.store.PruneRevocations(ctx, time.Now())
+	if err != nil {
+		a.log.Warn("prune token revocations", "err", err)
+		return
+	}
+	if n > 0 {
+		a.log.Debug("pruned token revocations", "count", n)
+	}
 }
 
 // shutdown refuses new WebSocket handshakes (503), closes every connection
@@ -176,6 +213,8 @@ func (a *app) shutdown(ctx context.Context) error {
 		}
 	default: // run() already took the listener's error
 	}
+	a.stopJobs()
+	a.jobsDone.Wait()
 	err = errors.Join(err, a.actors.Shutdown(ctx))
 	err = errors.Join(err, a.store.Close())
 	a.log.Info("stopped")
