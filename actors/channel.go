@@ -24,6 +24,7 @@ type channelActor struct {
 	subs    []channelSub
 	index   map[uint64]int // connection id → position in subs
 	members map[string]int // presence clientId → number of its presence subscriptions
+	roster  []string       // the members' clientIds, sorted, for sync
 	window  fixedWindow
 	replay  replayRing
 
@@ -161,23 +162,19 @@ func (a *channelActor) subscribe(m *subscribe) {
 // otherMembers lists the clientIds of the other presence subscribers, sorted;
 // self says whether the subscriber itself is already counted under clientID.
 func (a *channelActor) otherMembers(clientID string, self bool) []string {
-	out := make([]string, 0, len(a.members))
-	for cid, n := range a.members {
-		if cid == clientID && self {
-			n--
-		}
-		if n > 0 {
-			out = append(out, cid)
-		}
+	if !self || a.members[clientID] > 1 {
+		return a.roster
 	}
-	slices.Sort(out)
-	return out
+	i, _ := slices.BinarySearch(a.roster, clientID)
+	return append(a.roster[:i:i], a.roster[i+1:]...)
 }
 
 // addMember counts a presence subscription; the clientId's first one is a join.
 func (a *channelActor) addMember(clientID string, connID uint64) {
 	a.members[clientID]++
 	if a.members[clientID] == 1 {
+		i, _ := slices.BinarySearch(a.roster, clientID)
+		a.roster = slices.Insert(a.roster, i, clientID)
 		a.presenceEvent(proto.PresenceJoin, clientID, connID)
 	}
 }
@@ -187,6 +184,9 @@ func (a *channelActor) removeMember(clientID string, connID uint64) {
 	a.members[clientID]--
 	if a.members[clientID] <= 0 {
 		delete(a.members, clientID)
+		if i, ok := slices.BinarySearch(a.roster, clientID); ok {
+			a.roster = slices.Delete(a.roster, i, i+1)
+		}
 		a.presenceEvent(proto.PresenceLeave, clientID, connID)
 	}
 }

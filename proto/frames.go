@@ -153,8 +153,16 @@ func AppendError(dst []byte, e *Error) []byte {
 	return append(dst, '}')
 }
 
-// AppendString appends s as a JSON string, escaped.
+// AppendString appends s as a JSON string, escaped. Plain ASCII (the usual
+// clientId or type) is copied as is; anything else goes through encoding/json.
 func AppendString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return append(dst, b...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always marshals
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

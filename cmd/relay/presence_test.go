@@ -119,7 +119,35 @@ func TestReplay(t *testing.T) {
 		c4.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"feed","since":%d}`, seqs[0]))
 		c4.expect(fmt.Sprintf(`{"channel":"feed","payload":"new","seq":%d,"replay":true}`, int64(num(r.json, "seq"))))
 		c4.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+
+		// Everything after since expired and nothing newer: the gap alone.
+		r = owner.emit(p.secretKey, `{"channel":"quiet","payload":1}`)
+		time.Sleep(2500 * time.Millisecond)
+		c5 := ts.dialWS(p.publicKey)
+		c5.send(fmt.Sprintf(`{"action":"subscribe","channel":"quiet","since":%d}`, int64(num(r.json, "seq"))-1))
+		c5.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"quiet","since":%d}`, int64(num(r.json, "seq"))-1))
+		c5.expect(`{"action":"subscribe","channel":"quiet","ok":true}`)
 	})
+}
+
+// tamper flips one character of a token's signature.
+func tamper(tok string) string {
+	b := []byte(tok)
+	i := len(b) - 5
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	return string(b)
+}
+
+// tamperClaims re-signs nothing: it swaps the claims of a valid token for
+// others (clientId changed) and keeps the old signature.
+func tamperClaims(s *clientEmitSetup) string {
+	a := strings.Split(s.tokenFor("ann"), ".")
+	b := strings.Split(s.tokenFor("mallory"), ".")
+	return a[0] + "." + b[1] + "." + a[2]
 }
 
 // clientEmitSetup: a project with a client-emit secret and a presence
@@ -164,6 +192,11 @@ func (s *clientEmitSetup) token(t *testing.T, mod func(*backend.TokenOptions)) s
 	return tok
 }
 
+func (s *clientEmitSetup) tokenFor(clientID string) string {
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: s.secret, ProjectID: s.p.id, Channel: "chat", ClientID: clientID, Types: []string{"msg"}, TTL: time.Minute})
+	return tok
+}
+
 func emitFrame(token, typ, payload string) string {
 	return `{"action":"emit","channel":"chat","type":"` + typ + `","payload":` + payload + `,"token":"` + token + `"}`
 }
@@ -184,14 +217,16 @@ func TestClientEmitRules(t *testing.T) {
 		ann.expect(`{"error":"token_and_type_required","channel":"chat"}`)
 		// 3. signature, expiry, project, channel, type allowlist
 		bad := map[string]string{
-			"garbage":      "not.a.token",
-			"wrong secret": s.token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
-			"expired":      s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
-			"over max ttl": s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
-			"project":      s.token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
-			"channel":      s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
-			"type":         s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
-			"alg none":     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
+			"garbage":        "not.a.token",
+			"wrong secret":   s.token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
+			"expired":        s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
+			"over max ttl":   s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
+			"project":        s.token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
+			"channel":        s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
+			"type":           s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
+			"alg none":       "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
+			"tampered":       tamper(s.token(t, nil)),
+			"swapped claims": tamperClaims(s),
 		}
 		for name, tok := range bad {
 			ann.send(emitFrame(tok, "msg", "1"))

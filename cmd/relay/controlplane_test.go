@@ -1,0 +1,1512 @@
+package main
+
+// Black-box tests of SPEC.md › Control plane through real HTTP, each on
+// SQLite and on PostgreSQL (storetest.EachDB). Shapes SPEC.md leaves open
+// (routing and transport errors: not_found, method_not_allowed,
+// unsupported_media_type, body_too_large) follow api/router.go and
+// api/errors.go, our documented choices.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// ---------------------------------------------------------------------------
+// Helpers (prefixed cp so they cannot collide with other test files).
+
+var (
+	cpUUIDRe      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	cpPublicKeyRe = regexp.MustCompile(`^pk_live_[A-Za-z0-9_-]{22,}$`) // ≥ 22 base64url chars: ≥ 128 random bits
+	cpSecretKeyRe = regexp.MustCompile(`^sk_live_[A-Za-z0-9_-]{22,}$`)
+)
+
+const cpPassword = "correct horse"
+
+// cpJSON renders v as JSON, for building exact expected bodies.
+func cpJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// cpOn returns the client c reporting to t (same cookie jar), for subtests.
+func (c *client) cpOn(t testing.TB) *client {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
+// cpSend is do() with an explicit Content-Type ("" sends none) and extra headers.
+func (c *client) cpSend(method, path, body, contentType string, hdr map[string]string) response {
+	c.t.Helper()
+	r, err := c.cpTry(method, path, body, contentType, hdr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+// cpTry is cpSend without failing the test, for use off the test goroutine.
+func (c *client) cpTry(method, path, body, contentType string, hdr map[string]string) (response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.ts.base+path, rd)
+	if err != nil {
+		return response{}, err
+	}
+	if body != "" && contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	json.Unmarshal(raw, &r.json)
+	return r, err
+}
+
+// cpParallel sends n copies of one request at once and returns the answers.
+func (c *client) cpParallel(t testing.TB, n int, method, path, body string) []response {
+	t.Helper()
+	out := make([]response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			out[i], errs[i] = c.cpTry(method, path, body, "application/json", nil)
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// cpWithCookie is a fresh client whose jar holds service_session=value.
+func (ts *testServer) cpWithCookie(value string) *client {
+	c := ts.client()
+	u, err := url.Parse(ts.base)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: value, Path: "/"}})
+	return c
+}
+
+// cpSignup signs up email on a fresh client and returns it with the user id.
+func (ts *testServer) cpSignup(t testing.TB, email string) (*client, string) {
+	t.Helper()
+	c := ts.client().cpOn(t)
+	r := c.do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": cpPassword}))
+	r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": email}))
+	cpIsUUID(t, "user id", r.str("id"))
+	return c, r.str("id")
+}
+
+func cpIsUUID(t testing.TB, what, s string) {
+	t.Helper()
+	if !cpUUIDRe.MatchString(s) {
+		t.Fatalf("%s %q is not a UUID", what, s)
+	}
+}
+
+func cpIsTime(t testing.TB, what string, v any) time.Time {
+	t.Helper()
+	s, ok := v.(string)
+	if !ok {
+		t.Fatalf("%s %v is not a timestamp string", what, v)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("%s %q is not an RFC 3339 timestamp: %v", what, s, err)
+	}
+	return tm
+}
+
+// cpSessionCookies returns the service_session cookies a response sets.
+func cpSessionCookies(t testing.TB, r response) []*http.Cookie {
+	t.Helper()
+	var out []*http.Cookie
+	for _, line := range r.header.Values("Set-Cookie") {
+		c, err := http.ParseSetCookie(line)
+		if err != nil {
+			t.Fatalf("bad Set-Cookie %q: %v", line, err)
+		}
+		if c.Name == api.CookieName {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cpSessionCookie returns the one service_session cookie a response sets and
+// checks the attributes CONTRACT.md › Tokens fixes.
+func cpSessionCookie(t testing.TB, r response, wantSecure bool) *http.Cookie {
+	t.Helper()
+	cs := cpSessionCookies(t, r)
+	if len(cs) != 1 {
+		t.Fatalf("want exactly one %s cookie, got %d: %q", api.CookieName, len(cs), r.header.Values("Set-Cookie"))
+	}
+	c := cs[0]
+	if c.Value == "" {
+		t.Fatalf("session cookie is empty: %q", c.Raw)
+	}
+	if !c.HttpOnly {
+		t.Errorf("session cookie not HttpOnly: %q", c.Raw)
+	}
+	if c.SameSite != http.SameSiteLaxMode {
+		t.Errorf("session cookie SameSite %v, want Lax: %q", c.SameSite, c.Raw)
+	}
+	if c.Path != "/" {
+		t.Errorf("session cookie Path %q, want /: %q", c.Path, c.Raw)
+	}
+	if c.Secure != wantSecure {
+		t.Errorf("session cookie Secure=%v, want %v: %q", c.Secure, wantSecure, c.Raw)
+	}
+	// Lifetime 7 days, on the cookie and in the JWT.
+	const week = 7 * 24 * time.Hour
+	switch {
+	case c.MaxAge > 0:
+		if c.MaxAge != int(week/time.Second) {
+			t.Errorf("session cookie Max-Age %d, want %d", c.MaxAge, int(week/time.Second))
+		}
+	case !c.Expires.IsZero():
+		if d := time.Until(c.Expires); d < week-time.Minute || d > week+time.Minute {
+			t.Errorf("session cookie expires in %v, want 7 days", d)
+		}
+	default:
+		t.Errorf("session cookie is a browser-session cookie, want a 7-day lifetime: %q", c.Raw)
+	}
+	parts := strings.Split(c.Value, ".")
+	if len(parts) != 3 {
+		t.Fatalf("session cookie is not a JWS compact JWT: %q", c.Value)
+	}
+	var hdr struct {
+		Alg string `json:"alg"`
+	}
+	var claims struct {
+		Exp int64  `json:"exp"`
+		Sub string `json:"sub"`
+	}
+	for i, v := range []any{&hdr, &claims} {
+		b, err := base64.RawURLEncoding.DecodeString(parts[i])
+		if err != nil || json.Unmarshal(b, v) != nil {
+			t.Fatalf("session JWT part %d is not base64url JSON: %q", i, parts[i])
+		}
+	}
+	if hdr.Alg != "HS256" {
+		t.Errorf("session JWT alg %q, want HS256", hdr.Alg)
+	}
+	if d := time.Until(time.Unix(claims.Exp, 0)); d < week-time.Minute || d > week+time.Minute {
+		t.Errorf("session JWT expires in %v, want 7 days", d)
+	}
+	return c
+}
+
+func cpNoSessionCookie(t testing.TB, r response) {
+	t.Helper()
+	if cs := cpSessionCookies(t, r); len(cs) != 0 {
+		t.Fatalf("response sets a session cookie, want none: %q", r.header.Values("Set-Cookie"))
+	}
+}
+
+// cpJWT builds a JWS compact token by hand: alg "none" gets no signature,
+// anything else an HMAC-SHA256 with key (whatever alg the header claims).
+func cpJWT(alg string, key []byte, claims map[string]any) string {
+	enc := base64.RawURLEncoding
+	in := enc.EncodeToString([]byte(cpJSON(map[string]string{"alg": alg, "typ": "JWT"}))) + "." +
+		enc.EncodeToString([]byte(cpJSON(claims)))
+	if alg == "none" {
+		return in + "."
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(in))
+	return in + "." + enc.EncodeToString(m.Sum(nil))
+}
+
+// cpCreate creates a project and checks the exact 201 body SPEC.md gives.
+func (c *client) cpCreate(t testing.TB, name, ownerID string) (project, map[string]any) {
+	t.Helper()
+	r := c.cpOn(t).do("POST", "/api/projects", cpJSON(map[string]string{"name": name}))
+	pb, _ := r.json["project"].(map[string]any)
+	want := map[string]any{
+		"project": map[string]any{"id": r.str("project", "id"), "name": name, "ownerUserId": ownerID, "createdAt": pb["createdAt"]},
+		"keys":    map[string]any{"publicKey": r.str("keys", "publicKey"), "secretKey": r.str("keys", "secretKey")},
+	}
+	r.expect(t, http.StatusCreated, cpJSON(want))
+	cpIsUUID(t, "project id", r.str("project", "id"))
+	cpIsTime(t, "project createdAt", pb["createdAt"])
+	p := project{id: r.str("project", "id"), publicKey: r.str("keys", "publicKey"), secretKey: r.str("keys", "secretKey")}
+	if !cpPublicKeyRe.MatchString(p.publicKey) {
+		t.Fatalf("public key %q: want pk_live_ and ≥ 22 base64url characters", p.publicKey)
+	}
+	if !cpSecretKeyRe.MatchString(p.secretKey) {
+		t.Fatalf("secret key %q: want sk_live_ and ≥ 22 base64url characters", p.secretKey)
+	}
+	return p, pb
+}
+
+// cpKeys lists a project's keys (200) and checks every entry's shape.
+func (c *client) cpKeys(t testing.TB, projectID string) (keys []map[string]any, raw string) {
+	t.Helper()
+	r := c.cpOn(t).do("GET", "/api/projects/"+projectID+"/keys", "")
+	if r.status != http.StatusOK {
+		t.Fatalf("list keys: %d %s", r.status, r.raw)
+	}
+	var body struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(r.raw), &body); err != nil || body.Keys == nil {
+		t.Fatalf("list keys body %s: want {keys: [...]}", r.raw)
+	}
+	if len(r.json) != 1 {
+		t.Fatalf("list keys body %s: want only the keys field", r.raw)
+	}
+	for _, k := range body.Keys {
+		var fields []string
+		for f := range k {
+			fields = append(fields, f)
+		}
+		sort.Strings(fields)
+		if got := strings.Join(fields, ","); got != "createdAt,id,keyPrefix,keyType,revokedAt" {
+			t.Fatalf("key fields %s, want createdAt,id,keyPrefix,keyType,revokedAt: %v", got, k)
+		}
+		id, _ := k["id"].(string)
+		cpIsUUID(t, "key id", id)
+		cpIsTime(t, "key createdAt", k["createdAt"])
+		if k["revokedAt"] != nil {
+			cpIsTime(t, "key revokedAt", k["revokedAt"])
+		}
+		typ, _ := k["keyType"].(string)
+		if typ != "public" && typ != "secret" {
+			t.Fatalf("keyType %v", k["keyType"])
+		}
+	}
+	return body.Keys, r.raw
+}
+
+func cpKeyByID(keys []map[string]any, id string) map[string]any {
+	for _, k := range keys {
+		if k["id"] == id {
+			return k
+		}
+	}
+	return nil
+}
+
+func cpActive(keys []map[string]any, keyType string) []map[string]any {
+	var out []map[string]any
+	for _, k := range keys {
+		if k["keyType"] == keyType && k["revokedAt"] == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// cpCheckMasked checks that keyPrefix is a masked form of raw: leading
+// characters of raw followed by masking characters, hiding most of it.
+func cpCheckMasked(t testing.TB, keyPrefix, raw, typePrefix string) {
+	t.Helper()
+	if keyPrefix == raw {
+		t.Fatalf("keyPrefix equals the raw key %q", raw)
+	}
+	if !strings.HasPrefix(keyPrefix, typePrefix) {
+		t.Fatalf("keyPrefix %q does not start with %s", keyPrefix, typePrefix)
+	}
+	isB64 := func(r rune) bool {
+		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
+	}
+	i := strings.IndexFunc(keyPrefix[len(typePrefix):], func(r rune) bool { return !isB64(r) })
+	if i < 0 {
+		t.Fatalf("keyPrefix %q has no masking characters", keyPrefix)
+	}
+	visible, mask := keyPrefix[:len(typePrefix)+i], keyPrefix[len(typePrefix)+i:]
+	if strings.IndexFunc(mask, isB64) >= 0 {
+		t.Fatalf("keyPrefix %q: key characters after the mask", keyPrefix)
+	}
+	if !strings.HasPrefix(raw, visible) {
+		t.Fatalf("keyPrefix %q does not show the leading characters of %q", keyPrefix, raw)
+	}
+	if hidden := len(raw) - len(visible); hidden < 16 {
+		t.Fatalf("keyPrefix %q hides only %d characters of the key", keyPrefix, hidden)
+	}
+}
+
+// cpRoute is one control-plane request.
+type cpRoute struct{ name, method, path, body string }
+
+// cpProjectRoutes is every per-project route, with bodies that would succeed
+// for the owner.
+func cpProjectRoutes(projectID, keyID string) []cpRoute {
+	base := "/api/projects/" + projectID
+	return []cpRoute{
+		{"get", "GET", base, ""},
+		{"rename", "PATCH", base, `{"name":"Renamed"}`},
+		{"delete", "DELETE", base, ""},
+		{"list keys", "GET", base + "/keys", ""},
+		{"rotate public", "POST", base + "/keys", `{"keyType":"public"}`},
+		{"rotate secret", "POST", base + "/keys", `{"keyType":"secret"}`},
+		{"revoke", "POST", base + "/keys/" + keyID + "/revoke", ""},
+		{"client-emit-secret", "PATCH", base + "/client-emit-secret", `{}`},
+		{"client-emit-secret regenerate", "PATCH", base + "/client-emit-secret", `{"regenerate":true}`},
+	}
+}
+
+// cpSnapshot is what an owner sees of a project, to prove nothing changed.
+func (c *client) cpSnapshot(t testing.TB, projectID string) string {
+	t.Helper()
+	cc := c.cpOn(t)
+	get := cc.do("GET", "/api/projects/"+projectID, "")
+	if get.status != http.StatusOK {
+		t.Fatalf("get project: %d %s", get.status, get.raw)
+	}
+	_, keys := cc.cpKeys(t, projectID)
+	return get.raw + keys
+}
+
+// ---------------------------------------------------------------------------
+// Auth: signup, login, logout, sessions.
+
+func TestSignupCreatesUserAndSession(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		c := ts.client()
+		r := c.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
+		id := r.str("id")
+		r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": id, "email": "alice@example.com"}))
+		cpIsUUID(t, "user id", id)
+		cpSessionCookie(t, r, false)
+
+		// The cookie is the session: the same client reaches session routes.
+		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+
+		// A second user gets another id.
+		r = ts.client().do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"12345678"}`)
+		r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": "bob@example.com"}))
+		if r.str("id") == id {
+			t.Fatalf("two users share id %s", id)
+		}
+	})
+}
+
+// TestSessionCookieSecure: COOKIE_SECURE=auto sets Secure only on HTTPS (or
+// X-Forwarded-Proto: https); true always; false never. Signup and login alike.
+func TestSessionCookieSecure(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		allow := "alice@example.com,bob@example.com,carol@example.com,dave@example.com"
+		servers := map[string]*testServer{}
+		for _, mode := range []string{"auto", "true", "false"} {
+			servers[mode] = startServer(t, dbURL, map[string]string{"COOKIE_SECURE": mode, "ALLOWED_SIGNUP_EMAILS": allow})
+		}
+		https := map[string]string{"X-Forwarded-Proto": "https"}
+		cases := []struct {
+			mode, email string
+			hdr         map[string]string
+			secure      bool
+		}{
+			{"auto", "alice@example.com", nil, false},
+			{"auto", "bob@example.com", https, true},
+			{"true", "carol@example.com", nil, true},
+			{"false", "dave@example.com", https, false},
+		}
+		for _, tc := range cases {
+			ts := servers[tc.mode]
+			creds := cpJSON(map[string]string{"email": tc.email, "password": cpPassword})
+			r := ts.client().cpOn(t).cpSend("POST", "/api/auth/signup", creds, "application/json", tc.hdr)
+			r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": tc.email}))
+			cpSessionCookie(t, r, tc.secure)
+			r = ts.client().cpOn(t).cpSend("POST", "/api/auth/login", creds, "application/json", tc.hdr)
+			r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.str("id"), "email": tc.email}))
+			cpSessionCookie(t, r, tc.secure)
+		}
+		// auto: a plain-http request after an https one is again not Secure.
+		r := servers["auto"].client().cpOn(t).do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"correct horse"}`)
+		r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.str("id"), "email": "bob@example.com"}))
+		cpSessionCookie(t, r, false)
+	})
+}
+
+func TestSignupErrors(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		const required = `{"error":"email_and_password_required"}`
+		cases := []struct {
+			name, body string
+			status     int
+			want       string
+		}{
+			{"no body", "", 400, required},
+			{"empty object", `{}`, 400, required},
+			{"email only", `{"email":"alice@example.com"}`, 400, required},
+			{"password only", `{"password":"correct horse"}`, 400, required},
+			{"empty email", `{"email":"","password":"correct horse"}`, 400, required},
+			{"blank email", `{"email":"   ","password":"correct horse"}`, 400, required},
+			{"empty password", `{"email":"alice@example.com","password":""}`, 400, required},
+			{"null fields", `{"email":null,"password":null}`, 400, required},
+			{"7 characters", `{"email":"alice@example.com","password":"1234567"}`, 400, `{"error":"password_too_short"}`},
+			{"7 multibyte characters", `{"email":"alice@example.com","password":"ééééééé"}`, 400, `{"error":"password_too_short"}`},
+			{"1 character", `{"email":"alice@example.com","password":"x"}`, 400, `{"error":"password_too_short"}`},
+			{"not on allowlist", `{"email":"mallory@example.com","password":"correct horse"}`, 403, `{"error":"email_not_allowed"}`},
+			{"allowlisted plus suffix", `{"email":"alice@example.com.evil.test","password":"correct horse"}`, 403, `{"error":"email_not_allowed"}`},
+			{"allowlisted local part only", `{"email":"alice","password":"correct horse"}`, 403, `{"error":"email_not_allowed"}`},
+			{"allowlist as value", `{"email":"alice@example.com,bob@example.com","password":"correct horse"}`, 403, `{"error":"email_not_allowed"}`},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				r := ts.client().cpOn(t).do("POST", "/api/auth/signup", tc.body)
+				r.expect(t, tc.status, tc.want)
+				cpNoSessionCookie(t, r)
+			})
+		}
+
+		// Nothing above created an account: alice can still sign up, with a
+		// password of exactly 8 characters and her address in another case
+		// (the allowlist is case-insensitive).
+		r := ts.client().do("POST", "/api/auth/signup", `{"email":"ALICE@Example.com","password":"12345678"}`)
+		if r.status != http.StatusCreated || !strings.EqualFold(r.str("email"), "alice@example.com") {
+			t.Fatalf("signup in upper case: %d %s", r.status, r.raw)
+		}
+		cpIsUUID(t, "user id", r.str("id"))
+		cpSessionCookie(t, r, false)
+
+		// email_already_registered whatever the case.
+		for _, email := range []string{"ALICE@Example.com", "alice@example.com", "Alice@EXAMPLE.COM"} {
+			r := ts.client().do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": "another password"}))
+			r.expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
+			cpNoSessionCookie(t, r)
+		}
+		// The first password still holds; the refused signups changed nothing.
+		ts.client().do("POST", "/api/auth/login", `{"email":"ALICE@Example.com","password":"12345678"}`).expect(t, http.StatusOK,
+			cpJSON(map[string]string{"id": r.str("id"), "email": r.str("email")}))
+	})
+}
+
+// TestSignupClosedWithEmptyAllowlist: SPEC.md › Authentication rule 6 with an
+// empty ALLOWED_SIGNUP_EMAILS (CONTRACT.md: signup closed).
+func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
+		for _, email := range []string{"alice@example.com", "bob@example.com", "anyone@anywhere.test"} {
+			r := ts.client().do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": cpPassword}))
+			r.expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
+			cpNoSessionCookie(t, r)
+		}
+		ts.client().do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+	})
+}
+
+func TestLogin(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		_, aliceID := ts.cpSignup(t, "alice@example.com")
+
+		// A new browser logs in and gets a working session.
+		c := ts.client()
+		c.do("GET", "/api/projects", "").expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		r := c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
+		r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		cpSessionCookie(t, r, false)
+		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+
+		// Unknown email and wrong password answer identically.
+		wrong := ts.client().do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong horse"}`)
+		wrong.expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		cpNoSessionCookie(t, wrong)
+		unknown := ts.client().do("POST", "/api/auth/login", `{"email":"nobody@example.com","password":"correct horse"}`)
+		unknown.expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		cpNoSessionCookie(t, unknown)
+		if wrong.raw != unknown.raw || wrong.status != unknown.status {
+			t.Fatalf("wrong password %d %q and unknown email %d %q differ", wrong.status, wrong.raw, unknown.status, unknown.raw)
+		}
+		// A password that differs only in case or by a suffix is wrong too.
+		for _, pw := range []string{"Correct horse", "correct horse ", "correct hors"} {
+			ts.client().do("POST", "/api/auth/login", cpJSON(map[string]string{"email": "alice@example.com", "password": pw})).
+				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		}
+
+		const required = `{"error":"email_and_password_required"}`
+		for _, body := range []string{
+			"", `{}`, `{"email":"alice@example.com"}`, `{"password":"correct horse"}`,
+			`{"email":"","password":"correct horse"}`, `{"email":"  ","password":"correct horse"}`,
+			`{"email":"alice@example.com","password":""}`,
+		} {
+			r := ts.client().do("POST", "/api/auth/login", body)
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("login %q: %d %s", body, r.status, r.raw)
+			}
+			r.expect(t, http.StatusBadRequest, required)
+			cpNoSessionCookie(t, r)
+		}
+	})
+}
+
+func TestLogout(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		c, aliceID := ts.cpSignup(t, "alice@example.com")
+		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+
+		r := c.do("POST", "/api/auth/logout", "")
+		r.expect(t, http.StatusOK, `{"ok":true}`)
+		cs := cpSessionCookies(t, r)
+		if len(cs) != 1 {
+			t.Fatalf("logout: want one Set-Cookie for %s, got %q", api.CookieName, r.header.Values("Set-Cookie"))
+		}
+		if ck := cs[0]; ck.Value != "" || !(ck.MaxAge < 0 || (!ck.Expires.IsZero() && ck.Expires.Before(time.Now()))) || ck.Path != "/" {
+			t.Fatalf("logout does not clear the cookie (empty value, expired, Path=/): %q", ck.Raw)
+		}
+
+		// Later calls of the same browser are unauthorized.
+		c.do("GET", "/api/projects", "").expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		c.do("POST", "/api/projects", `{"name":"After logout"}`).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+
+		// Logout always answers 200, with no session or a garbage one.
+		ts.client().do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		ts.cpWithCookie("garbage").do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		c.do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+
+		// Logging in again restores access.
+		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+	})
+}
+
+// TestProjectRoutesRequireSession: every /api/projects route answers 401
+// {error: unauthorized} without a valid session, whatever the cookie holds,
+// and changes nothing.
+func TestProjectRoutesRequireSession(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		secret := []byte("test-session-secret-0123456789abcdef")
+		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Mine", aliceID)
+		keys, _ := alice.cpKeys(t, p.id)
+		before := alice.cpSnapshot(t, p.id)
+
+		// The real session token, for tampering.
+		login := ts.client().do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
+		real := cpSessionCookie(t, login, false).Value
+		parts := strings.Split(real, ".")
+		otherPayload := base64.RawURLEncoding.EncodeToString([]byte(cpJSON(map[string]any{
+			"sub": "00000000-0000-4000-8000-000000000000", "exp": time.Now().Add(time.Hour).Unix(),
+		})))
+		sig := []byte(parts[2])
+		mid := len(sig) / 2
+		if sig[mid] == 'A' {
+			sig[mid] = 'B'
+		} else {
+			sig[mid] = 'A'
+		}
+		now := time.Now().Unix()
+
+		// Positive control: a token built by hand the CONTRACT.md way works,
+		// so the forgeries below fail for the reason they name.
+		good := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
+		r := ts.cpWithCookie(good).do("GET", "/api/projects", "")
+		if r.status != http.StatusOK || !strings.Contains(r.raw, p.id) {
+			t.Fatalf("hand-made HS256 session: %d %s", r.status, r.raw)
+		}
+
+		cookies := []struct{ name, value string }{
+			{"no cookie", ""},
+			{"garbage", "garbage.not.jwt"},
+			{"random text", "deadbeef"},
+			{"payload swapped", parts[0] + "." + otherPayload + "." + parts[2]},
+			{"signature altered", parts[0] + "." + parts[1] + "." + string(sig)},
+			{"signature stripped", parts[0] + "." + parts[1] + "."},
+			{"alg none", cpJWT("none", nil, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"wrong key", cpJWT("HS256", []byte("not-the-session-secret"), map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"expired", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now - 7200, "exp": now - 3600})},
+			{"no exp", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now})},
+			{"no sub", cpJWT("HS256", secret, map[string]any{"iat": now, "exp": now + 3600})},
+		}
+		routes := append([]cpRoute{
+			{"list", "GET", "/api/projects", ""},
+			{"create", "POST", "/api/projects", `{"name":"Sneaky"}`},
+		}, cpProjectRoutes(p.id, keys[0]["id"].(string))...)
+		for _, ck := range cookies {
+			t.Run(ck.name, func(t *testing.T) {
+				c := ts.client()
+				if ck.value != "" {
+					c = ts.cpWithCookie(ck.value)
+				}
+				c = c.cpOn(t)
+				for _, rt := range routes {
+					r := c.do(rt.method, rt.path, rt.body)
+					if r.status != http.StatusUnauthorized {
+						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+						continue
+					}
+					r.expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+				}
+			})
+		}
+		if after := alice.cpSnapshot(t, p.id); after != before {
+			t.Fatalf("unauthorized calls changed the project:\nbefore %s\nafter  %s", before, after)
+		}
+		alice.do("GET", "/api/projects", "").expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{map[string]any{
+			"id": p.id, "name": "Mine", "ownerUserId": aliceID, "createdAt": alice.do("GET", "/api/projects/"+p.id, "").str("project", "createdAt"),
+		}}}))
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Projects.
+
+func TestProjectsCreateAndList(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		alice.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+
+		p1, b1 := alice.cpCreate(t, "First", aliceID)
+		p2, b2 := alice.cpCreate(t, "Projet été 🚀", aliceID)
+		seen := map[string]bool{}
+		for _, k := range []string{p1.publicKey, p1.secretKey, p2.publicKey, p2.secretKey} {
+			rnd := k[len("pk_live_"):]
+			if seen[rnd] {
+				t.Fatalf("random part %q repeats across keys", rnd)
+			}
+			seen[rnd] = true
+		}
+		if p1.id == p2.id {
+			t.Fatalf("two projects share id %s", p1.id)
+		}
+
+		// The list holds exactly the caller's projects, shaped {id,name,ownerUserId,createdAt}.
+		expectProjects := func(t *testing.T, c *client, want ...map[string]any) {
+			t.Helper()
+			r := c.cpOn(t).do("GET", "/api/projects", "")
+			if r.status != http.StatusOK {
+				t.Fatalf("list: %d %s", r.status, r.raw)
+			}
+			got, _ := r.json["projects"].([]any)
+			byID := map[string]any{}
+			for _, g := range got {
+				m, _ := g.(map[string]any)
+				byID[m["id"].(string)] = g
+			}
+			ordered := make([]any, 0, len(want))
+			for _, w := range want {
+				if g, ok := byID[w["id"].(string)]; ok {
+					ordered = append(ordered, g)
+				}
+			}
+			if len(ordered) != len(got) {
+				ordered = got // not the same set: show it as is
+			}
+			r.raw = cpJSON(map[string]any{"projects": ordered})
+			wantAny := make([]any, len(want))
+			for i, w := range want {
+				wantAny[i] = w
+			}
+			r.expect(t, http.StatusOK, cpJSON(map[string]any{"projects": wantAny}))
+		}
+		expectProjects(t, alice, b1, b2)
+
+		// name_required: missing, empty, whitespace; nothing created.
+		for _, body := range []string{"", `{}`, `{"name":""}`, `{"name":"   "}`, `{"name":"\t\n"}`, `{"name":null}`, `{"other":"x"}`} {
+			alice.do("POST", "/api/projects", body).expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
+		}
+		expectProjects(t, alice, b1, b2)
+
+		// Another user sees only their own.
+		bob, bobID := ts.cpSignup(t, "bob@example.com")
+		bob.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		_, b3 := bob.cpCreate(t, "First", bobID)
+		expectProjects(t, bob, b3)
+		expectProjects(t, alice, b1, b2)
+	})
+}
+
+func TestProjectGetAndRename(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, pb := alice.cpCreate(t, "Original", aliceID)
+		other, ob := alice.cpCreate(t, "Other", aliceID)
+
+		// GET: exactly the project create returned; never the client-emit secret.
+		secret := alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "")
+		secret.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret.str("clientEmitSecret")}))
+		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		_, keysBefore := alice.cpKeys(t, p.id)
+
+		// PATCH renames: 200 {project: {id, name}}; id, owner, createdAt and keys untouched.
+		alice.do("PATCH", "/api/projects/"+p.id, `{"name":"Renamed"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Renamed"}}))
+		renamed := map[string]any{"id": p.id, "name": "Renamed", "ownerUserId": aliceID, "createdAt": pb["createdAt"]}
+		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
+		if _, keysAfter := alice.cpKeys(t, p.id); keysAfter != keysBefore {
+			t.Fatalf("rename changed the keys:\nbefore %s\nafter  %s", keysBefore, keysAfter)
+		}
+		// Renaming to the same name is fine; the other project is untouched.
+		alice.do("PATCH", "/api/projects/"+p.id, `{"name":"Renamed"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Renamed"}}))
+		alice.do("GET", "/api/projects/"+other.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": ob}))
+
+		// name_required on rename, and the name stays.
+		for _, body := range []string{"", `{}`, `{"name":""}`, `{"name":"  "}`, `{"name":"\t"}`, `{"name":null}`} {
+			alice.do("PATCH", "/api/projects/"+p.id, body).expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
+		}
+		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
+		if _, keysAfter := alice.cpKeys(t, p.id); keysAfter != keysBefore {
+			t.Fatalf("refused renames changed the keys")
+		}
+	})
+}
+
+// TestProjectDeleteCascades: DELETE answers {ok:true}; the project, its keys
+// and its usage rows are gone; other projects stay.
+func TestProjectDeleteCascades(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Doomed", aliceID)
+		keep, kb := alice.cpCreate(t, "Kept", aliceID)
+		rot := alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
+		if rot.status != http.StatusCreated {
+			t.Fatalf("rotate: %d %s", rot.status, rot.raw)
+		}
+		keys, _ := alice.cpKeys(t, p.id)
+		_, keepKeys := alice.cpKeys(t, keep.id)
+
+		// A second handle on the same database sees what HTTP cannot.
+		ctx := context.Background()
+		st, err := store.Open(ctx, dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		day := time.Now().UTC().Format("2006-01-02")
+		for _, id := range []string{p.id, keep.id} {
+			if err := st.AddUsage(ctx, store.Usage{ProjectID: id, Day: day, ConnectionCount: 3, MessageCount: 7}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		raws := []string{p.publicKey, p.secretKey, rot.str("key", "raw")}
+		for _, raw := range raws {
+			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); err != nil {
+				t.Fatalf("key %s not stored before delete: %v", raw[:12], err)
+			}
+		}
+
+		alice.do("DELETE", "/api/projects/"+p.id, "").expect(t, http.StatusOK, `{"ok":true}`)
+
+		const gone = `{"error":"project_not_found"}`
+		for _, rt := range cpProjectRoutes(p.id, keys[0]["id"].(string)) {
+			r := alice.do(rt.method, rt.path, rt.body)
+			if r.status != http.StatusNotFound {
+				t.Fatalf("%s on deleted project: %d %s", rt.name, r.status, r.raw)
+			}
+			r.expect(t, http.StatusNotFound, gone)
+		}
+		alice.do("GET", "/api/projects", "").expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{kb}}))
+
+		// Cascade: keys (active and revoked) and usage rows are gone.
+		if ks, err := st.Keys(ctx, p.id); err != nil || len(ks) != 0 {
+			t.Fatalf("keys of the deleted project: %d left (err %v)", len(ks), err)
+		}
+		for _, raw := range raws {
+			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("key %s… of the deleted project still stored (err %v)", raw[:12], err)
+			}
+		}
+		if us, err := st.Usage(ctx, p.id, "0000-00-00"); err != nil || len(us) != 0 {
+			t.Fatalf("usage rows of the deleted project: %d left (err %v)", len(us), err)
+		}
+
+		// The other project is whole.
+		alice.do("GET", "/api/projects/"+keep.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": kb}))
+		if _, after := alice.cpKeys(t, keep.id); after != keepKeys {
+			t.Fatalf("deleting one project changed another's keys")
+		}
+		for _, raw := range []string{keep.publicKey, keep.secretKey} {
+			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); err != nil {
+				t.Fatalf("key of the kept project lost: %v", err)
+			}
+		}
+		if us, err := st.Usage(ctx, keep.id, "0000-00-00"); err != nil || len(us) != 1 {
+			t.Fatalf("usage rows of the kept project: %d (err %v), want 1", len(us), err)
+		}
+	})
+}
+
+// TestOtherUsersProjectIsNotFound: every per-project route answers 404
+// project_not_found for a project someone else owns, and changes nothing.
+func TestOtherUsersProjectIsNotFound(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, pb := alice.cpCreate(t, "Alice's", aliceID)
+		secret := alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "").str("clientEmitSecret")
+		keys, _ := alice.cpKeys(t, p.id)
+		before := alice.cpSnapshot(t, p.id)
+
+		bob, bobID := ts.cpSignup(t, "bob@example.com")
+		q, qb := bob.cpCreate(t, "Bob's", bobID)
+		routes := append(cpProjectRoutes(p.id, keys[0]["id"].(string)),
+			cpRoute{"revoke other key", "POST", "/api/projects/" + p.id + "/keys/" + keys[1]["id"].(string) + "/revoke", ""})
+		for _, rt := range routes {
+			t.Run(rt.name, func(t *testing.T) {
+				bob.cpOn(t).do(rt.method, rt.path, rt.body).expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+			})
+		}
+		// Alice's key id under Bob's own project is not Bob's key.
+		bob.do("POST", "/api/projects/"+q.id+"/keys/"+keys[0]["id"].(string)+"/revoke", "").
+			expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
+
+		if after := alice.cpSnapshot(t, p.id); after != before {
+			t.Fatalf("another user's calls changed the project:\nbefore %s\nafter  %s", before, after)
+		}
+		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).
+			expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret}))
+		bob.do("GET", "/api/projects", "").expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{qb}}))
+	})
+}
+
+// TestMalformedProjectID: ids that are not a project's answer 404
+// project_not_found on every per-project route (never 400 or 500).
+func TestMalformedProjectID(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Real", aliceID)
+		keys, _ := alice.cpKeys(t, p.id)
+		before := alice.cpSnapshot(t, p.id)
+
+		ids := []string{
+			"not-a-uuid",
+			"123",
+			p.id + "0",
+			p.id[:35],
+			strings.ReplaceAll(p.id, "-", ""),
+			"00000000-0000-0000-0000-000000000000",
+			"zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz",
+			url.PathEscape("' OR '1'='1"),
+			url.PathEscape(p.id + "' OR owner_user_id <> '"),
+		}
+		for _, id := range ids {
+			t.Run(id, func(t *testing.T) {
+				c := alice.cpOn(t)
+				for _, rt := range cpProjectRoutes(id, keys[0]["id"].(string)) {
+					r := c.do(rt.method, rt.path, rt.body)
+					if r.status != http.StatusNotFound {
+						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+						continue
+					}
+					r.expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+				}
+			})
+		}
+		if after := alice.cpSnapshot(t, p.id); after != before {
+			t.Fatalf("calls on malformed ids changed the project")
+		}
+	})
+}
+
+// TestIDsAreCaseInsensitive: ids are UUIDs, whose hex digits are "case
+// insensitive on input" (RFC 4122 §3). Whatever the store, an upper-case
+// spelling names the same project and key, and answers carry the canonical
+// lower-case id.
+func TestIDsAreCaseInsensitive(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, pb := alice.cpCreate(t, "Cased", aliceID)
+		keys, _ := alice.cpKeys(t, p.id)
+		upper := strings.ToUpper(p.id)
+
+		alice.do("GET", "/api/projects/"+upper, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		alice.do("PATCH", "/api/projects/"+upper, `{"name":"Renamed"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Renamed"}}))
+		alice.do("POST", "/api/projects/"+p.id+"/keys/"+strings.ToUpper(keys[0]["id"].(string))+"/revoke", "").
+			expect(t, http.StatusOK, `{"ok":true}`)
+		after, raw := alice.cpKeys(t, p.id)
+		if got := cpKeyByID(after, keys[0]["id"].(string)); got == nil || got["revokedAt"] == nil {
+			t.Fatalf("revoke by upper-case key id did not revoke: %s", raw)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Keys.
+
+func TestKeysListIsMasked(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, pb := alice.cpCreate(t, "Keys", aliceID)
+		keys, raw := alice.cpKeys(t, p.id)
+		if len(keys) != 2 {
+			t.Fatalf("want 2 keys, got %s", raw)
+		}
+		for _, typ := range []string{"public", "secret"} {
+			if n := len(cpActive(keys, typ)); n != 1 {
+				t.Fatalf("want one active %s key, got %d: %s", typ, n, raw)
+			}
+		}
+		for _, k := range keys {
+			if k["revokedAt"] != nil {
+				t.Fatalf("new key revokedAt %v, want null", k["revokedAt"])
+			}
+			if kt, pt := cpIsTime(t, "key createdAt", k["createdAt"]), cpIsTime(t, "project createdAt", pb["createdAt"]); kt.Before(pt.Add(-time.Second)) {
+				t.Fatalf("key createdAt %v before project createdAt %v", kt, pt)
+			}
+			rawKey, prefix := p.publicKey, "pk_live_"
+			if k["keyType"] == "secret" {
+				rawKey, prefix = p.secretKey, "sk_live_"
+			}
+			cpCheckMasked(t, k["keyPrefix"].(string), rawKey, prefix)
+		}
+		for _, rawKey := range []string{p.publicKey, p.secretKey, p.publicKey[len("pk_live_"):], p.secretKey[len("sk_live_"):]} {
+			if strings.Contains(raw, rawKey) {
+				t.Fatalf("key list shows a raw key: %s", raw)
+			}
+		}
+		if strings.Contains(raw, `"raw"`) {
+			t.Fatalf("key list has a raw field: %s", raw)
+		}
+	})
+}
+
+func TestKeyRotate(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Rotating", aliceID)
+		initial, _ := alice.cpKeys(t, p.id)
+		oldPublic, oldSecret := cpActive(initial, "public")[0], cpActive(initial, "secret")[0]
+
+		rotate := func(typ string) map[string]any {
+			t.Helper()
+			r := alice.do("POST", "/api/projects/"+p.id+"/keys", cpJSON(map[string]string{"keyType": typ}))
+			k, _ := r.json["key"].(map[string]any)
+			r.expect(t, http.StatusCreated, cpJSON(map[string]any{"key": map[string]any{
+				"id": k["id"], "keyType": typ, "keyPrefix": k["keyPrefix"], "raw": k["raw"],
+			}}))
+			id, _ := k["id"].(string)
+			cpIsUUID(t, "key id", id)
+			re, prefix := cpPublicKeyRe, "pk_live_"
+			if typ == "secret" {
+				re, prefix = cpSecretKeyRe, "sk_live_"
+			}
+			if !re.MatchString(k["raw"].(string)) {
+				t.Fatalf("rotated %s key %q: want %s and ≥ 22 base64url characters", typ, k["raw"], prefix)
+			}
+			cpCheckMasked(t, k["keyPrefix"].(string), k["raw"].(string), prefix)
+			return k
+		}
+
+		// Rotate public: the old public key is revoked, the secret untouched.
+		newPublic := rotate("public")
+		if newPublic["raw"] == p.publicKey {
+			t.Fatalf("rotation returned the old key")
+		}
+		keys, raw := alice.cpKeys(t, p.id)
+		if len(keys) != 3 {
+			t.Fatalf("after rotating public: want 3 keys, got %s", raw)
+		}
+		if got := cpKeyByID(keys, oldPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
+			t.Fatalf("old public key not revoked: %s", raw)
+		}
+		firstRevokedAt := cpKeyByID(keys, oldPublic["id"].(string))["revokedAt"]
+		if got := cpKeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] != nil || got["keyPrefix"] != newPublic["keyPrefix"] || got["keyType"] != "public" {
+			t.Fatalf("new public key not listed as active: %s", raw)
+		}
+		if got := cpKeyByID(keys, oldSecret["id"].(string)); cpJSON(got) != cpJSON(oldSecret) {
+			t.Fatalf("rotating public changed the secret key: %v, was %v", got, oldSecret)
+		}
+		if strings.Contains(raw, newPublic["raw"].(string)) {
+			t.Fatalf("key list shows the rotated raw key")
+		}
+
+		// Rotate secret: the old secret is revoked.
+		newSecret := rotate("secret")
+		if newSecret["raw"] == p.secretKey {
+			t.Fatalf("rotation returned the old key")
+		}
+		keys, raw = alice.cpKeys(t, p.id)
+		if len(keys) != 4 {
+			t.Fatalf("after rotating secret: want 4 keys, got %s", raw)
+		}
+		if got := cpKeyByID(keys, oldSecret["id"].(string)); got == nil || got["revokedAt"] == nil {
+			t.Fatalf("old secret key not revoked: %s", raw)
+		}
+
+		// Rotating again revokes the key the last rotation issued; one active key per type.
+		third := rotate("public")
+		keys, raw = alice.cpKeys(t, p.id)
+		if got := cpKeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
+			t.Fatalf("second-generation public key not revoked: %s", raw)
+		}
+		for typ, wantID := range map[string]any{"public": third["id"], "secret": newSecret["id"]} {
+			if act := cpActive(keys, typ); len(act) != 1 || act[0]["id"] != wantID {
+				t.Fatalf("active %s keys %v, want only %v", typ, act, wantID)
+			}
+		}
+		// A revoked key keeps its first revocation time.
+		if got := cpKeyByID(keys, oldPublic["id"].(string)); got == nil || got["revokedAt"] != firstRevokedAt {
+			t.Fatalf("old public key revocation %v, want it kept at %v", got, firstRevokedAt)
+		}
+
+		// invalid_key_type, and nothing rotated.
+		_, before := alice.cpKeys(t, p.id)
+		for _, body := range []string{"", `{}`, `{"keyType":""}`, `{"keyType":"Public"}`, `{"keyType":"SECRET"}`, `{"keyType":"admin"}`, `{"keyType":null}`, `{"type":"public"}`} {
+			alice.do("POST", "/api/projects/"+p.id+"/keys", body).expect(t, http.StatusBadRequest, `{"error":"invalid_key_type"}`)
+		}
+		if _, after := alice.cpKeys(t, p.id); after != before {
+			t.Fatalf("refused rotations changed the keys")
+		}
+	})
+}
+
+func TestKeyRevoke(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "One", aliceID)
+		other, _ := alice.cpCreate(t, "Two", aliceID)
+		keys, _ := alice.cpKeys(t, p.id)
+		otherKeys, otherBefore := alice.cpKeys(t, other.id)
+		pub, sec := cpActive(keys, "public")[0], cpActive(keys, "secret")[0]
+
+		alice.do("POST", "/api/projects/"+p.id+"/keys/"+pub["id"].(string)+"/revoke", "").expect(t, http.StatusOK, `{"ok":true}`)
+		keys, raw := alice.cpKeys(t, p.id)
+		if got := cpKeyByID(keys, pub["id"].(string)); got == nil || got["revokedAt"] == nil {
+			t.Fatalf("revoked key still active: %s", raw)
+		}
+		if got := cpKeyByID(keys, sec["id"].(string)); cpJSON(got) != cpJSON(sec) {
+			t.Fatalf("revoking the public key changed the secret key: %s", raw)
+		}
+		if len(keys) != 2 {
+			t.Fatalf("revoke must not issue a key: %s", raw)
+		}
+
+		alice.do("POST", "/api/projects/"+p.id+"/keys/"+sec["id"].(string)+"/revoke", "").expect(t, http.StatusOK, `{"ok":true}`)
+		keys, raw = alice.cpKeys(t, p.id)
+		if len(cpActive(keys, "public"))+len(cpActive(keys, "secret")) != 0 {
+			t.Fatalf("both keys should be revoked: %s", raw)
+		}
+
+		// key_not_found: unknown id, malformed id, a key of another project of the same user.
+		for _, id := range []string{
+			"00000000-0000-0000-0000-000000000000",
+			"5b0c1a4e-8d2f-4e7a-9c3b-2f6d8e1a0b7c",
+			"nope",
+			pub["id"].(string) + "x",
+			strings.ToUpper(strings.ReplaceAll(pub["id"].(string), "-", "")),
+			url.PathEscape("' OR '1'='1"),
+			otherKeys[0]["id"].(string),
+			otherKeys[1]["id"].(string),
+		} {
+			alice.do("POST", "/api/projects/"+p.id+"/keys/"+id+"/revoke", "").expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
+		}
+		if _, after := alice.cpKeys(t, other.id); after != otherBefore {
+			t.Fatalf("revoking through the wrong project changed its keys:\nbefore %s\nafter  %s", otherBefore, after)
+		}
+	})
+}
+
+func TestClientEmitSecret(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, pb := alice.cpCreate(t, "Emitting", aliceID)
+		q, _ := alice.cpCreate(t, "Other", aliceID)
+		path := "/api/projects/" + p.id + "/client-emit-secret"
+
+		secretOf := func(r response) string {
+			t.Helper()
+			s := r.str("clientEmitSecret")
+			r.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": s}))
+			if len(s) < 16 {
+				t.Fatalf("client-emit secret %q is too short to sign with", s)
+			}
+			return s
+		}
+
+		// First call generates; later calls without regenerate return it unchanged.
+		s1 := secretOf(alice.do("PATCH", path, ""))
+		for _, body := range []string{"", `{}`, `{"regenerate":false}`, `{"regenerate":null}`} {
+			if s := secretOf(alice.do("PATCH", path, body)); s != s1 {
+				t.Fatalf("body %q changed the secret: %q → %q", body, s1, s)
+			}
+		}
+		// regenerate: true issues a new one, which then sticks.
+		s2 := secretOf(alice.do("PATCH", path, `{"regenerate":true}`))
+		if s2 == s1 {
+			t.Fatalf("regenerate returned the old secret")
+		}
+		if s := secretOf(alice.do("PATCH", path, `{}`)); s != s2 {
+			t.Fatalf("after regenerate: %q, want %q", s, s2)
+		}
+		s3 := secretOf(alice.do("PATCH", path, `{"regenerate":true}`))
+		if s3 == s2 || s3 == s1 {
+			t.Fatalf("second regenerate repeated a secret")
+		}
+		// Each project has its own; a first call with regenerate also generates.
+		if s := secretOf(alice.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`)); s == s3 || s == s1 || s == s2 {
+			t.Fatalf("two projects share a client-emit secret")
+		}
+		// The secret is returned only by this route.
+		get := alice.do("GET", "/api/projects/"+p.id, "")
+		get.expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		list := alice.do("GET", "/api/projects", "")
+		_, keys := alice.cpKeys(t, p.id)
+		for _, body := range []string{get.raw, list.raw, keys} {
+			if strings.Contains(body, s3) {
+				t.Fatalf("the client-emit secret leaks outside its route: %s", body)
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Generic HTTP behavior.
+
+// TestMalformedRequestBodies: bad JSON, JSON of the wrong type, non-JSON
+// content types and oversize bodies get JSON errors (never 500, never HTML)
+// on every route that reads a body, and change nothing.
+func TestMalformedRequestBodies(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Stable", aliceID)
+		alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "")
+		before := alice.cpSnapshot(t, p.id)
+		anon := ts.client()
+
+		routes := []struct {
+			name      string
+			c         *client
+			method    string
+			path      string
+			valid     string
+			wrongType []string
+		}{
+			{"signup", anon, "POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`,
+				[]string{`{"email":5,"password":"correct horse"}`, `{"email":"bob@example.com","password":12345678}`, `{"email":["bob@example.com"],"password":"correct horse"}`}},
+			{"login", anon, "POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`,
+				[]string{`{"email":"alice@example.com","password":true}`, `{"email":{},"password":"correct horse"}`}},
+			{"create project", alice, "POST", "/api/projects", `{"name":"New"}`,
+				[]string{`{"name":5}`, `{"name":{"x":1}}`, `{"name":["New"]}`, `"New"`, `5`, `true`}},
+			{"rename project", alice, "PATCH", "/api/projects/" + p.id, `{"name":"Renamed"}`,
+				[]string{`{"name":5}`, `{"name":false}`, `"Renamed"`}},
+			{"rotate key", alice, "POST", "/api/projects/" + p.id + "/keys", `{"keyType":"public"}`,
+				[]string{`"public"`, `42`}},
+			{"client-emit-secret", alice, "PATCH", "/api/projects/" + p.id + "/client-emit-secret", `{"regenerate":true}`,
+				[]string{`{"regenerate":"yes"}`, `{"regenerate":1}`, `"regenerate"`}},
+		}
+		malformed := []string{`{"name":`, `{bad json}`, `<html><body>hi</body></html>`, `{"name":"x"}}`, `{"name":"x",}`, `{'name':'x'}`, "\x00\x01", `{"name":"x"`}
+		oversize := `{"name":"` + strings.Repeat("a", 70000) + `"}`
+		for _, rt := range routes {
+			t.Run(rt.name, func(t *testing.T) {
+				c := rt.c.cpOn(t)
+				for _, body := range malformed {
+					r := c.do(rt.method, rt.path, body)
+					if r.status != http.StatusBadRequest {
+						t.Errorf("malformed %q: %d %s", body, r.status, r.raw)
+						continue
+					}
+					r.expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+				}
+				for _, body := range append([]string{`[]`, `[{"name":"x"}]`}, rt.wrongType...) {
+					r := c.do(rt.method, rt.path, body)
+					if r.status != http.StatusBadRequest {
+						t.Errorf("wrong type %q: %d %s", body, r.status, r.raw)
+						continue
+					}
+					r.expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+				}
+				for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "application/jsonx", "json"} {
+					r := c.cpSend(rt.method, rt.path, rt.valid, ct, nil)
+					if r.status != http.StatusUnsupportedMediaType {
+						t.Errorf("Content-Type %q: %d %s", ct, r.status, r.raw)
+						continue
+					}
+					r.expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+				}
+				r := c.do(rt.method, rt.path, oversize)
+				r.expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
+				r = c.cpSend(rt.method, rt.path, oversize, "text/plain", nil)
+				r.expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
+			})
+		}
+
+		// None of that changed anything: no user, no project, no key, no secret.
+		if after := alice.cpSnapshot(t, p.id); after != before {
+			t.Fatalf("refused requests changed the project:\nbefore %s\nafter  %s", before, after)
+		}
+		list := alice.do("GET", "/api/projects", "")
+		if ps, _ := list.json["projects"].([]any); len(ps) != 1 {
+			t.Fatalf("refused requests created projects: %s", list.raw)
+		}
+		bob := ts.client().do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`)
+		bob.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": bob.str("id"), "email": "bob@example.com"}))
+
+		// JSON media types with parameters or a +json suffix are JSON; a body
+		// of exactly 64 KiB is within the cap.
+		for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"} {
+			r := alice.cpSend("PATCH", "/api/projects/"+p.id, `{"name":"Typed"}`, ct, nil)
+			r.expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Typed"}}))
+		}
+		name := strings.Repeat("b", 65536-len(`{"name":""}`))
+		r := alice.do("PATCH", "/api/projects/"+p.id, `{"name":"`+name+`"}`)
+		r.expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": name}}))
+	})
+}
+
+func TestUnknownRoutesAndMethods(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Routes", aliceID)
+		keys, _ := alice.cpKeys(t, p.id)
+		kid := keys[0]["id"].(string)
+		anon := ts.client()
+
+		notFound := []struct{ method, path string }{
+			{"GET", "/api/nope"},
+			{"GET", "/api/"},
+			{"GET", "/api"},
+			{"POST", "/api/auth/unknown"},
+			{"GET", "/api/auth"},
+			{"POST", "/api/project"},
+			{"GET", "/api/projects/" + p.id + "/nope"},
+			{"GET", "/api/projects/" + p.id + "/keys/" + kid},
+			{"POST", "/api/projects/" + p.id + "/keys/" + kid + "/unrevoke"},
+			{"GET", "/api/projects/" + p.id + "/keys/" + kid + "/revoke/extra"},
+			{"GET", "/api/v2/projects"},
+			{"GET", "/definitely-not-a-page"},
+			{"POST", "/some/deep/path.txt"},
+			{"GET", "/.env"},
+		}
+		for _, c := range []*client{anon, alice} {
+			for _, rt := range notFound {
+				r := c.do(rt.method, rt.path, "")
+				if r.status != http.StatusNotFound {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+					continue
+				}
+				r.expect(t, http.StatusNotFound, `{"error":"not_found"}`)
+			}
+		}
+
+		base := "/api/projects/" + p.id
+		wrongMethod := []struct {
+			method, path string
+			allow        []string
+		}{
+			{"GET", "/api/auth/signup", []string{"POST"}},
+			{"PUT", "/api/auth/signup", []string{"POST"}},
+			{"GET", "/api/auth/login", []string{"POST"}},
+			{"DELETE", "/api/auth/login", []string{"POST"}},
+			{"GET", "/api/auth/logout", []string{"POST"}},
+			{"PUT", "/api/projects", []string{"GET", "POST"}},
+			{"DELETE", "/api/projects", []string{"GET", "POST"}},
+			{"POST", base, []string{"GET", "PATCH", "DELETE"}},
+			{"PUT", base, []string{"GET", "PATCH", "DELETE"}},
+			{"PATCH", base + "/keys", []string{"GET", "POST"}},
+			{"DELETE", base + "/keys", []string{"GET", "POST"}},
+			{"GET", base + "/keys/" + kid + "/revoke", []string{"POST"}},
+			{"DELETE", base + "/keys/" + kid + "/revoke", []string{"POST"}},
+			{"GET", base + "/client-emit-secret", []string{"PATCH"}},
+			{"POST", base + "/client-emit-secret", []string{"PATCH"}},
+			{"POST", "/healthz", []string{"GET"}},
+			{"DELETE", "/readyz", []string{"GET"}},
+		}
+		for _, c := range []*client{anon, alice} {
+			for _, rt := range wrongMethod {
+				r := c.do(rt.method, rt.path, "")
+				if r.status != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+					continue
+				}
+				r.expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+				allow := map[string]bool{}
+				for _, m := range strings.Split(r.header.Get("Allow"), ",") {
+					allow[strings.TrimSpace(m)] = true
+				}
+				for _, m := range rt.allow {
+					if !allow[m] {
+						t.Errorf("%s %s: Allow %q lacks %s", rt.method, rt.path, r.header.Get("Allow"), m)
+					}
+				}
+				if allow[rt.method] {
+					t.Errorf("%s %s: Allow %q lists the refused method", rt.method, rt.path, r.header.Get("Allow"))
+				}
+			}
+		}
+		// Nothing above touched the project.
+		alice.do("GET", base, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]any{
+			"id": p.id, "name": "Routes", "ownerUserId": aliceID, "createdAt": alice.do("GET", base, "").str("project", "createdAt"),
+		}}))
+	})
+}
+
+func TestHealthAndSecurityHeaders(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		c := ts.client()
+		healthz := c.do("GET", "/healthz", "")
+		healthz.expect(t, http.StatusOK, `{"status":"ok"}`)
+		readyz := c.do("GET", "/readyz", "")
+		readyz.expect(t, http.StatusOK, `{"status":"ok"}`)
+
+		signup := c.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
+		signup.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": signup.str("id"), "email": "alice@example.com"}))
+		type named struct {
+			name string
+			r    response
+		}
+		responses := []named{
+			{"healthz", healthz},
+			{"readyz", readyz},
+			{"signup 201", signup},
+			{"list 200", c.do("GET", "/api/projects", "")},
+			{"create 201", c.do("POST", "/api/projects", `{"name":"x"}`)},
+			{"invalid_json 400", c.do("POST", "/api/projects", `{`)},
+			{"project_not_found 404", c.do("GET", "/api/projects/00000000-0000-0000-0000-000000000000", "")},
+			{"unsupported_media_type 415", c.cpSend("POST", "/api/projects", `{"name":"x"}`, "text/plain", nil)},
+			{"not_found 404 api", c.do("GET", "/api/nope", "")},
+			{"not_found 404 page", c.do("GET", "/nope", "")},
+			{"method_not_allowed 405", c.do("PUT", "/healthz", "")},
+			{"logout 200", c.do("POST", "/api/auth/logout", "")},
+			{"unauthorized 401", c.do("GET", "/api/projects", "")},
+			{"invalid_credentials 401", ts.client().do("POST", "/api/auth/login", `{"email":"x@example.com","password":"whatever1"}`)},
+		}
+		for _, n := range responses {
+			name, r := n.name, n.r
+			if r.status >= 500 {
+				t.Errorf("%s: %d %s", name, r.status, r.raw)
+			}
+			if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("%s: X-Content-Type-Options %q, want nosniff", name, got)
+			}
+			csp := r.header.Get("Content-Security-Policy")
+			if !strings.Contains(csp, "frame-ancestors") {
+				t.Errorf("%s: Content-Security-Policy %q lacks frame-ancestors", name, csp)
+			}
+			if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("%s: Content-Type %q, want JSON", name, ct)
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Concurrent requests: a double click or two dashboard tabs.
+
+// TestConcurrentSignupsSameEmail: one account, the other attempts 409.
+func TestConcurrentSignupsSameEmail(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		created := 0
+		for _, r := range ts.client().cpParallel(t, 4, "POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`) {
+			switch r.status {
+			case http.StatusCreated:
+				created++
+			default:
+				r.expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
+			}
+		}
+		if created != 1 {
+			t.Fatalf("%d concurrent signups succeeded, want 1", created)
+		}
+	})
+}
+
+// TestConcurrentRotationsLeaveOneActiveKey: however rotations interleave,
+// each revokes the active key of its type, so exactly one key per type stays
+// active and every other key a rotation returned is revoked (SPEC.md ›
+// States: API key; a key rotated away must not keep working).
+func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, _ := alice.cpCreate(t, "Busy", aliceID)
+		for round := 0; round < 3; round++ {
+			issued := map[string]bool{}
+			for _, r := range alice.cpParallel(t, 8, "POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`) {
+				if r.status != http.StatusCreated {
+					t.Fatalf("rotate: %d %s", r.status, r.raw)
+				}
+				issued[r.str("key", "id")] = true
+			}
+			keys, raw := alice.cpKeys(t, p.id)
+			active := cpActive(keys, "public")
+			if len(active) != 1 {
+				t.Fatalf("round %d: %d active public keys after 8 concurrent rotations, want 1: %s", round, len(active), raw)
+			}
+			if !issued[active[0]["id"].(string)] {
+				t.Fatalf("round %d: the active public key is not one of the rotations' keys", round)
+			}
+			if len(cpActive(keys, "secret")) != 1 {
+				t.Fatalf("round %d: rotating public keys changed the secret keys: %s", round, raw)
+			}
+		}
+	})
+}
+
+// TestConcurrentFirstClientEmitSecret: concurrent first calls all return the
+// one secret that is kept; a caller must never get a secret that the next
+// call does not return (it could sign only tokens that never verify).
+func TestConcurrentFirstClientEmitSecret(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		for round := 0; round < 3; round++ {
+			p, _ := alice.cpCreate(t, "Fresh", aliceID)
+			path := "/api/projects/" + p.id + "/client-emit-secret"
+			got := map[string]bool{}
+			for _, r := range alice.cpParallel(t, 8, "PATCH", path, `{}`) {
+				r.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": r.str("clientEmitSecret")}))
+				got[r.str("clientEmitSecret")] = true
+			}
+			kept := alice.do("PATCH", path, `{}`).str("clientEmitSecret")
+			if len(got) != 1 || !got[kept] {
+				t.Fatalf("round %d: 8 concurrent first calls returned %d different secrets; the kept one among them: %v", round, len(got), got[kept])
+			}
+		}
+	})
+}
