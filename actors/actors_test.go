@@ -181,7 +181,7 @@ func TestUnsubscribeAndClose(t *testing.T) {
 	sg.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
 	sg.HandleMessage([]byte(`{"action":"subscribe","channel":"d"}`))
 	waitFor(t, "acks", func() bool { return len(gone.messages(t)) == 2 })
-	sg.HandleClose()
+	sg.HandleClose(CloseStatus{})
 	waitFor(t, "close cleanup", func() bool {
 		c, _ := sys.Publish(context.Background(), "p", "c", []byte(`1`))
 		d, _ := sys.Publish(context.Background(), "p", "d", []byte(`1`))

@@ -35,7 +35,7 @@ func (a *connActor) Receive(ctx actor.Context) {
 			channels = append(channels, ch)
 		}
 		a.subs = nil
-		ctx.Send(a.project, &connClosed{connID: a.sink.ID(), channels: channels})
+		ctx.Send(a.project, &connClosed{connID: a.sink.ID(), channels: channels, status: m.status})
 		ctx.Stop(ctx.Self())
 	}
 }
@@ -92,7 +92,8 @@ func (s *Session) HandleMessage(payload []byte) {
 	s.sys.root.Send(s.pid, &clientFrame{msg: m})
 }
 
-// HandleClose removes the connection from all its channels at once.
-func (s *Session) HandleClose() {
-	s.sys.root.Send(s.pid, &socketClosed{})
+// HandleClose removes the connection from all its channels at once; status
+// is what the client's close frame said, if it sent one.
+func (s *Session) HandleClose(status CloseStatus) {
+	s.sys.root.Send(s.pid, &socketClosed{status: status})
 }

@@ -17,6 +17,26 @@ type Sink interface {
 	Close(code ws.StatusCode, reason string)
 }
 
+// CloseStatus is how a client ended its connection: the code and reason of
+// its close frame when it sent one (Supplied), as webhooks report them.
+type CloseStatus struct {
+	Supplied bool
+	Code     int
+	Reason   string
+}
+
+// ConnEvent is a connect or disconnect, for the project's webhook.
+type ConnEvent struct {
+	Kind         string // "connect" or "disconnect"
+	ProjectID    string
+	ConnectionID string
+	At           time.Time
+	Status       CloseStatus // disconnect only
+}
+
+// WebhookSender hands an event to whatever delivers webhooks; it must not block.
+type WebhookSender func(url, secret string, ev ConnEvent)
+
 // Key is what the key index knows of one API key.
 type Key struct {
 	ProjectID string
@@ -34,6 +54,8 @@ type KeyLoader func(ctx context.Context, hash string) (Key, error)
 type Settings struct {
 	ChannelRateLimit int    // per-channel budget override; 0 means the default
 	ClientEmitSecret string // "" until generated
+	WebhookURL       string // "" when none
+	WebhookSecret    string
 	Revocations      []Revocation
 }
 

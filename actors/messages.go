@@ -65,13 +65,28 @@ type connOpened struct{ sink Sink }
 type connClosed struct {
 	connID   uint64
 	channels []string
+	status   CloseStatus
+}
+
+// usageDrain asks a project actor for its usage counters since the last
+// drain, which it then resets.
+type usageDrain struct{ reply chan Usage }
+
+// Usage is one project's counts since the last drain, and its live
+// connections now (SPEC.md › Usage row).
+type Usage struct {
+	ProjectID   string
+	Connects    int64
+	Emits       int64
+	Connections int
 }
 
 // clientFrame is a decoded client message for the connection actor.
 type clientFrame struct{ msg proto.ClientMessage }
 
-// socketClosed tells the connection actor that its socket is gone.
-type socketClosed struct{}
+// socketClosed tells the connection actor that its socket is gone, with the
+// close status the client sent, if it sent one.
+type socketClosed struct{ status CloseStatus }
 
 // refund gives back a project-budget unit taken for an emit the channel refused.
 type refund struct{ at time.Time }

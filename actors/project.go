@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -94,8 +95,12 @@ func (a *projectActor) handle(ctx actor.Context, msg any) {
 	case *connOpened:
 		a.conns[m.sink.ID()] = m.sink
 		a.connects++
+		a.webhook("connect", m.sink.ID(), CloseStatus{})
 	case *connClosed:
-		delete(a.conns, m.connID)
+		if _, ok := a.conns[m.connID]; ok {
+			delete(a.conns, m.connID)
+			a.webhook("disconnect", m.connID, m.status)
+		}
 		for _, ch := range m.channels {
 			if c, ok := a.channels[ch]; ok {
 				c.sent++
@@ -115,6 +120,11 @@ func (a *projectActor) handle(ctx actor.Context, msg any) {
 			s.Close(CloseProjectDeleted, "project deleted")
 		}
 		ctx.Stop(ctx.Self())
+	case *usageDrain:
+		u := Usage{ProjectID: a.id, Connects: a.connects, Emits: max(a.emits, 0), Connections: len(a.conns)}
+		a.connects -= u.Connects
+		a.emits -= u.Emits // a refund still on its way leaves a negative remainder for next time
+		m.reply <- u
 	case *statsRequest:
 		m.reply <- Stats{Connections: len(a.conns), Channels: len(a.channels), Connects: a.connects, Emits: a.emits}
 	}
@@ -197,3 +207,15 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 var resumeOnPanic = actor.NewOneForOneStrategy(10, 10*time.Second, func(reason any) actor.Directive {
 	return actor.ResumeDirective
 })
+
+// webhook hands a connect or disconnect to the delivery queue, if the
+// project has a webhook; delivery happens elsewhere, never in Receive.
+func (a *projectActor) webhook(kind string, connID uint64, status CloseStatus) {
+	if a.settings.WebhookURL == "" {
+		return
+	}
+	a.cfg.Webhooks(a.settings.WebhookURL, a.settings.WebhookSecret, ConnEvent{
+		Kind: kind, ProjectID: a.id, ConnectionID: a.cfg.NodeID + "-" + strconv.FormatUint(connID, 10),
+		At: a.cfg.Now(), Status: status,
+	})
+}

@@ -2,6 +2,8 @@ package actors
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync"
@@ -23,8 +25,12 @@ type Config struct {
 	ClientEmitRatePerSecond int
 	TokenMaxTTL             time.Duration
 	LoadSettings            SettingsLoader
-	Logger                  *slog.Logger
-	Now                     func() time.Time
+	// Webhooks delivers connect/disconnect events; nil sends none.
+	Webhooks WebhookSender
+	// NodeID prefixes connection ids so they are unique across nodes and restarts.
+	NodeID string
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // ErrTimeout is returned by the edge calls when the actors did not answer in time.
@@ -63,6 +69,14 @@ func NewSystem(cfg Config) *System {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Webhooks == nil {
+		cfg.Webhooks = func(string, string, ConnEvent) {}
+	}
+	if cfg.NodeID == "" {
+		b := make([]byte, 4)
+		rand.Read(b)
+		cfg.NodeID = hex.EncodeToString(b)
 	}
 	actorLog := slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn}).With("lib", "actor")
 	as := actor.NewActorSystem(
@@ -115,6 +129,31 @@ func (s *System) Open(projectID string, sink Sink) *Session {
 		return &connActor{sink: sink, project: project}
 	}, actor.WithSupervisor(resumeOnPanic)))
 	return &Session{sys: s, sink: sink, pid: pid}
+}
+
+// DrainUsage collects every running project's usage counters since the last
+// drain (resetting them). Projects that do not answer before ctx ends keep
+// their counts for the next drain.
+func (s *System) DrainUsage(ctx context.Context) []Usage {
+	var pids []*actor.PID
+	s.projects.Range(func(_, pid any) bool {
+		pids = append(pids, pid.(*actor.PID))
+		return true
+	})
+	reply := make(chan Usage, len(pids))
+	for _, pid := range pids {
+		s.root.Send(pid, &usageDrain{reply: reply})
+	}
+	out := make([]Usage, 0, len(pids))
+	for range pids {
+		select {
+		case u := <-reply:
+			out = append(out, u)
+		case <-ctx.Done():
+			return out
+		}
+	}
+	return out
 }
 
 // ProjectDeleted closes the project's connections and stops its actors.

@@ -47,4 +47,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 // wsSession adapts an actors.Session to the transport.
 type wsSession struct{ *actors.Session }
 
-func (h wsSession) HandleClose(transport.CloseInfo) { h.Session.HandleClose() }
+func (h wsSession) HandleClose(info transport.CloseInfo) {
+	status := actors.CloseStatus{}
+	if info.ByPeer && info.Code != 1005 { // 1005: the close frame had no status
+		status = actors.CloseStatus{Supplied: true, Code: int(info.Code), Reason: info.Reason}
+	}
+	h.Session.HandleClose(status)
+}

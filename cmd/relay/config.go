@@ -29,6 +29,7 @@ type Config struct {
 	IdleTimeout             time.Duration // IDLE_TIMEOUT_SECONDS
 	ConnectionMaxLifetime   time.Duration // CONNECTION_MAX_LIFETIME_SECONDS
 	WebhookTimeout          time.Duration // WEBHOOK_TIMEOUT_MS
+	WebhookAllowPrivate     bool          // WEBHOOK_ALLOW_PRIVATE_ADDRESSES: let webhooks reach loopback/private addresses
 	UsageRollup             time.Duration // USAGE_ROLLUP_SECONDS
 	ShutdownTimeout         time.Duration // SHUTDOWN_TIMEOUT_SECONDS
 
@@ -42,7 +43,7 @@ var configVars = []string{
 	"ALLOWED_SIGNUP_EMAILS", "EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE",
 	"CLIENT_EMIT_RATE_LIMIT_PER_SECOND", "CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS",
 	"REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS", "CONNECTION_MAX_LIFETIME_SECONDS",
-	"WEBHOOK_TIMEOUT_MS", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
+	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
 	"LOG_FORMAT", "LOG_LEVEL",
 }
 
@@ -67,6 +68,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		IdleTimeout:             p.duration("IDLE_TIMEOUT_SECONDS", 600, time.Second),
 		ConnectionMaxLifetime:   p.duration("CONNECTION_MAX_LIFETIME_SECONDS", 86400, time.Second),
 		WebhookTimeout:          p.duration("WEBHOOK_TIMEOUT_MS", 2500, time.Millisecond),
+		WebhookAllowPrivate:     p.oneOf("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "false", "true", "false") == "true",
 		UsageRollup:             p.duration("USAGE_ROLLUP_SECONDS", 300, time.Second),
 		ShutdownTimeout:         p.duration("SHUTDOWN_TIMEOUT_SECONDS", 15, time.Second),
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/api/webhook"
 	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/transport"
@@ -90,6 +91,8 @@ type app struct {
 	log       *slog.Logger
 	store     *store.Store
 	actors    *actors.System
+	webhooks  *webhook.Dispatcher
+	usage     *usageRollup
 	transport *transport.Server
 	public    *http.Server
 	addr      net.Addr // bound public address (useful when RELAY_ADDR ends in :0)
@@ -132,6 +135,10 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		st.Close()
 		return nil, fmt.Errorf("start transport: %w", err)
 	}
+	hooks := webhook.New(webhook.Config{
+		Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate,
+		Logger: log.With("component", "webhook"),
+	})
 	sys := actors.NewSystem(actors.Config{
 		EmitRatePerMinute:       cfg.EmitRatePerMinute,
 		ProjectRatePerMinute:    cfg.ProjectRatePerMinute,
@@ -139,6 +146,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		ClientEmitRatePerSecond: cfg.ClientEmitRatePerSecond,
 		TokenMaxTTL:             cfg.ClientEmitTokenMaxTTL,
 		LoadSettings:            settingsLoader(st),
+		Webhooks:                webhookSender(hooks),
 		Logger:                  log.With("component", "actors"),
 	})
 	keys := actors.NewKeyIndex(keyLoader(st))
@@ -150,7 +158,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
 	})
 	a := &app{
-		log: log, store: st, actors: sys, transport: tr, addr: ln.Addr(), served: make(chan error, 1),
+		log: log, store: st, actors: sys, transport: tr, webhooks: hooks, usage: newUsageRollup(st, sys, log), addr: ln.Addr(), served: make(chan error, 1),
 		public: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -166,6 +174,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	jobs, stopJobs := context.WithCancel(context.Background())
 	a.stopJobs = stopJobs
 	a.every(jobs, 10*time.Minute, a.pruneRevocations)
+	a.every(jobs, cfg.UsageRollup, a.usage.flush)
 	return a, nil
 }
 
@@ -215,7 +224,9 @@ func (a *app) shutdown(ctx context.Context) error {
 	}
 	a.stopJobs()
 	a.jobsDone.Wait()
+	a.usage.flush(ctx) // after the last connect and emit: no count is lost
 	err = errors.Join(err, a.actors.Shutdown(ctx))
+	err = errors.Join(err, a.webhooks.Close(ctx))
 	err = errors.Join(err, a.store.Close())
 	a.log.Info("stopped")
 	return err

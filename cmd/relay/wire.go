@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/api/webhook"
 	"github.com/relayhq/relay/store"
 )
 
@@ -39,7 +40,7 @@ func settingsLoader(st *store.Store) actors.SettingsLoader {
 		if err != nil {
 			return actors.Settings{}, err
 		}
-		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret}
+		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret}
 		for _, r := range revs {
 			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
 		}
@@ -47,6 +48,19 @@ func settingsLoader(st *store.Store) actors.SettingsLoader {
 			out.ChannelRateLimit = *s.ChannelRateLimit
 		}
 		return out, nil
+	}
+}
+
+// webhookSender turns the actors' connection events into webhook deliveries.
+func webhookSender(d *webhook.Dispatcher) actors.WebhookSender {
+	return func(url, secret string, ev actors.ConnEvent) {
+		e := webhook.Event{Event: ev.Kind, ProjectID: ev.ProjectID, ConnectionID: ev.ConnectionID,
+			Timestamp: ev.At.UTC().Format("2006-01-02T15:04:05.000Z")}
+		if ev.Status.Supplied {
+			code, reason := ev.Status.Code, ev.Status.Reason
+			e.DisconnectStatusCode, e.DisconnectReason = &code, &reason
+		}
+		d.Deliver(webhook.Delivery{URL: url, Secret: secret, Event: e})
 	}
 }
 

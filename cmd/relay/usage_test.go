@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+func TestUsageRowsExact(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, map[string]string{"USAGE_ROLLUP_SECONDS": "1", "EMIT_RATE_LIMIT_PER_MINUTE": "5"})
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		other := owner.createProject("quiet")
+		if s := time.Now().Second(); s > 50 {
+			time.Sleep(time.Duration(61-s) * time.Second) // one minute window for the budget
+		}
+		conns := []*wsClient{ts.dialWS(p.publicKey), ts.dialWS(p.publicKey), ts.dialWS(p.publicKey)}
+		for range 6 { // the 6th is refused by the channel budget and is not counted
+			owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
+		}
+		day := time.Now().UTC().Format(time.DateOnly)
+		var rows []struct{ c, m, peak int64 }
+		waitUntil(t, func() bool {
+			us, err := ts.app.store.Usage(context.Background(), p.id, day)
+			if err != nil || len(us) != 1 {
+				return false
+			}
+			rows = append(rows[:0], struct{ c, m, peak int64 }{us[0].ConnectionCount, us[0].MessageCount, us[0].PeakConcurrentConnections})
+			return us[0].ConnectionCount == 3 && us[0].MessageCount == 5
+		})
+		if rows[0].peak != 3 {
+			t.Fatalf("peak %d, want 3 live connections at the rollup", rows[0].peak)
+		}
+		// One more connect and emit, then a clean shutdown: flushed, not lost.
+		conns[0].conn.Close()
+		ts.dialWS(p.publicKey)
+		owner.emit(p.secretKey, `{"channel":"b","payload":1}`)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ts.app.shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ts.app = nil
+		ts2 := startServer(t, url, nil) // read back through a fresh process core
+		us, err := ts2.app.store.Usage(context.Background(), p.id, day)
+		if err != nil || len(us) != 1 || us[0].ConnectionCount != 4 || us[0].MessageCount != 6 || us[0].PeakConcurrentConnections != 3 {
+			t.Fatalf("after shutdown: %+v, %v; want 4 connects, 6 messages, peak 3", us, err)
+		}
+		if q, _ := ts2.app.store.Usage(context.Background(), other.id, day); len(q) != 0 {
+			t.Fatalf("a project without traffic has rows: %+v", q)
+		}
+	})
+}
