@@ -28,6 +28,8 @@ type channelActor struct {
 	window  fixedWindow
 	replay  replayRing
 
+	counters  *Counters
+	mailbox   *mailboxDepth
 	processed uint64 // messages had from the project actor (see mayStop)
 	dormancy  time.Duration
 	now       func() time.Time
@@ -48,6 +50,7 @@ func newChannelActor(name string, cfg *Config) *channelActor {
 		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
 		dormancy: cfg.ChannelDormancy,
 		now:      cfg.Now,
+		counters: cfg.counters,
 	}
 }
 
@@ -69,6 +72,8 @@ func (a *channelActor) Receive(ctx actor.Context) {
 	case *unsubscribe:
 		a.processed++
 		a.unsubscribe(m)
+	case *inspectChannel:
+		a.inspect(m)
 	case *actor.ReceiveTimeout:
 		ctx.SetReceiveTimeout(a.dormancy) // a fired timeout is cancelled; arm it again
 		if a.dormant() {
@@ -82,6 +87,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 // client-emit, to every subscriber but the emitter, which gets the emit ack.
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	if m.projectDenied {
+		a.counters.RateLimitedProject.Add(1)
 		return PublishResult{
 			Channel: a.window.peek(m.At, m.channelLimit), Project: m.projectBudget,
 			Err: &proto.Error{Code: proto.CodeProjectRateLimited},
@@ -89,6 +95,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	}
 	budget, ok := a.window.take(m.At, m.channelLimit)
 	if !ok {
+		a.counters.RateLimitedChannel.Add(1)
 		ctx.Send(ctx.Parent(), &refund{at: m.At})
 		project := m.projectBudget
 		project.Remaining = min(project.Remaining+1, project.Limit)
@@ -124,6 +131,13 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	}
 	if m.origin != nil {
 		m.origin.Send(textFrame(proto.AppendEmitAck(nil, a.name, a.seq)))
+		a.counters.EmittedClient.Add(1)
+	} else {
+		a.counters.EmittedHTTP.Add(1)
+	}
+	a.counters.Deliveries.Add(int64(res.Delivered))
+	if dropped := res.Subscribers - res.Delivered - boolInt(m.origin != nil); dropped > 0 {
+		a.counters.Drops.Add(int64(dropped))
 	}
 	return res
 }
@@ -210,8 +224,10 @@ func (a *channelActor) presenceEvent(event, clientID string, except uint64) {
 // sendReplay sends the buffered messages newer than since, flagged replay,
 // after a replay_gap when some of what followed since is no longer buffered.
 func (a *channelActor) sendReplay(sink Sink, since float64) {
+	a.counters.ReplayRequests.Add(1)
 	a.replay.expire(a.now())
 	if a.replay.gapAfter(since) {
+		a.counters.ReplayGaps.Add(1)
 		sink.Send(textFrame(proto.AppendReplayGap(nil, a.name, since)))
 	}
 	a.replay.each(since, func(msg []byte) {
@@ -252,4 +268,11 @@ func (a *channelActor) dormant() bool {
 	now := a.now()
 	a.replay.expire(now)
 	return len(a.subs) == 0 && a.window.idle(now) && a.replay.empty()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -40,6 +40,7 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		return
 	}
 	if !a.takeClientBudget(claims.clientID, now) { // 6
+		a.cfg.counters.RateLimitedClient.Add(1)
 		fail(proto.CodeClientEmitRateLimited)
 		return
 	}

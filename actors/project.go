@@ -35,6 +35,7 @@ type projectActor struct {
 	revokedClients map[string]Revocation   // clientId → latest revocation
 	clientWindows  map[string]*fixedWindow // clientId → 1-second window
 	gen            uint64                  // bumped by every change applied by message
+	mailbox        *mailboxDepth
 
 	connects int64
 	emits    int64
@@ -63,6 +64,9 @@ func (a *projectActor) Receive(ctx actor.Context) {
 		return
 	case *settingsChanged:
 		a.loadSettings(ctx)
+		return
+	case *inspectProject:
+		a.inspect(m)
 		return
 	case *revoked:
 		a.gen++
@@ -152,8 +156,9 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 	c, ok := a.channels[channel]
 	if !ok {
 		cfg := a.cfg
-		props := actor.PropsFromProducer(func() actor.Actor { return newChannelActor(channel, cfg) },
-			actor.WithSupervisor(resumeOnPanic))
+		mb := &mailboxDepth{}
+		props := actor.PropsFromProducer(func() actor.Actor { c := newChannelActor(channel, cfg); c.mailbox = mb; return c },
+			actor.WithSupervisor(resumeOnPanic), mb.props())
 		c = &childChannel{pid: ctx.Spawn(props)}
 		a.channels[channel] = c
 	}

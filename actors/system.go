@@ -29,8 +29,10 @@ type Config struct {
 	Webhooks WebhookSender
 	// NodeID prefixes connection ids so they are unique across nodes and restarts.
 	NodeID string
-	Logger *slog.Logger
-	Now    func() time.Time
+
+	counters *Counters
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // ErrTimeout is returned by the edge calls when the actors did not answer in time.
@@ -70,6 +72,7 @@ func NewSystem(cfg Config) *System {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.counters = &Counters{}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, ConnEvent) {}
 	}
@@ -97,8 +100,9 @@ func (s *System) project(id string) *actor.PID {
 		return pid.(*actor.PID)
 	}
 	cfg := s.cfg
-	props := actor.PropsFromProducer(func() actor.Actor { return newProjectActor(id, cfg) },
-		actor.WithSupervisor(resumeOnPanic))
+	mb := &mailboxDepth{}
+	props := actor.PropsFromProducer(func() actor.Actor { p := newProjectActor(id, cfg); p.mailbox = mb; return p },
+		actor.WithSupervisor(resumeOnPanic), mb.props())
 	pid, err := s.root.SpawnNamed(props, "project/"+id)
 	if err != nil && !errors.Is(err, actor.ErrNameExists) {
 		panic("spawn project actor: " + err.Error()) // only ErrNameExists is possible

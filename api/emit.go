@@ -44,10 +44,17 @@ const emitTimeout = 5 * time.Second
 
 // handleEmit is SPEC.md › Emit endpoint.
 func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
+	leave, ok := s.enter(w)
+	if !ok {
+		return
+	}
+	defer leave()
 	projectID, ok := s.secretKeyProject(w, r)
 	if !ok {
 		return
 	}
+	start := time.Now()
+	defer func() { s.metrics.emitted(time.Since(start)) }()
 	body, err := readBody(w, r, maxEmitBody)
 	if errors.Is(err, errBodyTooLarge) {
 		// Far over the message cap whatever its shape.

@@ -15,6 +15,11 @@ import (
 // revocation is stored before the answer (it survives a restart) and applied
 // to the live project at once.
 func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
+	leave, ok := s.enter(w)
+	if !ok {
+		return
+	}
+	defer leave()
 	projectID, ok := s.secretKeyProject(w, r)
 	if !ok {
 		return

@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/transport"
 )
@@ -45,6 +47,7 @@ type Options struct {
 	// TokenMaxTTL is CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS: how long a stored
 	// revocation can matter.
 	TokenMaxTTL time.Duration
+	Metrics     *Metrics // nil: nothing observed
 }
 
 // Server is the public HTTP surface.
@@ -60,7 +63,14 @@ type Server struct {
 	actors    *actors.System
 	transport *transport.Server
 	tokenTTL  time.Duration
-	now       func() time.Time
+	metrics   *Metrics
+
+	// draining refuses new connection-plane requests once shutdown begins;
+	// inflight is held (read-locked) by each emit, handshake and revoke in
+	// progress, so Drain can wait for them.
+	inflight sync.RWMutex
+	draining bool
+	now      func() time.Time
 }
 
 // New builds the public handler.
@@ -81,6 +91,7 @@ func New(o Options) *Server {
 		actors:        o.Actors,
 		transport:     o.Transport,
 		tokenTTL:      o.TokenMaxTTL,
+		metrics:       o.Metrics,
 		now:           o.Now,
 	}
 	mux := http.NewServeMux()
@@ -95,6 +106,28 @@ func New(o Options) *Server {
 	mux.HandleFunc("/", notFound)
 	s.handler = securityHeaders(mux)
 	return s
+}
+
+// Drain makes the connection plane (emit, revoke, WebSocket handshakes)
+// answer 503 from now on and waits for the requests already past that check,
+// so that every emit answered 200 has been handed to its subscribers' queues
+// before the connections are closed.
+func (s *Server) Drain() {
+	s.inflight.Lock()
+	s.draining = true
+	s.inflight.Unlock()
+}
+
+// enter admits a connection-plane request, or answers 503 while draining.
+// The caller must call the returned func when done.
+func (s *Server) enter(w http.ResponseWriter) (leave func(), ok bool) {
+	s.inflight.RLock()
+	if s.draining {
+		s.inflight.RUnlock()
+		writeError(w, proto.CodeUnavailable)
+		return nil, false
+	}
+	return s.inflight.RUnlock, true
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

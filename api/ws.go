@@ -13,20 +13,32 @@ import (
 // Authentication rule 1: a bad key gets 401 and never a WebSocket), then hands
 // the socket to the transport and its messages to a connection actor.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
-	if s.transport.ShuttingDown() {
-		writeError(w, proto.CodeUnavailable)
+	leave, ok := s.enter(w)
+	if !ok {
+		s.metrics.refused(refusedShuttingDown)
 		return
 	}
+	defer leave()
 	raw := r.URL.Query().Get("publicKey")
 	if raw == "" {
+		s.metrics.refused(refusedMissingKey)
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
 	k, ok, err := s.keys.Lookup(r.Context(), raw)
 	if err != nil {
 		s.log.Warn("key lookup failed", "err", err)
+		s.metrics.refused(refusedStoreDown)
 		writeError(w, proto.CodeUnavailable)
 		return
+	}
+	switch {
+	case !ok:
+		s.metrics.refused(refusedUnknownKey)
+	case k.Revoked:
+		s.metrics.refused(refusedRevokedKey)
+	case k.Type != "public":
+		s.metrics.refused(refusedNotPublic)
 	}
 	if !ok || k.Revoked || k.Type != "public" {
 		writeError(w, proto.CodeUnauthorized)
@@ -37,8 +49,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, transport.ErrShuttingDown):
+		s.metrics.refused(refusedShuttingDown)
 		writeError(w, proto.CodeUnavailable)
 	case err != nil:
+		s.metrics.refused(refusedBadUpgrade)
 		// The upgrader has already answered (400 for a non-WebSocket request).
 		s.log.Debug("websocket upgrade failed", "err", err)
 	}

@@ -192,3 +192,23 @@ func isForeignKey(err error) bool {
 	}
 	return strings.Contains(err.Error(), "FOREIGN KEY constraint failed")
 }
+
+// ObserveQueries calls observe after every query with its operation
+// (SELECT, INSERT, …), duration and error, for metrics.
+func (s *Store) ObserveQueries(observe func(op string, d time.Duration, err error)) {
+	s.db.AddQueryHook(queryHook{observe})
+}
+
+type queryHook struct {
+	observe func(op string, d time.Duration, err error)
+}
+
+func (h queryHook) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
+
+func (h queryHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
+	err := ev.Err
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	h.observe(ev.Operation(), time.Since(ev.StartTime), err)
+}

@@ -94,8 +94,11 @@ type app struct {
 	webhooks  *webhook.Dispatcher
 	usage     *usageRollup
 	transport *transport.Server
+	api       *api.Server
 	public    *http.Server
-	addr      net.Addr // bound public address (useful when RELAY_ADDR ends in :0)
+	debug     *http.Server // nil when RELAY_DEBUG_ADDR is empty
+	addr      net.Addr     // bound public address (useful when RELAY_ADDR ends in :0)
+	debugAddr net.Addr
 	served    chan error
 	stopJobs  context.CancelFunc
 	jobsDone  sync.WaitGroup
@@ -150,15 +153,18 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		Logger:                  log.With("component", "actors"),
 	})
 	keys := actors.NewKeyIndex(keyLoader(st))
+	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
+	st.ObserveQueries(metrics.ObserveQuery)
 	handler := api.New(api.Options{
 		Store: st, Logger: log, SessionKey: key, CookieSecure: cfg.CookieSecure,
 		AllowedSignupEmails: cfg.AllowedSignupEmails,
 		Live:                live{keys: keys, actors: sys},
 		Keys:                keys, Actors: sys, Transport: tr,
 		TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
+		Metrics:     metrics,
 	})
 	a := &app{
-		log: log, store: st, actors: sys, transport: tr, webhooks: hooks, usage: newUsageRollup(st, sys, log), addr: ln.Addr(), served: make(chan error, 1),
+		log: log, api: handler, store: st, actors: sys, transport: tr, webhooks: hooks, usage: newUsageRollup(st, sys, log), addr: ln.Addr(), served: make(chan error, 1),
 		public: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -175,6 +181,22 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	a.stopJobs = stopJobs
 	a.every(jobs, 10*time.Minute, a.pruneRevocations)
 	a.every(jobs, cfg.UsageRollup, a.usage.flush)
+	if cfg.DebugAddr != "" {
+		dln, err := net.Listen("tcp", cfg.DebugAddr)
+		if err != nil {
+			a.shutdown(context.Background())
+			return nil, fmt.Errorf("listen on RELAY_DEBUG_ADDR %s: %w", cfg.DebugAddr, err)
+		}
+		a.debug = &http.Server{
+			Handler:           api.NewOperator(api.OperatorOptions{Actors: sys, Transport: tr, Metrics: metrics, Logger: log}),
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		go a.debug.Serve(dln)
+		a.debugAddr = dln.Addr()
+		log.Info("listening", "listener", "debug", "addr", dln.Addr().String())
+	}
+
 	return a, nil
 }
 
@@ -213,7 +235,11 @@ func (a *app) pruneRevocations(ctx context.Context) {
 // finish, stops the actors and closes the store.
 func (a *app) shutdown(ctx context.Context) error {
 	a.log.Info("shutting down", "connections", a.transport.Len())
+	a.api.Drain() // new emits and handshakes get 503; those in flight finish
 	err := a.transport.Shutdown(ctx)
+	if a.debug != nil {
+		defer a.debug.Close() // operators can watch the shutdown to the end
+	}
 	err = errors.Join(err, a.public.Shutdown(ctx))
 	select {
 	case serr := <-a.served:

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+func getText(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// metric finds one sample in Prometheus text: name with exactly these labels ("" for none).
+func metric(t *testing.T, text, name, labels string) float64 {
+	t.Helper()
+	key := name
+	if labels != "" {
+		key += "{" + labels + "}"
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s in /metrics", key)
+	return 0
+}
+
+func TestOperatorEndpointsDuringTraffic(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "EMIT_RATE_LIMIT_PER_MINUTE": "2"})
+	debug := "http://" + ts.app.debugAddr.String()
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	owner.createProject("idle") // no traffic: no actor
+	if s := time.Now().Second(); s > 55 {
+		time.Sleep(6 * time.Second)
+	}
+	subs := []*wsClient{subscribed(t, ts, p.publicKey, "a"), subscribed(t, ts, p.publicKey, "a")}
+	x := presenceSub(t, ts, p.publicKey, "a", "x")
+	x.expect(`{"type":"presence","channel":"a","event":"sync","members":[]}`)
+	var seq int64
+	for range 2 {
+		r := owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
+		seq = int64(num(r.json, "seq"))
+	}
+	if r := owner.emit(p.secretKey, `{"channel":"a","payload":1}`); r.status != 429 {
+		t.Fatalf("third emit: %s", r.raw)
+	}
+	late := ts.dialWS(p.publicKey)
+	late.send(`{"action":"subscribe","channel":"b","since":1}`) // a gap: nothing of b is known
+	late.expect(`{"type":"replay_gap","channel":"b","since":1}`)
+	if _, status, _ := ts.tryDialWS("pk_live_unknown"); status != 401 {
+		t.Fatal("unknown key accepted")
+	}
+	for _, s := range append(subs, x) {
+		s.expectExcept(`{"channel":"a","payload":1}`, "seq")
+		s.expectExcept(`{"channel":"a","payload":1}`, "seq")
+	}
+
+	// /debug/actors: the project, then its channel.
+	status, body := getText(t, debug+"/debug/actors")
+	var v struct {
+		Projects []struct {
+			ID          string `json:"id"`
+			Connections int    `json:"connections"`
+			Channels    int    `json:"channels"`
+			ChannelList []struct {
+				Name            string   `json:"name"`
+				Seq             int64    `json:"seq"`
+				Subscribers     int      `json:"subscribers"`
+				PresenceMembers []string `json:"presenceMembers"`
+				ReplayLength    int      `json:"replayLength"`
+				ReplayBytes     int      `json:"replayBytes"`
+				ChannelBudget   struct{ Limit, Remaining int }
+			} `json:"channelList"`
+		} `json:"projects"`
+		ProjectsMatching int `json:"projectsMatching"`
+		Transport        struct{ Open int }
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 {
+		t.Fatalf("/debug/actors: %d %s", status, body)
+	}
+	if v.ProjectsMatching != 1 || v.Projects[0].ID != p.id || v.Projects[0].Connections != 4 || v.Projects[0].Channels != 2 || v.Transport.Open != 4 {
+		t.Fatalf("/debug/actors: %s", body)
+	}
+	status, body = getText(t, debug+"/debug/actors?project="+p.id+"&channel=a")
+	if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 || len(v.Projects) != 1 || len(v.Projects[0].ChannelList) != 1 {
+		t.Fatalf("/debug/actors?project&channel: %d %s", status, body)
+	}
+	ch := v.Projects[0].ChannelList[0]
+	if ch.Name != "a" || ch.Seq != seq || ch.Subscribers != 3 || strings.Join(ch.PresenceMembers, ",") != "x" ||
+		ch.ReplayLength != 2 || ch.ReplayBytes == 0 || ch.ChannelBudget.Limit != 2 || ch.ChannelBudget.Remaining != 0 {
+		t.Fatalf("channel a: %+v", ch)
+	}
+	if _, body = getText(t, debug+"/debug/actors?project="+p.id+"&channel=*&limit=1&offset=1"); !strings.Contains(body, `"name":"b"`) || strings.Contains(body, `"name":"a"`) {
+		t.Fatalf("second page of channels: %s", body)
+	}
+	if status, body = getText(t, debug+"/debug/"); status != 200 || !strings.Contains(body, p.id) {
+		t.Fatalf("/debug/: %d", status)
+	}
+	if status, _ = getText(t, debug+"/debug/pprof/"); status != 200 {
+		t.Fatalf("/debug/pprof/: %d", status)
+	}
+
+	// /metrics against what the test did.
+	_, text := getText(t, debug+"/metrics")
+	checks := []struct {
+		name, labels string
+		want         float64
+	}{
+		{"relay_connections_open", "", 4},
+		{"relay_connections_opened_total", "", 4},
+		{"relay_messages_emitted_total", `path="http"`, 2},
+		{"relay_messages_emitted_total", `path="client"`, 0},
+		{"relay_deliveries_total", "", 6},
+		{"relay_emits_rate_limited_total", `kind="channel"`, 1},
+		{"relay_handshakes_refused_total", `reason="unknown_key"`, 1},
+		{"relay_replay_requests_total", "", 1},
+		{"relay_replay_gaps_total", "", 1},
+		{"relay_emit_duration_seconds_count", "", 3},
+		{"relay_connections_closed_total", `cause="idle"`, 0},
+	}
+	for _, c := range checks {
+		if got := metric(t, text, c.name, c.labels); got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if metric(t, text, "relay_store_query_duration_seconds_count", `op="SELECT"`) == 0 || metric(t, text, "go_goroutines", "") == 0 {
+		t.Error("store or runtime metrics missing")
+	}
+	// The operator endpoints are not on the public listener.
+	for _, path := range []string{"/metrics", "/debug/actors", "/debug/pprof/"} {
+		if status, _ := getText(t, ts.base+path); status != 404 {
+			t.Errorf("public %s: %d, want 404", path, status)
+		}
+	}
+}
+
+// TestShutdownWithThousandConnections: every connection gets 1001, every
+// emit answered 200 reaches every connected subscriber, usage rows are whole.
+func TestShutdownWithThousandConnections(t *testing.T) {
+	url := storetest.SQLiteURL(t)
+	ts := startServer(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	const n = 1000
+	clients := make([]*wsClient, n)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _, err := ts.tryDialWS(p.publicKey)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c.send(`{"action":"subscribe","channel":"all"}`)
+			clients[i] = c
+		}()
+	}
+	wg.Wait()
+	for _, c := range clients {
+		c.expect(`{"action":"subscribe","channel":"all","ok":true}`)
+	}
+	// Emit while the shutdown starts; remember what was acknowledged.
+	var acked []int64
+	var mu sync.Mutex
+	stopEmit := make(chan struct{})
+	emitted := make(chan struct{})
+	go func() {
+		defer close(emitted)
+		c := ts.client()
+		for i := 0; ; i++ {
+			select {
+			case <-stopEmit:
+				return
+			default:
+			}
+			r := c.emitNoFail(p.secretKey, fmt.Sprintf(`{"channel":"all","payload":%d}`, i))
+			if r.status == 200 {
+				mu.Lock()
+				acked = append(acked, int64(num(r.json, "seq")))
+				mu.Unlock()
+			}
+			if r.status == 0 {
+				return // the listener is closed
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := ts.app.shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("shutdown with %d connections took %v", n, time.Since(start))
+	close(stopEmit)
+	<-emitted
+	ts.app = nil
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) == 0 {
+		t.Fatal("no emit was acknowledged")
+	}
+	for i, c := range clients {
+		got := map[int64]bool{}
+		for {
+			f, ok := c.next(10 * time.Second)
+			if !ok {
+				t.Fatalf("client %d: no close frame", i)
+			}
+			if f.closed {
+				if f.closeCode != 1001 {
+					t.Fatalf("client %d closed with %d", i, f.closeCode)
+				}
+				break
+			}
+			if f.err != nil {
+				t.Fatalf("client %d: %v", i, f.err)
+			}
+			var m map[string]any
+			json.Unmarshal([]byte(f.text), &m)
+			got[int64(num(m, "seq"))] = true
+		}
+		for _, s := range acked {
+			if !got[s] {
+				t.Fatalf("client %d lost acknowledged seq %d (%d acked)", i, s, len(acked))
+			}
+		}
+	}
+	// Usage rows are complete after the restart.
+	ts2 := startServer(t, url, nil)
+	us, err := ts2.app.store.Usage(context.Background(), p.id, time.Now().UTC().Format(time.DateOnly))
+	if err != nil || len(us) != 1 || us[0].ConnectionCount != n || us[0].MessageCount < int64(len(acked)) {
+		t.Fatalf("usage after shutdown: %+v %v; want %d connects and at least %d messages", us, err, n, len(acked))
+	}
+}
+
+// emitNoFail is emit that reports a refused connection as status 0.
+func (c *client) emitNoFail(secretKey, body string) response {
+	req, _ := http.NewRequest("POST", c.ts.base+"/emit", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+secretKey)
+	res, err := c.http.Do(req)
+	if err != nil {
+		return response{}
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{status: res.StatusCode, raw: string(raw)}
+	json.Unmarshal(raw, &r.json)
+	return r
+}
