@@ -1,0 +1,207 @@
+// Package client is the Go reference client of a Relay (SPEC.md › Reference
+// client behavior): subscribe, receive, presence, client-emit with a token,
+// heartbeat, and automatic reconnect with backoff that resubscribes and asks
+// for replay from the last seq seen on each channel, dropping duplicates.
+//
+// A Client is safe for concurrent use; Close stops every goroutine it started.
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// Options are SPEC.md's client options; zero values take its defaults.
+type Options struct {
+	// NoReconnect turns automatic reconnection off (SPEC.md's reconnect: false).
+	NoReconnect         bool
+	MaxReconnectDelay   time.Duration // default 30 s
+	HeartbeatInterval   time.Duration // default 240 s; negative disables
+	HeartbeatAckTimeout time.Duration // default 15 s
+
+	// Clock and Jitter are for tests: Clock.After replaces time.After, Jitter
+	// returns a number in [0, 1) (default math/rand).
+	Clock  func(d time.Duration) <-chan time.Time
+	Jitter func() float64
+	// OnState is called (in order, from one goroutine) on every state change.
+	OnState func(State)
+}
+
+func (o *Options) defaults() {
+	if o.MaxReconnectDelay <= 0 {
+		o.MaxReconnectDelay = 30 * time.Second
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = 240 * time.Second
+	}
+	if o.HeartbeatAckTimeout <= 0 {
+		o.HeartbeatAckTimeout = 15 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = time.After
+	}
+	if o.Jitter == nil {
+		o.Jitter = rand.Float64
+	}
+}
+
+// State is the connection state.
+type State string
+
+const (
+	Connecting   State = "connecting"
+	Open         State = "open"
+	Reconnecting State = "reconnecting"
+	Closed       State = "closed"
+)
+
+// Backoff is the delay before reconnect attempt n (0-based): 500 ms × 2^n,
+// capped at max, then ±50 % jitter (jitter in [0, 1)).
+func Backoff(attempt int, max time.Duration, jitter float64) time.Duration {
+	d := 500 * time.Millisecond
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return time.Duration(float64(d) * (0.5 + jitter))
+}
+
+// Message is an emitted or client-emitted message.
+type Message struct {
+	Channel  string          `json:"channel"`
+	Payload  json.RawMessage `json:"payload"`
+	Seq      uint64          `json:"seq"`
+	Type     string          `json:"type,omitempty"`     // client-emit only
+	ClientID string          `json:"clientId,omitempty"` // client-emit only
+	Replay   bool            `json:"replay,omitempty"`
+}
+
+// Event is what a subscription delivers: a message, a presence change, or a
+// replay gap (messages after Since were lost; the application should
+// resynchronise).
+type Event struct {
+	Message  *Message
+	Presence *PresenceEvent
+	Gap      *Gap
+}
+
+// PresenceEvent is a sync, join or leave; Members is the member list after it.
+type PresenceEvent struct {
+	Event    string // sync, join, leave
+	ClientID string // join and leave
+	Members  []string
+}
+
+// Gap reports that messages after Since may be missing.
+type Gap struct{ Since float64 }
+
+// Error is an error frame of the service.
+type Error struct {
+	Code    string `json:"error"`
+	Channel string `json:"channel,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Channel != "" {
+		return "relay: " + e.Code + " (" + e.Channel + ")"
+	}
+	return "relay: " + e.Code
+}
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("relay client: closed")
+
+// SubscribeOptions: Presence needs a ClientID.
+type SubscribeOptions struct {
+	Presence bool
+	ClientID string
+}
+
+// Subscription is one channel's stream of events.
+type Subscription struct {
+	c       *Client
+	channel string
+	opts    SubscribeOptions
+	events  chan Event
+	done    chan struct{}
+	ended   sync.Once
+
+	// Guarded by c.mu.
+	lastSeq uint64
+	hasSeq  bool
+	members []string
+}
+
+// Events delivers the subscription's events in order. A consumer that falls
+// more than 1024 events behind holds up the connection's reader, like a slow
+// socket would. The channel is never closed: select on Done too.
+func (s *Subscription) Events() <-chan Event { return s.events }
+
+// Done is closed when the subscription ends (Unsubscribe, Close, or the
+// client giving up reconnecting).
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+func (s *Subscription) end() { s.ended.Do(func() { close(s.done) }) }
+
+// Members is the current presence member list (other members, sorted as the
+// server sent them, updated by join and leave).
+func (s *Subscription) Members() []string {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return append([]string(nil), s.members...)
+}
+
+// LastSeq is the last seq delivered on this channel.
+func (s *Subscription) LastSeq() (uint64, bool) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.lastSeq, s.hasSeq
+}
+
+// wsURL builds the connect address from a ws:// or http:// base.
+func wsURL(base, publicKey string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	}
+	if !strings.HasSuffix(u.Path, "/ws") {
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/ws"
+	}
+	q := u.Query()
+	q.Set("publicKey", publicKey)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// validate checks what the server would refuse anyway, so that every error
+// frame the client gets is about an operation it is waiting for.
+func validate(channel string, opts SubscribeOptions) error {
+	if !proto.ValidChannel(channel) {
+		return &Error{Code: string(proto.CodeInvalidChannel), Channel: channel}
+	}
+	if opts.Presence && opts.ClientID == "" {
+		return &Error{Code: string(proto.CodeClientIDRequired), Channel: channel}
+	}
+	return nil
+}
+
+// pending is an operation waiting for its answer.
+type pending struct {
+	done chan error
+	seq  uint64 // emit ack
+}
+
+func newPending() *pending { return &pending{done: make(chan error, 1)} }

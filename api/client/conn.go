@@ -1,0 +1,538 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// ErrDisconnected fails an operation whose connection dropped before its answer.
+var ErrDisconnected = errors.New("relay client: connection lost")
+
+// Client is a connection to a Relay that keeps itself connected.
+type Client struct {
+	url  string
+	opts Options
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	writeMu sync.Mutex // one writer on the socket at a time
+
+	mu        sync.Mutex
+	conn      net.Conn // nil while disconnected
+	state     State
+	subs      map[string]*Subscription
+	waitSub   map[string][]*pending
+	waitUnsub map[string][]*pending
+	waitEmit  map[string][]*pending
+	pong      chan struct{}
+	errs      chan error
+	states    chan State
+}
+
+// Dial connects to base (http://host:port, or the ws:// address) with a
+// project's public key. The first connection must succeed; after that the
+// client reconnects by itself unless Options.NoReconnect.
+func Dial(ctx context.Context, base, publicKey string, opts Options) (*Client, error) {
+	opts.defaults()
+	u, err := wsURL(base, publicKey)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		url: u, opts: opts, ctx: cctx, cancel: cancel,
+		subs: map[string]*Subscription{}, waitSub: map[string][]*pending{}, waitUnsub: map[string][]*pending{}, waitEmit: map[string][]*pending{},
+		pong: make(chan struct{}, 1), errs: make(chan error, 64), states: make(chan State, 64),
+	}
+	c.wg.Add(1)
+	go c.notifyStates()
+	c.setState(Connecting)
+	conn, err := c.dial(ctx)
+	if err != nil {
+		c.setState(Closed)
+		cancel()
+		close(c.states)
+		c.wg.Wait()
+		return nil, err
+	}
+	c.wg.Add(1)
+	go c.run(conn)
+	return c, nil
+}
+
+// Errors delivers error frames that answer no pending operation (dropped
+// when nobody reads and 64 are waiting).
+func (c *Client) Errors() <-chan error { return c.errs }
+
+func (c *Client) notifyStates() {
+	defer c.wg.Done()
+	for s := range c.states {
+		if c.opts.OnState != nil {
+			c.opts.OnState(s)
+		}
+	}
+}
+
+func (c *Client) setState(s State) {
+	c.mu.Lock()
+	c.state = s
+	c.mu.Unlock()
+	select {
+	case c.states <- s:
+	default: // a listener this slow misses intermediate states
+	}
+}
+
+// State is the current connection state.
+func (c *Client) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// HandshakeError is a refused connect (401 for a bad key, 503 while the
+// server shuts down).
+type HandshakeError struct{ Status int }
+
+func (e *HandshakeError) Error() string { return "relay client: handshake refused: " + http.StatusText(e.Status) }
+
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+	d := ws.Dialer{Timeout: 10 * time.Second}
+	conn, br, _, err := d.Dial(ctx, c.url)
+	var se ws.StatusError
+	if errors.As(err, &se) {
+		return nil, &HandshakeError{Status: int(se)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if br != nil && br.Buffered() > 0 {
+		conn = &bufferedConn{Conn: conn, r: br}
+	}
+	return conn, nil
+}
+
+type bufferedConn struct {
+	net.Conn
+	r interface{ Read([]byte) (int, error) }
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// run owns the connection cycle: serve a connection, then reconnect with
+// backoff, resubscribing, until Close or a reason not to.
+func (c *Client) run(conn net.Conn) {
+	defer c.wg.Done()
+	defer c.shutdown()
+	attempt := 0
+	for {
+		opened := time.Now()
+		c.attach(conn)
+		code := c.serve(conn)
+		c.detach()
+		if c.ctx.Err() != nil {
+			return
+		}
+		if c.opts.NoReconnect || code == 4004 { // 4004: the project is gone
+			return
+		}
+		if time.Since(opened) > 5*time.Second {
+			attempt = 0 // it was a healthy connection
+		}
+		c.setState(Reconnecting)
+		for {
+			select {
+			case <-c.opts.Clock(Backoff(attempt, c.opts.MaxReconnectDelay, c.opts.Jitter())):
+			case <-c.ctx.Done():
+				return
+			}
+			attempt++
+			var err error
+			conn, err = c.dial(c.ctx)
+			var he *HandshakeError
+			if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
+				c.report(err)
+				return // the key was revoked: retrying cannot help
+			}
+			if err == nil {
+				break
+			}
+		}
+	}
+}
+
+// attach makes conn current and resubscribes every subscription, asking for
+// replay from the last seq seen.
+func (c *Client) attach(conn net.Conn) {
+	c.mu.Lock()
+	c.conn = conn
+	var frames [][]byte
+	for ch, s := range c.subs {
+		n := max(1, len(c.waitSub[ch]))
+		if len(c.waitSub[ch]) == 0 {
+			c.waitSub[ch] = append(c.waitSub[ch], newPending())
+		}
+		f := subscribeFrame(ch, s.opts, s.lastSeq, s.hasSeq)
+		for range n {
+			frames = append(frames, f)
+		}
+	}
+	c.mu.Unlock()
+	c.setState(Open)
+	for _, f := range frames {
+		c.write(conn, f)
+	}
+}
+
+// detach fails what cannot survive the connection: unsubscribes count as done
+// (the new connection will not have the subscription), emits fail.
+func (c *Client) detach() {
+	c.mu.Lock()
+	c.conn = nil
+	for ch, ps := range c.waitUnsub {
+		for _, p := range ps {
+			p.done <- nil
+		}
+		delete(c.waitUnsub, ch)
+	}
+	for ch, ps := range c.waitEmit {
+		for _, p := range ps {
+			p.done <- ErrDisconnected
+		}
+		delete(c.waitEmit, ch)
+	}
+	c.mu.Unlock()
+}
+
+// shutdown ends every subscription and waiter once the client stops.
+func (c *Client) shutdown() {
+	c.mu.Lock()
+	for ch, s := range c.subs {
+		s.end()
+		delete(c.subs, ch)
+	}
+	for _, m := range []map[string][]*pending{c.waitSub, c.waitUnsub, c.waitEmit} {
+		for ch, ps := range m {
+			for _, p := range ps {
+				p.done <- ErrClosed
+			}
+			delete(m, ch)
+		}
+	}
+	c.mu.Unlock()
+	c.setState(Closed)
+	close(c.states)
+}
+
+// serve reads until the connection ends and returns the close code (0 when
+// the connection just dropped).
+func (c *Client) serve(conn net.Conn) int {
+	stop := make(chan struct{})
+	var hb sync.WaitGroup
+	if c.opts.HeartbeatInterval > 0 {
+		hb.Add(1)
+		go func() { defer hb.Done(); c.heartbeat(conn, stop) }()
+	}
+	defer func() { close(stop); conn.Close(); hb.Wait() }()
+	go func() { // Close unblocks the read
+		select {
+		case <-c.ctx.Done():
+			conn.Close()
+		case <-stop:
+		}
+	}()
+	for {
+		data, err := wsutil.ReadServerText(conn)
+		if err != nil {
+			var ce wsutil.ClosedError
+			if errors.As(err, &ce) {
+				return int(ce.Code)
+			}
+			return 0
+		}
+		c.dispatch(data)
+	}
+}
+
+// heartbeat pings every interval and closes the socket when no pong comes
+// within the ack timeout, which makes serve return and the client reconnect.
+func (c *Client) heartbeat(conn net.Conn, stop chan struct{}) {
+	for {
+		select {
+		case <-c.opts.Clock(c.opts.HeartbeatInterval):
+		case <-stop:
+			return
+		}
+		select { // forget a stale pong
+		case <-c.pong:
+		default:
+		}
+		c.write(conn, []byte(`{"action":"ping"}`))
+		select {
+		case <-c.pong:
+		case <-c.opts.Clock(c.opts.HeartbeatAckTimeout):
+			conn.Close()
+			return
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (c *Client) write(conn net.Conn, frame []byte) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return wsutil.WriteClientText(conn, frame)
+}
+
+func (c *Client) report(err error) {
+	select {
+	case c.errs <- err:
+	default:
+	}
+}
+
+func subscribeFrame(channel string, o SubscribeOptions, since uint64, hasSince bool) []byte {
+	m := map[string]any{"action": "subscribe", "channel": channel}
+	if o.Presence {
+		m["presence"], m["clientId"] = true, o.ClientID
+	}
+	if hasSince {
+		m["since"] = since
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// frame is any server message; which fields are set tells its kind.
+type frame struct {
+	Action   string          `json:"action"`
+	Channel  string          `json:"channel"`
+	Error    string          `json:"error"`
+	Type     string          `json:"type"`
+	Event    string          `json:"event"`
+	ClientID string          `json:"clientId"`
+	Members  []string        `json:"members"`
+	Since    float64         `json:"since"`
+	Seq      *uint64         `json:"seq"`
+	Payload  json.RawMessage `json:"payload"`
+	Replay   bool            `json:"replay"`
+}
+
+// subscribeErrors are the codes that answer a subscribe; the rest of the
+// channel-bound codes answer an emit.
+var subscribeErrors = map[string]bool{
+	string(proto.CodeClientIDRequired): true, string(proto.CodeInvalidSince): true, string(proto.CodeInvalidChannel): true,
+}
+
+func pop(m map[string][]*pending, ch string) *pending {
+	ps := m[ch]
+	if len(ps) == 0 {
+		return nil
+	}
+	m[ch] = ps[1:]
+	if len(m[ch]) == 0 {
+		delete(m, ch)
+	}
+	return ps[0]
+}
+
+func (c *Client) dispatch(data []byte) {
+	var f frame
+	if json.Unmarshal(data, &f) != nil {
+		return
+	}
+	c.mu.Lock()
+	sub := c.subs[f.Channel]
+	var ev *Event
+	switch {
+	case f.Error != "":
+		e := &Error{Code: f.Error, Channel: f.Channel}
+		var p *pending
+		if f.Channel != "" && subscribeErrors[f.Error] {
+			p = pop(c.waitSub, f.Channel)
+			if p != nil && sub != nil && len(c.waitSub[f.Channel]) == 0 {
+				delete(c.subs, f.Channel) // the subscription was refused
+				sub.end()
+			}
+		} else if f.Channel != "" {
+			p = pop(c.waitEmit, f.Channel)
+		}
+		if p != nil {
+			p.done <- e
+		} else {
+			c.report(e)
+		}
+	case f.Action == "pong":
+		select {
+		case c.pong <- struct{}{}:
+		default:
+		}
+	case f.Action == proto.ActionSubscribe:
+		if p := pop(c.waitSub, f.Channel); p != nil {
+			p.done <- nil
+		}
+	case f.Action == proto.ActionUnsubscribe:
+		if p := pop(c.waitUnsub, f.Channel); p != nil {
+			p.done <- nil
+		}
+	case f.Action == proto.ActionEmit:
+		if p := pop(c.waitEmit, f.Channel); p != nil && f.Seq != nil {
+			p.seq = *f.Seq
+			p.done <- nil
+		}
+		if sub != nil && f.Seq != nil && (!sub.hasSeq || *f.Seq > sub.lastSeq) {
+			sub.lastSeq, sub.hasSeq = *f.Seq, true // our own message is not sent back to us
+		}
+	case sub == nil:
+	case f.Type == "presence":
+		switch f.Event {
+		case proto.PresenceSync:
+			sub.members = append([]string{}, f.Members...)
+		case proto.PresenceJoin:
+			sub.members = append(sub.members, f.ClientID)
+		case proto.PresenceLeave:
+			for i, m := range sub.members {
+				if m == f.ClientID {
+					sub.members = append(sub.members[:i:i], sub.members[i+1:]...)
+					break
+				}
+			}
+		}
+		ev = &Event{Presence: &PresenceEvent{Event: f.Event, ClientID: f.ClientID, Members: append([]string(nil), sub.members...)}}
+	case f.Type == "replay_gap":
+		ev = &Event{Gap: &Gap{Since: f.Since}}
+	case f.Seq != nil:
+		if sub.hasSeq && *f.Seq <= sub.lastSeq {
+			break // already delivered before a reconnect
+		}
+		sub.lastSeq, sub.hasSeq = *f.Seq, true
+		ev = &Event{Message: &Message{Channel: f.Channel, Payload: f.Payload, Seq: *f.Seq, Type: f.Type, ClientID: f.ClientID, Replay: f.Replay}}
+	}
+	c.mu.Unlock()
+	if ev != nil {
+		select {
+		case sub.events <- *ev:
+		case <-sub.done:
+		case <-c.ctx.Done():
+		}
+	}
+}
+
+// current returns the live connection, or nil.
+func (c *Client) current() net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn
+}
+
+func wait(ctx context.Context, p *pending) error {
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Subscribe subscribes to channel and waits for the ack. The subscription is
+// renewed on every reconnect, with replay from its last seq.
+func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOptions) (*Subscription, error) {
+	if err := validate(channel, opts); err != nil {
+		return nil, err
+	}
+	if c.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	p := newPending()
+	c.mu.Lock()
+	s, ok := c.subs[channel]
+	if !ok {
+		s = &Subscription{c: c, channel: channel, opts: opts, events: make(chan Event, 1024), done: make(chan struct{})}
+		c.subs[channel] = s
+	}
+	s.opts = opts
+	c.waitSub[channel] = append(c.waitSub[channel], p)
+	conn, since, has := c.conn, s.lastSeq, s.hasSeq
+	c.mu.Unlock()
+	if conn != nil {
+		c.write(conn, subscribeFrame(channel, opts, since, has)) // a failed write is a drop: attach resends
+	}
+	if err := wait(ctx, p); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Unsubscribe ends the subscription and waits for the ack.
+func (c *Client) Unsubscribe(ctx context.Context, s *Subscription) error {
+	p := newPending()
+	c.mu.Lock()
+	if c.subs[s.channel] == s {
+		delete(c.subs, s.channel)
+	}
+	s.end()
+	conn := c.conn
+	if conn != nil {
+		c.waitUnsub[s.channel] = append(c.waitUnsub[s.channel], p)
+	}
+	c.mu.Unlock()
+	if conn == nil {
+		return nil // nothing to tell: the next connection will not subscribe it
+	}
+	b, _ := json.Marshal(map[string]string{"action": "unsubscribe", "channel": s.channel})
+	c.write(conn, b)
+	return wait(ctx, p)
+}
+
+// Emit client-emits payload on channel with a token minted by the backend;
+// the connection must be subscribed there with presence under the token's
+// clientId. It returns the message's seq.
+func (c *Client) Emit(ctx context.Context, channel, msgType string, payload any, token string) (uint64, error) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return 0, err
+	}
+	b, _ := json.Marshal(map[string]any{"action": "emit", "channel": channel, "type": msgType, "payload": json.RawMessage(raw), "token": token})
+	p := newPending()
+	c.mu.Lock()
+	conn := c.conn
+	if conn != nil {
+		c.waitEmit[channel] = append(c.waitEmit[channel], p)
+	}
+	c.mu.Unlock()
+	if conn == nil {
+		return 0, ErrDisconnected
+	}
+	c.write(conn, b)
+	if err := wait(ctx, p); err != nil {
+		return 0, err
+	}
+	return p.seq, nil
+}
+
+// Close closes the connection and stops every goroutine of the client.
+func (c *Client) Close() error {
+	if conn := c.current(); conn != nil { // a polite close first
+		c.writeMu.Lock()
+		conn.SetWriteDeadline(time.Now().Add(time.Second))
+		conn.Write(ws.MustCompileFrame(ws.MaskFrame(ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusNormalClosure, "")))))
+		c.writeMu.Unlock()
+	}
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
