@@ -106,7 +106,9 @@ func (c *Client) State() State {
 // server shuts down).
 type HandshakeError struct{ Status int }
 
-func (e *HandshakeError) Error() string { return "relay client: handshake refused: " + http.StatusText(e.Status) }
+func (e *HandshakeError) Error() string {
+	return "relay client: handshake refused: " + http.StatusText(e.Status)
+}
 
 func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 	d := ws.Dialer{Timeout: 10 * time.Second}
