@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/api/web"
 	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/transport"
@@ -103,6 +104,7 @@ func New(o Options) *Server {
 		mux.Handle("/ws", methods{http.MethodGet: s.handleWS})
 		mux.Handle("/emit-tokens/revoke", methods{http.MethodPost: s.handleRevokeTokens})
 	}
+	web.Routes(mux) // /client.js and /demo
 	mux.HandleFunc("/", notFound)
 	s.handler = securityHeaders(mux)
 	return s
