@@ -23,6 +23,7 @@ type connActor struct {
 	sink    Sink
 	project *actor.PID
 	subs    map[string]subState
+	maxSubs int
 }
 
 func (a *connActor) Receive(ctx actor.Context) {
@@ -45,6 +46,10 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 	case proto.ActionSubscribe:
 		if a.subs == nil {
 			a.subs = map[string]subState{}
+		}
+		if _, again := a.subs[m.Channel]; !again && a.maxSubs > 0 && len(a.subs) >= a.maxSubs {
+			a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeTooManySubscriptions, Channel: m.Channel}))
+			return
 		}
 		a.subs[m.Channel] = subState{presence: m.Presence, clientID: m.ClientID}
 		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, presence: m.Presence, clientID: m.ClientID,
@@ -72,9 +77,10 @@ var pongFrame = textFrame(proto.Pong)
 // HandleMessage from a read worker (one call at a time per socket) and
 // HandleClose once when the socket is gone.
 type Session struct {
-	sys  *System
-	sink Sink
-	pid  *actor.PID
+	sys       *System
+	sink      Sink
+	pid       *actor.PID
+	projectID string
 }
 
 // HandleMessage decodes one client frame at the edge; pings and malformed
@@ -95,5 +101,6 @@ func (s *Session) HandleMessage(payload []byte) {
 // HandleClose removes the connection from all its channels at once; status
 // is what the client's close frame said, if it sent one.
 func (s *Session) HandleClose(status CloseStatus) {
+	s.sys.Release(s.projectID)
 	s.sys.root.Send(s.pid, &socketClosed{status: status})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,6 +30,10 @@ type Config struct {
 	Webhooks WebhookSender
 	// NodeID prefixes connection ids so they are unique across nodes and restarts.
 	NodeID string
+	// MaxSubscriptions caps one connection's channels; MaxConnections caps a
+	// project's live connections on this node. Zero means no cap.
+	MaxSubscriptions int
+	MaxConnections   int
 
 	counters *Counters
 	Logger   *slog.Logger
@@ -47,6 +52,7 @@ type System struct {
 
 	mu       sync.Mutex // guards spawning; lookups go through projects
 	projects sync.Map   // project id → *actor.PID
+	live     sync.Map   // project id → *atomic.Int64 live connections, for MaxConnections
 }
 
 // NewSystem starts an actor system whose library logs go to cfg.Logger at Warn and above.
@@ -124,15 +130,35 @@ func (s *System) Publish(ctx context.Context, projectID, channel string, payload
 	}
 }
 
+// Reserve takes one of a project's connection slots before a handshake is
+// accepted; false when MaxConnections are live. Open's Session gives it back
+// on close; a handshake that fails after Reserve calls Release.
+func (s *System) Reserve(projectID string) bool {
+	v, _ := s.live.LoadOrStore(projectID, new(atomic.Int64))
+	n := v.(*atomic.Int64).Add(1)
+	if s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+		v.(*atomic.Int64).Add(-1)
+		return false
+	}
+	return true
+}
+
+// Release gives back a slot taken by Reserve.
+func (s *System) Release(projectID string) {
+	if v, ok := s.live.Load(projectID); ok {
+		v.(*atomic.Int64).Add(-1)
+	}
+}
+
 // Open starts the connection actor of a new socket of a project and returns
 // the session the transport feeds. The connect is counted for usage.
 func (s *System) Open(projectID string, sink Sink) *Session {
 	project := s.project(projectID)
 	s.root.Send(project, &connOpened{sink: sink})
 	pid := s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &connActor{sink: sink, project: project}
+		return &connActor{sink: sink, project: project, maxSubs: s.cfg.MaxSubscriptions}
 	}, actor.WithSupervisor(resumeOnPanic)))
-	return &Session{sys: s, sink: sink, pid: pid}
+	return &Session{sys: s, sink: sink, pid: pid, projectID: projectID}
 }
 
 // DrainUsage collects every running project's usage counters since the last

@@ -89,6 +89,12 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 }
 
 func (c controlPlane) handleSignup(w http.ResponseWriter, r *http.Request) {
+	ip := clientIP(r)
+	if over, retry := c.signupPerIP.over(ip); over {
+		writeThrottled(w, retry)
+		return
+	}
+	c.signupPerIP.add(ip)
 	var in credentials
 	if err := decodeControl(w, r, &in); err != nil {
 		writeDecodeError(w, err)
@@ -147,6 +153,15 @@ func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeEmailAndPasswordRequired)
 		return
 	}
+	ip := clientIP(r)
+	if over, retry := c.loginPerIP.over(ip); over {
+		writeThrottled(w, retry)
+		return
+	}
+	if over, retry := c.loginPerEmail.over(emailKey(email)); over {
+		writeThrottled(w, retry)
+		return
+	}
 	u, err := c.store.UserByEmail(r.Context(), email)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		writeInternal(w, c.log, "look up user", err)
@@ -157,6 +172,8 @@ func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 		hash = dummyHash // same work as a wrong password: no enumeration by timing
 	}
 	if !checkPassword(hash, in.Password) || err != nil {
+		c.loginPerIP.add(ip)
+		c.loginPerEmail.add(emailKey(email))
 		writeError(w, proto.CodeInvalidCredentials)
 		return
 	}

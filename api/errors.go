@@ -34,6 +34,8 @@ var statusOf = map[proto.Code]int{
 	proto.CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
 	proto.CodeBodyTooLarge:         http.StatusRequestEntityTooLarge,
 	proto.CodeInternal:             http.StatusInternalServerError,
+	proto.CodeTooManyConnections:   http.StatusTooManyRequests,
+	proto.CodeTooManyAttempts:      http.StatusTooManyRequests,
 	proto.CodeUnavailable:          http.StatusServiceUnavailable,
 }
 

@@ -31,6 +31,7 @@ const (
 	refusedShuttingDown = "shutting_down"
 	refusedStoreDown    = "store_unavailable"
 	refusedBadUpgrade   = "bad_upgrade"
+	refusedTooMany      = "too_many_connections"
 )
 
 // MetricSources are what the scrape-time metrics read.
@@ -57,7 +58,7 @@ func NewMetrics(src MetricSources) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16),
 		}, []string{"op"}),
 	}
-	for _, r := range []string{refusedMissingKey, refusedUnknownKey, refusedRevokedKey, refusedNotPublic, refusedShuttingDown, refusedStoreDown, refusedBadUpgrade} {
+	for _, r := range []string{refusedMissingKey, refusedUnknownKey, refusedRevokedKey, refusedNotPublic, refusedShuttingDown, refusedStoreDown, refusedBadUpgrade, refusedTooMany} {
 		m.handshakesRefused.WithLabelValues(r)
 	}
 	reg.MustRegister(m.handshakesRefused, m.emitDuration, m.storeQuery,

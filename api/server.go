@@ -49,6 +49,11 @@ type Options struct {
 	// revocation can matter.
 	TokenMaxTTL time.Duration
 	Metrics     *Metrics // nil: nothing observed
+	// LoginAttemptsPerMinute caps failed logins per email (and three times
+	// that per client address); SignupsPerMinute caps signups per address.
+	// Zero means no cap.
+	LoginAttemptsPerMinute int
+	SignupsPerMinute       int
 }
 
 // Server is the public HTTP surface.
@@ -69,6 +74,8 @@ type Server struct {
 	// draining refuses new connection-plane requests once shutdown begins;
 	// inflight is held (read-locked) by each emit, handshake and revoke in
 	// progress, so Drain can wait for them.
+	loginPerEmail, loginPerIP, signupPerIP *throttle
+
 	inflight sync.RWMutex
 	draining bool
 	now      func() time.Time
@@ -93,6 +100,9 @@ func New(o Options) *Server {
 		transport:     o.Transport,
 		tokenTTL:      o.TokenMaxTTL,
 		metrics:       o.Metrics,
+		loginPerEmail: newThrottle(o.LoginAttemptsPerMinute, o.Now),
+		loginPerIP:    newThrottle(3*o.LoginAttemptsPerMinute, o.Now),
+		signupPerIP:   newThrottle(o.SignupsPerMinute, o.Now),
 		now:           o.Now,
 	}
 	mux := http.NewServeMux()

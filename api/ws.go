@@ -44,9 +44,19 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
+	if !s.actors.Reserve(k.ProjectID) {
+		s.metrics.refused(refusedTooMany)
+		writeError(w, proto.CodeTooManyConnections)
+		return
+	}
+	opened := false
 	err = s.transport.Upgrade(w, r, func(c *transport.Conn) transport.Handler {
+		opened = true
 		return wsSession{s.actors.Open(k.ProjectID, c)}
 	})
+	if !opened {
+		s.actors.Release(k.ProjectID)
+	}
 	switch {
 	case errors.Is(err, transport.ErrShuttingDown):
 		s.metrics.refused(refusedShuttingDown)

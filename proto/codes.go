@@ -39,6 +39,9 @@ const (
 	CodeUnsupportedMediaType Code = "unsupported_media_type"
 	CodeBodyTooLarge         Code = "body_too_large"
 	CodeInternal             Code = "internal_error"
+	CodeTooManySubscriptions Code = "too_many_subscriptions" // WebSocket: MAX_SUBSCRIPTIONS_PER_CONNECTION
+	CodeTooManyConnections   Code = "too_many_connections"   // handshake 429: MAX_CONNECTIONS_PER_PROJECT
+	CodeTooManyAttempts      Code = "too_many_attempts"      // 429: login or signup throttled
 	CodeUnavailable          Code = "service_unavailable"
 )
 

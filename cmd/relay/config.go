@@ -33,6 +33,12 @@ type Config struct {
 	UsageRollup             time.Duration // USAGE_ROLLUP_SECONDS
 	ShutdownTimeout         time.Duration // SHUTDOWN_TIMEOUT_SECONDS
 
+	// Abuse limits (README › Limits).
+	MaxSubscriptions int // MAX_SUBSCRIPTIONS_PER_CONNECTION
+	MaxConnections   int // MAX_CONNECTIONS_PER_PROJECT (per node)
+	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address)
+	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address
+
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
 }
@@ -44,6 +50,7 @@ var configVars = []string{
 	"CLIENT_EMIT_RATE_LIMIT_PER_SECOND", "CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS",
 	"REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS", "CONNECTION_MAX_LIFETIME_SECONDS",
 	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
+	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
 	"LOG_FORMAT", "LOG_LEVEL",
 }
 
@@ -71,6 +78,11 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		WebhookAllowPrivate:     p.oneOf("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "false", "true", "false") == "true",
 		UsageRollup:             p.duration("USAGE_ROLLUP_SECONDS", 300, time.Second),
 		ShutdownTimeout:         p.duration("SHUTDOWN_TIMEOUT_SECONDS", 15, time.Second),
+
+		MaxSubscriptions: p.positive("MAX_SUBSCRIPTIONS_PER_CONNECTION", 200),
+		MaxConnections:   p.positive("MAX_CONNECTIONS_PER_PROJECT", 10000),
+		LoginAttempts:    p.positive("LOGIN_ATTEMPTS_PER_MINUTE", 10),
+		SignupAttempts:   p.positive("SIGNUP_ATTEMPTS_PER_MINUTE", 20),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),

@@ -55,6 +55,10 @@ func startServer(t testing.TB, dbURL string, env map[string]string) *testServer 
 		"DATABASE_URL":          dbURL,
 		"ALLOWED_SIGNUP_EMAILS": "alice@example.com,bob@example.com,carol@example.com",
 		"LOG_LEVEL":             "debug",
+		// Tests sign up and fail logins far faster than people; the throttle
+		// has its own test.
+		"LOGIN_ATTEMPTS_PER_MINUTE":  "100000",
+		"SIGNUP_ATTEMPTS_PER_MINUTE": "100000",
 	}
 	for k, v := range env {
 		vars[k] = v

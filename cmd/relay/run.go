@@ -150,6 +150,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		TokenMaxTTL:             cfg.ClientEmitTokenMaxTTL,
 		LoadSettings:            settingsLoader(st),
 		Webhooks:                webhookSender(hooks),
+		MaxSubscriptions:        cfg.MaxSubscriptions,
+		MaxConnections:          cfg.MaxConnections,
 		Logger:                  log.With("component", "actors"),
 	})
 	keys := actors.NewKeyIndex(keyLoader(st))
@@ -162,6 +164,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		Keys:                keys, Actors: sys, Transport: tr,
 		TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
 		Metrics:     metrics,
+
+		LoginAttemptsPerMinute: cfg.LoginAttempts,
+		SignupsPerMinute:       cfg.SignupAttempts,
 	})
 	a := &app{
 		log: log, api: handler, store: st, actors: sys, transport: tr, webhooks: hooks, usage: newUsageRollup(st, sys, log), addr: ln.Addr(), served: make(chan error, 1),
