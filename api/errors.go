@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
 )
 
 // statusOf is the only code → HTTP status table (SPEC.md › Errors).
@@ -65,7 +66,13 @@ func writeError(w http.ResponseWriter, code proto.Code, extra ...any) {
 
 // writeInternal answers 500 for our own faults and logs the cause; the cause
 // never reaches the body.
+// A database that cannot be reached is a 503 service_unavailable instead.
 func writeInternal(w http.ResponseWriter, log *slog.Logger, msg string, err error) {
+	if store.IsUnavailable(err) {
+		log.Warn(msg+": database unavailable", "err", err)
+		writeError(w, proto.CodeUnavailable)
+		return
+	}
 	log.Error(msg, "err", err)
 	writeError(w, proto.CodeInternal)
 }

@@ -3,12 +3,16 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -211,4 +215,23 @@ func (h queryHook) AfterQuery(_ context.Context, ev *bun.QueryEvent) {
 		err = nil
 	}
 	h.observe(ev.Operation(), time.Since(ev.StartTime), err)
+}
+
+// IsUnavailable reports an error that means the database could not be
+// reached or answered too late, as opposed to a bad query: callers answer
+// 503 rather than 500.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "database system is shutting down") ||
+		strings.Contains(msg, "no such file or directory") && strings.Contains(msg, ".s.PGSQL") ||
+		strings.Contains(msg, "database is locked")
 }

@@ -31,6 +31,8 @@ var (
 	mu      sync.Mutex
 	baseURL string
 	stopPG  func()
+	// pgctl runs pg_ctl on the throwaway cluster (nil with EnvURL).
+	pgctl func(args ...string) ([]byte, error)
 )
 
 // Main runs the package's tests and stops the throwaway PostgreSQL, if one was
@@ -159,6 +161,9 @@ func startPostgres() (url string, stop func(), err error) {
 		run(filepath.Join(bin, "pg_ctl"), "-D", data, "-w", "-m", "immediate", "stop")
 		os.RemoveAll(dir)
 	}
+	pgctl = func(args ...string) ([]byte, error) {
+		return run(append([]string{filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "pg.log"), "-w", "-t", "60", "-o", opts}, args...)...)
+	}
 	url = fmt.Sprintf("postgres://postgres@/postgres?host=%s&sslmode=disable", filepath.Join(dir, ".s.PGSQL.5432"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -173,5 +178,30 @@ func startPostgres() (url string, stop func(), err error) {
 			return "", nil, fmt.Errorf("PostgreSQL did not answer: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// StopPostgres stops the throwaway cluster (fast shutdown: sessions are cut)
+// and StartPostgres brings it back on the same socket, for fault tests.
+func StopPostgres(t testing.TB) {
+	t.Helper()
+	pgControl(t, "-m", "fast", "stop")
+}
+
+// StartPostgres restarts a cluster stopped by StopPostgres.
+func StartPostgres(t testing.TB) {
+	t.Helper()
+	pgControl(t, "start")
+}
+
+func pgControl(t testing.TB, args ...string) {
+	mu.Lock()
+	ctl := pgctl
+	mu.Unlock()
+	if ctl == nil {
+		t.Fatalf("no throwaway PostgreSQL to control (call PostgresURL first; not possible with %s)", EnvURL)
+	}
+	if out, err := ctl(args...); err != nil {
+		t.Fatalf("pg_ctl %v: %v: %s", args, err, out)
 	}
 }
