@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test test-short bench lint vet fmt-check fuzz clean
+.PHONY: build run test test-short bench lint vet fmt-check fuzz clean soak
 
 build:
 	$(GO) build -o $(BIN) ./cmd/relay
@@ -33,3 +33,8 @@ vet:
 
 clean:
 	rm -rf bin
+
+# Bounded soak on loopback (not part of make test): the real binary on a
+# throwaway PostgreSQL, 5 000 connections, the database restarted once.
+soak:
+	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/
