@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -333,28 +331,7 @@ func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
 
 func (c *client) revoke(secretKey, body string) response {
 	c.t.Helper()
-	req, _ := http.NewRequest("POST", c.ts.base+"/emit-tokens/revoke", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if secretKey != "" {
-		req.Header.Set("Authorization", "Bearer "+secretKey)
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := res.Body.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	r := response{status: res.StatusCode, header: res.Header, raw: sb.String()}
-	jsonUnmarshal(r.raw, &r.json)
-	return r
+	return c.bearerPost("/emit-tokens/revoke", secretKey, body)
 }
 
 func TestRevokeEndpoint(t *testing.T) {
@@ -404,5 +381,3 @@ func TestRevokeEndpoint(t *testing.T) {
 		ann2.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	})
 }
-
-func jsonUnmarshal(s string, v any) { json.Unmarshal([]byte(s), v) }

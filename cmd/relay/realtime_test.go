@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,29 +16,25 @@ import (
 // emit posts to /emit with a bearer key ("" sends no Authorization header).
 func (c *client) emit(secretKey, body string) response {
 	c.t.Helper()
-	req, _ := http.NewRequest("POST", c.ts.base+"/emit", strings.NewReader(body))
+	return c.bearerPost("/emit", secretKey, body)
+}
+
+// bearerPost posts a JSON body with Authorization: Bearer key ("" sends none).
+func (c *client) bearerPost(path, key, body string) response {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.ts.base+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	if secretKey != "" {
-		req.Header.Set("Authorization", "Bearer "+secretKey)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var r response
-	r.status, r.header = res.StatusCode, res.Header
-	var sb strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := res.Body.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	r.raw = sb.String()
-	json.Unmarshal([]byte(r.raw), &r.json)
+	raw, _ := io.ReadAll(res.Body)
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	json.Unmarshal(raw, &r.json)
 	return r
 }
 
