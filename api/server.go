@@ -115,6 +115,7 @@ func New(o Options) *Server {
 		mux.Handle("/emit-tokens/revoke", methods{http.MethodPost: s.handleRevokeTokens})
 	}
 	web.Routes(mux) // /client.js and /demo
+	dashboard{Server: s}.routes(mux)
 	mux.HandleFunc("/", notFound)
 	s.handler = securityHeaders(mux)
 	return s

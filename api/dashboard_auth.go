@@ -1,0 +1,178 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
+)
+
+// Sign up, log in and log out: the same rules, store calls and session
+// cookie as POST /api/auth/signup, /login and /logout.
+
+func (d dashboard) handleSignupPage(w http.ResponseWriter, r *http.Request) {
+	d.showAuth(w, r, "signup", http.StatusOK, "", "")
+}
+
+func (d dashboard) handleLoginPage(w http.ResponseWriter, r *http.Request) {
+	d.showAuth(w, r, "login", http.StatusOK, "", "")
+}
+
+// showAuth renders the login or signup page; a signed-in user goes home.
+func (d dashboard) showAuth(w http.ResponseWriter, r *http.Request, name string, status int, errMsg, email string) {
+	if status == http.StatusOK {
+		if _, ok := d.viewer(r); ok {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+	}
+	title := "Log in"
+	if name == "signup" {
+		title = "Sign up"
+	}
+	pg := d.page(r, nil, title)
+	pg.CSRF = d.preSessionToken(w, r)
+	pg.Error, pg.FormEmail = errMsg, email
+	d.render(w, r, nil, status, name, pg)
+}
+
+// authForm reads and checks a logged-out form; ok is false when a page with
+// the failure was already written.
+func (d dashboard) authForm(w http.ResponseWriter, r *http.Request, name string) (email, password string, ok bool) {
+	if pe, ok := d.readForm(w, r); !ok {
+		d.showAuth(w, r, name, pe.status, pe.msg, "")
+		return "", "", false
+	}
+	email = strings.TrimSpace(r.PostFormValue("email"))
+	if !d.preSessionOK(r) {
+		d.showAuth(w, r, name, errCSRF.status, errCSRF.msg, email)
+		return "", "", false
+	}
+	return email, r.PostFormValue("password"), true
+}
+
+// throttled shows the 429 page of the brute-force limits, which the
+// dashboard shares with the JSON routes (LOGIN_ATTEMPTS_PER_MINUTE,
+// SIGNUP_ATTEMPTS_PER_MINUTE): one budget per address and email, whichever
+// surface the attempts come through.
+func (d dashboard) throttled(w http.ResponseWriter, r *http.Request, name, email string, retry int) {
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	d.showAuth(w, r, name, http.StatusTooManyRequests,
+		fmt.Sprintf("Too many attempts. Wait %d seconds, then try again.", retry), email)
+}
+
+func (d dashboard) handleSignup(w http.ResponseWriter, r *http.Request) {
+	email, password, ok := d.authForm(w, r, "signup")
+	if !ok {
+		return
+	}
+	ip := clientIP(r)
+	if over, retry := d.signupPerIP.over(ip); over {
+		d.throttled(w, r, "signup", email, retry)
+		return
+	}
+	d.signupPerIP.add(ip)
+	fail := func(c proto.Code) {
+		pe := codeErr(c)
+		d.showAuth(w, r, "signup", pe.status, pe.msg, email)
+	}
+	switch {
+	case email == "" || password == "":
+		fail(proto.CodeEmailAndPasswordRequired)
+		return
+	case len([]rune(password)) < proto.MinPasswordLen:
+		fail(proto.CodePasswordTooShort)
+		return
+	case !controlPlane{d.Server}.signupAllowed(email):
+		fail(proto.CodeEmailNotAllowed)
+		return
+	}
+	hash, err := hashPassword(password)
+	if err != nil {
+		d.internal(w, r, nil, "hash password", err)
+		return
+	}
+	u, err := d.store.CreateUser(r.Context(), email, hash)
+	if errors.Is(err, store.ErrDuplicate) {
+		fail(proto.CodeEmailAlreadyRegistered)
+		return
+	}
+	if err != nil {
+		d.internal(w, r, nil, "create user", err)
+		return
+	}
+	d.startSession(w, r, u.ID, "/?done=welcome")
+}
+
+func (d dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
+	email, password, ok := d.authForm(w, r, "login")
+	if !ok {
+		return
+	}
+	fail := func(c proto.Code) {
+		pe := codeErr(c)
+		d.showAuth(w, r, "login", pe.status, pe.msg, email)
+	}
+	if email == "" || password == "" {
+		fail(proto.CodeEmailAndPasswordRequired)
+		return
+	}
+	ip := clientIP(r)
+	if over, retry := d.loginPerIP.over(ip); over {
+		d.throttled(w, r, "login", email, retry)
+		return
+	}
+	if over, retry := d.loginPerEmail.over(emailKey(email)); over {
+		d.throttled(w, r, "login", email, retry)
+		return
+	}
+	u, err := d.store.UserByEmail(r.Context(), email)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		d.internal(w, r, nil, "look up user", err)
+		return
+	}
+	hash := u.PasswordHash
+	if err != nil {
+		hash = dummyHash // same work as a wrong password: no enumeration by timing
+	}
+	if !checkPassword(hash, password) || err != nil {
+		d.loginPerIP.add(ip)
+		d.loginPerEmail.add(emailKey(email))
+		fail(proto.CodeInvalidCredentials)
+		return
+	}
+	d.startSession(w, r, u.ID, "/")
+}
+
+func (d dashboard) startSession(w http.ResponseWriter, r *http.Request, userID, next string) {
+	token, err := d.sessions.issue(userID)
+	if err != nil {
+		d.internal(w, r, nil, "issue session", err)
+		return
+	}
+	d.sessions.setCookie(w, r, token)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// handleLogout clears the session. Without a valid session there is nothing
+// to protect, so it just clears the cookie; with one, the form's token must
+// match, so another site cannot sign the user out.
+func (d dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
+	v, ok := d.viewer(r)
+	if ok {
+		if pe, ok := d.readForm(w, r); !ok {
+			d.fail(w, r, v, pe)
+			return
+		}
+		if !d.csrfOK(r, csrfSession, v.session) {
+			d.fail(w, r, v, errCSRF)
+			return
+		}
+	}
+	d.sessions.clearCookie(w, r)
+	http.Redirect(w, r, "/login?done=logged-out", http.StatusSeeOther)
+}
