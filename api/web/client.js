@@ -92,16 +92,29 @@ export class Relay {
     const { heartbeatIntervalMs, heartbeatAckTimeoutMs } = this.options;
     if (!heartbeatIntervalMs) return;
     this.heartbeat = setInterval(() => {
-      if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return;
+      if (!this.ws || this.ws.readyState !== WebSocket.OPEN || this.ackTimer) return; // a ping is out
       this.send({ action: "ping" });
-      clearTimeout(this.ackTimer);
-      this.ackTimer = setTimeout(() => this.ws && this.ws.close(4000, "heartbeat timeout"), heartbeatAckTimeoutMs);
+      this.ackTimer = setTimeout(() => this.abandon(), heartbeatAckTimeoutMs);
     }, heartbeatIntervalMs);
+  }
+
+  // abandon gives up on a socket whose pong did not come back: a dead peer
+  // would never finish the close handshake, so the client does not wait for
+  // onclose and reconnects at once.
+  abandon() {
+    const ws = this.ws;
+    if (!ws) return;
+    ws.onclose = ws.onmessage = ws.onopen = null;
+    try {
+      ws.close(4000, "heartbeat timeout");
+    } catch {}
+    this.onClose({ code: 4000 });
   }
 
   stopHeartbeat() {
     clearInterval(this.heartbeat);
     clearTimeout(this.ackTimer);
+    this.ackTimer = null;
   }
 
   send(obj) {
@@ -192,6 +205,7 @@ export class Relay {
     }
     if (m.action === "pong") {
       clearTimeout(this.ackTimer);
+      this.ackTimer = null;
       return;
     }
     if (m.action === "subscribe") {
