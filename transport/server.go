@@ -65,7 +65,7 @@ type Config struct {
 	// several-frame writev). It adds at most this much latency. Negative
 	// flushes at once.
 	FlushDelay time.Duration
-	Logger  *slog.Logger
+	Logger     *slog.Logger
 }
 
 func (c *Config) defaults() {
