@@ -31,6 +31,12 @@ func main() {
 	switch os.Args[1] {
 	case "conns":
 		err = runConns(ctx, os.Args[2:])
+	case "fanout":
+		err = runFanout(ctx, os.Args[2:])
+	case "emit":
+		err = runEmit(ctx, os.Args[2:])
+	case "churn":
+		err = runChurn(ctx, os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown scenario %q", os.Args[1])
 	}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// emit: HTTP emit throughput and latency, closed loop (K keep-alive workers
+// emitting back to back) for D seconds on one channel, once per subscriber
+// count in -subs (by default with none and with 100). One JSON line each.
+func runEmit(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("emit", flag.ExitOnError)
+	c.register(fs)
+	subsList := fs.String("subs", "0,100", "comma-separated subscriber counts, one run each")
+	workers := fs.Int("workers", 16, "keep-alive HTTP emit workers")
+	duration := fs.Duration("duration", 10*time.Second, "how long each run emits")
+	payloadBytes := fs.Int("payload-bytes", 100, "size of the JSON payload of each message")
+	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… for the subscribers (0: kernel's choice)")
+	drain := fs.Duration("drain", 3*time.Second, "after the last emit, how long to wait for missing deliveries")
+	profile := cpuProfile(fs)
+	fs.Parse(args)
+	if err := c.checkLoopback(); err != nil {
+		return err
+	}
+	stopProfile, err := profile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	var counts []int
+	for _, f := range strings.Split(*subsList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return fmt.Errorf("-subs: want counts like 0,100, got %q", *subsList)
+		}
+		counts = append(counts, n)
+	}
+	if *workers < 1 || *duration <= 0 {
+		return errors.New("want -workers ≥ 1 and -duration > 0")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	p, err := provision(ctx, &c, "bench-emit")
+	if err != nil {
+		return err
+	}
+	em := newEmitClient(c.base, p.SecretKey, *workers, *payloadBytes)
+	defer em.closeIdle()
+	b, err := em.preflight(ctx)
+	if err != nil {
+		return err
+	}
+	// A closed loop goes as fast as the server answers: assume up to 50 000/s.
+	advice := budgetAdvice(b, 50000*min(duration.Minutes(), 1), 50000*min(duration.Minutes(), 1)*float64(len(counts)))
+	if advice != "" {
+		warn("%s", advice)
+	}
+	for run, n := range counts {
+		if err := emitRun(ctx, &c, em, p, run, n, *workers, *duration, *drain, *payloadBytes, *sources, advice); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func emitRun(ctx context.Context, c *common, em *emitClient, p project, run, n, workers int, duration, drain time.Duration, payloadBytes, sources int, advice string) error {
+	name := fmt.Sprintf("bench-emit-%d", run)
+	conns, failed, dialErr := dialMany(ctx, wsURLFor(c.base, p.PublicKey), c.base, n, 1, 64, sources,
+		func(int) string { return name })
+	defer closeAll(conns)
+	if len(conns) == 0 && n > 0 {
+		return fmt.Errorf("no subscriber connected: %v", dialErr)
+	}
+	var sampler *procSampler
+	if c.serverPID > 0 {
+		sampler = startSampler(c.serverPID)
+	}
+	meter := startClientMeter()
+	et := em.closedLoop(ctx, []string{name}, duration, workers)
+	client := meter.stop()
+	server := sampler.stop()
+	if len(conns) > 0 {
+		want := int64(len(conns)) * int64(len(et.expected[0]))
+		for deadline := time.Now().Add(drain); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+			var got int64
+			for _, s := range conns {
+				got += s.recv.Load()
+			}
+			if got >= want {
+				break
+			}
+		}
+	}
+	closeAll(conns)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run cut short: %w", err)
+	}
+	out := map[string]any{
+		"scenario": "emit", "subscribers": len(conns), "subscribe_failed": failed, "workers": workers,
+		"duration_s": duration.Seconds(), "payload_bytes": payloadBytes, "emits": et,
+		"emits_per_sec": et.PerSec, "client": client,
+	}
+	human := fmt.Sprintf("emit: %d workers, %d subscribers, %v: %s", workers, len(conns), duration, et)
+	if len(conns) > 0 {
+		st := tally(conns, et.expected, true)
+		out["subs"] = st
+		human += fmt.Sprintf("; deliveries %d of %d, lost %d, out of order %d, delivery latency %s",
+			st.Deliveries, st.Expected, st.Lost, st.OutOfOrder, st.Latency)
+	}
+	if failed > 0 {
+		out["first_error"] = fmt.Sprint(dialErr)
+		human += fmt.Sprintf("; %d subscribers failed to connect (%v)", failed, dialErr)
+	}
+	if c.serverPID > 0 {
+		out["server"] = server
+		human += "; " + server.String()
+	}
+	human += fmt.Sprintf("; client CPU %.2fs (%.2f cores)", client.CPUSeconds, client.Cores)
+	if other, note := disturbance(server, client); c.serverPID > 0 {
+		out["other_processes_cpu_seconds"] = other
+		if note != "" {
+			out["disturbed"] = note
+			human += "; " + note
+		}
+	}
+	if sat := saturation(server, client, len(conns) > 0); sat != "" {
+		out["saturated"] = sat
+		human += "; " + sat
+	}
+	if advice != "" || et.Refused429 > 0 {
+		if advice == "" {
+			advice = "emits were refused with 429: raise EMIT_RATE_LIMIT_PER_MINUTE and PROJECT_RATE_LIMIT_PER_MINUTE on the relay"
+		}
+		out["warning"] = advice
+	}
+	report(out, human)
+	return nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// fanout: S subscribers over C channels, an open-loop emitter at E messages
+// per second (in total, round robin over the channels) for D seconds over
+// HTTP. Reports deliveries per second, end-to-end latency, loss and order per
+// subscriber (against the seqs the emit responses announced), connections
+// the server closed, refused and failed emits, the server's CPU and peak RSS,
+// and the tool's own CPU.
+func runFanout(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("fanout", flag.ExitOnError)
+	c.register(fs)
+	subs := fs.Int("subs", 2000, "subscribers")
+	channels := fs.Int("channels", 1, "channels; subscriber i takes channel i%channels")
+	rate := fs.Float64("rate", 300, "emits per second, in total over the channels (open loop)")
+	duration := fs.Duration("duration", 10*time.Second, "how long to emit")
+	workers := fs.Int("workers", 64, "keep-alive HTTP emit workers (enough to cover rate × the server's emit latency)")
+	payloadBytes := fs.Int("payload-bytes", 100, "size of the JSON payload of each message")
+	parallel := fs.Int("parallel", 64, "handshakes in flight while connecting")
+	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… to spread ports over (0: kernel's choice)")
+	drain := fs.Duration("drain", 5*time.Second, "after the last emit, how long to wait for missing deliveries")
+	profile := cpuProfile(fs)
+	fs.Parse(args)
+	if err := c.checkLoopback(); err != nil {
+		return err
+	}
+	stopProfile, err := profile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	if *subs < 0 || *channels < 1 || *rate <= 0 || *duration <= 0 || *workers < 1 {
+		return errors.New("want -subs ≥ 0, -channels ≥ 1, -rate > 0, -duration > 0, -workers ≥ 1")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+
+	p, err := provision(ctx, &c, "bench-fanout")
+	if err != nil {
+		return err
+	}
+	em := newEmitClient(c.base, p.SecretKey, *workers, *payloadBytes)
+	defer em.closeIdle()
+	b, err := em.preflight(ctx)
+	if err != nil {
+		return err
+	}
+	busiest := *rate * min(duration.Minutes(), 1) // per minute, in the fixed 1-minute window
+	advice := budgetAdvice(b, busiest/float64(*channels), busiest)
+	if advice != "" {
+		warn("%s", advice)
+	}
+
+	names := make([]string, *channels)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench-%d", i)
+	}
+	connStart := time.Now()
+	conns, failed, dialErr := dialMany(ctx, wsURLFor(c.base, p.PublicKey), c.base, *subs, *channels, *parallel, *sources,
+		func(i int) string { return names[i] })
+	connTime := time.Since(connStart)
+	defer closeAll(conns)
+	if len(conns) == 0 && *subs > 0 {
+		return fmt.Errorf("no subscriber connected: %v", dialErr)
+	}
+	perChannel := make([]int64, *channels)
+	for _, s := range conns {
+		perChannel[s.channel]++
+	}
+
+	var sampler *procSampler
+	if c.serverPID > 0 {
+		sampler = startSampler(c.serverPID)
+	}
+	meter := startClientMeter()
+	emitStart := time.Now()
+	et := em.openLoop(ctx, names, *rate, *duration, *workers)
+
+	// Wait for the deliveries the emit responses announced.
+	var want int64
+	for ch, seqs := range et.expected {
+		want += perChannel[ch] * int64(len(seqs))
+	}
+	deadline := time.Now().Add(*drain)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var got int64
+		for _, s := range conns {
+			got += s.recv.Load()
+		}
+		if got >= want {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	client := meter.stop()
+	server := sampler.stop()
+	closeAll(conns)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run cut short: %w", err)
+	}
+
+	st := tally(conns, et.expected, true)
+	span := time.Duration(st.lastNs - emitStart.UnixNano())
+	if span < *duration {
+		span = *duration
+	}
+	perSec := float64(st.Deliveries) / span.Seconds()
+	out := map[string]any{
+		"scenario": "fanout", "subscribers": len(conns), "subscribe_failed": failed, "channels": *channels,
+		"rate": *rate, "duration_s": duration.Seconds(), "payload_bytes": *payloadBytes, "workers": *workers,
+		"connect_seconds": connTime.Seconds(), "emits": et, "subs": st,
+		"deliveries_per_sec": perSec, "offered_deliveries_per_sec": float64(st.Expected) / duration.Seconds(),
+		"client": client,
+	}
+	human := fmt.Sprintf("fanout: %d subs on %d channel(s), %.0f emits/s for %v: %.0f deliveries/s (%d of %d expected), latency %s; lost %d, out of order %d, server closed %d; emits: %s",
+		len(conns), *channels, *rate, *duration, perSec, st.Deliveries, st.Expected, st.Latency,
+		st.Lost, st.OutOfOrder, st.ServerClosed, et)
+	if failed > 0 {
+		out["first_error"] = fmt.Sprint(dialErr)
+		human += fmt.Sprintf("; %d subscribers failed to connect (%v)", failed, dialErr)
+	}
+	if c.serverPID > 0 {
+		out["server"] = server
+		human += "; " + server.String()
+	}
+	human += fmt.Sprintf("; client CPU %.2fs (%.2f cores)", client.CPUSeconds, client.Cores)
+	if other, note := disturbance(server, client); c.serverPID > 0 {
+		out["other_processes_cpu_seconds"] = other
+		if note != "" {
+			out["disturbed"] = note
+			human += "; " + note
+		}
+	}
+	if sat := saturation(server, client, len(conns) > 0); sat != "" {
+		out["saturated"] = sat
+		human += "; " + sat
+	}
+	if behind := emitterBehind(et); behind != "" {
+		out["emitter_behind"] = behind
+		human += "; " + behind
+	}
+	if advice != "" || et.Refused429 > 0 {
+		if advice == "" {
+			advice = "emits were refused with 429: raise EMIT_RATE_LIMIT_PER_MINUTE and PROJECT_RATE_LIMIT_PER_MINUTE on the relay"
+		}
+		out["warning"] = advice
+	}
+	report(out, human)
+	return nil
+}
