@@ -20,8 +20,13 @@ test: lint
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)
 
-bench:
+# The Go micro-benchmarks once, then the standard load run: relay-bench
+# starts bin/relay itself on a throwaway SQLite store, runs every scenario on
+# loopback and ends with the table of performance targets (a few minutes).
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+	$(GO) build -o bin/relay-bench ./cmd/relay-bench
+	./bin/relay-bench suite -relay $(BIN)
 
 lint: fmt-check vet
 

@@ -158,7 +158,7 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 		cfg := a.cfg
 		mb := &mailboxDepth{}
 		props := actor.PropsFromProducer(func() actor.Actor { c := newChannelActor(channel, cfg); c.mailbox = mb; return c },
-			actor.WithSupervisor(resumeOnPanic), mb.props())
+			actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
 		c = &childChannel{pid: ctx.Spawn(props)}
 		a.channels[channel] = c
 	}

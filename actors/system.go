@@ -108,7 +108,7 @@ func (s *System) project(id string) *actor.PID {
 	cfg := s.cfg
 	mb := &mailboxDepth{}
 	props := actor.PropsFromProducer(func() actor.Actor { p := newProjectActor(id, cfg); p.mailbox = mb; return p },
-		actor.WithSupervisor(resumeOnPanic), mb.props())
+		actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
 	pid, err := s.root.SpawnNamed(props, "project/"+id)
 	if err != nil && !errors.Is(err, actor.ErrNameExists) {
 		panic("spawn project actor: " + err.Error()) // only ErrNameExists is possible
@@ -157,7 +157,7 @@ func (s *System) Open(projectID string, sink Sink) *Session {
 	s.root.Send(project, &connOpened{sink: sink})
 	pid := s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &connActor{sink: sink, project: project, maxSubs: s.cfg.MaxSubscriptions}
-	}, actor.WithSupervisor(resumeOnPanic)))
+	}, actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher())))
 	return &Session{sys: s, sink: sink, pid: pid, projectID: projectID}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -16,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +28,7 @@ import (
 // stops it at the end.
 
 var (
+	relayBin  string
 	relayBase string
 	relayPID  int
 )
@@ -50,70 +49,16 @@ func runWithRelay(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building the relay: %v\n%s", err, out)
 		return 1
 	}
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(),
-		"DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db"),
-		"RELAY_ADDR=127.0.0.1:0",
-		"RELAY_DEBUG_ADDR=",
-		"ALLOWED_SIGNUP_EMAILS=bench@example.com",
-		"EMIT_RATE_LIMIT_PER_MINUTE=100000000",
-		"PROJECT_RATE_LIMIT_PER_MINUTE=100000000",
-	)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting the relay:", err)
+	r, err := startRelay(bin, "EMIT_RATE_LIMIT_PER_MINUTE=100000000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000000")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	relayPID = cmd.Process.Pid
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
-
-	// The log says `msg=listening listener=public addr=127.0.0.1:PORT`; keep
-	// the rest of it for a failure report.
-	var logMu sync.Mutex
-	var log bytes.Buffer
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			logMu.Lock()
-			log.WriteString(line + "\n")
-			logMu.Unlock()
-			if strings.Contains(line, "msg=listening") && strings.Contains(line, "listener=public") {
-				if _, a, ok := strings.Cut(line, " addr="); ok {
-					select {
-					case addr <- strings.Fields(a)[0]:
-					default:
-					}
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case a := <-addr:
-		relayBase = "http://" + a
-	case <-time.After(30 * time.Second):
-		logMu.Lock()
-		fmt.Fprintf(os.Stderr, "the relay did not listen:\n%s", log.String())
-		logMu.Unlock()
-		return 1
-	}
+	defer r.stop()
+	relayBin, relayBase, relayPID = bin, r.base, r.pid
 	code := m.Run()
 	if code != 0 {
-		logMu.Lock()
-		fmt.Fprintf(os.Stderr, "relay log:\n%s", log.String())
-		logMu.Unlock()
+		fmt.Fprintf(os.Stderr, "relay log:\n%s", r.logText())
 	}
 	return code
 }
@@ -157,8 +102,8 @@ func runScenario(t *testing.T, run func(context.Context, []string) error, args .
 	return lines
 }
 
-// num reads a number at a dotted path of a decoded JSON object.
-func num(t *testing.T, v map[string]any, path string) float64 {
+// field reads a number at a dotted path of a decoded JSON object.
+func field(t *testing.T, v map[string]any, path string) float64 {
 	t.Helper()
 	var cur any = v
 	for _, k := range strings.Split(path, ".") {
@@ -179,7 +124,7 @@ func num(t *testing.T, v map[string]any, path string) float64 {
 
 func wantEq(t *testing.T, v map[string]any, path string, want float64) {
 	t.Helper()
-	if got := num(t, v, path); got != want {
+	if got := field(t, v, path); got != want {
 		t.Errorf("%s = %v, want %v", path, got, want)
 	}
 }
@@ -199,10 +144,10 @@ func TestFanout(t *testing.T) {
 	wantEq(t, out, "subs.duplicates", 0)
 	wantEq(t, out, "subs.unexpected", 0)
 	wantEq(t, out, "subs.server_closed", 0)
-	if n := num(t, out, "subs.latency.count"); n != 20*400/2 {
+	if n := field(t, out, "subs.latency.count"); n != 20*400/2 {
 		t.Errorf("latency samples = %v, want one per delivery", n)
 	}
-	if num(t, out, "subs.latency.p50_ms") <= 0 || num(t, out, "server.rss_peak_kib") <= 0 || num(t, out, "client.cpu_seconds") <= 0 {
+	if field(t, out, "subs.latency.p50_ms") <= 0 || field(t, out, "server.rss_peak_kib") <= 0 || field(t, out, "client.cpu_seconds") <= 0 {
 		t.Errorf("latency, server RSS or client CPU missing")
 	}
 }
@@ -215,7 +160,7 @@ func TestEmit(t *testing.T) {
 	for i, subs := range []float64{0, 5} {
 		out := lines[i]
 		wantEq(t, out, "subscribers", subs)
-		ok := num(t, out, "emits.ok")
+		ok := field(t, out, "emits.ok")
 		if ok < 10 {
 			t.Errorf("only %v emits in a second", ok)
 		}
@@ -246,10 +191,10 @@ func TestChurn(t *testing.T) {
 	wantEq(t, out, "leaked_after_all_closed", 0)
 	// The residents got all 200 streamed messages and the probe that followed.
 	wantEq(t, out, "residents.deliveries", 3*(200+2))
-	if num(t, out, "churners.deliveries") == 0 {
+	if field(t, out, "churners.deliveries") == 0 {
 		t.Error("the churning connections received nothing")
 	}
-	if before, after := num(t, out, "server_sockets.before"), num(t, out, "server_sockets.after"); after > before {
+	if before, after := field(t, out, "server_sockets.before"), field(t, out, "server_sockets.after"); after > before {
 		t.Errorf("server sockets %v before, %v after: leaked", before, after)
 	}
 }

@@ -38,9 +38,12 @@ func runConns(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The server's RSS drifts for a while after start (the startup garbage
+	// is returned to the kernel gradually), so each reading waits for it to
+	// settle.
 	var before procStats
 	if c.serverPID > 0 {
-		if before, err = readProc(c.serverPID); err != nil {
+		if before, err = settledProc(ctx, c.serverPID); err != nil {
 			return err
 		}
 	}
@@ -111,7 +114,7 @@ func runConns(ctx context.Context, args []string) error {
 	}
 	human := fmt.Sprintf("conns: %d open (%d failed) in %v, %.0f handshakes/s", open, failed.Load(), elapsed.Round(time.Millisecond), float64(open)/elapsed.Seconds())
 	if c.serverPID > 0 {
-		after, err := readProc(c.serverPID)
+		after, err := settledProc(ctx, c.serverPID)
 		if err != nil {
 			return err
 		}
@@ -134,3 +137,28 @@ type readerConn struct {
 }
 
 func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// settledProc reads a process's RSS once it has stopped moving: two readings
+// a second apart within 1 % (or 256 KiB), for at most 30 s.
+func settledProc(ctx context.Context, pid int) (procStats, error) {
+	prev, err := readProc(pid)
+	if err != nil {
+		return prev, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return prev, ctx.Err()
+		}
+		cur, err := readProc(pid)
+		if err != nil {
+			return cur, err
+		}
+		if d := cur.RSSKiB - prev.RSSKiB; max(d, -d) <= max(256, prev.RSSKiB/100) {
+			return cur, nil
+		}
+		prev = cur
+	}
+	return prev, nil
+}

@@ -3,6 +3,7 @@
 // talks to loopback addresses and every scenario is bounded in count and time.
 //
 //	relay-bench conns -n 10000 -server-pid $(pgrep -f 'relay serve')
+//	relay-bench suite -relay bin/relay   # starts its own relays, ends with a table
 //
 // Each run prints one JSON line and one human line.
 package main
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: relay-bench conns [flags]")
+		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|fanout|conns|emit|churn [flags] (-h for a scenario's flags)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -37,6 +38,8 @@ func main() {
 		err = runEmit(ctx, os.Args[2:])
 	case "churn":
 		err = runChurn(ctx, os.Args[2:])
+	case "suite":
+		err = runSuite(ctx, os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown scenario %q", os.Args[1])
 	}
@@ -81,9 +84,15 @@ func (c *common) checkLoopback() error {
 	return nil
 }
 
+// onReport, when set (by suite), receives every run's JSON line too.
+var onReport func(line []byte)
+
 // report prints the JSON line and the human line.
 func report(v any, human string) {
 	b, _ := json.Marshal(v)
 	fmt.Println(string(b))
 	fmt.Println(human)
+	if onReport != nil {
+		onReport(b)
+	}
 }

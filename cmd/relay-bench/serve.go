@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// relayProcess is a relay the tool started itself (for `suite` and the
+// tests): the binary on a throwaway SQLite file in a temporary directory,
+// on a free loopback port, with no operator listener.
+type relayProcess struct {
+	cmd  *exec.Cmd
+	dir  string
+	base string
+	pid  int
+	done chan struct{}
+
+	logMu sync.Mutex
+	log   bytes.Buffer
+}
+
+// startRelay starts bin serve with env added to the usual environment and
+// waits for its public listener's ready line.
+func startRelay(bin string, env ...string) (*relayProcess, error) {
+	dir, err := os.MkdirTemp("", "relay-bench")
+	if err != nil {
+		return nil, err
+	}
+	r := &relayProcess{dir: dir, done: make(chan struct{})}
+	r.cmd = exec.Command(bin, "serve")
+	r.cmd.Env = append(os.Environ(),
+		"DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db"),
+		"RELAY_ADDR=127.0.0.1:0",
+		"RELAY_DEBUG_ADDR=",
+		"ALLOWED_SIGNUP_EMAILS=bench@example.com",
+	)
+	r.cmd.Env = append(r.cmd.Env, env...)
+	stderr, err := r.cmd.StderrPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := r.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting the relay: %w", err)
+	}
+	r.pid = r.cmd.Process.Pid
+	go func() { r.cmd.Wait(); close(r.done) }()
+
+	// The ready line reads `msg=listening listener=public addr=127.0.0.1:PORT`;
+	// the rest of the log is kept for a failure report.
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			r.logMu.Lock()
+			r.log.WriteString(line + "\n")
+			r.logMu.Unlock()
+			if strings.Contains(line, "msg=listening") && strings.Contains(line, "listener=public") {
+				if _, a, ok := strings.Cut(line, " addr="); ok {
+					select {
+					case addr <- strings.Fields(a)[0]:
+					default:
+					}
+				}
+			}
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case a := <-addr:
+		r.base = "http://" + a
+		return r, nil
+	case <-r.done:
+		err = errors.New("the relay exited before it listened")
+	case <-time.After(30 * time.Second):
+		err = errors.New("the relay did not listen within 30 s")
+	}
+	r.stop()
+	return nil, fmt.Errorf("%w:\n%s", err, r.logText())
+}
+
+func (r *relayProcess) logText() string {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	return r.log.String()
+}
+
+// stop interrupts the relay (a graceful shutdown), kills it if it has not
+// exited after 20 s, and removes its directory.
+func (r *relayProcess) stop() {
+	r.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-r.done:
+	case <-time.After(20 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+	}
+	os.RemoveAll(r.dir)
+}

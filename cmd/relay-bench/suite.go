@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// suite is the standard load run behind `make bench`: it starts the relay
+// binary itself on a throwaway SQLite store (twice: idle memory is measured
+// on a fresh process), runs every scenario against it and ends with a table
+// of the performance targets, each measured, with what saturated.
+//
+// Fan-out capacity is found by a sweep: the offered deliveries per second go
+// up until a run misses p99 < 50 ms or loses a message; the figure is the
+// highest rate that passed.
+func runSuite(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("suite", flag.ExitOnError)
+	bin := fs.String("relay", "bin/relay", "the relay binary to start (make build writes it)")
+	conns := fs.Int("conns", 15000, "idle subscribed connections for the memory and handshake targets")
+	fanoutSubs := fs.Int("fanout-subs", 2000, "subscribers of the one-channel fan-out target")
+	sweep := fs.String("deliveries", "300000,450000,600000,800000,1000000",
+		"offered deliveries per second to sweep (ascending), fan-out and growth")
+	growth := fs.String("growth", "1000,10000", "the two subscriber counts whose fan-out capacity is compared")
+	duration := fs.Duration("duration", 5*time.Second, "length of each emitting run")
+	emitWorkers := fs.Int("emit-workers", 16, "keep-alive workers of the HTTP emit target")
+	churnDuration := fs.Duration("churn-duration", 5*time.Second, "length of the churn run")
+	fs.Parse(args)
+
+	offered, err := intList(*sweep)
+	if err != nil {
+		return fmt.Errorf("-deliveries: %w", err)
+	}
+	growthSubs, err := intList(*growth)
+	if err != nil || len(growthSubs) != 2 {
+		return fmt.Errorf("-growth: want two subscriber counts like 1000,10000")
+	}
+	if _, err := os.Stat(*bin); err != nil {
+		return fmt.Errorf("-relay: %w (run make build first)", err)
+	}
+	env := []string{
+		"EMIT_RATE_LIMIT_PER_MINUTE=100000000",
+		"PROJECT_RATE_LIMIT_PER_MINUTE=100000000",
+		fmt.Sprintf("MAX_CONNECTIONS_PER_PROJECT=%d", max(*conns, 10000)+1000),
+	}
+	s := &suite{ctx: ctx, dur: duration.String()}
+
+	// Idle memory and handshakes on a fresh process, so that the heap a
+	// fan-out run grew does not hide what connections cost.
+	if err := s.withRelay(*bin, env, func() error {
+		out, err := s.run(runConns, "-n", fmt.Sprint(*conns), "-settle", "3s")
+		if err != nil {
+			return err
+		}
+		perConn := num(out, "server_rss_bytes_per_conn") / 1024
+		hs := num(out, "handshakes_per_sec")
+		s.row(fmt.Sprintf("memory, %d idle subscribed connections", int(num(out, "connections"))), "≤ 2 KiB RSS each",
+			fmt.Sprintf("%.2f KiB each", perConn), perConn <= 2 && num(out, "failed") == 0, "", s.cmd("conns", "-n", fmt.Sprint(*conns)))
+		s.row("handshakes", "≥ 5 000/s", fmt.Sprintf("%.0f/s", hs), hs >= 5000 && num(out, "failed") == 0,
+			"64 in flight, subscribe acked", s.cmd("conns", "-n", fmt.Sprint(*conns)))
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	if err := s.withRelay(*bin, env, func() error {
+		lines, err := s.runAll(runEmit, "-subs", "0,100", "-workers", fmt.Sprint(*emitWorkers), "-duration", s.dur)
+		if err != nil {
+			return err
+		}
+		for _, out := range lines {
+			subs := int(num(out, "subscribers"))
+			rate, p99 := num(out, "emits_per_sec"), num(out, "emits.http_latency.p99_ms")
+			ok := num(out, "emits.failed") == 0 && num(out, "emits.refused_429") == 0
+			if subs == 0 {
+				s.row(fmt.Sprintf("HTTP emit, no subscribers, %d workers", *emitWorkers), "≥ 25 000/s, p99 < 5 ms",
+					fmt.Sprintf("%.0f/s, p99 %s", rate, fmtMS(p99)), ok && rate >= 25000 && p99 < 5, saturated(out),
+					s.cmd("emit", "-subs", "0", "-workers", fmt.Sprint(*emitWorkers)))
+			} else {
+				s.row(fmt.Sprintf("HTTP emit, %d subscribers, %d workers", subs, *emitWorkers), "(no target)",
+					fmt.Sprintf("%.0f/s, p99 %s, lost %d", rate, fmtMS(p99), int(num(out, "subs.lost"))), ok, saturated(out),
+					s.cmd("emit", "-subs", fmt.Sprint(subs), "-workers", fmt.Sprint(*emitWorkers)))
+			}
+		}
+
+		best, last, err := s.sweep(*fanoutSubs, 1, offered)
+		if err != nil {
+			return err
+		}
+		s.capacityRow(fmt.Sprintf("fan-out, 1 channel, %d subscribers, 100 B", *fanoutSubs), "≥ 600 000/s at p99 < 50 ms, no loss",
+			best, last, func(d float64) bool { return d >= 600000 })
+
+		var capacity [2]float64
+		for i, n := range growthSubs {
+			best, last, err := s.sweep(n, 1, offered)
+			if err != nil {
+				return err
+			}
+			s.capacityRow(fmt.Sprintf("fan-out, 1 channel, %d subscribers", n), "(growth baseline)", best, last, nil)
+			if best != nil {
+				capacity[i] = num(best, "deliveries_per_sec")
+			}
+		}
+		ratio := 0.0
+		if capacity[0] > 0 {
+			ratio = capacity[1] / capacity[0]
+		}
+		s.row(fmt.Sprintf("growth, %d vs %d subscribers", growthSubs[1], growthSubs[0]), "capacity within 15 %",
+			fmt.Sprintf("%.0f%% of it", 100*ratio), ratio >= 0.85, "the two rows above", "")
+
+		out, err := s.run(runChurn, "-duration", churnDuration.String())
+		if err != nil {
+			return err
+		}
+		lost := num(out, "churners.lost") + num(out, "residents.lost")
+		leaked := num(out, "leaked_after_all_closed") + num(out, "quiesced_mismatch")
+		s.row("churn, 200 joins/s while streaming 100/s", "no loss while connected, no leak",
+			fmt.Sprintf("lost %d, leaked %d, %d joined", int(lost), int(leaked), int(num(out, "joined"))),
+			lost == 0 && leaked == 0 && num(out, "join_failed") == 0, saturated(out), s.cmd("churn", "-duration", churnDuration.String()))
+		return nil
+	}); err != nil {
+		return err
+	}
+	s.print()
+	return nil
+}
+
+type suite struct {
+	ctx  context.Context
+	dur  string
+	base string
+	pid  int
+	rows []suiteRow
+}
+
+type suiteRow struct {
+	what, goal, measured string
+	met                  bool
+	saturated, command   string
+}
+
+func (s *suite) withRelay(bin string, env []string, body func() error) error {
+	r, err := startRelay(bin, env...)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	s.base, s.pid = r.base, r.pid
+	if err := body(); err != nil {
+		return fmt.Errorf("%w\nrelay log:\n%s", err, r.logText())
+	}
+	return nil
+}
+
+// runAll runs one scenario against the suite's relay and returns its JSON lines.
+func (s *suite) runAll(scenario func(context.Context, []string) error, args ...string) ([]map[string]any, error) {
+	var lines []map[string]any
+	onReport = func(b []byte) {
+		var v map[string]any
+		if json.Unmarshal(b, &v) == nil {
+			lines = append(lines, v)
+		}
+	}
+	defer func() { onReport = nil }()
+	args = append([]string{"-base", s.base, "-server-pid", fmt.Sprint(s.pid), "-timeout", "5m"}, args...)
+	if err := scenario(s.ctx, args); err != nil {
+		return nil, err
+	}
+	if len(lines) == 0 {
+		return nil, errors.New("the scenario reported nothing")
+	}
+	return lines, nil
+}
+
+func (s *suite) run(scenario func(context.Context, []string) error, args ...string) (map[string]any, error) {
+	lines, err := s.runAll(scenario, args...)
+	if err != nil {
+		return nil, err
+	}
+	return lines[0], nil
+}
+
+// sweep runs fan-out at each offered delivery rate in turn until one fails;
+// best is the last run that passed (nil if none did), last the last run.
+func (s *suite) sweep(subs, channels int, offered []int) (best, last map[string]any, err error) {
+	for _, d := range offered {
+		rate := float64(d) / float64(subs/channels)
+		out, err := s.run(runFanout, "-subs", fmt.Sprint(subs), "-channels", fmt.Sprint(channels),
+			"-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-duration", s.dur, "-workers", "128")
+		if err != nil {
+			return best, last, err
+		}
+		last = out
+		if !fanoutPassed(out) {
+			break
+		}
+		best = out
+	}
+	return best, last, nil
+}
+
+// fanoutPassed: p99 under 50 ms, every announced message delivered, nobody
+// closed by the server, every emit accepted.
+func fanoutPassed(out map[string]any) bool {
+	return num(out, "subs.latency.p99_ms") < 50 && num(out, "subs.lost") == 0 && num(out, "subs.server_closed") == 0 &&
+		num(out, "subs.server_dropped") == 0 && num(out, "emits.failed") == 0 && num(out, "emits.refused_429") == 0 &&
+		num(out, "subscribe_failed") == 0
+}
+
+func (s *suite) capacityRow(what, goal string, best, last map[string]any, target func(float64) bool) {
+	cmd := func(out map[string]any) string {
+		return s.cmd("fanout", "-subs", fmt.Sprint(int(num(out, "subscribers"))), "-rate", fmt.Sprint(num(out, "rate")), "-workers", "128")
+	}
+	if best == nil {
+		s.row(what, goal, fmt.Sprintf("none of the rates passed: at %.0f/s offered, p99 %s, lost %d",
+			num(last, "offered_deliveries_per_sec"), fmtMS(num(last, "subs.latency.p99_ms")), int(num(last, "subs.lost"))),
+			false, saturated(last), cmd(last))
+		return
+	}
+	d := num(best, "deliveries_per_sec")
+	measured := fmt.Sprintf("%.0f/s, p99 %s, lost 0", d, fmtMS(num(best, "subs.latency.p99_ms")))
+	if last != nil && !fanoutPassed(last) {
+		measured += fmt.Sprintf(" (next step %.0f/s: p99 %s, lost %d)", num(last, "offered_deliveries_per_sec"),
+			fmtMS(num(last, "subs.latency.p99_ms")), int(num(last, "subs.lost")))
+	}
+	met := target == nil || target(d)
+	s.row(what, goal, measured, met, saturated(best), cmd(best))
+}
+
+func (s *suite) cmd(scenario string, args ...string) string {
+	return "relay-bench " + scenario + " " + strings.Join(args, " ")
+}
+
+func (s *suite) row(what, goal, measured string, met bool, saturated, command string) {
+	s.rows = append(s.rows, suiteRow{what, goal, measured, met, saturated, command})
+}
+
+func (s *suite) print() {
+	fmt.Printf("\nrelay-bench suite, %s, %d cores, each emitting run %s\n\n", time.Now().UTC().Format("2006-01-02"), onlineCPUs(), s.dur)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tgoal\tmeasured\tmet\tsaturated\tcommand")
+	for _, r := range s.rows {
+		met := "yes"
+		if !r.met {
+			met = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.what, r.goal, r.measured, met, orDash(r.saturated), orDash(r.command))
+	}
+	tw.Flush()
+}
+
+// saturated names what ran out during a run: the machine's cores (server
+// and tool together), or nothing.
+func saturated(out map[string]any) string {
+	server, client := num(out, "server.cores"), num(out, "client.cores")
+	note := fmt.Sprintf("server %.2f + tool %.2f cores", server, client)
+	if _, ok := out["saturated"]; ok {
+		return "machine: " + note
+	}
+	if _, ok := out["disturbed"]; ok {
+		return "disturbed by other processes; " + note
+	}
+	return note
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("want positive integers separated by commas, got %q", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// num reads a number at a dotted path of a decoded JSON line (0 if absent).
+func num(v map[string]any, path string) float64 {
+	var cur any = v
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return 0
+		}
+		cur = m[k]
+	}
+	f, _ := cur.(float64)
+	return f
+}
