@@ -119,8 +119,11 @@ type Server struct {
 	wake    chan struct{} // the flusher sleeps on it while nothing is dirty
 
 	shuttingDown atomic.Bool
-	stop         chan struct{}
-	wg           sync.WaitGroup
+	// upgrading counts Upgrades under way, so that Shutdown waits for a
+	// handshake that passed its shuttingDown check before closing the rest.
+	upgrading atomic.Int64
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	opened, closed, framesSent, writeCalls atomic.Int64
 	closedBy                               [numCauses]atomic.Int64
@@ -258,6 +261,8 @@ func (s *Server) flushLoop() {
 // request and registers the connection. open is called before any frame is
 // read and returns the connection's Handler.
 func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn) Handler) error {
+	s.upgrading.Add(1) // before the check: see Shutdown
+	defer s.upgrading.Add(-1)
 	if s.shuttingDown.Load() {
 		return ErrShuttingDown
 	}
@@ -394,9 +399,19 @@ func (s *Server) sweep(now int64) {
 // which the rest are dropped). Then it stops the poller and workers.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shuttingDown.Store(true)
-	s.each(func(c *Conn) { c.closeFor(CauseShutdown, ws.StatusGoingAway, "server shutting down") })
+	// An Upgrade that got past its check before the Store above is counted in
+	// upgrading; once it is done its connection is in the map, and every later
+	// Upgrade sees shuttingDown. Without this wait a handshake racing the
+	// shutdown could register after the close sweep and never be closed.
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
+	for s.upgrading.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	s.each(func(c *Conn) { c.closeFor(CauseShutdown, ws.StatusGoingAway, "server shutting down") })
 	var err error
 wait:
 	for s.Len() > 0 {
