@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -119,17 +120,45 @@ func ValidURL(raw string) bool {
 
 var errPrivate = errors.New("webhook target is a private address")
 
+// nonPublic are the special-purpose ranges (RFC 6890 and successors) that
+// net/netip's predicates do not cover but that can still lead inside a
+// network: "this network", carrier-grade NAT, IETF protocol assignments,
+// benchmarking, reserved, and NAT64 prefixes that embed an IPv4 address.
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+}
+
+// refusePrivate is the dialer's Control: it sees the address actually being
+// dialled, after DNS, so a name that resolves inside cannot slip through.
 func refusePrivate(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
+	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return err
+		return errPrivate
 	}
-	ip := net.ParseIP(host)
-	if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() {
+	if !publicAddr(ap.Addr()) {
 		return errPrivate
 	}
 	return nil
+}
+
+func publicAddr(ip netip.Addr) bool {
+	ip = ip.Unmap() // ::ffff:10.0.0.1 is 10.0.0.1
+	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	return true
 }
 
 // Deliver queues d without waiting; a full queue drops it (counted).
