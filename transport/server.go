@@ -268,6 +268,12 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	}
 	nc, rw, _, err := ws.HTTPUpgrader{Timeout: 5 * time.Second}.Upgrade(r, w)
 	if err != nil {
+		// The upgrader hijacks before it checks, answers a bad handshake on the
+		// hijacked socket and hands that socket back: close it, or it stays
+		// open (a kept-alive client waits on it) until the GC finds it.
+		if nc != nil {
+			nc.Close()
+		}
 		return err
 	}
 	// net/http may have left deadlines on the hijacked conn, and may have read
