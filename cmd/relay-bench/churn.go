@@ -39,11 +39,7 @@ func runChurn(ctx context.Context, args []string) error {
 	maxDialing := fs.Int("max-dialing", 256, "handshakes in flight; a join beyond it is skipped and counted")
 	settle := fs.Duration("settle", time.Second, "wait after closes before comparing counts")
 	profile := cpuProfile(fs)
-	fs.Parse(args)
-	if err := c.checkLoopback(); err != nil {
-		return err
-	}
-	stopProfile, err := profile()
+	stopProfile, err := c.begin(fs, args, profile)
 	if err != nil {
 		return err
 	}
@@ -54,16 +50,11 @@ func runChurn(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	p, err := provision(ctx, &c, "bench-churn")
+	p, em, b, err := emitterFor(ctx, &c, "bench-churn", *workers, *payloadBytes)
 	if err != nil {
 		return err
 	}
-	em := newEmitClient(c.base, p.SecretKey, *workers, *payloadBytes)
 	defer em.closeIdle()
-	b, err := em.preflight(ctx)
-	if err != nil {
-		return err
-	}
 	advice := budgetAdvice(b, *emitRate*60*min(duration.Minutes(), 1), *emitRate*60*min(duration.Minutes(), 1)+10)
 	if advice != "" {
 		warn("%s", advice)
@@ -238,28 +229,8 @@ func runChurn(ctx context.Context, args []string) error {
 		human += fmt.Sprintf("; server sockets %d before, %d with %d residents, %d after; %s",
 			socketsBefore, socketsQuiet, believedQuiet, socketsAfter, server)
 	}
-	human += fmt.Sprintf("; emits: %s; client CPU %.2fs (%.2f cores)", et, client.CPUSeconds, client.Cores)
-	if other, note := disturbance(server, client); c.serverPID > 0 {
-		out["other_processes_cpu_seconds"] = other
-		if note != "" {
-			out["disturbed"] = note
-			human += "; " + note
-		}
-	}
-	if sat := saturation(server, client, true); sat != "" {
-		out["saturated"] = sat
-		human += "; " + sat
-	}
-	if behind := emitterBehind(et); behind != "" {
-		out["emitter_behind"] = behind
-		human += "; " + behind
-	}
-	if advice != "" || et.Refused429 > 0 {
-		if advice == "" {
-			advice = "emits were refused with 429: raise EMIT_RATE_LIMIT_PER_MINUTE and PROJECT_RATE_LIMIT_PER_MINUTE on the relay"
-		}
-		out["warning"] = advice
-	}
+	human += "; emits: " + et.String()
+	human = usageNotes(out, human, &c, server, client, true, et, true, advice)
 	report(out, human)
 	return nil
 }

@@ -24,11 +24,7 @@ func runEmit(ctx context.Context, args []string) error {
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… for the subscribers (0: kernel's choice)")
 	drain := fs.Duration("drain", 3*time.Second, "after the last emit, how long to wait for missing deliveries")
 	profile := cpuProfile(fs)
-	fs.Parse(args)
-	if err := c.checkLoopback(); err != nil {
-		return err
-	}
-	stopProfile, err := profile()
+	stopProfile, err := c.begin(fs, args, profile)
 	if err != nil {
 		return err
 	}
@@ -47,16 +43,11 @@ func runEmit(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	p, err := provision(ctx, &c, "bench-emit")
+	p, em, b, err := emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes)
 	if err != nil {
 		return err
 	}
-	em := newEmitClient(c.base, p.SecretKey, *workers, *payloadBytes)
 	defer em.closeIdle()
-	b, err := em.preflight(ctx)
-	if err != nil {
-		return err
-	}
 	// A closed loop goes as fast as the server answers: assume up to 50 000/s.
 	advice := budgetAdvice(b, 50000*min(duration.Minutes(), 1), 50000*min(duration.Minutes(), 1)*float64(len(counts)))
 	if advice != "" {
@@ -122,24 +113,7 @@ func emitRun(ctx context.Context, c *common, em *emitClient, p project, run, n, 
 		out["server"] = server
 		human += "; " + server.String()
 	}
-	human += fmt.Sprintf("; client CPU %.2fs (%.2f cores)", client.CPUSeconds, client.Cores)
-	if other, note := disturbance(server, client); c.serverPID > 0 {
-		out["other_processes_cpu_seconds"] = other
-		if note != "" {
-			out["disturbed"] = note
-			human += "; " + note
-		}
-	}
-	if sat := saturation(server, client, len(conns) > 0); sat != "" {
-		out["saturated"] = sat
-		human += "; " + sat
-	}
-	if advice != "" || et.Refused429 > 0 {
-		if advice == "" {
-			advice = "emits were refused with 429: raise EMIT_RATE_LIMIT_PER_MINUTE and PROJECT_RATE_LIMIT_PER_MINUTE on the relay"
-		}
-		out["warning"] = advice
-	}
+	human = usageNotes(out, human, c, server, client, len(conns) > 0, et, false, advice)
 	report(out, human)
 	return nil
 }

@@ -28,11 +28,7 @@ func runFanout(ctx context.Context, args []string) error {
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… to spread ports over (0: kernel's choice)")
 	drain := fs.Duration("drain", 5*time.Second, "after the last emit, how long to wait for missing deliveries")
 	profile := cpuProfile(fs)
-	fs.Parse(args)
-	if err := c.checkLoopback(); err != nil {
-		return err
-	}
-	stopProfile, err := profile()
+	stopProfile, err := c.begin(fs, args, profile)
 	if err != nil {
 		return err
 	}
@@ -43,16 +39,11 @@ func runFanout(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	p, err := provision(ctx, &c, "bench-fanout")
+	p, em, b, err := emitterFor(ctx, &c, "bench-fanout", *workers, *payloadBytes)
 	if err != nil {
 		return err
 	}
-	em := newEmitClient(c.base, p.SecretKey, *workers, *payloadBytes)
 	defer em.closeIdle()
-	b, err := em.preflight(ctx)
-	if err != nil {
-		return err
-	}
 	busiest := *rate * min(duration.Minutes(), 1) // per minute, in the fixed 1-minute window
 	advice := budgetAdvice(b, busiest/float64(*channels), busiest)
 	if advice != "" {
@@ -131,28 +122,7 @@ func runFanout(ctx context.Context, args []string) error {
 		out["server"] = server
 		human += "; " + server.String()
 	}
-	human += fmt.Sprintf("; client CPU %.2fs (%.2f cores)", client.CPUSeconds, client.Cores)
-	if other, note := disturbance(server, client); c.serverPID > 0 {
-		out["other_processes_cpu_seconds"] = other
-		if note != "" {
-			out["disturbed"] = note
-			human += "; " + note
-		}
-	}
-	if sat := saturation(server, client, len(conns) > 0); sat != "" {
-		out["saturated"] = sat
-		human += "; " + sat
-	}
-	if behind := emitterBehind(et); behind != "" {
-		out["emitter_behind"] = behind
-		human += "; " + behind
-	}
-	if advice != "" || et.Refused429 > 0 {
-		if advice == "" {
-			advice = "emits were refused with 429: raise EMIT_RATE_LIMIT_PER_MINUTE and PROJECT_RATE_LIMIT_PER_MINUTE on the relay"
-		}
-		out["warning"] = advice
-	}
+	human = usageNotes(out, human, &c, server, client, len(conns) > 0, et, true, advice)
 	report(out, human)
 	return nil
 }

@@ -66,6 +66,16 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "hard bound on the whole run")
 }
 
+// begin parses a scenario's flags, refuses a non-loopback target and starts
+// the tool's CPU profile if -cpuprofile asked for one.
+func (c *common) begin(fs *flag.FlagSet, args []string, profile func() (func(), error)) (stopProfile func(), err error) {
+	fs.Parse(args)
+	if err := c.checkLoopback(); err != nil {
+		return nil, err
+	}
+	return profile()
+}
+
 // checkLoopback refuses anything but 127.0.0.0/8 and ::1.
 func (c *common) checkLoopback() error {
 	u, err := url.Parse(c.base)

@@ -56,3 +56,19 @@ func provision(ctx context.Context, c *common, name string) (project, error) {
 	pr.SecretKey, _ = keys["secretKey"].(string)
 	return pr, nil
 }
+
+// emitterFor provisions a project named name and its HTTP emitter, and reads
+// the server's budgets with one preflight emit.
+func emitterFor(ctx context.Context, c *common, name string, workers, payloadBytes int) (project, *emitClient, budgets, error) {
+	p, err := provision(ctx, c, name)
+	if err != nil {
+		return p, nil, budgets{}, err
+	}
+	em := newEmitClient(c.base, p.SecretKey, workers, payloadBytes)
+	b, err := em.preflight(ctx)
+	if err != nil {
+		em.closeIdle()
+		return p, nil, b, err
+	}
+	return p, em, b, nil
+}

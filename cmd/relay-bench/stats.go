@@ -465,3 +465,36 @@ func onlineCPUs() int {
 	}
 	return max(n, 1)
 }
+
+// usageNotes adds what every emitting scenario reports after its own
+// figures: the tool's CPU, other processes' share of the machine, whether
+// the machine saturated, whether the open-loop emitter fell behind, and a
+// warning when the server's budgets refused emits.
+func usageNotes(out map[string]any, human string, c *common, server serverUsage, client clientUsage,
+	subscribers bool, et emitTotals, openLoop bool, advice string) string {
+	human += fmt.Sprintf("; client CPU %.2fs (%.2f cores)", client.CPUSeconds, client.Cores)
+	if other, note := disturbance(server, client); c.serverPID > 0 {
+		out["other_processes_cpu_seconds"] = other
+		if note != "" {
+			out["disturbed"] = note
+			human += "; " + note
+		}
+	}
+	if sat := saturation(server, client, subscribers); sat != "" {
+		out["saturated"] = sat
+		human += "; " + sat
+	}
+	if openLoop {
+		if behind := emitterBehind(et); behind != "" {
+			out["emitter_behind"] = behind
+			human += "; " + behind
+		}
+	}
+	if advice != "" || et.Refused429 > 0 {
+		if advice == "" {
+			advice = "emits were refused with 429: raise EMIT_RATE_LIMIT_PER_MINUTE and PROJECT_RATE_LIMIT_PER_MINUTE on the relay"
+		}
+		out["warning"] = advice
+	}
+	return human
+}
