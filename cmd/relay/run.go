@@ -255,7 +255,12 @@ func (a *app) shutdown(ctx context.Context) error {
 	}
 	a.stopJobs()
 	a.jobsDone.Wait()
-	a.usage.flush(ctx) // after the last connect and emit: no count is lost
+	// After the last connect and emit: no count is lost. The drain may have
+	// used up ctx (a peer that never read); the flush still gets a moment of
+	// its own, or the counts since the last rollup would go without a word.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	a.usage.flush(fctx)
 	err = errors.Join(err, a.actors.Shutdown(ctx))
 	err = errors.Join(err, a.webhooks.Close(ctx))
 	err = errors.Join(err, a.store.Close())
