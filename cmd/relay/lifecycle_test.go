@@ -1,0 +1,986 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/store/storetest"
+	"github.com/relayhq/relay/transport"
+)
+
+// Lifecycle: every way a connection ends (transport/cause.go), the lifetime
+// cap, the ping heartbeat against the idle timeout, the connection-plane
+// routes and their auth header, and a clean stop of the real binary on
+// SIGTERM and SIGINT.
+
+// ---- helpers ----
+
+// lcServer starts a relay on SQLite with the operator listener on, and
+// creates a project.
+func lcServer(t *testing.T, env map[string]string) (*testServer, *client, project) {
+	t.Helper()
+	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
+	for k, v := range env {
+		vars[k] = v
+	}
+	ts := startServer(t, storetest.SQLiteURL(t), vars)
+	owner := ts.signup("alice@example.com")
+	return ts, owner, owner.createProject("demo")
+}
+
+// lcEventually polls cond every 10 ms until it holds or timeout passes.
+func lcEventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lcClosedByMetrics reads relay_connections_closed_total{cause} for every
+// cause from the operator listener's /metrics.
+func lcClosedByMetrics(t *testing.T, ts *testServer) map[string]int64 {
+	t.Helper()
+	status, body := getText(t, "http://"+ts.app.debugAddr.String()+"/metrics")
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: %d", status)
+	}
+	out := map[string]int64{}
+	for _, c := range transport.Causes() {
+		out[c.String()] = int64(metric(t, body, "relay_connections_closed_total", `cause="`+c.String()+`"`))
+	}
+	return out
+}
+
+// lcWantCauses is every cause at zero except those in want.
+func lcWantCauses(want map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for _, c := range transport.Causes() {
+		out[c.String()] = want[c.String()]
+	}
+	return out
+}
+
+// lcCloseLog matches the transport's debug line for one closed connection.
+func lcCloseLog(cause string, code int) *regexp.Regexp {
+	return regexp.MustCompile(`level=DEBUG msg="connection closed" component=transport conn=\d+ cause=` +
+		regexp.QuoteMeta(cause) + ` code=` + strconv.Itoa(code) + ` `)
+}
+
+// lcWaitLogs waits until each pattern matches exactly its count of lines.
+func lcWaitLogs(t *testing.T, logs fmt.Stringer, want map[*regexp.Regexp]int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		text, ok := logs.String(), true
+		for re, n := range want {
+			if len(re.FindAllString(text, -1)) != n {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for re, n := range want {
+				if got := len(re.FindAllString(text, -1)); got != n {
+					t.Errorf("%d log lines match %s, want %d", got, re, n)
+				}
+			}
+			t.Fatalf("server log:\n%s", text)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lcDialSmallBuffer connects with a 32 KiB receive buffer fixed before the
+// handshake (no autotuning) and never reads: a peer whose socket fills after
+// a few hundred KiB, so what the server sends it beyond that stays queued in
+// the server.
+func lcDialSmallBuffer(t *testing.T, ts *testServer, publicKey string) *wsClient {
+	t.Helper()
+	nd := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 32<<10)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDialContext: nd.DialContext}
+	conn, _, err := d.Dial(ts.wsURL(publicKey), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
+}
+
+// lcBigPayload is a JSON string that makes a message of about 120 KiB, under
+// the 128 KiB cap.
+var lcBigPayload = `"` + strings.Repeat("p", 120<<10) + `"`
+
+// lcSubscribeUnread subscribes c (which does not read) to channel and waits
+// until the channel counts it; it returns how many emits that took.
+func lcSubscribeUnread(t *testing.T, c *wsClient, owner *client, secretKey, channel string) int {
+	t.Helper()
+	c.send(`{"action":"subscribe","channel":"` + channel + `"}`)
+	emits := 0
+	lcEventually(t, 5*time.Second, "unread subscription counted", func() bool {
+		r := owner.emit(secretKey, `{"channel":"`+channel+`","payload":0}`)
+		emits++
+		return r.status == 200 && num(r.json, "subscriberCount") == 1
+	})
+	return emits
+}
+
+// lcPost sends method path with an optional raw Authorization header and
+// decodes the answer; redirects are not followed.
+func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth bool, body string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, ts.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if setAuth {
+		req.Header["Authorization"] = []string{auth}
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	json.Unmarshal(raw, &r.json)
+	return r
+}
+
+// lcHandshake tries a real WebSocket handshake on path and returns the refusal
+// (status and body), or 101 and "" if it opened (the connection is closed).
+func lcHandshake(t *testing.T, ts *testServer, pathAndQuery string) (int, string, http.Header) {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	conn, res, err := d.Dial("ws://"+strings.TrimPrefix(ts.base, "http://")+pathAndQuery, nil)
+	if err == nil {
+		conn.Close()
+		return http.StatusSwitchingProtocols, "", nil
+	}
+	if res == nil {
+		t.Fatalf("handshake %s: %v", pathAndQuery, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body), res.Header
+}
+
+// ---- 1. every close cause: code, counter, log line ----
+
+// TestEveryCloseCauseIsCodedCountedAndLogged provokes each cause of
+// transport/cause.go through the public interface, on a server of its own,
+// and checks the close frame the client gets (where one is sent), the
+// cause's counter on /metrics (every other cause staying at zero) and the
+// transport's debug line "connection closed … cause=X code=N".
+func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
+	type result struct {
+		counts map[string]int64 // expected relay_connections_closed_total
+		logs   map[*regexp.Regexp]int
+	}
+	cases := []struct {
+		cause   string
+		env     map[string]string
+		provoke func(t *testing.T, ts *testServer, owner *client, p project) result
+	}{
+		{"peer_closed", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			// A close frame with a code, one with none, and the library's own
+			// close: each is echoed and ends the connection.
+			a := ts.dialWS(p.publicKey)
+			a.sendRaw(clientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
+			a.expectClose(4000, 5*time.Second)
+			b := ts.dialWS(p.publicKey)
+			b.sendRaw(clientFrame(0x8, true, nil))
+			b.expectClose(websocket.CloseNoStatusReceived, 5*time.Second) // an empty close is echoed empty
+			c := ts.dialWS(p.publicKey)
+			if err := c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"), time.Now().Add(5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			c.expectClose(1000, 5*time.Second)
+			return result{map[string]int64{"peer_closed": 3}, map[*regexp.Regexp]int{
+				lcCloseLog("peer_closed", 4000): 1, lcCloseLog("peer_closed", 1005): 1, lcCloseLog("peer_closed", 1000): 1,
+			}}
+		}},
+		{"peer_gone", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			c := subscribed(t, ts, p.publicKey, "a")
+			c.conn.UnderlyingConn().Close() // TCP gone, no close frame either way
+			return result{map[string]int64{"peer_gone": 1}, map[*regexp.Regexp]int{
+				regexp.MustCompile(lcCloseLog("peer_gone", 1006).String() + `reason="" abrupt=true `): 1,
+			}}
+		}},
+		{"idle", map[string]string{"IDLE_TIMEOUT_SECONDS": "1"}, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			c := ts.dialWS(p.publicKey)
+			if f := c.expectClose(1001, 5*time.Second); f.reason != "idle timeout" {
+				t.Fatalf("reason %q", f.reason)
+			}
+			return result{map[string]int64{"idle": 1}, map[*regexp.Regexp]int{lcCloseLog("idle", 1001): 1}}
+		}},
+		{"lifetime", map[string]string{"CONNECTION_MAX_LIFETIME_SECONDS": "1"}, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			c := ts.dialWS(p.publicKey)
+			if f := c.expectClose(1001, 5*time.Second); f.reason != "connection lifetime exceeded" {
+				t.Fatalf("reason %q", f.reason)
+			}
+			return result{map[string]int64{"lifetime": 1}, map[*regexp.Regexp]int{lcCloseLog("lifetime", 1001): 1}}
+		}},
+		{"slow_consumer", map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"},
+			func(t *testing.T, ts *testServer, owner *client, p project) result {
+				slow := lcDialSmallBuffer(t, ts, p.publicKey)
+				lcSubscribeUnread(t, slow, owner, p.secretKey, "firehose")
+				// Its socket holds a few MiB at most; its 8 MiB queue overflows
+				// after about 100 messages of 120 KiB.
+				for i := 0; ts.app.transport.Stats().ClosedBy["slow_consumer"] == 0; i++ {
+					if i == 1000 {
+						t.Fatal("no slow consumer after 1000 messages of 120 KiB")
+					}
+					if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`); r.status != 200 {
+						t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+					}
+				}
+				// Its queue is dropped, so the peer reads what its socket
+				// held and then the end: the 1013 frame when the socket had
+				// room for it, else the TCP close (1006 is the library's name
+				// for a close without a frame).
+				go slow.readLoop()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					f, ok := slow.next(time.Until(deadline))
+					if !ok {
+						t.Fatal("slow consumer's connection did not end")
+					}
+					if f.closed && f.closeCode != 1013 && f.closeCode != websocket.CloseAbnormalClosure {
+						t.Fatalf("slow consumer closed with %d %q, want 1013 or no frame", f.closeCode, f.reason)
+					}
+					if f.closed || f.err != nil {
+						break
+					}
+				}
+				if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`); num(r.json, "subscriberCount") != 0 {
+					t.Fatalf("slow consumer still subscribed: %s", r.raw)
+				}
+				return result{map[string]int64{"slow_consumer": 1}, map[*regexp.Regexp]int{lcCloseLog("slow_consumer", 1013): 1}}
+			}},
+		{"too_big", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			c := ts.dialWS(p.publicKey)
+			c.sendRaw(clientFrame(0x1, true, make([]byte, 300<<10))) // over the 256 KiB frame cap
+			c.expectClose(1009, 5*time.Second)
+			return result{map[string]int64{"too_big": 1}, map[*regexp.Regexp]int{lcCloseLog("too_big", 1009): 1}}
+		}},
+		{"protocol", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			a := ts.dialWS(p.publicKey)
+			a.sendRaw([]byte{0x81, 0x02, '{', '}'}) // unmasked client frame
+			a.expectClose(1002, 5*time.Second)
+			b := ts.dialWS(p.publicKey)
+			b.sendRaw(clientFrame(0x1, true, []byte{'"', 0xff, '"'})) // text that is not UTF-8
+			b.expectClose(1007, 5*time.Second)
+			return result{map[string]int64{"protocol": 2}, map[*regexp.Regexp]int{lcCloseLog("protocol", 1002): 1, lcCloseLog("protocol", 1007): 1}}
+		}},
+		{"application", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			c := subscribed(t, ts, p.publicKey, "a")
+			owner.do("DELETE", "/api/projects/"+p.id, "").expect(t, 200, `{"ok":true}`)
+			if f := c.expectClose(4004, 5*time.Second); f.reason != "project deleted" {
+				t.Fatalf("reason %q", f.reason)
+			}
+			return result{map[string]int64{"application": 1}, map[*regexp.Regexp]int{lcCloseLog("application", 4004): 1}}
+		}},
+		{"shutdown", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
+			c := subscribed(t, ts, p.publicKey, "a")
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				done <- ts.app.shutdown(ctx)
+			}()
+			if f := c.expectClose(1001, 5*time.Second); f.reason != "server shutting down" {
+				t.Fatalf("reason %q", f.reason)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			ts.app = nil // shut down; its operator listener with it
+			return result{map[string]int64{"shutdown": 1}, map[*regexp.Regexp]int{lcCloseLog("shutdown", 1001): 1, regexp.MustCompile(`msg=stopped`): 1}}
+		}},
+	}
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		covered[tc.cause] = true
+		t.Run(tc.cause, func(t *testing.T) {
+			ts, owner, p := lcServer(t, tc.env)
+			app := ts.app
+			want := tc.provoke(t, ts, owner, p)
+			exp := lcWantCauses(want.counts)
+			if ts.app != nil {
+				// The operator's /metrics, polled: the counter moves when the
+				// socket is torn down, just after the client saw the close.
+				var got map[string]int64
+				deadline := time.Now().Add(5 * time.Second)
+				for got = lcClosedByMetrics(t, ts); canonical(got) != canonical(exp); got = lcClosedByMetrics(t, ts) {
+					if time.Now().After(deadline) {
+						t.Fatalf("relay_connections_closed_total %v, want %v", got, exp)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			// The transport's own counters (all there is once shut down).
+			if got := app.transport.Stats().ClosedBy; canonical(got) != canonical(exp) {
+				t.Fatalf("transport Stats.ClosedBy %v, want %v", got, exp)
+			}
+			lcWaitLogs(t, ts.logs, want.logs)
+		})
+	}
+	for _, c := range transport.Causes() {
+		if !covered[c.String()] {
+			t.Errorf("cause %s has no case here", c)
+		}
+	}
+}
+
+// ---- 2. lifetime cap ----
+
+// TestConnectionLifetimeCap: with CONNECTION_MAX_LIFETIME_SECONDS=1 a busy
+// connection (a ping every 250 ms, each answered) is still closed with 1001
+// "connection lifetime exceeded", no sooner than a second after it opened;
+// the client can connect again at once.
+func TestConnectionLifetimeCap(t *testing.T) {
+	ts, _, p := lcServer(t, map[string]string{"CONNECTION_MAX_LIFETIME_SECONDS": "1"})
+	start := time.Now()
+	c := ts.dialWS(p.publicKey)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	pongs := 0
+	var closed frame
+wait:
+	for {
+		select {
+		case f, ok := <-c.frames:
+			switch {
+			case !ok:
+				t.Fatal("connection over without a close frame")
+			case f.closed:
+				closed = f
+				break wait
+			case f.err != nil:
+				t.Fatal(f.err)
+			case f.text != `{"action":"pong","ok":true}`:
+				t.Fatalf("unexpected %s", f.text)
+			}
+			pongs++
+		case <-tick.C:
+			c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			c.conn.WriteMessage(websocket.TextMessage, []byte(`{"action":"ping"}`)) // after the close this may fail
+		case <-deadline:
+			t.Fatalf("no lifetime close within 10s (%d pongs)", pongs)
+		}
+	}
+	age := time.Since(start)
+	if closed.closeCode != 1001 || closed.reason != "connection lifetime exceeded" {
+		t.Fatalf("closed with %d %q, want 1001 \"connection lifetime exceeded\"", closed.closeCode, closed.reason)
+	}
+	if age < time.Second {
+		t.Fatalf("closed after %v, before the 1 s lifetime", age)
+	}
+	if pongs == 0 {
+		t.Fatal("no ping was answered while the connection was open")
+	}
+	// Reconnecting is what the client is meant to do.
+	again := ts.dialWS(p.publicKey)
+	again.send(`{"action":"ping"}`)
+	again.expect(`{"action":"pong","ok":true}`)
+	want := lcWantCauses(map[string]int64{"lifetime": 1})
+	lcEventually(t, 5*time.Second, "lifetime counted once", func() bool {
+		return canonical(lcClosedByMetrics(t, ts)) == canonical(want)
+	})
+}
+
+// ---- 3. ping resets the idle clock ----
+
+// TestPingResetsIdleClock: with IDLE_TIMEOUT_SECONDS=2, a ping every 700 ms
+// for 4 s (twice the timeout) keeps the connection open and each gets its
+// pong; once the pings stop, the idle close (1001 "idle timeout") follows,
+// not before the timeout has run from the last pong.
+func TestPingResetsIdleClock(t *testing.T) {
+	ts, _, p := lcServer(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "2"})
+	c := ts.dialWS(p.publicKey)
+	opened := time.Now()
+	tick := time.NewTicker(700 * time.Millisecond)
+	defer tick.Stop()
+	var lastPong time.Time
+	pings := 0
+	for time.Since(opened) < 4*time.Second {
+		c.send(`{"action":"ping"}`)
+		c.expect(`{"action":"pong","ok":true}`) // fails on a close frame instead
+		lastPong = time.Now()
+		pings++
+		<-tick.C
+	}
+	if pings < 4 {
+		t.Fatalf("only %d pings in 4 s", pings)
+	}
+	f := c.expectClose(1001, 5*time.Second)
+	if f.reason != "idle timeout" {
+		t.Fatalf("reason %q", f.reason)
+	}
+	if quiet := time.Since(lastPong); quiet < 1500*time.Millisecond {
+		t.Fatalf("idle close %v after the last pong; the timeout is 2 s", quiet)
+	}
+	want := lcWantCauses(map[string]int64{"idle": 1})
+	lcEventually(t, 5*time.Second, "idle counted once", func() bool {
+		return canonical(lcClosedByMetrics(t, ts)) == canonical(want)
+	})
+}
+
+// ---- 4. connection-plane routes, auth header, the exact 200 ----
+
+// TestConnectionPlaneRoutesAndAuth: wrong methods on /emit,
+// /emit-tokens/revoke and /ws answer 405 method_not_allowed with Allow, and
+// their unknown sub-paths 404 not_found, all in JSON; an Authorization header
+// that is not "Bearer <key>" gets 401 invalid_secret_key and a missing one
+// missing_secret_key, exact bodies; none of it emits anything, which the
+// exactly compared 200 bodies show (the first seq of a fresh channel, full
+// budgets).
+func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("demo")
+		opened := time.Now()
+		sub := subscribed(t, ts, p.publicKey, "room.1") // the channel actor starts here
+		bearer := "Bearer " + p.secretKey
+		emitBody := `{"channel":"room.1","payload":{"x":[1,"two",null]}}`
+
+		wrongMethod := []struct{ method, path, allow string }{
+			{"GET", "/emit", "POST"}, {"PUT", "/emit", "POST"}, {"PATCH", "/emit", "POST"},
+			{"DELETE", "/emit", "POST"}, {"OPTIONS", "/emit", "POST"},
+			{"GET", "/emit-tokens/revoke", "POST"}, {"PUT", "/emit-tokens/revoke", "POST"},
+			{"PATCH", "/emit-tokens/revoke", "POST"}, {"DELETE", "/emit-tokens/revoke", "POST"},
+			{"POST", "/ws", "GET"}, {"PUT", "/ws", "GET"}, {"PATCH", "/ws", "GET"},
+			{"DELETE", "/ws", "GET"}, {"OPTIONS", "/ws", "GET"},
+		}
+		for _, rt := range wrongMethod {
+			for _, auth := range []string{"", bearer} {
+				r := lcPost(t, ts, rt.method, rt.path+"?publicKey="+p.publicKey, auth, auth != "", emitBody)
+				if r.status != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+					continue
+				}
+				r.expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+				if got := r.header.Get("Allow"); got != rt.allow {
+					t.Errorf("%s %s: Allow %q, want %q", rt.method, rt.path, got, rt.allow)
+				}
+			}
+		}
+		unknown := []string{
+			"/emit/", "/emit/x", "/emit/revoke", "/emitx", "/EMIT", "/emit.json",
+			"/emit-tokens", "/emit-tokens/", "/emit-tokens/revoke/", "/emit-tokens/revoke/x", "/emit-tokens/other", "/emit-tokens/REVOKE",
+			"/ws/", "/ws/x", "/wss", "/WS", "/ws/emit",
+		}
+		for _, path := range unknown {
+			for _, method := range []string{"GET", "POST", "PUT"} {
+				r := lcPost(t, ts, method, path+"?publicKey="+p.publicKey, bearer, true, emitBody)
+				if r.status != http.StatusNotFound {
+					t.Errorf("%s %s: %d %s", method, path, r.status, r.raw)
+					continue
+				}
+				r.expect(t, http.StatusNotFound, `{"error":"not_found"}`)
+			}
+		}
+		// A real WebSocket handshake on an unknown path or with a wrong key
+		// is refused in JSON too, never upgraded.
+		for _, path := range []string{"/ws/", "/ws/x", "/wss", "/emit"} {
+			status, body, _ := lcHandshake(t, ts, path+"?publicKey="+p.publicKey)
+			want := http.StatusNotFound
+			if path == "/emit" {
+				want = http.StatusMethodNotAllowed
+			}
+			if status != want || (status == 404 && canonical(jsonOf(body)) != `{"error":"not_found"}`) ||
+				(status == 405 && canonical(jsonOf(body)) != `{"error":"method_not_allowed"}`) {
+				t.Errorf("handshake on %s: %d %q, want %d in JSON", path, status, body, want)
+			}
+		}
+		if status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.secretKey); status != http.StatusUnauthorized || canonical(jsonOf(body)) != `{"error":"unauthorized"}` {
+			t.Errorf("handshake with the secret key: %d %q", status, body)
+		}
+
+		// The Authorization header.
+		auths := []struct {
+			name, value string
+			set         bool
+			want        string
+		}{
+			{"absent", "", false, "missing_secret_key"},
+			{"blank", "", true, "missing_secret_key"},
+			{"spaces only", "   ", true, "missing_secret_key"},
+			{"Basic", "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+p.secretKey)), true, "invalid_secret_key"},
+			{"Bearer alone", "Bearer", true, "invalid_secret_key"},
+			{"Bearer and spaces", "Bearer    ", true, "invalid_secret_key"},
+			{"Bearer and a tab", "Bearer \t", true, "invalid_secret_key"},
+			{"key without scheme", p.secretKey, true, "invalid_secret_key"},
+			{"Token scheme", "Token " + p.secretKey, true, "invalid_secret_key"},
+			{"Bearer glued to the key", "Bearer" + p.secretKey, true, "invalid_secret_key"},
+			{"Bearer with a colon", "Bearer: " + p.secretKey, true, "invalid_secret_key"},
+			{"key and trailing junk", bearer + " junk", true, "invalid_secret_key"},
+			{"two keys", bearer + "," + bearer, true, "invalid_secret_key"},
+			{"public key", "Bearer " + p.publicKey, true, "invalid_secret_key"},
+			{"unknown key", "Bearer sk_live_doesnotexist", true, "invalid_secret_key"},
+		}
+		for _, path := range []string{"/emit", "/emit-tokens/revoke"} {
+			body := emitBody
+			if path != "/emit" {
+				body = `{"clientId":"mallory"}`
+			}
+			for _, a := range auths {
+				r := lcPost(t, ts, "POST", path, a.value, a.set, body)
+				if r.status != http.StatusUnauthorized {
+					t.Errorf("%s, %s: %d %s", path, a.name, r.status, r.raw)
+					continue
+				}
+				r.expect(t, http.StatusUnauthorized, `{"error":"`+a.want+`"}`)
+			}
+		}
+		sub.expectSilence(100 * time.Millisecond) // nothing above was delivered
+
+		// The 200 body, every key compared. Nothing before this emitted: seq
+		// is the first of the channel (a channel's counter starts from the
+		// clock in µs when it starts, SPEC.md only promises it increases) and
+		// both budgets have spent exactly one.
+		before := time.Now()
+		r := lcPost(t, ts, "POST", "/emit", bearer, true, emitBody)
+		after := time.Now()
+		reset1, preset1 := lcResetAts(t, r, before, after)
+		seq1 := lcFirstSeq(t, r, opened, before)
+		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
+			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5999,"resetAt":%q}}`, seq1, reset1, preset1))
+		sub.expect(fmt.Sprintf(`{"channel":"room.1","payload":{"x":[1,"two",null]},"seq":%d}`, seq1))
+
+		// The scheme is case-insensitive (RFC 7235); a channel nobody
+		// listens on: delivered and subscriberCount 0, its own seq and budget,
+		// the project's budget shared.
+		before = time.Now()
+		r = lcPost(t, ts, "POST", "/emit", "bearer "+p.secretKey, true, `{"channel":"empty","payload":null}`)
+		after = time.Now()
+		reset2, preset2 := lcResetAts(t, r, before, after)
+		seq2 := lcFirstSeq(t, r, before, after)
+		projectLeft := 5998
+		if preset2 != preset1 { // a new minute began between the two emits
+			projectLeft = 5999
+		}
+		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"empty","seq":%d,"delivered":0,"subscriberCount":0,`+
+			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":%d,"resetAt":%q}}`, seq2, reset2, projectLeft, preset2))
+
+		// The first channel again: the next seq.
+		before = time.Now()
+		r = lcPost(t, ts, "POST", "/emit", bearer, true, `{"channel":"room.1","payload":"again"}`)
+		after = time.Now()
+		reset3, preset3 := lcResetAts(t, r, before, after)
+		channelLeft, projectLeft := 598, 5997
+		if reset3 != reset1 {
+			channelLeft = 599
+		}
+		switch {
+		case preset3 != preset2:
+			projectLeft = 5999
+		case preset2 != preset1:
+			projectLeft = 5998
+		}
+		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
+			`"rate_limit":{"limit":600,"remaining":%d,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":%d,"resetAt":%q}}`, seq1+1, channelLeft, reset3, projectLeft, preset3))
+		sub.expect(fmt.Sprintf(`{"channel":"room.1","payload":"again","seq":%d}`, seq1+1))
+
+		lcPost(t, ts, "POST", "/emit-tokens/revoke", "bearer "+p.secretKey, true, `{"jti":"x"}`).expect(t, http.StatusOK, `{"ok":true}`)
+	})
+}
+
+// lcFirstSeq checks that an emit answer's seq is the first of a channel
+// started between from and to: its clock in µs then, plus one.
+func lcFirstSeq(t *testing.T, r response, from, to time.Time) uint64 {
+	t.Helper()
+	var v struct {
+		Seq json.Number `json:"seq"`
+	}
+	json.Unmarshal([]byte(r.raw), &v)
+	seq, err := strconv.ParseUint(string(v.Seq), 10, 64)
+	if err != nil || seq <= uint64(from.UnixMicro()) || seq > uint64(to.UnixMicro())+1 {
+		t.Fatalf("seq %q: want the first of a channel started in [%d, %d] µs; body %s", v.Seq, from.UnixMicro(), to.UnixMicro(), r.raw)
+	}
+	return seq
+}
+
+func jsonOf(s string) any {
+	var v any
+	if json.Unmarshal([]byte(s), &v) != nil {
+		return s
+	}
+	return v
+}
+
+// TestRefusedUpgradeClosesItsConnection: a GET /ws with a good key that is
+// not a valid WebSocket handshake is answered (400, or 426 for an unknown
+// version) and its connection closed, not left open behind the answer: a
+// client that keeps connections alive would wait on it forever. (The
+// upgrader hijacks the socket before checking; the transport used to drop it
+// without closing it.)
+func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
+	ts, _, p := lcServer(t, nil)
+	addr := strings.TrimPrefix(ts.base, "http://")
+	head := "GET /ws?publicKey=" + p.publicKey + " HTTP/1.1\r\nHost: " + addr + "\r\n"
+	upgrade := "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+	cases := []struct {
+		name, request string
+		status        int
+	}{
+		{"no upgrade headers", head + "\r\n", http.StatusBadRequest},
+		{"no key", head + upgrade + "Sec-WebSocket-Version: 13\r\n\r\n", http.StatusBadRequest},
+		{"short key", head + upgrade + "Sec-WebSocket-Key: c2hvcnQ=\r\nSec-WebSocket-Version: 13\r\n\r\n", http.StatusBadRequest},
+		{"unknown version", head + upgrade + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 8\r\n\r\n", http.StatusUpgradeRequired},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := conn.Write([]byte(tc.request)); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", res.StatusCode, tc.status)
+			}
+			if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("after the refusal: read %d, %v; want the connection closed (EOF)", n, err)
+			}
+		})
+	}
+	// A kept-alive Go client goes on after a refusal.
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for range 3 {
+		res, err := hc.Get(ts.base + "/ws?publicKey=" + p.publicKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Fatalf("plain GET /ws: %d", res.StatusCode)
+		}
+		res, err = hc.Get(ts.base + "/healthz")
+		if err != nil {
+			t.Fatalf("next request on the same client: %v", err)
+		}
+		res.Body.Close()
+	}
+	if n := ts.app.transport.Len(); n != 0 {
+		t.Fatalf("%d connections registered by refused handshakes", n)
+	}
+}
+
+// lcResetAts checks both resetAt values of an emit answer: the end of the
+// wall-clock minute the emit fell in (fixed one-minute windows), in the
+// millisecond UTC form of every timestamp.
+func lcResetAts(t *testing.T, r response, before, after time.Time) (channel, project string) {
+	t.Helper()
+	for i, key := range []string{"rate_limit", "project_rate_limit"} {
+		s := r.str(key, "resetAt")
+		at, err := time.Parse("2006-01-02T15:04:05.000Z", s)
+		lo, hi := before.Truncate(time.Minute).Add(time.Minute), after.Truncate(time.Minute).Add(time.Minute)
+		if err != nil || !at.Equal(at.Truncate(time.Minute)) || at.Before(lo) || at.After(hi) {
+			t.Fatalf("%s.resetAt %q (%v): want the end of the emit's minute, in [%v, %v]; body %s", key, s, err, lo.UTC(), hi.UTC(), r.raw)
+		}
+		if i == 0 {
+			channel = s
+		} else {
+			project = s
+		}
+	}
+	return channel, project
+}
+
+// ---- 5. the real binary on SIGTERM and SIGINT ----
+
+// lcProcess is the real binary with its whole stderr kept.
+type lcProcess struct {
+	cmd    *exec.Cmd
+	base   string
+	debug  string
+	logs   *syncBuffer
+	exited chan struct{}
+}
+
+func lcStartBinary(t *testing.T, env ...string) *lcProcess {
+	t.Helper()
+	bin, err := relayBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lcProcess{logs: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, "serve")
+	p.cmd.Dir = t.TempDir()
+	p.cmd.Env = append(os.Environ(), append([]string{
+		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "ALLOWED_SIGNUP_EMAILS=alice@example.com",
+		"DATABASE_URL=" + storetest.SQLiteURL(t), "LOG_LEVEL=debug", "LOG_FORMAT=text",
+	}, env...)...)
+	p.cmd.Stderr = p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	public := regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
+	debug := regexp.MustCompile(`msg=listening listener=debug addr=(\S+)`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs := p.logs.String()
+		if m, d := public.FindStringSubmatch(logs), debug.FindStringSubmatch(logs); m != nil && d != nil {
+			p.base, p.debug = "http://"+m[1], "http://"+d[1]
+			return p
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("relay exited at start:\n%s", logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay did not start:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lcFillCount is how many 120 KiB messages fill the 32 KiB receive buffer of
+// an lcDialSmallBuffer peer and the server's send buffer (at most tcp_wmem's
+// maximum) and leave about 1 MiB queued in the server, well under the
+// queue's 8 MiB cap: then the server's close frame for that peer waits
+// behind its queue for as long as the peer stays. ok is false when this
+// host's buffers are too big for that.
+func lcFillCount() (n int, ok bool) {
+	const frameBytes = 120 << 10
+	const queueBytes = 8 << 20 // transport.Config.QueueBytes default
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return 0, false
+	}
+	sendMax, _ := strconv.Atoi(f[2])
+	n = (sendMax+(256<<10)+(1<<20))/frameBytes + 1
+	return n, sendMax > 0 && n*frameBytes < queueBytes-(1<<20)
+}
+
+// TestSignalStopsTheBinaryCleanly: SIGTERM and SIGINT each make the real
+// binary close every connection with 1001 "server shutting down", refuse
+// new handshakes, emits and revokes with 503 service_unavailable while it
+// drains, exit 0 within SHUTDOWN_TIMEOUT_SECONDS, and log the shutdown and
+// the stop. The drain is held open deterministically by one subscriber that
+// reads nothing: its socket is full and its close frame waits behind queued
+// messages until it goes away.
+func TestSignalStopsTheBinaryCleanly(t *testing.T) {
+	const shutdownTimeout = 5 * time.Second
+	fill, holdDrain := lcFillCount()
+	if !holdDrain {
+		t.Logf("this host's TCP send buffers are too big to hold the drain open with a full socket; the 503 window is not checked")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			proc := lcStartBinary(t, "SHUTDOWN_TIMEOUT_SECONDS="+strconv.Itoa(int(shutdownTimeout/time.Second)),
+				"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000")
+			ts := &testServer{t: t, base: proc.base, logs: proc.logs}
+			owner := ts.signup("alice@example.com")
+			p := owner.createProject("demo")
+			readers := []*wsClient{
+				subscribed(t, ts, p.publicKey, "live"), subscribed(t, ts, p.publicKey, "live"), subscribed(t, ts, p.publicKey, "live"),
+			}
+			r := owner.emit(p.secretKey, `{"channel":"live","payload":"before"}`)
+			if r.status != 200 || num(r.json, "delivered") != 3 {
+				t.Fatalf("emit: %d %s", r.status, r.raw)
+			}
+			var stuck *wsClient
+			if holdDrain {
+				stuck = lcDialSmallBuffer(t, ts, p.publicKey)
+				lcSubscribeUnread(t, stuck, owner, p.secretKey, "firehose")
+				for i := range fill {
+					r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`)
+					if r.status != 200 || num(r.json, "delivered") != 1 {
+						t.Fatalf("filling emit %d: %d %s", i, r.status, r.raw)
+					}
+				}
+			}
+			conns := len(readers)
+			if stuck != nil {
+				conns++
+			}
+
+			signalled := time.Now()
+			if err := proc.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range readers {
+				c.expectExcept(`{"channel":"live","payload":"before"}`, "seq")
+				if f := c.expectClose(1001, shutdownTimeout); f.reason != "server shutting down" {
+					t.Fatalf("reader %d: reason %q", i, f.reason)
+				}
+			}
+			if stuck != nil {
+				// Still draining: the new work is refused, in JSON.
+				select {
+				case <-proc.exited:
+					t.Fatalf("exited while a connection was still draining:\n%s", proc.logs.String())
+				default:
+				}
+				status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.publicKey)
+				if status != http.StatusServiceUnavailable || canonical(jsonOf(body)) != `{"error":"service_unavailable"}` {
+					t.Fatalf("handshake during the drain: %d %q, want 503 service_unavailable", status, body)
+				}
+				owner.emit(p.secretKey, `{"channel":"live","payload":"late"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+				owner.revoke(p.secretKey, `{"clientId":"x"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+				_, metrics := getText(t, proc.debug+"/metrics")
+				if n := metric(t, metrics, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {
+					t.Fatalf("relay_handshakes_refused_total{shutting_down} = %v, want 1", n)
+				}
+				stuck.conn.Close() // the last connection goes; the drain ends
+			}
+			select {
+			case <-proc.exited:
+			case <-time.After(time.Until(signalled.Add(shutdownTimeout))):
+				t.Fatalf("still running %v after %v:\n%s", time.Since(signalled), sig, proc.logs.String())
+			}
+			took := time.Since(signalled)
+			logs := proc.logs.String()
+			if code := proc.cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("exit status %d after %v, want 0:\n%s", code, sig, logs)
+			}
+			t.Logf("%v: stopped in %v", sig, took)
+			shutting := regexp.MustCompile(`level=INFO msg="shutting down" connections=` + strconv.Itoa(conns) + `\n`)
+			stopped := regexp.MustCompile(`level=INFO msg=stopped\n`)
+			ls, le := shutting.FindStringIndex(logs), stopped.FindStringIndex(logs)
+			if ls == nil || le == nil || le[0] < ls[0] {
+				t.Fatalf("want a shutting down line (connections=%d) then a stopped line:\n%s", conns, logs)
+			}
+			if n := len(lcCloseLog("shutdown", 1001).FindAllString(logs, -1)); n != len(readers) {
+				t.Fatalf("%d connections closed with cause=shutdown, want %d:\n%s", n, len(readers), logs)
+			}
+			if strings.Contains(logs, "level=ERROR") || strings.Contains(logs, "level=WARN") || strings.Contains(logs, "panic") {
+				t.Fatalf("errors or warnings logged:\n%s", logs)
+			}
+		})
+	}
+}
+
+// TestShutdownTimeoutDropsStuckPeerKeepsUsage: a peer that never reads holds
+// the drain until SHUTDOWN_TIMEOUT_SECONDS; then it is dropped, the process
+// exits at once (status 1, "relay: context deadline exceeded") after logging
+// the stop, and the usage counted since the last rollup is still written
+// (the final rollup used to run on the expired context and lose it).
+func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
+	fill, ok := lcFillCount()
+	if !ok {
+		t.Skip("this host's TCP send buffers are too big to hold the drain open with a full socket")
+	}
+	const shutdownTimeout = 2 * time.Second
+	url := storetest.SQLiteURL(t)
+	day := time.Now().UTC().Format(time.DateOnly)
+	proc := lcStartBinary(t, "DATABASE_URL="+url, "SHUTDOWN_TIMEOUT_SECONDS=2", "USAGE_ROLLUP_SECONDS=3600",
+		"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000")
+	ts := &testServer{t: t, base: proc.base, logs: proc.logs}
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	reader := subscribed(t, ts, p.publicKey, "live")
+	stuck := lcDialSmallBuffer(t, ts, p.publicKey)
+	emits := lcSubscribeUnread(t, stuck, owner, p.secretKey, "firehose")
+	for i := range fill {
+		if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`); r.status != 200 || num(r.json, "delivered") != 1 {
+			t.Fatalf("filling emit %d: %d %s", i, r.status, r.raw)
+		}
+		emits++
+	}
+
+	signalled := time.Now()
+	proc.cmd.Process.Signal(syscall.SIGTERM)
+	reader.expectClose(1001, shutdownTimeout)
+	select {
+	case <-proc.exited:
+	case <-time.After(time.Until(signalled.Add(shutdownTimeout + time.Second))):
+		t.Fatalf("still running %v after SIGTERM with SHUTDOWN_TIMEOUT_SECONDS=2:\n%s", time.Since(signalled), proc.logs.String())
+	}
+	took := time.Since(signalled)
+	logs := proc.logs.String()
+	if took < shutdownTimeout-100*time.Millisecond {
+		t.Fatalf("exited after %v: the stuck peer should have held the drain for the timeout", took)
+	}
+	if code := proc.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(logs, "relay: context deadline exceeded") {
+		t.Fatalf("exit status %d, want 1 with the deadline named:\n%s", code, logs)
+	}
+	dropped := regexp.MustCompile(lcCloseLog("shutdown", 1001).String() + `reason="server shutting down" abrupt=true `)
+	if !dropped.MatchString(logs) || !strings.Contains(logs, "level=INFO msg=stopped\n") {
+		t.Fatalf("want the stuck peer dropped (abrupt) and a stopped line:\n%s", logs)
+	}
+	st, err := store.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	us, err := st.Usage(context.Background(), p.id, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var connects, messages int64
+	for _, u := range us {
+		connects += u.ConnectionCount
+		messages += u.MessageCount
+	}
+	if connects != 2 || messages != int64(emits) {
+		t.Fatalf("usage after a timed-out shutdown: %d connects, %d messages (%+v); want 2 and %d", connects, messages, us, emits)
+	}
+}
