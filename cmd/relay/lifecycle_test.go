@@ -830,7 +830,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 	const shutdownTimeout = 5 * time.Second
 	fill, holdDrain := lcFillCount()
 	if !holdDrain {
-		t.Logf("this host's TCP send buffers are too big to hold the drain open with a full socket; the 503 window is not checked")
+		t.Fatal("this host's TCP send buffers (tcp_wmem max over about 5.5 MiB) are too big to hold the drain open with a full socket")
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
@@ -920,13 +920,12 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 
 // TestShutdownTimeoutDropsStuckPeerKeepsUsage: a peer that never reads holds
 // the drain until SHUTDOWN_TIMEOUT_SECONDS; then it is dropped, the process
-// exits at once (status 1, "relay: context deadline exceeded") after logging
-// the stop, and the usage counted since the last rollup is still written
+// logs that the bound was reached and exits 0 at once after logging the stop, and the usage counted since the last rollup is still written
 // (the final rollup used to run on the expired context and lose it).
 func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 	fill, ok := lcFillCount()
 	if !ok {
-		t.Skip("this host's TCP send buffers are too big to hold the drain open with a full socket")
+		t.Fatal("this host's TCP send buffers (tcp_wmem max over about 5.5 MiB) are too big to hold the drain open with a full socket")
 	}
 	const shutdownTimeout = 2 * time.Second
 	url := storetest.SQLiteURL(t)
@@ -959,8 +958,8 @@ func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 	if took < shutdownTimeout-100*time.Millisecond {
 		t.Fatalf("exited after %v: the stuck peer should have held the drain for the timeout", took)
 	}
-	if code := proc.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(logs, "relay: context deadline exceeded") {
-		t.Fatalf("exit status %d, want 1 with the deadline named:\n%s", code, logs)
+	if code := proc.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(logs, `level=WARN msg="shutdown bound reached; the rest was dropped" step="closing connections"`) {
+		t.Fatalf("exit status %d, want 0 with a warning that the bound was reached:\n%s", code, logs)
 	}
 	dropped := regexp.MustCompile(lcCloseLog("shutdown", 1001).String() + `reason="server shutting down" abrupt=true `)
 	if !dropped.MatchString(logs) || !strings.Contains(logs, "level=INFO msg=stopped\n") {
