@@ -66,6 +66,9 @@ func (a *channelActor) Receive(ctx actor.Context) {
 		} else if res.Err != nil {
 			m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.name}))
 		}
+	case *refuseEmit:
+		a.processed++
+		m.sink.Send(errorFrame(&proto.Error{Code: m.code, Channel: a.name}))
 	case *subscribe:
 		a.processed++
 		a.subscribe(m)

@@ -10,12 +10,22 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
+// refuseEmit carries a client-emit refusal (rules 1–7) through the channel
+// actor, behind the emits of the same channel that are still queued there,
+// so that one connection gets the answers to its emits on a channel in the
+// order it sent them (the reference clients pair them first in, first out).
+// Its place is messages.go; it sits here while that file has another owner.
+type refuseEmit struct {
+	sink Sink
+	code proto.Code
+}
+
 // clientEmit applies SPEC.md › Client-emit rules 1–7 in order; the channel
 // actor does the rest (channel budget, seq, fan-out to the others, emit ack).
 // Every refusal is an error frame to the emitter naming the channel.
 func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 	msg := &m.msg
-	fail := func(code proto.Code) { m.sink.Send(errorFrame(&proto.Error{Code: code, Channel: msg.Channel})) }
+	fail := func(code proto.Code) { a.refuseEmit(ctx, msg.Channel, m.sink, code) }
 	now := a.cfg.Now()
 
 	if a.settings.ClientEmitSecret == "" { // 1
@@ -57,6 +67,20 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 	}
 	p := &Publish{Channel: msg.Channel, Payload: payload, At: now, origin: m.sink, clientID: claims.clientID, msgType: msg.Type}
 	a.publish(ctx, p) // project backstop here, channel budget and rule 8 in the channel actor
+}
+
+// refuseEmit answers a refused client-emit in order with the acks: through
+// the channel actor when there is one, since it may still hold an earlier emit
+// of this connection whose ack is not sent yet. Without a channel actor no
+// emit of the channel is in flight (a channel is only stopped once it has
+// processed everything sent to it), so the refusal goes straight out, and
+// refusals alone never start a channel actor.
+func (a *projectActor) refuseEmit(ctx actor.Context, channel string, sink Sink, code proto.Code) {
+	if _, ok := a.channels[channel]; ok {
+		a.send(ctx, channel, &refuseEmit{sink: sink, code: code})
+		return
+	}
+	sink.Send(errorFrame(&proto.Error{Code: code, Channel: channel}))
 }
 
 func (a *projectActor) isRevoked(c emitClaims, now time.Time) bool {

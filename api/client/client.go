@@ -26,8 +26,9 @@ type Options struct {
 	HeartbeatInterval   time.Duration // default 240 s; negative disables
 	HeartbeatAckTimeout time.Duration // default 15 s
 
-	// Clock and Jitter are for tests: Clock.After replaces time.After, Jitter
-	// returns a number in [0, 1) (default math/rand).
+	// Clock and Jitter are for tests: Clock replaces time.After for every wait
+	// of the client (reconnect backoff, HealthyConnection, heartbeat interval
+	// and ack timeout), Jitter returns a number in [0, 1) (default math/rand).
 	Clock  func(d time.Duration) <-chan time.Time
 	Jitter func() float64
 	// OnState is called (in order, from one goroutine) on every state change.
@@ -61,6 +62,11 @@ const (
 	Reconnecting State = "reconnecting"
 	Closed       State = "closed"
 )
+
+// HealthyConnection is how long a connection must stay open for the next
+// reconnect to start again from the shortest delay. It is measured with
+// Options.Clock.
+const HealthyConnection = 5 * time.Second
 
 // Backoff is the delay before reconnect attempt n (0-based): 500 ms × 2^n,
 // capped at max, then ±50 % jitter (jitter in [0, 1)).

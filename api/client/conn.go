@@ -27,7 +27,12 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	writeMu sync.Mutex // one writer on the socket at a time
+	// writeMu: one writer on the socket at a time. An operation that waits
+	// for an answer holds it from queueing its pending entry until its frame
+	// is written, so the pending queues are in the order the frames went out
+	// (answers are paired first in, first out per channel). Lock order:
+	// writeMu, then mu.
+	writeMu sync.Mutex
 
 	mu        sync.Mutex
 	conn      net.Conn // nil while disconnected
@@ -140,7 +145,7 @@ func (c *Client) run(conn net.Conn) {
 	defer c.shutdown()
 	attempt := 0
 	for {
-		opened := time.Now()
+		healthy := c.opts.Clock(HealthyConnection) // on the injected clock, like the backoff
 		c.attach(conn)
 		code := c.serve(conn)
 		c.detach()
@@ -150,8 +155,10 @@ func (c *Client) run(conn net.Conn) {
 		if c.opts.NoReconnect || code == 4004 { // 4004: the project is gone
 			return
 		}
-		if time.Since(opened) > 5*time.Second {
+		select {
+		case <-healthy:
 			attempt = 0 // it was a healthy connection
+		default:
 		}
 		c.setState(Reconnecting)
 		for {
@@ -178,6 +185,8 @@ func (c *Client) run(conn net.Conn) {
 // attach makes conn current and resubscribes every subscription, asking for
 // replay from the last seq seen.
 func (c *Client) attach(conn net.Conn) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	c.mu.Lock()
 	c.conn = conn
 	var frames [][]byte
@@ -194,7 +203,7 @@ func (c *Client) attach(conn net.Conn) {
 	c.mu.Unlock()
 	c.setState(Open)
 	for _, f := range frames {
-		c.write(conn, f)
+		c.writeLocked(conn, f)
 	}
 }
 
@@ -242,13 +251,15 @@ func (c *Client) shutdown() {
 // the connection just dropped).
 func (c *Client) serve(conn net.Conn) int {
 	stop := make(chan struct{})
-	var hb sync.WaitGroup
+	var hb sync.WaitGroup // every goroutine of this connection
 	if c.opts.HeartbeatInterval > 0 {
 		hb.Add(1)
 		go func() { defer hb.Done(); c.heartbeat(conn, stop) }()
 	}
 	defer func() { close(stop); conn.Close(); hb.Wait() }()
+	hb.Add(1)
 	go func() { // Close unblocks the read
+		defer hb.Done()
 		select {
 		case <-c.ctx.Done():
 			conn.Close()
@@ -296,6 +307,11 @@ func (c *Client) heartbeat(conn net.Conn, stop chan struct{}) {
 func (c *Client) write(conn net.Conn, frame []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	return c.writeLocked(conn, frame)
+}
+
+// writeLocked writes with writeMu held by the caller.
+func (c *Client) writeLocked(conn net.Conn, frame []byte) error {
 	conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	return wsutil.WriteClientText(conn, frame)
 }
@@ -338,6 +354,7 @@ type frame struct {
 // channel-bound codes answer an emit.
 var subscribeErrors = map[string]bool{
 	string(proto.CodeClientIDRequired): true, string(proto.CodeInvalidSince): true, string(proto.CodeInvalidChannel): true,
+	string(proto.CodeTooManySubscriptions): true,
 }
 
 func pop(m map[string][]*pending, ch string) *pending {
@@ -460,6 +477,7 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 		return nil, ErrClosed
 	}
 	p := newPending()
+	c.writeMu.Lock()
 	c.mu.Lock()
 	s, ok := c.subs[channel]
 	if !ok {
@@ -471,8 +489,9 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	conn, since, has := c.conn, s.lastSeq, s.hasSeq
 	c.mu.Unlock()
 	if conn != nil {
-		c.write(conn, subscribeFrame(channel, opts, since, has)) // a failed write is a drop: attach resends
+		c.writeLocked(conn, subscribeFrame(channel, opts, since, has)) // a failed write is a drop: attach resends
 	}
+	c.writeMu.Unlock()
 	if err := wait(ctx, p); err != nil {
 		return nil, err
 	}
@@ -482,6 +501,8 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 // Unsubscribe ends the subscription and waits for the ack.
 func (c *Client) Unsubscribe(ctx context.Context, s *Subscription) error {
 	p := newPending()
+	b, _ := json.Marshal(map[string]string{"action": "unsubscribe", "channel": s.channel})
+	c.writeMu.Lock()
 	c.mu.Lock()
 	if c.subs[s.channel] == s {
 		delete(c.subs, s.channel)
@@ -493,10 +514,11 @@ func (c *Client) Unsubscribe(ctx context.Context, s *Subscription) error {
 	}
 	c.mu.Unlock()
 	if conn == nil {
+		c.writeMu.Unlock()
 		return nil // nothing to tell: the next connection will not subscribe it
 	}
-	b, _ := json.Marshal(map[string]string{"action": "unsubscribe", "channel": s.channel})
-	c.write(conn, b)
+	c.writeLocked(conn, b)
+	c.writeMu.Unlock()
 	return wait(ctx, p)
 }
 
@@ -504,12 +526,17 @@ func (c *Client) Unsubscribe(ctx context.Context, s *Subscription) error {
 // the connection must be subscribed there with presence under the token's
 // clientId. It returns the message's seq.
 func (c *Client) Emit(ctx context.Context, channel, msgType string, payload any, token string) (uint64, error) {
+	if !proto.ValidChannel(channel) {
+		// The server's invalid_channel would not say which operation it answers.
+		return 0, &Error{Code: string(proto.CodeInvalidChannel), Channel: channel}
+	}
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return 0, err
 	}
 	b, _ := json.Marshal(map[string]any{"action": "emit", "channel": channel, "type": msgType, "payload": json.RawMessage(raw), "token": token})
 	p := newPending()
+	c.writeMu.Lock()
 	c.mu.Lock()
 	conn := c.conn
 	if conn != nil {
@@ -517,9 +544,11 @@ func (c *Client) Emit(ctx context.Context, channel, msgType string, payload any,
 	}
 	c.mu.Unlock()
 	if conn == nil {
+		c.writeMu.Unlock()
 		return 0, ErrDisconnected
 	}
-	c.write(conn, b)
+	c.writeLocked(conn, b)
+	c.writeMu.Unlock()
 	if err := wait(ctx, p); err != nil {
 		return 0, err
 	}

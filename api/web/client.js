@@ -19,7 +19,10 @@ const DEFAULTS = {
 };
 
 const HEALTHY_MS = 5000; // a connection open this long resets the backoff
-const SUBSCRIBE_ERRORS = new Set(["invalid_channel", "client_id_required", "invalid_since"]);
+// Codes that answer a subscribe; the other channel-bound codes answer an emit
+// (the server answers one connection's emits on a channel in order, so the
+// oldest pending emit of that channel is the one answered).
+const SUBSCRIBE_ERRORS = new Set(["invalid_channel", "client_id_required", "invalid_since", "too_many_subscriptions"]);
 
 export function backoffDelay(attempt, maxMs, random = Math.random) {
   const base = Math.min(500 * 2 ** attempt, maxMs);

@@ -1,9 +1,13 @@
 package main
 
 // The browser reference client (/client.js) in real headless Chromium against
-// the real server: subscribe and receive, presence between two pages, a
-// server restart mid-stream (reconnect, resubscribe, replay with a gap), and
-// a server that stops answering (heartbeat timeout, reconnect).
+// the real server: subscribe and receive, presence between pages (sync, join,
+// leave and the member list), client-emit with a token, the error event, a
+// server restart mid-stream (reconnect, resubscribe, replay with a gap), a
+// connection cut while the server stays up (replay, no gap, no duplicate),
+// reconnect: false, and a server that stops answering (heartbeat timeout).
+// The pages reach the server through the test proxy (goclient_test.go), which
+// holds their reconnects until the test has emitted what they must replay.
 
 import (
 	"context"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -53,13 +58,63 @@ func (p *page) start(base, publicKey, channel, clientID string, options string) 
 		import("/client.js").then(({ Relay }) => {
 			window.relay = new Relay({ url: location.origin, publicKey: %q, ...%s });
 			relay.on("state", (s) => log.push("state:" + s));
+			relay.on("error", (e) => log.push("error:" + e.code));
 			relay.subscribe(%q, {
 				presence: true, clientId: %q,
-				onMessage: (m) => log.push("msg:" + m.seq + ":" + JSON.stringify(m.payload) + (m.replay ? ":replay" : "")),
+				onMessage: (m) => log.push("msg:" + m.seq + ":" + JSON.stringify(m.payload) + (m.replay ? ":replay" : "") +
+					(m.clientId ? ":from:" + m.clientId + ":" + m.type : "")),
 				onPresence: (e) => log.push("presence:" + e.event + ":" + e.members.join(",")),
 				onGap: (g) => log.push("gap:" + g.since),
 			});
 		});`, publicKey, options, channel, clientID)))
+}
+
+// eval runs js in the page.
+func (p *page) eval(js string) {
+	p.b.t.Helper()
+	p.run(chromedp.Evaluate[chromedp.Void](js))
+}
+
+// check evaluates a boolean expression in the page.
+func (p *page) check(js string) bool {
+	p.b.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+	if err != nil {
+		p.b.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// waitForPrefix waits for a log line starting with prefix after position
+// from, and returns the position after it.
+func (p *page) waitForPrefix(from int, prefix string) int {
+	p.b.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		log := p.log()
+		for i := from; i < len(log); i++ {
+			if strings.HasPrefix(log[i], prefix) {
+				return i + 1
+			}
+		}
+		if time.Now().After(deadline) {
+			p.b.t.Fatalf("waiting for %q… after %d; log: %q", prefix, from, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// count is how many log lines from position from on start with prefix.
+func (p *page) count(from int, prefix string) int {
+	n := 0
+	for _, l := range p.log()[from:] {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *page) log() []string {
@@ -102,12 +157,14 @@ func TestBrowserClient(t *testing.T) {
 	ts := startServer(t, url, env)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
-	b := newBrowser(t, ts.base)
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	px := newProxy(t, addr)
+	b := newBrowser(t, px.base())
 
 	ann, bob := b.newTab(t), b.newTab(t)
-	ann.start(ts.base, p.publicKey, "room", "ann", "{}")
+	ann.start(px.base(), p.publicKey, "room", "ann", "{}")
 	annAt := ann.waitFor(0, "state:open", "presence:sync:")
-	bob.start(ts.base, p.publicKey, "room", "bob", "{}")
+	bob.start(px.base(), p.publicKey, "room", "bob", "{}")
 	bobAt := bob.waitFor(0, "state:open", "presence:sync:ann")
 	annAt = ann.waitFor(annAt, "presence:join:bob")
 
@@ -117,8 +174,45 @@ func TestBrowserClient(t *testing.T) {
 	bobAt = bob.waitFor(bobAt, fmt.Sprintf(`msg:%d:{"hi":1}`, seq))
 	b.shot("browser-client-two-pages")
 
-	// Restart the server on the same address and database, emit while the
-	// pages reconnect: they get a gap (the old ring is gone) and the replay.
+	// Presence leave: a third page joins and closes; the member list follows.
+	cat := b.newTab(t)
+	cat.start(px.base(), p.publicKey, "room", "cat", "{}")
+	cat.waitFor(0, "state:open", "presence:sync:ann,bob")
+	annAt = ann.waitFor(annAt, "presence:join:bob,cat")
+	bobAt = bob.waitFor(bobAt, "presence:join:ann,cat")
+	cat.eval(`relay.close()`)
+	cat.waitFor(0, "state:closed")
+	annAt = ann.waitFor(annAt, "presence:leave:bob")
+	bobAt = bob.waitFor(bobAt, "presence:leave:ann")
+	if !ann.check(`JSON.stringify(relay.subs.get("room").members) === '["bob"]'`) {
+		t.Fatalf("ann's member list after cat left: %q", ann.log())
+	}
+
+	// Client-emit with a token: the promise resolves with the seq, the other
+	// page gets the message with type and clientId. A refused emit rejects its
+	// own promise with the code; it is not an error event.
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	ann.eval(fmt.Sprintf(`relay.emit("room", "chat", {t: 1}, %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
+	var emitted int64
+	annAt = ann.waitForPrefix(annAt, "emitted:")
+	if _, err := fmt.Sscanf(ann.log()[annAt-1], "emitted:%d", &emitted); err != nil {
+		t.Fatalf("emit: %q", ann.log())
+	}
+	bobAt = bob.waitFor(bobAt, fmt.Sprintf(`msg:%d:{"t":1}:from:ann:chat`, emitted))
+	ann.eval(fmt.Sprintf(`relay.emit("room", "cursor", 1, %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
+	annAt = ann.waitFor(annAt, "emitfail:invalid_emit_token")
+
+	// The error event: an error frame that answers nothing the page waits for.
+	ann.eval(`relay.send({ action: "dance" })`)
+	annAt = ann.waitFor(annAt, "error:unknown_action")
+	if n := ann.count(0, "error:"); n != 1 {
+		t.Fatalf("%d error events, want 1 (the refused emit is not one): %q", n, ann.log())
+	}
+
+	// Restart the server on the same address and database. The pages'
+	// reconnects are held at the proxy until the emits are done: they get a
+	// gap (the old ring is gone) and the replay.
+	px.holdNew()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ts.app.shutdown(ctx)
@@ -130,36 +224,99 @@ func TestBrowserClient(t *testing.T) {
 		r := c2.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
 		seqs = append(seqs, int64(num(r.json, "seq")))
 	}
+	px.release()
 	for _, pg := range []*page{ann, bob} {
 		at := annAt
 		if pg == bob {
 			at = bobAt
 		}
-		pg.waitFor(at, "state:reconnecting", "state:open", fmt.Sprintf("gap:%d", seq),
+		pg.waitFor(at, "state:reconnecting", "state:open", fmt.Sprintf("gap:%d", emitted),
 			fmt.Sprintf("msg:%d:0:replay", seqs[0]), fmt.Sprintf("msg:%d:1:replay", seqs[1]))
 	}
 	// Each page got each message once.
 	for _, pg := range []*page{ann, bob} {
-		n := 0
-		for _, l := range pg.log() {
-			if strings.HasPrefix(l, fmt.Sprintf("msg:%d:", seqs[0])) {
-				n++
+		for _, s := range seqs {
+			if n := pg.count(0, fmt.Sprintf("msg:%d:", s)); n != 1 {
+				t.Fatalf("message %d delivered %d times: %q", s, n, pg.log())
 			}
-		}
-		if n != 1 {
-			t.Fatalf("message %d delivered %d times: %q", seqs[0], n, pg.log())
 		}
 	}
 	b.shot("browser-client-after-restart")
 
 	// Heartbeat: through a proxy that stops forwarding, the page notices
 	// within interval + ack timeout, and reconnects when it flows again.
-	proxy := newFreezer(t, addr)
+	proxy := newProxy(t, addr)
 	hb := b.newTab(t)
-	hb.start("http://"+proxy.ln.Addr().String(), p.publicKey, "hb", "carol", `{heartbeatIntervalMs: 300, heartbeatAckTimeoutMs: 400}`)
+	hb.start(proxy.base(), p.publicKey, "hb", "carol", `{heartbeatIntervalMs: 300, heartbeatAckTimeoutMs: 400}`)
 	at := hb.waitFor(0, "state:open")
 	proxy.frozen.Store(true)
 	at = hb.waitFor(at, "state:reconnecting")
 	proxy.frozen.Store(false)
 	hb.waitFor(at, "state:open")
+}
+
+// TestBrowserClientCut: the connection is cut while the server stays up;
+// what is emitted while the page is away (its reconnect held at the proxy)
+// comes back replayed, each message once and with no gap, although the new
+// connection starts with a copy of a message the page already has. With
+// reconnect: false a cut ends in the closed state, with no reconnect planned.
+func TestBrowserClientCut(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	b := newBrowser(t, px.base())
+	emit := func(payload string) int64 {
+		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"`+payload+`"}`)
+		if r.status != 200 {
+			t.Fatalf("emit: %s", r.raw)
+		}
+		return int64(num(r.json, "seq"))
+	}
+
+	pg := b.newTab(t)
+	pg.start(px.base(), p.publicKey, "feed", "dan", "{}")
+	at := pg.waitFor(0, "state:open", "presence:sync:")
+	first := emit("first")
+	at = pg.waitFor(at, fmt.Sprintf(`msg:%d:"first"`, first))
+	for round := 1; round <= 2; round++ {
+		px.injectNext(fmt.Sprintf(`{"channel":"feed","payload":"duplicate","seq":%d,"replay":true}`, first))
+		px.holdNew()
+		px.cut()
+		var away []int64
+		for i := range 3 {
+			away = append(away, emit(fmt.Sprintf("away %d", i)))
+		}
+		at = pg.waitFor(at, "state:reconnecting")
+		px.release()
+		at = pg.waitFor(at, "state:open")
+		live := emit("live")
+		want := []string{}
+		for i, s := range away {
+			want = append(want, fmt.Sprintf(`msg:%d:"away %d":replay`, s, i))
+		}
+		want = append(want, fmt.Sprintf(`msg:%d:"live"`, live))
+		end := pg.waitFor(at, want[len(want)-1])
+		var got []string
+		for _, l := range pg.log()[at:end] {
+			if strings.HasPrefix(l, "msg:") || strings.HasPrefix(l, "gap:") {
+				got = append(got, l)
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("round %d: after the reconnect %q, want exactly %q", round, got, want)
+		}
+		at, first = end, live
+	}
+	px.injectNext("")
+
+	// reconnect: false — a cut ends in the closed state.
+	once := b.newTab(t)
+	once.start(px.base(), p.publicKey, "feed", "eve", "{reconnect: false}")
+	oat := once.waitFor(0, "state:open", "presence:sync:dan")
+	px.cut()
+	once.waitFor(oat, "state:closed")
+	if !once.check(`relay.state === "closed" && relay.ws === null && relay.reconnectTimer === undefined`) || once.count(0, "state:reconnecting") != 0 {
+		t.Fatalf("reconnect: false after a cut: %q", once.log())
+	}
 }

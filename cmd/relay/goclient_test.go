@@ -1,7 +1,16 @@
 package main
 
+// The Go reference client (api/client) against the real server: subscribe,
+// presence, client-emit and the pairing of emit answers; reconnect after a
+// server restart and after a cut connection (the server staying up), with
+// replay, no gap and no duplicate; heartbeat; backoff through the injected
+// clock; and no goroutine left behind, counted with no slack.
+
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -9,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/relayhq/relay/api/backend"
 	relay "github.com/relayhq/relay/api/client"
@@ -38,13 +49,288 @@ func nextMessage(t *testing.T, s *relay.Subscription) *relay.Message {
 	}
 }
 
+// expectNoEvent fails if the subscription has an event ready.
+func expectNoEvent(t *testing.T, s *relay.Subscription) {
+	t.Helper()
+	select {
+	case ev := <-s.Events():
+		t.Fatalf("unexpected event %+v (message %+v)", ev, ev.Message)
+	default:
+	}
+}
+
+// goroutineBaseline warms up what the process keeps for good (the actors'
+// pool of turn goroutines, a keep-alive HTTP connection of owner) with one
+// emit, and returns the goroutine count once it holds still.
+func goroutineBaseline(t *testing.T, owner *client, p project) int {
+	t.Helper()
+	if r := owner.emit(p.secretKey, `{"channel":"warm-up","payload":0}`); r.status != 200 {
+		t.Fatalf("warm-up emit: %s", r.raw)
+	}
+	last, same := -1, 0
+	for same < 5 {
+		time.Sleep(10 * time.Millisecond)
+		if n := runtime.NumGoroutine(); n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+	}
+	return last
+}
+
+// settleGoroutines waits until the process is back to at most before
+// goroutines, with no slack, and dumps every stack if it is not.
+func settleGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitState(t *testing.T, c *relay.Client, want relay.State) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.State() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("state %s, want %s", c.State(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stepClock is a client Clock the test drives: every wait the client starts
+// (backoff, the healthy-connection timer) is handed to the test, which fires
+// it when it wants; a wait never fired never ends.
+type stepClock struct{ waits chan *clockWait }
+
+type clockWait struct {
+	d time.Duration
+	c chan time.Time
+}
+
+func newStepClock() *stepClock { return &stepClock{waits: make(chan *clockWait, 1024)} }
+
+func (s *stepClock) After(d time.Duration) <-chan time.Time {
+	w := &clockWait{d: d, c: make(chan time.Time, 1)}
+	s.waits <- w
+	return w.c
+}
+
+func (w *clockWait) fire() {
+	select {
+	case w.c <- time.Time{}:
+	default:
+	}
+}
+
+func (s *stepClock) next(t *testing.T) *clockWait {
+	t.Helper()
+	select {
+	case w := <-s.waits:
+		return w
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client started no wait in 10s")
+	}
+	return nil
+}
+
+// backoff returns the client's next reconnect wait, passing over the
+// healthy-connection timers (never fired: the connections are not healthy).
+func (s *stepClock) backoff(t *testing.T) *clockWait {
+	t.Helper()
+	for {
+		if w := s.next(t); w.d != relay.HealthyConnection {
+			return w
+		}
+	}
+}
+
+// health returns the healthy-connection timer of the next connection.
+func (s *stepClock) health(t *testing.T) *clockWait {
+	t.Helper()
+	w := s.next(t)
+	if w.d != relay.HealthyConnection {
+		t.Fatalf("wait of %v, want the healthy-connection timer", w.d)
+	}
+	return w
+}
+
+// proxy is a loopback TCP proxy in front of the server. A test can freeze it
+// (stop forwarding and keep the connections, like a server that hangs), cut
+// every connection through it while the server stays up, hold new
+// connections until released, refuse them, and put a server frame in front
+// of what the server sends on the next connections.
+type proxy struct {
+	ln     net.Listener
+	target string
+	frozen atomic.Bool
+	refuse atomic.Bool
+
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+	hold     chan struct{} // non-nil: new connections wait until it is closed
+	inject   []byte
+	accepted int
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() {
+		ln.Close()
+		px.release()
+		px.cut()
+	})
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go px.serve(in)
+		}
+	}()
+	return px
+}
+
+func (px *proxy) base() string { return "http://" + px.ln.Addr().String() }
+
+func (px *proxy) serve(in net.Conn) {
+	px.mu.Lock()
+	px.accepted++
+	hold, inject := px.hold, px.inject
+	px.conns[in] = true
+	px.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	var out net.Conn
+	var err error
+	if !px.refuse.Load() {
+		out, err = net.Dial("tcp", px.target)
+	}
+	px.mu.Lock()
+	_, live := px.conns[in] // not cut while held
+	if out != nil {
+		px.conns[out] = true
+	}
+	px.mu.Unlock()
+	if px.refuse.Load() || err != nil || !live {
+		px.drop(in, out)
+		return
+	}
+	go px.pipe(out, in, nil)
+	px.pipe(in, out, inject)
+}
+
+func (px *proxy) drop(conns ...net.Conn) {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+			delete(px.conns, c)
+		}
+	}
+}
+
+// pipe copies src to dst; inject goes to dst right after the HTTP head.
+func (px *proxy) pipe(dst, src net.Conn, inject []byte) {
+	defer px.drop(dst, src)
+	buf := make([]byte, 32<<10)
+	var head []byte
+	for {
+		n, err := src.Read(buf)
+		for px.frozen.Load() && err == nil {
+			time.Sleep(10 * time.Millisecond) // hold the bytes: the peer hears nothing
+		}
+		data := buf[:n]
+		if inject != nil {
+			head = append(head, data...)
+			i := bytes.Index(head, []byte("\r\n\r\n"))
+			if i < 0 && err == nil {
+				continue
+			}
+			if i >= 0 {
+				data = append(append(head[:i+4:i+4], inject...), head[i+4:]...)
+			} else {
+				data = head
+			}
+			inject = nil
+		}
+		if len(data) > 0 {
+			if _, werr := dst.Write(data); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// cut closes every connection through the proxy.
+func (px *proxy) cut() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	for c := range px.conns {
+		c.Close()
+		delete(px.conns, c)
+	}
+}
+
+// holdNew makes new connections wait (the client's reconnect hangs in its
+// handshake) until release.
+func (px *proxy) holdNew() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if px.hold == nil {
+		px.hold = make(chan struct{})
+	}
+}
+
+func (px *proxy) release() {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	if px.hold != nil {
+		close(px.hold)
+		px.hold = nil
+	}
+}
+
+// injectNext puts a server text frame carrying msg in front of the server's
+// bytes on every later connection ("" stops it).
+func (px *proxy) injectNext(msg string) {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	px.inject = nil
+	if msg != "" {
+		px.inject = ws.MustCompileFrame(ws.NewTextFrame([]byte(msg)))
+	}
+}
+
+func (px *proxy) accepts() int {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	return px.accepted
+}
+
 func TestGoClientSubscribePresenceEmit(t *testing.T) {
-	before := runtime.NumGoroutine()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
 	ctx := context.Background()
+	before := goroutineBaseline(t, owner, p)
 
 	a, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{})
 	if err != nil {
@@ -90,6 +376,10 @@ func TestGoClientSubscribePresenceEmit(t *testing.T) {
 	if _, err := b.Emit(ctx, "room", "chat", 1, tok); err == nil || !strings.Contains(err.Error(), "emit_identity_mismatch") {
 		t.Fatalf("bob with ann's token: %v", err)
 	}
+	var re *relay.Error
+	if _, err := a.Emit(ctx, "bad name", "chat", 1, tok); !errors.As(err, &re) || re.Code != "invalid_channel" {
+		t.Fatalf("emit on an invalid channel: %v", err)
+	}
 	if _, err := a.Subscribe(ctx, "bad name", relay.SubscribeOptions{}); err == nil {
 		t.Fatal("invalid channel accepted")
 	}
@@ -110,19 +400,81 @@ func TestGoClientSubscribePresenceEmit(t *testing.T) {
 	if a.State() != relay.Closed {
 		t.Fatalf("state %s after Close", a.State())
 	}
-	// No goroutine of the clients is left (the server's own are stopped too).
-	ctxs, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ts.app.shutdown(ctxs)
-	ts.app = nil
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before+2 {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(50 * time.Millisecond)
+	settleGoroutines(t, before)
+}
+
+// TestGoClientPairsEmitAnswers: emits from many goroutines at once, past the
+// per-clientId cap and some with a type the token does not allow; each Emit
+// must return its own answer. The listener tells which emit each accepted seq
+// belongs to (the payload is the emit's index).
+func TestGoClientPairsEmitAnswers(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "5"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	ctx := context.Background()
+	listener := subscribed(t, ts, p.publicKey, "room")
+	a, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer a.Close()
+	if _, err := a.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute})
+
+	const n = 48
+	type result struct {
+		seq uint64
+		err error
+	}
+	results := make([]result, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			typ := "msg"
+			if i%4 == 3 {
+				typ = "cursor"
+			}
+			<-start
+			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			seq, err := a.Emit(ectx, "room", typ, i, tok)
+			results[i] = result{seq, err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	accepted := map[int64]int{} // seq → index of the Emit that returned it
+	for i, r := range results {
+		var re *relay.Error
+		switch {
+		case i%4 == 3:
+			if !errors.As(r.err, &re) || re.Code != "invalid_emit_token" || re.Channel != "room" {
+				t.Fatalf("emit %d (type not allowed): %v, want invalid_emit_token", i, r.err)
+			}
+		case r.err == nil:
+			accepted[int64(r.seq)] = i
+		case !errors.As(r.err, &re) || re.Code != "client_emit_rate_limited":
+			t.Fatalf("emit %d: %v, want an ack or client_emit_rate_limited", i, r.err)
+		}
+	}
+	if len(accepted) < 5 {
+		t.Fatalf("%d emits accepted, want at least the cap, 5", len(accepted))
+	}
+	for range accepted {
+		m := listener.expectExcept(`{"channel":"room","type":"msg","clientId":"ann"}`, "seq", "payload")
+		seq, payload := int64(num(m, "seq")), int(num(m, "payload"))
+		if i, ok := accepted[seq]; !ok || i != payload {
+			t.Fatalf("seq %d carried emit %d, but Emit %d returned it (ok %v)", seq, payload, i, ok)
+		}
+	}
+	listener.expectSilence(100 * time.Millisecond)
 }
 
 // freeAddr reserves a loopback port for a server that restarts on it.
@@ -144,16 +496,11 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 	p := owner.createProject("demo")
 	ctx := context.Background()
 
-	var waits []time.Duration
+	clk := newStepClock()
 	var mu sync.Mutex
 	var states []relay.State
 	c, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{
-		Clock: func(d time.Duration) <-chan time.Time {
-			mu.Lock()
-			waits = append(waits, d)
-			mu.Unlock()
-			return time.After(min(d, 100*time.Millisecond)) // time passes faster here
-		},
+		Clock:             clk.After,
 		Jitter:            func() float64 { return 0.5 },
 		HeartbeatInterval: -1,
 		OnState:           func(s relay.State) { mu.Lock(); states = append(states, s); mu.Unlock() },
@@ -171,16 +518,25 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 		t.Fatalf("before restart: %+v", m)
 	}
 
-	// Restart the server on the same address and database.
+	// Restart the server on the same address and database. Two attempts fail
+	// while it is down; the third waits until the emits below are done.
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ts.app.shutdown(sctx)
 	ts.app = nil
-	time.Sleep(300 * time.Millisecond) // a few failed attempts
+	var waits []time.Duration
+	for range 2 {
+		w := clk.backoff(t)
+		waits = append(waits, w.d)
+		w.fire()
+	}
+	third := clk.backoff(t)
+	waits = append(waits, third.d)
 	ts2 := startServer(t, url, env)
 	owner2 := ts2.client()
 	r1 := owner2.emit(p.secretKey, `{"channel":"feed","payload":"while away 1"}`)
 	r2 := owner2.emit(p.secretKey, `{"channel":"feed","payload":"while away 2"}`)
+	third.fire()
 
 	// The client resubscribes with since: the restart lost the old ring, so a
 	// gap first, then what was emitted before it came back, flagged replay.
@@ -189,20 +545,20 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 		t.Fatalf("want a replay gap since %v, got %+v", r.json["seq"], ev)
 	}
 	for _, want := range []response{r1, r2} {
-		m := nextMessage(t, s)
-		if !m.Replay || int64(m.Seq) != int64(num(want.json, "seq")) {
-			t.Fatalf("replayed %+v, want seq %v", m, want.json["seq"])
+		ev := nextEvent(t, s)
+		if m := ev.Message; m == nil || !m.Replay || int64(m.Seq) != int64(num(want.json, "seq")) {
+			t.Fatalf("replayed %+v, want seq %v", ev, want.json["seq"])
 		}
 	}
 	r3 := owner2.emit(p.secretKey, `{"channel":"feed","payload":"live"}`)
-	if m := nextMessage(t, s); m.Replay || int64(m.Seq) != int64(num(r3.json, "seq")) {
-		t.Fatalf("live after reconnect %+v", m)
+	if ev := nextEvent(t, s); ev.Message == nil || ev.Message.Replay || int64(ev.Message.Seq) != int64(num(r3.json, "seq")) {
+		t.Fatalf("live after reconnect %+v", ev)
+	}
+	if fmt.Sprint(waits) != "[500ms 1s 2s]" {
+		t.Fatalf("backoff waits %v, want 500ms, 1s, 2s (jitter pinned to the middle)", waits)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(waits) < 2 || waits[0] != 500*time.Millisecond || waits[1] != time.Second {
-		t.Fatalf("backoff waits %v, want 500ms, 1s, … (jitter pinned to the middle)", waits)
-	}
 	joined := ""
 	for _, st := range states {
 		joined += string(st) + " "
@@ -212,95 +568,249 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 	}
 }
 
-// freezer is a loopback TCP proxy that can stop forwarding, like a server
-// that hangs without closing.
-type freezer struct {
-	ln     net.Listener
-	target string
-	frozen atomic.Bool
-}
+// TestGoClientReplaysAfterCut: the connection is cut while the server stays
+// up, messages are emitted while the client is away (its reconnect held on
+// the injected clock), and the client gets each of them once, replayed, with
+// no gap. The next connection also starts with a copy of a message the client
+// already has, which it must drop. Three rounds, then no goroutine is left.
+func TestGoClientReplaysAfterCut(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	before := goroutineBaseline(t, owner, p)
+	ctx := context.Background()
 
-func newFreezer(t *testing.T, target string) *freezer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	clk := newStepClock()
+	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, Jitter: func() float64 { return 0.5 }, HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &freezer{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			pipe := func(dst, src net.Conn) {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := src.Read(buf)
-					for f.frozen.Load() && err == nil {
-						time.Sleep(10 * time.Millisecond) // hold the bytes: the peer hears nothing
-					}
-					if n > 0 {
-						dst.Write(buf[:n])
-					}
-					if err != nil {
-						dst.Close()
-						return
-					}
-				}
-			}
-			go pipe(out, in)
-			go pipe(in, out)
+	s, err := c.Subscribe(ctx, "feed", relay.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emit := func(payload string) int64 {
+		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"`+payload+`"}`)
+		if r.status != 200 {
+			t.Fatalf("emit: %s", r.raw)
 		}
-	}()
-	return f
+		return int64(num(r.json, "seq"))
+	}
+	last := emit("live 0")
+	if m := nextMessage(t, s); int64(m.Seq) != last || m.Replay {
+		t.Fatalf("first message %+v", m)
+	}
+	for round := 1; round <= 3; round++ {
+		px.injectNext(fmt.Sprintf(`{"channel":"feed","payload":"duplicate","seq":%d,"replay":true}`, last))
+		px.cut()
+		var away []int64
+		for i := range 3 {
+			away = append(away, emit(fmt.Sprintf("away %d.%d", round, i)))
+		}
+		clk.backoff(t).fire() // the client noticed the cut; let it reconnect now
+		for i, seq := range away {
+			ev := nextEvent(t, s)
+			if m := ev.Message; m == nil || !m.Replay || int64(m.Seq) != seq || string(m.Payload) != fmt.Sprintf(`"away %d.%d"`, round, i) {
+				t.Fatalf("round %d: event %+v (message %+v), want the replay of seq %d", round, ev, ev.Message, seq)
+			}
+		}
+		last = emit(fmt.Sprintf("live %d", round))
+		if ev := nextEvent(t, s); ev.Message == nil || ev.Message.Replay || int64(ev.Message.Seq) != last {
+			t.Fatalf("round %d: live event %+v, want seq %d", round, ev, last)
+		}
+		expectNoEvent(t, s)
+		if seq, ok := s.LastSeq(); !ok || int64(seq) != last {
+			t.Fatalf("LastSeq %d %v, want %d", seq, ok, last)
+		}
+	}
+	if px.accepts() != 4 {
+		t.Fatalf("%d connections through the proxy, want 4", px.accepts())
+	}
+	c.Close()
+	settleGoroutines(t, before)
 }
 
 func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
-	proxy := newFreezer(t, strings.TrimPrefix(ts.base, "http://"))
-	var mu sync.Mutex
-	var states []relay.State
-	c, err := relay.Dial(context.Background(), "http://"+proxy.ln.Addr().String(), p.publicKey, relay.Options{
+	proxy := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	before := goroutineBaseline(t, owner, p)
+	c, err := relay.Dial(context.Background(), proxy.base(), p.publicKey, relay.Options{
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatAckTimeout: 300 * time.Millisecond,
-		OnState: func(s relay.State) { mu.Lock(); states = append(states, s); mu.Unlock() },
+		MaxReconnectDelay: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	s, err := c.Subscribe(context.Background(), "a", relay.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.frozen.Store(true)
-	deadline := time.Now().Add(5 * time.Second)
-	for c.State() != relay.Reconnecting {
-		if time.Now().After(deadline) {
-			t.Fatal("the client did not notice the frozen server")
+	for round := range 3 {
+		proxy.frozen.Store(true)
+		waitState(t, c, relay.Reconnecting) // the pong never came: the client closed the socket
+		proxy.frozen.Store(false)
+		waitState(t, c, relay.Open)
+		// The resubscribe is in once an emit reaches the subscription.
+		deadline := time.Now().Add(10 * time.Second)
+		for got := false; !got; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no message after the reconnect", round)
+			}
+			owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"a","payload":"after %d"}`, round))
+			select {
+			case ev := <-s.Events():
+				got = ev.Message != nil && string(ev.Message.Payload) == fmt.Sprintf(`"after %d"`, round)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	proxy.frozen.Store(false)
-	for c.State() != relay.Open {
-		if time.Now().After(deadline.Add(5 * time.Second)) {
-			t.Fatalf("no reconnect, state %s", c.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the resubscribe is in
-	owner.emit(p.secretKey, `{"channel":"a","payload":"after"}`)
-	for {
-		m := nextMessage(t, s)
-		if string(m.Payload) == `"after"` {
-			break
+		for len(s.Events()) > 0 { // copies emitted before the resubscribe was in
+			<-s.Events()
 		}
 	}
+	c.Close()
+	settleGoroutines(t, before)
+}
+
+// TestGoClientCloseDuringReconnect: Close while the client waits out a
+// backoff, and Close while its reconnect hangs in the handshake, both return
+// at once and leave no goroutine.
+func TestGoClientCloseDuringReconnect(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	before := goroutineBaseline(t, owner, p)
+	ctx := context.Background()
+
+	closeWithin := func(c *relay.Client) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { c.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not return")
+		}
+		if c.State() != relay.Closed {
+			t.Fatalf("state %s after Close", c.State())
+		}
+	}
+
+	clk := newStepClock()
+	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Subscribe(ctx, "a", relay.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.cut()
+	clk.backoff(t) // never fired: the client waits for good
+	waitState(t, c, relay.Reconnecting)
+	closeWithin(c)
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("subscription not ended by Close")
+	}
+	if _, err := c.Subscribe(ctx, "a", relay.SubscribeOptions{}); !errors.Is(err, relay.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+
+	clk2 := newStepClock()
+	c2, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk2.After, HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.holdNew()
+	n := px.accepts()
+	px.cut()
+	clk2.backoff(t).fire()
+	for px.accepts() == n { // the reconnect is in its handshake, held
+		time.Sleep(5 * time.Millisecond)
+	}
+	closeWithin(c2)
+	px.release() // the proxy's own goroutine for the held connection ends
+	settleGoroutines(t, before)
+}
+
+// TestGoClientBackoffThroughClock: the waits the client actually starts, seen
+// through the injected clock: 500 ms × 2^attempt with ±50 % jitter, capped,
+// and back to the first step after a healthy connection (HealthyConnection,
+// also on the injected clock), but not after a short one.
+func TestGoClientBackoffThroughClock(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	p := ts.signup("alice@example.com").createProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	var jitters []float64 // as handed to the client, one per backoff
+	cycle := []float64{0, 0.999999, 0.5}
+	jitter := func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		j := cycle[len(jitters)%len(cycle)]
+		jitters = append(jitters, j)
+		return j
+	}
+	lastJitter := func() float64 { mu.Lock(); defer mu.Unlock(); return jitters[len(jitters)-1] }
+	const max = 3 * time.Second
+	clk := newStepClock()
+	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, Jitter: jitter, MaxReconnectDelay: max, HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	clk.health(t) // the first connection's: never fired
+
+	check := func(w *clockWait, attempt int, base time.Duration) {
+		t.Helper()
+		j := lastJitter()
+		if want := relay.Backoff(attempt, max, j); w.d != want {
+			t.Fatalf("attempt %d: waited %v, want %v (jitter %v)", attempt, w.d, want, j)
+		}
+		if w.d < base/2 || w.d >= base*3/2 {
+			t.Fatalf("attempt %d: waited %v, outside %v ± 50 %%", attempt, w.d, base)
+		}
+		if j == 0 && w.d != base/2 {
+			t.Fatalf("attempt %d: lowest jitter gave %v, want %v", attempt, w.d, base/2)
+		}
+		if j > 0.99 && w.d < base*3/2-time.Millisecond {
+			t.Fatalf("attempt %d: highest jitter gave %v, want just under %v", attempt, w.d, base*3/2)
+		}
+	}
+
+	// The server is unreachable: each attempt fails, the waits grow to the cap.
+	px.refuse.Store(true)
+	px.cut()
+	var w *clockWait
+	for attempt, base := range []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, max, max, max} {
+		w = clk.backoff(t)
+		check(w, attempt, base)
+		if attempt < 5 {
+			w.fire()
+		}
+	}
+
+	// A healthy connection: the next drop starts from the first step again.
+	px.refuse.Store(false)
+	w.fire()
+	h := clk.health(t)
+	waitState(t, c, relay.Open)
+	h.fire()
+	px.cut()
+	w = clk.backoff(t)
+	check(w, 0, 500*time.Millisecond)
+
+	// A short one (its timer never fires): the next drop goes on growing.
+	w.fire()
+	clk.health(t)
+	waitState(t, c, relay.Open)
+	px.cut()
+	check(clk.backoff(t), 1, time.Second)
 }

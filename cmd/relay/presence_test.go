@@ -2,10 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jws"
 
 	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/store/storetest"
@@ -128,6 +137,38 @@ func TestReplay(t *testing.T) {
 	})
 }
 
+// resign signs the claims of tok again, with alg and key.
+func resign(t *testing.T, tok string, alg jwa.SignatureAlgorithm, key any) string {
+	t.Helper()
+	claims, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jws.Sign(claims, jws.WithKey(alg, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func rsaKey(t *testing.T) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// hmacWithHeader builds header.claims.HMAC-SHA256(secret) by hand: the
+// algorithm-confusion forgery, where the header names another algorithm.
+func hmacWithHeader(tok, header, secret string) string {
+	input := base64.RawURLEncoding.EncodeToString([]byte(header)) + "." + strings.Split(tok, ".")[1]
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(input))
+	return input + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
 // tamper flips one character of a token's signature.
 func tamper(tok string) string {
 	b := []byte(tok)
@@ -215,21 +256,25 @@ func TestClientEmitRules(t *testing.T) {
 		ann.expect(`{"error":"token_and_type_required","channel":"chat"}`)
 		// 3. signature, expiry, project, channel, type allowlist
 		bad := map[string]string{
-			"garbage":        "not.a.token",
-			"wrong secret":   s.token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
-			"expired":        s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
-			"over max ttl":   s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
-			"project":        s.token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
-			"channel":        s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
-			"type":           s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
-			"alg none":       "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
-			"tampered":       tamper(s.token(t, nil)),
-			"swapped claims": tamperClaims(s),
+			"garbage":      "not.a.token",
+			"wrong secret": s.token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
+			"expired":      s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
+			"over max ttl": s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
+			"project":      s.token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
+			"channel":      s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
+			"type":         s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
+			"alg none":     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
+			// The algorithm is pinned to HS256 (CONTRACT.md › Tokens): the same
+			// claims under another algorithm fail, even with the right secret.
+			"hs512 same secret": resign(t, s.token(t, nil), jwa.HS512, []byte(s.secret)),
+			"rs256 signed":      resign(t, s.token(t, nil), jwa.RS256, rsaKey(t)),
+			"tampered":          tamper(s.token(t, nil)),
+			"swapped claims":    tamperClaims(s),
 		}
 		for name, tok := range bad {
 			ann.send(emitFrame(tok, "msg", "1"))
-			if m := ann.expect(`{"error":"invalid_emit_token","channel":"chat"}`); m == nil {
-				t.Fatalf("%s accepted", name)
+			if f, _ := ann.next(5 * time.Second); f.text != `{"error":"invalid_emit_token","channel":"chat"}` {
+				t.Fatalf("%s: got %+v, want exactly the invalid_emit_token body", name, f)
 			}
 		}
 		// 4. identity: the token's clientId must be this connection's presence clientId.
@@ -259,6 +304,16 @@ func TestClientEmitRules(t *testing.T) {
 		big := `"` + strings.Repeat("x", 131072) + `"`
 		ann.send(emitFrame(s.token(t, nil), "msg", big))
 		ann.expect(`{"error":"payload_too_large","channel":"chat"}`)
+
+		// Controls for the re-signing helpers of rule 3: with HS256 and the
+		// secret their tokens pass, so the refusals above are the algorithm's.
+		for _, tok := range []string{
+			resign(t, s.token(t, nil), jwa.HS256, []byte(s.secret)),
+			hmacWithHeader(s.token(t, nil), `{"alg":"HS256","typ":"JWT"}`, s.secret),
+		} {
+			ann.send(emitFrame(tok, "msg", "1"))
+			ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		}
 	})
 }
 
@@ -360,6 +415,28 @@ func TestRevokeEndpoint(t *testing.T) {
 		s.ann.send(emitFrame(two, "msg", "1"))
 		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
+		// Both in one body: the jti (of ann's token) and every token of the
+		// clientId (bob's); ann's other tokens keep working.
+		bob := presenceSub(t, s.ts, s.p.publicKey, "chat", "bob")
+		bob.expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
+		s.ann.expect(`{"type":"presence","channel":"chat","event":"join","clientId":"bob"}`)
+		three := s.token(t, func(o *backend.TokenOptions) { o.JTI = "three" })
+		bobOld := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
+		c.revoke(s.p.secretKey, `{"jti":"three","clientId":"bob"}`).expect(t, 200, `{"ok":true}`)
+		s.ann.send(emitFrame(three, "msg", "1"))
+		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		bob.send(emitFrame(bobOld, "msg", "1"))
+		bob.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		s.ann.send(emitFrame(two, "msg", "1"))
+		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		bob.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
+		// A token of bob minted in a later second than the revocation works.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+		bobNew := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
+		bob.send(emitFrame(bobNew, "msg", "1"))
+		bob.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"bob"}`, "seq")
+
 		// By clientId: every token issued up to now fails; one minted in a later second works.
 		c.revoke(s.p.secretKey, `{"clientId":"ann"}`).expect(t, 200, `{"ok":true}`)
 		s.ann.send(emitFrame(two, "msg", "1"))
@@ -369,15 +446,82 @@ func TestRevokeEndpoint(t *testing.T) {
 		s.ann.send(emitFrame(fresh, "msg", "1"))
 		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
-		// Revocations survive a restart: a second server on the same database.
+		// Revocations survive a restart: the server stops, and a second one
+		// starts on the same database.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.ts.app.shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		s.ts.app = nil
 		ts2 := startServer(t, url, nil)
 		ann2 := presenceSub(t, ts2, s.p.publicKey, "chat", "ann")
 		ann2.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
-		for _, tok := range []string{one, two} {
+		for _, tok := range []string{one, two, three} {
 			ann2.send(emitFrame(tok, "msg", "1"))
 			ann2.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
 		}
 		ann2.send(emitFrame(fresh, "msg", "1"))
 		ann2.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		bob2 := presenceSub(t, ts2, s.p.publicKey, "chat", "bob")
+		bob2.expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
+		bob2.send(emitFrame(bobOld, "msg", "1"))
+		bob2.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		bob2.send(emitFrame(bobNew, "msg", "1"))
+		bob2.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	})
+}
+
+// TestClientEmitAnswersInOrder: a burst of emits on one connection, past the
+// per-clientId cap and with some refused earlier (rule 3), gets its answers in
+// the order of the emits, so that a client pairing them first in, first out
+// pairs each with its own emit. The listener tells which emit each accepted
+// seq belongs to (the payload is the emit's index).
+func TestClientEmitAnswersInOrder(t *testing.T) {
+	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "5"})
+	s.enable(t)
+	tok := s.token(t, nil)
+	const n = 60
+	for i := range n {
+		typ := "msg"
+		if i%4 == 3 {
+			typ = "cursor" // not in the token's types
+		}
+		s.ann.send(emitFrame(tok, typ, fmt.Sprint(i)))
+	}
+	accepted := map[int64]int{} // seq → index of the emit it answered
+	var order []int64
+	for i := range n {
+		f, ok := s.ann.next(5 * time.Second)
+		if !ok || f.text == "" {
+			t.Fatalf("answer %d: %+v", i, f)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(f.text), &m); err != nil {
+			t.Fatalf("answer %d: %q", i, f.text)
+		}
+		want := `{"error":"client_emit_rate_limited","channel":"chat"}`
+		if i%4 == 3 {
+			want = `{"error":"invalid_emit_token","channel":"chat"}`
+		}
+		switch {
+		case m["action"] == "emit" && i%4 != 3:
+			seq := int64(num(m, "seq"))
+			accepted[seq] = i
+			order = append(order, seq)
+		case f.text != want:
+			t.Fatalf("answer %d is %s, want %s or an emit ack", i, f.text, want)
+		}
+	}
+	if len(accepted) < 5 {
+		t.Fatalf("%d emits accepted, want at least the cap, 5", len(accepted))
+	}
+	for range accepted {
+		m := s.listener.expectExcept(`{"channel":"chat","type":"msg","clientId":"ann"}`, "seq", "payload")
+		seq, payload := int64(num(m, "seq")), int(num(m, "payload"))
+		if i, ok := accepted[seq]; !ok || i != payload {
+			t.Fatalf("seq %d carried emit %d, but its ack came as answer %d (acked seqs in order: %v)", seq, payload, i, order)
+		}
+	}
+	s.listener.expectSilence(100 * time.Millisecond)
 }
