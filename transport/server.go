@@ -266,7 +266,10 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	if s.shuttingDown.Load() {
 		return ErrShuttingDown
 	}
-	nc, rw, _, err := ws.HTTPUpgrader{Timeout: 5 * time.Second}.Upgrade(r, w)
+	// Header: the headers the HTTP layer has already set (the security
+	// headers) go on the upgrader's own answers too, the 101 and a refused
+	// handshake's 400, which it writes on the hijacked socket itself.
+	nc, rw, _, err := ws.HTTPUpgrader{Timeout: 5 * time.Second, Header: w.Header()}.Upgrade(r, w)
 	if err != nil {
 		// The upgrader hijacks before it checks, answers a bad handshake on the
 		// hijacked socket and hands that socket back: close it, or it stays

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// The /metrics counters that TestOperatorEndpointsDuringTraffic does not
+// check, each against what its test did, on a server of its own.
+
+// mtServer starts a relay with the operator listener on a free loopback port.
+func mtServer(t *testing.T, env map[string]string) *testServer {
+	t.Helper()
+	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
+	for k, v := range env {
+		vars[k] = v
+	}
+	return startServer(t, storetest.SQLiteURL(t), vars)
+}
+
+func mtDebug(ts *testServer) string { return "http://" + ts.app.debugAddr.String() }
+
+// mtSample is one expected sample of /metrics.
+type mtSample struct {
+	name, labels string
+	want         float64
+}
+
+// mtWaitMetrics polls /metrics until every sample has its value (counters
+// some actors add to just after they answer), and fails with every mismatch
+// when they do not within 5 s.
+func mtWaitMetrics(t *testing.T, ts *testServer, samples ...mtSample) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, text := getText(t, mtDebug(ts)+"/metrics")
+		if status != http.StatusOK {
+			t.Fatalf("/metrics: %d", status)
+		}
+		var bad []string
+		for _, s := range samples {
+			if got := metric(t, text, s.name, s.labels); got != s.want {
+				bad = append(bad, fmt.Sprintf("%s{%s} = %v, want %v", s.name, s.labels, got, s.want))
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics:\n%s", strings.Join(bad, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mtNextJSON reads the next text frame as a JSON object.
+func mtNextJSON(t *testing.T, c *wsClient) map[string]any {
+	t.Helper()
+	f, ok := c.next(5 * time.Second)
+	if !ok || f.closed || f.err != nil {
+		t.Fatalf("no frame: %+v (timeout %v)", f, !ok)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(f.text), &m); err != nil {
+		t.Fatalf("not a JSON object: %q", f.text)
+	}
+	return m
+}
+
+// mtDialUnread connects with a 32 KiB receive buffer fixed before the
+// handshake and never reads: its socket fills after a few hundred KiB.
+func mtDialUnread(t *testing.T, ts *testServer, publicKey string) *wsClient {
+	t.Helper()
+	nd := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 32<<10)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDialContext: nd.DialContext}
+	conn, _, err := d.Dial(ts.wsURL(publicKey), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
+}
+
+// TestMetricsSlowConsumerAndDrops: a subscriber that never reads is closed as
+// a slow consumer; relay_delivery_drops_total is exactly the sum of
+// subscriberCount - delivered over the emits, relay_deliveries_total the sum
+// of delivered.
+func TestMetricsSlowConsumerAndDrops(t *testing.T) {
+	ts := mtServer(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	slow := mtDialUnread(t, ts, p.publicKey)
+	slow.send(`{"action":"subscribe","channel":"firehose"}`)
+
+	var mu sync.Mutex
+	var emitted, delivered, dropped int
+	emit := func(c *client, payload string) (response, bool) {
+		r := c.emitNoFail(p.secretKey, `{"channel":"firehose","payload":`+payload+`}`)
+		if r.status != 200 {
+			return r, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		emitted++
+		delivered += int(num(r.json, "delivered"))
+		dropped += int(num(r.json, "subscriberCount") - num(r.json, "delivered"))
+		return r, true
+	}
+	// The unread subscription is in once the channel counts it.
+	subDeadline := time.Now().Add(5 * time.Second)
+	for {
+		r, ok := emit(owner, "0")
+		if !ok {
+			t.Fatalf("emit: %d %s", r.status, r.raw)
+		}
+		if num(r.json, "subscriberCount") == 1 {
+			break
+		}
+		if time.Now().After(subDeadline) {
+			t.Fatal("the unread subscription was never counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Messages of 120 KiB from four emitters at once, so that the 8 MiB
+	// queue overflows well within the 10 s write timeout even on a busy
+	// machine.
+	big := `"` + strings.Repeat("p", 120<<10) + `"`
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	var sent atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := ts.client()
+			for ts.app.transport.Stats().SlowConsumers == 0 && sent.Add(1) <= 1000 {
+				if r, ok := emit(c, big); !ok {
+					failed.Store(fmt.Sprintf("emit: %d %s", r.status, r.raw))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		t.Fatal(f)
+	}
+	if ts.app.transport.Stats().SlowConsumers == 0 {
+		t.Fatal("no slow consumer after 1000 messages of 120 KiB")
+	}
+	// Until the channel has let go of it; every emit is still tallied.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, ok := emit(owner, "1")
+		if !ok {
+			t.Fatalf("emit: %d %s", r.status, r.raw)
+		}
+		if num(r.json, "subscriberCount") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow consumer stayed subscribed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A queue overflow is a drop in the very emit that found it; a write
+	// timeout (abrupt) closes the peer on its own, so no emit need see it.
+	overflow := strings.Contains(ts.logs.String(), "cause=slow_consumer code=1013 reason=\"slow consumer\" abrupt=false")
+	t.Logf("%d emits, %d delivered, %d dropped; closed by queue overflow: %v", emitted, delivered, dropped, overflow)
+	if overflow && dropped < 1 {
+		t.Fatalf("the queue overflowed but no emit reported a drop (%d emits, %d delivered)", emitted, delivered)
+	}
+	mtWaitMetrics(t, ts,
+		mtSample{"relay_connections_closed_total", `cause="slow_consumer"`, 1},
+		mtSample{"relay_connections_closed_total", `cause="peer_gone"`, 0},
+		mtSample{"relay_connections_opened_total", "", 1},
+		mtSample{"relay_connections_open", "", 0},
+		mtSample{"relay_messages_emitted_total", `path="http"`, float64(emitted)},
+		mtSample{"relay_deliveries_total", "", float64(delivered)},
+		mtSample{"relay_delivery_drops_total", "", float64(dropped)},
+	)
+}
+
+// TestMetricsWebhookOutcomes: relay_webhooks_total counts sent (a 2xx
+// receiver), failed (a receiver answering 500) and refused (a private target
+// without WEBHOOK_ALLOW_PRIVATE_ADDRESSES), one per connect and disconnect.
+func TestMetricsWebhookOutcomes(t *testing.T) {
+	ts := mtServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
+	owner := ts.signup("alice@example.com")
+	good, bad := owner.createProject("good"), owner.createProject("bad")
+	rec := newReceiver(t, "whsec-good", 0)
+	setWebhook(t, ts, good.id, rec.srv.URL+"/hook", "whsec-good")
+	var failing atomic.Int64
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		failing.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(broken.Close)
+	setWebhook(t, ts, bad.id, broken.URL+"/hook", "whsec-bad")
+
+	c := ts.dialWS(good.publicKey)
+	id := checkEvent(t, rec.next(t), "connect", good.id)
+	c.conn.Close()
+	if got := checkEvent(t, rec.next(t), "disconnect", good.id); got != id {
+		t.Fatalf("disconnect of %s, want %s", got, id)
+	}
+	c2 := ts.dialWS(bad.publicKey)
+	waitUntil(t, func() bool { return failing.Load() == 1 })
+	c2.conn.Close()
+	waitUntil(t, func() bool { return failing.Load() == 2 })
+	mtWaitMetrics(t, ts,
+		mtSample{"relay_webhooks_total", `outcome="sent"`, 2},
+		mtSample{"relay_webhooks_total", `outcome="failed"`, 2},
+		mtSample{"relay_webhooks_total", `outcome="dropped"`, 0},
+		mtSample{"relay_webhooks_total", `outcome="refused"`, 0},
+	)
+
+	// The default configuration refuses a loopback target before connecting.
+	ts2 := mtServer(t, nil)
+	p2 := ts2.signup("alice@example.com").createProject("demo")
+	rec2 := newReceiver(t, "s", 0)
+	setWebhook(t, ts2, p2.id, rec2.srv.URL, "s")
+	c3 := ts2.dialWS(p2.publicKey)
+	mtWaitMetrics(t, ts2, mtSample{"relay_webhooks_total", `outcome="refused"`, 1})
+	c3.conn.Close()
+	mtWaitMetrics(t, ts2,
+		mtSample{"relay_webhooks_total", `outcome="refused"`, 2},
+		mtSample{"relay_webhooks_total", `outcome="sent"`, 0},
+		mtSample{"relay_webhooks_total", `outcome="failed"`, 0},
+	)
+	select {
+	case ev := <-rec2.events:
+		t.Fatalf("a refused target received %v", ev)
+	default:
+	}
+}
+
+// TestMetricsProjectRateLimited: with a project backstop of 2 a minute,
+// emits on distinct channels run into project_rate_limited, counted as
+// kind="project" and nothing else.
+func TestMetricsProjectRateLimited(t *testing.T) {
+	ts := mtServer(t, map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "2"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	if s := time.Now().Second(); s > 55 {
+		time.Sleep(6 * time.Second) // keep the fixed window whole
+	}
+	var ok, limited int
+	for i := 0; limited < 2; i++ {
+		if i == 10 {
+			t.Fatalf("after %d emits only %d were refused", i, limited)
+		}
+		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":1}`, i))
+		switch {
+		case r.status == 200:
+			ok++
+		case r.status == 429 && r.json["error"] == "project_rate_limited":
+			limited++
+			budget(t, r, "project_rate_limit", 2, 0)
+			budget(t, r, "rate_limit", 600, 600)
+		default:
+			t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+		}
+	}
+	if ok < 2 {
+		t.Fatalf("only %d emits accepted before the backstop", ok)
+	}
+	mtWaitMetrics(t, ts,
+		mtSample{"relay_emits_rate_limited_total", `kind="project"`, float64(limited)},
+		mtSample{"relay_emits_rate_limited_total", `kind="channel"`, 0},
+		mtSample{"relay_emits_rate_limited_total", `kind="client"`, 0},
+		mtSample{"relay_messages_emitted_total", `path="http"`, float64(ok)},
+		mtSample{"relay_emit_duration_seconds_count", "", float64(ok + limited)},
+	)
+}
+
+// TestMetricsClientEmits: CLIENT_EMIT_RATE_LIMIT_PER_SECOND=1 and two
+// client-emits in the same second: one relayed (path="client"), one refused
+// (kind="client").
+func TestMetricsClientEmits(t *testing.T) {
+	ts := mtServer(t, map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	if secret == "" {
+		t.Fatal("no client-emit secret")
+	}
+	listener := subscribed(t, ts, p.publicKey, "room")
+	ann := presenceSub(t, ts, p.publicKey, "room", "ann")
+	ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"t"}, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acks, limited int
+	for attempt := 0; limited == 0; attempt++ {
+		if attempt == 5 {
+			t.Fatal("never two client-emits within one second")
+		}
+		// Just after a second boundary, two emits back to back; if the
+		// second one still crossed into the next second, try again.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+		ann.send(emitFrame2("room", tok))
+		ann.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+		acks++
+		ann.send(emitFrame2("room", tok))
+		switch m := mtNextJSON(t, ann); {
+		case m["error"] == "client_emit_rate_limited" && m["channel"] == "room" && len(m) == 2:
+			limited++
+		case m["action"] == "emit" && m["ok"] == true:
+			acks++
+		default:
+			t.Fatalf("second client-emit: %v", m)
+		}
+	}
+	for range acks {
+		listener.expectExcept(`{"channel":"room","type":"t","payload":1,"clientId":"ann"}`, "seq")
+	}
+	listener.expectSilence(100 * time.Millisecond)
+	mtWaitMetrics(t, ts,
+		mtSample{"relay_messages_emitted_total", `path="client"`, float64(acks)},
+		mtSample{"relay_messages_emitted_total", `path="http"`, 0},
+		mtSample{"relay_emits_rate_limited_total", `kind="client"`, float64(limited)},
+		mtSample{"relay_emits_rate_limited_total", `kind="project"`, 0},
+		mtSample{"relay_emits_rate_limited_total", `kind="channel"`, 0},
+		mtSample{"relay_deliveries_total", "", float64(acks)}, // the listener; never the emitter
+		mtSample{"relay_delivery_drops_total", "", 0},
+	)
+}
+
+// TestMetricsDebugActorsMailboxAndPaging: /debug/actors reports non-negative
+// mailbox depths, and pages through the project actors (sorted by id) with
+// limit and offset.
+func TestMetricsDebugActorsMailboxAndPaging(t *testing.T) {
+	ts := mtServer(t, nil)
+	owner := ts.signup("alice@example.com")
+	var ids []string
+	for i := range 5 {
+		p := owner.createProject(fmt.Sprintf("p%d", i))
+		if r := owner.emit(p.secretKey, `{"channel":"c","payload":1}`); r.status != 200 {
+			t.Fatalf("emit: %d %s", r.status, r.raw)
+		}
+		ids = append(ids, p.id)
+	}
+	owner.createProject("idle") // no traffic: no actor, not listed
+	slices.Sort(ids)
+
+	type page struct {
+		Projects []struct {
+			ID          string `json:"id"`
+			Mailbox     *int64 `json:"mailbox"`
+			ChannelList []struct {
+				Name    string `json:"name"`
+				Mailbox *int64 `json:"mailbox"`
+			} `json:"channelList"`
+		} `json:"projects"`
+		ProjectsMatching int `json:"projectsMatching"`
+		Offset           int `json:"offset"`
+		Limit            int `json:"limit"`
+	}
+	get := func(query string) page {
+		t.Helper()
+		status, body := getText(t, mtDebug(ts)+"/debug/actors"+query)
+		var v page
+		if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 {
+			t.Fatalf("/debug/actors%s: %d %s", query, status, body)
+		}
+		for _, p := range v.Projects {
+			if p.Mailbox == nil || *p.Mailbox < 0 {
+				t.Fatalf("/debug/actors%s: project %s mailbox %v: %s", query, p.ID, p.Mailbox, body)
+			}
+			for _, c := range p.ChannelList {
+				if c.Mailbox == nil || *c.Mailbox < 0 {
+					t.Fatalf("/debug/actors%s: channel %s mailbox %v: %s", query, c.Name, c.Mailbox, body)
+				}
+			}
+		}
+		return v
+	}
+	idsOf := func(v page) []string {
+		out := []string{}
+		for _, p := range v.Projects {
+			out = append(out, p.ID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		query         string
+		from, to      int
+		offset, limit int
+	}{
+		{"", 0, 5, 0, 50},
+		{"?limit=2", 0, 2, 0, 2},
+		{"?limit=2&offset=2", 2, 4, 2, 2},
+		{"?limit=2&offset=4", 4, 5, 4, 2},
+		{"?limit=2&offset=5", 5, 5, 5, 2},
+		{"?limit=3&offset=1", 1, 4, 1, 3},
+		{"?limit=0&offset=-3", 0, 5, 0, 50}, // out of range: the defaults
+	} {
+		v := get(c.query)
+		if got, want := idsOf(v), ids[c.from:c.to]; !slices.Equal(got, want) ||
+			v.ProjectsMatching != 5 || v.Offset != c.offset || v.Limit != c.limit {
+			t.Fatalf("/debug/actors%s: projects %v matching %d offset %d limit %d; want %v matching 5 offset %d limit %d",
+				c.query, got, v.ProjectsMatching, v.Offset, v.Limit, want, c.offset, c.limit)
+		}
+	}
+	// One project's channels, with their mailboxes.
+	v := get("?project=" + ids[0] + "&channel=*")
+	if len(v.Projects) != 1 || len(v.Projects[0].ChannelList) != 1 || v.Projects[0].ChannelList[0].Name != "c" {
+		t.Fatalf("channels of %s: %+v", ids[0], v)
+	}
+}
