@@ -35,7 +35,8 @@ func verifyEmitToken(token, secret, projectID, channel, typ string, now time.Tim
 		jwt.WithClaimValue("ch", channel),
 		jwt.WithTypedClaim("types", []string{}),
 	)
-	if err != nil {
+	// jwx skips its exp check when exp is 0 (its "unset"); a token that says 1970 is expired.
+	if err != nil || !now.Before(t.Expiration().Add(tokenSkew)) {
 		return emitClaims{}, false
 	}
 	raw, _ := t.Get("types")

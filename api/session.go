@@ -52,6 +52,9 @@ func (s *sessions) verify(token string) (string, error) {
 	if t.Subject() == "" {
 		return "", errors.New("session without subject")
 	}
+	if !s.now().Before(t.Expiration()) { // jwx does not check an exp of 0 (its "unset")
+		return "", errors.New("session expired")
+	}
 	return t.Subject(), nil
 }
 

@@ -462,7 +462,9 @@ func (c *Conn) check(h ws.Header) (ws.StatusCode, string) {
 		return ws.StatusProtocolError, "continuation without a message"
 	case h.OpCode.IsData() && h.OpCode != ws.OpContinuation && c.messageOp != 0:
 		return ws.StatusProtocolError, "new message inside a fragmented one"
-	case h.Length > int64(c.srv.cfg.MaxMessageBytes) || int64(len(c.message))+h.Length > int64(c.srv.cfg.MaxMessageBytes):
+	// A control frame between fragments is not part of the message.
+	case h.Length > int64(c.srv.cfg.MaxMessageBytes) ||
+		h.OpCode == ws.OpContinuation && int64(len(c.message))+h.Length > int64(c.srv.cfg.MaxMessageBytes):
 		return ws.StatusMessageTooBig, "message too big"
 	}
 	return 0, ""
@@ -485,8 +487,16 @@ func (c *Conn) frame(h ws.Header, payload []byte) {
 		c.Send(compile(ws.NewPongFrame(append([]byte(nil), payload...))))
 	case ws.OpPong:
 	case ws.OpClose:
-		c.readDone = true
 		code, reason := ws.ParseCloseFrameData(payload)
+		if len(payload) == 1 || len(payload) >= 2 && !peerCloseCode(code) {
+			c.protocolError(ws.StatusProtocolError, "bad close frame") // never echo 1005 or 0 on the wire
+			return
+		}
+		if !utf8.ValidString(reason) {
+			c.protocolError(ws.StatusInvalidFramePayloadData, "invalid UTF-8")
+			return
+		}
+		c.readDone = true
 		info := CloseInfo{Cause: CausePeerClosed, Code: code, Reason: reason, ByPeer: true}
 		body := payload[:0:0] // echo an empty body for an empty close (never 1005 on the wire)
 		if code.Empty() {
@@ -510,6 +520,12 @@ func (c *Conn) frame(h ws.Header, payload []byte) {
 			c.deliver(op, msg)
 		}
 	}
+}
+
+// peerCloseCode: the codes an endpoint may send in a close frame (RFC 6455
+// § 7.4; 1012–1014 registered since, 3000–4999 for applications).
+func peerCloseCode(c ws.StatusCode) bool {
+	return c >= 1000 && c <= 1003 || c >= 1007 && c <= 1014 || c >= 3000 && c <= 4999
 }
 
 func (c *Conn) deliver(op ws.OpCode, msg []byte) {
