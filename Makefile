@@ -43,3 +43,19 @@ clean:
 # throwaway PostgreSQL, 5 000 connections, the database restarted once.
 soak:
 	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/
+
+# Coverage-guided fuzzing of every parser that sees outside bytes, one target
+# after another for FUZZTIME each (go test allows one -fuzz target per run).
+# Seed corpora live in <pkg>/testdata/fuzz/<Target>/ and run as ordinary
+# tests in make test; new inputs found here go to Go's cache, a failing one
+# to testdata (commit it as a regression case once fixed).
+FUZZTIME ?= 60s
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzConsume$$' -fuzztime $(FUZZTIME) ./transport/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeClientMessage$$' -fuzztime $(FUZZTIME) ./proto/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEmitRequest$$' -fuzztime $(FUZZTIME) ./proto/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidChannel$$' -fuzztime $(FUZZTIME) ./proto/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRevokeRequest$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzSessionVerify$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzVerifyEmitToken$$' -fuzztime $(FUZZTIME) ./actors/
