@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeEmitRequest: DecodeEmitRequest never panics and agrees with
@@ -68,15 +69,15 @@ func checkEmitRequest(t *testing.T, b []byte) {
 		t.Fatalf("%.200q: accepted channel %q payload %.200q", b, got.Channel, got.Payload)
 	}
 	msg := AppendMessage(nil, got.Channel, got.Payload, 7)
-	if !json.Valid(msg) {
-		t.Fatalf("message frame %.200q is not JSON", msg)
+	if !json.Valid(msg) || !utf8.Valid(msg) {
+		t.Fatalf("message frame %.200q is not JSON in UTF-8 (it goes out in a text frame)", msg)
 	}
 	if framed := len(msg) - len(`,"seq":7`); framed != MessageSize(got.Channel, got.Payload) || framed > MaxMessageBytes {
 		t.Fatalf("framed {channel,payload} is %d bytes, MessageSize %d", framed, MessageSize(got.Channel, got.Payload))
 	}
 }
 
-// emitRequestModel: invalid_json unless the body is one JSON object;
+// emitRequestModel: invalid_json unless the body is one JSON object in UTF-8;
 // invalid_channel unless "channel" is a string obeying the name rules (the
 // string echoed); the payload is the "payload" value made compact ("null"
 // when absent); payload_too_large when {"channel":…,"payload":…} so written

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Client actions of SPEC.md › WebSocket protocol.
@@ -87,9 +88,12 @@ func DecodeClientMessage(b []byte) (ClientMessage, *Error) {
 	return m, nil
 }
 
+// isObject: b is a JSON object, and in UTF-8 as RFC 8259 § 8.1 requires
+// (encoding/json lets invalid UTF-8 through inside strings, and a raw payload
+// is relayed in text frames, which a client must drop with 1007 if not UTF-8).
 func isObject(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
-	return len(b) > 0 && b[0] == '{'
+	return len(b) > 0 && b[0] == '{' && utf8.Valid(b)
 }
 
 func isTrue(raw json.RawMessage) bool { return bytes.Equal(raw, []byte("true")) }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeClientMessage: DecodeClientMessage never panics and agrees with
@@ -70,8 +71,8 @@ func FuzzDecodeClientMessage(f *testing.F) {
 		if got.Presence && got.ClientID == "" {
 			t.Fatalf("%q: presence without clientId accepted", b)
 		}
-		if len(got.Payload) > 0 && !json.Valid(got.Payload) {
-			t.Fatalf("%q: payload %q is not JSON", b, got.Payload)
+		if len(got.Payload) > 0 && (!json.Valid(got.Payload) || !utf8.Valid(got.Payload)) {
+			t.Fatalf("%q: payload %q is not JSON in UTF-8 (it is relayed in text frames)", b, got.Payload)
 		}
 		if ack := AppendAck(nil, got.Action, got.Channel); !json.Valid(ack) {
 			t.Fatalf("ack %q is not JSON", ack)
@@ -121,9 +122,10 @@ type member struct {
 	value json.RawMessage
 }
 
-// objectMembers parses b, which must be one JSON object and nothing else.
+// objectMembers parses b, which must be one JSON object and nothing else, in
+// UTF-8 (RFC 8259 § 8.1; json.Valid lets invalid UTF-8 through in strings).
 func objectMembers(b []byte) ([]member, bool) {
-	if !json.Valid(b) || !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{")) {
+	if !json.Valid(b) || !utf8.Valid(b) || !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("{")) {
 		return nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
