@@ -88,19 +88,26 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.HandleFunc("/api/", notFound)
 }
 
+// handleSignup counts the attempt against the address before reading the
+// body, and against the email once it is known (signupPerIP holds both kinds
+// of key, under the same SIGNUP_ATTEMPTS_PER_MINUTE).
 func (c controlPlane) handleSignup(w http.ResponseWriter, r *http.Request) {
-	ip := clientIP(r)
-	if over, retry := c.signupPerIP.over(ip); over {
+	if ok, retry := c.signupPerIP.take(addrKey(r)); !ok {
 		writeThrottled(w, retry)
 		return
 	}
-	c.signupPerIP.add(ip)
 	var in credentials
 	if err := decodeControl(w, r, &in); err != nil {
 		writeDecodeError(w, err)
 		return
 	}
 	email := strings.TrimSpace(in.Email)
+	if email != "" {
+		if ok, retry := c.signupPerIP.take(emailKey(email)); !ok {
+			writeThrottled(w, retry)
+			return
+		}
+	}
 	switch {
 	case email == "" || in.Password == "":
 		writeError(w, proto.CodeEmailAndPasswordRequired)
@@ -112,7 +119,11 @@ func (c controlPlane) handleSignup(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeEmailNotAllowed)
 		return
 	}
-	hash, err := hashPassword(in.Password)
+	hash, ok, err := hashPasswordLimited(r.Context(), in.Password)
+	if !ok {
+		writeThrottled(w, 1)
+		return
+	}
 	if err != nil {
 		writeInternal(w, c.log, "hash password", err)
 		return
@@ -142,6 +153,10 @@ func (c controlPlane) signupAllowed(email string) bool {
 	return false
 }
 
+// handleLogin counts the attempt against the address and the email before
+// the password hash (so parallel guesses cannot all pass the check), and
+// gives it back when it tested no password or the right one: the limits cap
+// failed guesses.
 func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 	var in credentials
 	if err := decodeControl(w, r, &in); err != nil {
@@ -153,17 +168,19 @@ func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeEmailAndPasswordRequired)
 		return
 	}
-	ip := clientIP(r)
-	if over, retry := c.loginPerIP.over(ip); over {
+	addr, ek := addrKey(r), emailKey(email)
+	if ok, retry := c.loginPerIP.take(addr); !ok {
 		writeThrottled(w, retry)
 		return
 	}
-	if over, retry := c.loginPerEmail.over(emailKey(email)); over {
+	if ok, retry := c.loginPerEmail.take(ek); !ok {
 		writeThrottled(w, retry)
 		return
 	}
+	refund := func() { c.loginPerIP.refund(addr); c.loginPerEmail.refund(ek) }
 	u, err := c.store.UserByEmail(r.Context(), email)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		refund()
 		writeInternal(w, c.log, "look up user", err)
 		return
 	}
@@ -171,12 +188,17 @@ func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		hash = dummyHash // same work as a wrong password: no enumeration by timing
 	}
-	if !checkPassword(hash, in.Password) || err != nil {
-		c.loginPerIP.add(ip)
-		c.loginPerEmail.add(emailKey(email))
+	match, ok := checkPasswordLimited(r.Context(), hash, in.Password)
+	if !ok {
+		refund()
+		writeThrottled(w, 1)
+		return
+	}
+	if !match || err != nil {
 		writeError(w, proto.CodeInvalidCredentials)
 		return
 	}
+	refund()
 	if !c.startSession(w, r, u.ID) {
 		return
 	}

@@ -57,25 +57,31 @@ func (d dashboard) authForm(w http.ResponseWriter, r *http.Request, name string)
 
 // throttled shows the 429 page of the brute-force limits, which the
 // dashboard shares with the JSON routes (LOGIN_ATTEMPTS_PER_MINUTE,
-// SIGNUP_ATTEMPTS_PER_MINUTE): one budget per address and email, whichever
-// surface the attempts come through.
+// SIGNUP_ATTEMPTS_PER_MINUTE, and the cap on password hashes at once): one
+// budget per address and email, whichever surface the attempts come through.
 func (d dashboard) throttled(w http.ResponseWriter, r *http.Request, name, email string, retry int) {
 	w.Header().Set("Retry-After", strconv.Itoa(retry))
 	d.showAuth(w, r, name, http.StatusTooManyRequests,
 		fmt.Sprintf("Too many attempts. Wait %d seconds, then try again.", retry), email)
 }
 
+// handleSignup counts like the JSON route: the address first, then the
+// email (both under SIGNUP_ATTEMPTS_PER_MINUTE).
 func (d dashboard) handleSignup(w http.ResponseWriter, r *http.Request) {
 	email, password, ok := d.authForm(w, r, "signup")
 	if !ok {
 		return
 	}
-	ip := clientIP(r)
-	if over, retry := d.signupPerIP.over(ip); over {
+	if ok, retry := d.signupPerIP.take(addrKey(r)); !ok {
 		d.throttled(w, r, "signup", email, retry)
 		return
 	}
-	d.signupPerIP.add(ip)
+	if email != "" {
+		if ok, retry := d.signupPerIP.take(emailKey(email)); !ok {
+			d.throttled(w, r, "signup", email, retry)
+			return
+		}
+	}
 	fail := func(c proto.Code) {
 		pe := codeErr(c)
 		d.showAuth(w, r, "signup", pe.status, pe.msg, email)
@@ -91,7 +97,11 @@ func (d dashboard) handleSignup(w http.ResponseWriter, r *http.Request) {
 		fail(proto.CodeEmailNotAllowed)
 		return
 	}
-	hash, err := hashPassword(password)
+	hash, ok, err := hashPasswordLimited(r.Context(), password)
+	if !ok {
+		d.throttled(w, r, "signup", email, 1)
+		return
+	}
 	if err != nil {
 		d.internal(w, r, nil, "hash password", err)
 		return
@@ -108,6 +118,8 @@ func (d dashboard) handleSignup(w http.ResponseWriter, r *http.Request) {
 	d.startSession(w, r, u.ID, "/?done=welcome")
 }
 
+// handleLogin counts like the JSON route: before the hash, given back when
+// the attempt tested no password or the right one.
 func (d dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 	email, password, ok := d.authForm(w, r, "login")
 	if !ok {
@@ -121,17 +133,19 @@ func (d dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 		fail(proto.CodeEmailAndPasswordRequired)
 		return
 	}
-	ip := clientIP(r)
-	if over, retry := d.loginPerIP.over(ip); over {
+	addr, ek := addrKey(r), emailKey(email)
+	if ok, retry := d.loginPerIP.take(addr); !ok {
 		d.throttled(w, r, "login", email, retry)
 		return
 	}
-	if over, retry := d.loginPerEmail.over(emailKey(email)); over {
+	if ok, retry := d.loginPerEmail.take(ek); !ok {
 		d.throttled(w, r, "login", email, retry)
 		return
 	}
+	refund := func() { d.loginPerIP.refund(addr); d.loginPerEmail.refund(ek) }
 	u, err := d.store.UserByEmail(r.Context(), email)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		refund()
 		d.internal(w, r, nil, "look up user", err)
 		return
 	}
@@ -139,12 +153,17 @@ func (d dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		hash = dummyHash // same work as a wrong password: no enumeration by timing
 	}
-	if !checkPassword(hash, password) || err != nil {
-		d.loginPerIP.add(ip)
-		d.loginPerEmail.add(emailKey(email))
+	match, ok := checkPasswordLimited(r.Context(), hash, password)
+	if !ok {
+		refund()
+		d.throttled(w, r, "login", email, 1)
+		return
+	}
+	if !match || err != nil {
 		fail(proto.CodeInvalidCredentials)
 		return
 	}
+	refund()
 	d.startSession(w, r, u.ID, "/")
 }
 

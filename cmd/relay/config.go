@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -36,8 +38,8 @@ type Config struct {
 	// Abuse limits (README › Limits).
 	MaxSubscriptions int // MAX_SUBSCRIPTIONS_PER_CONNECTION
 	MaxConnections   int // MAX_CONNECTIONS_PER_PROJECT (per node)
-	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address)
-	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address
+	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address, an IPv6 address by its /64)
+	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
@@ -185,6 +187,10 @@ func (p *envParser) addr(name, def string, emptyDisables bool) string {
 	return v
 }
 
+// databaseURL accepts sqlite:PATH or a postgres:// URL that parses, with an
+// sslmode the driver knows (the driver would otherwise panic at start, the
+// URL's parse error quoting it whole). A refused value is repeated with its
+// password hidden.
 func (p *envParser) databaseURL(name, def string) string {
 	v, ok := p.get(name)
 	if !ok {
@@ -193,11 +199,47 @@ func (p *envParser) databaseURL(name, def string) string {
 	switch {
 	case strings.HasPrefix(v, "sqlite:") && len(v) > len("sqlite:"):
 	case strings.HasPrefix(v, "postgres://"), strings.HasPrefix(v, "postgresql://"):
+		u, err := url.Parse(v)
+		if err != nil {
+			// url's error quotes the whole value: say why in our own words.
+			p.fail(name, redactDatabaseURL(v), "not a valid URL; want postgres://USER:PASSWORD@HOST:PORT/DB (percent-encode special characters)")
+			return def
+		}
+		switch u.Query().Get("sslmode") {
+		case "", "disable", "allow", "prefer", "require", "verify-ca", "verify-full":
+		default:
+			p.fail(name, redactDatabaseURL(v), "sslmode: want disable, allow, prefer, require, verify-ca or verify-full")
+			return def
+		}
 	default:
-		p.fail(name, v, "want sqlite:PATH or postgres://…")
+		p.fail(name, redactDatabaseURL(v), "want sqlite:PATH or postgres://…")
 		return def
 	}
 	return v
+}
+
+// passwordParamRe finds password=… in a query string or a key=value DSN.
+var passwordParamRe = regexp.MustCompile(`(?i)(password=)[^&\s]*`)
+
+// redactDatabaseURL hides the password of a database URL, for messages and
+// logs: the userinfo password of a URL that parses (the user stays), else
+// everything between the scheme and the last @, and any password= parameter.
+func redactDatabaseURL(v string) string {
+	if u, err := url.Parse(v); err == nil && u.Opaque == "" {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			v = u.String()
+		}
+	} else if at := strings.LastIndex(v, "@"); at >= 0 {
+		start := 0
+		if i := strings.Index(v, "://"); i >= 0 && i < at {
+			start = i + len("://")
+		} else if i := strings.Index(v, ":"); i >= 0 && i < at {
+			start = i + 1
+		}
+		v = v[:start] + "xxxxx" + v[at:]
+	}
+	return passwordParamRe.ReplaceAllString(v, "${1}xxxxx")
 }
 
 func (p *envParser) emails(name string) []string {
@@ -244,9 +286,11 @@ func (c Config) redacted() []any {
 	}
 }
 
-func dbKind(url string) string {
-	if strings.HasPrefix(url, "sqlite:") {
-		return url // a file path, no credentials
+// dbKind names the database in logs: the SQLite path (a password=
+// parameter hidden, should one be there), or just "postgres".
+func dbKind(dsn string) string {
+	if strings.HasPrefix(dsn, "sqlite:") {
+		return passwordParamRe.ReplaceAllString(dsn, "${1}xxxxx")
 	}
 	return "postgres"
 }

@@ -303,6 +303,8 @@ func TestLoadConfigRejects(t *testing.T) {
 		bad{"DATABASE_URL", "data/relay.db"},
 		bad{"DATABASE_URL", "sqlite3:data/relay.db"},
 		bad{"DATABASE_URL", "postgres:relay"},
+		bad{"DATABASE_URL", "postgres://u:p@localhost:port/relay"},
+		bad{"DATABASE_URL", "postgres://u:p@localhost/relay?sslmode=sometimes"},
 		bad{"COOKIE_SECURE", "yes"},
 		bad{"COOKIE_SECURE", "1"},
 		bad{"COOKIE_SECURE", "on"},
@@ -336,6 +338,67 @@ func TestLoadConfigRejects(t *testing.T) {
 				t.Fatalf("a failed load returned a usable-looking Config: %+v", c)
 			}
 		})
+	}
+}
+
+// TestDatabaseURLPasswordNeverShown: a DATABASE_URL is repeated in a refusal
+// and named in the start logs, but its password never is, whatever shape the
+// value has; a URL the driver could not parse is refused at start rather than
+// making it panic (quoting the URL) later.
+func TestDatabaseURLPasswordNeverShown(t *testing.T) {
+	const secret = "Sup3rS3cret"
+	refused := []string{
+		"mysql://admin:" + secret + "@db.internal/relay",
+		"mysql://admin:" + secret + "@db.internal:3306/relay?password=" + secret,
+		"mysql:admin:" + secret + "@db.internal",                          // no //: an opaque URL
+		"mysql://admin:p@" + secret + "@db.internal/relay",                // an @ left unescaped
+		"postgres://admin:" + secret + "@db.internal:port/relay",          // a bad port
+		"postgres://admin:" + secret + "%zz@db.internal/relay",            // a bad escape
+		"postgres://admin:" + secret + "#x@db.internal/relay",             // a # left unescaped
+		"postgres://admin:" + secret + "/x@db.internal/relay",             // a / left unescaped
+		"postgres://admin:" + secret + "@db.internal/relay?sslmode=maybe", // an sslmode the driver refuses
+		"postgres://admin@db.internal/relay?sslmode=maybe&password=" + secret,
+		"host=db.internal user=admin password=" + secret + " dbname=relay", // a key=value DSN
+	}
+	for _, v := range refused {
+		t.Run(v, func(t *testing.T) {
+			_, err := LoadConfig(cfgEnv(map[string]string{"DATABASE_URL": v}))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), "DATABASE_URL") {
+				t.Fatalf("error %q does not name DATABASE_URL", err)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "S3cret") {
+				t.Fatalf("error %q shows the password", err)
+			}
+		})
+	}
+
+	// An accepted URL: not in the logged config summary, not in the error nor
+	// the logs of a start that cannot reach the database.
+	v := "postgres://admin:" + secret + "@127.0.0.1:1/relay?sslmode=disable&connect_timeout=2"
+	c, err := LoadConfig(cfgEnv(map[string]string{"DATABASE_URL": v}))
+	if err != nil || c.DatabaseURL != v {
+		t.Fatalf("a valid URL: %v %q", err, c.DatabaseURL)
+	}
+	if s := fmt.Sprint(c.redacted()...); strings.Contains(s, secret) {
+		t.Fatalf("the config summary shows the password: %s", s)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = runCommand(ctx, []string{"serve"}, cfgEnv(map[string]string{
+		"RELAY_ADDR": "127.0.0.1:0", "RELAY_DEBUG_ADDR": "", "DATABASE_URL": v,
+	}), logs)
+	if err == nil {
+		t.Fatal("serve started on an unreachable database")
+	}
+	if strings.Contains(err.Error(), secret) || strings.Contains(logs.String(), secret) {
+		t.Fatalf("the password shows in the error %q or the logs:\n%s", err, logs)
+	}
+	if !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Fatalf("error %q does not name DATABASE_URL", err)
 	}
 }
 

@@ -3,17 +3,30 @@
 package main
 
 // The soak test runs only with `make soak` (go test -tags soak): the real
-// binary on PostgreSQL, 5 000 connections on loopback, emits at the default
-// budgets, clients joining and dropping at random, the database restarted
-// once, for SOAK_DURATION (default 3 minutes). It reports the counts and
-// checks that no subscriber missed a message while it was connected and that
-// memory and goroutines do not grow.
+// binary on PostgreSQL, 5 000 WebSocket connections on loopback, emits at the
+// default budgets, clients joining and dropping at random, the database
+// restarted once, for SOAK_DURATION (default 3 minutes). Everything listens on
+// 127.0.0.1 (the relay, its operator listener) or a Unix socket (PostgreSQL),
+// and every phase has a fixed length or a deadline.
+//
+// Loss is checked over each connection's whole connected span, quiet or not:
+// a subscriber must have received every emit acknowledged (200) to the emitter
+// that was sent after its subscribe ack arrived and answered before it sent
+// its closing ping. The order of things on the server makes this exact: the
+// channel actor adds a subscriber before it queues the ack; an emit's frame is
+// in every subscriber's write queue before the emit is answered 200; the pong
+// goes through the same FIFO queue. So once the pong has arrived, every
+// such emit has arrived too, and a missing one is a lost message.
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +39,23 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
+// soakAck is one emit answered 200: its seq, when it was sent and when its
+// answer came.
+type soakAck struct {
+	seq         uint64
+	sent, acked time.Time
+}
+
+// soakSpan is one connection's life as its client saw it.
+type soakSpan struct {
+	channel    int
+	subscribed time.Time // when the subscribe ack arrived (zero: it never did)
+	pinged     time.Time // when the closing ping was sent (zero: never sent)
+	drained    bool      // the pong came back: everything queued before it arrived
+	seqs       []uint64  // seqs received, in arrival order
+	failure    string    // why the connection ended other than by its client
+}
+
 func TestSoak(t *testing.T) {
 	duration := 3 * time.Minute
 	if v := os.Getenv("SOAK_DURATION"); v != "" {
@@ -34,6 +64,9 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		duration = d
+	}
+	if duration < 30*time.Second {
+		t.Fatalf("SOAK_DURATION %v: want at least 30s (the database is down for 10s of it)", duration)
 	}
 	const conns, channels = 5000, 10
 	url := storetest.PostgresURL(t)
@@ -44,89 +77,62 @@ func TestSoak(t *testing.T) {
 	p := owner.createProject("soak")
 	wsURL := ts.wsURL(p.publicKey)
 
-	serverStats := func() (rssKiB, goroutines float64) {
+	metrics := func() string { _, text := getText(t, "http://"+debugAddr+"/metrics"); return text }
+	type stats struct{ rssKiB, heapMiB, goroutines, open float64 }
+	serverStats := func() stats {
+		var s stats
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", proc.cmd.Process.Pid))
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
+				s.rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
 			}
 		}
-		_, text := getText(t, "http://"+debugAddr+"/metrics")
-		return rssKiB, metric(t, text, "go_goroutines", "")
+		text := metrics()
+		s.heapMiB = metric(t, text, "go_memstats_heap_inuse_bytes", "") / (1 << 20)
+		s.goroutines = metric(t, text, "go_goroutines", "")
+		s.open = metric(t, text, "relay_connections_open", "")
+		return s
 	}
+	idle := serverStats()
 
-	// acked[channel] holds every seq answered 200, in order.
+	// acked[channel]: every emit answered 200, in the order sent (one emitter).
 	var ackMu sync.Mutex
-	acked := make([][]uint64, channels)
+	acked := make([][]soakAck, channels)
 	var emitted, refused, failedEmits atomic.Int64
+	var failures []string // the first few failed emits, for the report
 
-	type span struct {
-		channel int
-		seqs    []uint64
-	}
 	var spanMu sync.Mutex
-	var spans []span
-	var received, dropped, reconnects atomic.Int64
+	var spans []soakSpan
+	var dialFailures, firstConnected atomic.Int64
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
 	client := func(id int) {
 		defer wg.Done()
+		ch := id % channels
+		counted := false
 		for {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			ch := id % channels
-			conn, _, err := websocket.DefaultDialer.Dial(wsURL, nil)
+			conn, _, err := dialer.Dial(wsURL, nil)
 			if err != nil {
+				dialFailures.Add(1)
 				time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
 				continue
 			}
-			conn.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"action":"subscribe","channel":"c%d"}`, ch)))
-			life := time.Duration(5+rand.IntN(60)) * time.Second
-			deadline := time.Now().Add(life)
-			var got []uint64
-			subscribed := false
-			for time.Now().Before(deadline) {
-				conn.SetReadDeadline(time.Now().Add(time.Second))
-				_, msg, err := conn.ReadMessage()
-				if err != nil {
-					if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
-						select {
-						case <-stop:
-							deadline = time.Now()
-						default:
-						}
-						conn = reopenAfterTimeout(conn)
-						if conn == nil {
-							break
-						}
-						continue
-					}
-					break
-				}
-				var m struct {
-					Action string  `json:"action"`
-					Seq    *uint64 `json:"seq"`
-				}
-				json.Unmarshal(msg, &m)
-				if m.Action == "subscribe" {
-					subscribed = true
-				} else if m.Seq != nil && subscribed {
-					got = append(got, *m.Seq)
-					received.Add(1)
-				}
+			if !counted {
+				counted = true
+				firstConnected.Add(1)
 			}
-			if conn != nil {
-				conn.Close()
-			}
-			dropped.Add(1)
+			life := time.Duration(5000+rand.IntN(60_000)) * time.Millisecond
+			sp := soakLife(conn, ch, life, stop)
 			spanMu.Lock()
-			spans = append(spans, span{channel: ch, seqs: got})
+			spans = append(spans, sp)
 			spanMu.Unlock()
-			reconnects.Add(1)
 		}
 	}
 	for i := range conns {
@@ -136,14 +142,26 @@ func TestSoak(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	time.Sleep(5 * time.Second)
-	rss0, g0 := serverStats()
+	// Every client connected once (the first ones may already be on their
+	// second connection: lifetimes are 5 to 65 s).
+	rampDeadline := time.Now().Add(2 * time.Minute)
+	for firstConnected.Load() < conns {
+		if time.Now().After(rampDeadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("only %d of %d clients connected within 2 minutes", firstConnected.Load(), conns)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	loaded := serverStats()
 
-	// Emits at the default budgets: 6000 a minute for the project = 100/s.
-	emitter := ts.client()
-	wg.Add(1)
+	// Emits at the default budgets: 6000 a minute for the project = 100/s,
+	// 600 a minute per channel = 10/s on each of the 10.
+	emitter := &http.Client{Timeout: 10 * time.Second}
+	var emitWG sync.WaitGroup
+	emitWG.Add(1)
 	go func() {
-		defer wg.Done()
+		defer emitWG.Done()
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {
@@ -153,17 +171,42 @@ func TestSoak(t *testing.T) {
 			case <-tick.C:
 			}
 			ch := i % channels
-			r := emitter.emitNoFail(p.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":%d}`, ch, i))
-			switch r.status {
+			req, _ := http.NewRequest("POST", ts.base+"/emit", strings.NewReader(fmt.Sprintf(`{"channel":"c%d","payload":%d}`, ch, i)))
+			req.Header.Set("Authorization", "Bearer "+p.secretKey)
+			req.Header.Set("Content-Type", "application/json")
+			sent := time.Now()
+			res, err := emitter.Do(req)
+			if err != nil {
+				failedEmits.Add(1)
+				ackMu.Lock()
+				if len(failures) < 5 {
+					failures = append(failures, err.Error())
+				}
+				ackMu.Unlock()
+				continue
+			}
+			at := time.Now() // the 200's headers are written after the fan-out
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			switch res.StatusCode {
 			case 200:
+				var r struct {
+					Seq uint64 `json:"seq"`
+				}
+				json.Unmarshal(body, &r)
 				emitted.Add(1)
 				ackMu.Lock()
-				acked[ch] = append(acked[ch], uint64(num(r.json, "seq")))
+				acked[ch] = append(acked[ch], soakAck{seq: r.Seq, sent: sent, acked: at})
 				ackMu.Unlock()
 			case 429:
 				refused.Add(1)
 			default:
 				failedEmits.Add(1)
+				ackMu.Lock()
+				if len(failures) < 5 {
+					failures = append(failures, fmt.Sprintf("%d %s", res.StatusCode, body))
+				}
+				ackMu.Unlock()
 			}
 		}
 	}()
@@ -174,50 +217,193 @@ func TestSoak(t *testing.T) {
 	storetest.StartPostgres(t)
 	time.Sleep(duration - duration/3 - 10*time.Second)
 	close(stop)
-	wg.Wait()
-	time.Sleep(5 * time.Second)
-	rss1, g1 := serverStats()
+	emitWG.Wait()
+	wg.Wait() // every client drains (ping/pong, at most 30 s) and closes
+	emitter.CloseIdleConnections()
 
-	// No loss while connected: each span's seqs are exactly the acked seqs of
-	// its channel between its first and last one.
-	ackIndex := make([]map[uint64]int, channels)
-	for c := range acked {
-		ackIndex[c] = map[uint64]int{}
-		for i, s := range acked[c] {
-			ackIndex[c][s] = i
+	// After: no connection left, then the server's goroutines back at their
+	// idle level. Slack of 5: database/sql's cleaner goroutine (alive while
+	// the pool holds connections) and a turn or scrape in flight.
+	var after stats
+	settle := time.Now().Add(60 * time.Second)
+	for {
+		after = serverStats()
+		if after.open == 0 && after.goroutines <= idle.goroutines+5 || time.Now().After(settle) {
+			break
 		}
+		time.Sleep(time.Second)
 	}
-	lost := 0
+
+	// Loss over each whole connected span.
+	var lost, expected, received, drained, undrained, outOfOrder int
+	var perSpan []int
+	var failuresSeen []string
 	for _, sp := range spans {
-		if len(sp.seqs) == 0 {
+		received += len(sp.seqs)
+		if sp.failure != "" {
+			if len(failuresSeen) < 5 {
+				failuresSeen = append(failuresSeen, sp.failure)
+			}
+		}
+		if !sp.drained || sp.subscribed.IsZero() {
+			undrained++
 			continue
 		}
-		first, okF := ackIndex[sp.channel][sp.seqs[0]]
-		last, okL := ackIndex[sp.channel][sp.seqs[len(sp.seqs)-1]]
-		if !okF || !okL {
-			continue // a message whose 200 the emitter did not see (its request was cut)
+		drained++
+		perSpan = append(perSpan, len(sp.seqs))
+		got := make(map[uint64]bool, len(sp.seqs))
+		for i, s := range sp.seqs {
+			got[s] = true
+			if i > 0 && s <= sp.seqs[i-1] {
+				outOfOrder++
+			}
 		}
-		if want := last - first + 1; len(sp.seqs) != want {
-			lost += want - len(sp.seqs)
+		as := acked[sp.channel]
+		from := sort.Search(len(as), func(i int) bool { return as[i].sent.After(sp.subscribed) })
+		for _, a := range as[from:] {
+			if !a.acked.Before(sp.pinged) {
+				break
+			}
+			expected++
+			if !got[a.seq] {
+				lost++
+			}
 		}
 	}
-	t.Logf("soak %v: %d connections, emitted %d (200), %d refused by budget (429), %d failed; received %d; %d connection lifetimes; lost while connected: %d",
-		duration, conns, emitted.Load(), refused.Load(), failedEmits.Load(), received.Load(), len(spans), lost)
-	t.Logf("server RSS %.0f → %.0f KiB, goroutines %.0f → %.0f", rss0, rss1, g0, g1)
+	slices.Sort(perSpan)
+	pct := func(q float64) int {
+		if len(perSpan) == 0 {
+			return 0
+		}
+		return perSpan[int(q*float64(len(perSpan)-1))]
+	}
+	closedBy := []string{}
+	for _, line := range strings.Split(metrics(), "\n") {
+		if strings.HasPrefix(line, "relay_connections_closed_total{") && !strings.HasSuffix(line, " 0") {
+			closedBy = append(closedBy, strings.TrimPrefix(line, "relay_connections_closed_total"))
+		}
+	}
+
+	t.Logf("soak %v, %d clients on %d channels, database stopped for 10s at %v", duration, conns, channels, duration/3)
+	t.Logf("emits: %d answered 200, %d refused by budget (429), %d failed; first failures: %q", emitted.Load(), refused.Load(), failedEmits.Load(), failures)
+	t.Logf("connections: %d lifetimes (%d drained and checked, %d not), %d dial failures, %d ended by the server or network: %q; closes by cause %v",
+		len(spans), drained, undrained, dialFailures.Load(), countFailed(spans), failuresSeen, closedBy)
+	t.Logf("received: %d messages in all; per checked lifetime min %d, median %d, p90 %d, max %d; expected while connected %d, lost %d, out of order %d",
+		received, pct(0), pct(0.5), pct(0.9), pct(1), expected, lost, outOfOrder)
+	t.Logf("server idle → loaded → after: RSS %.0f → %.0f → %.0f KiB, heap in use %.1f → %.1f → %.1f MiB, goroutines %.0f → %.0f → %.0f, open connections %.0f → %.0f → %.0f",
+		idle.rssKiB, loaded.rssKiB, after.rssKiB, idle.heapMiB, loaded.heapMiB, after.heapMiB,
+		idle.goroutines, loaded.goroutines, after.goroutines, idle.open, loaded.open, after.open)
+
+	if emitted.Load() == 0 || received == 0 || expected == 0 {
+		t.Errorf("nothing flowed: emitted %d, received %d, expected %d", emitted.Load(), received, expected)
+	}
+	if n := failedEmits.Load(); n != 0 {
+		t.Errorf("%d emits failed (neither 200 nor 429)", n)
+	}
 	if lost != 0 {
 		t.Errorf("%d messages lost to connected subscribers", lost)
 	}
-	if g1 > g0*1.2+50 {
-		t.Errorf("goroutines grew: %.0f → %.0f", g0, g1)
+	if n := countFailed(spans); n != 0 {
+		t.Errorf("%d connections ended by the server or the network, not by their client", n)
 	}
-	if rss1 > rss0*1.5+50_000 {
-		t.Errorf("RSS grew: %.0f → %.0f KiB", rss0, rss1)
+	if after.open != 0 {
+		t.Errorf("%.0f connections still open after every client left", after.open)
+	}
+	if after.goroutines > idle.goroutines+5 {
+		t.Errorf("goroutines grew: %.0f idle, %.0f after", idle.goroutines, after.goroutines)
+	}
+	if after.rssKiB > loaded.rssKiB*1.5+50_000 {
+		t.Errorf("RSS grew: %.0f KiB loaded, %.0f after", loaded.rssKiB, after.rssKiB)
 	}
 }
 
-// reopenAfterTimeout: gorilla connections cannot be read after a timeout, so
-// a quiet read ends this connection's life early.
-func reopenAfterTimeout(conn *websocket.Conn) *websocket.Conn {
-	conn.Close()
-	return nil
+func countFailed(spans []soakSpan) int {
+	n := 0
+	for _, sp := range spans {
+		if sp.failure != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// soakLife subscribes conn to channel c<ch>, reads everything for life (or
+// until stop), then sends a ping and reads until its pong, and closes, half
+// of the time without a close frame (an abrupt drop). A quiet connection is
+// just quiet: only its client ends it.
+func soakLife(conn *websocket.Conn, ch int, life time.Duration, stop <-chan struct{}) soakSpan {
+	sp := soakSpan{channel: ch}
+	defer func() {
+		if rand.IntN(2) == 0 {
+			conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+		}
+		conn.Close()
+	}()
+	if err := conn.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"action":"subscribe","channel":"c%d"}`, ch))); err != nil {
+		sp.failure = "subscribe: " + err.Error()
+		return sp
+	}
+	// The reader owns subscribed and seqs until it is done; it ends at the
+	// pong, or on an error. Its deadline only bounds a broken run.
+	conn.SetReadDeadline(time.Now().Add(life + 60*time.Second))
+	type readResult struct {
+		subscribed time.Time
+		seqs       []uint64
+		pong       bool
+		err        error
+	}
+	done := make(chan readResult, 1)
+	go func() {
+		var r readResult
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				r.err = err
+				done <- r
+				return
+			}
+			var m struct {
+				Action string  `json:"action"`
+				Seq    *uint64 `json:"seq"`
+			}
+			json.Unmarshal(msg, &m)
+			switch {
+			case m.Action == "subscribe":
+				r.subscribed = time.Now()
+			case m.Action == "pong":
+				r.pong = true
+				done <- r
+				return
+			case m.Action == "" && m.Seq != nil:
+				r.seqs = append(r.seqs, *m.Seq)
+			}
+		}
+	}()
+	timer := time.NewTimer(life)
+	defer timer.Stop()
+	var r readResult
+	select {
+	case <-timer.C:
+	case <-stop:
+	case r = <-done: // ended before its client ended it
+		sp.subscribed, sp.seqs = r.subscribed, r.seqs
+		sp.failure = fmt.Sprintf("read: %v", r.err)
+		return sp
+	}
+	sp.pinged = time.Now()
+	if err := conn.WriteMessage(websocket.TextMessage, []byte(`{"action":"ping"}`)); err != nil {
+		conn.Close() // unblocks the reader
+		r = <-done
+		sp.subscribed, sp.seqs = r.subscribed, r.seqs
+		sp.failure = "ping: " + err.Error()
+		return sp
+	}
+	// The pong must come within 30 s, or the drain failed.
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	r = <-done
+	sp.subscribed, sp.seqs, sp.drained = r.subscribed, r.seqs, r.pong
+	if !r.pong {
+		sp.failure = fmt.Sprintf("drain: %v", r.err)
+	}
+	return sp
 }

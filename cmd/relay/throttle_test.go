@@ -1,0 +1,273 @@
+package main
+
+// Brute-force limits on login and signup (README › Limits): attempts are
+// counted before the password hash, per address (an IPv6 address by its /64)
+// and per email; the argon2 hashes running at once are capped; and the
+// bounded map of counters cannot be flooded into forgetting one. A refusal
+// is always 429 {"error":"too_many_attempts"} with Retry-After.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// clientFrom is a client whose connections come from ip, one of the loopback
+// addresses 127.0.0.0/8 (Linux answers on all of them).
+func (ts *testServer) clientFrom(ip string) *client {
+	jar, _ := cookiejar.New(nil)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext}
+	ts.t.Cleanup(tr.CloseIdleConnections)
+	return &client{t: ts.t, ts: ts, http: &http.Client{Jar: jar, Transport: tr, Timeout: 20 * time.Second}}
+}
+
+// serveFrom sends a JSON request through the server's handler as if from
+// remoteAddr: any address, IPv6 ones included, which loopback sockets cannot
+// give.
+func (ts *testServer) serveFrom(remoteAddr, method, path, body string) response {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.RemoteAddr = remoteAddr
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	ts.app.api.ServeHTTP(rec, req)
+	r := response{status: rec.Code, header: rec.Header(), raw: rec.Body.String()}
+	json.Unmarshal(rec.Body.Bytes(), &r.json)
+	return r
+}
+
+// expectThrottled checks the answer of every brute-force refusal.
+func (r response) expectThrottled(t *testing.T) {
+	t.Helper()
+	r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q, want 1 to 60 seconds", r.header.Get("Retry-After"))
+	}
+}
+
+// rawLogin posts a login without failing the test, so it can run off the
+// test's goroutine.
+func rawLogin(base, email, password string) (status int, retryAfter, body string, err error) {
+	res, err := http.Post(base+"/api/auth/login", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)))
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header.Get("Retry-After"), string(b), nil
+}
+
+// parallelLogins sends n logins at once and returns their answers.
+func parallelLogins(t *testing.T, ts *testServer, n int, email, password string) (statuses []int, bodies []string) {
+	t.Helper()
+	statuses, bodies = make([]int, n), make([]string, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var ra string
+			statuses[i], ra, bodies[i], errs[i] = rawLogin(ts.base, email, password)
+			if statuses[i] == http.StatusTooManyRequests && ra == "" {
+				errs[i] = fmt.Errorf("429 without Retry-After")
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return statuses, bodies
+}
+
+// TestLoginCountsBeforeTheHash: guesses sent in parallel cannot all pass the
+// check before any is counted; exactly the budget of failures is admitted in
+// a window, however the attempts are spread.
+func TestLoginCountsBeforeTheHash(t *testing.T) {
+	const limit, n = 5, 12 // the address cap (15) stays out of the way
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": strconv.Itoa(limit)})
+	ts.signup("alice@example.com")
+
+	statuses, bodies := parallelLogins(t, ts, n, "alice@example.com", "wrong password")
+	failed := 0
+	for i, s := range statuses {
+		switch {
+		case s == http.StatusUnauthorized && strings.Contains(bodies[i], `"invalid_credentials"`):
+			failed++
+		case s == http.StatusTooManyRequests && strings.Contains(bodies[i], `"too_many_attempts"`):
+		default:
+			t.Fatalf("login %d: %d %s", i, s, bodies[i])
+		}
+	}
+	if failed < 1 || failed > limit {
+		t.Fatalf("%d of %d parallel wrong passwords were checked, want 1 to %d", failed, n, limit)
+	}
+	// An attempt refused only because no hash slot came free in time is given
+	// back; whatever happened, the window admits exactly `limit` failures.
+	c := ts.client()
+	for failed < limit {
+		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).
+			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		failed++
+	}
+	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).expectThrottled(t)
+	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).expectThrottled(t)
+}
+
+// TestLoginHashCap: with every argon2 slot taken (a flood of logins in
+// progress), further logins and signups, through either surface, wait
+// briefly and are then refused with the throttle answer, without a session;
+// once slots are free they work again.
+func TestLoginHashCap(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts.signup("alice@example.com")
+
+	release := api.HoldPasswordHashesForTest()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	began := time.Now()
+	statuses, bodies := parallelLogins(t, ts, 8, "alice@example.com", "correct horse")
+	for i, s := range statuses {
+		if s != http.StatusTooManyRequests || !strings.Contains(bodies[i], `"too_many_attempts"`) {
+			t.Fatalf("login %d with every hash slot taken: %d %s", i, s, bodies[i])
+		}
+	}
+	// Each waited for a slot at most hashWait (2 s); 20 s is slack for a
+	// loaded machine, far below anything a flood could hold a request for.
+	if d := time.Since(began); d > 20*time.Second {
+		t.Fatalf("refusals took %v", d)
+	}
+	c := ts.client()
+	r := c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
+	r.expectThrottled(t)
+	if r.header.Get("Set-Cookie") != "" {
+		t.Fatal("a refused login set a cookie")
+	}
+	c.do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`).expectThrottled(t)
+	d := ts.dash(t)
+	d.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).
+		expectError(t, http.StatusTooManyRequests, "Too many attempts")
+
+	release()
+	released = true
+	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+		expect(t, http.StatusOK, fmt.Sprintf(`{"id":%q,"email":"alice@example.com"}`, mustUserID(t, ts, "alice@example.com")))
+	ts.signup("bob@example.com")
+}
+
+// TestLoginPerAddressCap: an address gets three times the per-email budget
+// whatever emails it tries; another address has its own; an IPv6 client is
+// one address per /64, and an IPv4-mapped IPv6 address is its IPv4 address.
+func TestLoginPerAddressCap(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "1"})
+	const perAddr = 3
+	login := func(i int) string {
+		return fmt.Sprintf(`{"email":"user%d@example.com","password":"wrong password"}`, i)
+	}
+	next := 0
+	fresh := func() string { next++; return login(next) } // a new email each time: only the address counts
+
+	c := ts.client() // 127.0.0.1
+	for range perAddr {
+		c.do("POST", "/api/auth/login", fresh()).expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+	}
+	c.do("POST", "/api/auth/login", fresh()).expectThrottled(t)
+	ts.clientFrom("127.0.0.2").do("POST", "/api/auth/login", fresh()).
+		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+
+	// One /64, three hosts in it: one budget.
+	for i := range perAddr {
+		ts.serveFrom(fmt.Sprintf("[2001:db8:1:2::%x]:40000", i+1), "POST", "/api/auth/login", fresh()).
+			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+	}
+	ts.serveFrom("[2001:db8:1:2:ffff:ffff:ffff:ffff]:40000", "POST", "/api/auth/login", fresh()).expectThrottled(t)
+	ts.serveFrom("[2001:db8:1:3::1]:40000", "POST", "/api/auth/login", fresh()).
+		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+
+	// ::ffff:10.9.9.9 is 10.9.9.9.
+	for range perAddr {
+		ts.serveFrom("10.9.9.9:40000", "POST", "/api/auth/login", fresh()).
+			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+	}
+	ts.serveFrom("[::ffff:10.9.9.9]:40000", "POST", "/api/auth/login", fresh()).expectThrottled(t)
+}
+
+// TestSignupThrottledPerEmail: signups for one email are capped whichever
+// addresses they come from (case and blanks do not make a new email), and
+// through the dashboard too; another email from the same address still passes.
+func TestSignupThrottledPerEmail(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"SIGNUP_ATTEMPTS_PER_MINUTE": "2"})
+	signup := func(email string) string {
+		return fmt.Sprintf(`{"email":%q,"password":"correct horse"}`, email)
+	}
+	ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/signup", signup("mallory@example.com")).
+		expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
+	ts.serveFrom("10.0.0.2:1234", "POST", "/api/auth/signup", signup(" MALLORY@Example.com ")).
+		expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
+	ts.serveFrom("10.0.0.3:1234", "POST", "/api/auth/signup", signup("mallory@example.com")).expectThrottled(t)
+	r := ts.serveFrom("10.0.0.3:1234", "POST", "/api/auth/signup", signup("alice@example.com"))
+	if r.status != http.StatusCreated {
+		t.Fatalf("another email from an address under its cap: %d %s", r.status, r.raw)
+	}
+	d := ts.dash(t)
+	d.submit("/signup", "/signup", url.Values{"email": {"mallory@example.com"}, "password": {"correct horse"}}).
+		expectError(t, http.StatusTooManyRequests, "Too many attempts")
+}
+
+// TestThrottleMapBoundKeepsCounters: the counters live in a bounded map. When
+// a flood of fresh emails fills it, new emails are refused until entries
+// expire; no live counter is dropped, so the flood cannot reset the count of
+// the email it is guessing.
+func TestThrottleMapBoundKeepsCounters(t *testing.T) {
+	const bound = 8
+	restore := api.SetThrottleMaxKeysForTest(bound)
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "3"})
+	restore() // read when the server was built
+	ts.signup("alice@example.com")
+
+	c := ts.client()
+	for range 3 {
+		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).
+			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+	}
+	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).expectThrottled(t)
+
+	// alice holds one key of the email map; 7 fresh emails fill it, the next
+	// ones are refused rather than evicting alice's counter.
+	for i := range 9 {
+		r := ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/login", fmt.Sprintf(`{"email":"flood%d@example.com","password":"x"}`, i))
+		if i < bound-1 {
+			r.expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		} else {
+			r.expectThrottled(t)
+		}
+	}
+	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).expectThrottled(t)
+	// Counters already in the map go on counting while it is full.
+	ts.serveFrom("10.0.0.2:1234", "POST", "/api/auth/login", `{"email":"flood0@example.com","password":"x"}`).
+		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+}
