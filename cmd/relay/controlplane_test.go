@@ -657,6 +657,10 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 			{"expired", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now - 7200, "exp": now - 3600})},
 			{"no exp", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now})},
 			{"no sub", cpJWT("HS256", secret, map[string]any{"iat": now, "exp": now + 3600})},
+			// Right key, HMAC-SHA256 signature, but the header names another algorithm.
+			{"header RS256", cpJWT("RS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"header HS512", cpJWT("HS512", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"exp zero", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": 0})},
 		}
 		routes := append([]cpRoute{
 			{"list", "GET", "/api/projects", ""},

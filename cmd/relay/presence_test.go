@@ -268,8 +268,13 @@ func TestClientEmitRules(t *testing.T) {
 			// claims under another algorithm fail, even with the right secret.
 			"hs512 same secret": resign(t, s.token(t, nil), jwa.HS512, []byte(s.secret)),
 			"rs256 signed":      resign(t, s.token(t, nil), jwa.RS256, rsaKey(t)),
-			"tampered":          tamper(s.token(t, nil)),
-			"swapped claims":    tamperClaims(s),
+			// Algorithm confusion: an HS256 signature with the right secret
+			// under a header that names another algorithm.
+			"header rs256, hmac": hmacWithHeader(s.token(t, nil), `{"alg":"RS256","typ":"JWT"}`, s.secret),
+			"header none, hmac":  hmacWithHeader(s.token(t, nil), `{"alg":"none","typ":"JWT"}`, s.secret),
+			"header hs512, hmac": hmacWithHeader(s.token(t, nil), `{"alg":"HS512","typ":"JWT"}`, s.secret),
+			"tampered":           tamper(s.token(t, nil)),
+			"swapped claims":     tamperClaims(s),
 		}
 		for name, tok := range bad {
 			ann.send(emitFrame(tok, "msg", "1"))
