@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test test-short bench lint vet fmt-check fuzz clean soak
+.PHONY: build run test bench lint vet fmt-check fuzz clean soak
 
 build:
 	$(GO) build -o $(BIN) ./cmd/relay
