@@ -93,6 +93,28 @@ func TestSoak(t *testing.T) {
 		s.open = metric(t, text, "relay_connections_open", "")
 		return s
 	}
+	// Warm up before the idle baseline: the first actor starts the process's
+	// fixed pool of actor goroutines (4 × GOMAXPROCS), which then stays.
+	warm, _, err := websocket.DefaultDialer.Dial(wsURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.WriteMessage(websocket.TextMessage, []byte(`{"action":"subscribe","channel":"warmup"}`))
+	warm.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := warm.ReadMessage(); err != nil { // the ack
+		t.Fatal(err)
+	}
+	if r := owner.emit(p.secretKey, `{"channel":"warmup","payload":0}`); r.status != 200 {
+		t.Fatalf("warm-up emit: %d %s", r.status, r.raw)
+	}
+	if _, _, err := warm.ReadMessage(); err != nil { // the message
+		t.Fatal(err)
+	}
+	warm.Close()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	for warmed := time.Now().Add(10 * time.Second); serverStats().open != 0 && time.Now().Before(warmed); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	idle := serverStats()
 
 	// acked[channel]: every emit answered 200, in the order sent (one emitter).
