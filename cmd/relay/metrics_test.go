@@ -3,18 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/store/storetest"
@@ -82,28 +78,6 @@ func mtNextJSON(t *testing.T, c *wsClient) map[string]any {
 	return m
 }
 
-// mtDialUnread connects with a 32 KiB receive buffer fixed before the
-// handshake and never reads: its socket fills after a few hundred KiB.
-func mtDialUnread(t *testing.T, ts *testServer, publicKey string) *wsClient {
-	t.Helper()
-	nd := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 32<<10)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDialContext: nd.DialContext}
-	conn, _, err := d.Dial(ts.wsURL(publicKey), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
-}
-
 // TestMetricsSlowConsumerAndDrops: a subscriber that never reads is closed as
 // a slow consumer; relay_delivery_drops_total is exactly the sum of
 // subscriberCount - delivered over the emits, relay_deliveries_total the sum
@@ -112,7 +86,7 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 	ts := mtServer(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
-	slow := mtDialUnread(t, ts, p.publicKey)
+	slow := lcDialSmallBuffer(t, ts, p.publicKey)
 	slow.send(`{"action":"subscribe","channel":"firehose"}`)
 
 	var mu sync.Mutex
