@@ -11,8 +11,9 @@ import (
 // deleted; clients should not reconnect with the same key.
 const CloseProjectDeleted ws.StatusCode = 4004
 
-// subState is what a connection knows of one of its subscriptions.
-type subState struct {
+// connSub is what a connection knows of one of its subscriptions.
+type connSub struct {
+	channel  string
 	presence bool
 	clientID string
 }
@@ -22,18 +23,33 @@ type subState struct {
 type connActor struct {
 	sink    Sink
 	project *actor.PID
-	subs    map[string]subState
+	// subs is a slice, not a map: most connections hold one or a few
+	// channels (at most MAX_SUBSCRIPTIONS_PER_CONNECTION), and a one-entry
+	// map costs about 300 bytes more per idle connection.
+	subs    []connSub
 	maxSubs int
+}
+
+// find returns the index of channel in subs, or -1.
+func (a *connActor) find(channel string) int {
+	for i := range a.subs {
+		if a.subs[i].channel == channel {
+			return i
+		}
+	}
+	return -1
 }
 
 func (a *connActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *connInit:
+		a.sink, a.project, a.maxSubs = m.sink, m.project, m.maxSubs
 	case *clientFrame:
 		a.handleFrame(ctx, &m.msg)
 	case *socketClosed:
 		channels := make([]string, 0, len(a.subs))
-		for ch := range a.subs {
-			channels = append(channels, ch)
+		for _, sub := range a.subs {
+			channels = append(channels, sub.channel)
 		}
 		a.subs = nil
 		ctx.Send(a.project, &connClosed{connID: a.sink.ID(), channels: channels, status: m.status})
@@ -44,26 +60,33 @@ func (a *connActor) Receive(ctx actor.Context) {
 func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 	switch m.Action {
 	case proto.ActionSubscribe:
-		if a.subs == nil {
-			a.subs = map[string]subState{}
-		}
-		if _, again := a.subs[m.Channel]; !again && a.maxSubs > 0 && len(a.subs) >= a.maxSubs {
+		sub := connSub{channel: m.Channel, presence: m.Presence, clientID: m.ClientID}
+		if i := a.find(m.Channel); i >= 0 {
+			a.subs[i] = sub // a repeated subscribe updates presence and clientId
+		} else if a.maxSubs > 0 && len(a.subs) >= a.maxSubs {
 			a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeTooManySubscriptions, Channel: m.Channel}))
 			return
+		} else {
+			a.subs = append(a.subs, sub)
 		}
-		a.subs[m.Channel] = subState{presence: m.Presence, clientID: m.ClientID}
 		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, presence: m.Presence, clientID: m.ClientID,
 			hasSince: m.HasSince, since: m.Since})
 	case proto.ActionUnsubscribe:
-		if _, ok := a.subs[m.Channel]; !ok {
+		i := a.find(m.Channel)
+		if i < 0 {
 			// Not subscribed: nothing to remove, but the client still gets its ack.
 			a.sink.Send(textFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, m.Channel)))
 			return
 		}
-		delete(a.subs, m.Channel)
+		last := len(a.subs) - 1
+		a.subs[i], a.subs[last] = a.subs[last], connSub{}
+		a.subs = a.subs[:last]
 		ctx.Send(a.project, &unsubscribe{channel: m.Channel, connID: a.sink.ID(), sink: a.sink})
 	case proto.ActionEmit:
-		sub := a.subs[m.Channel]
+		var sub connSub
+		if i := a.find(m.Channel); i >= 0 {
+			sub = a.subs[i]
+		}
 		ctx.Send(a.project, &clientEmit{msg: *m, sink: a.sink, presence: sub.presence, subClientID: sub.clientID})
 	}
 }

@@ -137,3 +137,10 @@ type Stats struct {
 }
 
 type statsRequest struct{ reply chan Stats }
+
+// connInit is a connection actor's first message: the socket it owns.
+type connInit struct {
+	sink    Sink
+	project *actor.PID
+	maxSubs int
+}

@@ -50,9 +50,10 @@ type System struct {
 	as   *actor.ActorSystem
 	root *actor.RootContext
 
-	mu       sync.Mutex // guards spawning; lookups go through projects
-	projects sync.Map   // project id → *actor.PID
-	live     sync.Map   // project id → *atomic.Int64 live connections, for MaxConnections
+	mu        sync.Mutex // guards spawning; lookups go through projects
+	connProps *actor.Props
+	projects  sync.Map // project id → *actor.PID
+	live      sync.Map // project id → *atomic.Int64 live connections, for MaxConnections
 }
 
 // NewSystem starts an actor system whose library logs go to cfg.Logger at Warn and above.
@@ -92,7 +93,11 @@ func NewSystem(cfg Config) *System {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return actorLog }),
 		actor.WithDeadLetterRequestLogging(false),
 	)
-	return &System{cfg: &cfg, as: as, root: as.Root}
+	// One Props for every connection actor (a Props per connection cost about
+	// 300 bytes of every idle connection); each learns its socket from connInit.
+	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
+		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
+	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps}
 }
 
 // project returns the project actor, starting it on first use.
@@ -155,9 +160,8 @@ func (s *System) Release(projectID string) {
 func (s *System) Open(projectID string, sink Sink) *Session {
 	project := s.project(projectID)
 	s.root.Send(project, &connOpened{sink: sink})
-	pid := s.root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &connActor{sink: sink, project: project, maxSubs: s.cfg.MaxSubscriptions}
-	}, actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher())))
+	pid := s.root.Spawn(s.connProps)
+	s.root.Send(pid, &connInit{sink: sink, project: project, maxSubs: s.cfg.MaxSubscriptions}) // its first message
 	return &Session{sys: s, sink: sink, pid: pid, projectID: projectID}
 }
 
