@@ -451,3 +451,41 @@ func TestEmitConn(t *testing.T) {
 		t.Errorf("%d connections, want 2 (one kept alive until the server's close)", n)
 	}
 }
+
+// TestSuite runs the standard load run at toy sizes: it starts its own
+// relays from the built binary, and its table names every target.
+func TestSuite(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&out, r); close(copied) }()
+	err = runSuite(context.Background(), []string{"-relay", relayBin, "-conns", "200", "-fanout-subs", "20",
+		"-deliveries", "2000,4000", "-growth", "10,20", "-duration", "1s", "-churn-duration", "1s"})
+	os.Stdout = stdout
+	w.Close()
+	<-copied
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := out.String()[strings.Index(out.String(), "relay-bench suite,"):]
+	for _, want := range []string{"memory, 200 idle subscribed connections", "handshakes", "HTTP emit, no subscribers, 16 workers",
+		"HTTP emit, 100 subscribers", "fan-out, 1 channel, 20 subscribers, 100 B", "fan-out, 1 channel, 10 subscribers",
+		"growth, 20 vs 10 subscribers", "growth, server CPU per delivery", "churn, 200 joins/s"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table has no row %q", want)
+		}
+	}
+	// Toy rates are far below any limit: the growth baselines and churn pass
+	// (the fan-out target row wants 600 000/s, which toy sizes never offer).
+	for _, line := range strings.Split(table, "\n") {
+		if (strings.Contains(line, "(growth baseline)") || strings.HasPrefix(line, "churn")) && !strings.Contains(line, " yes ") {
+			t.Errorf("row did not pass: %s", line)
+		}
+	}
+}
