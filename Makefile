@@ -51,11 +51,25 @@ soak:
 # to testdata (commit it as a regression case once fixed).
 FUZZTIME ?= 60s
 
+FUZZ_TARGETS := transport:FuzzConsume proto:FuzzDecodeClientMessage proto:FuzzDecodeEmitRequest \
+	proto:FuzzValidChannel api:FuzzDecodeRevokeRequest api:FuzzSessionVerify actors:FuzzVerifyEmitToken
+
+# A duration -fuzztime can end with a bare "context deadline exceeded" and no
+# failing input: a race in Go's fuzz coordinator (golang/go#75804, fixed in
+# Go 1.27). Such a run is reported and passed over; a run that wrote a failing
+# input to testdata, or failed any other way, fails make fuzz. A count
+# (FUZZTIME=20000x) avoids the race altogether.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzConsume$$' -fuzztime $(FUZZTIME) ./transport/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeClientMessage$$' -fuzztime $(FUZZTIME) ./proto/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEmitRequest$$' -fuzztime $(FUZZTIME) ./proto/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidChannel$$' -fuzztime $(FUZZTIME) ./proto/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRevokeRequest$$' -fuzztime $(FUZZTIME) ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzSessionVerify$$' -fuzztime $(FUZZTIME) ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzVerifyEmitToken$$' -fuzztime $(FUZZTIME) ./actors/
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; dir=$$pkg/testdata/fuzz/$$name; \
+		before=$$(ls $$dir 2>/dev/null | wc -l); log=$$(mktemp); \
+		echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) ./$$pkg/"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg/ > $$log 2>&1; rc=$$?; cat $$log; \
+		after=$$(ls $$dir 2>/dev/null | wc -l); \
+		if [ $$rc -ne 0 ]; then \
+			if [ $$after -eq $$before ] && grep -q '^    context deadline exceeded$$' $$log && ! grep -q 'Failing input written' $$log; then \
+				echo "fuzz: $$name: Go's fuzztime deadline race (golang/go#75804), no failing input: passed over"; \
+			else rm -f $$log; exit 1; fi; \
+		fi; \
+		rm -f $$log; \
+	done
