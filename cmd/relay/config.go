@@ -282,7 +282,11 @@ func (c Config) redacted() []any {
 		"client_emit_rate_per_second", c.ClientEmitRatePerSecond,
 		"client_emit_token_max_ttl", c.ClientEmitTokenMaxTTL, "replay_ttl", c.ReplayTTL,
 		"idle_timeout", c.IdleTimeout, "max_lifetime", c.ConnectionMaxLifetime,
-		"webhook_timeout", c.WebhookTimeout, "usage_rollup", c.UsageRollup,
+		"webhook_timeout", c.WebhookTimeout, "webhook_allow_private", c.WebhookAllowPrivate,
+		"usage_rollup", c.UsageRollup, "shutdown_timeout", c.ShutdownTimeout,
+		"max_subscriptions_per_connection", c.MaxSubscriptions, "max_connections_per_project", c.MaxConnections,
+		"login_attempts_per_minute", c.LoginAttempts, "signup_attempts_per_minute", c.SignupAttempts,
+		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
 }
 
