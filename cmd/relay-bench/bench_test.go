@@ -63,9 +63,9 @@ func runWithRelay(m *testing.M) int {
 	return code
 }
 
-// runScenario runs a scenario function with stdout captured and returns its
-// JSON lines, decoded.
-func runScenario(t *testing.T, run func(context.Context, []string) error, args ...string) []map[string]any {
+// captured runs a scenario (or the suite) with stdout captured, logs what
+// it printed and fails the test on its error.
+func captured(t *testing.T, run func(context.Context, []string) error, args []string) *bytes.Buffer {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -76,7 +76,6 @@ func runScenario(t *testing.T, run func(context.Context, []string) error, args .
 	var out bytes.Buffer
 	copied := make(chan struct{})
 	go func() { io.Copy(&out, r); close(copied) }()
-	args = append([]string{"-base", relayBase, "-server-pid", fmt.Sprint(relayPID), "-timeout", "30s"}, args...)
 	err = run(context.Background(), args)
 	os.Stdout = stdout
 	w.Close()
@@ -85,6 +84,15 @@ func runScenario(t *testing.T, run func(context.Context, []string) error, args .
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &out
+}
+
+// runScenario runs a scenario function with stdout captured and returns its
+// JSON lines, decoded.
+func runScenario(t *testing.T, run func(context.Context, []string) error, args ...string) []map[string]any {
+	t.Helper()
+	args = append([]string{"-base", relayBase, "-server-pid", fmt.Sprint(relayPID), "-timeout", "30s"}, args...)
+	out := captured(t, run, args)
 	var lines []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if !strings.HasPrefix(line, "{") {
@@ -455,24 +463,8 @@ func TestEmitConn(t *testing.T) {
 // TestSuite runs the standard load run at toy sizes: it starts its own
 // relays from the built binary, and its table names every target.
 func TestSuite(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	var out bytes.Buffer
-	copied := make(chan struct{})
-	go func() { io.Copy(&out, r); close(copied) }()
-	err = runSuite(context.Background(), []string{"-relay", relayBin, "-conns", "200", "-fanout-subs", "20",
+	out := captured(t, runSuite, []string{"-relay", relayBin, "-conns", "200", "-fanout-subs", "20",
 		"-deliveries", "2000,4000", "-growth", "10,20", "-duration", "1s", "-churn-duration", "1s"})
-	os.Stdout = stdout
-	w.Close()
-	<-copied
-	t.Logf("output:\n%s", out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	table := out.String()[strings.Index(out.String(), "relay-bench suite,"):]
 	for _, want := range []string{"memory, 200 idle subscribed connections", "handshakes", "HTTP emit, no subscribers, 16 workers",
 		"HTTP emit, 100 subscribers", "fan-out, 1 channel, 20 subscribers, 100 B", "fan-out, 1 channel, 10 subscribers",
