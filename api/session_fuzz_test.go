@@ -1,14 +1,13 @@
 package api
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/proto/jwstest"
 )
 
 // FuzzSessionVerify: sessions.verify never panics and never accepts a
@@ -63,7 +62,7 @@ func FuzzSessionVerify(f *testing.F) {
 		f.Fatalf("an issued session does not verify: %q, %v", id, err)
 	}
 	f.Fuzz(func(t *testing.T, header, claims, sig string, mode uint8) {
-		token := fuzzToken(header, claims, sig, mode, key)
+		token := jwstest.Token(header, claims, sig, mode, key)
 		id, err := s.verify(token)
 		if err != nil {
 			if id != "" {
@@ -79,7 +78,7 @@ func FuzzSessionVerify(f *testing.F) {
 
 // acceptedSession says what is wrong with accepting token as user id, or "".
 func acceptedSession(token string, key []byte, now time.Time, id string) string {
-	payload, why := hs256Payload(token, key)
+	payload, why := jwstest.HS256Payload(token, key)
 	if why != "" {
 		return why
 	}
@@ -93,7 +92,7 @@ func acceptedSession(token string, key []byte, now time.Time, id string) string 
 		return "sub " + strconv.Quote(sub)
 	}
 	// A second's grace for sub-second rounding; sessions allow no skew.
-	exp, ok := numericDate(c["exp"])
+	exp, ok := jwstest.NumericDate(c["exp"])
 	if !ok {
 		return "exp missing or not a NumericDate"
 	}
@@ -102,119 +101,10 @@ func acceptedSession(token string, key []byte, now time.Time, id string) string 
 	}
 	for _, name := range []string{"nbf", "iat"} {
 		if v, present := c[name]; present {
-			if t, ok := numericDate(v); !ok || t.After(now.Add(time.Second)) {
+			if t, ok := jwstest.NumericDate(v); !ok || t.After(now.Add(time.Second)) {
 				return name + " in the future"
 			}
 		}
 	}
 	return ""
-}
-
-// fuzzToken builds the token a fuzz input stands for (see FuzzSessionVerify).
-func fuzzToken(header, claims, sig string, mode uint8, key []byte) string {
-	b64 := base64.RawURLEncoding.EncodeToString
-	signing := b64([]byte(header)) + "." + b64([]byte(claims))
-	switch mode % 4 {
-	case 0:
-		return header + claims + sig
-	case 1:
-		return signing + "." + b64(hmacSHA256(key, signing))
-	case 2:
-		return signing + "." + b64(hmacSHA256(append([]byte("not "), key...), signing))
-	default:
-		return signing + "." + sig
-	}
-}
-
-func hmacSHA256(key []byte, s string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(s))
-	return m.Sum(nil)
-}
-
-// hs256Payload returns the payload of token if it is a JWS (compact, or JSON
-// flattened or general) with a signature that is HMAC-SHA256 under key over
-// its signing input, under a protected header that is base64 JSON; else why not.
-func hs256Payload(token string, key []byte) ([]byte, string) {
-	if parts := strings.Split(token, "."); len(parts) == 3 {
-		return hs256Part(parts[0], parts[1], parts[2], key)
-	}
-	var js struct {
-		Payload    string `json:"payload"`
-		Protected  string `json:"protected"`
-		Signature  string `json:"signature"`
-		Signatures []struct {
-			Protected string `json:"protected"`
-			Signature string `json:"signature"`
-		} `json:"signatures"`
-	}
-	if json.Unmarshal([]byte(token), &js) != nil {
-		return nil, "neither compact nor JSON serialization"
-	}
-	if p, why := hs256Part(js.Protected, js.Payload, js.Signature, key); why == "" {
-		return p, ""
-	}
-	for _, s := range js.Signatures {
-		if p, why := hs256Part(s.Protected, js.Payload, s.Signature, key); why == "" {
-			return p, ""
-		}
-	}
-	return nil, "no signature of the JSON serialization is HS256 with the key"
-}
-
-func hs256Part(protected, payload, sig string, key []byte) ([]byte, string) {
-	var h map[string]any
-	hb, ok := b64Any(protected)
-	if !ok || json.Unmarshal(hb, &h) != nil {
-		return nil, "protected header is not base64 JSON"
-	}
-	// The header's alg is not checked: jwx verifies with the algorithm the
-	// caller pins (jwt.WithKey(jwa.HS256, …)) whatever the header says, so a
-	// token whose header claims "none" or "HS512" but whose signature is
-	// HMAC-SHA256 with the key passes. Only the key holder can make one.
-	s, ok := b64Any(sig)
-	if !ok || !hmac.Equal(s, hmacSHA256(key, protected+"."+payload)) {
-		return nil, "signature is not HMAC-SHA256 with the key"
-	}
-	if h["b64"] == false {
-		return []byte(payload), ""
-	}
-	p, ok := b64Any(payload)
-	if !ok {
-		return nil, "payload is not base64"
-	}
-	return p, ""
-}
-
-// b64Any decodes any of the four base64 alphabets a lenient reader takes.
-func b64Any(s string) ([]byte, bool) {
-	for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.StdEncoding} {
-		if b, err := enc.DecodeString(s); err == nil {
-			return b, true
-		}
-	}
-	return nil, false
-}
-
-// numericDate reads a JWT time claim: a number of seconds (RFC 7519), or as a
-// lenient reader also takes it, a string of one or an RFC 3339 time.
-func numericDate(v any) (time.Time, bool) {
-	var s string
-	switch x := v.(type) {
-	case json.Number:
-		s = x.String()
-	case string:
-		if t, err := time.Parse(time.RFC3339, x); err == nil {
-			return t, true
-		}
-		s = x
-	default:
-		return time.Time{}, false
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	sec := int64(f)
-	return time.Unix(sec, int64((f-float64(sec))*1e9)), true
 }
