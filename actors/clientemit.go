@@ -10,16 +10,6 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// refuseEmit carries a client-emit refusal (rules 1–7) through the channel
-// actor, behind the emits of the same channel that are still queued there,
-// so that one connection gets the answers to its emits on a channel in the
-// order it sent them (the reference clients pair them first in, first out).
-// Its place is messages.go; it sits here while that file has another owner.
-type refuseEmit struct {
-	sink Sink
-	code proto.Code
-}
-
 // clientEmit applies SPEC.md › Client-emit rules 1–7 in order; the channel
 // actor does the rest (channel budget, seq, fan-out to the others, emit ack).
 // Every refusal is an error frame to the emitter naming the channel.

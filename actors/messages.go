@@ -144,3 +144,12 @@ type connInit struct {
 	project *actor.PID
 	maxSubs int
 }
+
+// refuseEmit carries a client-emit refusal (rules 1–7) through the channel
+// actor, behind the emits of the same channel that are still queued there,
+// so that one connection gets the answers to its emits on a channel in the
+// order it sent them (the reference clients pair them first in, first out).
+type refuseEmit struct {
+	sink Sink
+	code proto.Code
+}

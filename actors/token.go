@@ -4,8 +4,9 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
+
+	"github.com/relayhq/relay/proto"
 )
 
 // emitClaims are the checked claims of a client-emit token (CONTRACT.md › Tokens).
@@ -23,7 +24,7 @@ const tokenSkew = 5 * time.Second
 // not older than maxTTL from its iat whatever its exp says, pid and ch
 // matching, and typ in its types allowlist. Any failure is invalid_emit_token.
 func verifyEmitToken(token, secret, projectID, channel, typ string, now time.Time, maxTTL time.Duration) (emitClaims, bool) {
-	if !signedHS256(token) {
+	if !proto.SignedHS256(token) {
 		return emitClaims{}, false
 	}
 	t, err := jwt.ParseString(token,
@@ -58,17 +59,4 @@ func verifyEmitToken(token, secret, projectID, channel, typ string, now time.Tim
 		return emitClaims{}, false
 	}
 	return emitClaims{clientID: clientID, jti: t.JwtID(), iat: t.IssuedAt()}, true
-}
-
-// signedHS256 reports whether token is a compact JWS with one signature whose
-// protected header names HS256. jwx verifies with the algorithm of the key
-// given to it whatever the header says, so without this check a token whose
-// header claims "none", RS256 or HS512 (but is HS256-signed with the secret)
-// would pass; CONTRACT.md pins the encoding to HS256.
-func signedHS256(token string) bool {
-	msg, err := jws.ParseString(token)
-	if err != nil || len(msg.Signatures()) != 1 {
-		return false
-	}
-	return msg.Signatures()[0].ProtectedHeaders().Algorithm() == jwa.HS256
 }

@@ -11,9 +11,8 @@ import (
 
 // FuzzDecodeRevokeRequest: decodeRevokeRequest never panics and agrees with
 // revokeRequestModel, SPEC.md › Client-emit token revoke endpoint read
-// independently on top of a generic JSON parse, and with the handler's
-// inline decoding it was extracted from. An accepted request has at least
-// one of jti and clientId, each exactly the string sent.
+// independently on top of a generic JSON parse. An accepted request has at
+// least one of jti and clientId, each exactly the string sent.
 func FuzzDecodeRevokeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"jti":"j1"}`,
@@ -48,9 +47,6 @@ func FuzzDecodeRevokeRequest(f *testing.F) {
 		if (gerr == nil) != (werr == nil) || gerr != nil && *gerr != *werr {
 			t.Fatalf("%q: error %v, model says %v", b, gerr, werr)
 		}
-		if old, oerr := legacyRevokeDecode(b); old != got || (oerr == nil) != (gerr == nil) || oerr != nil && *oerr != *gerr {
-			t.Fatalf("%q: %+v %v, before the extraction %+v %v", b, got, gerr, old, oerr)
-		}
 		if gerr != nil {
 			if gerr.Code != proto.CodeInvalidJSON && gerr.Code != proto.CodeJTIOrClientIDRequired {
 				t.Fatalf("%q: code %s is not one of the endpoint's", b, gerr.Code)
@@ -64,33 +60,6 @@ func FuzzDecodeRevokeRequest(f *testing.F) {
 			t.Fatalf("%q: accepted with neither jti nor clientId", b)
 		}
 	})
-}
-
-// legacyRevokeDecode is handleRevokeTokens' decoding as it was before
-// decodeRevokeRequest was extracted from it, kept to show the extraction
-// changed no answer.
-func legacyRevokeDecode(body []byte) (revokeRequest, *proto.Error) {
-	var in struct {
-		JTI      *string `json:"jti"`
-		ClientID *string `json:"clientId"`
-	}
-	if json.Unmarshal(body, &in) != nil || !isJSONObject(body) {
-		return revokeRequest{}, &proto.Error{Code: proto.CodeInvalidJSON}
-	}
-	var out revokeRequest
-	n := 0
-	if in.JTI != nil && *in.JTI != "" {
-		out.JTI = *in.JTI
-		n++
-	}
-	if in.ClientID != nil && *in.ClientID != "" {
-		out.ClientID = *in.ClientID
-		n++
-	}
-	if n == 0 {
-		return revokeRequest{}, &proto.Error{Code: proto.CodeJTIOrClientIDRequired}
-	}
-	return out, nil
 }
 
 // revokeRequestModel: invalid_json unless the body is one JSON object whose
