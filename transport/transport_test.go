@@ -394,3 +394,48 @@ func queued(c *Conn) int {
 	defer c.mu.Unlock()
 	return c.queued
 }
+
+// TestShutdownWaitsForAnUpgradeUnderWay: a handshake already past its
+// shutting-down check when Shutdown starts is waited for, and its connection
+// then gets the 1001 like every other (it used to register after the close
+// sweep, stay open, and Shutdown returned without it).
+func TestShutdownWaitsForAnUpgradeUnderWay(t *testing.T) {
+	srv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOpen, release := make(chan struct{}), make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.Upgrade(w, r, func(c *Conn) Handler {
+			close(inOpen)
+			<-release // the handshake is answered; registration is still to come
+			return &echo{conn: c, closed: make(chan CloseInfo, 1)}
+		})
+	}))
+	defer hs.Close()
+	conn, br, _, err := ws.Dial(context.Background(), "ws://"+strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if br == nil {
+		br = bufio.NewReader(conn)
+	}
+	<-inOpen
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	for !srv.ShuttingDown() {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned (%v) while an upgrade was under way", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	expectClose(t, conn, br, ws.StatusGoingAway)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
