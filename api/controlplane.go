@@ -153,10 +153,7 @@ func (c controlPlane) signupAllowed(email string) bool {
 	return false
 }
 
-// handleLogin counts the attempt against the address and the email before
-// the password hash (so parallel guesses cannot all pass the check), and
-// gives it back when it tested no password or the right one: the limits cap
-// failed guesses.
+// handleLogin: one attempt under the brute-force limits (Server.login).
 func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 	var in credentials
 	if err := decodeControl(w, r, &in); err != nil {
@@ -168,41 +165,19 @@ func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeEmailAndPasswordRequired)
 		return
 	}
-	addr, ek := addrKey(r), emailKey(email)
-	if ok, retry := c.loginPerIP.take(addr); !ok {
+	u, out, retry, err := c.login(r, email, in.Password)
+	switch out {
+	case loginThrottled:
 		writeThrottled(w, retry)
-		return
-	}
-	if ok, retry := c.loginPerEmail.take(ek); !ok {
-		writeThrottled(w, retry)
-		return
-	}
-	refund := func() { c.loginPerIP.refund(addr); c.loginPerEmail.refund(ek) }
-	u, err := c.store.UserByEmail(r.Context(), email)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		refund()
+	case loginStoreFailed:
 		writeInternal(w, c.log, "look up user", err)
-		return
-	}
-	hash := u.PasswordHash
-	if err != nil {
-		hash = dummyHash // same work as a wrong password: no enumeration by timing
-	}
-	match, ok := checkPasswordLimited(r.Context(), hash, in.Password)
-	if !ok {
-		refund()
-		writeThrottled(w, 1)
-		return
-	}
-	if !match || err != nil {
+	case loginRefused:
 		writeError(w, proto.CodeInvalidCredentials)
-		return
+	case loginOK:
+		if c.startSession(w, r, u.ID) {
+			writeJSON(w, http.StatusOK, userBody{ID: u.ID, Email: u.Email})
+		}
 	}
-	refund()
-	if !c.startSession(w, r, u.ID) {
-		return
-	}
-	writeJSON(w, http.StatusOK, userBody{ID: u.ID, Email: u.Email})
 }
 
 func (c controlPlane) startSession(w http.ResponseWriter, r *http.Request, userID string) bool {

@@ -133,38 +133,17 @@ func (d dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 		fail(proto.CodeEmailAndPasswordRequired)
 		return
 	}
-	addr, ek := addrKey(r), emailKey(email)
-	if ok, retry := d.loginPerIP.take(addr); !ok {
+	u, out, retry, err := d.login(r, email, password)
+	switch out {
+	case loginThrottled:
 		d.throttled(w, r, "login", email, retry)
-		return
-	}
-	if ok, retry := d.loginPerEmail.take(ek); !ok {
-		d.throttled(w, r, "login", email, retry)
-		return
-	}
-	refund := func() { d.loginPerIP.refund(addr); d.loginPerEmail.refund(ek) }
-	u, err := d.store.UserByEmail(r.Context(), email)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		refund()
+	case loginStoreFailed:
 		d.internal(w, r, nil, "look up user", err)
-		return
-	}
-	hash := u.PasswordHash
-	if err != nil {
-		hash = dummyHash // same work as a wrong password: no enumeration by timing
-	}
-	match, ok := checkPasswordLimited(r.Context(), hash, password)
-	if !ok {
-		refund()
-		d.throttled(w, r, "login", email, 1)
-		return
-	}
-	if !match || err != nil {
+	case loginRefused:
 		fail(proto.CodeInvalidCredentials)
-		return
+	case loginOK:
+		d.startSession(w, r, u.ID, "/")
 	}
-	refund()
-	d.startSession(w, r, u.ID, "/")
 }
 
 func (d dashboard) startSession(w http.ResponseWriter, r *http.Request, userID, next string) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
 )
 
 // Brute-force protection for login and signup (README › Limits):
@@ -258,4 +260,50 @@ func HoldPasswordHashesForTest() (release func()) {
 func SetThrottleMaxKeysForTest(n int) (restore func()) {
 	old := throttleMaxKeysForTest.Swap(int64(n))
 	return func() { throttleMaxKeysForTest.Store(old) }
+}
+
+// loginOutcome is what one login attempt came to.
+type loginOutcome int
+
+const (
+	loginOK          loginOutcome = iota
+	loginRefused                  // unknown email or wrong password: invalid_credentials
+	loginThrottled                // over a limit, or no password hash slot: 429 after retry seconds
+	loginStoreFailed              // the user lookup failed: err says why
+)
+
+// login runs one attempt of email and password under the brute-force limits,
+// for the JSON route and the dashboard alike. It counts the attempt against
+// the address and the email before the password hash (so parallel guesses
+// cannot all pass the check) and gives it back when it tested no password or
+// the right one: the limits cap failed guesses. An unknown email costs the
+// same hash as a wrong password, so timing tells nothing.
+func (s *Server) login(r *http.Request, email, password string) (u store.User, out loginOutcome, retry int, err error) {
+	addr, ek := addrKey(r), emailKey(email)
+	if ok, retry := s.loginPerIP.take(addr); !ok {
+		return u, loginThrottled, retry, nil
+	}
+	if ok, retry := s.loginPerEmail.take(ek); !ok {
+		return u, loginThrottled, retry, nil
+	}
+	refund := func() { s.loginPerIP.refund(addr); s.loginPerEmail.refund(ek) }
+	u, err = s.store.UserByEmail(r.Context(), email)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		refund()
+		return u, loginStoreFailed, 0, err
+	}
+	hash := u.PasswordHash
+	if err != nil {
+		hash = dummyHash
+	}
+	match, ok := checkPasswordLimited(r.Context(), hash, password)
+	if !ok {
+		refund()
+		return u, loginThrottled, 1, nil
+	}
+	if !match || err != nil {
+		return u, loginRefused, 0, nil
+	}
+	refund()
+	return u, loginOK, 0, nil
 }
