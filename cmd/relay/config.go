@@ -226,10 +226,7 @@ var passwordParamRe = regexp.MustCompile(`(?i)(password=)[^&\s]*`)
 // everything between the scheme and the last @, and any password= parameter.
 func redactDatabaseURL(v string) string {
 	if u, err := url.Parse(v); err == nil && u.Opaque == "" {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			v = u.String()
-		}
+		v = u.Redacted() // the password as "xxxxx", the user kept
 	} else if at := strings.LastIndex(v, "@"); at >= 0 {
 		start := 0
 		if i := strings.Index(v, "://"); i >= 0 && i < at {
