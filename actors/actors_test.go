@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/gobwas/ws"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
 )
 
 // sink records frames like a socket would receive them.
@@ -34,7 +36,7 @@ func (s *sink) Send(f []byte) bool {
 	return true
 }
 
-func (s *sink) Close(code ws.StatusCode, _ string) { s.closed.Store(int32(code)) }
+func (s *sink) Close(code transport.CloseCode, _ string) { s.closed.Store(int32(code)) }
 
 // messages decodes the JSON of every frame received so far.
 func (s *sink) messages(t *testing.T) []map[string]any {
@@ -209,14 +211,14 @@ func TestProjectDeletedClosesConnections(t *testing.T) {
 	sys := newTestSystem(t, Config{})
 	a := subscribeOne(t, sys, "p", "c", 1)
 	sys.ProjectDeleted("p")
-	waitFor(t, "close", func() bool { return a.closed.Load() == int32(CloseProjectDeleted) })
+	waitFor(t, "close", func() bool { return a.closed.Load() == int32(proto.CloseProjectDeleted) })
 }
 
 func TestDormantChannelStopsAndSeqKeepsRising(t *testing.T) {
 	now := time.Now()
 	var clock atomic.Int64
 	clock.Store(now.UnixNano())
-	sys := newTestSystem(t, Config{ChannelDormancy: 20 * time.Millisecond,
+	sys := newTestSystem(t, Config{ActorDormancy: 20 * time.Millisecond,
 		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	first, _ := sys.Publish(context.Background(), "p", "c", []byte(`1`))
 	clock.Add(int64(2 * time.Minute)) // the window runs out: nothing left to remember
@@ -249,5 +251,16 @@ func TestSessionErrors(t *testing.T) {
 		if got := string(f[2:]); got != c.want {
 			t.Errorf("%s → %s, want %s", c.in, got, c.want)
 		}
+	}
+}
+
+// testProject returns the project's actor, starting it (benchmarks send it
+// messages directly).
+func (s *System) testProject(id string) *actor.PID {
+	for {
+		if v, ok := s.projects.Load(id); ok {
+			return v.(*projectRef).pid
+		}
+		s.spawnProject(id)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
+	"github.com/relayhq/relay/transport"
 )
 
 // nullSink counts deliveries like a transport queue that always has room.
@@ -18,9 +18,9 @@ type nullSink struct {
 	n  int
 }
 
-func (s *nullSink) ID() uint64                  { return s.id }
-func (s *nullSink) Send(f []byte) bool          { s.n++; return true }
-func (s *nullSink) Close(ws.StatusCode, string) {}
+func (s *nullSink) ID() uint64                        { return s.id }
+func (s *nullSink) Send(f []byte) bool                { s.n++; return true }
+func (s *nullSink) Close(transport.CloseCode, string) {}
 
 // BenchmarkFanout measures one emit delivered to N subscribers through the
 // project and channel actors: ns and allocations per delivery.
@@ -29,7 +29,7 @@ func BenchmarkFanout(b *testing.B) {
 		b.Run(fmt.Sprintf("subs=%d", n), func(b *testing.B) {
 			sys := newTestSystem(b, Config{EmitRatePerMinute: 1 << 30, ProjectRatePerMinute: 1 << 30})
 			for i := 0; i < n; i++ {
-				sys.root.Send(sys.project("p"), &subscribe{channel: "c", sink: &nullSink{id: uint64(i + 1)}})
+				sys.root.Send(sys.testProject("p"), &subscribe{channel: "c", sink: &nullSink{id: uint64(i + 1)}})
 			}
 			payload := []byte(`{"text":"hello, this is a hundred bytes of payload for the benchmark, more or less ok"}`)
 			// Wait until every subscription is in.
@@ -67,9 +67,9 @@ type signalSink struct {
 	ch chan struct{}
 }
 
-func (s *signalSink) ID() uint64                  { return s.id }
-func (s *signalSink) Send([]byte) bool            { s.ch <- struct{}{}; return true }
-func (s *signalSink) Close(ws.StatusCode, string) {}
+func (s *signalSink) ID() uint64                        { return s.id }
+func (s *signalSink) Send([]byte) bool                  { s.ch <- struct{}{}; return true }
+func (s *signalSink) Close(transport.CloseCode, string) {}
 
 // BenchmarkSubscribeUnsubscribe measures one subscribe and one unsubscribe,
 // each through the connection, project and channel actors and acked, on a
@@ -77,7 +77,7 @@ func (s *signalSink) Close(ws.StatusCode, string) {}
 func BenchmarkSubscribeUnsubscribe(b *testing.B) {
 	sys := newTestSystem(b, Config{})
 	for i := 0; i < 1000; i++ {
-		sys.root.Send(sys.project("p"), &subscribe{channel: "c", sink: &nullSink{id: uint64(i + 1)}})
+		sys.root.Send(sys.testProject("p"), &subscribe{channel: "c", sink: &nullSink{id: uint64(i + 1)}})
 	}
 	k := &signalSink{id: 1 << 40, ch: make(chan struct{}, 1)}
 	sess := sys.Open("p", k)
@@ -107,7 +107,7 @@ func BenchmarkPresenceJoinLeave(b *testing.B) {
 		sinks[i] = &presenceSink{id: uint64(i + 1)}
 	}
 	done := &signalSink{id: 1 << 40, ch: make(chan struct{}, 1)}
-	pid := sys.project("p")
+	pid := sys.testProject("p")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -178,7 +178,7 @@ func (s *presenceSink) Send(f []byte) bool {
 	}
 	return true
 }
-func (s *presenceSink) Close(ws.StatusCode, string) {}
+func (s *presenceSink) Close(transport.CloseCode, string) {}
 
 // BenchmarkReplayFullRing: a subscriber asks for the whole ring of a channel
 // that took 100 messages/s for 20 s (2 000 messages of 100 bytes).
@@ -231,4 +231,4 @@ func (s *countingSink) Send([]byte) bool {
 	}
 	return true
 }
-func (s *countingSink) Close(ws.StatusCode, string) {}
+func (s *countingSink) Close(transport.CloseCode, string) {}

@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
 )
 
 // channelSub is one subscriber of a channel.
@@ -29,13 +30,15 @@ type channelActor struct {
 	replay  replayRing
 
 	counters  *Counters
+	usage     *projectUsage // the project's emit count, added to when an emit is accepted
 	mailbox   *mailboxDepth
 	processed uint64 // messages had from the project actor (see mayStop)
 	dormancy  time.Duration
+	quiet     quietPeriod
 	now       func() time.Time
 }
 
-func newChannelActor(name string, cfg *Config) *channelActor {
+func newChannelActor(name string, cfg *Config, usage *projectUsage) *channelActor {
 	now := cfg.Now()
 	// seq starts from the clock (µs since the epoch, well inside 2^53), so it
 	// keeps increasing when a dormant channel is started again and a client's
@@ -48,18 +51,25 @@ func newChannelActor(name string, cfg *Config) *channelActor {
 		members:  map[string]int{},
 		window:   fixedWindow{size: time.Minute},
 		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
-		dormancy: cfg.ChannelDormancy,
+		dormancy: cfg.ActorDormancy,
 		now:      cfg.Now,
 		counters: cfg.counters,
+		usage:    usage,
 	}
 }
 
 func (a *channelActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		ctx.SetReceiveTimeout(a.dormancy)
+		scheduleQuietTick(ctx, a.dormancy)
 	case *Publish:
 		a.processed++
+		if !m.take() { // its edge has answered 503: never deliver it now
+			if !m.projectDenied {
+				ctx.Send(ctx.Parent(), &refund{at: m.At})
+			}
+			return
+		}
 		res := a.publish(ctx, m)
 		if m.Reply != nil {
 			m.Reply <- res
@@ -77,9 +87,9 @@ func (a *channelActor) Receive(ctx actor.Context) {
 		a.unsubscribe(m)
 	case *inspectChannel:
 		a.inspect(m)
-	case *actor.ReceiveTimeout:
-		ctx.SetReceiveTimeout(a.dormancy) // a fired timeout is cancelled; arm it again
-		if a.dormant() {
+	case *quietTick:
+		scheduleQuietTick(ctx, a.dormancy)
+		if a.quiet.dormantAgain(a.dormant()) {
 			ctx.Send(ctx.Parent(), &mayStop{channel: a.name, processed: a.processed, pid: ctx.Self()})
 		}
 	}
@@ -104,15 +114,16 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		project.Remaining = min(project.Remaining+1, project.Limit)
 		return PublishResult{Channel: budget, Project: project, Err: &proto.Error{Code: proto.CodeChannelRateLimited}}
 	}
+	a.usage.emits.Add(1)
 	a.seq++
-	buf := newFrameBuf(len(m.Payload) + len(a.name) + len(m.clientID) + len(m.msgType) + 64)
+	buf := transport.NewFrame(len(m.Payload) + len(a.name) + len(m.clientID) + len(m.msgType) + 64)
 	if m.origin == nil {
 		buf = proto.AppendMessage(buf, a.name, m.Payload, a.seq)
 	} else {
 		buf = proto.AppendClientMessage(buf, a.name, m.msgType, m.Payload, a.seq, m.clientID)
 	}
-	frame := sealFrame(buf)
-	a.replay.add(a.seq, m.At, buf[maxFrameHeader:])
+	frame := transport.Seal(buf)
+	a.replay.add(a.seq, m.At, transport.FramePayload(buf))
 
 	var skip uint64
 	if m.origin != nil {
@@ -133,7 +144,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		a.removeAt(i) // gone: pruned inline during the fan-out (SPEC.md › Connection)
 	}
 	if m.origin != nil {
-		m.origin.Send(textFrame(proto.AppendEmitAck(nil, a.name, a.seq)))
+		m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.name, a.seq)))
 		a.counters.EmittedClient.Add(1)
 	} else {
 		a.counters.EmittedHTTP.Add(1)
@@ -166,11 +177,11 @@ func (a *channelActor) subscribe(m *subscribe) {
 		a.index[id] = len(a.subs)
 		a.subs = append(a.subs, sub)
 	}
-	m.sink.Send(textFrame(proto.AppendAck(nil, proto.ActionSubscribe, a.name)))
+	m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionSubscribe, a.name)))
 	if !sub.presence {
 		return
 	}
-	m.sink.Send(textFrame(proto.AppendPresenceSync(nil, a.name, a.otherMembers(sub.clientID, same))))
+	m.sink.Send(transport.TextFrame(proto.AppendPresenceSync(nil, a.name, a.otherMembers(sub.clientID, same))))
 	if !same {
 		a.addMember(sub.clientID, id)
 	}
@@ -218,7 +229,7 @@ func (a *channelActor) presenceEvent(event, clientID string, except uint64) {
 			continue
 		}
 		if frame == nil {
-			frame = textFrame(proto.AppendPresenceEvent(nil, a.name, event, clientID))
+			frame = transport.TextFrame(proto.AppendPresenceEvent(nil, a.name, event, clientID))
 		}
 		s.sink.Send(frame)
 	}
@@ -231,10 +242,10 @@ func (a *channelActor) sendReplay(sink Sink, since float64) {
 	a.replay.expire(a.now())
 	if a.replay.gapAfter(since) {
 		a.counters.ReplayGaps.Add(1)
-		sink.Send(textFrame(proto.AppendReplayGap(nil, a.name, since)))
+		sink.Send(transport.TextFrame(proto.AppendReplayGap(nil, a.name, since)))
 	}
 	a.replay.each(since, func(msg []byte) {
-		sink.Send(textFrame(proto.AppendReplayed(nil, msg)))
+		sink.Send(transport.TextFrame(proto.AppendReplayed(nil, msg)))
 	})
 }
 
@@ -243,7 +254,7 @@ func (a *channelActor) unsubscribe(m *unsubscribe) {
 		a.removeAt(i)
 	}
 	if !m.silent {
-		m.sink.Send(textFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, a.name)))
+		m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, a.name)))
 	}
 }
 

@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"bytes"
-	"encoding/json"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -10,7 +8,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// clientEmit applies SPEC.md › Client-emit rules 1–7 in order; the channel
+// clientEmit applies the client-emit rules 1–7 in order; the channel
 // actor does the rest (channel budget, seq, fan-out to the others, emit ack).
 // Every refusal is an error frame to the emitter naming the channel.
 func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
@@ -44,18 +42,11 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		fail(proto.CodeClientEmitRateLimited)
 		return
 	}
-	payload := []byte("null") // 7: size, then the budgets
-	if len(msg.Payload) > 0 {
-		var buf bytes.Buffer
-		if json.Compact(&buf, msg.Payload) == nil {
-			payload = buf.Bytes()
-		}
-	}
-	if proto.MessageSize(msg.Channel, payload) > proto.MaxMessageBytes {
-		fail(proto.CodePayloadTooLarge)
+	if msg.PayloadErr != nil { // 7: size (measured at the edge, as for POST /emit), then the budgets
+		fail(msg.PayloadErr.Code)
 		return
 	}
-	p := &Publish{Channel: msg.Channel, Payload: payload, At: now, origin: m.sink, clientID: claims.clientID, msgType: msg.Type}
+	p := &Publish{Channel: msg.Channel, Payload: msg.Payload, At: now, origin: m.sink, clientID: claims.clientID, msgType: msg.Type}
 	a.publish(ctx, p) // project backstop here, channel budget and rule 8 in the channel actor
 }
 

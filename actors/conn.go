@@ -2,14 +2,10 @@ package actors
 
 import (
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/gobwas/ws"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
 )
-
-// CloseProjectDeleted is the close code sent when a connection's project is
-// deleted; clients should not reconnect with the same key.
-const CloseProjectDeleted ws.StatusCode = 4004
 
 // connSub is what a connection knows of one of its subscriptions.
 type connSub struct {
@@ -75,7 +71,7 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 		i := a.find(m.Channel)
 		if i < 0 {
 			// Not subscribed: nothing to remove, but the client still gets its ack.
-			a.sink.Send(textFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, m.Channel)))
+			a.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, m.Channel)))
 			return
 		}
 		last := len(a.subs) - 1
@@ -91,10 +87,10 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 	}
 }
 
-func errorFrame(e *proto.Error) []byte { return textFrame(proto.AppendError(nil, e)) }
+func errorFrame(e *proto.Error) []byte { return transport.TextFrame(proto.AppendError(nil, e)) }
 
 // pongFrame is compiled once: a pong goes out without touching any actor.
-var pongFrame = textFrame(proto.Pong)
+var pongFrame = transport.TextFrame(proto.Pong)
 
 // Session is the actors' side of one socket. The transport calls
 // HandleMessage from a read worker (one call at a time per socket) and

@@ -85,7 +85,7 @@ func (a *projectActor) inspect(m *inspectProject) {
 	}
 	info := ProjectInfo{
 		ID: a.id, Connections: len(a.conns), Channels: len(a.channels),
-		ConnectsUnrolled: a.connects, EmitsUnrolled: a.emits,
+		ConnectsUnrolled: a.connects, EmitsUnrolled: a.usage.emits.Load(),
 		Backstop: a.backstop.peek(now, a.cfg.ProjectRatePerMinute), ChannelRateLimit: limit,
 		RevokedJTIs: len(a.revokedJTIs), RevokedClientIDs: len(a.revokedClients), ClientEmitWindows: len(a.clientWindows),
 		ClientEmit: a.settings.ClientEmitSecret != "", Webhook: a.settings.WebhookURL != "", Mailbox: a.mailbox.depth(),
@@ -150,12 +150,10 @@ func (s *System) Inspect(ctx context.Context, project, channel string, offset, l
 		chanOffset = offset // one project: the page is over its channels
 	}
 	for _, id := range ids {
-		pid, ok := s.projects.Load(id)
-		if !ok {
-			continue
-		}
 		reply := make(chan inspectedProject, 1)
-		s.root.Send(pid.(*actor.PID), &inspectProject{channel: channel, reply: reply})
+		if !s.tellRunning(id, &inspectProject{channel: channel, reply: reply}) {
+			continue // stopped meanwhile (dormant)
+		}
 		var p inspectedProject
 		select {
 		case p = <-reply:

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gobwas/ws"
+	"github.com/relayhq/relay/transport"
 )
 
 // Sink is the transport's handle on one socket. Send never blocks: it queues a
@@ -14,7 +14,7 @@ import (
 type Sink interface {
 	ID() uint64
 	Send(frame []byte) bool
-	Close(code ws.StatusCode, reason string)
+	Close(code transport.CloseCode, reason string)
 }
 
 // CloseStatus is how a client ended its connection: the code and reason of
@@ -74,6 +74,10 @@ type Revocation struct {
 	RevokedAt time.Time
 	ExpiresAt time.Time
 }
+
+// ErrProjectNotFound is returned by a SettingsLoader for a project that does
+// not exist (deleted, or never created).
+var ErrProjectNotFound = errors.New("project not found")
 
 // SettingsLoader loads a project's settings; it runs beside the actor, never in Receive.
 type SettingsLoader func(ctx context.Context, projectID string) (Settings, error)

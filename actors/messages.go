@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -11,8 +12,23 @@ import (
 // Messages are pointers to these structs; a message is never touched again
 // after it is sent, and frame bytes are read-only for everyone.
 
-// Publish asks for one emit on a channel (HTTP emit now, client-emit later).
-// The edge waits on Reply (capacity 1); the channel actor answers it directly.
+// edgeMessage marks the messages the edge (System) sends to a project actor,
+// which projectRef counts so that an actor only stops with none in flight.
+type edgeMessage interface{ fromEdge() }
+
+func (*Publish) fromEdge()          {}
+func (*connOpened) fromEdge()       {}
+func (*usageDrain) fromEdge()       {}
+func (*statsRequest) fromEdge()     {}
+func (*inspectProject) fromEdge()   {}
+func (*revoked) fromEdge()          {}
+func (*clientEmitSecret) fromEdge() {}
+func (*settingsChanged) fromEdge()  {}
+func (*projectDeleted) fromEdge()   {}
+
+// Publish asks for one emit on a channel: an HTTP emit, whose edge waits on
+// Reply (capacity 1) for the channel actor's answer, or a client's emit,
+// which the channel actor answers on the emitter's socket.
 type Publish struct {
 	Channel string
 	Payload []byte // compact JSON, size already checked
@@ -28,7 +44,22 @@ type Publish struct {
 	projectBudget Budget
 	projectDenied bool
 	channelLimit  int
+
+	// claim settles the race between an HTTP edge that stops waiting and the
+	// channel actor that applies the emit: 0 open, 1 taken, 2 abandoned.
+	// An abandoned emit (the client got a 503) is never delivered.
+	claim atomic.Int32
 }
+
+// take marks an emit as being applied; false if its edge gave up on it.
+func (m *Publish) take() bool { return m.Reply == nil || m.claim.CompareAndSwap(0, 1) }
+
+// abandoned reports whether the edge gave up on the emit.
+func (m *Publish) abandoned() bool { return m.claim.Load() == 2 }
+
+// abandon is the edge giving up; false when the emit was taken already (its
+// answer is on its way).
+func (m *Publish) abandon() bool { return m.claim.CompareAndSwap(0, 2) }
 
 // PublishResult is the answer to Publish: the 200 or 429 body of SPEC.md.
 type PublishResult struct {
@@ -37,7 +68,9 @@ type PublishResult struct {
 	Subscribers int
 	Channel     Budget
 	Project     Budget
-	Err         *proto.Error // channel_rate_limited or project_rate_limited; nil on success
+	// Err is channel_rate_limited or project_rate_limited (a 429 with both
+	// budgets), or service_unavailable while the project's settings load; nil on success.
+	Err *proto.Error
 }
 
 // subscribe adds a connection to a channel; the channel actor sends the ack.
@@ -121,6 +154,9 @@ type projectDeleted struct{}
 // settingsChanged makes the project actor reload its settings.
 type settingsChanged struct{}
 
+// retryLoad tries a failed settings load again.
+type retryLoad struct{}
+
 // settingsLoaded carries a settings load back into the project actor.
 type settingsLoaded struct {
 	settings Settings
@@ -152,4 +188,29 @@ type connInit struct {
 type refuseEmit struct {
 	sink Sink
 	code proto.Code
+}
+
+// quietTick is a dormancy check an actor schedules for itself every
+// ActorDormancy. (protoactor's ReceiveTimeout would do, but its timer
+// goroutine writes the actor context while Receive reads it: a data race.)
+type quietTick struct{}
+
+var theQuietTick = &quietTick{}
+
+func scheduleQuietTick(ctx actor.Context, after time.Duration) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(after, func() { root.Send(self, theQuietTick) })
+}
+
+// quietPeriod: an actor stops once it was dormant at two ticks in a row, so
+// it has had nothing to keep for at least one whole period.
+type quietPeriod struct{ dormantTicks int }
+
+func (q *quietPeriod) dormantAgain(dormant bool) bool {
+	if !dormant {
+		q.dormantTicks = 0
+		return false
+	}
+	q.dormantTicks++
+	return q.dormantTicks >= 2
 }

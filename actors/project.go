@@ -2,11 +2,15 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto"
 )
 
 // childChannel is the project's view of one channel actor.
@@ -18,80 +22,174 @@ type childChannel struct {
 // projectActor owns a project's live state: its channels (children), the
 // project-wide emit backstop, settings, connections and usage counters.
 // Every field is owned by Receive.
+//
+// Its states are protoactor behaviors. loading: the first settings load is
+// under way; emits (HTTP and client) wait, at most maxHeld of them, and an
+// HTTP emit whose edge has given up by then is dropped, never delivered
+// late (Publish.abandon). unavailable: a load failed and is retried with
+// backoff; emits are answered service_unavailable at once. ready: everything.
+// In every state connections, subscriptions and counters work as usual
+// (they do not depend on settings); connect/disconnect webhooks wait for the
+// first settings, at most maxHeld of them. A project the store does not know
+// stops, closing its connections. With no connections, channels, counts or
+// live budgets for a quiet period (Config.ActorDormancy) the actor stops; the
+// edge starts a new one when the project is next used (see projectRef).
 type projectActor struct {
 	id       string
 	cfg      *Config
 	log      *slog.Logger
-	settings Settings
-	loaded   bool
-	pending  []any // messages that arrived before the first settings load
+	behavior actor.Behavior
+	ref      *projectRef
+	retired  func() // tells the edge this actor has stopped for good
+
+	settings    Settings
+	isReady     bool          // the first settings load succeeded (the ready state)
+	loading     bool          // a settings load is under way (its result comes as settingsLoaded)
+	loadFails   int           // loads failed in a row, for the retry backoff
+	heldHooks   []heldWebhook // webhooks that arrived before the first load
+	droppedHook int           // held webhooks dropped over maxHeld
+	heldEmits   []any         // *Publish and *clientEmit waiting for the first load
 
 	backstop fixedWindow
 	channels map[string]*childChannel
 	conns    map[uint64]Sink
 
-	// Client-emit state (SPEC.md › Client-emit rules 5 and 6).
+	// Client-emit state (client-emit rules 5 and 6).
 	revokedJTIs    map[string]time.Time    // jti → when the revocation may be forgotten
 	revokedClients map[string]Revocation   // clientId → latest revocation
 	clientWindows  map[string]*fixedWindow // clientId → 1-second window
 	gen            uint64                  // bumped by every change applied by message
+	processed      uint64                  // edge messages processed (projectRef's count)
 	mailbox        *mailboxDepth
 
+	quiet    quietPeriod
+
 	connects int64
-	emits    int64
+	usage    *projectUsage // emits, counted by the channels where they are accepted
 }
 
-func newProjectActor(id string, cfg *Config) *projectActor {
-	return &projectActor{
-		id: id, cfg: cfg, log: cfg.Logger.With("project", id),
+// projectUsage is the one count a project's channel actors add to: emits
+// they accepted. An atomic, so that an emit a channel refuses was never
+// counted and a count can never go negative.
+type projectUsage struct{ emits atomic.Int64 }
+
+// heldWebhook is a connect or disconnect waiting for the first settings load.
+type heldWebhook struct {
+	kind   string
+	connID uint64
+	status CloseStatus
+	at     time.Time
+}
+
+// maxHeld bounds the emits, and separately the webhooks, a loading project holds.
+const maxHeld = 1024
+
+// Backoff of a failed settings load: 1 s, doubling, at most 30 s.
+const (
+	loadRetryFirst = time.Second
+	loadRetryMax   = 30 * time.Second
+)
+
+func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *projectActor {
+	a := &projectActor{
+		id: id, cfg: cfg, log: cfg.Logger.With("project", id), ref: ref, retired: retired,
 		backstop: fixedWindow{size: time.Minute},
 		channels: map[string]*childChannel{},
 		conns:    map[uint64]Sink{},
+		usage:    &projectUsage{},
 
 		revokedJTIs:    map[string]time.Time{},
 		revokedClients: map[string]Revocation{},
 		clientWindows:  map[string]*fixedWindow{},
 	}
+	a.behavior = actor.NewBehavior()
+	a.behavior.Become(a.whileLoading)
+	return a
 }
 
 func (a *projectActor) Receive(ctx actor.Context) {
+	if _, ok := ctx.Message().(edgeMessage); ok {
+		a.processed++
+	}
+	a.behavior.Receive(ctx)
+}
+
+// whileLoading is the state until the first settings load answers.
+func (a *projectActor) whileLoading(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *Publish, *clientEmit:
+		if len(a.heldEmits) < maxHeld {
+			a.heldEmits = append(a.heldEmits, m)
+		} else {
+			a.refuse(ctx, m)
+		}
+	default:
+		a.common(ctx)
+	}
+}
+
+// whileUnavailable is the state after a failed load, until one succeeds.
+func (a *projectActor) whileUnavailable(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *Publish, *clientEmit:
+		a.refuse(ctx, m)
+	default:
+		a.common(ctx)
+	}
+}
+
+// whenReady is the state once settings are loaded.
+func (a *projectActor) whenReady(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *Publish, *clientEmit:
+		a.emit(ctx, m)
+	default:
+		a.common(ctx)
+	}
+}
+
+func (a *projectActor) emit(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
+	case *Publish:
+		if !m.abandoned() {
+			a.publish(ctx, m)
+		}
+	case *clientEmit:
+		a.clientEmit(ctx, m)
+	}
+}
+
+// refuse answers an emit service_unavailable: the project's settings are not known.
+func (a *projectActor) refuse(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
+	case *Publish:
+		m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeUnavailable}}
+	case *clientEmit:
+		a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeUnavailable)
+	}
+}
+
+// common handles what every state does alike.
+func (a *projectActor) common(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		scheduleQuietTick(ctx, a.cfg.ActorDormancy)
 		a.loadSettings(ctx)
-		return
 	case *settingsLoaded:
 		a.applySettings(ctx, m)
-		return
 	case *settingsChanged:
+		a.gen++ // a load under way may predate the change: its result is not applied
 		a.loadSettings(ctx)
-		return
+	case *retryLoad:
+		a.loadSettings(ctx)
 	case *inspectProject:
 		a.inspect(m)
-		return
 	case *revoked:
 		a.gen++
 		a.addRevocations(m.revs)
-		return
 	case *clientEmitSecret:
 		a.gen++
 		a.settings.ClientEmitSecret = m.secret
-		return
-	case *actor.Terminated, *actor.Stopping, *actor.Stopped, *actor.Restarting:
-		return
-	}
-	if !a.loaded {
-		a.pending = append(a.pending, ctx.Message())
-		return
-	}
-	a.handle(ctx, ctx.Message())
-}
-
-func (a *projectActor) handle(ctx actor.Context, msg any) {
-	switch m := msg.(type) {
-	case *Publish:
-		a.publish(ctx, m)
-	case *clientEmit:
-		a.clientEmit(ctx, m)
 	case *subscribe:
 		a.send(ctx, m.channel, m)
 	case *unsubscribe:
@@ -113,30 +211,63 @@ func (a *projectActor) handle(ctx actor.Context, msg any) {
 		}
 	case *refund:
 		a.backstop.refund(m.at)
-		a.emits--
 	case *mayStop:
 		if c, ok := a.channels[m.channel]; ok && c.pid.Equal(m.pid) && c.sent == m.processed {
 			delete(a.channels, m.channel)
 			ctx.Stop(c.pid)
 		}
 	case *projectDeleted:
-		for _, s := range a.conns {
-			s.Close(CloseProjectDeleted, "project deleted")
-		}
-		ctx.Stop(ctx.Self())
+		a.stop(ctx, "project deleted")
 	case *usageDrain:
-		u := Usage{ProjectID: a.id, Connects: a.connects, Emits: max(a.emits, 0), Connections: len(a.conns)}
-		a.connects -= u.Connects
-		a.emits -= u.Emits // a refund still on its way leaves a negative remainder for next time
+		u := Usage{ProjectID: a.id, Connects: a.connects, Emits: a.usage.emits.Swap(0), Connections: len(a.conns)}
+		a.connects = 0
 		m.reply <- u
 	case *statsRequest:
-		m.reply <- Stats{Connections: len(a.conns), Channels: len(a.channels), Connects: a.connects, Emits: a.emits}
+		m.reply <- Stats{Connections: len(a.conns), Channels: len(a.channels), Connects: a.connects, Emits: a.usage.emits.Load()}
+	case *quietTick:
+		scheduleQuietTick(ctx, a.cfg.ActorDormancy)
+		if a.quiet.dormantAgain(a.dormant()) && a.ref.retire(a.processed) {
+			a.retired()
+			ctx.Stop(ctx.Self())
+		}
 	}
+}
+
+// dormant: nothing is held that a fresh actor, loading from the store, would
+// not have: no connections or channels, no counts waiting for the rollup,
+// budget windows run out, no load under way.
+func (a *projectActor) dormant() bool {
+	now := a.cfg.Now()
+	if len(a.conns) > 0 || len(a.channels) > 0 || a.connects != 0 || a.usage.emits.Load() != 0 ||
+		a.loading || len(a.heldHooks) > 0 || len(a.heldEmits) > 0 || !a.backstop.idle(now) {
+		return false
+	}
+	for _, w := range a.clientWindows {
+		if !w.idle(now) {
+			return false
+		}
+	}
+	return true
+}
+
+// stop closes every connection of the project and stops the actor (its
+// channels stop with it). The edge forgets it first, so nothing new reaches it.
+func (a *projectActor) stop(ctx actor.Context, reason string) {
+	a.ref.retireNow()
+	a.retired()
+	for _, e := range a.heldEmits {
+		a.refuse(ctx, e)
+	}
+	a.heldEmits = nil
+	for _, s := range a.conns {
+		s.Close(proto.CloseProjectDeleted, reason)
+	}
+	ctx.Stop(ctx.Self())
 }
 
 // publish checks the project backstop, then forwards to the channel actor,
 // which answers the edge. Refused emits still go to the channel so that every
-// 429 carries both budgets (SPEC.md › Emit endpoint).
+// 429 carries both budgets (SPEC: the emit endpoint's 429 body).
 func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	m.channelLimit = a.cfg.EmitRatePerMinute
 	if a.settings.ChannelRateLimit > 0 {
@@ -145,9 +276,6 @@ func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	var ok bool
 	m.projectBudget, ok = a.backstop.take(m.At, a.cfg.ProjectRatePerMinute)
 	m.projectDenied = !ok
-	if ok {
-		a.emits++ // usage: an emit counts once the budgets let it through; refund undoes it
-	}
 	a.send(ctx, m.Channel, m)
 }
 
@@ -155,10 +283,13 @@ func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 	c, ok := a.channels[channel]
 	if !ok {
-		cfg := a.cfg
+		cfg, usage := a.cfg, a.usage
 		mb := &mailboxDepth{}
-		props := actor.PropsFromProducer(func() actor.Actor { c := newChannelActor(channel, cfg); c.mailbox = mb; return c },
-			actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
+		props := actor.PropsFromProducer(func() actor.Actor {
+			c := newChannelActor(channel, cfg, usage)
+			c.mailbox = mb
+			return c
+		}, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
 		c = &childChannel{pid: ctx.Spawn(props)}
 		a.channels[channel] = c
 	}
@@ -167,8 +298,13 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 }
 
 // loadSettings runs the store call beside the actor and brings the result back
-// as a message, so a slow database never stalls Receive.
+// as a message, so a slow database never stalls Receive. One load at a time:
+// a change that arrives meanwhile bumps gen, and the stale result loads again.
 func (a *projectActor) loadSettings(ctx actor.Context) {
+	if a.loading {
+		return
+	}
+	a.loading = true
 	self, root, load, id, gen := ctx.Self(), ctx.ActorSystem().Root, a.cfg.LoadSettings, a.id, a.gen
 	go func() {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -179,15 +315,31 @@ func (a *projectActor) loadSettings(ctx actor.Context) {
 }
 
 func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
-	if m.err != nil {
-		a.log.Error("load project settings", "err", m.err)
-		if !a.loaded {
-			// Without settings the override could be bypassed: retry, holding messages.
-			self, root := ctx.Self(), ctx.ActorSystem().Root
-			time.AfterFunc(time.Second, func() { root.Send(self, &settingsChanged{}) })
+	a.loading = false
+	switch {
+	case errors.Is(m.err, ErrProjectNotFound):
+		a.log.Info("project not found: stopping its actor")
+		a.stop(ctx, "project not found")
+		return
+	case m.err != nil:
+		// Without settings the override could be bypassed: emits are
+		// refused until a load succeeds (a ready project keeps the settings
+		// it has), and the load is tried again, backing off.
+		delay := min(loadRetryFirst<<min(a.loadFails, 5), loadRetryMax)
+		a.loadFails++
+		a.log.Error("load project settings", "err", m.err, "retry_in", delay.String())
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(delay, func() { root.Send(self, &retryLoad{}) })
+		if !a.isReady {
+			for _, e := range a.heldEmits {
+				a.refuse(ctx, e)
+			}
+			a.heldEmits = nil
+			a.behavior.Become(a.whileUnavailable)
 		}
 		return
 	}
+	a.loadFails = 0
 	a.addRevocations(m.settings.Revocations) // revocations only accumulate
 	if m.gen != a.gen {
 		// A change arrived by message while this load was under way; the load
@@ -197,13 +349,27 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 	}
 	m.settings.Revocations = nil
 	a.settings = m.settings
-	if !a.loaded {
-		a.loaded = true
-		pending := a.pending
-		a.pending = nil
-		for _, p := range pending {
-			a.handle(ctx, p)
+	a.becomeReady(ctx)
+}
+
+// becomeReady leaves the loading or unavailable state: the held webhooks
+// are sent and the held emits run, in the order they came.
+func (a *projectActor) becomeReady(ctx actor.Context) {
+	a.isReady = true
+	a.behavior.Become(a.whenReady)
+	held := a.heldEmits
+	a.heldEmits = nil
+	for _, e := range held {
+		a.emit(ctx, e)
+	}
+	if len(a.heldHooks) > 0 || a.droppedHook > 0 {
+		if a.droppedHook > 0 {
+			a.log.Warn("webhooks dropped while the project loaded", "dropped", a.droppedHook)
 		}
+		for _, h := range a.heldHooks {
+			a.sendWebhook(h)
+		}
+		a.heldHooks, a.droppedHook = nil, 0
 	}
 }
 
@@ -214,13 +380,27 @@ var resumeOnPanic = actor.NewOneForOneStrategy(10, 10*time.Second, func(reason a
 })
 
 // webhook hands a connect or disconnect to the delivery queue, if the
-// project has a webhook; delivery happens elsewhere, never in Receive.
+// project has a webhook; delivery happens elsewhere, never in Receive. Before
+// the settings are known it is held (bounded).
 func (a *projectActor) webhook(kind string, connID uint64, status CloseStatus) {
+	h := heldWebhook{kind: kind, connID: connID, status: status, at: a.cfg.Now()}
+	if !a.isReady {
+		if len(a.heldHooks) < maxHeld {
+			a.heldHooks = append(a.heldHooks, h)
+		} else {
+			a.droppedHook++
+		}
+		return
+	}
+	a.sendWebhook(h)
+}
+
+func (a *projectActor) sendWebhook(h heldWebhook) {
 	if a.settings.WebhookURL == "" {
 		return
 	}
 	a.cfg.Webhooks(a.settings.WebhookURL, a.settings.WebhookSecret, ConnEvent{
-		Kind: kind, ProjectID: a.id, ConnectionID: a.cfg.NodeID + "-" + strconv.FormatUint(connID, 10),
-		At: a.cfg.Now(), Status: status,
+		Kind: h.kind, ProjectID: a.id, ConnectionID: a.cfg.NodeID + "-" + strconv.FormatUint(h.connID, 10),
+		At: h.at, Status: h.status,
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,10 @@ import (
 type Config struct {
 	EmitRatePerMinute    int // per-channel budget unless the project overrides it
 	ProjectRatePerMinute int // project-wide backstop
-	ChannelDormancy      time.Duration
+	// ActorDormancy is how long a channel or project actor with nothing to
+	// keep (no subscribers or connections, budgets run out, replay ring
+	// empty, counts rolled up) waits before it stops.
+	ActorDormancy time.Duration
 	// ReplayTTL and ReplayMaxBytes bound each channel's replay ring.
 	ReplayTTL      time.Duration
 	ReplayMaxBytes int
@@ -51,18 +55,56 @@ type System struct {
 	root *actor.RootContext
 
 	mu        sync.Mutex // guards spawning; lookups go through projects
+	spawned   uint64     // project actors spawned, for unique names (under mu)
 	connProps *actor.Props
-	projects  sync.Map // project id → *actor.PID
-	live      sync.Map // project id → *atomic.Int64 live connections, for MaxConnections
+	projects  sync.Map // project id → *projectRef
+
+	liveMu sync.Mutex
+	live   map[string]int // project id → live connections on this node, for MaxConnections
 }
+
+// projectRef is the edge's handle on one project actor. Its state counts the
+// edge's messages posted to the actor; the actor sets the top bit (retire)
+// only when it has processed exactly that many, as it stops for dormancy. An
+// edge that finds the bit set starts a new actor instead, so no message is
+// ever posted to a project actor that has decided to stop.
+type projectRef struct {
+	pid   *actor.PID
+	state atomic.Uint64
+}
+
+const retiredBit = 1 << 63
+
+// enter counts one message about to be posted; false once retired.
+func (r *projectRef) enter() bool {
+	for {
+		s := r.state.Load()
+		if s&retiredBit != 0 {
+			return false
+		}
+		if r.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+// retire marks the ref retired if processed is every message the edge posted.
+func (r *projectRef) retire(processed uint64) bool {
+	return r.state.CompareAndSwap(processed, processed|retiredBit)
+}
+
+// retireNow marks the ref retired whatever is in flight: the actor is
+// stopping (its project is gone), and what the edge posts meanwhile is lost
+// with it.
+func (r *projectRef) retireNow() { r.state.Or(retiredBit) }
 
 // NewSystem starts an actor system whose library logs go to cfg.Logger at Warn and above.
 func NewSystem(cfg Config) *System {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.ChannelDormancy == 0 {
-		cfg.ChannelDormancy = 30 * time.Second
+	if cfg.ActorDormancy == 0 {
+		cfg.ActorDormancy = 30 * time.Second
 	}
 	if cfg.ReplayTTL == 0 {
 		cfg.ReplayTTL = 20 * time.Second
@@ -97,41 +139,74 @@ func NewSystem(cfg Config) *System {
 	// 300 bytes of every idle connection); each learns its socket from connInit.
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
 		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
-	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps}
+	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}}
 }
 
-// project returns the project actor, starting it on first use.
-func (s *System) project(id string) *actor.PID {
-	if pid, ok := s.projects.Load(id); ok {
-		return pid.(*actor.PID)
+// tell posts an edge message to the project actor, starting one if the
+// project has none running (or its actor is retiring); it returns the actor.
+func (s *System) tell(id string, msg edgeMessage) *actor.PID {
+	for {
+		if v, ok := s.projects.Load(id); ok {
+			if ref := v.(*projectRef); ref.enter() {
+				s.root.Send(ref.pid, msg)
+				return ref.pid
+			}
+		}
+		s.spawnProject(id)
 	}
+}
+
+// tellRunning posts an edge message only if the project's actor is running;
+// a project actor started later loads the same state from the store.
+func (s *System) tellRunning(id string, msg edgeMessage) bool {
+	v, ok := s.projects.Load(id)
+	if !ok || !v.(*projectRef).enter() {
+		return false
+	}
+	s.root.Send(v.(*projectRef).pid, msg)
+	return true
+}
+
+// spawnProject starts a project actor unless a live one is already known.
+func (s *System) spawnProject(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pid, ok := s.projects.Load(id); ok {
-		return pid.(*actor.PID)
+	if v, ok := s.projects.Load(id); ok && v.(*projectRef).state.Load()&retiredBit == 0 {
+		return
 	}
-	cfg := s.cfg
+	s.spawned++
+	cfg, ref := s.cfg, &projectRef{}
+	retired := func() { s.projects.CompareAndDelete(id, ref) }
 	mb := &mailboxDepth{}
-	props := actor.PropsFromProducer(func() actor.Actor { p := newProjectActor(id, cfg); p.mailbox = mb; return p },
-		actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
-	pid, err := s.root.SpawnNamed(props, "project/"+id)
-	if err != nil && !errors.Is(err, actor.ErrNameExists) {
-		panic("spawn project actor: " + err.Error()) // only ErrNameExists is possible
+	props := actor.PropsFromProducer(func() actor.Actor {
+		p := newProjectActor(id, cfg, ref, retired)
+		p.mailbox = mb
+		return p
+	}, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
+	// A retiring actor may still hold its name: each gets its own.
+	pid, err := s.root.SpawnNamed(props, "project/"+id+"#"+strconv.FormatUint(s.spawned, 10))
+	if err != nil {
+		panic("spawn project actor: " + err.Error()) // names are unique
 	}
-	s.projects.Store(id, pid)
-	return pid
+	ref.pid = pid
+	s.projects.Store(id, ref)
 }
 
 // Publish runs one emit through the project and channel actors and returns
-// the channel actor's answer.
+// the channel actor's answer. When ctx ends first the emit is abandoned: it
+// is answered ErrTimeout and never delivered later.
 func (s *System) Publish(ctx context.Context, projectID, channel string, payload []byte) (PublishResult, error) {
 	reply := make(chan PublishResult, 1)
-	s.root.Send(s.project(projectID), &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply})
+	m := &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply}
+	s.tell(projectID, m)
 	select {
 	case r := <-reply:
 		return r, nil
 	case <-ctx.Done():
-		return PublishResult{}, ErrTimeout
+		if m.abandon() {
+			return PublishResult{}, ErrTimeout // and it will not be delivered
+		}
+		return <-reply, nil // taken just now: the answer is on its way
 	}
 }
 
@@ -139,27 +214,31 @@ func (s *System) Publish(ctx context.Context, projectID, channel string, payload
 // accepted; false when MaxConnections are live. Open's Session gives it back
 // on close; a handshake that fails after Reserve calls Release.
 func (s *System) Reserve(projectID string) bool {
-	v, _ := s.live.LoadOrStore(projectID, new(atomic.Int64))
-	n := v.(*atomic.Int64).Add(1)
-	if s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
-		v.(*atomic.Int64).Add(-1)
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	n := s.live[projectID]
+	if s.cfg.MaxConnections > 0 && n >= s.cfg.MaxConnections {
 		return false
 	}
+	s.live[projectID] = n + 1
 	return true
 }
 
 // Release gives back a slot taken by Reserve.
 func (s *System) Release(projectID string) {
-	if v, ok := s.live.Load(projectID); ok {
-		v.(*atomic.Int64).Add(-1)
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if n := s.live[projectID]; n > 1 {
+		s.live[projectID] = n - 1
+	} else {
+		delete(s.live, projectID) // no entry per project ever seen
 	}
 }
 
 // Open starts the connection actor of a new socket of a project and returns
 // the session the transport feeds. The connect is counted for usage.
 func (s *System) Open(projectID string, sink Sink) *Session {
-	project := s.project(projectID)
-	s.root.Send(project, &connOpened{sink: sink})
+	project := s.tell(projectID, &connOpened{sink: sink})
 	pid := s.root.Spawn(s.connProps)
 	s.root.Send(pid, &connInit{sink: sink, project: project, maxSubs: s.cfg.MaxSubscriptions}) // its first message
 	return &Session{sys: s, sink: sink, pid: pid, projectID: projectID}
@@ -169,17 +248,20 @@ func (s *System) Open(projectID string, sink Sink) *Session {
 // drain (resetting them). Projects that do not answer before ctx ends keep
 // their counts for the next drain.
 func (s *System) DrainUsage(ctx context.Context) []Usage {
-	var pids []*actor.PID
-	s.projects.Range(func(_, pid any) bool {
-		pids = append(pids, pid.(*actor.PID))
+	var ids []string
+	s.projects.Range(func(id, _ any) bool {
+		ids = append(ids, id.(string))
 		return true
 	})
-	reply := make(chan Usage, len(pids))
-	for _, pid := range pids {
-		s.root.Send(pid, &usageDrain{reply: reply})
+	reply := make(chan Usage, len(ids))
+	asked := 0
+	for _, id := range ids {
+		if s.tellRunning(id, &usageDrain{reply: reply}) {
+			asked++
+		}
 	}
-	out := make([]Usage, 0, len(pids))
-	for range pids {
+	out := make([]Usage, 0, asked)
+	for range asked {
 		select {
 		case u := <-reply:
 			out = append(out, u)
@@ -192,47 +274,34 @@ func (s *System) DrainUsage(ctx context.Context) []Usage {
 
 // ProjectDeleted closes the project's connections and stops its actors.
 func (s *System) ProjectDeleted(id string) {
-	s.mu.Lock()
-	pid, ok := s.projects.LoadAndDelete(id)
-	s.mu.Unlock()
-	if ok {
-		s.root.Send(pid.(*actor.PID), &projectDeleted{})
-	}
+	s.tellRunning(id, &projectDeleted{})
 }
 
 // Revoke applies stored revocations to a running project actor at once (a
 // project actor started later loads them from the store).
 func (s *System) Revoke(projectID string, revs []Revocation) {
-	if pid, ok := s.projects.Load(projectID); ok {
-		s.root.Send(pid.(*actor.PID), &revoked{revs: revs})
-	}
+	s.tellRunning(projectID, &revoked{revs: revs})
 }
 
 // ClientEmitSecretChanged applies a new client-emit secret to a running
 // project actor before the caller answers, so no token of the old secret
 // passes afterwards.
 func (s *System) ClientEmitSecretChanged(projectID, secret string) {
-	if pid, ok := s.projects.Load(projectID); ok {
-		s.root.Send(pid.(*actor.PID), &clientEmitSecret{secret: secret})
-	}
+	s.tellRunning(projectID, &clientEmitSecret{secret: secret})
 }
 
 // SettingsChanged makes a running project actor reload its settings.
 func (s *System) SettingsChanged(id string) {
-	if pid, ok := s.projects.Load(id); ok {
-		s.root.Send(pid.(*actor.PID), &settingsChanged{})
-	}
+	s.tellRunning(id, &settingsChanged{})
 }
 
 // ProjectStats asks a running project actor for its counters; ok is false
 // when the project has no actor.
 func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, error) {
-	pid, ok := s.projects.Load(id)
-	if !ok {
+	reply := make(chan Stats, 1)
+	if !s.tellRunning(id, &statsRequest{reply: reply}) {
 		return Stats{}, false, nil
 	}
-	reply := make(chan Stats, 1)
-	s.root.Send(pid.(*actor.PID), &statsRequest{reply: reply})
 	select {
 	case st := <-reply:
 		return st, true, nil
@@ -245,8 +314,8 @@ func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, erro
 // each finish the messages already queued.
 func (s *System) Shutdown(ctx context.Context) error {
 	var futures []*actor.Future
-	s.projects.Range(func(_, pid any) bool {
-		futures = append(futures, s.root.PoisonFuture(pid.(*actor.PID)))
+	s.projects.Range(func(_, ref any) bool {
+		futures = append(futures, s.root.PoisonFuture(ref.(*projectRef).pid))
 		return true
 	})
 	for _, f := range futures {

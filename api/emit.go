@@ -78,6 +78,10 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnavailable)
 		return
 	}
+	if res.Err != nil && res.Err.Code == proto.CodeUnavailable {
+		writeError(w, proto.CodeUnavailable) // the project's settings could not be loaded
+		return
+	}
 	if res.Err != nil {
 		writeJSON(w, http.StatusTooManyRequests, emitLimited{
 			Error: res.Err.Code, RateLimit: toBudget(res.Channel), ProjectRateLimit: toBudget(res.Project),

@@ -45,6 +45,11 @@ const (
 	CodeUnavailable          Code = "service_unavailable"
 )
 
+// CloseProjectDeleted is the WebSocket close code a connection gets when its
+// project is deleted (or found missing): reconnecting with the same key will
+// not work.
+const CloseProjectDeleted = 4004
+
 // Error is a spec error as a value. Channel is set for the codes whose body
 // carries the channel (invalid_channel, and WebSocket errors about a channel).
 type Error struct {

@@ -27,17 +27,30 @@ func DecodeEmitRequest(body []byte) (EmitRequest, *Error) {
 	if !ok || !ValidChannel(ch) {
 		return EmitRequest{}, &Error{Code: CodeInvalidChannel, Channel: channelEcho(w.Channel)}
 	}
+	payload, perr := EmitPayload(ch, w.Payload)
+	if perr != nil {
+		return EmitRequest{}, perr
+	}
+	return EmitRequest{Channel: ch, Payload: payload}, nil
+}
+
+// EmitPayload is the payload of an emit on channel as it is relayed: raw
+// compacted ("null" when absent), then checked against MaxMessageBytes. It
+// is the one check for both emit paths, POST /emit and a client's emit
+// action: invalid_json for a raw value that is not JSON, payload_too_large
+// over the cap.
+func EmitPayload(channel string, raw []byte) ([]byte, *Error) {
 	payload := []byte("null")
-	if len(w.Payload) > 0 {
+	if len(raw) > 0 {
 		var buf bytes.Buffer
-		buf.Grow(len(w.Payload))
-		if err := json.Compact(&buf, w.Payload); err != nil {
-			return EmitRequest{}, &Error{Code: CodeInvalidJSON}
+		buf.Grow(len(raw))
+		if err := json.Compact(&buf, raw); err != nil {
+			return nil, &Error{Code: CodeInvalidJSON}
 		}
 		payload = buf.Bytes()
 	}
-	if MessageSize(ch, payload) > MaxMessageBytes {
-		return EmitRequest{}, &Error{Code: CodePayloadTooLarge}
+	if MessageSize(channel, payload) > MaxMessageBytes {
+		return nil, &Error{Code: CodePayloadTooLarge}
 	}
-	return EmitRequest{Channel: ch, Payload: payload}, nil
+	return payload, nil
 }

@@ -26,8 +26,12 @@ type ClientMessage struct {
 	HasSince bool
 	Since    float64
 	Type     string
-	Payload  json.RawMessage
-	Token    string
+	// Payload of an emit, compact and within MaxMessageBytes (EmitPayload);
+	// when it is not, PayloadErr holds payload_too_large, which the project
+	// actor answers in its turn (client-emit rule 7, after rules 1–6).
+	Payload    []byte
+	PayloadErr *Error
+	Token      string
 }
 
 type wireClientMessage struct {
@@ -44,7 +48,8 @@ type wireClientMessage struct {
 // DecodeClientMessage turns one client frame into a ClientMessage, or the
 // spec error for it: invalid_json, unknown_action, invalid_channel,
 // client_id_required or invalid_since. Rules of the emit action beyond its
-// shape are the project actor's.
+// shape are the project actor's; its payload is compacted and measured here,
+// once, by EmitPayload.
 func DecodeClientMessage(b []byte) (ClientMessage, *Error) {
 	var w wireClientMessage
 	if err := json.Unmarshal(b, &w); err != nil || !isObject(b) {
@@ -83,7 +88,7 @@ func DecodeClientMessage(b []byte) (ClientMessage, *Error) {
 		m.Type, _ = rawString(w.Type)
 		m.Token, _ = rawString(w.Token)
 		m.ClientID, _ = rawString(w.ClientID)
-		m.Payload = w.Payload
+		m.Payload, m.PayloadErr = EmitPayload(ch, w.Payload)
 	}
 	return m, nil
 }

@@ -111,7 +111,7 @@ func sameError(a, b *Error) bool {
 func sameClientMessage(a, b ClientMessage) bool {
 	return a.Action == b.Action && a.Channel == b.Channel && bytes.Equal(a.RawChan, b.RawChan) &&
 		a.Presence == b.Presence && a.ClientID == b.ClientID && a.HasSince == b.HasSince &&
-		a.Since == b.Since && a.Type == b.Type && bytes.Equal(a.Payload, b.Payload) && a.Token == b.Token
+		a.Since == b.Since && a.Type == b.Type && bytes.Equal(a.Payload, b.Payload) && sameError(a.PayloadErr, b.PayloadErr) && a.Token == b.Token
 }
 
 // ---- the model ----
@@ -218,7 +218,19 @@ func clientMessageModel(b []byte) (ClientMessage, *Error) {
 		m.Type, _ = jsonString(fs["type"])
 		m.Token, _ = jsonString(fs["token"])
 		m.ClientID, _ = jsonString(fs["clientId"])
-		m.Payload = fs["payload"]
+		// Relayed compact, "null" when absent; over the cap the error waits for rule 7.
+		m.Payload = []byte("null")
+		if raw, present := fs["payload"]; present {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, raw); err != nil {
+				m.Payload, m.PayloadErr = nil, &Error{Code: CodeInvalidJSON}
+			} else {
+				m.Payload = buf.Bytes()
+			}
+		}
+		if m.PayloadErr == nil && len(`{"channel":"`)+len(ch)+len(`","payload":`)+len(m.Payload)+len(`}`) > MaxMessageBytes {
+			m.Payload, m.PayloadErr = nil, &Error{Code: CodePayloadTooLarge}
+		}
 	}
 	return m, nil
 }

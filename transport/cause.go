@@ -1,7 +1,5 @@
 package transport
 
-import "github.com/gobwas/ws"
-
 // Cause names why a connection ended. Each has a close code, a counter in
 // Stats and a debug log line; README.md › Close codes lists them for clients.
 type Cause uint8
@@ -38,8 +36,3 @@ func Causes() []Cause {
 	}
 	return out
 }
-
-// Close codes the transport sends.
-const (
-	StatusSlowConsumer = ws.StatusCode(1013) // "try again later": reconnect and resume by replay
-)

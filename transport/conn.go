@@ -73,7 +73,7 @@ func (c *Conn) Send(frame []byte) bool {
 	}
 	if len(c.queue) >= c.srv.cfg.QueueFrames || c.queued+len(frame) > c.srv.cfg.QueueBytes {
 		c.mu.Unlock()
-		c.abort(CloseInfo{Cause: CauseSlowConsumer, Code: StatusSlowConsumer, Reason: "slow consumer"})
+		c.abort(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer"})
 		return false
 	}
 	c.queue = append(c.queue, frame)
@@ -89,19 +89,19 @@ func (c *Conn) Send(frame []byte) bool {
 
 // Close sends a close frame after the frames already queued, then closes the
 // socket. Further Sends are refused. Safe to call more than once.
-func (c *Conn) Close(code ws.StatusCode, reason string) {
+func (c *Conn) Close(code CloseCode, reason string) {
 	c.closeFor(CauseApplication, code, reason)
 }
 
-func (c *Conn) closeFor(cause Cause, code ws.StatusCode, reason string) {
+func (c *Conn) closeFor(cause Cause, code CloseCode, reason string) {
 	c.closeWith(CloseInfo{Cause: cause, Code: code, Reason: reason}, closeBody(code, reason))
 }
 
-func closeBody(code ws.StatusCode, reason string) []byte {
+func closeBody(code CloseCode, reason string) []byte {
 	if len(reason) > 123 {
 		reason = reason[:123] // control frames carry at most 125 bytes
 	}
-	return ws.NewCloseFrameBody(code, reason)
+	return ws.NewCloseFrameBody(code.ws(), reason)
 }
 
 func (c *Conn) closeWith(info CloseInfo, body []byte) {
@@ -174,7 +174,7 @@ func (c *Conn) register() error {
 	c.registered = err == nil
 	c.mu.Unlock()
 	if err != nil {
-		c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusInternalServerError, Abrupt: true})
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusInternalServerError), Abrupt: true})
 	}
 	return err
 }
@@ -184,7 +184,7 @@ func (c *Conn) rearm() {
 	if !c.closed && c.registered {
 		if err := c.srv.poll.rearm(c.fd, c.id); err != nil {
 			c.mu.Unlock()
-			c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusInternalServerError, Abrupt: true})
+			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusInternalServerError), Abrupt: true})
 			return
 		}
 	}
@@ -296,7 +296,7 @@ func (c *Conn) flush() {
 			go c.drain()
 			return
 		default:
-			c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusAbnormalClosure, Abrupt: true})
+			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusAbnormalClosure), Abrupt: true})
 			return
 		}
 	}
@@ -339,9 +339,9 @@ func (c *Conn) drain() {
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: StatusSlowConsumer, Reason: "slow consumer", Abrupt: true})
+				c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
 			} else {
-				c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusAbnormalClosure, Abrupt: true})
+				c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusAbnormalClosure), Abrupt: true})
 			}
 			return
 		}
@@ -393,7 +393,7 @@ func (c *Conn) onReadable(events uint32) {
 	}
 	readPool.Put(bp)
 	if eof || events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		c.teardown(CloseInfo{Cause: CausePeerGone, Code: ws.StatusAbnormalClosure, Abrupt: true})
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusAbnormalClosure), Abrupt: true})
 		return
 	}
 	if c.readDone {
@@ -477,7 +477,7 @@ func (c *Conn) protocolError(code ws.StatusCode, reason string) {
 	if code == ws.StatusMessageTooBig {
 		cause = CauseTooBig
 	}
-	c.closeFor(cause, code, reason)
+	c.closeFor(cause, CloseCode(code), reason)
 }
 
 // frame handles one complete, unmasked frame.
@@ -497,10 +497,10 @@ func (c *Conn) frame(h ws.Header, payload []byte) {
 			return
 		}
 		c.readDone = true
-		info := CloseInfo{Cause: CausePeerClosed, Code: code, Reason: reason, ByPeer: true}
+		info := CloseInfo{Cause: CausePeerClosed, Code: CloseCode(code), Reason: reason, ByPeer: true}
 		body := payload[:0:0] // echo an empty body for an empty close (never 1005 on the wire)
 		if code.Empty() {
-			info.Code = ws.StatusNoStatusRcvd
+			info.Code = CloseNoStatus
 		} else {
 			body = ws.NewCloseFrameBody(code, "")
 		}

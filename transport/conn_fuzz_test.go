@@ -362,7 +362,7 @@ func wsModel(b []byte, max int) wsOutcome {
 		}
 		o.closed = true
 		o.wire = ws.NewCloseFrameBody(code, reason)
-		o.info = CloseInfo{Cause: cause, Code: code, Reason: reason}
+		o.info = CloseInfo{Cause: cause, Code: CloseCode(code), Reason: reason}
 		return o
 	}
 	deliver := func(op byte, p []byte) bool {
@@ -458,7 +458,7 @@ func wsModel(b []byte, max int) wsOutcome {
 func closeModel(o wsOutcome, p []byte, fail func(ws.StatusCode, string) wsOutcome) wsOutcome {
 	if len(p) == 0 {
 		o.closed, o.wire = true, []byte{}
-		o.info = CloseInfo{Cause: CausePeerClosed, Code: ws.StatusNoStatusRcvd, ByPeer: true}
+		o.info = CloseInfo{Cause: CausePeerClosed, Code: CloseNoStatus, ByPeer: true}
 		return o
 	}
 	if len(p) == 1 {
@@ -472,7 +472,7 @@ func closeModel(o wsOutcome, p []byte, fail func(ws.StatusCode, string) wsOutcom
 		return fail(ws.StatusInvalidFramePayloadData, "invalid UTF-8")
 	}
 	o.closed, o.wire = true, ws.NewCloseFrameBody(code, "")
-	o.info = CloseInfo{Cause: CausePeerClosed, Code: code, Reason: string(p[2:]), ByPeer: true}
+	o.info = CloseInfo{Cause: CausePeerClosed, Code: CloseCode(code), Reason: string(p[2:]), ByPeer: true}
 	return o
 }
 
@@ -599,7 +599,7 @@ func buildFrames(data []byte) ([]byte, wsOutcome) {
 				reason := strings.ToValidUTF8(string(r.bytes(int(r.byte())%100)), "")
 				out = append(out, frameBytes(8, true, ws.NewCloseFrameBody(code, reason), mask(), 0)...)
 				o.closed, o.wire = true, ws.NewCloseFrameBody(code, "")
-				o.info = CloseInfo{Cause: CausePeerClosed, Code: code, Reason: reason, ByPeer: true}
+				o.info = CloseInfo{Cause: CausePeerClosed, Code: CloseCode(code), Reason: reason, ByPeer: true}
 				return out, o
 			}
 			pp := r.bytes(int(r.byte()) % 126)

@@ -30,7 +30,7 @@ type CloseInfo struct {
 	Cause Cause
 	// Code and Reason are from the peer's close frame when ByPeer is true
 	// (Code 1005 "no status" when the frame had none), else what we sent.
-	Code   ws.StatusCode
+	Code   CloseCode
 	Reason string
 	ByPeer bool
 	// Abrupt: the TCP connection dropped without a close handshake.
@@ -413,11 +413,11 @@ func (s *Server) sweep(now int64) {
 	s.each(func(c *Conn) {
 		switch {
 		case c.closingSince.Load() != 0 && now-c.closingSince.Load() > int64(s.cfg.WriteTimeout):
-			c.abort(CloseInfo{Cause: CausePeerGone, Code: ws.StatusGoingAway, Reason: "close timed out", Abrupt: true})
+			c.abort(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusGoingAway), Reason: "close timed out", Abrupt: true})
 		case idle > 0 && now-c.lastActive.Load() > idle:
-			c.closeFor(CauseIdle, ws.StatusGoingAway, "idle timeout")
+			c.closeFor(CauseIdle, CloseGoingAway, "idle timeout")
 		case life > 0 && now-c.created > life:
-			c.closeFor(CauseLifetime, ws.StatusGoingAway, "connection lifetime exceeded")
+			c.closeFor(CauseLifetime, CloseGoingAway, "connection lifetime exceeded")
 		}
 	})
 }
@@ -439,7 +439,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	s.each(func(c *Conn) { c.closeFor(CauseShutdown, ws.StatusGoingAway, "server shutting down") })
+	s.each(func(c *Conn) { c.closeFor(CauseShutdown, CloseGoingAway, "server shutting down") })
 	var err error
 wait:
 	for s.Len() > 0 {
@@ -447,7 +447,7 @@ wait:
 		case <-ctx.Done():
 			err = ctx.Err()
 			s.each(func(c *Conn) {
-				c.abort(CloseInfo{Cause: CauseShutdown, Code: ws.StatusGoingAway, Reason: "server shutting down", Abrupt: true})
+				c.abort(CloseInfo{Cause: CauseShutdown, Code: CloseCode(ws.StatusGoingAway), Reason: "server shutting down", Abrupt: true})
 			})
 			break wait
 		case <-t.C:

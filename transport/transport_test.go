@@ -167,7 +167,7 @@ func TestOversizeFrameClosed1009BeforeBuffering(t *testing.T) {
 	hdr := ws.Header{Fin: true, OpCode: ws.OpText, Length: 1 << 30, Masked: true, Mask: ws.NewMask()}
 	ws.WriteHeader(conn, hdr)
 	expectClose(t, conn, br, ws.StatusMessageTooBig)
-	if info := <-e.closed; info.Code != ws.StatusMessageTooBig || info.ByPeer || info.Cause != CauseTooBig {
+	if info := <-e.closed; info.Code != CloseCode(ws.StatusMessageTooBig) || info.ByPeer || info.Cause != CauseTooBig {
 		t.Fatalf("close info %+v", info)
 	}
 	if n := f.srv.Stats().ClosedBy["too_big"]; n != 1 {
@@ -229,7 +229,7 @@ func TestEmptyCloseEchoedEmpty(t *testing.T) {
 	if fr.Header.OpCode != ws.OpClose || len(fr.Payload) != 0 {
 		t.Fatalf("want empty close, got %d %q", fr.Header.OpCode, fr.Payload)
 	}
-	if info := <-e.closed; info.Code != ws.StatusNoStatusRcvd || !info.ByPeer {
+	if info := <-e.closed; info.Code != CloseNoStatus || !info.ByPeer {
 		t.Fatalf("close info %+v", info)
 	}
 }
@@ -331,7 +331,7 @@ func TestSlowConsumerClosedOthersUnaffected(t *testing.T) {
 	}
 	select {
 	case info := <-slow.closed:
-		if info.Code != StatusSlowConsumer {
+		if info.Code != CloseTryAgainLater {
 			t.Fatalf("slow close %+v", info)
 		}
 	case <-time.After(5 * time.Second):

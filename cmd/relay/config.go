@@ -34,6 +34,7 @@ type Config struct {
 	WebhookAllowPrivate     bool          // WEBHOOK_ALLOW_PRIVATE_ADDRESSES: let webhooks reach loopback/private addresses
 	UsageRollup             time.Duration // USAGE_ROLLUP_SECONDS
 	ShutdownTimeout         time.Duration // SHUTDOWN_TIMEOUT_SECONDS
+	ActorDormancy           time.Duration // ACTOR_DORMANCY_SECONDS: quiet period after which an idle channel or project actor stops
 
 	// Abuse limits (README › Limits).
 	MaxSubscriptions int // MAX_SUBSCRIPTIONS_PER_CONNECTION
@@ -51,7 +52,7 @@ var configVars = []string{
 	"ALLOWED_SIGNUP_EMAILS", "EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE",
 	"CLIENT_EMIT_RATE_LIMIT_PER_SECOND", "CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS",
 	"REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS", "CONNECTION_MAX_LIFETIME_SECONDS",
-	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
+	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "ACTOR_DORMANCY_SECONDS",
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
 	"LOG_FORMAT", "LOG_LEVEL",
 }
@@ -80,6 +81,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		WebhookAllowPrivate:     p.oneOf("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "false", "true", "false") == "true",
 		UsageRollup:             p.duration("USAGE_ROLLUP_SECONDS", 300, time.Second),
 		ShutdownTimeout:         p.duration("SHUTDOWN_TIMEOUT_SECONDS", 15, time.Second),
+		ActorDormancy:           p.duration("ACTOR_DORMANCY_SECONDS", 30, time.Second),
 
 		MaxSubscriptions: p.positive("MAX_SUBSCRIPTIONS_PER_CONNECTION", 200),
 		MaxConnections:   p.positive("MAX_CONNECTIONS_PER_PROJECT", 10000),
@@ -280,7 +282,7 @@ func (c Config) redacted() []any {
 		"client_emit_token_max_ttl", c.ClientEmitTokenMaxTTL, "replay_ttl", c.ReplayTTL,
 		"idle_timeout", c.IdleTimeout, "max_lifetime", c.ConnectionMaxLifetime,
 		"webhook_timeout", c.WebhookTimeout, "webhook_allow_private", c.WebhookAllowPrivate,
-		"usage_rollup", c.UsageRollup, "shutdown_timeout", c.ShutdownTimeout,
+		"usage_rollup", c.UsageRollup, "shutdown_timeout", c.ShutdownTimeout, "actor_dormancy", c.ActorDormancy,
 		"max_subscriptions_per_connection", c.MaxSubscriptions, "max_connections_per_project", c.MaxConnections,
 		"login_attempts_per_minute", c.LoginAttempts, "signup_attempts_per_minute", c.SignupAttempts,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,

@@ -54,6 +54,7 @@ func cfgFields(c Config) map[string]any {
 		"SIGNUP_ATTEMPTS_PER_MINUTE":        c.SignupAttempts,
 		"USAGE_ROLLUP_SECONDS":              c.UsageRollup,
 		"SHUTDOWN_TIMEOUT_SECONDS":          c.ShutdownTimeout,
+		"ACTOR_DORMANCY_SECONDS":            c.ActorDormancy,
 		"LOG_FORMAT":                        c.LogFormat,
 		"LOG_LEVEL":                         c.LogLevel,
 	}
@@ -83,6 +84,7 @@ var cfgDefaults = map[string]any{
 	"SIGNUP_ATTEMPTS_PER_MINUTE":        20,
 	"USAGE_ROLLUP_SECONDS":              300 * time.Second,
 	"SHUTDOWN_TIMEOUT_SECONDS":          15 * time.Second,
+	"ACTOR_DORMANCY_SECONDS":            30 * time.Second,
 	"LOG_FORMAT":                        "text",
 	"LOG_LEVEL":                         slog.LevelInfo,
 }

@@ -148,6 +148,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		ReplayTTL:               cfg.ReplayTTL,
 		ClientEmitRatePerSecond: cfg.ClientEmitRatePerSecond,
 		TokenMaxTTL:             cfg.ClientEmitTokenMaxTTL,
+		ActorDormancy:           cfg.ActorDormancy,
 		LoadSettings:            settingsLoader(st),
 		Webhooks:                webhookSender(hooks),
 		MaxSubscriptions:        cfg.MaxSubscriptions,

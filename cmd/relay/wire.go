@@ -29,6 +29,9 @@ func keyLoader(st *store.Store) actors.KeyLoader {
 func settingsLoader(st *store.Store) actors.SettingsLoader {
 	return func(ctx context.Context, projectID string) (actors.Settings, error) {
 		p, err := st.Project(ctx, projectID)
+		if errors.Is(err, store.ErrNotFound) {
+			return actors.Settings{}, actors.ErrProjectNotFound
+		}
 		if err != nil {
 			return actors.Settings{}, err
 		}
