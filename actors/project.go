@@ -62,7 +62,7 @@ type projectActor struct {
 	processed      uint64                  // edge messages processed (projectRef's count)
 	mailbox        *mailboxDepth
 
-	quiet    quietPeriod
+	quiet quietPeriod
 
 	connects int64
 	usage    *projectUsage // emits, counted by the channels where they are accepted
