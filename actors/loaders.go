@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/relayhq/relay/transport"
@@ -36,19 +35,6 @@ type ConnEvent struct {
 
 // WebhookSender hands an event to whatever delivers webhooks; it must not block.
 type WebhookSender func(url, secret string, ev ConnEvent)
-
-// Key is what the key index knows of one API key.
-type Key struct {
-	ProjectID string
-	Type      string // "public" or "secret"
-	Revoked   bool
-}
-
-// ErrUnknownKey is returned by a KeyLoader for a hash no key has.
-var ErrUnknownKey = errors.New("unknown key")
-
-// KeyLoader finds a key by the SHA-256 hex of its raw value.
-type KeyLoader func(ctx context.Context, hash string) (Key, error)
 
 // Settings are the per-project values the project actor applies.
 type Settings struct {

@@ -218,18 +218,9 @@ func (c controlPlane) handleCreateProject(w http.ResponseWriter, r *http.Request
 		writeDecodeError(w, err)
 		return
 	}
-	name := strings.TrimSpace(in.Name)
-	if name == "" {
-		writeError(w, proto.CodeNameRequired)
-		return
-	}
-	pub, sec := newRawKey(PublicKeyPrefix), newRawKey(SecretKeyPrefix)
-	p, err := c.store.CreateProject(r.Context(), userID(r), name,
-		store.APIKey{KeyType: "public", KeyHash: HashKey(pub), KeyPrefix: maskKey(pub)},
-		store.APIKey{KeyType: "secret", KeyHash: HashKey(sec), KeyPrefix: maskKey(sec)},
-	)
+	p, pub, sec, err := c.ops.create(r.Context(), userID(r), in.Name)
 	if err != nil {
-		writeInternal(w, c.log, "create project", err)
+		c.writeOpError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{
@@ -238,24 +229,31 @@ func (c controlPlane) handleCreateProject(w http.ResponseWriter, r *http.Request
 	})
 }
 
-// ownedProject loads the caller's project or answers 404 project_not_found,
-// also for someone else's project, so ids of others are not confirmed.
-func (c controlPlane) ownedProject(w http.ResponseWriter, r *http.Request) (store.Project, bool) {
-	p, err := c.store.ProjectOfOwner(r.Context(), r.PathValue("projectId"), userID(r))
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, proto.CodeProjectNotFound)
-		return p, false
-	}
+// owned loads the caller's project named in the path, or answers 404
+// project_not_found (also for someone else's project).
+func (c controlPlane) owned(w http.ResponseWriter, r *http.Request) (ownedProject, bool) {
+	p, err := c.ops.owned(r.Context(), userID(r), r.PathValue("projectId"))
 	if err != nil {
-		writeInternal(w, c.log, "load project", err)
+		c.writeOpError(w, err)
 		return p, false
 	}
 	return p, true
 }
 
+// writeOpError answers a failed project operation: a refusal with its SPEC
+// code, our own fault with 500 (503 when the database cannot be reached).
+func (c controlPlane) writeOpError(w http.ResponseWriter, err error) {
+	var refused *proto.Error
+	if errors.As(err, &refused) {
+		writeError(w, refused.Code)
+		return
+	}
+	writeInternal(w, c.log, "project operation", err)
+}
+
 func (c controlPlane) handleGetProject(w http.ResponseWriter, r *http.Request) {
-	if p, ok := c.ownedProject(w, r); ok {
-		writeJSON(w, http.StatusOK, map[string]any{"project": toProjectBody(p)})
+	if p, ok := c.owned(w, r); ok {
+		writeJSON(w, http.StatusOK, map[string]any{"project": toProjectBody(p.Project)})
 	}
 }
 
@@ -265,47 +263,32 @@ func (c controlPlane) handleRenameProject(w http.ResponseWriter, r *http.Request
 		writeDecodeError(w, err)
 		return
 	}
-	if _, ok := c.ownedProject(w, r); !ok {
-		return
-	}
-	name := strings.TrimSpace(in.Name)
-	if name == "" {
-		writeError(w, proto.CodeNameRequired)
-		return
-	}
-	p, err := c.store.RenameProject(r.Context(), r.PathValue("projectId"), userID(r), name)
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, proto.CodeProjectNotFound)
-		return
-	}
-	if err != nil {
-		writeInternal(w, c.log, "rename project", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"project": map[string]string{"id": p.ID, "name": p.Name}})
-}
-
-func (c controlPlane) handleDeleteProject(w http.ResponseWriter, r *http.Request) {
-	p, ok := c.ownedProject(w, r)
+	p, ok := c.owned(w, r)
 	if !ok {
 		return
 	}
-	id := p.ID // canonical, as the live state knows it
-	err := c.store.DeleteProject(r.Context(), id, userID(r))
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, proto.CodeProjectNotFound)
-		return
-	}
+	renamed, err := p.rename(r.Context(), in.Name)
 	if err != nil {
-		writeInternal(w, c.log, "delete project", err)
+		c.writeOpError(w, err)
 		return
 	}
-	c.live.ProjectDeleted(id)
+	writeJSON(w, http.StatusOK, map[string]any{"project": map[string]string{"id": renamed.ID, "name": renamed.Name}})
+}
+
+func (c controlPlane) handleDeleteProject(w http.ResponseWriter, r *http.Request) {
+	p, ok := c.owned(w, r)
+	if !ok {
+		return
+	}
+	if err := p.remove(r.Context()); err != nil {
+		c.writeOpError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
 func (c controlPlane) handleListKeys(w http.ResponseWriter, r *http.Request) {
-	p, ok := c.ownedProject(w, r)
+	p, ok := c.owned(w, r)
 	if !ok {
 		return
 	}
@@ -331,45 +314,27 @@ func (c controlPlane) handleRotateKey(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
-	p, ok := c.ownedProject(w, r)
+	p, ok := c.owned(w, r)
 	if !ok {
 		return
 	}
-	var prefix string
-	switch in.KeyType {
-	case "public":
-		prefix = PublicKeyPrefix
-	case "secret":
-		prefix = SecretKeyPrefix
-	default:
-		writeError(w, proto.CodeInvalidKeyType)
-		return
-	}
-	raw := newRawKey(prefix)
-	k, err := c.store.RotateKey(r.Context(), p.ID, store.APIKey{KeyType: in.KeyType, KeyHash: HashKey(raw), KeyPrefix: maskKey(raw)})
+	k, raw, err := p.rotateKey(r.Context(), in.KeyType)
 	if err != nil {
-		writeInternal(w, c.log, "rotate key", err)
+		c.writeOpError(w, err)
 		return
 	}
-	c.live.KeysChanged(p.ID)
 	writeJSON(w, http.StatusCreated, map[string]any{"key": rotatedKeyBody{ID: k.ID, KeyType: k.KeyType, KeyPrefix: k.KeyPrefix, Raw: raw}})
 }
 
 func (c controlPlane) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
-	p, ok := c.ownedProject(w, r)
+	p, ok := c.owned(w, r)
 	if !ok {
 		return
 	}
-	_, err := c.store.RevokeKey(r.Context(), p.ID, r.PathValue("keyId"))
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, proto.CodeKeyNotFound)
+	if err := p.revokeKey(r.Context(), r.PathValue("keyId")); err != nil {
+		c.writeOpError(w, err)
 		return
 	}
-	if err != nil {
-		writeInternal(w, c.log, "revoke key", err)
-		return
-	}
-	c.live.KeysChanged(p.ID)
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
@@ -383,26 +348,18 @@ func (c controlPlane) handleClientEmitSecret(w http.ResponseWriter, r *http.Requ
 		writeDecodeError(w, err)
 		return
 	}
-	p, ok := c.ownedProject(w, r)
+	p, ok := c.owned(w, r)
 	if !ok {
 		return
 	}
-	secret := p.ClientEmitSecret
-	switch {
-	case in.Regenerate:
-		secret = newSecret()
-		if err := c.store.SetClientEmitSecret(r.Context(), p.ID, secret); err != nil {
-			writeInternal(w, c.log, "set client-emit secret", err)
-			return
-		}
-		c.live.ClientEmitSecretChanged(p.ID, secret)
-	case secret == "":
-		var err error
-		if secret, err = c.store.EnsureClientEmitSecret(r.Context(), p.ID, newSecret()); err != nil {
-			writeInternal(w, c.log, "set client-emit secret", err)
-			return
-		}
-		c.live.ClientEmitSecretChanged(p.ID, secret)
+	get := p.ensureClientEmitSecret
+	if in.Regenerate {
+		get = p.regenerateClientEmitSecret
+	}
+	secret, err := get(r.Context())
+	if err != nil {
+		c.writeOpError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"clientEmitSecret": secret})
 }

@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/relayhq/relay/proto"
@@ -59,16 +58,12 @@ var pages = func() map[string]*template.Template {
 	return out
 }()
 
-// dashboard serves the HTML pages. It holds no state beyond a request except
-// settingsMu, which serialises the read-modify-write of a project's settings
-// row on this node (webhook and budget forms save the same row).
+// dashboard serves the HTML pages. It holds no state beyond a request.
 type dashboard struct {
 	*Server
-	settingsMu *sync.Mutex
 }
 
 func (d dashboard) routes(mux *http.ServeMux) {
-	d.settingsMu = &sync.Mutex{}
 	auth := d.authed
 	mux.Handle("/{$}", methods{http.MethodGet: auth(d.handleHome)})
 	mux.Handle(cssPath, methods{http.MethodGet: d.handleCSS})
@@ -144,12 +139,26 @@ var (
 		"(CSRF check failed). Nothing was changed. Go back, reload the page and try again."}
 	errBadForm        = pageErr{http.StatusBadRequest, "The form could not be read. Reload the page and try again."}
 	errFormTooLarge   = pageErr{http.StatusRequestEntityTooLarge, "The form is too large."}
-	errWebhookURL     = pageErr{http.StatusBadRequest, "The webhook URL must be an absolute http:// or https:// URL (for example https://example.com/hooks/relay), without user name or password."}
-	errNoWebhook      = pageErr{http.StatusBadRequest, "This project has no webhook URL: set one first."}
-	errBudget         = pageErr{http.StatusBadRequest, "The channel budget must be a whole number of messages per minute from 1 to 1000000000, or empty to use the server default."}
 	errInternal       = pageErr{http.StatusInternalServerError, "Something went wrong on our side. Try again in a moment."}
 	errLoggedOutAgain = pageErr{http.StatusForbidden, "Your session ended. Log in again."}
 )
+
+// refusalPage is how a refused project operation (projects.go) is shown;
+// refused is false for any other error.
+func refusalPage(err error) (pe pageErr, refused bool) {
+	var coded *proto.Error
+	switch {
+	case errors.As(err, &coded):
+		return codeErr(coded.Code), true
+	case errors.Is(err, errInvalidWebhookURL):
+		return pageErr{http.StatusBadRequest, "The webhook URL must be an absolute http:// or https:// URL (for example https://example.com/hooks/relay), without user name or password."}, true
+	case errors.Is(err, errNoWebhookURL):
+		return pageErr{http.StatusBadRequest, "This project has no webhook URL: set one first."}, true
+	case errors.Is(err, errInvalidBudget):
+		return pageErr{http.StatusBadRequest, "The channel budget must be a whole number of messages per minute from 1 to 1000000000, or empty to use the server default."}, true
+	}
+	return pageErr{}, false
+}
 
 // notices are the confirmations shown after a redirect (?done=...). Only
 // these fixed texts can appear, whatever the query says.

@@ -5,14 +5,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 
-	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/store"
 )
 
-// Projects, keys and the client-emit secret: the same store calls and live
-// notifications as the control plane's JSON routes.
+// Projects, keys and the client-emit secret: the pages of the project
+// operations (projects.go) that the control plane's JSON routes also call.
 
 // projectView is the project page.
 type projectView struct {
@@ -54,17 +52,28 @@ type confirmView struct {
 
 // project loads v's project named in the path, or shows a 404 page (also
 // for someone else's project, as the JSON routes do).
-func (d dashboard) project(w http.ResponseWriter, r *http.Request, v *viewer) (store.Project, bool) {
-	p, err := d.store.ProjectOfOwner(r.Context(), r.PathValue("projectId"), v.user.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		d.fail(w, r, v, codeErr(proto.CodeProjectNotFound))
-		return p, false
-	}
+func (d dashboard) project(w http.ResponseWriter, r *http.Request, v *viewer) (ownedProject, bool) {
+	p, err := d.ops.owned(r.Context(), v.user.ID, r.PathValue("projectId"))
 	if err != nil {
-		d.internal(w, r, v, "load project", err)
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return p, false
 	}
 	return p, true
+}
+
+// opFailed shows why a project operation on p failed: the project page
+// with the refusal and what the user typed (pv), an error page when the
+// project is gone, or a 500 page for our own fault.
+func (d dashboard) opFailed(w http.ResponseWriter, r *http.Request, v *viewer, p store.Project, err error, pv *projectView) {
+	pe, refused := refusalPage(err)
+	switch {
+	case !refused:
+		d.internal(w, r, v, "project operation", err)
+	case errors.Is(err, errProjectNotFound):
+		d.fail(w, r, v, pe)
+	default:
+		d.showProject(w, r, v, p, pe.status, &pe, "", pv)
+	}
 }
 
 // showProject renders the project page; pv may carry what a form left
@@ -132,7 +141,7 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 
 func (d dashboard) handleProject(w http.ResponseWriter, r *http.Request, v *viewer) {
 	if p, ok := d.project(w, r, v); ok {
-		d.showProject(w, r, v, p, http.StatusOK, nil, "", nil)
+		d.showProject(w, r, v, p.Project, http.StatusOK, nil, "", nil)
 	}
 }
 
@@ -142,19 +151,13 @@ func done(w http.ResponseWriter, r *http.Request, projectID, notice string) {
 }
 
 func (d dashboard) handleCreate(w http.ResponseWriter, r *http.Request, v *viewer) {
-	name := strings.TrimSpace(r.PostFormValue("name"))
-	if name == "" {
-		pe := codeErr(proto.CodeNameRequired)
+	p, pub, sec, err := d.ops.create(r.Context(), v.user.ID, r.PostFormValue("name"))
+	if pe, refused := refusalPage(err); refused {
 		d.showHome(w, r, v, pe.status, pe.msg, r.PostFormValue("name"))
 		return
 	}
-	pub, sec := newRawKey(PublicKeyPrefix), newRawKey(SecretKeyPrefix)
-	p, err := d.store.CreateProject(r.Context(), v.user.ID, name,
-		store.APIKey{KeyType: "public", KeyHash: HashKey(pub), KeyPrefix: maskKey(pub)},
-		store.APIKey{KeyType: "secret", KeyHash: HashKey(sec), KeyPrefix: maskKey(sec)},
-	)
 	if err != nil {
-		d.internal(w, r, v, "create project", err)
+		d.internal(w, r, v, "project operation", err)
 		return
 	}
 	// The raw keys exist only in this response: rendered here, not redirected.
@@ -168,19 +171,8 @@ func (d dashboard) handleRename(w http.ResponseWriter, r *http.Request, v *viewe
 	if !ok {
 		return
 	}
-	name := strings.TrimSpace(r.PostFormValue("name"))
-	if name == "" {
-		pe := codeErr(proto.CodeNameRequired)
-		d.showProject(w, r, v, p, pe.status, &pe, "", &projectView{ErrorForm: "rename", RenameInput: r.PostFormValue("name")})
-		return
-	}
-	_, err := d.store.RenameProject(r.Context(), p.ID, v.user.ID, name)
-	if errors.Is(err, store.ErrNotFound) {
-		d.fail(w, r, v, codeErr(proto.CodeProjectNotFound))
-		return
-	}
-	if err != nil {
-		d.internal(w, r, v, "rename project", err)
+	if _, err := p.rename(r.Context(), r.PostFormValue("name")); err != nil {
+		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "rename", RenameInput: r.PostFormValue("name")})
 		return
 	}
 	done(w, r, p.ID, "renamed")
@@ -188,7 +180,7 @@ func (d dashboard) handleRename(w http.ResponseWriter, r *http.Request, v *viewe
 
 // confirmed reports whether a POST carries the confirmation; otherwise it
 // shows the confirmation page (also for GET), and the caller stops.
-func (d dashboard) confirmed(w http.ResponseWriter, r *http.Request, v *viewer, p store.Project, cv confirmView) bool {
+func (d dashboard) confirmed(w http.ResponseWriter, r *http.Request, v *viewer, p ownedProject, cv confirmView) bool {
 	if r.Method == http.MethodPost && r.PostFormValue("confirm") == "yes" {
 		return true
 	}
@@ -209,16 +201,10 @@ func (d dashboard) handleDelete(w http.ResponseWriter, r *http.Request, v *viewe
 	}) {
 		return
 	}
-	err := d.store.DeleteProject(r.Context(), p.ID, v.user.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		d.fail(w, r, v, codeErr(proto.CodeProjectNotFound))
+	if err := p.remove(r.Context()); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
-	if err != nil {
-		d.internal(w, r, v, "delete project", err)
-		return
-	}
-	d.live.ProjectDeleted(p.ID)
 	http.Redirect(w, r, "/?done=deleted", http.StatusSeeOther)
 }
 
@@ -227,28 +213,15 @@ func (d dashboard) handleRotate(w http.ResponseWriter, r *http.Request, v *viewe
 	if !ok {
 		return
 	}
-	keyType := r.PostFormValue("keyType")
-	var prefix string
-	switch keyType {
-	case "public":
-		prefix = PublicKeyPrefix
-	case "secret":
-		prefix = SecretKeyPrefix
-	default:
-		pe := codeErr(proto.CodeInvalidKeyType)
-		d.showProject(w, r, v, p, pe.status, &pe, "", nil)
+	k, raw, err := p.rotateKey(r.Context(), r.PostFormValue("keyType"))
+	if err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
-	raw := newRawKey(prefix)
-	if _, err := d.store.RotateKey(r.Context(), p.ID, store.APIKey{KeyType: keyType, KeyHash: HashKey(raw), KeyPrefix: maskKey(raw)}); err != nil {
-		d.internal(w, r, v, "rotate key", err)
-		return
-	}
-	d.live.KeysChanged(p.ID)
-	d.showProject(w, r, v, p, http.StatusCreated, nil,
-		"New "+keyType+" key issued; the previous "+keyType+" key is revoked and stopped working now. "+
+	d.showProject(w, r, v, p.Project, http.StatusCreated, nil,
+		"New "+k.KeyType+" key issued; the previous "+k.KeyType+" key is revoked and stopped working now. "+
 			"Copy the new key: it is shown only once.",
-		&projectView{NewKeys: []newKey{{keyType, raw}}})
+		&projectView{NewKeys: []newKey{{k.KeyType, raw}}})
 }
 
 func (d dashboard) handleRevoke(w http.ResponseWriter, r *http.Request, v *viewer) {
@@ -256,17 +229,10 @@ func (d dashboard) handleRevoke(w http.ResponseWriter, r *http.Request, v *viewe
 	if !ok {
 		return
 	}
-	_, err := d.store.RevokeKey(r.Context(), p.ID, r.PathValue("keyId"))
-	if errors.Is(err, store.ErrNotFound) {
-		pe := codeErr(proto.CodeKeyNotFound)
-		d.showProject(w, r, v, p, pe.status, &pe, "", nil)
+	if err := p.revokeKey(r.Context(), r.PathValue("keyId")); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
-	if err != nil {
-		d.internal(w, r, v, "revoke key", err)
-		return
-	}
-	d.live.KeysChanged(p.ID)
 	done(w, r, p.ID, "key-revoked")
 }
 
@@ -277,13 +243,9 @@ func (d dashboard) handleGenerateClientEmitSecret(w http.ResponseWriter, r *http
 	if !ok {
 		return
 	}
-	if p.ClientEmitSecret == "" {
-		secret, err := d.store.EnsureClientEmitSecret(r.Context(), p.ID, newSecret())
-		if err != nil {
-			d.internal(w, r, v, "set client-emit secret", err)
-			return
-		}
-		d.live.ClientEmitSecretChanged(p.ID, secret)
+	if _, err := p.ensureClientEmitSecret(r.Context()); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
+		return
 	}
 	done(w, r, p.ID, "ces-generated")
 }
@@ -298,11 +260,9 @@ func (d dashboard) handleRegenerateClientEmitSecret(w http.ResponseWriter, r *ht
 	}) {
 		return
 	}
-	secret := newSecret()
-	if err := d.store.SetClientEmitSecret(r.Context(), p.ID, secret); err != nil {
-		d.internal(w, r, v, "set client-emit secret", err)
+	if _, err := p.regenerateClientEmitSecret(r.Context()); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
-	d.live.ClientEmitSecretChanged(p.ID, secret)
 	done(w, r, p.ID, "ces-regenerated")
 }

@@ -4,61 +4,22 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-
-	"github.com/relayhq/relay/api/webhook"
-	"github.com/relayhq/relay/store"
 )
 
 // The webhook (SPEC.md › Webhook configuration: "set from the dashboard
 // only") and the per-project channel budget (SPEC.md › Limits: "overridable
-// per project from the dashboard"). Both live in the project's settings row;
-// every change is followed by live.SettingsChanged so a running project actor
-// reloads it.
+// per project from the dashboard"): the pages of their project operations
+// (projects.go), which save the project's settings row and make a running
+// project actor reload it.
 
-// maxWebhookURL bounds what we store and send to.
-const maxWebhookURL = 2048
-
-// maxChannelBudget keeps the override inside the store's integer column.
-const maxChannelBudget = 1_000_000_000
-
-// updateSettings applies change to the project's settings row (read, modify,
-// write, serialised on this node) and tells the live state.
-func (d dashboard) updateSettings(r *http.Request, projectID string, change func(*store.Settings)) error {
-	d.settingsMu.Lock()
-	defer d.settingsMu.Unlock()
-	st, err := d.store.Settings(r.Context(), projectID)
-	if err != nil {
-		return err
-	}
-	change(&st)
-	if err := d.store.SaveSettings(r.Context(), st); err != nil {
-		return err
-	}
-	d.live.SettingsChanged(projectID)
-	return nil
-}
-
-// handleSetWebhook sets or changes the URL. The signing secret is generated
-// when a URL is first set and kept when it changes.
+// handleSetWebhook sets or changes the URL.
 func (d dashboard) handleSetWebhook(w http.ResponseWriter, r *http.Request, v *viewer) {
 	p, ok := d.project(w, r, v)
 	if !ok {
 		return
 	}
-	raw := strings.TrimSpace(r.PostFormValue("url"))
-	if raw == "" || len(raw) > maxWebhookURL || !webhook.ValidURL(raw) {
-		pe := errWebhookURL
-		d.showProject(w, r, v, p, pe.status, &pe, "", &projectView{ErrorForm: "webhook", WebhookInput: r.PostFormValue("url")})
-		return
-	}
-	err := d.updateSettings(r, p.ID, func(st *store.Settings) {
-		st.WebhookURL = raw
-		if st.WebhookSecret == "" {
-			st.WebhookSecret = newSecret()
-		}
-	})
-	if err != nil {
-		d.internal(w, r, v, "save webhook", err)
+	if err := p.setWebhook(r.Context(), r.PostFormValue("url")); err != nil {
+		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "webhook", WebhookInput: r.PostFormValue("url")})
 		return
 	}
 	done(w, r, p.ID, "webhook-saved")
@@ -70,27 +31,22 @@ func (d dashboard) handleRemoveWebhook(w http.ResponseWriter, r *http.Request, v
 	if !ok {
 		return
 	}
-	err := d.updateSettings(r, p.ID, func(st *store.Settings) { st.WebhookURL, st.WebhookSecret = "", "" })
-	if err != nil {
-		d.internal(w, r, v, "remove webhook", err)
+	if err := p.removeWebhook(r.Context()); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
 	done(w, r, p.ID, "webhook-removed")
 }
 
+// handleRegenerateWebhookSecret offers a new signing secret only for a
+// project with a webhook URL, and asks for confirmation first.
 func (d dashboard) handleRegenerateWebhookSecret(w http.ResponseWriter, r *http.Request, v *viewer) {
 	p, ok := d.project(w, r, v)
 	if !ok {
 		return
 	}
-	st, err := d.store.Settings(r.Context(), p.ID)
-	if err != nil {
-		d.internal(w, r, v, "load settings", err)
-		return
-	}
-	if st.WebhookURL == "" {
-		pe := errNoWebhook
-		d.showProject(w, r, v, p, pe.status, &pe, "", nil)
+	if err := p.requireWebhook(r.Context()); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
 	if !d.confirmed(w, r, v, p, confirmView{
@@ -100,45 +56,27 @@ func (d dashboard) handleRegenerateWebhookSecret(w http.ResponseWriter, r *http.
 	}) {
 		return
 	}
-	noURL := false
-	err = d.updateSettings(r, p.ID, func(st *store.Settings) {
-		if noURL = st.WebhookURL == ""; !noURL {
-			st.WebhookSecret = newSecret()
-		}
-	})
-	if err != nil {
-		d.internal(w, r, v, "regenerate webhook secret", err)
-		return
-	}
-	if noURL { // removed meanwhile, in another tab
-		pe := errNoWebhook
-		d.showProject(w, r, v, p, pe.status, &pe, "", nil)
+	// Refused too when the URL was removed meanwhile, in another tab.
+	if err := p.regenerateWebhookSecret(r.Context()); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
 	done(w, r, p.ID, "webhook-secret")
 }
 
-// handleBudget sets the per-channel emit budget override (messages per
-// minute, replacing EMIT_RATE_LIMIT_PER_MINUTE for this project), or clears
-// it when the field is empty.
+// handleBudget sets the per-channel emit budget override, or clears it when
+// the field is empty.
 func (d dashboard) handleBudget(w http.ResponseWriter, r *http.Request, v *viewer) {
 	p, ok := d.project(w, r, v)
 	if !ok {
 		return
 	}
-	in := strings.TrimSpace(r.PostFormValue("limit"))
-	var limit *int
-	if in != "" {
-		n, err := strconv.Atoi(in)
-		if err != nil || n < 1 || n > maxChannelBudget {
-			pe := errBudget
-			d.showProject(w, r, v, p, pe.status, &pe, "", &projectView{ErrorForm: "budget", BudgetInput: r.PostFormValue("limit")})
-			return
-		}
-		limit = &n
+	limit, err := parseBudget(r.PostFormValue("limit"))
+	if err == nil {
+		err = p.setChannelBudget(r.Context(), limit)
 	}
-	if err := d.updateSettings(r, p.ID, func(st *store.Settings) { st.ChannelRateLimit = limit }); err != nil {
-		d.internal(w, r, v, "save channel budget", err)
+	if err != nil {
+		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "budget", BudgetInput: r.PostFormValue("limit")})
 		return
 	}
 	if limit == nil {
@@ -146,4 +84,18 @@ func (d dashboard) handleBudget(w http.ResponseWriter, r *http.Request, v *viewe
 		return
 	}
 	done(w, r, p.ID, "budget-saved")
+}
+
+// parseBudget reads the budget field: empty is nil (the server default), a
+// whole number is the override; anything else is errInvalidBudget.
+func parseBudget(field string) (*int, error) {
+	field = strings.TrimSpace(field)
+	if field == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(field)
+	if err != nil {
+		return nil, errInvalidBudget
+	}
+	return &n, nil
 }

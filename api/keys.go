@@ -23,10 +23,16 @@ func newRawKey(prefix string) string {
 	return prefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
+// keyDigest is the SHA-256 of a raw key. The store keeps its hex form
+// (HashKey); the key index keys its maps by the raw digest, half the size.
+type keyDigest [sha256.Size]byte
+
+func digestKey(raw string) keyDigest { return sha256.Sum256([]byte(raw)) }
+
 // HashKey is the SHA-256 hex digest under which a raw key is stored and looked up.
 func HashKey(raw string) string {
-	sum := sha256.Sum256([]byte(raw))
-	return hex.EncodeToString(sum[:])
+	d := digestKey(raw)
+	return hex.EncodeToString(d[:])
 }
 
 // maskKey shows the type prefix and four characters, then masking characters.

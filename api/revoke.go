@@ -4,16 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"time"
 
-	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/proto"
-	"github.com/relayhq/relay/store"
 )
 
 // handleRevokeTokens is SPEC.md › Client-emit token revoke endpoint. The
 // revocation is stored before the answer (it survives a restart) and applied
-// to the live project at once.
+// to the live project at once (projectOps.revokeTokens).
 func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 	leave, ok := s.enter(w)
 	if !ok {
@@ -38,27 +35,11 @@ func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.Code)
 		return
 	}
-	now := s.now().UTC()
-	// A token revoked now expires by now + the maximum TTL at the latest.
-	expires := now.Add(s.tokenTTL + time.Minute)
-	var revs []actors.Revocation
-	if in.JTI != "" {
-		revs = append(revs, actors.Revocation{Kind: actors.RevokeJTI, Value: in.JTI, RevokedAt: now, ExpiresAt: expires})
+	if err := s.ops.revokeTokens(r.Context(), projectID, in); err != nil {
+		s.log.Error("revoke tokens", "project", projectID, "err", err)
+		writeError(w, proto.CodeUnavailable)
+		return
 	}
-	if in.ClientID != "" {
-		revs = append(revs, actors.Revocation{Kind: actors.RevokeClient, Value: in.ClientID, RevokedAt: now, ExpiresAt: expires})
-	}
-	for _, rv := range revs {
-		err := s.store.AddRevocation(r.Context(), store.Revocation{
-			ProjectID: projectID, Kind: rv.Kind, Value: rv.Value, RevokedAt: rv.RevokedAt, ExpiresAt: rv.ExpiresAt,
-		})
-		if err != nil {
-			s.log.Error("store revocation", "project", projectID, "err", err)
-			writeError(w, proto.CodeUnavailable)
-			return
-		}
-	}
-	s.actors.Revoke(projectID, revs)
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 

@@ -14,23 +14,6 @@ import (
 	"github.com/relayhq/relay/transport"
 )
 
-// Live is told about control-plane changes that live state (the actors) must
-// follow at once: a revoked or rotated key fails on the very next request.
-type Live interface {
-	KeysChanged(projectID string)
-	ProjectDeleted(projectID string)
-	SettingsChanged(projectID string)
-	ClientEmitSecretChanged(projectID, secret string)
-}
-
-type noLive struct{}
-
-func (noLive) KeysChanged(string)     {}
-func (noLive) ProjectDeleted(string)  {}
-func (noLive) SettingsChanged(string) {}
-
-func (noLive) ClientEmitSecretChanged(string, string) {}
-
 // Options wires a Server. Store, Logger and SessionKey are required.
 type Options struct {
 	Store               *store.Store
@@ -38,11 +21,10 @@ type Options struct {
 	SessionKey          []byte
 	CookieSecure        string   // auto, true or false
 	AllowedSignupEmails []string // lower-cased
-	Live                Live     // nil: nothing live to tell
 	Now                 func() time.Time
 
-	// The connection plane; all three are required for /emit and /ws.
-	Keys      *actors.KeyIndex
+	// The connection plane; both are required for /emit and /ws. Without
+	// Actors, control-plane changes have nothing live to tell.
 	Actors    *actors.System
 	Transport *transport.Server
 	// TokenMaxTTL is CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS: how long a stored
@@ -62,13 +44,12 @@ type Server struct {
 	log           *slog.Logger
 	sessions      *sessions
 	allowedEmails []string
-	live          Live
+	ops           *projectOps
 	handler       http.Handler
 
-	keys      *actors.KeyIndex
+	keys      *keyIndex // the API keys the connection plane authenticates
 	actors    *actors.System
 	transport *transport.Server
-	tokenTTL  time.Duration
 	metrics   *Metrics
 
 	// draining refuses new connection-plane requests once shutdown begins;
@@ -86,19 +67,20 @@ func New(o Options) *Server {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Live == nil {
-		o.Live = noLive{}
+	var live liveProjects = noLive{}
+	if o.Actors != nil {
+		live = o.Actors
 	}
+	keys := newKeyIndex(storeKeys(o.Store), maxIndexedKeys)
 	s := &Server{
 		store:         o.Store,
 		log:           o.Logger,
 		sessions:      &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now},
 		allowedEmails: o.AllowedSignupEmails,
-		live:          o.Live,
-		keys:          o.Keys,
+		ops:           &projectOps{store: o.Store, keys: keys, live: live, now: o.Now, tokenTTL: o.TokenMaxTTL},
+		keys:          keys,
 		actors:        o.Actors,
 		transport:     o.Transport,
-		tokenTTL:      o.TokenMaxTTL,
 		metrics:       o.Metrics,
 		loginPerEmail: newThrottle(o.LoginAttemptsPerMinute, o.Now),
 		loginPerIP:    newThrottle(3*o.LoginAttemptsPerMinute, o.Now),

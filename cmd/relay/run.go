@@ -155,16 +155,13 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		MaxConnections:          cfg.MaxConnections,
 		Logger:                  log.With("component", "actors"),
 	})
-	keys := actors.NewKeyIndex(keyLoader(st))
 	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
 	st.ObserveQueries(metrics.ObserveQuery)
 	handler := api.New(api.Options{
 		Store: st, Logger: log, SessionKey: key, CookieSecure: cfg.CookieSecure,
 		AllowedSignupEmails: cfg.AllowedSignupEmails,
-		Live:                live{keys: keys, actors: sys},
-		Keys:                keys, Actors: sys, Transport: tr,
-		TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
-		Metrics:     metrics,
+		Actors:              sys, Transport: tr, TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
+		Metrics: metrics,
 
 		LoginAttemptsPerMinute: cfg.LoginAttempts,
 		SignupsPerMinute:       cfg.SignupAttempts,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/relayhq/relay/actors"
@@ -12,19 +11,6 @@ import (
 
 // The actors declare what they need from storage as function types; these
 // adapt the store to them (DESIGN.md: store/ never imports actors/).
-
-func keyLoader(st *store.Store) actors.KeyLoader {
-	return func(ctx context.Context, hash string) (actors.Key, error) {
-		k, err := st.KeyByHash(ctx, hash)
-		if errors.Is(err, store.ErrNotFound) {
-			return actors.Key{}, actors.ErrUnknownKey
-		}
-		if err != nil {
-			return actors.Key{}, err
-		}
-		return actors.Key{ProjectID: k.ProjectID, Type: k.KeyType, Revoked: !k.Active()}, nil
-	}
-}
 
 func settingsLoader(st *store.Store) actors.SettingsLoader {
 	return func(ctx context.Context, projectID string) (actors.Settings, error) {
@@ -65,23 +51,4 @@ func webhookSender(d *webhook.Dispatcher) actors.WebhookSender {
 		}
 		d.Deliver(webhook.Delivery{URL: url, Secret: secret, Event: e})
 	}
-}
-
-// live tells the connection plane about control-plane changes at once.
-type live struct {
-	keys   *actors.KeyIndex
-	actors *actors.System
-}
-
-func (l live) KeysChanged(projectID string) { l.keys.Invalidate(projectID) }
-
-func (l live) ProjectDeleted(projectID string) {
-	l.keys.Invalidate(projectID)
-	l.actors.ProjectDeleted(projectID)
-}
-
-func (l live) SettingsChanged(projectID string) { l.actors.SettingsChanged(projectID) }
-
-func (l live) ClientEmitSecretChanged(projectID, secret string) {
-	l.actors.ClientEmitSecretChanged(projectID, secret)
 }

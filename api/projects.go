@@ -1,0 +1,320 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/api/webhook"
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
+)
+
+// The project operations, one set for both front-ends (the JSON control plane
+// and the dashboard), whose handlers only decode and render. Each operation
+// writes the store first, then tells the live connection plane (the key index,
+// the project actor) before it returns, so the change has reached the live
+// project before the HTTP answer: a revoked or rotated key fails on the very
+// next request, a new client-emit secret or revocation applies to the next
+// frame.
+//
+// A refusal is a typed error: a *proto.Error for the refusals with a SPEC
+// code (the JSON routes answer the code, the dashboard says it in words), or
+// one of the dashboard-only errors below. Any other error is our own fault,
+// wrapped with what was being done.
+
+// Refusals with a SPEC code.
+var (
+	errProjectNotFound = &proto.Error{Code: proto.CodeProjectNotFound}
+	errKeyNotFound     = &proto.Error{Code: proto.CodeKeyNotFound}
+	errNameRequired    = &proto.Error{Code: proto.CodeNameRequired}
+	errInvalidKeyType  = &proto.Error{Code: proto.CodeInvalidKeyType}
+)
+
+// Refusals of the dashboard-only settings (SPEC.md › Webhook configuration:
+// "set from the dashboard only"; › Limits: the channel budget is
+// "overridable per project from the dashboard"). They have no SPEC code.
+var (
+	errInvalidWebhookURL = errors.New("invalid webhook URL")
+	errNoWebhookURL      = errors.New("no webhook URL")
+	errInvalidBudget     = errors.New("invalid channel budget")
+)
+
+// maxWebhookURL bounds what we store and send to.
+const maxWebhookURL = 2048
+
+// maxChannelBudget keeps the override inside the store's integer column.
+const maxChannelBudget = 1_000_000_000
+
+// liveProjects is what the operations tell the actor system (*actors.System).
+type liveProjects interface {
+	ProjectDeleted(projectID string)
+	SettingsChanged(projectID string)
+	ClientEmitSecretChanged(projectID, secret string)
+	Revoke(projectID string, revs []actors.Revocation)
+}
+
+// noLive stands in when there is no connection plane to tell.
+type noLive struct{}
+
+func (noLive) ProjectDeleted(string)                  {}
+func (noLive) SettingsChanged(string)                 {}
+func (noLive) ClientEmitSecretChanged(string, string) {}
+func (noLive) Revoke(string, []actors.Revocation)     {}
+
+// projectOps changes projects. It holds no state of its own beyond
+// settingsMu.
+type projectOps struct {
+	store    *store.Store
+	keys     *keyIndex
+	live     liveProjects
+	now      func() time.Time
+	tokenTTL time.Duration // CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS
+
+	// settingsMu serialises the read-modify-write of a project's settings row
+	// on this node (webhook and budget save the same row).
+	settingsMu sync.Mutex
+}
+
+// create makes a project owned by ownerID with a fresh public and secret
+// key, and returns the raw keys: they exist only in this answer.
+func (o *projectOps) create(ctx context.Context, ownerID, name string) (p store.Project, publicKey, secretKey string, err error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return p, "", "", errNameRequired
+	}
+	pub, sec := newRawKey(PublicKeyPrefix), newRawKey(SecretKeyPrefix)
+	p, err = o.store.CreateProject(ctx, ownerID, name, storedKey("public", pub), storedKey("secret", sec))
+	if err != nil {
+		return p, "", "", fmt.Errorf("create project: %w", err)
+	}
+	return p, pub, sec, nil
+}
+
+// storedKey is the row of a new raw key: its hash and masked prefix, never the key.
+func storedKey(keyType, raw string) store.APIKey {
+	return store.APIKey{KeyType: keyType, KeyHash: HashKey(raw), KeyPrefix: maskKey(raw)}
+}
+
+// ownedProject is a project whose owner has been checked; the operations on
+// one project are its methods, so none runs without that check.
+type ownedProject struct {
+	store.Project
+	ops *projectOps
+}
+
+// owned loads ownerID's project projectID, or refuses with project_not_found,
+// also for someone else's project, so ids of others are not confirmed.
+func (o *projectOps) owned(ctx context.Context, ownerID, projectID string) (ownedProject, error) {
+	p, err := o.store.ProjectOfOwner(ctx, projectID, ownerID)
+	if errors.Is(err, store.ErrNotFound) {
+		return ownedProject{}, errProjectNotFound
+	}
+	if err != nil {
+		return ownedProject{}, fmt.Errorf("load project: %w", err)
+	}
+	return ownedProject{Project: p, ops: o}, nil
+}
+
+// rename renames the project and returns it as stored.
+func (p ownedProject) rename(ctx context.Context, name string) (store.Project, error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return store.Project{}, errNameRequired
+	}
+	renamed, err := p.ops.store.RenameProject(ctx, p.ID, p.OwnerUserID, name)
+	if errors.Is(err, store.ErrNotFound) { // deleted meanwhile
+		return store.Project{}, errProjectNotFound
+	}
+	if err != nil {
+		return store.Project{}, fmt.Errorf("rename project: %w", err)
+	}
+	return renamed, nil
+}
+
+// remove deletes the project with its keys, then forgets its keys and closes
+// its live connections.
+func (p ownedProject) remove(ctx context.Context) error {
+	err := p.ops.store.DeleteProject(ctx, p.ID, p.OwnerUserID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errProjectNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("delete project: %w", err)
+	}
+	p.ops.keys.invalidate(p.ID) // p.ID is canonical, as the live state knows it
+	p.ops.live.ProjectDeleted(p.ID)
+	return nil
+}
+
+// rotateKey issues a new key of keyType ("public" or "secret"), revoking the
+// active one, and returns its row and the raw key, shown only once.
+func (p ownedProject) rotateKey(ctx context.Context, keyType string) (k store.APIKey, raw string, err error) {
+	switch keyType {
+	case "public":
+		raw = newRawKey(PublicKeyPrefix)
+	case "secret":
+		raw = newRawKey(SecretKeyPrefix)
+	default:
+		return k, "", errInvalidKeyType
+	}
+	k, err = p.ops.store.RotateKey(ctx, p.ID, storedKey(keyType, raw))
+	if err != nil {
+		return k, "", fmt.Errorf("rotate key: %w", err)
+	}
+	p.ops.keys.invalidate(p.ID)
+	return k, raw, nil
+}
+
+// revokeKey revokes one key of the project (again: no change).
+func (p ownedProject) revokeKey(ctx context.Context, keyID string) error {
+	_, err := p.ops.store.RevokeKey(ctx, p.ID, keyID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errKeyNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("revoke key: %w", err)
+	}
+	p.ops.keys.invalidate(p.ID)
+	return nil
+}
+
+// ensureClientEmitSecret returns the client-emit secret, generating the
+// first one; an existing one is kept.
+func (p ownedProject) ensureClientEmitSecret(ctx context.Context) (string, error) {
+	if p.ClientEmitSecret != "" {
+		return p.ClientEmitSecret, nil
+	}
+	// Two first requests at once both end with the one secret stored.
+	secret, err := p.ops.store.EnsureClientEmitSecret(ctx, p.ID, newSecret())
+	if err != nil {
+		return "", fmt.Errorf("set client-emit secret: %w", err)
+	}
+	p.ops.live.ClientEmitSecretChanged(p.ID, secret)
+	return secret, nil
+}
+
+// regenerateClientEmitSecret replaces the client-emit secret: every token
+// signed with the old one stops working at once.
+func (p ownedProject) regenerateClientEmitSecret(ctx context.Context) (string, error) {
+	secret := newSecret()
+	if err := p.ops.store.SetClientEmitSecret(ctx, p.ID, secret); err != nil {
+		return "", fmt.Errorf("set client-emit secret: %w", err)
+	}
+	p.ops.live.ClientEmitSecretChanged(p.ID, secret)
+	return secret, nil
+}
+
+// setWebhook sets or changes the webhook URL. The signing secret is
+// generated when a URL is first set and kept when it changes.
+func (p ownedProject) setWebhook(ctx context.Context, url string) error {
+	url = strings.TrimSpace(url)
+	if url == "" || len(url) > maxWebhookURL || !webhook.ValidURL(url) {
+		return errInvalidWebhookURL
+	}
+	return p.updateSettings(ctx, "save webhook", func(st *store.Settings) error {
+		st.WebhookURL = url
+		if st.WebhookSecret == "" {
+			st.WebhookSecret = newSecret()
+		}
+		return nil
+	})
+}
+
+// removeWebhook clears the webhook URL and its secret.
+func (p ownedProject) removeWebhook(ctx context.Context) error {
+	return p.updateSettings(ctx, "remove webhook", func(st *store.Settings) error {
+		st.WebhookURL, st.WebhookSecret = "", ""
+		return nil
+	})
+}
+
+// requireWebhook refuses with errNoWebhookURL when the project has no
+// webhook URL (the dashboard asks before offering a new signing secret).
+func (p ownedProject) requireWebhook(ctx context.Context) error {
+	st, err := p.ops.store.Settings(ctx, p.ID)
+	if err != nil {
+		return fmt.Errorf("load settings: %w", err)
+	}
+	if st.WebhookURL == "" {
+		return errNoWebhookURL
+	}
+	return nil
+}
+
+// regenerateWebhookSecret replaces the webhook signing secret; a project
+// without a webhook URL (perhaps removed meanwhile) is refused.
+func (p ownedProject) regenerateWebhookSecret(ctx context.Context) error {
+	return p.updateSettings(ctx, "regenerate webhook secret", func(st *store.Settings) error {
+		if st.WebhookURL == "" {
+			return errNoWebhookURL
+		}
+		st.WebhookSecret = newSecret()
+		return nil
+	})
+}
+
+// setChannelBudget sets the per-channel emit budget override (messages per
+// minute, replacing EMIT_RATE_LIMIT_PER_MINUTE for this project), or clears
+// it when limit is nil.
+func (p ownedProject) setChannelBudget(ctx context.Context, limit *int) error {
+	if limit != nil && (*limit < 1 || *limit > maxChannelBudget) {
+		return errInvalidBudget
+	}
+	return p.updateSettings(ctx, "save channel budget", func(st *store.Settings) error {
+		st.ChannelRateLimit = limit
+		return nil
+	})
+}
+
+// updateSettings applies change to the project's settings row (read, modify,
+// write, serialised on this node) and makes a running project actor reload
+// it. A change that refuses saves nothing.
+func (p ownedProject) updateSettings(ctx context.Context, what string, change func(*store.Settings) error) error {
+	o := p.ops
+	o.settingsMu.Lock()
+	defer o.settingsMu.Unlock()
+	st, err := o.store.Settings(ctx, p.ID)
+	if err != nil {
+		return fmt.Errorf("%s: load settings: %w", what, err)
+	}
+	if err := change(&st); err != nil {
+		return err
+	}
+	if err := o.store.SaveSettings(ctx, st); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	o.live.SettingsChanged(p.ID)
+	return nil
+}
+
+// revokeTokens revokes client-emit tokens of a project (SPEC.md › Client-emit
+// token revoke endpoint): one jti, every token of a clientId issued until now,
+// or both. Each revocation is stored before it applies to the live project,
+// so it survives a restart.
+func (o *projectOps) revokeTokens(ctx context.Context, projectID string, in revokeRequest) error {
+	now := o.now().UTC()
+	// A token revoked now expires by now + the maximum TTL at the latest.
+	expires := now.Add(o.tokenTTL + time.Minute)
+	var revs []actors.Revocation
+	if in.JTI != "" {
+		revs = append(revs, actors.Revocation{Kind: actors.RevokeJTI, Value: in.JTI, RevokedAt: now, ExpiresAt: expires})
+	}
+	if in.ClientID != "" {
+		revs = append(revs, actors.Revocation{Kind: actors.RevokeClient, Value: in.ClientID, RevokedAt: now, ExpiresAt: expires})
+	}
+	for _, rv := range revs {
+		err := o.store.AddRevocation(ctx, store.Revocation{
+			ProjectID: projectID, Kind: rv.Kind, Value: rv.Value, RevokedAt: rv.RevokedAt, ExpiresAt: rv.ExpiresAt,
+		})
+		if err != nil {
+			return fmt.Errorf("store revocation: %w", err)
+		}
+	}
+	o.live.Revoke(projectID, revs)
+	return nil
+}
