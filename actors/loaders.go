@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/relayhq/relay/transport"
