@@ -232,3 +232,46 @@ func (s *countingSink) Send([]byte) bool {
 	return true
 }
 func (s *countingSink) Close(transport.CloseCode, string) {}
+
+// BenchmarkIdleProjects touches 100 000 distinct projects once each (an
+// emit), then waits for their actors to stop as dormant: heap per project
+// while they live, and what stays per project once all have stopped.
+func BenchmarkIdleProjects(b *testing.B) {
+	const projects = 100_000
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	for range b.N {
+		sys := newTestSystem(b, Config{ActorDormancy: 50 * time.Millisecond,
+			Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+		heap := func() float64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return float64(m.HeapAlloc)
+		}
+		sys.Publish(context.Background(), "warm-up", "c", []byte(`1`)) // the actor pool and registry exist
+		before := heap()
+		for i := range projects {
+			if r, err := sys.Publish(context.Background(), fmt.Sprint("p", i), "c", []byte(`1`)); err != nil || r.Err != nil {
+				b.Fatalf("publish: %v %+v", err, r)
+			}
+		}
+		live := heap()
+		sys.DrainUsage(context.Background())
+		clock.Add(int64(2 * time.Minute)) // every budget window has run out
+		deadline := time.Now().Add(time.Minute)
+		for {
+			in, _ := sys.Inspect(context.Background(), "", "", 0, 1)
+			if in.ProjectsTotal == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d project actors still running", in.ProjectsTotal)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		after := heap()
+		b.ReportMetric((live-before)/projects, "heapB/live-project")
+		b.ReportMetric((after-before)/projects, "heapB/stopped-project")
+	}
+}

@@ -19,7 +19,7 @@ const (
 // constrains are kept raw so each rule can answer with its own code.
 type ClientMessage struct {
 	Action   string
-	Channel  string          // valid only when ChannelOK
+	Channel  string          // a valid name; set only when the channel passed its check
 	RawChan  json.RawMessage // the channel value as sent, echoed in invalid_channel
 	Presence bool
 	ClientID string

@@ -64,8 +64,8 @@ type Config struct {
 	// system call instead of one (a write costs about as much as the
 	// several-frame writev). A burst that dirtied many connections waits
 	// longer, 5 µs per connection up to 20 ms (a fan-out to 2 000 waits
-	// 10 ms): measured at 2 000 subscribers and 600 000 deliveries/s, the
-	// server's CPU fell by a fifth at the same p99. Negative flushes at once.
+	// 10 ms; README › Performance has the figures that chose this).
+	// Negative flushes at once.
 	FlushDelay time.Duration
 	Logger     *slog.Logger
 }
