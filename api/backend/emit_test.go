@@ -1,19 +1,13 @@
 package backend_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,71 +22,21 @@ type ownRelay struct {
 	session                         *http.Client // logged in as the project's owner
 }
 
-// addrWatcher is the process's stderr: it keeps the text and finds the
-// public listener's address in it.
-type addrWatcher struct {
-	mu   sync.Mutex
-	buf  bytes.Buffer
-	addr chan string
-	sent bool
-}
-
-var listeningRe = regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
-
-func (w *addrWatcher) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if m := listeningRe.FindSubmatch(w.buf.Bytes()); m != nil && !w.sent {
-		w.sent = true
-		w.addr <- string(m[1])
-	}
-	return len(p), nil
-}
-
-func (w *addrWatcher) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-// startOwnRelay builds and starts bin/relay with env on a free loopback port
-// and a throwaway SQLite file, stopped (SIGINT) when the test ends.
+// startOwnRelay starts the package's build of the relay with env on a free
+// loopback port and a throwaway SQLite file, stopped (SIGINT) when the test
+// ends, and creates a project on it.
 func startOwnRelay(t *testing.T, env ...string) *ownRelay {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/relay").CombinedOutput(); err != nil {
-		t.Fatalf("build relay: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(append(os.Environ(), "RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=",
-		"DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=owner@example.com"), env...)
-	stderr := &addrWatcher{addr: make(chan string, 1)}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
+	p, err := startRelay(t.TempDir(), append([]string{"ALLOWED_SIGNUP_EMAILS=owner@example.com"}, env...)...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			t.Errorf("relay did not stop on SIGINT:\n%s", stderr)
+		if err := p.stop(); err != nil {
+			t.Error(err)
 		}
 	})
-	r := &ownRelay{}
-	select {
-	case a := <-stderr.addr:
-		r.base = "http://" + a
-	case <-time.After(60 * time.Second):
-		t.Fatalf("relay did not start:\n%s", stderr)
-	}
-	r.emitURL = r.base + "/emit"
+	r := &ownRelay{base: p.base, emitURL: p.base + "/emit"}
 	jar, _ := cookiejar.New(nil)
 	r.session = &http.Client{Jar: jar, Timeout: 10 * time.Second}
 	r.call(t, "POST", "/api/auth/signup", `{"email":"owner@example.com","password":"password123"}`, http.StatusCreated, nil)
@@ -131,13 +75,11 @@ func (r *ownRelay) call(t *testing.T, method, path, body string, status int, out
 }
 
 // checkBudget checks one parsed {limit, remaining, resetAt}: the window ends
-// on the next minute boundary.
-func checkBudget(t *testing.T, what string, b backend.Budget, limit, remaining int) {
+// at resetAt, the end of the run's minute.
+func checkBudget(t *testing.T, what string, b backend.Budget, limit, remaining int, resetAt time.Time) {
 	t.Helper()
-	now := time.Now()
-	if b.Limit != limit || b.Remaining != remaining || !b.ResetAt.After(now) || b.ResetAt.After(now.Add(61*time.Second)) ||
-		b.ResetAt.Second() != 0 || b.ResetAt.Nanosecond() != 0 {
-		t.Fatalf("%s = %+v, want limit %d remaining %d resetAt on the next minute boundary", what, b, limit, remaining)
+	if b.Limit != limit || b.Remaining != remaining || !b.ResetAt.Equal(resetAt) {
+		t.Fatalf("%s = %+v, want limit %d remaining %d resetAt %v", what, b, limit, remaining, resetAt)
 	}
 }
 
@@ -165,12 +107,39 @@ func checkAPIError(t *testing.T, what string, err error, status int, code, want 
 // TestEmitRateLimitedResult: a 429 is a result, not an error, with the code
 // and both budgets parsed, for the channel budget and the project backstop.
 func TestEmitRateLimitedResult(t *testing.T) {
+	// Fixed windows on minute boundaries: every emit of a run must fall in
+	// one. The relay's clock cannot be set from here, so a run whose answers
+	// name more than one resetAt crossed a boundary and is made again, on a
+	// fresh relay (a run takes well under a second).
+	for attempt := 1; ; attempt++ {
+		run := rateLimitedRun(t)
+		if resetAt, ok := run.oneWindow(); ok {
+			run.check(t, resetAt)
+			return
+		}
+		if attempt == 3 {
+			t.Fatal("three runs in a row crossed a minute boundary")
+		}
+		t.Logf("run %d crossed a minute boundary; once more on a fresh relay", attempt)
+	}
+}
+
+// rateLimitRun is what TestEmitRateLimitedResult's emits answered.
+type rateLimitRun struct {
+	before, after time.Time             // around the emits
+	a             [4]backend.EmitResult // three under the channel budget of 3, then one over
+	b             [2]backend.EmitResult // another channel, up to the backstop of 5
+	c             backend.EmitResult    // one over the backstop
+	publicKey     error                 // emit with the public key
+	rotatedOut    error                 // emit with the secret key rotated out
+	rotated       backend.EmitResult    // emit with the new secret key
+	rotatedErr    error
+}
+
+func rateLimitedRun(t *testing.T) *rateLimitRun {
+	t.Helper()
 	r := startOwnRelay(t, "EMIT_RATE_LIMIT_PER_MINUTE=3", "PROJECT_RATE_LIMIT_PER_MINUTE=5")
 	ctx := context.Background()
-	// Fixed windows on minute boundaries: keep the test inside one minute.
-	if s := time.Now().Second(); s > 50 {
-		time.Sleep(time.Duration(61-s) * time.Second)
-	}
 	emit := func(channel string) backend.EmitResult {
 		t.Helper()
 		res, err := backend.Emit(ctx, nil, r.emitURL, r.secretKey, channel, map[string]any{"n": 1})
@@ -179,43 +148,79 @@ func TestEmitRateLimitedResult(t *testing.T) {
 		}
 		return res
 	}
+	run := &rateLimitRun{before: time.Now()}
+	for i := range run.a {
+		run.a[i] = emit("a")
+	}
+	for i := range run.b {
+		run.b[i] = emit("b")
+	}
+	run.c = emit("c")
+	// Keys that are not an active secret key: 401 invalid_secret_key.
+	_, run.publicKey = backend.Emit(ctx, nil, r.emitURL, r.publicKey, "a", 1)
+	var rotated struct{ Key struct{ Raw string } }
+	r.call(t, "POST", "/api/projects/"+r.projectID+"/keys", `{"keyType":"secret"}`, http.StatusCreated, &rotated)
+	_, run.rotatedOut = backend.Emit(ctx, nil, r.emitURL, r.secretKey, "a", 1)
+	run.rotated, run.rotatedErr = backend.Emit(ctx, nil, r.emitURL, rotated.Key.Raw, "d", 1)
+	run.after = time.Now()
+	return run
+}
+
+// oneWindow is the resetAt every answer names, and whether there is one.
+func (run *rateLimitRun) oneWindow() (time.Time, bool) {
+	var all []backend.EmitResult
+	all = append(append(append(all, run.a[:]...), run.b[:]...), run.c)
+	if run.rotatedErr == nil {
+		all = append(all, run.rotated)
+	}
+	at := all[0].RateLimit.ResetAt
+	for _, res := range all {
+		if !res.RateLimit.ResetAt.Equal(at) || !res.ProjectRateLimit.ResetAt.Equal(at) {
+			return time.Time{}, false
+		}
+	}
+	return at, true
+}
+
+func (run *rateLimitRun) check(t *testing.T, resetAt time.Time) {
+	t.Helper()
+	// The window is the minute the emits were sent in: it ends on the next
+	// minute boundary.
+	if !resetAt.After(run.before) || resetAt.After(run.after.Add(time.Minute)) || resetAt.Second() != 0 || resetAt.Nanosecond() != 0 {
+		t.Fatalf("resetAt %v, want the next minute boundary after %v", resetAt, run.before)
+	}
 	var lastSeq uint64
-	for i := range 3 {
-		res := emit("a")
+	for i, res := range run.a[:3] {
 		if !res.OK || res.RateLimited || res.Error != "" || res.Channel != "a" || res.Seq <= lastSeq || res.SubscriberCount != 0 || res.Delivered != 0 {
 			t.Fatalf("emit %d: %+v", i, res)
 		}
 		lastSeq = res.Seq
-		checkBudget(t, "rate_limit", res.RateLimit, 3, 2-i)
-		checkBudget(t, "project_rate_limit", res.ProjectRateLimit, 5, 4-i)
+		checkBudget(t, "rate_limit", res.RateLimit, 3, 2-i, resetAt)
+		checkBudget(t, "project_rate_limit", res.ProjectRateLimit, 5, 4-i, resetAt)
 	}
-	res := emit("a")
+	res := run.a[3]
 	if !res.RateLimited || res.Error != "channel_rate_limited" || res.OK || res.Seq != 0 || res.Channel != "" {
 		t.Fatalf("4th emit on a: %+v", res)
 	}
-	checkBudget(t, "429 rate_limit", res.RateLimit, 3, 0)
-	checkBudget(t, "429 project_rate_limit", res.ProjectRateLimit, 5, 2) // a refused emit does not use the backstop
+	checkBudget(t, "429 rate_limit", res.RateLimit, 3, 0, resetAt)
+	checkBudget(t, "429 project_rate_limit", res.ProjectRateLimit, 5, 2, resetAt) // a refused emit does not use the backstop
 
-	for i := range 2 {
-		if res := emit("b"); !res.OK || res.RateLimited {
+	for i, res := range run.b {
+		if !res.OK || res.RateLimited {
 			t.Fatalf("emit %d on b: %+v", i, res)
 		}
 	}
-	res = emit("c")
+	res = run.c
 	if !res.RateLimited || res.Error != "project_rate_limited" || res.OK || res.Seq != 0 {
 		t.Fatalf("6th emit in the project: %+v", res)
 	}
-	checkBudget(t, "429 rate_limit", res.RateLimit, 3, 3)
-	checkBudget(t, "429 project_rate_limit", res.ProjectRateLimit, 5, 0)
+	checkBudget(t, "429 rate_limit", res.RateLimit, 3, 3, resetAt)
+	checkBudget(t, "429 project_rate_limit", res.ProjectRateLimit, 5, 0, resetAt)
 
 	// Keys that are not an active secret key: 401 invalid_secret_key.
-	_, err := backend.Emit(ctx, nil, r.emitURL, r.publicKey, "a", 1)
-	checkAPIError(t, "public key", err, 401, "invalid_secret_key", `{"error":"invalid_secret_key"}`)
-	var rotated struct{ Key struct{ Raw string } }
-	r.call(t, "POST", "/api/projects/"+r.projectID+"/keys", `{"keyType":"secret"}`, http.StatusCreated, &rotated)
-	_, err = backend.Emit(ctx, nil, r.emitURL, r.secretKey, "a", 1)
-	checkAPIError(t, "rotated-out key", err, 401, "invalid_secret_key", `{"error":"invalid_secret_key"}`)
-	if res, err := backend.Emit(ctx, nil, r.emitURL, rotated.Key.Raw, "d", 1); err != nil || !res.RateLimited || res.Error != "project_rate_limited" {
+	checkAPIError(t, "public key", run.publicKey, 401, "invalid_secret_key", `{"error":"invalid_secret_key"}`)
+	checkAPIError(t, "rotated-out key", run.rotatedOut, 401, "invalid_secret_key", `{"error":"invalid_secret_key"}`)
+	if res, err := run.rotated, run.rotatedErr; err != nil || !res.RateLimited || res.Error != "project_rate_limited" {
 		t.Fatalf("the new key reaches the project's (spent) backstop: %+v %v", res, err)
 	}
 }

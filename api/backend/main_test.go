@@ -1,7 +1,6 @@
 package backend_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -17,12 +16,14 @@ import (
 
 // The examples run against a real relay: TestMain builds bin/relay from this
 // module, starts it on a free loopback port with a throwaway SQLite file, and
-// creates a project whose keys the examples use.
+// creates a project whose keys the examples use. Tests that need limits of
+// their own start another relay from the same build (startOwnRelay).
 var (
 	emitURL   string
 	secretKey string
 	projectID string
 	baseURL   string
+	relayBin  string // built once by TestMain
 )
 
 func TestMain(m *testing.M) {
@@ -36,46 +37,88 @@ func runWithRelay(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "relay")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/relay").CombinedOutput(); err != nil {
+	relayBin = filepath.Join(dir, "relay")
+	if out, err := exec.Command("go", "build", "-o", relayBin, "../../cmd/relay").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build relay: %v\n%s", err, out)
 		return 1
 	}
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), "RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=", "DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db"),
-		"ALLOWED_SIGNUP_EMAILS=dev@example.com")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
+	p, err := startRelay(dir, "ALLOWED_SIGNUP_EMAILS=dev@example.com")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	}()
-	addr := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		baseURL = "http://" + a
-	case <-time.After(60 * time.Second):
-		fmt.Fprintln(os.Stderr, "relay did not start")
-		return 1
-	}
+	defer p.stop()
+	baseURL = p.base
 	emitURL = baseURL + "/emit"
 	if err := createProject(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
+}
+
+// relayProcess is a started relayBin.
+type relayProcess struct {
+	cmd  *exec.Cmd
+	base string     // http://ADDR of the public listener
+	log  string     // the file its stderr goes to
+	done chan error // Wait's result
+}
+
+func (p *relayProcess) logs() string { b, _ := os.ReadFile(p.log); return string(b) }
+
+var listeningRe = regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
+
+// startRelay starts relayBin with env on a free loopback port, with its
+// SQLite file and its log in dir, and returns once it logs its public
+// listener.
+func startRelay(dir string, env ...string) (*relayProcess, error) {
+	p := &relayProcess{log: filepath.Join(dir, "relay.log"), done: make(chan error, 1)}
+	stderr, err := os.Create(p.log)
+	if err != nil {
+		return nil, err
+	}
+	defer stderr.Close() // the process has its own copy
+	p.cmd = exec.Command(relayBin, "serve")
+	p.cmd.Env = append(append(os.Environ(), "RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=", "LOG_FORMAT=text",
+		"DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db")), env...)
+	p.cmd.Stderr = stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := listeningRe.FindStringSubmatch(p.logs()); m != nil {
+			p.base = "http://" + m[1]
+			return p, nil
+		}
+		select {
+		case err := <-p.done:
+			return nil, fmt.Errorf("relay exited at start (%v):\n%s", err, p.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			<-p.done
+			return nil, fmt.Errorf("relay did not start:\n%s", p.logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop interrupts the relay (SIGINT) and waits for it; one that has not
+// exited 15 s later is killed and reported.
+func (p *relayProcess) stop() error {
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("relay did not stop on SIGINT:\n%s", p.logs())
+	}
 }
 
 func createProject() error {

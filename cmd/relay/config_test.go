@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -387,7 +388,7 @@ func TestDatabaseURLPasswordNeverShown(t *testing.T) {
 	if s := fmt.Sprint(c.redacted()...); strings.Contains(s, secret) {
 		t.Fatalf("the config summary shows the password: %s", s)
 	}
-	logs := &syncBuffer{}
+	logs := &relaytest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err = runCommand(ctx, []string{"serve"}, cfgEnv(map[string]string{
@@ -487,7 +488,7 @@ func TestLoadConfigSignupEmails(t *testing.T) {
 func TestRunCommandStopsOnBadConfig(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "relay.db")
-	logs := &syncBuffer{}
+	logs := &relaytest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := runCommand(ctx, []string{"serve"}, cfgEnv(map[string]string{
@@ -525,7 +526,7 @@ func TestRunCommandStopsOnBadConfig(t *testing.T) {
 // schema and returns.
 func TestRunCommandMigrate(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "sub", "relay.db")
-	logs := &syncBuffer{}
+	logs := &relaytest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := runCommand(ctx, []string{"migrate"}, cfgEnv(map[string]string{"DATABASE_URL": "sqlite:" + db}), logs); err != nil {

@@ -13,13 +13,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,68 +51,6 @@ func (c *client) cpOn(t testing.TB) *client {
 	cc := *c
 	cc.t = t
 	return &cc
-}
-
-// cpSend is do() with an explicit Content-Type ("" sends none) and extra headers.
-func (c *client) cpSend(method, path, body, contentType string, hdr map[string]string) response {
-	c.t.Helper()
-	r, err := c.cpTry(method, path, body, contentType, hdr)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return r
-}
-
-// cpTry is cpSend without failing the test, for use off the test goroutine.
-func (c *client) cpTry(method, path, body, contentType string, hdr map[string]string) (response, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, c.ts.base+path, rd)
-	if err != nil {
-		return response{}, err
-	}
-	if body != "" && contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	json.Unmarshal(raw, &r.json)
-	return r, err
-}
-
-// cpParallel sends n copies of one request at once and returns the answers.
-func (c *client) cpParallel(t testing.TB, n int, method, path, body string) []response {
-	t.Helper()
-	out := make([]response, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			<-start
-			out[i], errs[i] = c.cpTry(method, path, body, "application/json", nil)
-		}(i)
-	}
-	close(start)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
 }
 
 // cpWithCookie is a fresh client whose jar holds service_session=value.
@@ -448,10 +384,10 @@ func TestSessionCookieSecure(t *testing.T) {
 		for _, tc := range cases {
 			ts := servers[tc.mode]
 			creds := cpJSON(map[string]string{"email": tc.email, "password": cpPassword})
-			r := ts.client().cpOn(t).cpSend("POST", "/api/auth/signup", creds, "application/json", tc.hdr)
+			r := ts.client().cpOn(t).send("POST", "/api/auth/signup", creds, "application/json", tc.hdr)
 			r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": tc.email}))
 			cpSessionCookie(t, r, tc.secure)
-			r = ts.client().cpOn(t).cpSend("POST", "/api/auth/login", creds, "application/json", tc.hdr)
+			r = ts.client().cpOn(t).send("POST", "/api/auth/login", creds, "application/json", tc.hdr)
 			r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.str("id"), "email": tc.email}))
 			cpSessionCookie(t, r, tc.secure)
 		}
@@ -1263,7 +1199,7 @@ func TestMalformedRequestBodies(t *testing.T) {
 					r.expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 				}
 				for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "application/jsonx", "json"} {
-					r := c.cpSend(rt.method, rt.path, rt.valid, ct, nil)
+					r := c.send(rt.method, rt.path, rt.valid, ct, nil)
 					if r.status != http.StatusUnsupportedMediaType {
 						t.Errorf("Content-Type %q: %d %s", ct, r.status, r.raw)
 						continue
@@ -1272,7 +1208,7 @@ func TestMalformedRequestBodies(t *testing.T) {
 				}
 				r := c.do(rt.method, rt.path, oversize)
 				r.expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
-				r = c.cpSend(rt.method, rt.path, oversize, "text/plain", nil)
+				r = c.send(rt.method, rt.path, oversize, "text/plain", nil)
 				r.expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
 			})
 		}
@@ -1291,7 +1227,7 @@ func TestMalformedRequestBodies(t *testing.T) {
 		// JSON media types with parameters or a +json suffix are JSON; a body
 		// of exactly 64 KiB is within the cap.
 		for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"} {
-			r := alice.cpSend("PATCH", "/api/projects/"+p.id, `{"name":"Typed"}`, ct, nil)
+			r := alice.send("PATCH", "/api/projects/"+p.id, `{"name":"Typed"}`, ct, nil)
 			r.expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Typed"}}))
 		}
 		name := strings.Repeat("b", 65536-len(`{"name":""}`))
@@ -1411,7 +1347,7 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 			{"create 201", c.do("POST", "/api/projects", `{"name":"x"}`)},
 			{"invalid_json 400", c.do("POST", "/api/projects", `{`)},
 			{"project_not_found 404", c.do("GET", "/api/projects/00000000-0000-0000-0000-000000000000", "")},
-			{"unsupported_media_type 415", c.cpSend("POST", "/api/projects", `{"name":"x"}`, "text/plain", nil)},
+			{"unsupported_media_type 415", c.send("POST", "/api/projects", `{"name":"x"}`, "text/plain", nil)},
 			{"not_found 404 api", c.do("GET", "/api/nope", "")},
 			{"not_found 404 page", c.do("GET", "/nope", "")},
 			{"method_not_allowed 405", c.do("PUT", "/healthz", "")},
@@ -1446,7 +1382,7 @@ func TestConcurrentSignupsSameEmail(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		created := 0
-		for _, r := range ts.client().cpParallel(t, 4, "POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`) {
+		for _, r := range ts.client().parallel(t, 4, "POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`) {
 			switch r.status {
 			case http.StatusCreated:
 				created++
@@ -1471,7 +1407,7 @@ func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 		p, _ := alice.cpCreate(t, "Busy", aliceID)
 		for round := 0; round < 3; round++ {
 			issued := map[string]bool{}
-			for _, r := range alice.cpParallel(t, 8, "POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`) {
+			for _, r := range alice.parallel(t, 8, "POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`) {
 				if r.status != http.StatusCreated {
 					t.Fatalf("rotate: %d %s", r.status, r.raw)
 				}
@@ -1503,7 +1439,7 @@ func TestConcurrentFirstClientEmitSecret(t *testing.T) {
 			p, _ := alice.cpCreate(t, "Fresh", aliceID)
 			path := "/api/projects/" + p.id + "/client-emit-secret"
 			got := map[string]bool{}
-			for _, r := range alice.cpParallel(t, 8, "PATCH", path, `{}`) {
+			for _, r := range alice.parallel(t, 8, "PATCH", path, `{}`) {
 				r.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": r.str("clientEmitSecret")}))
 				got[r.str("clientEmitSecret")] = true
 			}

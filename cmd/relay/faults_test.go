@@ -1,23 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -66,13 +62,13 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 
 	storetest.StartPostgres(t)
 	stopped = false
-	waitUntil(t, func() bool { s, _ := getText(t, ts.base+"/readyz"); return s == 200 })
-	waitUntil(t, func() bool { return owner.do("GET", "/api/projects", "").status == 200 })
+	relaytest.Eventually(t, 5*time.Second, func() bool { s, _ := getText(t, ts.base+"/readyz"); return s == 200 }, "/readyz 200 again")
+	relaytest.Eventually(t, 5*time.Second, func() bool { return owner.do("GET", "/api/projects", "").status == 200 }, "GET /api/projects 200 again")
 	day := time.Now().UTC().Format(time.DateOnly)
-	waitUntil(t, func() bool {
+	relaytest.Eventually(t, 5*time.Second, func() bool {
 		us, err := ts.app.store.Usage(context.Background(), p.id, day)
 		return err == nil && len(us) == 1 && us[0].MessageCount == 6 && us[0].ConnectionCount == 2
-	})
+	}, "usage of the outage written")
 	if strings.Contains(ts.logs.String(), "panic") {
 		t.Fatalf("a panic was logged:\n%s", ts.logs.String())
 	}
@@ -80,20 +76,16 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	// The connection opened during the outage goes; the rest of the process
 	// must come back to the baseline: no goroutine or file held by the outage.
 	late.conn.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		now := resourcesOf(t, ts)
-		if now.goroutines <= base.goroutines && now.files <= base.files {
-			t.Logf("goroutines %d → %d, open files %d → %d (besides the pool's %d → %d connections)",
-				base.goroutines, now.goroutines, base.files, now.files, base.poolConns, now.poolConns)
-			break
+	var now resources
+	relaytest.EventuallyNil(t, 15*time.Second, func() error {
+		if now = resourcesOf(t, ts); now.goroutines <= base.goroutines && now.files <= base.files {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the outage: goroutines %d → %d, open files %d → %d (pool connections %d → %d)\n%s",
-				base.goroutines, now.goroutines, base.files, now.files, base.poolConns, now.poolConns, goroutineDump())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return withStacks(fmt.Sprintf("after the outage: goroutines %d → %d, open files %d → %d (pool connections %d → %d)",
+			base.goroutines, now.goroutines, base.files, now.files, base.poolConns, now.poolConns))
+	})
+	t.Logf("goroutines %d → %d, open files %d → %d (besides the pool's %d → %d connections)",
+		base.goroutines, now.goroutines, base.files, now.files, base.poolConns, now.poolConns)
 }
 
 // resources are what a leak would grow, in this process (the server and the
@@ -120,70 +112,13 @@ func resourcesOf(t *testing.T, ts *testServer) resources {
 	return resources{goroutines: runtime.NumGoroutine(), files: len(fds) - pool, poolConns: pool}
 }
 
-func goroutineDump() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
-}
-
-// relayBinary builds the service once per test binary.
-var relayBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "relay-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "relay")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%v: %s", err, out)
-	}
-	return bin, nil
-})
-
-// process is the real binary, started with env, ready when it logs its listener.
-type process struct {
-	cmd  *exec.Cmd
-	base string
-}
-
-func startProcess(t *testing.T, env ...string) *process {
-	t.Helper()
-	bin, err := relayBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), append([]string{"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=", "ALLOWED_SIGNUP_EMAILS=alice@example.com"}, env...)...)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	addr := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return &process{cmd: cmd, base: "http://" + a}
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not start")
-	}
-	return nil
-}
-
 // TestSIGKILLLosesNothingAcknowledged: projects, keys, revocations and
 // settings answered 200 survive kill -9; usage loses at most one rollup.
 func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		env := []string{"DATABASE_URL=" + dbURL, "USAGE_ROLLUP_SECONDS=1"}
-		proc := startProcess(t, env...)
-		ts := &testServer{t: t, base: proc.base}
+		proc := relaytest.StartBinary(t, env...)
+		ts := binaryServer(t, proc)
 		owner := ts.signup("alice@example.com")
 		p := owner.createProject("demo")
 		rot := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`)
@@ -211,16 +146,19 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 			}
 			emits++
 		}
-		time.Sleep(2500 * time.Millisecond) // at least one rollup after the traffic
-		proc.cmd.Process.Signal(syscall.SIGKILL)
-		proc.cmd.Wait()
-
 		st, err := store.Open(context.Background(), dbURL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Close()
 		ctx := context.Background()
+		// At least one rollup after the traffic: its rows are written.
+		relaytest.Eventually(t, 10*time.Second, func() bool {
+			us, err := st.Usage(ctx, p.id, time.Now().UTC().Format(time.DateOnly))
+			return err == nil && len(us) == 1 && us[0].ConnectionCount == 1 && us[0].MessageCount == int64(emits)
+		}, "usage of the traffic rolled up")
+		proc.Cmd.Process.Signal(syscall.SIGKILL)
+		<-proc.Exited
 		pr, err := st.Project(ctx, p.id)
 		if err != nil || pr.ClientEmitSecret != secret {
 			t.Fatalf("project after kill: %+v %v", pr, err)
@@ -245,8 +183,8 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 			t.Fatalf("usage after kill (one rollup interval may be lost, none was due): %+v %v", us, err)
 		}
 		// And the service starts again on that database.
-		proc2 := startProcess(t, env...)
-		ts2 := &testServer{t: t, base: proc2.base}
+		proc2 := relaytest.StartBinary(t, env...)
+		ts2 := binaryServer(t, proc2)
 		if r := ts2.client().emit(rot.str("key", "raw"), `{"channel":"a","payload":1}`); r.status != 200 {
 			t.Fatalf("emit after restart: %d %s", r.status, r.raw)
 		}
@@ -259,20 +197,15 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 // reaches emits shortly after it is stored), and returns how many emits it made.
 func awaitBudget(t *testing.T, c *client, secretKey string, want float64) (emits int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; ; i++ {
-		r := c.emit(secretKey, fmt.Sprintf(`{"channel":"probe-%d","payload":1}`, i))
+	relaytest.Eventually(t, 10*time.Second, func() bool {
+		r := c.emit(secretKey, fmt.Sprintf(`{"channel":"probe-%d","payload":1}`, emits))
 		if r.status != 200 {
 			t.Fatalf("probe emit: %d %s", r.status, r.raw)
 		}
-		if budgetLimit(r) == want {
-			return i + 1
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("emits do not report the channel budget %v: %s", want, r.raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		emits++
+		return budgetLimit(r) == want
+	}, "emits report the channel budget %v", want)
+	return emits
 }
 
 // budgetLimit is the channel budget an emit answer reports.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/relayhq/relay/api/backend"
 	relay "github.com/relayhq/relay/api/client"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -83,25 +84,22 @@ func goroutineBaseline(t *testing.T, owner *client, p project) int {
 // goroutines, with no slack, and dumps every stack if it is not.
 func settleGoroutines(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("goroutines: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+	relaytest.EventuallyNil(t, 10*time.Second, func() error {
+		if n := runtime.NumGoroutine(); n > before {
+			return withStacks(fmt.Sprintf("goroutines: %d before, %d after", before, n))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func waitState(t *testing.T, c *relay.Client, want relay.State) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.State() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("state %s, want %s", c.State(), want)
+	relaytest.EventuallyNil(t, 10*time.Second, func() error {
+		if got := c.State(); got != want {
+			return fmt.Errorf("state %s, want %s", got, want)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // stepClock is a client Clock the test drives: every wait the client starts
@@ -654,18 +652,15 @@ func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 		proxy.frozen.Store(false)
 		waitState(t, c, relay.Open)
 		// The resubscribe is in once an emit reaches the subscription.
-		deadline := time.Now().Add(10 * time.Second)
-		for got := false; !got; {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: no message after the reconnect", round)
-			}
+		relaytest.Eventually(t, 10*time.Second, func() bool {
 			owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"a","payload":"after %d"}`, round))
 			select {
 			case ev := <-s.Events():
-				got = ev.Message != nil && string(ev.Message.Payload) == fmt.Sprintf(`"after %d"`, round)
+				return ev.Message != nil && string(ev.Message.Payload) == fmt.Sprintf(`"after %d"`, round)
 			case <-time.After(100 * time.Millisecond):
+				return false
 			}
-		}
+		}, "round %d: a message after the reconnect", round)
 		for len(s.Events()) > 0 { // copies emitted before the resubscribe was in
 			<-s.Events()
 		}
@@ -730,9 +725,7 @@ func TestGoClientCloseDuringReconnect(t *testing.T) {
 	n := px.accepts()
 	px.cut()
 	clk2.backoff(t).fire()
-	for px.accepts() == n { // the reconnect is in its handshake, held
-		time.Sleep(5 * time.Millisecond)
-	}
+	relaytest.Eventually(t, 10*time.Second, func() bool { return px.accepts() != n }, "the reconnect in its handshake, held")
 	closeWithin(c2)
 	px.release() // the proxy's own goroutine for the held connection ends
 	settleGoroutines(t, before)

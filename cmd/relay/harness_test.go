@@ -1,53 +1,49 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
+// The in-process side of the harness: what needs package main (start, the
+// app) or its response type. The black-box helpers that do not (the real
+// binary, the request, polling, /metrics, the test clock) are in
+// internal/relaytest.
+
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-// syncBuffer collects the server's logs for assertions.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// testServer is a real relay process core (store, listener, handlers) on a
-// loopback port, stopped when the test ends.
+// testServer is a relay on a loopback port, stopped when the test ends: a
+// process core started in this process (app set) or the real binary (app nil).
 type testServer struct {
-	t    testing.TB
-	app  *app
-	base string // http://127.0.0.1:PORT
-	logs *syncBuffer
+	t     testing.TB
+	app   *app
+	base  string            // http://127.0.0.1:PORT
+	debug string            // http://127.0.0.1:PORT of the operator listener; "" when it is off
+	logs  *relaytest.Buffer // the server's log
+	now   func() time.Time  // the server's clock
 }
 
 // startServer starts a relay on dbURL with env overriding the defaults
 // (RELAY_ADDR on a free loopback port, debug listener off, signup open to
-// the addresses used by tests).
+// the addresses used by tests), on the wall clock.
 func startServer(t testing.TB, dbURL string, env map[string]string) *testServer {
+	t.Helper()
+	return startServerAt(t, dbURL, env, time.Now)
+}
+
+// startServerAt is startServer on the clock now (a relaytest.Clock's Now):
+// budgets, throttles, replay, tokens and usage days follow it.
+func startServerAt(t testing.TB, dbURL string, env map[string]string, now func() time.Time) *testServer {
 	t.Helper()
 	vars := map[string]string{
 		"RELAY_ADDR":            "127.0.0.1:0",
@@ -67,12 +63,15 @@ func startServer(t testing.TB, dbURL string, env map[string]string) *testServer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	a, err := start(context.Background(), cfg, newLogger(cfg, logs))
+	logs := &relaytest.Buffer{}
+	a, err := start(context.Background(), cfg, newLogger(cfg, logs), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{t: t, app: a, base: "http://" + a.addr.String(), logs: logs}
+	ts := &testServer{t: t, app: a, base: "http://" + a.addr.String(), logs: logs, now: now}
+	if a.debugAddr != nil {
+		ts.debug = "http://" + a.debugAddr.String()
+	}
 	t.Cleanup(func() {
 		if ts.app == nil {
 			return // the test shut it down itself
@@ -84,6 +83,38 @@ func startServer(t testing.TB, dbURL string, env map[string]string) *testServer 
 		}
 	})
 	return ts
+}
+
+// newClock is a test clock standing half-way through the current wall-clock
+// minute: a test can step it by seconds and stay in one budget window, and
+// what the server stamps with it stays within a minute of the wall clock.
+func newClock() *relaytest.Clock {
+	return relaytest.NewClock(time.Now().Truncate(time.Minute).Add(30 * time.Second))
+}
+
+// debugServer starts a relay on SQLite with the operator listener on.
+func debugServer(t testing.TB, env map[string]string) *testServer {
+	t.Helper()
+	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
+	for k, v := range env {
+		vars[k] = v
+	}
+	return startServer(t, storetest.SQLiteURL(t), vars)
+}
+
+// binaryServer is the real binary (relaytest.StartBinary) behind the same
+// helpers.
+func binaryServer(t testing.TB, proc *relaytest.Process) *testServer {
+	return &testServer{t: t, base: proc.Base, debug: proc.Debug, logs: proc.Logs, now: time.Now}
+}
+
+// metrics scrapes the operator listener's /metrics.
+func (ts *testServer) metrics(t testing.TB) relaytest.Metrics {
+	t.Helper()
+	if ts.debug == "" {
+		t.Fatal("the operator listener is off")
+	}
+	return relaytest.ScrapeMetrics(t, ts.debug+"/metrics")
 }
 
 // client is an HTTP client with its own cookie jar, like one browser.
@@ -111,30 +142,85 @@ type response struct {
 // body sends none) and decodes the answer.
 func (c *client) do(method, path, body string, contentType ...string) response {
 	c.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, c.ts.base+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	ct := "application/json"
 	if len(contentType) > 0 {
 		ct = contentType[0]
 	}
-	if body != "" && ct != "" {
-		req.Header.Set("Content-Type", ct)
-	}
-	res, err := c.http.Do(req)
+	return c.send(method, path, body, ct, nil)
+}
+
+// send is do with an explicit Content-Type ("" sends none; so does an empty
+// body) and extra headers.
+func (c *client) send(method, path, body, contentType string, header map[string]string) response {
+	c.t.Helper()
+	r, err := c.try(method, path, body, contentType, header)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	json.Unmarshal(raw, &r.json)
 	return r
+}
+
+// try is send returning the error instead of failing the test, for use off
+// the test's goroutine.
+func (c *client) try(method, path, body, contentType string, header map[string]string) (response, error) {
+	h := http.Header{}
+	if body != "" && contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	for k, v := range header {
+		h[http.CanonicalHeaderKey(k)] = []string{v}
+	}
+	return request(c.http, method, c.ts.base+path, body, h)
+}
+
+// parallel sends n copies of one request at once and returns the answers.
+func (c *client) parallel(t testing.TB, n int, method, path, body string) []response {
+	t.Helper()
+	out := make([]response, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			out[i], errs[i] = c.try(method, path, body, "application/json", nil)
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// request is relaytest.Do answering this package's response.
+func request(hc *http.Client, method, url, body string, header http.Header) (response, error) {
+	r, err := relaytest.Do(hc, method, url, body, header)
+	return response{status: r.Status, header: r.Header, raw: r.Raw, json: r.JSON}, err
+}
+
+// getText GETs url with the default client and returns status and body.
+func getText(t testing.TB, url string) (int, string) {
+	t.Helper()
+	r, err := request(nil, "GET", url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.status, r.raw
+}
+
+// withStacks is an error whose text ends with every goroutine's stack,
+// taken only when it is printed (a failing poll would take it every time).
+type withStacks string
+
+func (e withStacks) Error() string {
+	buf := make([]byte, 1<<20)
+	return string(e) + "\n" + string(buf[:runtime.Stack(buf, true)])
 }
 
 // expect fails unless the reply has the status and exactly the JSON body want.

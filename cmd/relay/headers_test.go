@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -52,20 +51,9 @@ func hdrCheck(t *testing.T, what string, h http.Header, jsonBody bool) {
 // hdrGet sends method path with optional headers and returns status, headers and body.
 func hdrGet(t *testing.T, ts *testServer, method, path string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, ts.base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, string(b)
+	c := &client{t: t, ts: ts, http: &http.Client{Timeout: 10 * time.Second}}
+	r := c.send(method, path, "", "", hdr)
+	return r.status, r.header, r.raw
 }
 
 // TestSecurityHeadersOnConnectionPlane: /emit (200, every error, 429),

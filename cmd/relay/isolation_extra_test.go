@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -125,7 +126,7 @@ func TestIsolationWebhooks(t *testing.T) {
 		}
 		// Every delivery is over (the sender has counted all four), and B's
 		// receiver has nothing.
-		waitUntil(t, func() bool { s := ts.app.webhooks.Stats(); return s.Sent+s.Failed+s.Dropped+s.Refused == 4 })
+		relaytest.Eventually(t, 5*time.Second, func() bool { s := ts.app.webhooks.Stats(); return s.Sent+s.Failed+s.Dropped+s.Refused == 4 }, "four webhook deliveries settled")
 		if s := ts.app.webhooks.Stats(); s.Sent != 4 {
 			t.Fatalf("webhook stats %+v, want 4 sent", s)
 		}
@@ -138,7 +139,7 @@ func TestIsolationWebhooks(t *testing.T) {
 		if got := checkEvent(t, recB.next(t), "disconnect", b.id); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
-		waitUntil(t, func() bool { return ts.app.webhooks.Stats().Sent == 6 })
+		relaytest.Eventually(t, 5*time.Second, func() bool { return ts.app.webhooks.Stats().Sent == 6 }, "six webhooks sent")
 		silent(recA, "A")
 		silent(recB, "B")
 	})

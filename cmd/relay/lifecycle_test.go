@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 	"github.com/relayhq/relay/transport"
@@ -36,38 +36,19 @@ import (
 // creates a project.
 func lcServer(t *testing.T, env map[string]string) (*testServer, *client, project) {
 	t.Helper()
-	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
-	for k, v := range env {
-		vars[k] = v
-	}
-	ts := startServer(t, storetest.SQLiteURL(t), vars)
+	ts := debugServer(t, env)
 	owner := ts.signup("alice@example.com")
 	return ts, owner, owner.createProject("demo")
-}
-
-// lcEventually polls cond every 10 ms until it holds or timeout passes.
-func lcEventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // lcClosedByMetrics reads relay_connections_closed_total{cause} for every
 // cause from the operator listener's /metrics.
 func lcClosedByMetrics(t *testing.T, ts *testServer) map[string]int64 {
 	t.Helper()
-	status, body := getText(t, "http://"+ts.app.debugAddr.String()+"/metrics")
-	if status != http.StatusOK {
-		t.Fatalf("/metrics: %d", status)
-	}
+	m := ts.metrics(t)
 	out := map[string]int64{}
 	for _, c := range transport.Causes() {
-		out[c.String()] = int64(metric(t, body, "relay_connections_closed_total", `cause="`+c.String()+`"`))
+		out[c.String()] = int64(m.Get(t, "relay_connections_closed_total", `cause="`+c.String()+`"`))
 	}
 	return out
 }
@@ -90,27 +71,19 @@ func lcCloseLog(cause string, code int) *regexp.Regexp {
 // lcWaitLogs waits until each pattern matches exactly its count of lines.
 func lcWaitLogs(t *testing.T, logs fmt.Stringer, want map[*regexp.Regexp]int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		text, ok := logs.String(), true
+	relaytest.EventuallyNil(t, 5*time.Second, func() error {
+		text := logs.String()
+		var bad []string
 		for re, n := range want {
-			if len(re.FindAllString(text, -1)) != n {
-				ok = false
+			if got := len(re.FindAllString(text, -1)); got != n {
+				bad = append(bad, fmt.Sprintf("%d log lines match %s, want %d", got, re, n))
 			}
 		}
-		if ok {
-			return
+		if len(bad) > 0 {
+			return fmt.Errorf("%s; server log:\n%s", strings.Join(bad, "; "), text)
 		}
-		if time.Now().After(deadline) {
-			for re, n := range want {
-				if got := len(re.FindAllString(text, -1)); got != n {
-					t.Errorf("%d log lines match %s, want %d", got, re, n)
-				}
-			}
-			t.Fatalf("server log:\n%s", text)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // lcDialSmallBuffer connects with a 32 KiB receive buffer fixed before the
@@ -147,11 +120,11 @@ func lcSubscribeUnread(t *testing.T, c *wsClient, owner *client, secretKey, chan
 	t.Helper()
 	c.send(`{"action":"subscribe","channel":"` + channel + `"}`)
 	emits := 0
-	lcEventually(t, 5*time.Second, "unread subscription counted", func() bool {
+	relaytest.Eventually(t, 5*time.Second, func() bool {
 		r := owner.emit(secretKey, `{"channel":"`+channel+`","payload":0}`)
 		emits++
 		return r.status == 200 && num(r.json, "subscriberCount") == 1
-	})
+	}, "unread subscription counted")
 	return emits
 }
 
@@ -159,30 +132,12 @@ func lcSubscribeUnread(t *testing.T, c *wsClient, owner *client, secretKey, chan
 // decodes the answer; redirects are not followed.
 func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth bool, body string) response {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, ts.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	var h map[string]string
 	if setAuth {
-		req.Header["Authorization"] = []string{auth}
+		h = map[string]string{"Authorization": auth}
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	res, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	json.Unmarshal(raw, &r.json)
-	return r
+	return (&client{t: t, ts: ts, http: hc}).send(method, path, body, "application/json", h)
 }
 
 // lcHandshake tries a real WebSocket handshake on path and returns the refusal
@@ -347,14 +302,12 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 			if ts.app != nil {
 				// The operator's /metrics, polled: the counter moves when the
 				// socket is torn down, just after the client saw the close.
-				var got map[string]int64
-				deadline := time.Now().Add(5 * time.Second)
-				for got = lcClosedByMetrics(t, ts); canonical(got) != canonical(exp); got = lcClosedByMetrics(t, ts) {
-					if time.Now().After(deadline) {
-						t.Fatalf("relay_connections_closed_total %v, want %v", got, exp)
+				relaytest.EventuallyNil(t, 5*time.Second, func() error {
+					if got := lcClosedByMetrics(t, ts); canonical(got) != canonical(exp) {
+						return fmt.Errorf("relay_connections_closed_total %v, want %v", got, exp)
 					}
-					time.Sleep(10 * time.Millisecond)
-				}
+					return nil
+				})
 			}
 			// The transport's own counters (all there is once shut down).
 			if got := app.transport.Stats().ClosedBy; canonical(got) != canonical(exp) {
@@ -423,9 +376,9 @@ wait:
 	again.send(`{"action":"ping"}`)
 	again.expect(`{"action":"pong","ok":true}`)
 	want := lcWantCauses(map[string]int64{"lifetime": 1})
-	lcEventually(t, 5*time.Second, "lifetime counted once", func() bool {
+	relaytest.Eventually(t, 5*time.Second, func() bool {
 		return canonical(lcClosedByMetrics(t, ts)) == canonical(want)
-	})
+	}, "lifetime counted once")
 }
 
 // ---- 3. ping resets the idle clock ----
@@ -460,9 +413,9 @@ func TestPingResetsIdleClock(t *testing.T) {
 		t.Fatalf("idle close %v after the last pong; the timeout is 2 s", quiet)
 	}
 	want := lcWantCauses(map[string]int64{"idle": 1})
-	lcEventually(t, 5*time.Second, "idle counted once", func() bool {
+	relaytest.Eventually(t, 5*time.Second, func() bool {
 		return canonical(lcClosedByMetrics(t, ts)) == canonical(want)
-	})
+	}, "idle counted once")
 }
 
 // ---- 4. connection-plane routes, auth header, the exact 200 ----
@@ -476,11 +429,17 @@ func TestPingResetsIdleClock(t *testing.T) {
 // budgets).
 func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
-		ts := startServer(t, url, nil)
+		// The clock stands still but where the test moves it: exact seqs
+		// and one budget window.
+		clock := newClock()
+		ts := startServerAt(t, url, nil, clock.Now)
 		owner := ts.signup("alice@example.com")
 		p := owner.createProject("demo")
-		opened := time.Now()
+		opened := clock.Now()
 		sub := subscribed(t, ts, p.publicKey, "room.1") // the channel actor starts here
+		// Fixed one-minute windows: both budgets reset at the end of the
+		// clock's minute, in the millisecond UTC form of every timestamp.
+		resetAt := opened.Truncate(time.Minute).Add(time.Minute).UTC().Format("2006-01-02T15:04:05.000Z")
 		bearer := "Bearer " + p.secretKey
 		emitBody := `{"channel":"room.1","payload":{"x":[1,"two",null]}}`
 
@@ -579,66 +538,29 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		// is the first of the channel (a channel's counter starts from the
 		// clock in µs when it starts, SPEC.md only promises it increases) and
 		// both budgets have spent exactly one.
-		before := time.Now()
 		r := lcPost(t, ts, "POST", "/emit", bearer, true, emitBody)
-		after := time.Now()
-		reset1, preset1 := lcResetAts(t, r, before, after)
-		seq1 := lcFirstSeq(t, r, opened, before)
+		seq1 := uint64(opened.UnixMicro()) + 1
 		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
-			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5999,"resetAt":%q}}`, seq1, reset1, preset1))
+			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5999,"resetAt":%q}}`, seq1, resetAt, resetAt))
 		sub.expect(fmt.Sprintf(`{"channel":"room.1","payload":{"x":[1,"two",null]},"seq":%d}`, seq1))
 
 		// The scheme is case-insensitive (RFC 7235); a channel nobody
-		// listens on: delivered and subscriberCount 0, its own seq and budget,
-		// the project's budget shared.
-		before = time.Now()
+		// listens on: delivered and subscriberCount 0, its own seq (from the
+		// clock when it starts, here) and budget, the project's budget shared.
+		started := clock.Advance(time.Millisecond)
 		r = lcPost(t, ts, "POST", "/emit", "bearer "+p.secretKey, true, `{"channel":"empty","payload":null}`)
-		after = time.Now()
-		reset2, preset2 := lcResetAts(t, r, before, after)
-		seq2 := lcFirstSeq(t, r, before, after)
-		projectLeft := 5998
-		if preset2 != preset1 { // a new minute began between the two emits
-			projectLeft = 5999
-		}
 		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"empty","seq":%d,"delivered":0,"subscriberCount":0,`+
-			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":%d,"resetAt":%q}}`, seq2, reset2, projectLeft, preset2))
+			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5998,"resetAt":%q}}`, started.UnixMicro()+1, resetAt, resetAt))
 
 		// The first channel again: the next seq.
-		before = time.Now()
+		clock.Advance(time.Millisecond)
 		r = lcPost(t, ts, "POST", "/emit", bearer, true, `{"channel":"room.1","payload":"again"}`)
-		after = time.Now()
-		reset3, preset3 := lcResetAts(t, r, before, after)
-		channelLeft, projectLeft := 598, 5997
-		if reset3 != reset1 {
-			channelLeft = 599
-		}
-		switch {
-		case preset3 != preset2:
-			projectLeft = 5999
-		case preset2 != preset1:
-			projectLeft = 5998
-		}
 		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
-			`"rate_limit":{"limit":600,"remaining":%d,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":%d,"resetAt":%q}}`, seq1+1, channelLeft, reset3, projectLeft, preset3))
+			`"rate_limit":{"limit":600,"remaining":598,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5997,"resetAt":%q}}`, seq1+1, resetAt, resetAt))
 		sub.expect(fmt.Sprintf(`{"channel":"room.1","payload":"again","seq":%d}`, seq1+1))
 
 		lcPost(t, ts, "POST", "/emit-tokens/revoke", "bearer "+p.secretKey, true, `{"jti":"x"}`).expect(t, http.StatusOK, `{"ok":true}`)
 	})
-}
-
-// lcFirstSeq checks that an emit answer's seq is the first of a channel
-// started between from and to: its clock in µs then, plus one.
-func lcFirstSeq(t *testing.T, r response, from, to time.Time) uint64 {
-	t.Helper()
-	var v struct {
-		Seq json.Number `json:"seq"`
-	}
-	json.Unmarshal([]byte(r.raw), &v)
-	seq, err := strconv.ParseUint(string(v.Seq), 10, 64)
-	if err != nil || seq <= uint64(from.UnixMicro()) || seq > uint64(to.UnixMicro())+1 {
-		t.Fatalf("seq %q: want the first of a channel started in [%d, %d] µs; body %s", v.Seq, from.UnixMicro(), to.UnixMicro(), r.raw)
-	}
-	return seq
 }
 
 func jsonOf(s string) any {
@@ -718,84 +640,7 @@ func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 	}
 }
 
-// lcResetAts checks both resetAt values of an emit answer: the end of the
-// wall-clock minute the emit fell in (fixed one-minute windows), in the
-// millisecond UTC form of every timestamp.
-func lcResetAts(t *testing.T, r response, before, after time.Time) (channel, project string) {
-	t.Helper()
-	for i, key := range []string{"rate_limit", "project_rate_limit"} {
-		s := r.str(key, "resetAt")
-		at, err := time.Parse("2006-01-02T15:04:05.000Z", s)
-		lo, hi := before.Truncate(time.Minute).Add(time.Minute), after.Truncate(time.Minute).Add(time.Minute)
-		if err != nil || !at.Equal(at.Truncate(time.Minute)) || at.Before(lo) || at.After(hi) {
-			t.Fatalf("%s.resetAt %q (%v): want the end of the emit's minute, in [%v, %v]; body %s", key, s, err, lo.UTC(), hi.UTC(), r.raw)
-		}
-		if i == 0 {
-			channel = s
-		} else {
-			project = s
-		}
-	}
-	return channel, project
-}
-
 // ---- 5. the real binary on SIGTERM and SIGINT ----
-
-// lcProcess is the real binary with its whole stderr kept.
-type lcProcess struct {
-	cmd    *exec.Cmd
-	base   string
-	debug  string
-	logs   *syncBuffer
-	exited chan struct{}
-}
-
-func lcStartBinary(t *testing.T, env ...string) *lcProcess {
-	t.Helper()
-	bin, err := relayBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &lcProcess{logs: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, "serve")
-	p.cmd.Dir = t.TempDir()
-	p.cmd.Env = append(os.Environ(), append([]string{
-		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "ALLOWED_SIGNUP_EMAILS=alice@example.com",
-		"DATABASE_URL=" + storetest.SQLiteURL(t), "LOG_LEVEL=debug", "LOG_FORMAT=text",
-	}, env...)...)
-	p.cmd.Stderr = p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	public := regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
-	debug := regexp.MustCompile(`msg=listening listener=debug addr=(\S+)`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		logs := p.logs.String()
-		if m, d := public.FindStringSubmatch(logs), debug.FindStringSubmatch(logs); m != nil && d != nil {
-			p.base, p.debug = "http://"+m[1], "http://"+d[1]
-			return p
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("relay exited at start:\n%s", logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relay did not start:\n%s", logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // lcFillCount is how many 120 KiB messages fill the 32 KiB receive buffer of
 // an lcDialSmallBuffer peer and the server's send buffer (at most tcp_wmem's
@@ -834,9 +679,9 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
-			proc := lcStartBinary(t, "SHUTDOWN_TIMEOUT_SECONDS="+strconv.Itoa(int(shutdownTimeout/time.Second)),
+			proc := relaytest.StartBinary(t, "LOG_LEVEL=debug", "SHUTDOWN_TIMEOUT_SECONDS="+strconv.Itoa(int(shutdownTimeout/time.Second)),
 				"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000")
-			ts := &testServer{t: t, base: proc.base, logs: proc.logs}
+			ts := binaryServer(t, proc)
 			owner := ts.signup("alice@example.com")
 			p := owner.createProject("demo")
 			readers := []*wsClient{
@@ -863,7 +708,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 			}
 
 			signalled := time.Now()
-			if err := proc.cmd.Process.Signal(sig); err != nil {
+			if err := proc.Cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
 			for i, c := range readers {
@@ -875,8 +720,8 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 			if stuck != nil {
 				// Still draining: the new work is refused, in JSON.
 				select {
-				case <-proc.exited:
-					t.Fatalf("exited while a connection was still draining:\n%s", proc.logs.String())
+				case <-proc.Exited:
+					t.Fatalf("exited while a connection was still draining:\n%s", proc.Logs.String())
 				default:
 				}
 				status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.publicKey)
@@ -885,20 +730,19 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 				}
 				owner.emit(p.secretKey, `{"channel":"live","payload":"late"}`).expect(t, 503, `{"error":"service_unavailable"}`)
 				owner.revoke(p.secretKey, `{"clientId":"x"}`).expect(t, 503, `{"error":"service_unavailable"}`)
-				_, metrics := getText(t, proc.debug+"/metrics")
-				if n := metric(t, metrics, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {
+				if n := ts.metrics(t).Get(t, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {
 					t.Fatalf("relay_handshakes_refused_total{shutting_down} = %v, want 1", n)
 				}
 				stuck.conn.Close() // the last connection goes; the drain ends
 			}
 			select {
-			case <-proc.exited:
+			case <-proc.Exited:
 			case <-time.After(time.Until(signalled.Add(shutdownTimeout))):
-				t.Fatalf("still running %v after %v:\n%s", time.Since(signalled), sig, proc.logs.String())
+				t.Fatalf("still running %v after %v:\n%s", time.Since(signalled), sig, proc.Logs.String())
 			}
 			took := time.Since(signalled)
-			logs := proc.logs.String()
-			if code := proc.cmd.ProcessState.ExitCode(); code != 0 {
+			logs := proc.Logs.String()
+			if code := proc.Cmd.ProcessState.ExitCode(); code != 0 {
 				t.Fatalf("exit status %d after %v, want 0:\n%s", code, sig, logs)
 			}
 			t.Logf("%v: stopped in %v", sig, took)
@@ -930,9 +774,9 @@ func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 	const shutdownTimeout = 2 * time.Second
 	url := storetest.SQLiteURL(t)
 	day := time.Now().UTC().Format(time.DateOnly)
-	proc := lcStartBinary(t, "DATABASE_URL="+url, "SHUTDOWN_TIMEOUT_SECONDS=2", "USAGE_ROLLUP_SECONDS=3600",
+	proc := relaytest.StartBinary(t, "LOG_LEVEL=debug", "DATABASE_URL="+url, "SHUTDOWN_TIMEOUT_SECONDS=2", "USAGE_ROLLUP_SECONDS=3600",
 		"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000")
-	ts := &testServer{t: t, base: proc.base, logs: proc.logs}
+	ts := binaryServer(t, proc)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	reader := subscribed(t, ts, p.publicKey, "live")
@@ -946,19 +790,19 @@ func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 	}
 
 	signalled := time.Now()
-	proc.cmd.Process.Signal(syscall.SIGTERM)
+	proc.Cmd.Process.Signal(syscall.SIGTERM)
 	reader.expectClose(1001, shutdownTimeout)
 	select {
-	case <-proc.exited:
+	case <-proc.Exited:
 	case <-time.After(time.Until(signalled.Add(shutdownTimeout + time.Second))):
-		t.Fatalf("still running %v after SIGTERM with SHUTDOWN_TIMEOUT_SECONDS=2:\n%s", time.Since(signalled), proc.logs.String())
+		t.Fatalf("still running %v after SIGTERM with SHUTDOWN_TIMEOUT_SECONDS=2:\n%s", time.Since(signalled), proc.Logs.String())
 	}
 	took := time.Since(signalled)
-	logs := proc.logs.String()
+	logs := proc.Logs.String()
 	if took < shutdownTimeout-100*time.Millisecond {
 		t.Fatalf("exited after %v: the stuck peer should have held the drain for the timeout", took)
 	}
-	if code := proc.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(logs, `level=WARN msg="shutdown bound reached; the rest was dropped" step="closing connections"`) {
+	if code := proc.Cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(logs, `level=WARN msg="shutdown bound reached; the rest was dropped" step="closing connections"`) {
 		t.Fatalf("exit status %d, want 0 with a warning that the bound was reached:\n%s", code, logs)
 	}
 	dropped := regexp.MustCompile(lcCloseLog("shutdown", 1001).String() + `reason="server shutting down" abrupt=true `)

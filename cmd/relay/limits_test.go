@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -41,14 +42,12 @@ func TestConnectionCapPerProject(t *testing.T) {
 	}
 	ts.dialWS(other.publicKey) // another project has its own cap
 	first.conn.Close()
-	waitUntil(t, func() bool { _, status, _ := ts.tryDialWS(p.publicKey); return status == http.StatusSwitchingProtocols })
+	relaytest.Eventually(t, 5*time.Second, func() bool { _, status, _ := ts.tryDialWS(p.publicKey); return status == http.StatusSwitchingProtocols }, "a connection slot free again")
 }
 
 func TestLoginAndSignupThrottled(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "3", "SIGNUP_ATTEMPTS_PER_MINUTE": "2"})
-	if s := time.Now().Second(); s > 50 {
-		time.Sleep(time.Duration(61-s) * time.Second) // one fixed window for the whole test
-	}
+	clock := newClock() // one fixed window for the whole test
+	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "3", "SIGNUP_ATTEMPTS_PER_MINUTE": "2"}, clock.Now)
 	ts.signup("alice@example.com")
 	c := ts.client()
 	for range 3 {

@@ -13,23 +13,12 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
 // The /metrics counters that TestOperatorEndpointsDuringTraffic does not
 // check, each against what its test did, on a server of its own.
-
-// mtServer starts a relay with the operator listener on a free loopback port.
-func mtServer(t *testing.T, env map[string]string) *testServer {
-	t.Helper()
-	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
-	for k, v := range env {
-		vars[k] = v
-	}
-	return startServer(t, storetest.SQLiteURL(t), vars)
-}
-
-func mtDebug(ts *testServer) string { return "http://" + ts.app.debugAddr.String() }
 
 // mtSample is one expected sample of /metrics.
 type mtSample struct {
@@ -42,40 +31,19 @@ type mtSample struct {
 // when they do not within 5 s.
 func mtWaitMetrics(t *testing.T, ts *testServer, samples ...mtSample) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		status, text := getText(t, mtDebug(ts)+"/metrics")
-		if status != http.StatusOK {
-			t.Fatalf("/metrics: %d", status)
-		}
+	relaytest.EventuallyNil(t, 5*time.Second, func() error {
+		m := ts.metrics(t)
 		var bad []string
 		for _, s := range samples {
-			if got := metric(t, text, s.name, s.labels); got != s.want {
+			if got := m.Get(t, s.name, s.labels); got != s.want {
 				bad = append(bad, fmt.Sprintf("%s{%s} = %v, want %v", s.name, s.labels, got, s.want))
 			}
 		}
-		if len(bad) == 0 {
-			return
+		if len(bad) > 0 {
+			return fmt.Errorf("/metrics:\n%s", strings.Join(bad, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics:\n%s", strings.Join(bad, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// mtNextJSON reads the next text frame as a JSON object.
-func mtNextJSON(t *testing.T, c *wsClient) map[string]any {
-	t.Helper()
-	f, ok := c.next(5 * time.Second)
-	if !ok || f.closed || f.err != nil {
-		t.Fatalf("no frame: %+v (timeout %v)", f, !ok)
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(f.text), &m); err != nil {
-		t.Fatalf("not a JSON object: %q", f.text)
-	}
-	return m
+		return nil
+	})
 }
 
 // TestMetricsSlowConsumerAndDrops: a subscriber that never reads is closed as
@@ -83,7 +51,7 @@ func mtNextJSON(t *testing.T, c *wsClient) map[string]any {
 // subscriberCount - delivered over the emits, relay_deliveries_total the sum
 // of delivered.
 func TestMetricsSlowConsumerAndDrops(t *testing.T) {
-	ts := mtServer(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
+	ts := debugServer(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	slow := lcDialSmallBuffer(t, ts, p.publicKey)
@@ -104,20 +72,13 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 		return r, true
 	}
 	// The unread subscription is in once the channel counts it.
-	subDeadline := time.Now().Add(5 * time.Second)
-	for {
+	relaytest.Eventually(t, 5*time.Second, func() bool {
 		r, ok := emit(owner, "0")
 		if !ok {
 			t.Fatalf("emit: %d %s", r.status, r.raw)
 		}
-		if num(r.json, "subscriberCount") == 1 {
-			break
-		}
-		if time.Now().After(subDeadline) {
-			t.Fatal("the unread subscription was never counted")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return num(r.json, "subscriberCount") == 1
+	}, "the unread subscription counted")
 	// Messages of 120 KiB from four emitters at once, so that the 8 MiB
 	// queue overflows well within the 10 s write timeout even on a busy
 	// machine.
@@ -146,20 +107,13 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 		t.Fatal("no slow consumer after 1000 messages of 120 KiB")
 	}
 	// Until the channel has let go of it; every emit is still tallied.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	relaytest.Eventually(t, 5*time.Second, func() bool {
 		r, ok := emit(owner, "1")
 		if !ok {
 			t.Fatalf("emit: %d %s", r.status, r.raw)
 		}
-		if num(r.json, "subscriberCount") == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the slow consumer stayed subscribed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return num(r.json, "subscriberCount") == 0
+	}, "the slow consumer unsubscribed")
 	// A queue overflow is a drop in the very emit that found it; a write
 	// timeout (abrupt) closes the peer on its own, so no emit need see it.
 	overflow := strings.Contains(ts.logs.String(), "cause=slow_consumer code=1013 reason=\"slow consumer\" abrupt=false")
@@ -182,7 +136,7 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 // receiver), failed (a receiver answering 500) and refused (a private target
 // without WEBHOOK_ALLOW_PRIVATE_ADDRESSES), one per connect and disconnect.
 func TestMetricsWebhookOutcomes(t *testing.T) {
-	ts := mtServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
+	ts := debugServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 	owner := ts.signup("alice@example.com")
 	good, bad := owner.createProject("good"), owner.createProject("bad")
 	rec := newReceiver(t, "whsec-good", 0)
@@ -202,9 +156,9 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 		t.Fatalf("disconnect of %s, want %s", got, id)
 	}
 	c2 := ts.dialWS(bad.publicKey)
-	waitUntil(t, func() bool { return failing.Load() == 1 })
+	relaytest.Eventually(t, 5*time.Second, func() bool { return failing.Load() == 1 }, "first failing delivery")
 	c2.conn.Close()
-	waitUntil(t, func() bool { return failing.Load() == 2 })
+	relaytest.Eventually(t, 5*time.Second, func() bool { return failing.Load() == 2 }, "second failing delivery")
 	mtWaitMetrics(t, ts,
 		mtSample{"relay_webhooks_total", `outcome="sent"`, 2},
 		mtSample{"relay_webhooks_total", `outcome="failed"`, 2},
@@ -213,7 +167,7 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 	)
 
 	// The default configuration refuses a loopback target before connecting.
-	ts2 := mtServer(t, nil)
+	ts2 := debugServer(t, nil)
 	p2 := ts2.signup("alice@example.com").createProject("demo")
 	rec2 := newReceiver(t, "s", 0)
 	setWebhook(t, ts2, p2.id, rec2.srv.URL, "s")
@@ -236,12 +190,10 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 // emits on distinct channels run into project_rate_limited, counted as
 // kind="project" and nothing else.
 func TestMetricsProjectRateLimited(t *testing.T) {
-	ts := mtServer(t, map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "2"})
+	clock := newClock() // the fixed window stays whole
+	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
-	if s := time.Now().Second(); s > 55 {
-		time.Sleep(6 * time.Second) // keep the fixed window whole
-	}
 	var ok, limited int
 	for i := 0; limited < 2; i++ {
 		if i == 10 {
@@ -253,8 +205,8 @@ func TestMetricsProjectRateLimited(t *testing.T) {
 			ok++
 		case r.status == 429 && r.json["error"] == "project_rate_limited":
 			limited++
-			budget(t, r, "project_rate_limit", 2, 0)
-			budget(t, r, "rate_limit", 600, 600)
+			budget(t, clock.Now(), r, "project_rate_limit", 2, 0)
+			budget(t, clock.Now(), r, "rate_limit", 600, 600)
 		default:
 			t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
 		}
@@ -275,7 +227,8 @@ func TestMetricsProjectRateLimited(t *testing.T) {
 // client-emits in the same second: one relayed (path="client"), one refused
 // (kind="client").
 func TestMetricsClientEmits(t *testing.T) {
-	ts := mtServer(t, map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"})
+	clock := newClock() // both client-emits fall in one second of the window
+	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
@@ -285,31 +238,15 @@ func TestMetricsClientEmits(t *testing.T) {
 	listener := subscribed(t, ts, p.publicKey, "room")
 	ann := presenceSub(t, ts, p.publicKey, "room", "ann")
 	ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"t"}, TTL: time.Minute})
+	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"t"}, TTL: time.Minute, Now: clock.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acks, limited int
-	for attempt := 0; limited == 0; attempt++ {
-		if attempt == 5 {
-			t.Fatal("never two client-emits within one second")
-		}
-		// Just after a second boundary, two emits back to back; if the
-		// second one still crossed into the next second, try again.
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
-		ann.send(emitFrame2("room", tok))
-		ann.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
-		acks++
-		ann.send(emitFrame2("room", tok))
-		switch m := mtNextJSON(t, ann); {
-		case m["error"] == "client_emit_rate_limited" && m["channel"] == "room" && len(m) == 2:
-			limited++
-		case m["action"] == "emit" && m["ok"] == true:
-			acks++
-		default:
-			t.Fatalf("second client-emit: %v", m)
-		}
-	}
+	ann.send(emitFrame2("room", tok))
+	ann.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+	ann.send(emitFrame2("room", tok))
+	ann.expect(`{"error":"client_emit_rate_limited","channel":"room"}`)
+	const acks, limited = 1, 1
 	for range acks {
 		listener.expectExcept(`{"channel":"room","type":"t","payload":1,"clientId":"ann"}`, "seq")
 	}
@@ -329,7 +266,7 @@ func TestMetricsClientEmits(t *testing.T) {
 // mailbox depths, and pages through the project actors (sorted by id) with
 // limit and offset.
 func TestMetricsDebugActorsMailboxAndPaging(t *testing.T) {
-	ts := mtServer(t, nil)
+	ts := debugServer(t, nil)
 	owner := ts.signup("alice@example.com")
 	var ids []string
 	for i := range 5 {
@@ -357,7 +294,7 @@ func TestMetricsDebugActorsMailboxAndPaging(t *testing.T) {
 	}
 	get := func(query string) page {
 		t.Helper()
-		status, body := getText(t, mtDebug(ts)+"/debug/actors"+query)
+		status, body := getText(t, ts.debug+"/debug/actors"+query)
 		var v page
 		if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 {
 			t.Fatalf("/debug/actors%s: %d %s", query, status, body)

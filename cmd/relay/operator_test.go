@@ -4,57 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
-func getText(t *testing.T, url string) (int, string) {
-	t.Helper()
-	res, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(b)
-}
-
-// metric finds one sample in Prometheus text: name with exactly these labels ("" for none).
-func metric(t *testing.T, text, name, labels string) float64 {
-	t.Helper()
-	key := name
-	if labels != "" {
-		key += "{" + labels + "}"
-	}
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no sample %s in /metrics", key)
-	return 0
-}
-
 func TestOperatorEndpointsDuringTraffic(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "EMIT_RATE_LIMIT_PER_MINUTE": "2"})
-	debug := "http://" + ts.app.debugAddr.String()
+	// The clock stands still: the channel budget's minute window stays whole.
+	clock := relaytest.NewClock(time.Now())
+	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "EMIT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
+	debug := ts.debug
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	owner.createProject("idle") // no traffic: no actor
-	if s := time.Now().Second(); s > 55 {
-		time.Sleep(6 * time.Second)
-	}
 	subs := []*wsClient{subscribed(t, ts, p.publicKey, "a"), subscribed(t, ts, p.publicKey, "a")}
 	x := presenceSub(t, ts, p.publicKey, "a", "x")
 	x.expect(`{"type":"presence","channel":"a","event":"sync","members":[]}`)
@@ -123,7 +89,7 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 	}
 
 	// /metrics against what the test did.
-	_, text := getText(t, debug+"/metrics")
+	m := ts.metrics(t)
 	checks := []struct {
 		name, labels string
 		want         float64
@@ -141,11 +107,11 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 		{"relay_connections_closed_total", `cause="idle"`, 0},
 	}
 	for _, c := range checks {
-		if got := metric(t, text, c.name, c.labels); got != c.want {
+		if got := m.Get(t, c.name, c.labels); got != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if metric(t, text, "relay_store_query_duration_seconds_count", `op="SELECT"`) == 0 || metric(t, text, "go_goroutines", "") == 0 {
+	if m.Get(t, "relay_store_query_duration_seconds_count", `op="SELECT"`) == 0 || m.Get(t, "go_goroutines", "") == 0 {
 		t.Error("store or runtime metrics missing")
 	}
 	// The operator endpoints are not on the public listener.
@@ -208,7 +174,7 @@ func TestShutdownWithThousandConnections(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	relaytest.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 0 }, "an emit acknowledged before the shutdown")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -260,15 +226,6 @@ func TestShutdownWithThousandConnections(t *testing.T) {
 
 // emitNoFail is emit that reports a refused connection as status 0.
 func (c *client) emitNoFail(secretKey, body string) response {
-	req, _ := http.NewRequest("POST", c.ts.base+"/emit", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+secretKey)
-	res, err := c.http.Do(req)
-	if err != nil {
-		return response{}
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := response{status: res.StatusCode, raw: string(raw)}
-	json.Unmarshal(raw, &r.json)
+	r, _ := c.try("POST", "/emit", body, "", map[string]string{"Authorization": "Bearer " + secretKey})
 	return r
 }

@@ -65,8 +65,8 @@ func TestPresence(t *testing.T) {
 		// Presence never reached the plain subscriber, and never used the budgets.
 		plain.expectSilence(100 * time.Millisecond)
 		r := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
-		budget(t, r, "rate_limit", 600, 599)
-		budget(t, r, "project_rate_limit", 6000, 5999)
+		budget(t, ts.now(), r, "rate_limit", 600, 599)
+		budget(t, ts.now(), r, "project_rate_limit", 6000, 5999)
 	})
 }
 
@@ -89,7 +89,8 @@ func TestPresenceSameClientOnTwoConnections(t *testing.T) {
 
 func TestReplay(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
-		ts := startServer(t, url, map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"})
+		clock := newClock()
+		ts := startServerAt(t, url, map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
 		owner := ts.signup("alice@example.com")
 		p := owner.createProject("demo")
 		var seqs []int64
@@ -119,7 +120,7 @@ func TestReplay(t *testing.T) {
 		c3.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
 
 		// After the TTL the messages are gone: a gap and nothing else.
-		time.Sleep(2500 * time.Millisecond)
+		clock.Advance(2500 * time.Millisecond)
 		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"new"}`)
 		c4 := ts.dialWS(p.publicKey)
 		c4.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
@@ -129,7 +130,7 @@ func TestReplay(t *testing.T) {
 
 		// Everything after since expired and nothing newer: the gap alone.
 		r = owner.emit(p.secretKey, `{"channel":"quiet","payload":1}`)
-		time.Sleep(2500 * time.Millisecond)
+		clock.Advance(2500 * time.Millisecond)
 		c5 := ts.dialWS(p.publicKey)
 		c5.send(fmt.Sprintf(`{"action":"subscribe","channel":"quiet","since":%d}`, int64(num(r.json, "seq"))-1))
 		c5.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"quiet","since":%d}`, int64(num(r.json, "seq"))-1))
@@ -201,7 +202,12 @@ type clientEmitSetup struct {
 }
 
 func newClientEmitSetup(t *testing.T, url string, env map[string]string) *clientEmitSetup {
-	ts := startServer(t, url, env)
+	return clientEmitSetupOn(t, startServer(t, url, env))
+}
+
+// clientEmitSetupOn is newClientEmitSetup on a server already started (on a
+// test clock, say).
+func clientEmitSetupOn(t *testing.T, ts *testServer) *clientEmitSetup {
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	s := &clientEmitSetup{ts: ts, owner: owner, p: p}
@@ -219,8 +225,10 @@ func (s *clientEmitSetup) enable(t *testing.T) {
 	}
 }
 
+// token mints a token of ann for "msg" on chat, issued now on the server's
+// clock, as mod changes it.
 func (s *clientEmitSetup) token(t *testing.T, mod func(*backend.TokenOptions)) string {
-	o := backend.TokenOptions{Secret: s.secret, ProjectID: s.p.id, Channel: "chat", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute}
+	o := backend.TokenOptions{Secret: s.secret, ProjectID: s.p.id, Channel: "chat", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute, Now: s.ts.now()}
 	if mod != nil {
 		mod(&o)
 	}
@@ -299,7 +307,7 @@ func TestClientEmitRules(t *testing.T) {
 		if int64(num(r.json, "seq")) != seq+1 || num(r.json, "delivered") != 2 {
 			t.Fatalf("emit after client-emit: %s", r.raw)
 		}
-		budget(t, r, "rate_limit", 600, 598) // the client-emit used the channel budget too
+		budget(t, s.ts.now(), r, "rate_limit", 600, 598) // the client-emit used the channel budget too
 		s.ann.expect(fmt.Sprintf(`{"channel":"chat","payload":2,"seq":%d}`, seq+1))
 		late := s.ts.dialWS(s.p.publicKey)
 		late.send(fmt.Sprintf(`{"action":"subscribe","channel":"chat","since":%d}`, seq-1))
@@ -323,16 +331,14 @@ func TestClientEmitRules(t *testing.T) {
 }
 
 func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
-	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{
+	// 6. per-clientId fixed 1-second window, and the channel budget's minute
+	// window: the clock stands at the start of a second, inside one minute.
+	clock := newClock()
+	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
 		"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "3", "EMIT_RATE_LIMIT_PER_MINUTE": "5",
-	})
+	}, clock.Now))
 	s.enable(t)
 	tok := s.token(t, nil)
-	// 6. per-clientId fixed 1-second window: start right after a second boundary.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
-	if s := time.Now().Second(); s > 55 {
-		time.Sleep(6 * time.Second) // keep the minute window of the channel budget whole
-	}
 	for range 3 {
 		s.ann.send(emitFrame(tok, "msg", "1"))
 		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
@@ -340,7 +346,7 @@ func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
 	s.ann.send(emitFrame(tok, "msg", "1"))
 	s.ann.expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
 	// Next second: allowed again, until the channel budget (5 a minute) runs out.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	clock.Advance(time.Second)
 	for range 2 {
 		s.ann.send(emitFrame(tok, "msg", "1"))
 		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
@@ -354,11 +360,9 @@ func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
 }
 
 func TestClientEmitProjectBackstop(t *testing.T) {
-	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"})
+	clock := newClock() // one minute window for the backstop
+	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"}, clock.Now))
 	s.enable(t)
-	if sec := time.Now().Second(); sec > 55 {
-		time.Sleep(6 * time.Second)
-	}
 	if r := s.owner.emit(s.p.secretKey, `{"channel":"other","payload":1}`); r.status != 200 {
 		t.Fatalf("emit: %s", r.raw)
 	}
@@ -396,7 +400,8 @@ func (c *client) revoke(secretKey, body string) response {
 
 func TestRevokeEndpoint(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
-		s := newClientEmitSetup(t, url, nil)
+		clock := newClock() // tokens are compared with revocations by the second
+		s := clientEmitSetupOn(t, startServerAt(t, url, nil, clock.Now))
 		s.enable(t)
 		c := s.ts.client()
 		c.revoke("", `{"jti":"x"}`).expect(t, 401, `{"error":"missing_secret_key"}`)
@@ -436,7 +441,7 @@ func TestRevokeEndpoint(t *testing.T) {
 		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 		bob.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
 		// A token of bob minted in a later second than the revocation works.
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+		clock.Advance(time.Second)
 		bobNew := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
 		bob.send(emitFrame(bobNew, "msg", "1"))
 		bob.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
@@ -446,7 +451,7 @@ func TestRevokeEndpoint(t *testing.T) {
 		c.revoke(s.p.secretKey, `{"clientId":"ann"}`).expect(t, 200, `{"ok":true}`)
 		s.ann.send(emitFrame(two, "msg", "1"))
 		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1100 * time.Millisecond)))
+		clock.Advance(time.Second)
 		fresh := s.token(t, nil)
 		s.ann.send(emitFrame(fresh, "msg", "1"))
 		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
@@ -459,7 +464,7 @@ func TestRevokeEndpoint(t *testing.T) {
 			t.Fatalf("shutdown: %v", err)
 		}
 		s.ts.app = nil
-		ts2 := startServer(t, url, nil)
+		ts2 := startServerAt(t, url, nil, clock.Now)
 		ann2 := presenceSub(t, ts2, s.p.publicKey, "chat", "ann")
 		ann2.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
 		for _, tok := range []string{one, two, three} {

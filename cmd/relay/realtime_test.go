@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -22,20 +21,11 @@ func (c *client) emit(secretKey, body string) response {
 // bearerPost posts a JSON body with Authorization: Bearer key ("" sends none).
 func (c *client) bearerPost(path, key, body string) response {
 	c.t.Helper()
-	req, _ := http.NewRequest("POST", c.ts.base+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	h := map[string]string{"Content-Type": "application/json"}
 	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
+		h["Authorization"] = "Bearer " + key
 	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	json.Unmarshal(raw, &r.json)
-	return r
+	return c.send("POST", path, body, "", h)
 }
 
 func num(m map[string]any, k string) float64 { f, _ := m[k].(float64); return f }
@@ -167,44 +157,43 @@ func TestEmitErrors(t *testing.T) {
 	})
 }
 
-// budget checks one {limit, remaining, resetAt} object.
-func budget(t *testing.T, r response, field string, limit, remaining int) {
+// budget checks one {limit, remaining, resetAt} object; resetAt is the end
+// of the fixed one-minute window that now (the server's clock) is in.
+func budget(t *testing.T, now time.Time, r response, field string, limit, remaining int) {
 	t.Helper()
 	b, _ := r.json[field].(map[string]any)
 	if b == nil {
 		t.Fatalf("%s missing: %s", field, r.raw)
 	}
 	reset, err := time.Parse(time.RFC3339, b["resetAt"].(string))
-	if int(num(b, "limit")) != limit || int(num(b, "remaining")) != remaining || err != nil ||
-		reset.Before(time.Now()) || reset.After(time.Now().Add(61*time.Second)) || reset.Second() != 0 {
-		t.Fatalf("%s = %v, want limit %d remaining %d resetAt within the next minute (%v)", field, b, limit, remaining, err)
+	want := now.Truncate(time.Minute).Add(time.Minute)
+	if int(num(b, "limit")) != limit || int(num(b, "remaining")) != remaining || err != nil || !reset.Equal(want) {
+		t.Fatalf("%s = %v, want limit %d remaining %d resetAt %v (%v)", field, b, limit, remaining, want.UTC(), err)
 	}
 }
 
 func TestEmitRateLimits(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
-		ts := startServer(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "3", "PROJECT_RATE_LIMIT_PER_MINUTE": "5"})
+		// Fixed windows on minute boundaries: the clock stands still inside one.
+		clock := newClock()
+		ts := startServerAt(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "3", "PROJECT_RATE_LIMIT_PER_MINUTE": "5"}, clock.Now)
 		owner := ts.signup("alice@example.com")
 		p := owner.createProject("demo")
 		c := ts.client()
-		// Fixed windows on minute boundaries: keep the test inside one minute.
-		if s := time.Now().Second(); s > 50 {
-			time.Sleep(time.Duration(61-s) * time.Second)
-		}
 		for i := range 3 {
 			r := c.emit(p.secretKey, `{"channel":"a","payload":1}`)
 			if r.status != 200 {
 				t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
 			}
-			budget(t, r, "rate_limit", 3, 2-i)
-			budget(t, r, "project_rate_limit", 5, 4-i)
+			budget(t, clock.Now(), r, "rate_limit", 3, 2-i)
+			budget(t, clock.Now(), r, "project_rate_limit", 5, 4-i)
 		}
 		r := c.emit(p.secretKey, `{"channel":"a","payload":1}`)
 		if r.status != 429 || r.json["error"] != "channel_rate_limited" || len(r.json) != 3 {
 			t.Fatalf("4th emit on a: %d %s", r.status, r.raw)
 		}
-		budget(t, r, "rate_limit", 3, 0)
-		budget(t, r, "project_rate_limit", 5, 2) // a refused emit does not use the backstop
+		budget(t, clock.Now(), r, "rate_limit", 3, 0)
+		budget(t, clock.Now(), r, "project_rate_limit", 5, 2) // a refused emit does not use the backstop
 
 		// Another channel has its own budget; the project backstop still counts.
 		for i := range 2 {
@@ -216,8 +205,8 @@ func TestEmitRateLimits(t *testing.T) {
 		if r.status != 429 || r.json["error"] != "project_rate_limited" || len(r.json) != 3 {
 			t.Fatalf("6th emit in project: %d %s", r.status, r.raw)
 		}
-		budget(t, r, "rate_limit", 3, 3)
-		budget(t, r, "project_rate_limit", 5, 0)
+		budget(t, clock.Now(), r, "rate_limit", 3, 3)
+		budget(t, clock.Now(), r, "project_rate_limit", 5, 0)
 	})
 }
 
@@ -279,17 +268,10 @@ func TestFanOutToManySubscribers(t *testing.T) {
 
 		// A subscriber that goes away is no longer counted.
 		subs[0].conn.Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		relaytest.Eventually(t, 5*time.Second, func() bool {
 			r = owner.emit(p.secretKey, `{"channel":"news","payload":"y"}`)
-			if num(r.json, "subscriberCount") == n-1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("closed subscriber still counted: %s", r.raw)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return num(r.json, "subscriberCount") == n-1
+		}, "closed subscriber no longer counted")
 	})
 }
 
@@ -401,13 +383,12 @@ func TestRawFrames(t *testing.T) {
 		c.expectClose(4000, 5*time.Second)
 	})
 	// Every one of those connections is gone from the server.
-	deadline := time.Now().Add(5 * time.Second)
-	for ts.app.transport.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections left", ts.app.transport.Len())
+	relaytest.EventuallyNil(t, 5*time.Second, func() error {
+		if n := ts.app.transport.Len(); n != 0 {
+			return fmt.Errorf("%d connections left", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestThousandConnectionsSubscribeAtOnce(t *testing.T) {
@@ -493,17 +474,10 @@ func TestAbruptDisconnectRemovesSubscriptions(t *testing.T) {
 		c.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
 	}
 	c.conn.UnderlyingConn().Close() // TCP gone, no close frame
-	deadline := time.Now().Add(5 * time.Second)
 	for _, ch := range []string{"a", "b", "c"} {
-		for {
+		relaytest.Eventually(t, 5*time.Second, func() bool {
 			r := owner.emit(p.secretKey, `{"channel":"`+ch+`","payload":1}`)
-			if num(r.json, "subscriberCount") == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("channel %s still counts the dropped connection", ch)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return num(r.json, "subscriberCount") == 0
+		}, "channel %s lets go of the dropped connection", ch)
 	}
 }

@@ -71,7 +71,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 
 // run serves until ctx is done, then shuts down within cfg.ShutdownTimeout.
 func run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	app, err := start(ctx, cfg, log)
+	app, err := start(ctx, cfg, log, time.Now)
 	if err != nil {
 		return err
 	}
@@ -89,6 +89,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // app is a started service: what start built and shutdown tears down.
 type app struct {
 	log       *slog.Logger
+	now       func() time.Time
 	store     *store.Store
 	actors    *actors.System
 	webhooks  *webhook.Dispatcher
@@ -105,8 +106,11 @@ type app struct {
 }
 
 // start opens the store, binds the listener and serves in the background. It
-// prints one line per listener once ready (CONTRACT.md › Build and run).
-func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
+// prints one line per listener once ready (CONTRACT.md › Build and run). now
+// is the clock of the windows and timestamps the service keeps (budgets,
+// throttles, sessions, tokens, replay, usage days, revocation pruning):
+// time.Now, or a test's clock.
+func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Time) (*app, error) {
 	log.Info("starting", cfg.redacted()...)
 	if len(cfg.AllowedSignupEmails) == 0 {
 		log.Info("signup is closed: ALLOWED_SIGNUP_EMAILS is empty")
@@ -154,6 +158,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		MaxSubscriptions:        cfg.MaxSubscriptions,
 		MaxConnections:          cfg.MaxConnections,
 		Logger:                  log.With("component", "actors"),
+		Now:                     now,
 	})
 	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
 	st.ObserveQueries(metrics.ObserveQuery)
@@ -165,9 +170,12 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 
 		LoginAttemptsPerMinute: cfg.LoginAttempts,
 		SignupsPerMinute:       cfg.SignupAttempts,
+		Now:                    now,
 	})
+	usage := newUsageRollup(st, sys, log)
+	usage.now = now
 	a := &app{
-		log: log, api: handler, store: st, actors: sys, transport: tr, webhooks: hooks, usage: newUsageRollup(st, sys, log), addr: ln.Addr(), served: make(chan error, 1),
+		log: log, now: now, api: handler, store: st, actors: sys, transport: tr, webhooks: hooks, usage: usage, addr: ln.Addr(), served: make(chan error, 1),
 		public: &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -223,7 +231,7 @@ func (a *app) every(ctx context.Context, period time.Duration, job func(context.
 
 // pruneRevocations drops stored revocations no token can match any more.
 func (a *app) pruneRevocations(ctx context.Context) {
-	n, err := a.store.PruneRevocations(ctx, time.Now())
+	n, err := a.store.PruneRevocations(ctx, a.now())
 	if err != nil {
 		a.log.Warn("prune token revocations", "err", err)
 		return

@@ -36,7 +36,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
+	"github.com/relayhq/relay/transport"
 )
 
 // soakAck is one emit answered 200: its seq, when it was sent and when its
@@ -70,27 +72,25 @@ func TestSoak(t *testing.T) {
 	}
 	const conns, channels = 5000, 10
 	url := storetest.PostgresURL(t)
-	debugAddr := freeAddr(t)
-	proc := startProcess(t, "DATABASE_URL="+url, "USAGE_ROLLUP_SECONDS=5", "RELAY_DEBUG_ADDR="+debugAddr)
-	ts := &testServer{t: t, base: proc.base}
+	proc := relaytest.StartBinary(t, "DATABASE_URL="+url, "USAGE_ROLLUP_SECONDS=5")
+	ts := binaryServer(t, proc)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("soak")
 	wsURL := ts.wsURL(p.publicKey)
 
-	metrics := func() string { _, text := getText(t, "http://"+debugAddr+"/metrics"); return text }
 	type stats struct{ rssKiB, heapMiB, goroutines, open float64 }
 	serverStats := func() stats {
 		var s stats
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", proc.cmd.Process.Pid))
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", proc.Cmd.Process.Pid))
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 				s.rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
 			}
 		}
-		text := metrics()
-		s.heapMiB = metric(t, text, "go_memstats_heap_inuse_bytes", "") / (1 << 20)
-		s.goroutines = metric(t, text, "go_goroutines", "")
-		s.open = metric(t, text, "relay_connections_open", "")
+		m := ts.metrics(t)
+		s.heapMiB = m.Get(t, "go_memstats_heap_inuse_bytes", "") / (1 << 20)
+		s.goroutines = m.Get(t, "go_goroutines", "")
+		s.open = m.Get(t, "relay_connections_open", "")
 		return s
 	}
 	// Warm up before the idle baseline: the first actor starts the process's
@@ -300,9 +300,10 @@ func TestSoak(t *testing.T) {
 		return perSpan[int(q*float64(len(perSpan)-1))]
 	}
 	closedBy := []string{}
-	for _, line := range strings.Split(metrics(), "\n") {
-		if strings.HasPrefix(line, "relay_connections_closed_total{") && !strings.HasSuffix(line, " 0") {
-			closedBy = append(closedBy, strings.TrimPrefix(line, "relay_connections_closed_total"))
+	m := ts.metrics(t)
+	for _, c := range transport.Causes() {
+		if n, _ := m.Value("relay_connections_closed_total", `cause="`+c.String()+`"`); n != 0 {
+			closedBy = append(closedBy, fmt.Sprintf("%s=%v", c, n))
 		}
 	}
 

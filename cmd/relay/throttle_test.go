@@ -9,7 +9,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -17,7 +16,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,44 +56,17 @@ func (r response) expectThrottled(t *testing.T) {
 	}
 }
 
-// rawLogin posts a login without failing the test, so it can run off the
-// test's goroutine.
-func rawLogin(base, email, password string) (status int, retryAfter, body string, err error) {
-	res, err := http.Post(base+"/api/auth/login", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)))
-	if err != nil {
-		return 0, "", "", err
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header.Get("Retry-After"), string(b), nil
-}
-
-// parallelLogins sends n logins at once and returns their answers.
+// parallelLogins sends n logins at once, each on a connection of its own,
+// and returns their answers.
 func parallelLogins(t *testing.T, ts *testServer, n int, email, password string) (statuses []int, bodies []string) {
 	t.Helper()
-	statuses, bodies = make([]int, n), make([]string, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var ra string
-			statuses[i], ra, bodies[i], errs[i] = rawLogin(ts.base, email, password)
-			if statuses[i] == http.StatusTooManyRequests && ra == "" {
-				errs[i] = fmt.Errorf("429 without Retry-After")
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	c := &client{t: t, ts: ts, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
+	defer c.http.CloseIdleConnections()
+	for _, r := range c.parallel(t, n, "POST", "/api/auth/login", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)) {
+		if r.status == http.StatusTooManyRequests && r.header.Get("Retry-After") == "" {
+			t.Fatalf("429 without Retry-After: %s", r.raw)
 		}
+		statuses, bodies = append(statuses, r.status), append(bodies, r.raw)
 	}
 	return statuses, bodies
 }

@@ -5,32 +5,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
 func TestUsageRowsExact(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
-		ts := startServer(t, url, map[string]string{"USAGE_ROLLUP_SECONDS": "1", "EMIT_RATE_LIMIT_PER_MINUTE": "5"})
+		clock := newClock() // one minute window for the budget
+		ts := startServerAt(t, url, map[string]string{"USAGE_ROLLUP_SECONDS": "1", "EMIT_RATE_LIMIT_PER_MINUTE": "5"}, clock.Now)
 		owner := ts.signup("alice@example.com")
 		p := owner.createProject("demo")
 		other := owner.createProject("quiet")
-		if s := time.Now().Second(); s > 50 {
-			time.Sleep(time.Duration(61-s) * time.Second) // one minute window for the budget
-		}
 		conns := []*wsClient{ts.dialWS(p.publicKey), ts.dialWS(p.publicKey), ts.dialWS(p.publicKey)}
 		for range 6 { // the 6th is refused by the channel budget and is not counted
 			owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
 		}
-		day := time.Now().UTC().Format(time.DateOnly)
+		day := clock.Now().UTC().Format(time.DateOnly)
 		var rows []struct{ c, m, peak int64 }
-		waitUntil(t, func() bool {
+		relaytest.Eventually(t, 5*time.Second, func() bool {
 			us, err := ts.app.store.Usage(context.Background(), p.id, day)
 			if err != nil || len(us) != 1 {
 				return false
 			}
 			rows = append(rows[:0], struct{ c, m, peak int64 }{us[0].ConnectionCount, us[0].MessageCount, us[0].PeakConcurrentConnections})
 			return us[0].ConnectionCount == 3 && us[0].MessageCount == 5
-		})
+		}, "usage rows of the traffic")
 		if rows[0].peak != 3 {
 			t.Fatalf("peak %d, want 3 live connections at the rollup", rows[0].peak)
 		}

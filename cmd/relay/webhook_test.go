@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -169,7 +170,7 @@ func TestWebhookReceiverDownOrPrivate(t *testing.T) {
 	c := subscribed(t, ts, p.publicKey, "a")
 	c.send(`{"action":"ping"}`)
 	c.expect(`{"action":"pong","ok":true}`)
-	waitUntil(t, func() bool { return ts.app.webhooks.Stats().Failed >= 1 })
+	relaytest.Eventually(t, 5*time.Second, func() bool { return ts.app.webhooks.Stats().Failed >= 1 }, "a failed delivery")
 
 	// Private target with the default configuration: refused before connecting.
 	ts2 := startServer(t, storetest.SQLiteURL(t), nil)
@@ -177,7 +178,7 @@ func TestWebhookReceiverDownOrPrivate(t *testing.T) {
 	rec := newReceiver(t, "s", 0)
 	setWebhook(t, ts2, p2.id, rec.srv.URL, "s")
 	subscribed(t, ts2, p2.publicKey, "a")
-	waitUntil(t, func() bool { return ts2.app.webhooks.Stats().Refused >= 1 })
+	relaytest.Eventually(t, 5*time.Second, func() bool { return ts2.app.webhooks.Stats().Refused >= 1 }, "a refused delivery")
 	select {
 	case ev := <-rec.events:
 		t.Fatalf("a loopback receiver got %v without WEBHOOK_ALLOW_PRIVATE_ADDRESSES", ev)
@@ -185,16 +186,5 @@ func TestWebhookReceiverDownOrPrivate(t *testing.T) {
 	}
 	if strings.Contains(ts2.logs.String(), "level=ERROR") {
 		t.Fatalf("errors logged:\n%s", ts2.logs.String())
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -1,0 +1,136 @@
+package relaytest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Buffer collects a process's or a logger's output; safe for concurrent use.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Process is the real relay binary serving on loopback.
+type Process struct {
+	Cmd    *exec.Cmd
+	Base   string        // http://ADDR of the public listener
+	Debug  string        // http://ADDR of the operator listener; "" when RELAY_DEBUG_ADDR is empty
+	Logs   *Buffer       // its whole stderr
+	Exited chan struct{} // closed once it has exited (Cmd.ProcessState is then set)
+}
+
+// The ready lines start prints (CONTRACT.md › Build and run), in text format.
+var (
+	publicRe = regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
+	debugRe  = regexp.MustCompile(`msg=listening listener=debug addr=(\S+)`)
+)
+
+// StartBinary starts `relay serve` in a temp dir with the defaults below,
+// then env (KEY=VALUE, later ones win), and returns once it has printed its
+// listening lines. The process is killed, by its pid, when the test ends
+// unless it has exited by then. Defaults: both listeners on free loopback
+// ports, a fresh SQLite file, text logs at info, signup open to
+// alice@example.com.
+func StartBinary(t testing.TB, env ...string) *Process {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatalf("build relay: %v", err)
+	}
+	dir := t.TempDir()
+	vars := append([]string{
+		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "LOG_FORMAT=text",
+		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",
+	}, env...)
+	debugOn := true
+	for _, kv := range vars {
+		if v, ok := strings.CutPrefix(kv, "RELAY_DEBUG_ADDR="); ok {
+			debugOn = v != ""
+		}
+	}
+	p := &Process{Logs: &Buffer{}, Exited: make(chan struct{})}
+	p.Cmd = exec.Command(bin, "serve")
+	p.Cmd.Dir = dir
+	p.Cmd.Env = append(os.Environ(), vars...)
+	p.Cmd.Stderr = p.Logs
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.Cmd.Wait(); close(p.Exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.Exited:
+		default:
+			syscall.Kill(p.Cmd.Process.Pid, syscall.SIGKILL)
+			<-p.Exited
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs := p.Logs.String()
+		m, d := publicRe.FindStringSubmatch(logs), debugRe.FindStringSubmatch(logs)
+		if m != nil && (d != nil || !debugOn) {
+			p.Base = "http://" + m[1]
+			if d != nil {
+				p.Debug = "http://" + d[1]
+			}
+			return p
+		}
+		select {
+		case <-p.Exited:
+			t.Fatalf("relay exited at start:\n%s", logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay did not start within 30 s:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// binary builds cmd/relay once per test binary, into a directory named after
+// this process; directories left by earlier test processes that are gone
+// are removed first.
+var binary = sync.OnceValues(func() (string, error) {
+	tmp := os.TempDir()
+	stale, _ := filepath.Glob(filepath.Join(tmp, "relaytest-*"))
+	for _, d := range stale {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "relaytest-"))
+		if err == nil && (pid == os.Getpid() || syscall.Kill(pid, 0) == syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+	dir := filepath.Join(tmp, "relaytest-"+strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "relay")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/relayhq/relay/cmd/relay").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%v: %s", err, out)
+	}
+	return bin, nil
+})

@@ -1,0 +1,45 @@
+package relaytest
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Eventually calls cond every 10 ms until it holds, and fails the test if
+// timeout passes first, saying what did not happen (format and args).
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	err := poll(timeout, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %v", fmt.Sprintf(format, args...), timeout)
+	}
+}
+
+// EventuallyNil calls check every 10 ms until it returns nil, and fails the
+// test with its last error if timeout passes first.
+func EventuallyNil(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
+	if err := poll(timeout, check); err != nil {
+		t.Fatalf("not within %v: %v", timeout, err)
+	}
+}
+
+var errNotYet = errors.New("not yet")
+
+func poll(timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
