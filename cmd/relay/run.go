@@ -153,7 +153,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		ClientEmitRatePerSecond: cfg.ClientEmitRatePerSecond,
 		TokenMaxTTL:             cfg.ClientEmitTokenMaxTTL,
 		ActorDormancy:           cfg.ActorDormancy,
-		LoadSettings:            settingsLoader(st),
+		LoadSettings:            settingsLoader(st, now),
 		Webhooks:                webhookSender(hooks),
 		MaxSubscriptions:        cfg.MaxSubscriptions,
 		MaxConnections:          cfg.MaxConnections,

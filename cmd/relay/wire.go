@@ -13,7 +13,7 @@ import (
 // The actors declare what they need from storage as function types; these
 // adapt the store to them (DESIGN.md: store/ never imports actors/).
 
-func settingsLoader(st *store.Store) actors.SettingsLoader {
+func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader {
 	return func(ctx context.Context, projectID string) (actors.Settings, error) {
 		p, err := st.Project(ctx, projectID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -26,7 +26,7 @@ func settingsLoader(st *store.Store) actors.SettingsLoader {
 		if err != nil {
 			return actors.Settings{}, err
 		}
-		revs, err := st.Revocations(ctx, projectID, time.Now())
+		revs, err := st.Revocations(ctx, projectID, now())
 		if err != nil {
 			return actors.Settings{}, err
 		}
