@@ -88,7 +88,7 @@ func newTestSystem(t testing.TB, cfg Config) *System {
 func subscribeOne(t *testing.T, sys *System, project, channel string, id uint64) *sink {
 	t.Helper()
 	k := &sink{id: id}
-	sess := sys.Open(project, k)
+	sess := openConn(sys, project, k)
 	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"` + channel + `"}`))
 	waitFor(t, "subscribe ack", func() bool { return len(k.messages(t)) == 1 })
 	return k
@@ -179,7 +179,7 @@ func TestUnsubscribeAndClose(t *testing.T) {
 
 	// Closing a socket removes all its subscriptions at once.
 	gone := &sink{id: 2}
-	sg := sys.Open("p", gone)
+	sg := openConn(sys, "p", gone)
 	sg.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
 	sg.HandleMessage([]byte(`{"action":"subscribe","channel":"d"}`))
 	waitFor(t, "acks", func() bool { return len(gone.messages(t)) == 2 })
@@ -192,7 +192,7 @@ func TestUnsubscribeAndClose(t *testing.T) {
 
 	// Unsubscribe acks, and nothing follows the ack.
 	left := &sink{id: 3}
-	sl := sys.Open("p", left)
+	sl := openConn(sys, "p", left)
 	sl.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
 	sl.HandleMessage([]byte(`{"action":"unsubscribe","channel":"c"}`))
 	waitFor(t, "unsubscribe ack", func() bool { return len(left.messages(t)) == 2 })
@@ -235,7 +235,7 @@ func TestDormantChannelStopsAndSeqKeepsRising(t *testing.T) {
 func TestSessionErrors(t *testing.T) {
 	sys := newTestSystem(t, Config{})
 	k := &sink{id: 1}
-	s := sys.Open("p", k)
+	s := openConn(sys, "p", k)
 	cases := []struct{ in, want string }{
 		{`{`, `{"error":"invalid_json"}`},
 		{`{"action":"dance"}`, `{"error":"unknown_action"}`},
@@ -263,4 +263,14 @@ func (s *System) testProject(id string) *actor.PID {
 		}
 		s.spawnProject(id)
 	}
+}
+
+// openConn opens a connection of project on sink, as a handshake with the
+// key "pk-hash" from 127.0.0.1 would.
+func openConn(sys *System, project string, s Sink) *Session {
+	l, ok := sys.Reserve(project, "127.0.0.1")
+	if !ok {
+		panic("no connection slot for " + project)
+	}
+	return sys.Open(l, "pk-hash", s)
 }

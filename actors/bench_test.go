@@ -80,7 +80,7 @@ func BenchmarkSubscribeUnsubscribe(b *testing.B) {
 		sys.root.Send(sys.testProject("p"), &subscribe{channel: "c", sink: &nullSink{id: uint64(i + 1)}})
 	}
 	k := &signalSink{id: 1 << 40, ch: make(chan struct{}, 1)}
-	sess := sys.Open("p", k)
+	sess := openConn(sys, "p", k)
 	sub := []byte(`{"action":"subscribe","channel":"c"}`)
 	unsub := []byte(`{"action":"unsubscribe","channel":"c"}`)
 	b.ReportAllocs()
@@ -198,7 +198,7 @@ func BenchmarkReplayFullRing(b *testing.B) {
 		}
 	}
 	k := &countingSink{id: 1 << 40, ch: make(chan int, 1)}
-	sess := sys.Open("p", k)
+	sess := openConn(sys, "p", k)
 	sub := []byte(fmt.Sprintf(`{"action":"subscribe","channel":"c","since":%d}`, first-1))
 	unsub := []byte(`{"action":"unsubscribe","channel":"c"}`)
 	b.ReportAllocs()

@@ -35,7 +35,10 @@ type channelActor struct {
 	processed uint64 // messages had from the project actor (see mayStop)
 	dormancy  time.Duration
 	quiet     quietPeriod
-	now       func() time.Time
+	// maxMembers caps distinct presence clientIds (0: no cap), which also
+	// bounds the size of a sync frame.
+	maxMembers int
+	now        func() time.Time
 }
 
 func newChannelActor(name string, cfg *Config, usage *projectUsage) *channelActor {
@@ -45,16 +48,18 @@ func newChannelActor(name string, cfg *Config, usage *projectUsage) *channelActo
 	// `since` from before is seen as older than anything buffered.
 	seq := uint64(now.UnixMicro())
 	return &channelActor{
-		name:     name,
-		seq:      seq,
-		index:    map[uint64]int{},
-		members:  map[string]int{},
-		window:   fixedWindow{size: time.Minute},
-		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
-		dormancy: cfg.ActorDormancy,
-		now:      cfg.Now,
-		counters: cfg.counters,
-		usage:    usage,
+		name:    name,
+		seq:     seq,
+		index:   map[uint64]int{},
+		members: map[string]int{},
+		window:  fixedWindow{size: time.Minute},
+		replay: replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq,
+			project: &usage.replayBytes, projectMax: int64(cfg.MaxReplayBytesPerProject)},
+		maxMembers: cfg.MaxPresenceMembers,
+		dormancy:   cfg.ActorDormancy,
+		now:        cfg.Now,
+		counters:   cfg.counters,
+		usage:      usage,
 	}
 }
 
@@ -166,6 +171,10 @@ func (a *channelActor) subscribe(m *subscribe) {
 	id := m.sink.ID()
 	sub := channelSub{sink: m.sink, presence: m.presence, clientID: m.clientID}
 	i, existed := a.index[id]
+	if a.membersFull(sub, existed, i) {
+		m.sink.Send(errorFrame(&proto.Error{Code: proto.CodeTooManyPresenceMembers, Channel: a.name}))
+		return
+	}
 	wasMember := existed && a.subs[i].presence
 	same := wasMember && sub.presence && a.subs[i].clientID == sub.clientID // a repeated subscribe
 	if wasMember && !same {
@@ -185,6 +194,19 @@ func (a *channelActor) subscribe(m *subscribe) {
 	if !same {
 		a.addMember(sub.clientID, id)
 	}
+}
+
+// membersFull: sub would be a new presence member and the channel has
+// maxMembers already (counting a member this connection is about to leave).
+func (a *channelActor) membersFull(sub channelSub, existed bool, i int) bool {
+	if a.maxMembers <= 0 || !sub.presence || a.members[sub.clientID] > 0 {
+		return false
+	}
+	n := len(a.members)
+	if existed && a.subs[i].presence && a.members[a.subs[i].clientID] == 1 {
+		n-- // switching clientId: its old one leaves
+	}
+	return n >= a.maxMembers
 }
 
 // otherMembers lists the clientIds of the other presence subscribers, sorted;

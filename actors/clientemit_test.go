@@ -40,7 +40,7 @@ func TestClientEmitAnswersInEmitOrder(t *testing.T) {
 		},
 	})
 	k := &sink{id: 1}
-	sess := sys.Open("p", k)
+	sess := openConn(sys, "p", k)
 	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c","presence":true,"clientId":"ann"}`))
 	waitFor(t, "ack and sync", func() bool { return len(k.messages(t)) == 2 })
 

@@ -22,8 +22,8 @@ type connActor struct {
 	// subs is a slice, not a map: most connections hold one or a few
 	// channels (at most MAX_SUBSCRIPTIONS_PER_CONNECTION), and a one-entry
 	// map costs about 300 bytes more per idle connection.
-	subs    []connSub
-	maxSubs int
+	subs []connSub
+	cfg  *Config
 }
 
 // find returns the index of channel in subs, or -1.
@@ -39,7 +39,7 @@ func (a *connActor) find(channel string) int {
 func (a *connActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *connInit:
-		a.sink, a.project, a.maxSubs = m.sink, m.project, m.maxSubs
+		a.sink, a.project, a.cfg = m.sink, m.project, m.cfg
 	case *clientFrame:
 		a.handleFrame(ctx, &m.msg)
 	case *socketClosed:
@@ -57,9 +57,13 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 	switch m.Action {
 	case proto.ActionSubscribe:
 		sub := connSub{channel: m.Channel, presence: m.Presence, clientID: m.ClientID}
+		if max := a.cfg.MaxClientIDBytes; max > 0 && len(m.ClientID) > max {
+			a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeClientIDTooLong, Channel: m.Channel}))
+			return
+		}
 		if i := a.find(m.Channel); i >= 0 {
 			a.subs[i] = sub // a repeated subscribe updates presence and clientId
-		} else if a.maxSubs > 0 && len(a.subs) >= a.maxSubs {
+		} else if a.cfg.MaxSubscriptions > 0 && len(a.subs) >= a.cfg.MaxSubscriptions {
 			a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeTooManySubscriptions, Channel: m.Channel}))
 			return
 		} else {
@@ -96,10 +100,10 @@ var pongFrame = transport.TextFrame(proto.Pong)
 // HandleMessage from a read worker (one call at a time per socket) and
 // HandleClose once when the socket is gone.
 type Session struct {
-	sys       *System
-	sink      Sink
-	pid       *actor.PID
-	projectID string
+	sys   *System
+	sink  Sink
+	pid   *actor.PID
+	lease *Lease
 }
 
 // HandleMessage decodes one client frame at the edge; pings and malformed
@@ -120,6 +124,6 @@ func (s *Session) HandleMessage(payload []byte) {
 // HandleClose removes the connection from all its channels at once; status
 // is what the client's close frame said, if it sent one.
 func (s *Session) HandleClose(status CloseStatus) {
-	s.sys.Release(s.projectID)
+	s.sys.Release(s.lease)
 	s.sys.root.Send(s.pid, &socketClosed{status: status})
 }

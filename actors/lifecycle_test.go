@@ -58,7 +58,7 @@ func TestPublishWhileLoadingIsNeverDeliveredLate(t *testing.T) {
 	l := newGatedLoader()
 	sys := newTestSystem(t, Config{LoadSettings: l.load})
 	k := &sink{id: 1}
-	sess := sys.Open("p", k)
+	sess := openConn(sys, "p", k)
 	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
 	waitFor(t, "subscribe ack while loading", func() bool { return len(k.messages(t)) == 1 })
 
@@ -102,7 +102,7 @@ func TestFailedLoadAnswersUnavailableAndRetries(t *testing.T) {
 	l.release()
 	sys := newTestSystem(t, Config{LoadSettings: l.load})
 	k := &sink{id: 1}
-	sess := sys.Open("p", k)
+	sess := openConn(sys, "p", k)
 	waitFor(t, "a failed load", func() bool { return l.calls.Load() >= 1 })
 	var r PublishResult
 	waitFor(t, "unavailable", func() bool {
@@ -131,7 +131,7 @@ func TestProjectNotFoundStopsItsActor(t *testing.T) {
 	l.missing.Store(true)
 	sys := newTestSystem(t, Config{LoadSettings: l.load})
 	k := &sink{id: 1}
-	sys.Open("gone", k)
+	openConn(sys, "gone", k)
 	l.release()
 	waitFor(t, "close", func() bool { return k.closed.Load() == proto.CloseProjectDeleted })
 	waitFor(t, "actor stopped", func() bool { return runningProjects(t, sys) == 0 })

@@ -25,6 +25,7 @@ func (*revoked) fromEdge()          {}
 func (*clientEmitSecret) fromEdge() {}
 func (*settingsChanged) fromEdge()  {}
 func (*projectDeleted) fromEdge()   {}
+func (*keysRevoked) fromEdge()      {}
 
 // Publish asks for one emit on a channel: an HTTP emit, whose edge waits on
 // Reply (capacity 1) for the channel actor's answer, or a client's emit,
@@ -93,7 +94,13 @@ type unsubscribe struct {
 }
 
 // connOpened and connClosed tell the project actor about its connections.
-type connOpened struct{ sink Sink }
+type connOpened struct {
+	sink    Sink
+	keyHash string // the public key it was opened with
+}
+
+// keysRevoked closes the connections opened with these public keys.
+type keysRevoked struct{ hashes []string }
 
 type connClosed struct {
 	connID   uint64
@@ -178,7 +185,7 @@ type statsRequest struct{ reply chan Stats }
 type connInit struct {
 	sink    Sink
 	project *actor.PID
-	maxSubs int
+	cfg     *Config
 }
 
 // refuseEmit carries a client-emit refusal (rules 1–7) through the channel

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
 )
 
 // childChannel is the project's view of one channel actor.
@@ -52,7 +53,8 @@ type projectActor struct {
 
 	backstop fixedWindow
 	channels map[string]*childChannel
-	conns    map[uint64]Sink
+	conns    map[uint64]liveConn
+	keyNames map[string]*keyName // interned key hashes, so connections share one string
 
 	// Client-emit state (client-emit rules 5 and 6).
 	revokedJTIs    map[string]time.Time    // jti → when the revocation may be forgotten
@@ -68,10 +70,19 @@ type projectActor struct {
 	usage    *projectUsage // emits, counted by the channels where they are accepted
 }
 
+// liveConn is one connection of the project and the public key it used.
+type liveConn struct {
+	sink    Sink
+	keyHash string
+}
+
 // projectUsage is the one count a project's channel actors add to: emits
 // they accepted. An atomic, so that an emit a channel refuses was never
 // counted and a count can never go negative.
-type projectUsage struct{ emits atomic.Int64 }
+type projectUsage struct {
+	emits       atomic.Int64
+	replayBytes atomic.Int64 // held by the channels' replay rings together
+}
 
 // heldWebhook is a connect or disconnect waiting for the first settings load.
 type heldWebhook struct {
@@ -95,7 +106,8 @@ func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *p
 		id: id, cfg: cfg, log: cfg.Logger.With("project", id), ref: ref, retired: retired,
 		backstop: fixedWindow{size: time.Minute},
 		channels: map[string]*childChannel{},
-		conns:    map[uint64]Sink{},
+		conns:    map[uint64]liveConn{},
+		keyNames: map[string]*keyName{},
 		usage:    &projectUsage{},
 
 		revokedJTIs:    map[string]time.Time{},
@@ -195,12 +207,13 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *unsubscribe:
 		a.send(ctx, m.channel, m)
 	case *connOpened:
-		a.conns[m.sink.ID()] = m.sink
+		a.conns[m.sink.ID()] = liveConn{sink: m.sink, keyHash: a.intern(m.keyHash)}
 		a.connects++
 		a.webhook("connect", m.sink.ID(), CloseStatus{})
 	case *connClosed:
-		if _, ok := a.conns[m.connID]; ok {
+		if c, ok := a.conns[m.connID]; ok {
 			delete(a.conns, m.connID)
+			a.unintern(c.keyHash)
 			a.webhook("disconnect", m.connID, m.status)
 		}
 		for _, ch := range m.channels {
@@ -218,6 +231,14 @@ func (a *projectActor) common(ctx actor.Context) {
 		}
 	case *projectDeleted:
 		a.stop(ctx, "project deleted")
+	case *keysRevoked:
+		for _, h := range m.hashes {
+			for _, c := range a.conns {
+				if c.keyHash == h {
+					c.sink.Close(proto.CloseKeyRevoked, "key revoked")
+				}
+			}
+		}
 	case *usageDrain:
 		u := Usage{ProjectID: a.id, Connects: a.connects, Emits: a.usage.emits.Swap(0), Connections: len(a.conns)}
 		a.connects = 0
@@ -259,8 +280,8 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 		a.refuse(ctx, e)
 	}
 	a.heldEmits = nil
-	for _, s := range a.conns {
-		s.Close(proto.CloseProjectDeleted, reason)
+	for _, c := range a.conns {
+		c.sink.Close(proto.CloseProjectDeleted, reason)
 	}
 	ctx.Stop(ctx.Self())
 }
@@ -279,10 +300,21 @@ func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	a.send(ctx, m.Channel, m)
 }
 
-// send delivers msg to the channel actor, starting it if needed.
+// send delivers msg to the channel actor, starting it if needed, unless the
+// project holds MaxChannelsPerProject channels already.
 func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 	c, ok := a.channels[channel]
 	if !ok {
+		if u, leaving := msg.(*unsubscribe); leaving { // nothing to leave: no channel needed
+			if !u.silent {
+				u.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, channel)))
+			}
+			return
+		}
+		if max := a.cfg.MaxChannelsPerProject; max > 0 && len(a.channels) >= max {
+			a.refuseNewChannel(channel, msg)
+			return
+		}
 		cfg, usage := a.cfg, a.usage
 		mb := &mailboxDepth{}
 		props := actor.PropsFromProducer(func() actor.Actor {
@@ -295,6 +327,26 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 	}
 	c.sent++
 	ctx.Send(c.pid, msg)
+}
+
+// refuseNewChannel answers what would have started a channel past the cap.
+func (a *projectActor) refuseNewChannel(channel string, msg any) {
+	e := &proto.Error{Code: proto.CodeTooManyChannels, Channel: channel}
+	switch m := msg.(type) {
+	case *Publish:
+		if !m.projectDenied {
+			a.backstop.refund(m.At)
+		}
+		if m.Reply != nil {
+			m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeTooManyChannels}}
+		} else {
+			m.origin.Send(errorFrame(e))
+		}
+	case *subscribe:
+		m.sink.Send(errorFrame(e))
+	case *refuseEmit:
+		m.sink.Send(errorFrame(&proto.Error{Code: m.code, Channel: channel}))
+	}
 }
 
 // loadSettings runs the store call beside the actor and brings the result back
@@ -403,4 +455,30 @@ func (a *projectActor) sendWebhook(h heldWebhook) {
 		Kind: h.kind, ProjectID: a.id, ConnectionID: a.cfg.NodeID + "-" + strconv.FormatUint(h.connID, 10),
 		At: h.at, Status: h.status,
 	})
+}
+
+// keyName is an interned key hash and the number of connections using it.
+type keyName struct {
+	hash  string
+	conns int
+}
+
+// intern returns the project's copy of a key hash (connections of one key
+// share it); unintern forgets it with the key's last connection.
+func (a *projectActor) intern(h string) string {
+	k, ok := a.keyNames[h]
+	if !ok {
+		k = &keyName{hash: h}
+		a.keyNames[h] = k
+	}
+	k.conns++
+	return k.hash
+}
+
+func (a *projectActor) unintern(h string) {
+	if k, ok := a.keyNames[h]; ok {
+		if k.conns--; k.conns <= 0 {
+			delete(a.keyNames, h)
+		}
+	}
 }

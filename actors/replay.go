@@ -1,6 +1,9 @@
 package actors
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // DefaultReplayMaxBytes caps one channel's replay ring whatever its TTL: at
 // the default budget (600 a minute, 20 s window) that is 200 messages of
@@ -12,6 +15,10 @@ const DefaultReplayMaxBytes = 1 << 20
 type replayRing struct {
 	ttl      time.Duration
 	maxBytes int
+	// project counts the bytes of every ring of the project; over
+	// projectMax (when set) each ring gives up its oldest messages.
+	project    *atomic.Int64
+	projectMax int64
 
 	entries []replayEntry // oldest first; entries[head:] are live
 	head    int
@@ -31,19 +38,26 @@ type replayEntry struct {
 func (r *replayRing) add(seq uint64, at time.Time, msg []byte) {
 	r.entries = append(r.entries, replayEntry{seq: seq, at: at, msg: msg})
 	r.bytes += len(msg)
+	if r.project != nil {
+		r.project.Add(int64(len(msg)))
+	}
 	r.expire(at)
 }
 
 // expire drops messages older than the TTL, then the oldest while over the
-// byte cap.
+// byte cap or while the project's rings together are over theirs (a message
+// dropped early is reported as a replay_gap, never silently missing).
 func (r *replayRing) expire(now time.Time) {
 	cutoff := now.Add(-r.ttl)
 	for r.head < len(r.entries) {
 		e := &r.entries[r.head]
-		if !e.at.Before(cutoff) && r.bytes <= r.maxBytes {
+		if !e.at.Before(cutoff) && r.bytes <= r.maxBytes && !r.projectOver() {
 			break
 		}
 		r.bytes -= len(e.msg)
+		if r.project != nil {
+			r.project.Add(-int64(len(e.msg)))
+		}
 		r.lowWater = e.seq
 		*e = replayEntry{}
 		r.head++
@@ -61,6 +75,10 @@ func (r *replayRing) expire(now time.Time) {
 }
 
 func (r *replayRing) empty() bool { return r.head == len(r.entries) }
+
+func (r *replayRing) projectOver() bool {
+	return r.projectMax > 0 && r.project.Load() > r.projectMax
+}
 
 // gapAfter: some message after since is no longer buffered.
 func (r *replayRing) gapAfter(since float64) bool { return since < float64(r.lowWater) }

@@ -89,7 +89,7 @@ func TestReplayByteCapPartialReplay(t *testing.T) {
 	for i, c := range cases {
 		t.Run(fmt.Sprint("since=", c.since), func(t *testing.T) {
 			k := &sink{id: uint64(100 + i)}
-			sess := sys.Open("p", k)
+			sess := openConn(sys, "p", k)
 			sess.HandleMessage(fmt.Appendf(nil, `{"action":"subscribe","channel":"c","since":%d}`, c.since))
 			var want []string
 			if c.gap {

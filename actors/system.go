@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,12 @@ type Config struct {
 	// project's live connections on this node. Zero means no cap.
 	MaxSubscriptions int
 	MaxConnections   int
+	// Bounds on what one client or tenant can make a node hold; zero means no cap.
+	MaxClientIDBytes         int // a presence clientId's length
+	MaxPresenceMembers       int // distinct presence clientIds on one channel
+	MaxChannelsPerProject    int // channel actors of one project
+	MaxReplayBytesPerProject int // replay rings of one project together
+	MaxConnectionsPerAddress int // live connections of one project from one client address
 
 	counters *Counters
 	Logger   *slog.Logger
@@ -61,6 +68,7 @@ type System struct {
 
 	liveMu sync.Mutex
 	live   map[string]int // project id → live connections on this node, for MaxConnections
+	byAddr map[string]int // project id + client address → live connections, for MaxConnectionsPerAddress
 }
 
 // projectRef is the edge's handle on one project actor. Its state counts the
@@ -139,7 +147,7 @@ func NewSystem(cfg Config) *System {
 	// 300 bytes of every idle connection); each learns its socket from connInit.
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
 		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
-	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}}
+	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]int{}}
 }
 
 // tell posts an edge message to the project actor, starting one if the
@@ -210,38 +218,94 @@ func (s *System) Publish(ctx context.Context, projectID, channel string, payload
 	}
 }
 
+// Lease is one connection slot of a project, from one client address,
+// taken by Reserve before a handshake is accepted and given back by Release.
+type Lease struct {
+	projectID string
+	addrKey   string // project id + client address ("" when the address is not capped)
+	released  atomic.Bool
+}
+
+// addressKey groups client addresses the way limits count them: an IPv6
+// address by its /64 (one subscriber's block), an IPv4 address alone.
+func addressKey(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
 // Reserve takes one of a project's connection slots before a handshake is
-// accepted; false when MaxConnections are live. Open's Session gives it back
-// on close; a handshake that fails after Reserve calls Release.
-func (s *System) Reserve(projectID string) bool {
+// accepted: false when MaxConnections are live on this node, or
+// MaxConnectionsPerAddress from this client address. Open's Session gives it
+// back on close; a handshake that fails after Reserve calls Release.
+func (s *System) Reserve(projectID, clientAddr string) (*Lease, bool) {
+	l := &Lease{projectID: projectID}
+	if s.cfg.MaxConnectionsPerAddress > 0 {
+		l.addrKey = projectID + "|" + addressKey(clientAddr)
+	}
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	n := s.live[projectID]
 	if s.cfg.MaxConnections > 0 && n >= s.cfg.MaxConnections {
-		return false
+		return nil, false
+	}
+	if l.addrKey != "" && s.byAddr[l.addrKey] >= s.cfg.MaxConnectionsPerAddress {
+		return nil, false
 	}
 	s.live[projectID] = n + 1
-	return true
+	if l.addrKey != "" {
+		s.byAddr[l.addrKey]++
+	}
+	return l, true
 }
 
-// Release gives back a slot taken by Reserve.
-func (s *System) Release(projectID string) {
+// Release gives back a slot taken by Reserve; a second call does nothing.
+func (s *System) Release(l *Lease) {
+	if l == nil || l.released.Swap(true) {
+		return
+	}
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
-	if n := s.live[projectID]; n > 1 {
-		s.live[projectID] = n - 1
-	} else {
-		delete(s.live, projectID) // no entry per project ever seen
+	decrement(s.live, l.projectID)
+	if l.addrKey != "" {
+		decrement(s.byAddr, l.addrKey)
 	}
 }
 
-// Open starts the connection actor of a new socket of a project and returns
-// the session the transport feeds. The connect is counted for usage.
-func (s *System) Open(projectID string, sink Sink) *Session {
-	project := s.tell(projectID, &connOpened{sink: sink})
+// decrement lowers a count, deleting it at zero: no entry stays per project
+// or address ever seen.
+func decrement(m map[string]int, k string) {
+	if n := m[k]; n > 1 {
+		m[k] = n - 1
+	} else {
+		delete(m, k)
+	}
+}
+
+// Open starts the connection actor of a new socket opened with the public
+// key whose hash is keyHash, on a slot from Reserve, and returns the session
+// the transport feeds. The connect is counted for usage.
+func (s *System) Open(l *Lease, keyHash string, sink Sink) *Session {
+	project := s.tell(l.projectID, &connOpened{sink: sink, keyHash: keyHash})
 	pid := s.root.Spawn(s.connProps)
-	s.root.Send(pid, &connInit{sink: sink, project: project, maxSubs: s.cfg.MaxSubscriptions}) // its first message
-	return &Session{sys: s, sink: sink, pid: pid, projectID: projectID}
+	s.root.Send(pid, &connInit{sink: sink, project: project, cfg: s.cfg}) // its first message
+	return &Session{sys: s, sink: sink, pid: pid, lease: l}
+}
+
+// KeysRevoked closes, on every running project actor that has them, the
+// connections opened with these public keys (their hashes): a revoked or
+// rotated key stops working at once, for live sockets too.
+func (s *System) KeysRevoked(projectID string, keyHashes []string) {
+	if len(keyHashes) > 0 {
+		s.tellRunning(projectID, &keysRevoked{hashes: keyHashes})
+	}
 }
 
 // DrainUsage collects every running project's usage counters since the last

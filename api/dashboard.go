@@ -126,6 +126,7 @@ var codeMessages = map[proto.Code]string{
 	proto.CodeEmailAlreadyRegistered:   "An account with this email address already exists. Log in instead.",
 	proto.CodeInvalidCredentials:       "Wrong email or password.",
 	proto.CodeNameRequired:             "Enter a project name.",
+	proto.CodeTooManyProjects:          "You have reached the number of projects an account may have (MAX_PROJECTS_PER_USER). Delete one to create another.",
 	proto.CodeProjectNotFound:          "Project not found. It may have been deleted, or it belongs to another account.",
 	proto.CodeKeyNotFound:              "Key not found in this project.",
 	proto.CodeInvalidKeyType:           "Choose which key to rotate: public or secret.",

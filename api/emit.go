@@ -78,8 +78,10 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnavailable)
 		return
 	}
-	if res.Err != nil && res.Err.Code == proto.CodeUnavailable {
-		writeError(w, proto.CodeUnavailable) // the project's settings could not be loaded
+	if res.Err != nil && (res.Err.Code == proto.CodeUnavailable || res.Err.Code == proto.CodeTooManyChannels) {
+		// The project's settings could not be loaded (503), or it holds
+		// MAX_CHANNELS_PER_PROJECT channels and this is a new one (429).
+		writeError(w, res.Err.Code)
 		return
 	}
 	if res.Err != nil {

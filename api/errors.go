@@ -38,6 +38,10 @@ var statusOf = map[proto.Code]int{
 	proto.CodeTooManyConnections:   http.StatusTooManyRequests,
 	proto.CodeTooManyAttempts:      http.StatusTooManyRequests,
 	proto.CodeUnavailable:          http.StatusServiceUnavailable,
+
+	proto.CodeTooManyChannels:    http.StatusTooManyRequests,
+	proto.CodeTooManyProjects:    http.StatusForbidden,
+	proto.CodeTooManyRevocations: http.StatusTooManyRequests,
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,7 @@ type liveProjects interface {
 	SettingsChanged(projectID string)
 	ClientEmitSecretChanged(projectID, secret string)
 	Revoke(projectID string, revs []actors.Revocation)
+	KeysRevoked(projectID string, keyHashes []string)
 }
 
 // noLive stands in when there is no connection plane to tell.
@@ -65,6 +67,7 @@ func (noLive) ProjectDeleted(string)                  {}
 func (noLive) SettingsChanged(string)                 {}
 func (noLive) ClientEmitSecretChanged(string, string) {}
 func (noLive) Revoke(string, []actors.Revocation)     {}
+func (noLive) KeysRevoked(string, []string)           {}
 
 // projectOps changes projects. It holds no state of its own beyond
 // settingsMu.
@@ -78,7 +81,17 @@ type projectOps struct {
 	// settingsMu serialises the read-modify-write of a project's settings row
 	// on this node (webhook and budget save the same row).
 	settingsMu sync.Mutex
+
+	maxProjects    int        // per user; 0: no cap
+	maxRevocations int        // stored per project; 0: no cap
+	createMu       sync.Mutex // count-then-create of projects, on this node
 }
+
+// Refusals of the bounds on what one tenant can make the store hold.
+var (
+	errTooManyProjects    = &proto.Error{Code: proto.CodeTooManyProjects}
+	errTooManyRevocations = &proto.Error{Code: proto.CodeTooManyRevocations}
+)
 
 // create makes a project owned by ownerID with a fresh public and secret
 // key, and returns the raw keys: they exist only in this answer.
@@ -86,6 +99,17 @@ func (o *projectOps) create(ctx context.Context, ownerID, name string) (p store.
 	name = strings.TrimSpace(name)
 	if name == "" {
 		return p, "", "", errNameRequired
+	}
+	if o.maxProjects > 0 {
+		o.createMu.Lock()
+		defer o.createMu.Unlock()
+		have, err := o.store.ProjectsByOwner(ctx, ownerID)
+		if err != nil {
+			return p, "", "", fmt.Errorf("count projects: %w", err)
+		}
+		if len(have) >= o.maxProjects {
+			return p, "", "", errTooManyProjects
+		}
 	}
 	pub, sec := newRawKey(PublicKeyPrefix), newRawKey(SecretKeyPrefix)
 	p, err = o.store.CreateProject(ctx, ownerID, name, storedKey("public", pub), storedKey("secret", sec))
@@ -167,12 +191,15 @@ func (p ownedProject) rotateKey(ctx context.Context, keyType string) (k store.AP
 		return k, "", fmt.Errorf("rotate key: %w", err)
 	}
 	p.ops.keys.invalidate(p.ID)
+	if keyType == "public" {
+		p.closeSocketsOfRevokedKeys(ctx)
+	}
 	return k, raw, nil
 }
 
 // revokeKey revokes one key of the project (again: no change).
 func (p ownedProject) revokeKey(ctx context.Context, keyID string) error {
-	_, err := p.ops.store.RevokeKey(ctx, p.ID, keyID)
+	k, err := p.ops.store.RevokeKey(ctx, p.ID, keyID)
 	if errors.Is(err, store.ErrNotFound) {
 		return errKeyNotFound
 	}
@@ -180,7 +207,29 @@ func (p ownedProject) revokeKey(ctx context.Context, keyID string) error {
 		return fmt.Errorf("revoke key: %w", err)
 	}
 	p.ops.keys.invalidate(p.ID)
+	if k.KeyType == "public" {
+		p.ops.live.KeysRevoked(p.ID, []string{k.KeyHash})
+	}
 	return nil
+}
+
+// closeSocketsOfRevokedKeys closes the live connections opened with any
+// revoked public key of the project (a rotation revokes the one it replaces).
+func (p ownedProject) closeSocketsOfRevokedKeys(ctx context.Context) {
+	keys, err := p.ops.store.Keys(ctx, p.ID)
+	if err != nil {
+		// The rotation is stored; the old key's sockets stay until they
+		// reconnect (and are refused) or the next rotation closes them.
+		slog.Warn("list keys after a rotation", "project", p.ID, "err", err)
+		return
+	}
+	var revoked []string
+	for _, k := range keys {
+		if k.KeyType == "public" && !k.Active() {
+			revoked = append(revoked, k.KeyHash)
+		}
+	}
+	p.ops.live.KeysRevoked(p.ID, revoked)
 }
 
 // ensureClientEmitSecret returns the client-emit secret, generating the
@@ -298,6 +347,15 @@ func (p ownedProject) updateSettings(ctx context.Context, what string, change fu
 // so it survives a restart.
 func (o *projectOps) revokeTokens(ctx context.Context, projectID string, in revokeRequest) error {
 	now := o.now().UTC()
+	if o.maxRevocations > 0 {
+		n, err := o.store.CountRevocations(ctx, projectID, now)
+		if err != nil {
+			return fmt.Errorf("count revocations: %w", err)
+		}
+		if n >= o.maxRevocations { // a repeated value replaces its row, but keep it simple: refuse
+			return errTooManyRevocations
+		}
+	}
 	// A token revoked now expires by now + the maximum TTL at the latest.
 	expires := now.Add(o.tokenTTL + time.Minute)
 	var revs []actors.Revocation

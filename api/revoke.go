@@ -21,6 +21,10 @@ func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if ok, retry := s.revokesPerProject.take(projectID); !ok {
+		writeThrottled(w, retry)
+		return
+	}
 	body, err := readBody(w, r, maxControlBody)
 	if errors.Is(err, errBodyTooLarge) {
 		writeError(w, proto.CodeBodyTooLarge, "max_bytes", maxControlBody)
@@ -35,7 +39,10 @@ func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.Code)
 		return
 	}
-	if err := s.ops.revokeTokens(r.Context(), projectID, in); err != nil {
+	if err := s.ops.revokeTokens(r.Context(), projectID, in); errors.Is(err, errTooManyRevocations) {
+		writeError(w, proto.CodeTooManyRevocations)
+		return
+	} else if err != nil {
 		s.log.Error("revoke tokens", "project", projectID, "err", err)
 		writeError(w, proto.CodeUnavailable)
 		return

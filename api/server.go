@@ -36,6 +36,10 @@ type Options struct {
 	// Zero means no cap.
 	LoginAttemptsPerMinute int
 	SignupsPerMinute       int
+	// Bounds on what one tenant can make the store hold; zero means no cap.
+	MaxProjectsPerUser       int // MAX_PROJECTS_PER_USER
+	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired
+	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
 }
 
 // Server is the public HTTP surface.
@@ -56,6 +60,7 @@ type Server struct {
 	// inflight is held (read-locked) by each emit, handshake and revoke in
 	// progress, so Drain can wait for them.
 	loginPerEmail, loginPerIP, signupPerIP *throttle
+	revokesPerProject                      *throttle // the revoke endpoint's budget
 
 	inflight sync.RWMutex
 	draining bool
@@ -77,15 +82,17 @@ func New(o Options) *Server {
 		log:           o.Logger,
 		sessions:      &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now},
 		allowedEmails: o.AllowedSignupEmails,
-		ops:           &projectOps{store: o.Store, keys: keys, live: live, now: o.Now, tokenTTL: o.TokenMaxTTL},
-		keys:          keys,
-		actors:        o.Actors,
-		transport:     o.Transport,
-		metrics:       o.Metrics,
-		loginPerEmail: newThrottle(o.LoginAttemptsPerMinute, o.Now),
-		loginPerIP:    newThrottle(3*o.LoginAttemptsPerMinute, o.Now),
-		signupPerIP:   newThrottle(o.SignupsPerMinute, o.Now),
-		now:           o.Now,
+		ops: &projectOps{store: o.Store, keys: keys, live: live, now: o.Now, tokenTTL: o.TokenMaxTTL,
+			maxProjects: o.MaxProjectsPerUser, maxRevocations: o.MaxRevocationsPerProject},
+		revokesPerProject: newThrottle(o.RevokesPerMinute, o.Now),
+		keys:              keys,
+		actors:            o.Actors,
+		transport:         o.Transport,
+		metrics:           o.Metrics,
+		loginPerEmail:     newThrottle(o.LoginAttemptsPerMinute, o.Now),
+		loginPerIP:        newThrottle(3*o.LoginAttemptsPerMinute, o.Now),
+		signupPerIP:       newThrottle(o.SignupsPerMinute, o.Now),
+		now:               o.Now,
 	}
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"net"
 	"net/http"
 
 	"github.com/relayhq/relay/actors"
@@ -44,7 +45,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
-	if !s.actors.Reserve(k.ProjectID) {
+	lease, ok := s.actors.Reserve(k.ProjectID, remoteIP(r))
+	if !ok {
 		s.metrics.refused(refusedTooMany)
 		writeError(w, proto.CodeTooManyConnections)
 		return
@@ -52,10 +54,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	opened := false
 	err = s.transport.Upgrade(w, r, func(c *transport.Conn) transport.Handler {
 		opened = true
-		return wsSession{s.actors.Open(k.ProjectID, c)}
+		return wsSession{s.actors.Open(lease, HashKey(raw), c)}
 	})
 	if !opened {
-		s.actors.Release(k.ProjectID)
+		s.actors.Release(lease)
 	}
 	switch {
 	case errors.Is(err, transport.ErrShuttingDown):
@@ -77,4 +79,13 @@ func (h wsSession) HandleClose(info transport.CloseInfo) {
 		status = actors.CloseStatus{Supplied: true, Code: int(info.Code), Reason: info.Reason}
 	}
 	h.Session.HandleClose(status)
+}
+
+// remoteIP is the TCP peer's address without its port.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

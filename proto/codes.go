@@ -43,12 +43,22 @@ const (
 	CodeTooManyConnections   Code = "too_many_connections"   // handshake 429: MAX_CONNECTIONS_PER_PROJECT
 	CodeTooManyAttempts      Code = "too_many_attempts"      // 429: login or signup throttled
 	CodeUnavailable          Code = "service_unavailable"
+	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
+	CodeClientIDTooLong        Code = "client_id_too_long"        // WebSocket: MAX_CLIENT_ID_BYTES
+	CodeTooManyPresenceMembers Code = "too_many_presence_members" // WebSocket: MAX_PRESENCE_MEMBERS_PER_CHANNEL
+	CodeTooManyChannels        Code = "too_many_channels"         // 429 / WebSocket: MAX_CHANNELS_PER_PROJECT
+	CodeTooManyProjects        Code = "too_many_projects"         // 403: MAX_PROJECTS_PER_USER
+	CodeTooManyRevocations     Code = "too_many_revocations"      // 429: MAX_REVOCATIONS_PER_PROJECT
 )
 
 // CloseProjectDeleted is the WebSocket close code a connection gets when its
 // project is deleted (or found missing): reconnecting with the same key will
 // not work.
 const CloseProjectDeleted = 4004
+
+// CloseKeyRevoked is the close code of the connections opened with a public
+// key that was revoked or rotated: reconnecting with that key will not work.
+const CloseKeyRevoked = 4001
 
 // Error is a spec error as a value. Channel is set for the codes whose body
 // carries the channel (invalid_channel, and WebSocket errors about a channel).

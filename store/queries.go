@@ -274,6 +274,12 @@ func (s *Store) Revocations(ctx context.Context, projectID string, t time.Time) 
 	return rs, err
 }
 
+// CountRevocations counts a project's revocations that have not expired at t.
+func (s *Store) CountRevocations(ctx context.Context, projectID string, t time.Time) (int, error) {
+	n, err := s.db.NewSelect().Model((*Revocation)(nil)).Where("project_id = ? AND expires_at > ?", projectID, t.UTC()).Count(ctx)
+	return int(n), err
+}
+
 // PruneRevocations deletes revocations expired at t and reports how many.
 func (s *Store) PruneRevocations(ctx context.Context, t time.Time) (int64, error) {
 	res, err := s.db.NewDelete().Model((*Revocation)(nil)).Where("expires_at <= ?", t.UTC()).Exec(ctx)

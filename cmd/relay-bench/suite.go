@@ -49,6 +49,8 @@ func runSuite(ctx context.Context, args []string) error {
 		"EMIT_RATE_LIMIT_PER_MINUTE=100000000",
 		"PROJECT_RATE_LIMIT_PER_MINUTE=100000000",
 		fmt.Sprintf("MAX_CONNECTIONS_PER_PROJECT=%d", max(*conns, 10000)+1000),
+		// Every load-tool socket comes from one loopback address.
+		fmt.Sprintf("MAX_CONNECTIONS_PER_ADDRESS=%d", max(*conns, 10000)+1000),
 	}
 	s := &suite{ctx: ctx, dur: duration.String()}
 

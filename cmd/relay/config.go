@@ -42,6 +42,16 @@ type Config struct {
 	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address, an IPv6 address by its /64)
 	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
 
+	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
+	MaxClientIDBytes         int // MAX_CLIENT_ID_BYTES: a presence clientId's length
+	MaxPresenceMembers       int // MAX_PRESENCE_MEMBERS_PER_CHANNEL: distinct clientIds (bounds a sync frame)
+	MaxChannelsPerProject    int // MAX_CHANNELS_PER_PROJECT: live channels of a project, per node
+	MaxReplayBytesPerProject int // MAX_REPLAY_BYTES_PER_PROJECT: replay rings of a project together, per node
+	MaxConnectionsPerAddress int // MAX_CONNECTIONS_PER_ADDRESS: per project and client address, per node
+	MaxProjectsPerUser       int // MAX_PROJECTS_PER_USER
+	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired token revocations
+	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
+
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
 }
@@ -54,6 +64,8 @@ var configVars = []string{
 	"REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS", "CONNECTION_MAX_LIFETIME_SECONDS",
 	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "ACTOR_DORMANCY_SECONDS",
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
+	"MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT", "MAX_REPLAY_BYTES_PER_PROJECT",
+	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
 	"LOG_FORMAT", "LOG_LEVEL",
 }
 
@@ -87,6 +99,15 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxConnections:   p.positive("MAX_CONNECTIONS_PER_PROJECT", 10000),
 		LoginAttempts:    p.positive("LOGIN_ATTEMPTS_PER_MINUTE", 10),
 		SignupAttempts:   p.positive("SIGNUP_ATTEMPTS_PER_MINUTE", 20),
+
+		MaxClientIDBytes:         p.positive("MAX_CLIENT_ID_BYTES", 128),
+		MaxPresenceMembers:       p.positive("MAX_PRESENCE_MEMBERS_PER_CHANNEL", 1000),
+		MaxChannelsPerProject:    p.positive("MAX_CHANNELS_PER_PROJECT", 10000),
+		MaxReplayBytesPerProject: p.positive("MAX_REPLAY_BYTES_PER_PROJECT", 32<<20),
+		MaxConnectionsPerAddress: p.positive("MAX_CONNECTIONS_PER_ADDRESS", 500),
+		MaxProjectsPerUser:       p.positive("MAX_PROJECTS_PER_USER", 100),
+		MaxRevocationsPerProject: p.positive("MAX_REVOCATIONS_PER_PROJECT", 10000),
+		RevokesPerMinute:         p.positive("REVOKE_REQUESTS_PER_MINUTE", 600),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -285,6 +306,10 @@ func (c Config) redacted() []any {
 		"usage_rollup", c.UsageRollup, "shutdown_timeout", c.ShutdownTimeout, "actor_dormancy", c.ActorDormancy,
 		"max_subscriptions_per_connection", c.MaxSubscriptions, "max_connections_per_project", c.MaxConnections,
 		"login_attempts_per_minute", c.LoginAttempts, "signup_attempts_per_minute", c.SignupAttempts,
+		"max_client_id_bytes", c.MaxClientIDBytes, "max_presence_members_per_channel", c.MaxPresenceMembers,
+		"max_channels_per_project", c.MaxChannelsPerProject, "max_replay_bytes_per_project", c.MaxReplayBytesPerProject,
+		"max_connections_per_address", c.MaxConnectionsPerAddress, "max_projects_per_user", c.MaxProjectsPerUser,
+		"max_revocations_per_project", c.MaxRevocationsPerProject, "revoke_requests_per_minute", c.RevokesPerMinute,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
 }

@@ -153,12 +153,18 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		ClientEmitRatePerSecond: cfg.ClientEmitRatePerSecond,
 		TokenMaxTTL:             cfg.ClientEmitTokenMaxTTL,
 		ActorDormancy:           cfg.ActorDormancy,
-		LoadSettings:            settingsLoader(st, now),
-		Webhooks:                webhookSender(hooks),
-		MaxSubscriptions:        cfg.MaxSubscriptions,
-		MaxConnections:          cfg.MaxConnections,
-		Logger:                  log.With("component", "actors"),
-		Now:                     now,
+
+		MaxClientIDBytes:         cfg.MaxClientIDBytes,
+		MaxPresenceMembers:       cfg.MaxPresenceMembers,
+		MaxChannelsPerProject:    cfg.MaxChannelsPerProject,
+		MaxReplayBytesPerProject: cfg.MaxReplayBytesPerProject,
+		MaxConnectionsPerAddress: cfg.MaxConnectionsPerAddress,
+		LoadSettings:             settingsLoader(st, now),
+		Webhooks:                 webhookSender(hooks),
+		MaxSubscriptions:         cfg.MaxSubscriptions,
+		MaxConnections:           cfg.MaxConnections,
+		Logger:                   log.With("component", "actors"),
+		Now:                      now,
 	})
 	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
 	st.ObserveQueries(metrics.ObserveQuery)
@@ -170,7 +176,11 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 
 		LoginAttemptsPerMinute: cfg.LoginAttempts,
 		SignupsPerMinute:       cfg.SignupAttempts,
-		Now:                    now,
+
+		MaxProjectsPerUser:       cfg.MaxProjectsPerUser,
+		MaxRevocationsPerProject: cfg.MaxRevocationsPerProject,
+		RevokesPerMinute:         cfg.RevokesPerMinute,
+		Now:                      now,
 	})
 	usage := newUsageRollup(st, sys, log)
 	usage.now = now

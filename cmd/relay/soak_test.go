@@ -72,7 +72,7 @@ func TestSoak(t *testing.T) {
 	}
 	const conns, channels = 5000, 10
 	url := storetest.PostgresURL(t)
-	proc := relaytest.StartBinary(t, "DATABASE_URL="+url, "USAGE_ROLLUP_SECONDS=5")
+	proc := relaytest.StartBinary(t, "DATABASE_URL="+url, "USAGE_ROLLUP_SECONDS=5", "MAX_CONNECTIONS_PER_ADDRESS=100000")
 	ts := binaryServer(t, proc)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("soak")
