@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// Bounds on what one client or tenant can make the server hold: each is
+// refused with its own error, and no innocent connection is closed for it.
+
+// A presence clientId over MAX_CLIENT_ID_BYTES is refused with an error
+// frame; the connection stays usable.
+func TestClientIDTooLong(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CLIENT_ID_BYTES": "16"})
+	p := ts.signup("alice@example.com").createProject("demo")
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"` + strings.Repeat("x", 17) + `"}`)
+	c.expect(`{"error":"client_id_too_long","channel":"room"}`)
+	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"` + strings.Repeat("x", 16) + `"}`)
+	c.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+	c.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+}
+
+// With MAX_PRESENCE_MEMBERS_PER_CHANNEL members, a new clientId's presence
+// subscribe is refused; the members, a repeated clientId and a plain
+// subscriber are not affected. A newcomer's sync at the caps is small
+// enough for its write queue (the attack: 36 members with 250 KB clientIds
+// closed every new presence subscriber with 1013).
+func TestPresenceMembersCapped(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "40"})
+	p := ts.signup("alice@example.com").createProject("demo")
+	long := func(i int) string { return fmt.Sprintf("%03d", i) + strings.Repeat("m", 125) } // 128 bytes, the default cap
+	var members []*wsClient
+	for i := range 40 {
+		m := presenceSub(t, ts, p.publicKey, "room", long(i))
+		m.expectExcept(`{"type":"presence","channel":"room","event":"sync"}`, "members")
+		members = append(members, m)
+	}
+	extra := ts.dialWS(p.publicKey)
+	extra.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"one-too-many"}`)
+	extra.expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	extra.send(`{"action":"ping"}`)
+	extra.expect(`{"action":"pong","ok":true}`)
+
+	again := presenceSub(t, ts, p.publicKey, "room", long(7)) // a second tab of a member
+	sync := again.expectExcept(`{"type":"presence","channel":"room","event":"sync"}`, "members")
+	if n := len(sync["members"].([]any)); n != 40 {
+		t.Errorf("sync lists %d members, want 40", n)
+	}
+	plain := subscribed(t, ts, p.publicKey, "room")
+	plain.expectSilence(100 * time.Millisecond)
+	last := members[len(members)-1] // joined last: nothing came after its sync
+	last.send(`{"action":"ping"}`)
+	last.expect(`{"action":"pong","ok":true}`)
+}
+
+// MAX_CONNECTIONS_PER_ADDRESS: one client address cannot take a project's
+// connections; other projects, and the slot once freed, are not affected.
+func TestConnectionsPerAddress(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CONNECTIONS_PER_ADDRESS": "3"})
+	owner := ts.signup("alice@example.com")
+	p, other := owner.createProject("a"), owner.createProject("b")
+	var open []*wsClient
+	for range 3 {
+		open = append(open, ts.dialWS(p.publicKey))
+	}
+	if _, status, _ := ts.tryDialWS(p.publicKey); status != http.StatusTooManyRequests {
+		t.Fatalf("4th connection from one address: %d, want 429", status)
+	}
+	r, err := request(http.DefaultClient, "GET", "http"+strings.TrimPrefix(ts.wsURL(p.publicKey), "ws"), "", http.Header{
+		"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}, "Sec-WebSocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
+	ts.dialWS(other.publicKey) // another project has its own count
+	open[0].conn.Close()
+	var c *wsClient
+	relaytest.Eventually(t, 5*time.Second, func() bool {
+		cc, status, _ := ts.tryDialWS(p.publicKey)
+		c = cc
+		return status == http.StatusSwitchingProtocols
+	}, "no slot after a connection closed")
+	c.send(`{"action":"ping"}`)
+	c.expect(`{"action":"pong","ok":true}`)
+}
+
+// MAX_CHANNELS_PER_PROJECT: a new channel past the cap is refused (emit
+// 429, subscribe error frame); existing channels and other projects work.
+func TestChannelsPerProject(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "2"})
+	owner := ts.signup("alice@example.com")
+	p, other := owner.createProject("a"), owner.createProject("b")
+	sub := subscribed(t, ts, p.publicKey, "one")
+	if r := owner.emit(p.secretKey, `{"channel":"two","payload":1}`); r.status != http.StatusOK {
+		t.Fatalf("second channel: %d %s", r.status, r.raw)
+	}
+	owner.emit(p.secretKey, `{"channel":"three","payload":1}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_channels"}`)
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"four"}`)
+	c.expect(`{"error":"too_many_channels","channel":"four"}`)
+	c.send(`{"action":"unsubscribe","channel":"five"}`) // leaving what it never joined starts nothing
+	c.expect(`{"action":"unsubscribe","channel":"five","ok":true}`)
+	if r := owner.emit(p.secretKey, `{"channel":"one","payload":2}`); r.status != http.StatusOK || num(r.json, "delivered") != 1 {
+		t.Fatalf("existing channel: %d %s", r.status, r.raw)
+	}
+	sub.expectExcept(`{"channel":"one","payload":2}`, "seq")
+	if r := owner.emit(other.secretKey, `{"channel":"three","payload":1}`); r.status != http.StatusOK {
+		t.Fatalf("other project: %d %s", r.status, r.raw)
+	}
+}
+
+// MAX_REPLAY_BYTES_PER_PROJECT: a project's rings together stay under the
+// cap; what had to go is reported as a replay_gap, never silently missing.
+func TestReplayBytesPerProject(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_REPLAY_BYTES_PER_PROJECT": "3000"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("a")
+	big := `"` + strings.Repeat("x", 1200) + `"`
+	first := owner.emit(p.secretKey, `{"channel":"a","payload":`+big+`}`)
+	owner.emit(p.secretKey, `{"channel":"a","payload":`+big+`}`)
+	b1 := owner.emit(p.secretKey, `{"channel":"b","payload":`+big+`}`) // over the project's 3000 bytes: not kept
+	since := fmt.Sprint(int64(num(first.json, "seq")) - 1)
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"a","since":` + since + `}`)
+	c.expectExcept(`{"channel":"a","replay":true}`, "payload", "seq")
+	c.expectExcept(`{"channel":"a","replay":true}`, "payload", "seq")
+	c.expect(`{"action":"subscribe","channel":"a","ok":true}`)
+	sinceB := fmt.Sprint(int64(num(b1.json, "seq")) - 1)
+	c.send(`{"action":"subscribe","channel":"b","since":` + sinceB + `}`)
+	c.expect(`{"type":"replay_gap","channel":"b","since":` + sinceB + `}`)
+	c.expect(`{"action":"subscribe","channel":"b","ok":true}`)
+}
+
+// MAX_PROJECTS_PER_USER, on both stores, through the API and the dashboard.
+func TestProjectsPerUser(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, map[string]string{"MAX_PROJECTS_PER_USER": "2"})
+		owner := ts.signup("alice@example.com")
+		owner.createProject("one")
+		owner.createProject("two")
+		owner.do("POST", "/api/projects", `{"name":"three"}`).expect(t, http.StatusForbidden, `{"error":"too_many_projects"}`)
+		ts.signup("bob@example.com").createProject("bob's") // per user
+		if r := owner.do("GET", "/api/projects", ""); r.status != http.StatusOK || strings.Count(r.raw, `"name"`) != 2 {
+			t.Errorf("projects after the refusal: %d %s", r.status, r.raw)
+		}
+	})
+}
+
+// MAX_REVOCATIONS_PER_PROJECT and REVOKE_REQUESTS_PER_MINUTE, on both stores.
+func TestRevocationBounds(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServerAt(t, dbURL, map[string]string{"MAX_REVOCATIONS_PER_PROJECT": "2", "REVOKE_REQUESTS_PER_MINUTE": "4"}, newClock().Now)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("a")
+		revoke := func(body string) response {
+			return owner.send("POST", "/emit-tokens/revoke", body, "application/json", map[string]string{"Authorization": "Bearer " + p.secretKey})
+		}
+		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"two"}`).expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"three"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
+		revoke(`{"jti":"four"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
+		r := revoke(`{"jti":"five"}`) // the fifth request this minute
+		r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
+		if r.header.Get("Retry-After") == "" {
+			t.Error("no Retry-After")
+		}
+	})
+}
+
+// Revoking or rotating a public key closes the sockets opened with it (4001);
+// sockets of the project's other keys stay.
+func TestRevokedPublicKeyClosesItsSockets(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("a")
+		old := subscribed(t, ts, p.publicKey, "room")
+		r := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
+		if r.status != http.StatusCreated && r.status != http.StatusOK {
+			t.Fatalf("rotate: %d %s", r.status, r.raw)
+		}
+		f := old.expectClose(4001, 5*time.Second)
+		if f.reason != "key revoked" {
+			t.Errorf("close reason %q", f.reason)
+		}
+		newKey, activeID := r.str("key", "raw"), r.str("key", "id")
+		if newKey == "" || activeID == "" {
+			t.Fatalf("no new key in %s", r.raw)
+		}
+		fresh := subscribed(t, ts, newKey, "room")
+		secretSocketsUnaffected := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
+		if secretSocketsUnaffected.status != http.StatusOK {
+			t.Fatalf("emit: %s", secretSocketsUnaffected.raw)
+		}
+		fresh.expectExcept(`{"channel":"room","payload":1}`, "seq")
+		owner.do("POST", "/api/projects/"+p.id+"/keys/"+activeID+"/revoke", "").expect(t, http.StatusOK, `{"ok":true}`)
+		fresh.expectClose(4001, 5*time.Second)
+	})
+}
