@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test bench lint vet fmt-check fuzz clean soak
+.PHONY: build run test bench lint vet fmt-check fuzz clean soak worstcase
 
 build:
 	$(GO) build -o $(BIN) ./cmd/relay
@@ -41,6 +41,10 @@ clean:
 
 # Bounded soak on loopback (not part of make test): the real binary on a
 # throwaway PostgreSQL, 5 000 connections, the database restarted once.
+# Worst-case memory one key holder can add, every limit at its default (README › Abuse limits).
+worstcase:
+	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/
+
 soak:
 	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/
 

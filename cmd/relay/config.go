@@ -51,6 +51,7 @@ type Config struct {
 	MaxProjectsPerUser       int // MAX_PROJECTS_PER_USER
 	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired token revocations
 	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
+	MaxQueuedBytes           int // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
@@ -66,6 +67,7 @@ var configVars = []string{
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
 	"MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT", "MAX_REPLAY_BYTES_PER_PROJECT",
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
+	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"LOG_FORMAT", "LOG_LEVEL",
 }
 
@@ -108,6 +110,8 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxProjectsPerUser:       p.positive("MAX_PROJECTS_PER_USER", 100),
 		MaxRevocationsPerProject: p.positive("MAX_REVOCATIONS_PER_PROJECT", 10000),
 		RevokesPerMinute:         p.positive("REVOKE_REQUESTS_PER_MINUTE", 600),
+		// Two full replay rings: a reconnect's replay always fits.
+		MaxQueuedBytes: p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -310,6 +314,7 @@ func (c Config) redacted() []any {
 		"max_channels_per_project", c.MaxChannelsPerProject, "max_replay_bytes_per_project", c.MaxReplayBytesPerProject,
 		"max_connections_per_address", c.MaxConnectionsPerAddress, "max_projects_per_user", c.MaxProjectsPerUser,
 		"max_revocations_per_project", c.MaxRevocationsPerProject, "revoke_requests_per_minute", c.RevokesPerMinute,
+		"max_queued_bytes_per_connection", c.MaxQueuedBytes,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
 }

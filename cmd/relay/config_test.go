@@ -64,6 +64,7 @@ func cfgFields(c Config) map[string]any {
 		"MAX_PROJECTS_PER_USER":             c.MaxProjectsPerUser,
 		"MAX_REVOCATIONS_PER_PROJECT":       c.MaxRevocationsPerProject,
 		"REVOKE_REQUESTS_PER_MINUTE":        c.RevokesPerMinute,
+		"MAX_QUEUED_BYTES_PER_CONNECTION":   c.MaxQueuedBytes,
 		"LOG_FORMAT":                        c.LogFormat,
 		"LOG_LEVEL":                         c.LogLevel,
 	}
@@ -102,6 +103,7 @@ var cfgDefaults = map[string]any{
 	"MAX_PROJECTS_PER_USER":             100,
 	"MAX_REVOCATIONS_PER_PROJECT":       10000,
 	"REVOKE_REQUESTS_PER_MINUTE":        600,
+	"MAX_QUEUED_BYTES_PER_CONNECTION":   2 << 20,
 	"LOG_FORMAT":                        "text",
 	"LOG_LEVEL":                         slog.LevelInfo,
 }

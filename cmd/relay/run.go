@@ -135,6 +135,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		MaxMessageBytes: 2 * proto.MaxMessageBytes,
 		IdleTimeout:     cfg.IdleTimeout,
 		MaxLifetime:     cfg.ConnectionMaxLifetime,
+		QueueBytes:      cfg.MaxQueuedBytes,
 		Logger:          log.With("component", "transport"),
 	})
 	if err != nil {

@@ -1,0 +1,174 @@
+//go:build worstcase
+
+package main
+
+// The worst-case memory measurement runs only with `make worstcase` (go test
+// -tags worstcase): the real binary with every limit at its default, on
+// loopback, bounded in count and time. It prints how much RSS one holder of a
+// public key (from one address) and one holder of a secret key can add,
+// doing the most each is allowed; README › Abuse limits quotes the figures.
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+)
+
+func rssKiB(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// settle gives the server a moment (GC, queues drained) before a reading.
+func settle() { time.Sleep(3 * time.Second) }
+
+// A public key holder, one address: MAX_CONNECTIONS_PER_ADDRESS sockets, each
+// with MAX_SUBSCRIPTIONS_PER_CONNECTION presence subscriptions under a
+// clientId of MAX_CLIENT_ID_BYTES (distinct per socket).
+func TestWorstCasePublicKeyHolder(t *testing.T) {
+	for _, reading := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reading=%v", reading), func(t *testing.T) { publicKeyHolder(t, reading) })
+	}
+}
+
+// publicKeyHolder: with reading, every socket drains what it is sent (so it
+// stays open and holds its subscriptions); without, nobody reads and each
+// socket's write queue fills up to its bound before it is closed.
+func publicKeyHolder(t *testing.T, reading bool) {
+	proc := relaytest.StartBinary(t)
+	ts := binaryServer(t, proc)
+	p := ts.signup("alice@example.com").createProject("target")
+	pid := proc.Cmd.Process.Pid
+	settle()
+	before := rssKiB(t, pid)
+	const sockets, subs = 500, 200
+	var peak float64
+	sampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // the highest RSS while the holder works
+		defer close(sampled)
+		for {
+			peak = max(peak, rssKiB(t, pid))
+			select {
+			case <-sampling:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []*websocket.Conn
+	errs := make(chan error, sockets)
+	sem := make(chan struct{}, 32)
+	for i := range sockets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c, _, err := websocket.DefaultDialer.Dial(ts.wsURL(p.publicKey), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if reading {
+				go func() {
+					for {
+						if _, _, err := c.ReadMessage(); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			id := fmt.Sprintf("%04d", i) + strings.Repeat("c", 124)
+			for ch := range subs {
+				msg := fmt.Sprintf(`{"action":"subscribe","channel":"ch%d","presence":true,"clientId":"%s"}`, ch, id)
+				if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Nobody reads: the joins and syncs queue up to each socket's write
+	// queue bound, which is part of what this holder can make the server
+	// hold. Give the server time to process every subscribe.
+	time.Sleep(10 * time.Second)
+	close(sampling)
+	<-sampled
+	settle()
+	after := rssKiB(t, pid)
+	open := ts.metrics(t).Get(t, "relay_connections_open", "")
+	t.Logf("public key holder, one address: %d sockets × %d presence subscriptions (128-byte clientIds), reading=%v: RSS %.0f MiB before, peak %.0f MiB (+%.0f MiB, %.1f KiB per socket), %.0f MiB after; %v sockets still open",
+		sockets, subs, reading, before/1024, peak/1024, (peak-before)/1024, (peak-before)/sockets, after/1024, open)
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// A secret key holder: emits of the largest allowed payload over many
+// channels at the default budgets (600 a minute per channel, 6 000 a minute
+// for the project) for 20 s, the replay window.
+func TestWorstCaseSecretKeyHolder(t *testing.T) {
+	proc := relaytest.StartBinary(t)
+	ts := binaryServer(t, proc)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("target")
+	pid := proc.Cmd.Process.Pid
+	settle()
+	before := rssKiB(t, pid)
+	payload := `"` + strings.Repeat("x", 130_000) + `"`
+	var wg sync.WaitGroup
+	var ok, refused int64
+	var mu sync.Mutex
+	stop := time.Now().Add(20 * time.Second)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(stop) && i < 400; i++ {
+				r := owner.emitNoFail(p.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":%s}`, (w*400+i)%250, payload))
+				mu.Lock()
+				if r.status == 200 {
+					ok++
+				} else {
+					refused++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	settle()
+	after := rssKiB(t, pid)
+	t.Logf("secret key holder: %d emits of 130 KB accepted (%d refused) over 250 channels in 20 s: RSS %.0f → %.0f MiB (+%.0f MiB)",
+		ok, refused, before/1024, after/1024, (after-before)/1024)
+}
