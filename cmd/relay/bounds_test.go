@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -217,20 +215,7 @@ func TestAttackRowsStayBounded(t *testing.T) {
 	ts := binaryServer(t, proc)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("target")
-	rss := func() float64 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", proc.Cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
-				return n / 1024
-			}
-		}
-		t.Fatal("no VmRSS")
-		return 0
-	}
+	rss := func() float64 { return relaytest.RSS(t, proc.Cmd.Process.Pid) / 1024 }
 	before := rss()
 	huge := strings.Repeat("x", 100_000)
 	var socks []*wsClient

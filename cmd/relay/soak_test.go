@@ -27,7 +27,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,12 +80,7 @@ func TestSoak(t *testing.T) {
 	type stats struct{ rssKiB, heapMiB, goroutines, open float64 }
 	serverStats := func() stats {
 		var s stats
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", proc.Cmd.Process.Pid))
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				s.rssKiB, _ = strconv.ParseFloat(strings.Fields(v)[0], 64)
-			}
-		}
+		s.rssKiB = relaytest.RSS(t, proc.Cmd.Process.Pid)
 		m := ts.metrics(t)
 		s.heapMiB = m.Get(t, "go_memstats_heap_inuse_bytes", "") / (1 << 20)
 		s.goroutines = m.Get(t, "go_goroutines", "")

@@ -10,8 +10,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,22 +19,6 @@ import (
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
-
-func rssKiB(t *testing.T, pid int) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
-			return n
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
-}
 
 // settle gives the server a moment (GC, queues drained) before a reading.
 func settle() { time.Sleep(3 * time.Second) }
@@ -59,7 +41,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	p := ts.signup("alice@example.com").createProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
-	before := rssKiB(t, pid)
+	before := relaytest.RSS(t, pid)
 	const sockets, subs = 500, 200
 	var peak float64
 	sampling := make(chan struct{})
@@ -67,7 +49,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	go func() { // the highest RSS while the holder works
 		defer close(sampled)
 		for {
-			peak = max(peak, rssKiB(t, pid))
+			peak = max(peak, relaytest.RSS(t, pid))
 			select {
 			case <-sampling:
 				return
@@ -125,7 +107,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	close(sampling)
 	<-sampled
 	settle()
-	after := rssKiB(t, pid)
+	after := relaytest.RSS(t, pid)
 	open := ts.metrics(t).Get(t, "relay_connections_open", "")
 	t.Logf("public key holder, one address: %d sockets × %d presence subscriptions (128-byte clientIds), reading=%v: RSS %.0f MiB before, peak %.0f MiB (+%.0f MiB, %.1f KiB per socket), %.0f MiB after; %v sockets still open",
 		sockets, subs, reading, before/1024, peak/1024, (peak-before)/1024, (peak-before)/sockets, after/1024, open)
@@ -144,7 +126,7 @@ func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	p := owner.createProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
-	before := rssKiB(t, pid)
+	before := relaytest.RSS(t, pid)
 	payload := `"` + strings.Repeat("x", 130_000) + `"`
 	var wg sync.WaitGroup
 	var ok, refused int64
@@ -168,7 +150,7 @@ func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	}
 	wg.Wait()
 	settle()
-	after := rssKiB(t, pid)
+	after := relaytest.RSS(t, pid)
 	t.Logf("secret key holder: %d emits of 130 KB accepted (%d refused) over 250 channels in 20 s: RSS %.0f → %.0f MiB (+%.0f MiB)",
 		ok, refused, before/1024, after/1024, (after-before)/1024)
 }

@@ -134,3 +134,20 @@ var binary = sync.OnceValues(func() (string, error) {
 	}
 	return bin, nil
 })
+
+// RSS is a process's resident set size in KiB, from /proc.
+func RSS(t testing.TB, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			return n
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
