@@ -200,7 +200,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 			return nil, fmt.Errorf("listen on RELAY_DEBUG_ADDR %s: %w", cfg.DebugAddr, err)
 		}
 		a.debug = &http.Server{
-			Handler:           api.NewOperator(api.OperatorOptions{Actors: sys, Transport: tr, Metrics: metrics, Logger: log}),
+			Handler:           api.NewOperator(api.OperatorOptions{Actors: sys, Transport: tr, Metrics: metrics, Logger: log, Token: cfg.DebugToken}),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
