@@ -181,7 +181,7 @@ func (c controlPlane) handleLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c controlPlane) startSession(w http.ResponseWriter, r *http.Request, userID string) bool {
-	token, err := c.sessions.issue(userID)
+	token, err := c.sessions.start(r.Context(), userID)
 	if err != nil {
 		writeInternal(w, c.log, "issue session", err)
 		return false
@@ -190,7 +190,19 @@ func (c controlPlane) startSession(w http.ResponseWriter, r *http.Request, userI
 	return true
 }
 
+// handleLogout ends the session on the server as well as clearing the
+// cookie, so a copy of the cookie is refused from then on. A cookie that does
+// not verify has nothing to end. When the end cannot be stored the answer is
+// 503 and the cookie is kept, so that the logout can be tried again.
 func (c controlPlane) handleLogout(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(CookieName); err == nil && ck.Value != "" {
+		if sess, err := c.sessions.parse(ck.Value); err == nil {
+			if err := c.sessions.end(r.Context(), sess); err != nil {
+				writeInternal(w, c.log, "end session", err)
+				return
+			}
+		}
+	}
 	c.sessions.clearCookie(w, r)
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }

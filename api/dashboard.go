@@ -70,6 +70,7 @@ func (d dashboard) routes(mux *http.ServeMux) {
 	mux.Handle("/signup", methods{http.MethodGet: d.handleSignupPage, http.MethodPost: d.handleSignup})
 	mux.Handle("/login", methods{http.MethodGet: d.handleLoginPage, http.MethodPost: d.handleLogin})
 	mux.Handle("/logout", methods{http.MethodPost: d.handleLogout})
+	mux.Handle("/logout-everywhere", methods{http.MethodPost: auth(d.handleLogoutEverywhere)})
 	mux.Handle("/projects", methods{http.MethodGet: d.handleProjectsRedirect, http.MethodPost: auth(d.handleCreate)})
 	mux.Handle("/projects/{projectId}", methods{http.MethodGet: auth(d.handleProject)})
 	mux.Handle("/projects/{projectId}/rename", methods{http.MethodPost: auth(d.handleRename)})
@@ -166,6 +167,7 @@ func refusalPage(err error) (pe pageErr, refused bool) {
 var notices = map[string]string{
 	"welcome":         "Your account is ready. Create a project to get its keys.",
 	"logged-out":      "You are logged out.",
+	"logged-out-all":  "You are logged out everywhere: every session of this account has ended, in every browser.",
 	"deleted":         "Project deleted, with its keys and usage.",
 	"renamed":         "Project renamed.",
 	"key-revoked":     "Key revoked. It stopped working immediately.",
@@ -181,7 +183,8 @@ var notices = map[string]string{
 // viewer is the signed-in user of a request.
 type viewer struct {
 	user    store.User
-	session string // the session cookie's value, to which the CSRF token is bound
+	session string  // the session cookie's value, to which the CSRF token is bound
+	sess    session // the same, verified: what logout ends
 }
 
 type pageHandler func(w http.ResponseWriter, r *http.Request, v *viewer)
@@ -213,25 +216,28 @@ func (d dashboard) authed(h pageHandler) http.HandlerFunc {
 	}
 }
 
-// viewer returns the request's signed-in user, if the session is valid and
-// the account still exists.
+// viewer returns the request's signed-in user, if the session is valid, has
+// not been ended on the server, and the account still exists.
 func (d dashboard) viewer(r *http.Request) (*viewer, bool) {
 	c, err := r.Cookie(CookieName)
 	if err != nil || c.Value == "" {
 		return nil, false
 	}
-	id, err := d.sessions.verify(c.Value)
+	sess, ok, err := d.sessions.check(r.Context(), c.Value)
 	if err != nil {
+		d.log.Error("check session", "err", err)
+	}
+	if !ok {
 		return nil, false
 	}
-	u, err := d.store.UserByID(r.Context(), id)
+	u, err := d.store.UserByID(r.Context(), sess.userID)
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			d.log.Error("load session user", "err", err)
 		}
 		return nil, false
 	}
-	return &viewer{user: u, session: c.Value}, true
+	return &viewer{user: u, session: c.Value, sess: sess}, true
 }
 
 // maxFormBody caps dashboard form bodies; every form holds a few short fields.

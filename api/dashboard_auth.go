@@ -147,7 +147,7 @@ func (d dashboard) handleLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d dashboard) startSession(w http.ResponseWriter, r *http.Request, userID, next string) {
-	token, err := d.sessions.issue(userID)
+	token, err := d.sessions.start(r.Context(), userID)
 	if err != nil {
 		d.internal(w, r, nil, "issue session", err)
 		return
@@ -156,9 +156,10 @@ func (d dashboard) startSession(w http.ResponseWriter, r *http.Request, userID, 
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// handleLogout clears the session. Without a valid session there is nothing
-// to protect, so it just clears the cookie; with one, the form's token must
-// match, so another site cannot sign the user out.
+// handleLogout ends the session on the server and clears the cookie, so a
+// copy of the cookie is refused from then on. Without a valid session there
+// is nothing to protect, so it just clears the cookie; with one, the form's
+// token must match, so another site cannot sign the user out.
 func (d dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
 	v, ok := d.viewer(r)
 	if ok {
@@ -170,7 +171,22 @@ func (d dashboard) handleLogout(w http.ResponseWriter, r *http.Request) {
 			d.fail(w, r, v, errCSRF)
 			return
 		}
+		if err := d.sessions.end(r.Context(), v.sess); err != nil {
+			d.internal(w, r, v, "end session", err)
+			return
+		}
 	}
 	d.sessions.clearCookie(w, r)
 	http.Redirect(w, r, "/login?done=logged-out", http.StatusSeeOther)
+}
+
+// handleLogoutEverywhere ends every session of the user, in every browser
+// (a new session epoch, session_state.go), this one included.
+func (d dashboard) handleLogoutEverywhere(w http.ResponseWriter, r *http.Request, v *viewer) {
+	if err := d.sessions.endAll(r.Context(), v.user.ID); err != nil {
+		d.internal(w, r, v, "end all sessions", err)
+		return
+	}
+	d.sessions.clearCookie(w, r)
+	http.Redirect(w, r, "/login?done=logged-out-all", http.StatusSeeOther)
 }

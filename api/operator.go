@@ -2,12 +2,15 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	_ "embed"
 	"html/template"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,10 +27,13 @@ type OperatorOptions struct {
 	Transport *transport.Server
 	Metrics   *Metrics
 	Logger    *slog.Logger
+	// Token is RELAY_DEBUG_TOKEN: when set, every route requires
+	// "Authorization: Bearer <Token>".
+	Token string
 }
 
 // NewOperator serves /metrics, /debug/actors (JSON), /debug/ (the same for
-// a person) and /debug/pprof/.
+// a person) and /debug/pprof/, behind the bearer token when one is set.
 func NewOperator(o OperatorOptions) http.Handler {
 	op := operator{o}
 	mux := http.NewServeMux()
@@ -40,7 +46,27 @@ func NewOperator(o OperatorOptions) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/", notFound)
-	return mux
+	if o.Token == "" {
+		return mux
+	}
+	return requireBearer(o.Token, mux)
+}
+
+// requireBearer answers 401 {error: unauthorized} unless the request carries
+// "Authorization: Bearer <token>". The comparison is of SHA-256 digests in
+// constant time, so neither the token's bytes nor its length leak by timing.
+func requireBearer(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		sum := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !strings.EqualFold(scheme, "Bearer") {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="relay operator"`)
+			writeError(w, proto.CodeUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type operator struct{ OperatorOptions }

@@ -77,10 +77,11 @@ func New(o Options) *Server {
 		live = o.Actors
 	}
 	keys := newKeyIndex(storeKeys(o.Store), maxIndexedKeys)
+	sess := &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now, state: newSessionState(o.Store, o.Now), log: o.Logger}
 	s := &Server{
 		store:         o.Store,
 		log:           o.Logger,
-		sessions:      &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now},
+		sessions:      sess,
 		allowedEmails: o.AllowedSignupEmails,
 		ops: &projectOps{store: o.Store, keys: keys, live: live, now: o.Now, tokenTTL: o.TokenMaxTTL,
 			maxProjects: o.MaxProjectsPerUser, maxRevocations: o.MaxRevocationsPerProject},

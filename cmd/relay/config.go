@@ -17,6 +17,7 @@ import (
 type Config struct {
 	Addr          string // RELAY_ADDR: public HTTP + WebSocket listener
 	DebugAddr     string // RELAY_DEBUG_ADDR: operator listener; empty disables it
+	DebugToken    string // RELAY_DEBUG_TOKEN: bearer token the operator listener requires; required off loopback
 	DatabaseURL   string // DATABASE_URL: sqlite:PATH or postgres://…
 	SessionSecret string // SESSION_SECRET: empty means generated once and kept in the store
 	CookieSecure  string // COOKIE_SECURE: auto, true or false
@@ -69,6 +70,7 @@ var configVars = []string{
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"LOG_FORMAT", "LOG_LEVEL",
+	"RELAY_DEBUG_TOKEN",
 }
 
 // LoadConfig reads the environment through lookup (os.LookupEnv in main) and
@@ -78,6 +80,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 	c := Config{
 		Addr:          p.addr("RELAY_ADDR", ":8080", false),
 		DebugAddr:     p.addr("RELAY_DEBUG_ADDR", "127.0.0.1:6060", true),
+		DebugToken:    p.secret("RELAY_DEBUG_TOKEN", minDebugToken),
 		DatabaseURL:   p.databaseURL("DATABASE_URL", "sqlite:data/relay.db"),
 		SessionSecret: p.secret("SESSION_SECRET", 32),
 		CookieSecure:  p.oneOf("COOKIE_SECURE", "auto", "auto", "true", "false"),
@@ -116,10 +119,32 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
 	}
+	if c.DebugAddr != "" && c.DebugToken == "" && !isLoopback(c.DebugAddr) {
+		p.fail("RELAY_DEBUG_ADDR", c.DebugAddr, "not a loopback address, and RELAY_DEBUG_TOKEN is not set: "+
+			"set RELAY_DEBUG_TOKEN (the operator listener then requires it as a bearer token) or listen on 127.0.0.1")
+	}
 	if len(p.errs) > 0 {
 		return Config{}, fmt.Errorf("bad configuration: %s", strings.Join(p.errs, "; "))
 	}
 	return c, nil
+}
+
+// minDebugToken is the shortest RELAY_DEBUG_TOKEN accepted: enough that it
+// cannot be guessed over the network.
+const minDebugToken = 16
+
+// isLoopback reports whether HOST:PORT names only this machine: localhost or
+// a loopback IP. An empty host (all interfaces) and any other name are not.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // envParser collects every problem so one start reports them all.
@@ -299,7 +324,7 @@ func (p *envParser) level(name string) slog.Level {
 // redacted is the config summary logged at start: secrets never appear.
 func (c Config) redacted() []any {
 	return []any{
-		"addr", c.Addr, "debug_addr", c.DebugAddr, "database", dbKind(c.DatabaseURL),
+		"addr", c.Addr, "debug_addr", c.DebugAddr, "debug_token_set", c.DebugToken != "", "database", dbKind(c.DatabaseURL),
 		"session_secret_from_env", c.SessionSecret != "", "cookie_secure", c.CookieSecure,
 		"signup_allowlist", len(c.AllowedSignupEmails),
 		"emit_rate_per_minute", c.EmitRatePerMinute, "project_rate_per_minute", c.ProjectRatePerMinute,

@@ -36,6 +36,7 @@ func cfgFields(c Config) map[string]any {
 	return map[string]any{
 		"RELAY_ADDR":                        c.Addr,
 		"RELAY_DEBUG_ADDR":                  c.DebugAddr,
+		"RELAY_DEBUG_TOKEN":                 c.DebugToken,
 		"DATABASE_URL":                      c.DatabaseURL,
 		"SESSION_SECRET":                    c.SessionSecret,
 		"COOKIE_SECURE":                     c.CookieSecure,
@@ -75,6 +76,7 @@ func cfgFields(c Config) map[string]any {
 var cfgDefaults = map[string]any{
 	"RELAY_ADDR":                        ":8080",
 	"RELAY_DEBUG_ADDR":                  "127.0.0.1:6060",
+	"RELAY_DEBUG_TOKEN":                 "", // no token: the operator listener must then be on loopback
 	"DATABASE_URL":                      "sqlite:data/relay.db",
 	"SESSION_SECRET":                    "", // generated once and kept in the store
 	"COOKIE_SECURE":                     "auto",
@@ -258,6 +260,9 @@ func TestLoadConfigValues(t *testing.T) {
 		{"RELAY_ADDR", "[::1]:0", "[::1]:0"},
 		{"RELAY_ADDR", " :9090 ", ":9090"},
 		{"RELAY_DEBUG_ADDR", "localhost:6061", "localhost:6061"},
+		{"RELAY_DEBUG_ADDR", "[::1]:6061", "[::1]:6061"},
+		{"RELAY_DEBUG_ADDR", "127.0.0.2:6061", "127.0.0.2:6061"},
+		{"RELAY_DEBUG_TOKEN", "operator-token-0123456789", "operator-token-0123456789"},
 		{"DATABASE_URL", "sqlite:/tmp/x/relay.db", "sqlite:/tmp/x/relay.db"},
 		{"DATABASE_URL", "postgres://u:p@db.internal:5432/relay?sslmode=disable", "postgres://u:p@db.internal:5432/relay?sslmode=disable"},
 		{"DATABASE_URL", "postgresql://u@localhost/relay", "postgresql://u@localhost/relay"},
@@ -343,6 +348,14 @@ func TestLoadConfigRejects(t *testing.T) {
 		bad{"RELAY_ADDR", "a:b:c"},
 		bad{"RELAY_DEBUG_ADDR", "nope"},
 		bad{"RELAY_DEBUG_ADDR", "127.0.0.1:65536"},
+		// Off loopback without RELAY_DEBUG_TOKEN (TestDebugAddrOffLoopbackNeedsToken).
+		bad{"RELAY_DEBUG_ADDR", ":6060"},
+		bad{"RELAY_DEBUG_ADDR", "0.0.0.0:6060"},
+		bad{"RELAY_DEBUG_ADDR", "[::]:6060"},
+		bad{"RELAY_DEBUG_ADDR", "10.0.0.5:6060"},
+		bad{"RELAY_DEBUG_ADDR", "ops.example.com:6060"},
+		bad{"RELAY_DEBUG_TOKEN", "short"},
+		bad{"RELAY_DEBUG_TOKEN", "fifteen-bytes!!"},
 		bad{"ALLOWED_SIGNUP_EMAILS", "alice"},
 		bad{"ALLOWED_SIGNUP_EMAILS", "alice@example.com,bob"},
 	)
@@ -584,5 +597,56 @@ func TestStartLogsClosedSignup(t *testing.T) {
 	}
 	if len(listening) != 1 || !strings.Contains(listening[0], closed.app.addr.String()) {
 		t.Fatalf("want exactly one listener line, for %s; got %q", closed.app.addr, listening)
+	}
+}
+
+// TestDebugAddrOffLoopbackNeedsToken: the operator listener (pprof, every
+// project's live state) is reachable off this machine only behind
+// RELAY_DEBUG_TOKEN. Without it, a non-loopback RELAY_DEBUG_ADDR stops the
+// start with a message naming both variables, before the database or any
+// port is touched; with it, the address is accepted.
+func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
+	const token = "operator-token-0123456789"
+	for _, addr := range []string{":6060", "0.0.0.0:6060", "[::]:0", "192.168.1.10:6060", "ops.example.com:6060"} {
+		t.Run(addr, func(t *testing.T) {
+			_, err := LoadConfig(cfgEnv(map[string]string{"RELAY_DEBUG_ADDR": addr}))
+			if err == nil {
+				t.Fatal("accepted without RELAY_DEBUG_TOKEN")
+			}
+			for _, name := range []string{"RELAY_DEBUG_ADDR", "RELAY_DEBUG_TOKEN"} {
+				if !strings.Contains(err.Error(), name) {
+					t.Fatalf("error %q does not name %s", err, name)
+				}
+			}
+			c, err := LoadConfig(cfgEnv(map[string]string{"RELAY_DEBUG_ADDR": addr, "RELAY_DEBUG_TOKEN": token}))
+			if err != nil || c.DebugAddr != addr || c.DebugToken != token {
+				t.Fatalf("with a token: %q %q, %v", c.DebugAddr, c.DebugToken, err)
+			}
+			if s := fmt.Sprint(c.redacted()...); strings.Contains(s, token) {
+				t.Fatalf("the config summary shows the token: %s", s)
+			}
+		})
+	}
+	for _, addr := range []string{"127.0.0.1:6060", "localhost:6060", "LOCALHOST:0", "[::1]:6060", "127.8.9.10:6060"} {
+		if _, err := LoadConfig(cfgEnv(map[string]string{"RELAY_DEBUG_ADDR": addr})); err != nil {
+			t.Errorf("loopback %s without a token: %v", addr, err)
+		}
+	}
+
+	// relay serve refuses to start.
+	db := filepath.Join(t.TempDir(), "relay.db")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := runCommand(ctx, []string{"serve"}, cfgEnv(map[string]string{
+		"RELAY_ADDR": "127.0.0.1:0", "RELAY_DEBUG_ADDR": "0.0.0.0:0", "DATABASE_URL": "sqlite:" + db,
+	}), &relaytest.Buffer{})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("serve with RELAY_DEBUG_ADDR=0.0.0.0:0 and no token: %v", err)
+	}
+	if !strings.Contains(err.Error(), "RELAY_DEBUG_ADDR") || !strings.Contains(err.Error(), "RELAY_DEBUG_TOKEN") {
+		t.Fatalf("error %q does not name RELAY_DEBUG_ADDR and RELAY_DEBUG_TOKEN", err)
+	}
+	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
+		t.Fatalf("the database was touched before the configuration was checked (stat: %v)", statErr)
 	}
 }

@@ -202,6 +202,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	jobs, stopJobs := context.WithCancel(context.Background())
 	a.stopJobs = stopJobs
 	a.every(jobs, 10*time.Minute, a.pruneRevocations)
+	a.every(jobs, 10*time.Minute, a.pruneSessionRevocations)
 	a.every(jobs, cfg.UsageRollup, a.usage.flush)
 	if cfg.DebugAddr != "" {
 		dln, err := net.Listen("tcp", cfg.DebugAddr)
@@ -210,7 +211,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 			return nil, fmt.Errorf("listen on RELAY_DEBUG_ADDR %s: %w", cfg.DebugAddr, err)
 		}
 		a.debug = &http.Server{
-			Handler:           api.NewOperator(api.OperatorOptions{Actors: sys, Transport: tr, Metrics: metrics, Logger: log}),
+			Handler:           api.NewOperator(api.OperatorOptions{Actors: sys, Transport: tr, Metrics: metrics, Logger: log, Token: cfg.DebugToken}),
 			ReadHeaderTimeout: 5 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
@@ -249,6 +250,19 @@ func (a *app) pruneRevocations(ctx context.Context) {
 	}
 	if n > 0 {
 		a.log.Debug("pruned token revocations", "count", n)
+	}
+}
+
+// pruneSessionRevocations drops ended sessions whose cookies are refused for
+// their age by now.
+func (a *app) pruneSessionRevocations(ctx context.Context) {
+	n, err := a.store.PruneSessionRevocations(ctx, a.now())
+	if err != nil {
+		a.log.Warn("prune session revocations", "err", err)
+		return
+	}
+	if n > 0 {
+		a.log.Debug("pruned session revocations", "count", n)
 	}
 }
 

@@ -1,0 +1,252 @@
+package main
+
+// Black-box tests of sessions that end on the server (README › Abuse limits
+// › Sessions): a logged-out cookie replayed, "log out everywhere", the cap
+// on a session's age from its iat, and how fast another node sees a logout.
+// Each on SQLite and on PostgreSQL.
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// sessCookie is the service_session value a client's jar holds for ts.
+func sessCookie(t testing.TB, ts *testServer, jar http.CookieJar) string {
+	t.Helper()
+	u, _ := url.Parse(ts.base)
+	for _, c := range jar.Cookies(u) {
+		if c.Name == api.CookieName && c.Value != "" {
+			return c.Value
+		}
+	}
+	t.Fatal("no session cookie in the jar")
+	return ""
+}
+
+// dashWithCookie is a fresh dashboard client holding service_session=value.
+func (ts *testServer) dashWithCookie(t testing.TB, value string) *dashClient {
+	c := ts.dash(t)
+	u, _ := url.Parse(ts.base)
+	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: value, Path: "/"}})
+	return c
+}
+
+// sessRefused fails unless the cookie value is refused by the JSON API (401
+// unauthorized) and the dashboard (a redirect to /login).
+func sessRefused(t testing.TB, ts *testServer, value, what string) {
+	t.Helper()
+	c := ts.cpWithCookie(value).cpOn(t)
+	for _, rt := range []cpRoute{{"list", "GET", "/api/projects", ""}, {"create", "POST", "/api/projects", `{"name":"Replayed"}`}} {
+		r := c.do(rt.method, rt.path, rt.body)
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("%s: %s %s with the cookie: %d %s", what, rt.method, rt.path, r.status, r.raw)
+		}
+		r.expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+	}
+	d := ts.dashWithCookie(t, value)
+	d.get("/").expectRedirect(t, "/login")
+	d.get("/projects/00000000-0000-4000-8000-000000000000").expectRedirect(t, "/login")
+	if p := d.get("/login"); p.status != http.StatusOK {
+		t.Fatalf("%s: /login with the cookie: %d (a refused session must see the login form)", what, p.status)
+	}
+}
+
+// sessAccepted fails unless the cookie value still works on both surfaces.
+func sessAccepted(t testing.TB, ts *testServer, value, what string) {
+	t.Helper()
+	if r := ts.cpWithCookie(value).cpOn(t).do("GET", "/api/projects", ""); r.status != http.StatusOK {
+		t.Fatalf("%s: GET /api/projects: %d %s", what, r.status, r.raw)
+	}
+	if p := ts.dashWithCookie(t, value).get("/"); p.status != http.StatusOK {
+		t.Fatalf("%s: dashboard /: %d", what, p.status)
+	}
+}
+
+// TestLogoutEndsSessionJSON: the attack measured on loopback: save the
+// cookie, log out through the JSON API, replay it. It is refused at once,
+// on the API and the dashboard; the user's other sessions live on. A cookie
+// without a jti (minted by hand with the session secret) is ended too.
+func TestLogoutEndsSessionJSON(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		secret := []byte("test-session-secret-0123456789abcdef")
+		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
+		c, aliceID := ts.cpSignup(t, "alice@example.com")
+		saved := sessCookie(t, ts, c.http.Jar)
+		other := ts.client().cpOn(t)
+		other.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		otherCookie := sessCookie(t, ts, other.http.Jar)
+		sessAccepted(t, ts, saved, "before logout")
+
+		c.do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		sessRefused(t, ts, saved, "replayed after logout")
+		// Logging out with the ended cookie again is still 200, and changes nothing.
+		ts.cpWithCookie(saved).do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		sessRefused(t, ts, saved, "after a second logout")
+
+		// Only that session ended.
+		sessAccepted(t, ts, otherCookie, "the user's other session")
+		// A new login gets a new session that works.
+		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		fresh := sessCookie(t, ts, c.http.Jar)
+		if fresh == saved {
+			t.Fatal("login handed out the ended cookie again")
+		}
+		sessAccepted(t, ts, fresh, "a new login")
+
+		// A cookie with no jti, signed with the session secret: logout ends it too.
+		now := time.Now().Unix()
+		handMade := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
+		sessAccepted(t, ts, handMade, "a hand-made cookie")
+		ts.cpWithCookie(handMade).do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		sessRefused(t, ts, handMade, "a hand-made cookie after its logout")
+		sessAccepted(t, ts, fresh, "the session of the new login")
+	})
+}
+
+// TestLogoutEndsSessionDashboard: the same through the dashboard's POST
+// /logout: the saved cookie is refused afterwards on both surfaces.
+func TestLogoutEndsSessionDashboard(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		c := ts.dash(t)
+		c.signup("alice@example.com")
+		saved := sessCookie(t, ts, c.http.Jar)
+		sessAccepted(t, ts, saved, "before logout")
+
+		c.submit("/", "/logout", nil).expectRedirect(t, "/login?done=logged-out")
+		sessRefused(t, ts, saved, "replayed after the dashboard's logout")
+		// The replayed cookie cannot be used to log out again with a page's
+		// token either: there is no session left to protect.
+		ts.dashWithCookie(t, saved).post("/logout", url.Values{}).expectRedirect(t, "/login?done=logged-out")
+
+		// Logging in again through the form works.
+		c.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
+		if p := c.get("/"); p.status != http.StatusOK {
+			t.Fatalf("after logging in again: %d", p.status)
+		}
+	})
+}
+
+// TestLogoutEverywhere: the dashboard's "Log out everywhere" (a CSRF-checked
+// form on the projects page) ends every session of the user: this browser,
+// another browser on the dashboard, a JSON client, and a cookie minted by
+// hand; another user's session lives on, and a login right afterwards works.
+func TestLogoutEverywhere(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		secret := []byte("test-session-secret-0123456789abcdef")
+		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
+		a := ts.dash(t)
+		a.signup("alice@example.com")
+		aliceID := mustUserID(t, ts, "alice@example.com")
+		b := ts.dash(t) // a second browser
+		b.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
+		jc := ts.client().cpOn(t) // a JSON client
+		jc.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		now := time.Now().Unix()
+		handMade := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
+		bob := ts.dash(t)
+		bob.signup("bob@example.com")
+		cookies := map[string]string{
+			"this browser":      sessCookie(t, ts, a.http.Jar),
+			"another browser":   sessCookie(t, ts, b.http.Jar),
+			"a JSON client":     sessCookie(t, ts, jc.http.Jar),
+			"a hand-made token": handMade,
+		}
+		for what, v := range cookies {
+			sessAccepted(t, ts, v, what+", before")
+		}
+
+		home := a.get("/")
+		if !strings.Contains(home.body, `action="/logout-everywhere"`) || home.byID("logout-everywhere") != "Log out everywhere" {
+			t.Fatalf("the projects page has no log-out-everywhere button:\n%s", home.body)
+		}
+		// Without the page's token, or from another site: refused, nothing ends.
+		a.post("/logout-everywhere", url.Values{}).expectError(t, http.StatusForbidden, "CSRF check failed")
+		forged := ts.dash(t)
+		forged.origin = "https://evil.example"
+		u, _ := url.Parse(ts.base)
+		forged.http.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: cookies["another browser"], Path: "/"}})
+		forged.post("/logout-everywhere", url.Values{"csrf": {home.csrf(t)}}).expectError(t, http.StatusForbidden, "CSRF check failed")
+		for what, v := range cookies {
+			sessAccepted(t, ts, v, what+", after refused forms")
+		}
+
+		a.submit("/", "/logout-everywhere", nil).expectRedirect(t, "/login?done=logged-out-all")
+		if n := a.get("/login?done=logged-out-all").noticeText(); !strings.Contains(n, "logged out everywhere") {
+			t.Fatalf("notice %q", n)
+		}
+		for what, v := range cookies {
+			sessRefused(t, ts, v, what+", after log out everywhere")
+		}
+		sessAccepted(t, ts, sessCookie(t, ts, bob.http.Jar), "another user's session")
+
+		// A login in the same second works: the cut is by epoch, not by time.
+		jc.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		sessAccepted(t, ts, sessCookie(t, ts, jc.http.Jar), "a login after log out everywhere")
+		a.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
+		sessAccepted(t, ts, sessCookie(t, ts, a.http.Jar), "a dashboard login after log out everywhere")
+		for what, v := range cookies {
+			sessRefused(t, ts, v, what+", after logging in again")
+		}
+	})
+}
+
+// TestSessionAgeCappedByIat: a session lives at most 7 days from its iat,
+// whatever its exp says. Cookies forged with the session secret: a 6-day-old
+// one with a far exp works, an 8-day-old one with a far exp and one without
+// iat are refused.
+func TestSessionAgeCappedByIat(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		secret := []byte("test-session-secret-0123456789abcdef")
+		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
+		_, aliceID := ts.cpSignup(t, "alice@example.com")
+		now := time.Now()
+		day := int64(24 * time.Hour / time.Second)
+		far := now.Unix() + 365*day
+		jwt := func(claims map[string]any) string { return cpJWT("HS256", secret, claims) }
+
+		sessAccepted(t, ts, jwt(map[string]any{"sub": aliceID, "iat": now.Unix() - 6*day, "exp": far}), "iat 6 days ago, exp in a year")
+		sessRefused(t, ts, jwt(map[string]any{"sub": aliceID, "iat": now.Unix() - 8*day, "exp": far}), "iat 8 days ago, exp in a year")
+		sessRefused(t, ts, jwt(map[string]any{"sub": aliceID, "iat": now.Unix() - 7*day - 5, "exp": far}), "iat 7 days and 5 s ago, exp in a year")
+		sessRefused(t, ts, jwt(map[string]any{"sub": aliceID, "exp": far}), "no iat, exp in a year")
+		sessRefused(t, ts, jwt(map[string]any{"sub": aliceID, "iat": 0, "exp": far}), "iat 0, exp in a year")
+	})
+}
+
+// TestLogoutReachesOtherNodes: two nodes on one database. A logout or a log
+// out everywhere on one is refused there at once, and on the other once its
+// cache (10 s) has run out.
+func TestLogoutReachesOtherNodes(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		nodeA := startServerAt(t, dbURL, nil, clock.Now)
+		nodeB := startServerAt(t, dbURL, nil, clock.Now)
+		c, _ := nodeA.cpSignup(t, "alice@example.com")
+		saved := sessCookie(t, nodeA, c.http.Jar)
+		sessAccepted(t, nodeB, saved, "node B, before logout") // B now caches it as live
+		c.do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		sessRefused(t, nodeA, saved, "node A, at once")
+		clock.Advance(11 * time.Second)
+		sessRefused(t, nodeB, saved, "node B, after 11 s")
+
+		// Log out everywhere on B reaches A the same way.
+		d := nodeB.dash(t)
+		d.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
+		second := sessCookie(t, nodeB, d.http.Jar)
+		sessAccepted(t, nodeA, second, "node A, before log out everywhere")
+		d.submit("/", "/logout-everywhere", nil).expectRedirect(t, "/login?done=logged-out-all")
+		sessRefused(t, nodeB, second, "node B, at once")
+		clock.Advance(11 * time.Second)
+		sessRefused(t, nodeA, second, "node A, after 11 s")
+	})
+}

@@ -1,0 +1,3 @@
+DROP TABLE session_revocations;
+--bun:split
+DROP TABLE session_epochs;
