@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -31,11 +32,16 @@ type Options struct {
 	// revocation can matter.
 	TokenMaxTTL time.Duration
 	Metrics     *Metrics // nil: nothing observed
-	// LoginAttemptsPerMinute caps failed logins per email (and three times
-	// that per client address); SignupsPerMinute caps signups per address.
-	// Zero means no cap.
+	// LoginAttemptsPerMinute caps failed logins per email from one client
+	// address (and three times that per address), and past it delays those
+	// for the email from anywhere (Server.login); SignupsPerMinute caps
+	// signups that reach the hash, per address and per email. Zero means no
+	// cap.
 	LoginAttemptsPerMinute int
 	SignupsPerMinute       int
+	// TrustedProxies (TRUSTED_PROXIES): from a peer in them, the client
+	// address comes from X-Forwarded-For (clientAddr).
+	TrustedProxies []netip.Prefix
 }
 
 // Server is the public HTTP surface.
@@ -56,6 +62,9 @@ type Server struct {
 	// inflight is held (read-locked) by each emit, handshake and revoke in
 	// progress, so Drain can wait for them.
 	loginPerEmail, loginPerIP, signupPerIP *throttle
+	loginPerPair                           *throttle // an email from an address
+	signupInvalid                          *throttle // signups refused before the hash, per address
+	trustedProxies                         []netip.Prefix
 
 	inflight sync.RWMutex
 	draining bool
@@ -85,8 +94,13 @@ func New(o Options) *Server {
 		loginPerEmail: newThrottle(o.LoginAttemptsPerMinute, o.Now),
 		loginPerIP:    newThrottle(3*o.LoginAttemptsPerMinute, o.Now),
 		signupPerIP:   newThrottle(o.SignupsPerMinute, o.Now),
+		loginPerPair:  newThrottle(o.LoginAttemptsPerMinute, o.Now),
+		signupInvalid: newThrottle(5*o.SignupsPerMinute, o.Now),
 		now:           o.Now,
+
+		trustedProxies: o.TrustedProxies,
 	}
+	s.loginPerPair.failOpen = true // each address is still capped by loginPerIP
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)
 	mux.Handle("/healthz", methods{http.MethodGet: s.handleHealthz})

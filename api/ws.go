@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 
 	"github.com/relayhq/relay/actors"
@@ -52,6 +53,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	opened := false
 	err = s.transport.Upgrade(w, r, func(c *transport.Conn) transport.Handler {
 		opened = true
+		// The client address is logged here, once: the transport's
+		// "connection closed" line names the same conn.
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("connection opened", "conn", c.ID(), "project", k.ProjectID, "addr", s.clientAddrString(r))
+		}
 		return wsSession{s.actors.Open(k.ProjectID, c)}
 	})
 	if !opened {
@@ -64,7 +70,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.metrics.refused(refusedBadUpgrade)
 		// The upgrader has already answered (400 for a non-WebSocket request).
-		s.log.Debug("websocket upgrade failed", "err", err)
+		s.log.Debug("websocket upgrade failed", "addr", s.clientAddrString(r), "err", err)
 	}
 }
 

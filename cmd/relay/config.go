@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -39,8 +40,13 @@ type Config struct {
 	// Abuse limits (README › Limits).
 	MaxSubscriptions int // MAX_SUBSCRIPTIONS_PER_CONNECTION
 	MaxConnections   int // MAX_CONNECTIONS_PER_PROJECT (per node)
-	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address, an IPv6 address by its /64)
+	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email and address (3× per address, an IPv6 address by its /64); past it per email, delayed
 	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
+
+	// The public HTTP listener (README › Abuse limits).
+	HTTPIdleTimeout time.Duration  // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
+	MaxHTTPConns    int            // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
+	TrustedProxies  []netip.Prefix // TRUSTED_PROXIES: peers whose X-Forwarded-For names the client
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
@@ -55,6 +61,7 @@ var configVars = []string{
 	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "ACTOR_DORMANCY_SECONDS",
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
 	"LOG_FORMAT", "LOG_LEVEL",
+	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
 }
 
 // LoadConfig reads the environment through lookup (os.LookupEnv in main) and
@@ -87,6 +94,10 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxConnections:   p.positive("MAX_CONNECTIONS_PER_PROJECT", 10000),
 		LoginAttempts:    p.positive("LOGIN_ATTEMPTS_PER_MINUTE", 10),
 		SignupAttempts:   p.positive("SIGNUP_ATTEMPTS_PER_MINUTE", 20),
+
+		HTTPIdleTimeout: p.duration("HTTP_IDLE_TIMEOUT_SECONDS", 60, time.Second),
+		MaxHTTPConns:    p.positive("MAX_HTTP_CONNECTIONS", 4096),
+		TrustedProxies:  p.prefixes("TRUSTED_PROXIES"),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -258,6 +269,34 @@ func (p *envParser) emails(name string) []string {
 	return out
 }
 
+// prefixes reads comma-separated CIDRs (a bare address is its own /32 or
+// /128). An IPv4-mapped IPv6 prefix becomes its IPv4 prefix, since client
+// addresses are compared unmapped.
+func (p *envParser) prefixes(name string) []netip.Prefix {
+	v, _ := p.get(name)
+	var out []netip.Prefix
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(e)
+		if err != nil {
+			a, aerr := netip.ParseAddr(e)
+			if aerr != nil || a.Zone() != "" {
+				p.fail(name, e, "want a CIDR such as 10.0.0.0/8 or 2001:db8::/32, or an address")
+				continue
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		if a := pfx.Addr(); a.Is4In6() && pfx.Bits() >= 96 {
+			pfx = netip.PrefixFrom(a.Unmap(), pfx.Bits()-96)
+		}
+		out = append(out, pfx.Masked())
+	}
+	return out
+}
+
 func (p *envParser) level(name string) slog.Level {
 	v, ok := p.get(name)
 	if !ok {
@@ -285,8 +324,18 @@ func (c Config) redacted() []any {
 		"usage_rollup", c.UsageRollup, "shutdown_timeout", c.ShutdownTimeout, "actor_dormancy", c.ActorDormancy,
 		"max_subscriptions_per_connection", c.MaxSubscriptions, "max_connections_per_project", c.MaxConnections,
 		"login_attempts_per_minute", c.LoginAttempts, "signup_attempts_per_minute", c.SignupAttempts,
+		"http_idle_timeout", c.HTTPIdleTimeout, "max_http_connections", c.MaxHTTPConns, "trusted_proxies", prefixList(c.TrustedProxies),
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
+}
+
+// prefixList is TRUSTED_PROXIES as it was understood, comma-separated.
+func prefixList(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // dbKind names the database in logs: the SQLite path (a password=
