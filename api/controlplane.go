@@ -88,39 +88,27 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.HandleFunc("/api/", notFound)
 }
 
-// handleSignup counts the attempt against the address before reading the
-// body, and against the email once it is known (signupPerIP holds both kinds
-// of key, under the same SIGNUP_ATTEMPTS_PER_MINUTE).
+// handleSignup checks the request, then counts it under the brute-force
+// limits (Server.admitSignup) before the password hash.
 func (c controlPlane) handleSignup(w http.ResponseWriter, r *http.Request) {
-	if ok, retry := c.signupPerIP.take(addrKey(r)); !ok {
-		writeThrottled(w, retry)
-		return
-	}
 	var in credentials
 	if err := decodeControl(w, r, &in); err != nil {
 		writeDecodeError(w, err)
 		return
 	}
 	email := strings.TrimSpace(in.Email)
-	if email != "" {
-		if ok, retry := c.signupPerIP.take(emailKey(email)); !ok {
-			writeThrottled(w, retry)
-			return
-		}
-	}
-	switch {
-	case email == "" || in.Password == "":
-		writeError(w, proto.CodeEmailAndPasswordRequired)
+	out, code, retry, refund := c.admitSignup(r, email, in.Password)
+	switch out {
+	case signupThrottled:
+		writeThrottled(w, retry)
 		return
-	case len([]rune(in.Password)) < proto.MinPasswordLen:
-		writeError(w, proto.CodePasswordTooShort)
-		return
-	case !c.signupAllowed(email):
-		writeError(w, proto.CodeEmailNotAllowed)
+	case signupInvalid:
+		writeError(w, code)
 		return
 	}
 	hash, ok, err := hashPasswordLimited(r.Context(), in.Password)
 	if !ok {
+		refund()
 		writeThrottled(w, 1)
 		return
 	}

@@ -65,40 +65,28 @@ func (d dashboard) throttled(w http.ResponseWriter, r *http.Request, name, email
 		fmt.Sprintf("Too many attempts. Wait %d seconds, then try again.", retry), email)
 }
 
-// handleSignup counts like the JSON route: the address first, then the
-// email (both under SIGNUP_ATTEMPTS_PER_MINUTE).
+// handleSignup counts like the JSON route (Server.admitSignup).
 func (d dashboard) handleSignup(w http.ResponseWriter, r *http.Request) {
 	email, password, ok := d.authForm(w, r, "signup")
 	if !ok {
 		return
 	}
-	if ok, retry := d.signupPerIP.take(addrKey(r)); !ok {
-		d.throttled(w, r, "signup", email, retry)
-		return
-	}
-	if email != "" {
-		if ok, retry := d.signupPerIP.take(emailKey(email)); !ok {
-			d.throttled(w, r, "signup", email, retry)
-			return
-		}
-	}
 	fail := func(c proto.Code) {
 		pe := codeErr(c)
 		d.showAuth(w, r, "signup", pe.status, pe.msg, email)
 	}
-	switch {
-	case email == "" || password == "":
-		fail(proto.CodeEmailAndPasswordRequired)
+	out, code, retry, refund := d.admitSignup(r, email, password)
+	switch out {
+	case signupThrottled:
+		d.throttled(w, r, "signup", email, retry)
 		return
-	case len([]rune(password)) < proto.MinPasswordLen:
-		fail(proto.CodePasswordTooShort)
-		return
-	case !controlPlane{d.Server}.signupAllowed(email):
-		fail(proto.CodeEmailNotAllowed)
+	case signupInvalid:
+		fail(code)
 		return
 	}
 	hash, ok, err := hashPasswordLimited(r.Context(), password)
 	if !ok {
+		refund()
 		d.throttled(w, r, "signup", email, 1)
 		return
 	}

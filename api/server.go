@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -31,15 +32,20 @@ type Options struct {
 	// revocation can matter.
 	TokenMaxTTL time.Duration
 	Metrics     *Metrics // nil: nothing observed
-	// LoginAttemptsPerMinute caps failed logins per email (and three times
-	// that per client address); SignupsPerMinute caps signups per address.
-	// Zero means no cap.
+	// LoginAttemptsPerMinute caps failed logins per email from one client
+	// address (and three times that per address), and past it delays those
+	// for the email from anywhere (Server.login); SignupsPerMinute caps
+	// signups that reach the hash, per address and per email. Zero means no
+	// cap.
 	LoginAttemptsPerMinute int
 	SignupsPerMinute       int
 	// Bounds on what one tenant can make the store hold; zero means no cap.
 	MaxProjectsPerUser       int // MAX_PROJECTS_PER_USER
 	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired
 	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
+	// TrustedProxies (TRUSTED_PROXIES): from a peer in them, the client
+	// address comes from X-Forwarded-For (clientAddr).
+	TrustedProxies []netip.Prefix
 }
 
 // Server is the public HTTP surface.
@@ -61,6 +67,9 @@ type Server struct {
 	// progress, so Drain can wait for them.
 	loginPerEmail, loginPerIP, signupPerIP *throttle
 	revokesPerProject                      *throttle // the revoke endpoint's budget
+	loginPerPair                           *throttle // an email from an address
+	signupInvalid                          *throttle // signups refused before the hash, per address
+	trustedProxies                         []netip.Prefix
 
 	inflight sync.RWMutex
 	draining bool
@@ -94,7 +103,12 @@ func New(o Options) *Server {
 		loginPerIP:        newThrottle(3*o.LoginAttemptsPerMinute, o.Now),
 		signupPerIP:       newThrottle(o.SignupsPerMinute, o.Now),
 		now:               o.Now,
+		loginPerPair:      newThrottle(o.LoginAttemptsPerMinute, o.Now),
+		signupInvalid:     newThrottle(5*o.SignupsPerMinute, o.Now),
+
+		trustedProxies: o.TrustedProxies,
 	}
+	s.loginPerPair.failOpen = true // each address is still capped by loginPerIP
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)
 	mux.Handle("/healthz", methods{http.MethodGet: s.handleHealthz})

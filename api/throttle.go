@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net"
 	"net/http"
 	"net/netip"
 	"runtime"
@@ -18,12 +17,18 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// Brute-force protection for login and signup (README › Limits):
+// Brute-force protection for login and signup (README › Abuse limits):
 //
-//   - a throttle counts attempts per key (an address, or an email) in a fixed
-//     one-minute window that starts at the key's first attempt. An attempt is
-//     counted by take, which checks and counts in one step under the lock, so
-//     parallel requests cannot all pass the check before any is counted;
+//   - a throttle counts attempts per key (an address, an email, an email
+//     from an address) in a fixed one-minute window that starts at the key's
+//     first attempt. An attempt is counted by take (or count), which checks
+//     and counts in one step under the lock, so parallel requests cannot all
+//     pass the check before any is counted;
+//   - a login is refused (429) past the budget of its address or of its email
+//     from that address, but never for its email alone: past the email's
+//     budget each attempt for it waits a growing, bounded delay instead, so
+//     guesses from many addresses slow down while the owner, from an address
+//     that has not failed, still gets in (loginDelay);
 //   - hashSlots caps the argon2 hashes running at once, whoever asks for them,
 //     so a flood from many addresses queues briefly and is then refused,
 //     instead of exhausting memory (each hash holds argonMemory while it runs).
@@ -43,6 +48,10 @@ type throttle struct {
 	limit   int
 	maxKeys int
 	now     func() time.Time
+	// failOpen: when the map is full of live counters, a new key passes
+	// untracked instead of being refused. For keys a coarser throttle also
+	// bounds (an email from an address, under the address's own cap).
+	failOpen bool
 
 	mu      sync.Mutex
 	entries map[string]attempts // guarded by mu
@@ -99,16 +108,57 @@ func (t *throttle) take(key string) (ok bool, retry int) {
 		t.entries[key] = a
 		return true, 0
 	}
-	if !found && len(t.entries) >= t.maxKeys {
-		if now.Sub(t.swept) >= sweepEvery {
-			t.sweep(now)
+	if !found && t.full(now) {
+		if t.failOpen {
+			return true, 0
 		}
-		if len(t.entries) >= t.maxKeys {
-			return false, secondsUntil(now, t.oldest.Add(throttleWindow))
-		}
+		return false, secondsUntil(now, t.oldest.Add(throttleWindow))
 	}
 	t.entries[key] = attempts{n: 1, start: now}
 	return true, 0
+}
+
+// full reports whether a new key finds no room, after sweeping expired ones
+// if the last sweep is old enough. Called with mu held.
+func (t *throttle) full(now time.Time) bool {
+	if len(t.entries) < t.maxKeys {
+		return false
+	}
+	if now.Sub(t.swept) >= sweepEvery {
+		t.sweep(now)
+	}
+	return len(t.entries) >= t.maxKeys
+}
+
+// untracked is what count answers for a key the full map cannot hold: over
+// any budget.
+const untracked = math.MaxInt32
+
+// count counts one attempt for key and returns how many the key has had in
+// its window, this one included. It never refuses: it is for budgets that
+// slow down rather than lock out. A new key that finds the map full of live
+// counters is not tracked and counts as untracked (over any budget).
+func (t *throttle) count(key string) int {
+	if t == nil || t.limit <= 0 {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if now.Sub(t.swept) >= throttleWindow {
+		t.sweep(now)
+	}
+	a, found := t.entries[key]
+	if found && !a.expired(now) {
+		a.n++
+		t.entries[key] = a
+		return a.n
+	}
+	if !found && t.full(now) {
+		return untracked
+	}
+	t.entries[key] = attempts{n: 1, start: now}
+	return 1
 }
 
 // refund gives back an attempt that turned out not to test a password (a
@@ -150,26 +200,14 @@ func secondsUntil(now, then time.Time) int {
 	return max(1, int(math.Ceil(then.Sub(now).Seconds())))
 }
 
-// clientIP is the peer address: X-Forwarded-For is not trusted, since
-// anyone can send it.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// addrKey is the throttle key of a client address (Server.clientAddr): an
+// IPv4 address as it is, an IPv6 address by its /64, since one subscriber
+// usually holds a whole /64 and could otherwise try from 2^64 addresses, each
+// with a fresh budget.
+func addrKey(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return "addr:?"
 	}
-	return host
-}
-
-// addrKey is the throttle key of the peer's address: an IPv4 address as it
-// is, an IPv6 address by its /64, since one subscriber usually holds a whole
-// /64 and could otherwise try from 2^64 addresses, each with a fresh budget.
-func addrKey(r *http.Request) string {
-	host := clientIP(r)
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return "addr:" + host
-	}
-	ip = ip.WithZone("").Unmap()
 	if ip.Is4() {
 		return "ip:" + ip.String()
 	}
@@ -272,21 +310,62 @@ const (
 	loginStoreFailed              // the user lookup failed: err says why
 )
 
+// Past an email's budget of failed logins (LOGIN_ATTEMPTS_PER_MINUTE), each
+// further attempt for it waits loginDelayBase, doubling with every attempt
+// over, up to loginDelayMax: guesses spread over many addresses slow down,
+// and the owner's correct password, from an address that has not failed,
+// still logs in after at most loginDelayMax. The wait comes before the hash
+// and holds no hash slot.
+const (
+	loginDelayBase = 250 * time.Millisecond
+	loginDelayMax  = 4 * time.Second
+)
+
+// loginDelay is the wait of the n-th attempt in a window for an email whose
+// budget is limit.
+func loginDelay(n, limit int) time.Duration {
+	over := n - limit
+	if limit <= 0 || over <= 0 {
+		return 0
+	}
+	if over > 8 { // 250 ms << 4 is already past the cap
+		return loginDelayMax
+	}
+	return min(loginDelayBase<<(over-1), loginDelayMax)
+}
+
 // login runs one attempt of email and password under the brute-force limits,
-// for the JSON route and the dashboard alike. It counts the attempt against
-// the address and the email before the password hash (so parallel guesses
-// cannot all pass the check) and gives it back when it tested no password or
-// the right one: the limits cap failed guesses. An unknown email costs the
-// same hash as a wrong password, so timing tells nothing.
+// for the JSON route and the dashboard alike. It counts the attempt before
+// the password hash (so parallel guesses cannot all pass the check) against
+// the client address (3× LOGIN_ATTEMPTS_PER_MINUTE, refused past it), the
+// email from that address (LOGIN_ATTEMPTS_PER_MINUTE, refused past it) and
+// the email from anywhere (LOGIN_ATTEMPTS_PER_MINUTE, delayed past it, never
+// refused: failures elsewhere cannot lock the owner out). It gives the
+// attempt back when it tested no password or the right one: the limits count
+// failed guesses. An unknown email costs the same hash as a wrong password,
+// so timing tells nothing.
 func (s *Server) login(r *http.Request, email, password string) (u store.User, out loginOutcome, retry int, err error) {
-	addr, ek := addrKey(r), emailKey(email)
+	addr, ek := addrKey(s.clientAddr(r)), emailKey(email)
+	pair := ek + "|" + addr
 	if ok, retry := s.loginPerIP.take(addr); !ok {
 		return u, loginThrottled, retry, nil
 	}
-	if ok, retry := s.loginPerEmail.take(ek); !ok {
+	if ok, retry := s.loginPerPair.take(pair); !ok {
+		s.loginPerIP.refund(addr)
 		return u, loginThrottled, retry, nil
 	}
-	refund := func() { s.loginPerIP.refund(addr); s.loginPerEmail.refund(ek) }
+	n := s.loginPerEmail.count(ek)
+	refund := func() { s.loginPerIP.refund(addr); s.loginPerPair.refund(pair); s.loginPerEmail.refund(ek) }
+	if d := loginDelay(n, s.loginPerEmail.limit); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // the client gave up: nothing was tested
+			t.Stop()
+			refund()
+			return u, loginThrottled, 1, nil
+		}
+	}
 	u, err = s.store.UserByEmail(r.Context(), email)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		refund()
@@ -306,4 +385,48 @@ func (s *Server) login(r *http.Request, email, password string) (u store.User, o
 	}
 	refund()
 	return u, loginOK, 0, nil
+}
+
+// signupOutcome is what the checks before a signup's hash came to.
+type signupOutcome int
+
+const (
+	signupAdmitted  signupOutcome = iota // go on and hash; call the refund if no hash ran
+	signupInvalid                        // answer code (400 or 403)
+	signupThrottled                      // 429 after retry seconds
+)
+
+// admitSignup runs the checks of a signup that cost no hash (fields,
+// password length, allowlist) and then the brute-force limits, for the JSON
+// route and the dashboard alike. Only a signup that will hash counts against
+// SIGNUP_ATTEMPTS_PER_MINUTE (per address and per email), so requests that
+// fail those checks (an empty body, say) cannot use up the budget of everyone
+// behind one address. They have a budget of their own, five times as large
+// per address, past which they are answered 429 instead of their error:
+// probing the allowlist stays slow, and valid signups are not affected.
+func (s *Server) admitSignup(r *http.Request, email, password string) (out signupOutcome, code proto.Code, retry int, refund func()) {
+	addr := addrKey(s.clientAddr(r))
+	switch {
+	case email == "" || password == "":
+		code = proto.CodeEmailAndPasswordRequired
+	case len([]rune(password)) < proto.MinPasswordLen:
+		code = proto.CodePasswordTooShort
+	case !controlPlane{s}.signupAllowed(email):
+		code = proto.CodeEmailNotAllowed
+	}
+	if code != "" {
+		if ok, retry := s.signupInvalid.take(addr); !ok {
+			return signupThrottled, "", retry, nil
+		}
+		return signupInvalid, code, 0, nil
+	}
+	ek := emailKey(email)
+	if ok, retry := s.signupPerIP.take(addr); !ok {
+		return signupThrottled, "", retry, nil
+	}
+	if ok, retry := s.signupPerIP.take(ek); !ok {
+		s.signupPerIP.refund(addr)
+		return signupThrottled, "", retry, nil
+	}
+	return signupAdmitted, "", 0, func() { s.signupPerIP.refund(addr); s.signupPerIP.refund(ek) }
 }

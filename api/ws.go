@@ -2,7 +2,7 @@ package api
 
 import (
 	"errors"
-	"net"
+	"log/slog"
 	"net/http"
 
 	"github.com/relayhq/relay/actors"
@@ -45,7 +45,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
-	lease, ok := s.actors.Reserve(k.ProjectID, remoteIP(r))
+	lease, ok := s.actors.Reserve(k.ProjectID, s.clientAddrString(r))
 	if !ok {
 		s.metrics.refused(refusedTooMany)
 		writeError(w, proto.CodeTooManyConnections)
@@ -54,6 +54,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	opened := false
 	err = s.transport.Upgrade(w, r, func(c *transport.Conn) transport.Handler {
 		opened = true
+		// The client address is logged here, once: the transport's
+		// "connection closed" line names the same conn.
+		if s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Debug("connection opened", "conn", c.ID(), "project", k.ProjectID, "addr", s.clientAddrString(r))
+		}
 		return wsSession{s.actors.Open(lease, HashKey(raw), c)}
 	})
 	if !opened {
@@ -66,7 +71,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.metrics.refused(refusedBadUpgrade)
 		// The upgrader has already answered (400 for a non-WebSocket request).
-		s.log.Debug("websocket upgrade failed", "err", err)
+		s.log.Debug("websocket upgrade failed", "addr", s.clientAddrString(r), "err", err)
 	}
 }
 
@@ -79,13 +84,4 @@ func (h wsSession) HandleClose(info transport.CloseInfo) {
 		status = actors.CloseStatus{Supplied: true, Code: int(info.Code), Reason: info.Reason}
 	}
 	h.Session.HandleClose(status)
-}
-
-// remoteIP is the TCP peer's address without its port.
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }

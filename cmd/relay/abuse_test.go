@@ -15,7 +15,7 @@ import (
 // TestSlowlorisCutOffByReadHeaderTimeout: clients that send their request
 // headers one byte a second, never finishing, are disconnected once the
 // public listener's ReadHeaderTimeout (5 s, run.go) has passed, well before
-// ReadTimeout (30 s) or IdleTimeout (120 s) could have done it; meanwhile
+// ReadTimeout (30 s) or HTTP_IDLE_TIMEOUT_SECONDS (60 s) could have done it; meanwhile
 // everyone else is served.
 func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -40,7 +41,7 @@ type Config struct {
 	// Abuse limits (README › Limits).
 	MaxSubscriptions int // MAX_SUBSCRIPTIONS_PER_CONNECTION
 	MaxConnections   int // MAX_CONNECTIONS_PER_PROJECT (per node)
-	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address, an IPv6 address by its /64)
+	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email and address (3× per address, an IPv6 address by its /64); past it per email, delayed
 	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
 
 	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
@@ -53,6 +54,10 @@ type Config struct {
 	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired token revocations
 	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
 	MaxQueuedBytes           int // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
+	// The public HTTP listener (README › Abuse limits).
+	HTTPIdleTimeout time.Duration  // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
+	MaxHTTPConns    int            // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
+	TrustedProxies  []netip.Prefix // TRUSTED_PROXIES: peers whose X-Forwarded-For names the client
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
@@ -71,6 +76,7 @@ var configVars = []string{
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"LOG_FORMAT", "LOG_LEVEL",
 	"RELAY_DEBUG_TOKEN",
+	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
 }
 
 // LoadConfig reads the environment through lookup (os.LookupEnv in main) and
@@ -114,7 +120,10 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxRevocationsPerProject: p.positive("MAX_REVOCATIONS_PER_PROJECT", 10000),
 		RevokesPerMinute:         p.positive("REVOKE_REQUESTS_PER_MINUTE", 600),
 		// Two full replay rings: a reconnect's replay always fits.
-		MaxQueuedBytes: p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),
+		MaxQueuedBytes:  p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),
+		HTTPIdleTimeout: p.duration("HTTP_IDLE_TIMEOUT_SECONDS", 60, time.Second),
+		MaxHTTPConns:    p.positive("MAX_HTTP_CONNECTIONS", 4096),
+		TrustedProxies:  p.prefixes("TRUSTED_PROXIES"),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -308,6 +317,34 @@ func (p *envParser) emails(name string) []string {
 	return out
 }
 
+// prefixes reads comma-separated CIDRs (a bare address is its own /32 or
+// /128). An IPv4-mapped IPv6 prefix becomes its IPv4 prefix, since client
+// addresses are compared unmapped.
+func (p *envParser) prefixes(name string) []netip.Prefix {
+	v, _ := p.get(name)
+	var out []netip.Prefix
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(e)
+		if err != nil {
+			a, aerr := netip.ParseAddr(e)
+			if aerr != nil || a.Zone() != "" {
+				p.fail(name, e, "want a CIDR such as 10.0.0.0/8 or 2001:db8::/32, or an address")
+				continue
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		if a := pfx.Addr(); a.Is4In6() && pfx.Bits() >= 96 {
+			pfx = netip.PrefixFrom(a.Unmap(), pfx.Bits()-96)
+		}
+		out = append(out, pfx.Masked())
+	}
+	return out
+}
+
 func (p *envParser) level(name string) slog.Level {
 	v, ok := p.get(name)
 	if !ok {
@@ -340,8 +377,18 @@ func (c Config) redacted() []any {
 		"max_connections_per_address", c.MaxConnectionsPerAddress, "max_projects_per_user", c.MaxProjectsPerUser,
 		"max_revocations_per_project", c.MaxRevocationsPerProject, "revoke_requests_per_minute", c.RevokesPerMinute,
 		"max_queued_bytes_per_connection", c.MaxQueuedBytes,
+		"http_idle_timeout", c.HTTPIdleTimeout, "max_http_connections", c.MaxHTTPConns, "trusted_proxies", prefixList(c.TrustedProxies),
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
+}
+
+// prefixList is TRUSTED_PROXIES as it was understood, comma-separated.
+func prefixList(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // dbKind names the database in logs: the SQLite path (a password=

@@ -68,6 +68,9 @@ func cfgFields(c Config) map[string]any {
 		"MAX_QUEUED_BYTES_PER_CONNECTION":   c.MaxQueuedBytes,
 		"LOG_FORMAT":                        c.LogFormat,
 		"LOG_LEVEL":                         c.LogLevel,
+		"TRUSTED_PROXIES":                   prefixList(c.TrustedProxies),
+		"HTTP_IDLE_TIMEOUT_SECONDS":         c.HTTPIdleTimeout,
+		"MAX_HTTP_CONNECTIONS":              c.MaxHTTPConns,
 	}
 }
 
@@ -108,6 +111,9 @@ var cfgDefaults = map[string]any{
 	"MAX_QUEUED_BYTES_PER_CONNECTION":   2 << 20,
 	"LOG_FORMAT":                        "text",
 	"LOG_LEVEL":                         slog.LevelInfo,
+	"TRUSTED_PROXIES":                   "", // X-Forwarded-For ignored
+	"HTTP_IDLE_TIMEOUT_SECONDS":         60 * time.Second,
+	"MAX_HTTP_CONNECTIONS":              4096,
 }
 
 func cfgCheck(t *testing.T, c Config, want map[string]any) {
@@ -290,6 +296,15 @@ func TestLoadConfigValues(t *testing.T) {
 		{"LOG_LEVEL", "warn", slog.LevelWarn},
 		{"LOG_LEVEL", "ERROR", slog.LevelError},
 		{"LOG_LEVEL", "info", slog.LevelInfo},
+		{"TRUSTED_PROXIES", "10.0.0.0/8", "10.0.0.0/8"},
+		{"TRUSTED_PROXIES", " 10.0.0.0/8 , 192.168.1.0/24,", "10.0.0.0/8,192.168.1.0/24"},
+		{"TRUSTED_PROXIES", "127.0.0.1", "127.0.0.1/32"},
+		{"TRUSTED_PROXIES", "::1", "::1/128"},
+		{"TRUSTED_PROXIES", "2001:db8::/32,fd00::/8", "2001:db8::/32,fd00::/8"},
+		{"TRUSTED_PROXIES", "10.1.2.3/8", "10.0.0.0/8"},
+		{"TRUSTED_PROXIES", "::ffff:10.0.0.0/104", "10.0.0.0/8"},
+		{"HTTP_IDLE_TIMEOUT_SECONDS", "5", 5 * time.Second},
+		{"MAX_HTTP_CONNECTIONS", "100", 100},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
@@ -316,6 +331,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		"EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND",
 		"CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", "REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS",
 		"CONNECTION_MAX_LIFETIME_SECONDS", "WEBHOOK_TIMEOUT_MS", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
+		"HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
 	}
 	for _, name := range positives {
 		for _, v := range []string{"abc", "-1", "-600", "0", "00", "1.5", "10s", "1e3", "0x10", "5 minutes", "99999999999999999999999"} {
@@ -358,6 +374,14 @@ func TestLoadConfigRejects(t *testing.T) {
 		bad{"RELAY_DEBUG_TOKEN", "fifteen-bytes!!"},
 		bad{"ALLOWED_SIGNUP_EMAILS", "alice"},
 		bad{"ALLOWED_SIGNUP_EMAILS", "alice@example.com,bob"},
+		bad{"TRUSTED_PROXIES", "10.0.0.0/33"},
+		bad{"TRUSTED_PROXIES", "10.0.0/8"},
+		bad{"TRUSTED_PROXIES", "proxy.internal"},
+		bad{"TRUSTED_PROXIES", "10.0.0.0/8,nope"},
+		bad{"TRUSTED_PROXIES", "10.0.0.0/8 192.168.0.0/16"},
+		bad{"TRUSTED_PROXIES", "2001:db8::/129"},
+		bad{"TRUSTED_PROXIES", "fe80::1%eth0"},
+		bad{"TRUSTED_PROXIES", "*"},
 	)
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
@@ -449,6 +473,7 @@ func TestLoadConfigRejectsOverflowingDurations(t *testing.T) {
 		"WEBHOOK_TIMEOUT_MS":                time.Millisecond,
 		"USAGE_ROLLUP_SECONDS":              time.Second,
 		"SHUTDOWN_TIMEOUT_SECONDS":          time.Second,
+		"HTTP_IDLE_TIMEOUT_SECONDS":         time.Second,
 	}
 	for name, unit := range units {
 		value := fmt.Sprint(int64(math.MaxInt64/unit) + 1)

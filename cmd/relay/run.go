@@ -100,6 +100,7 @@ type app struct {
 	debug     *http.Server // nil when RELAY_DEBUG_ADDR is empty
 	addr      net.Addr     // bound public address (useful when RELAY_ADDR ends in :0)
 	debugAddr net.Addr
+	httpConns *connLimit // the public listener's MAX_HTTP_CONNECTIONS
 	served    chan error
 	stopJobs  context.CancelFunc
 	jobsDone  sync.WaitGroup
@@ -181,6 +182,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		MaxProjectsPerUser:       cfg.MaxProjectsPerUser,
 		MaxRevocationsPerProject: cfg.MaxRevocationsPerProject,
 		RevokesPerMinute:         cfg.RevokesPerMinute,
+		TrustedProxies:           cfg.TrustedProxies,
 		Now:                      now,
 	})
 	usage := newUsageRollup(st, sys, log)
@@ -191,12 +193,15 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 			Handler:           handler,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       30 * time.Second,
-			IdleTimeout:       120 * time.Second,
+			IdleTimeout:       cfg.HTTPIdleTimeout,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 	}
-	go func() { a.served <- a.public.Serve(ln) }()
+	limited := newConnLimit(ln, cfg.MaxHTTPConns, log)
+	a.public.ConnState = limited.connState
+	a.httpConns = limited
+	go func() { a.served <- a.public.Serve(limited) }()
 	log.Info("listening", "listener", "public", "addr", ln.Addr().String())
 
 	jobs, stopJobs := context.WithCancel(context.Background())

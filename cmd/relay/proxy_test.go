@@ -1,0 +1,230 @@
+package main
+
+// Login and signup limits that an attacker cannot turn against everyone else
+// (README › Abuse limits): behind a trusted proxy each client has its own
+// address (TRUSTED_PROXIES, X-Forwarded-For), X-Forwarded-For from anyone
+// else is ignored, failures for an email from other addresses delay but never
+// lock out its owner, and signups refused before the password hash do not
+// use up the signup budget.
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// viaProxy sends a login or signup as a proxy at the client's address does,
+// with X-Forwarded-For set to xff ("" sends none).
+func (c *client) viaProxy(xff, path, body string) response {
+	c.t.Helper()
+	h := map[string]string{}
+	if xff != "" {
+		h["X-Forwarded-For"] = xff
+	}
+	return c.send("POST", path, body, "application/json", h)
+}
+
+func loginBody(email, password string) string {
+	return fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)
+}
+
+// expectLoggedIn checks a successful login of email.
+func (r response) expectLoggedIn(t *testing.T, email string) {
+	t.Helper()
+	if r.status != http.StatusOK || r.str("email") != email || r.header.Get("Set-Cookie") == "" {
+		t.Fatalf("login of %s: %d %s", email, r.status, r.raw)
+	}
+}
+
+// TestTrustedProxyLoginFlood: every client arrives from one proxy address.
+// With TRUSTED_PROXIES naming it, 40 wrong logins for random emails, each
+// from a different client behind it, do not stop anyone else's login; one
+// client is still held to its own per-address budget, whatever it writes
+// into X-Forwarded-For itself; the window follows the server's clock.
+func TestTrustedProxyLoginFlood(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		ts := startServerAt(t, dbURL, map[string]string{
+			"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_ATTEMPTS_PER_MINUTE": "10",
+		}, clock.Now)
+		ts.signup("alice@example.com")
+		proxy := ts.clientFrom("127.0.0.1")
+
+		for i := range 40 {
+			proxy.viaProxy(fmt.Sprintf("198.51.100.%d", i+1), "/api/auth/login", loginBody(fmt.Sprintf("nobody%d@example.com", i), "wrong password")).
+				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		}
+		proxy.viaProxy("203.0.113.7", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+
+		// One client behind the proxy: 3 × 10 failures, then refused. What it
+		// writes into X-Forwarded-For itself (left of what the proxy appends)
+		// changes nothing.
+		const perAddr = 30
+		for i := range perAddr {
+			proxy.viaProxy(fmt.Sprintf("6.6.6.%d, 198.51.100.200", i), "/api/auth/login", loginBody(fmt.Sprintf("guess%d@example.com", i), "wrong password")).
+				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		}
+		proxy.viaProxy("7.7.7.7, 198.51.100.200", "/api/auth/login", loginBody("guess-more@example.com", "wrong password")).expectThrottled(t)
+		proxy.viaProxy("198.51.100.200", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectThrottled(t)
+		// Everyone else behind the proxy is unaffected.
+		proxy.viaProxy("203.0.113.8", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+		// The window ends a minute after it began, on the server's clock.
+		clock.Advance(61 * time.Second)
+		proxy.viaProxy("198.51.100.200", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+	})
+}
+
+// TestForwardedForIgnoredFromUntrustedPeers: X-Forwarded-For is read only
+// from a trusted proxy. Without TRUSTED_PROXIES, or from a peer not in it, a
+// client that sends a different X-Forwarded-For on every attempt is still
+// one address, held to one budget; and claiming someone else's address
+// charges that address nothing.
+func TestForwardedForIgnoredFromUntrustedPeers(t *testing.T) {
+	const perAddr = 30 // 3 × LOGIN_ATTEMPTS_PER_MINUTE
+	flood := func(t *testing.T, attacker *client, xff func(i int) string) {
+		t.Helper()
+		for i := range perAddr {
+			attacker.viaProxy(xff(i), "/api/auth/login", loginBody(fmt.Sprintf("guess%d@example.com", i), "wrong password")).
+				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		}
+		attacker.viaProxy(xff(perAddr), "/api/auth/login", loginBody("guess-more@example.com", "wrong password")).expectThrottled(t)
+	}
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		t.Run("no trusted proxies", func(t *testing.T) {
+			ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, newClock().Now)
+			ts.signup("alice@example.com")
+			flood(t, ts.clientFrom("127.0.0.1"), func(i int) string { return fmt.Sprintf("198.51.100.%d", i+1) })
+			ts.clientFrom("127.0.0.2").viaProxy("198.51.100.1", "/api/auth/login", loginBody("alice@example.com", "correct horse")).
+				expectLoggedIn(t, "alice@example.com")
+		})
+		t.Run("peer not trusted", func(t *testing.T) {
+			ts := startServerAt(t, dbURL, map[string]string{
+				"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_ATTEMPTS_PER_MINUTE": "10",
+			}, newClock().Now)
+			ts.signup("bob@example.com")
+			// The attacker, not the proxy, claims to be the victim's
+			// address, and to come through the proxy.
+			flood(t, ts.clientFrom("127.0.0.3"), func(i int) string { return "203.0.113.7, 127.0.0.1" })
+			ts.clientFrom("127.0.0.1").viaProxy("203.0.113.7", "/api/auth/login", loginBody("bob@example.com", "correct horse")).
+				expectLoggedIn(t, "bob@example.com")
+		})
+	})
+}
+
+// TestLoginNotLockedOutFromOtherAddresses: failed logins for an email from
+// other addresses never stop its owner's correct password from an address
+// that has not failed, window after window; they only delay it (at most 4 s).
+// An address that keeps failing for the email is refused on its own.
+func TestLoginNotLockedOutFromOtherAddresses(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, clock.Now)
+		ts.signup("alice@example.com")
+		var attackers []*client
+		for i := range 4 {
+			attackers = append(attackers, ts.clientFrom(fmt.Sprintf("127.0.0.%d", i+2)))
+		}
+		owner := ts.clientFrom("127.0.0.1")
+		for round := range 2 {
+			for i := range 12 {
+				attackers[i%len(attackers)].do("POST", "/api/auth/login", loginBody("alice@example.com", "wrong password")).
+					expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			}
+			began := time.Now()
+			owner.do("POST", "/api/auth/login", loginBody("ALICE@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+			if took := time.Since(began); took > 10*time.Second {
+				t.Fatalf("round %d: the owner's login took %v, want at most the 4 s delay (plus slack)", round, took)
+			}
+			clock.Advance(61 * time.Second)
+		}
+
+		// One address: 10 failures for alice, then refused, even with the
+		// right password; the owner elsewhere still gets in.
+		persistent := ts.clientFrom("127.0.0.9")
+		for range 10 {
+			persistent.do("POST", "/api/auth/login", loginBody("alice@example.com", "wrong password")).
+				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		}
+		persistent.do("POST", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectThrottled(t)
+		owner.do("POST", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+		// The dashboard shares the rule.
+		d := ts.dash(t)
+		d.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).expectRedirect(t, "/")
+	})
+}
+
+// TestInvalidSignupsDoNotCloseSignup: everyone arrives from one address (no
+// TRUSTED_PROXIES). Signups refused before the password hash (empty, missing
+// fields, a short password, an email not allowed) do not use up
+// SIGNUP_ATTEMPTS_PER_MINUTE; past five times that they are answered 429
+// themselves, and a valid signup still goes through.
+func TestInvalidSignupsDoNotCloseSignup(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		ts := startServerAt(t, dbURL, map[string]string{"SIGNUP_ATTEMPTS_PER_MINUTE": "20"}, clock.Now)
+		c := ts.client()
+		invalid := []struct {
+			body   string
+			status int
+			want   string
+		}{
+			{"", 400, `{"error":"email_and_password_required"}`},
+			{`{}`, 400, `{"error":"email_and_password_required"}`},
+			{`{"email":"alice@example.com"}`, 400, `{"error":"email_and_password_required"}`},
+			{`{"email":"alice@example.com","password":"short"}`, 400, `{"error":"password_too_short"}`},
+			{`{"email":"mallory@example.com","password":"correct horse"}`, 403, `{"error":"email_not_allowed"}`},
+		}
+		for range 20 { // the attacker's 20 empty signups: signup stays open
+			c.do("POST", "/api/auth/signup", "").expect(t, http.StatusBadRequest, `{"error":"email_and_password_required"}`)
+		}
+		ts.signup("alice@example.com")
+		const budget = 5 * 20
+		for i := 20; i < budget; i++ {
+			tc := invalid[i%len(invalid)]
+			c.do("POST", "/api/auth/signup", tc.body).expect(t, tc.status, tc.want)
+		}
+		c.do("POST", "/api/auth/signup", "").expectThrottled(t)
+		ts.signup("bob@example.com")
+		clock.Advance(61 * time.Second)
+		c.do("POST", "/api/auth/signup", "").expect(t, http.StatusBadRequest, `{"error":"email_and_password_required"}`)
+	})
+}
+
+// TestClientAddressInConnectionLogs: the connection log names the client
+// behind a trusted proxy, and the peer itself when it is not trusted,
+// whatever X-Forwarded-For it sent.
+func TestClientAddressInConnectionLogs(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
+	p := ts.signup("alice@example.com").createProject("demo")
+	dial := func(from, xff string) {
+		t.Helper()
+		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDial: func(network, addr string) (net.Conn, error) {
+			return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).Dial(network, addr)
+		}}
+		conn, _, err := d.Dial(ts.wsURL(p.publicKey), http.Header{"X-Forwarded-For": {xff}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+	}
+	dial("127.0.0.1", "203.0.113.7")
+	dial("127.0.0.2", "203.0.113.66")
+	waitLog := func(want string) {
+		t.Helper()
+		relaytest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(ts.logs.String(), want) }, "a log line with %q:\n%s", want, ts.logs)
+	}
+	waitLog("msg=\"connection opened\"")
+	waitLog("addr=203.0.113.7")
+	waitLog("addr=127.0.0.2")
+	if strings.Contains(ts.logs.String(), "203.0.113.66") {
+		t.Fatalf("an untrusted peer's X-Forwarded-For was logged as its address:\n%s", ts.logs)
+	}
+}
