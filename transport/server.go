@@ -59,13 +59,12 @@ type Config struct {
 	MaxLifetime time.Duration
 	// Workers is the size of the read/write worker pool.
 	Workers int
-	// FlushDelay gathers frames queued within this interval into one writev
-	// per connection: under fan-out load a socket gets several frames per
-	// system call instead of one (a write costs about as much as the
-	// several-frame writev). A burst that dirtied many connections waits
-	// longer, 5 µs per connection up to 20 ms (a fan-out to 2 000 waits
-	// 10 ms; README › Performance has the figures that chose this).
-	// Negative flushes at once.
+	// FlushDelay 0 (the default) batches by load: a flush pass starts as
+	// soon as a frame is queued while no pass is under way, and frames
+	// queued during a pass wait for the next one, so under fan-out load a
+	// socket gets several frames per system call and at low load none
+	// waits. A positive FlushDelay also waits that long before each pass;
+	// negative hands every queued frame to a writer at once.
 	FlushDelay time.Duration
 	Logger     *slog.Logger
 }
@@ -85,9 +84,6 @@ func (c *Config) defaults() {
 	}
 	if c.Workers <= 0 {
 		c.Workers = max(4, 2*runtime.GOMAXPROCS(0))
-	}
-	if c.FlushDelay == 0 {
-		c.FlushDelay = 2 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -141,7 +137,8 @@ type connShard struct {
 // job is one unit of worker time: read a readable connection, or flush one.
 type job struct {
 	c      *Conn
-	events uint32 // epoll events for a read; 0 means flush
+	events uint32          // epoll events for a read; 0 means flush
+	pass   *sync.WaitGroup // the flush pass this flush belongs to, if any
 }
 
 // New starts the poller, the workers and the sweeper.
@@ -195,9 +192,13 @@ func (s *Server) worker() {
 	for {
 		select {
 		case j := <-s.jobs:
-			if j.events != 0 {
+			switch {
+			case j.events != 0:
 				j.c.onReadable(j.events)
-			} else {
+			case j.pass != nil:
+				j.c.flush()
+				j.pass.Done()
+			default:
 				j.c.flush()
 			}
 		case <-s.stop:
@@ -207,11 +208,11 @@ func (s *Server) worker() {
 }
 
 // scheduleFlush puts a connection with newly queued frames on the dirty list
-// for the next flush tick (or hands it to a worker at once when FlushDelay is
+// for the next flush pass (or hands it to a worker at once when FlushDelay is
 // negative). The caller (a channel actor fanning out) never waits.
 func (s *Server) scheduleFlush(c *Conn) {
 	if s.cfg.FlushDelay < 0 {
-		s.dispatchFlush(c)
+		s.dispatchFlush(c, nil)
 		return
 	}
 	s.dirtyMu.Lock()
@@ -227,51 +228,53 @@ func (s *Server) scheduleFlush(c *Conn) {
 }
 
 // dispatchFlush hands c to a worker, or to a goroutine of its own if every
-// worker slot is taken.
-func (s *Server) dispatchFlush(c *Conn) {
+// worker slot is taken; pass, when set, is told when the flush is done.
+func (s *Server) dispatchFlush(c *Conn, pass *sync.WaitGroup) {
 	select {
-	case s.jobs <- job{c: c}:
+	case s.jobs <- job{c: c, pass: pass}:
 	default:
-		go c.flush()
+		go func() {
+			c.flush()
+			if pass != nil {
+				pass.Done()
+			}
+		}()
 	}
 }
 
-// A flush pass over n dirty connections waits n×flushDelayPerConn (at least
-// FlushDelay, at most maxFlushDelay) after the first frame of its burst.
-const (
-	flushDelayPerConn = 5 * time.Microsecond
-	maxFlushDelay     = 20 * time.Millisecond
-)
-
-// flushLoop waits FlushDelay after the first frame of a burst, so the frames
-// of the burst go out together, then hands every dirty connection to the
-// workers. It sleeps while nothing is queued.
+// flushLoop runs flush passes: when woken by a first dirty connection it
+// takes every dirty connection, has the workers flush them, and waits for
+// all of them before it takes the next set. Frames queued while a pass is
+// under way join the next pass, so a pass carries as many frames per
+// connection as the load brings (one, when the server is quiet: nothing
+// waits for a timer), the way a read loop that runs dry flushes. It sleeps
+// while nothing is queued.
 func (s *Server) flushLoop() {
 	defer s.wg.Done()
 	var batch []*Conn
+	var pass sync.WaitGroup
 	for {
 		select {
 		case <-s.wake:
 		case <-s.stop:
 			return
 		}
-		time.Sleep(s.cfg.FlushDelay)
-		// A burst that dirtied many connections (a fan-out) waits longer, in
-		// proportion: its pass costs about one system call per connection
-		// anyway, and spacing passes by their size keeps the writers' share
-		// of the CPU bounded while each call carries more frames.
-		s.dirtyMu.Lock()
-		n := len(s.dirty)
-		s.dirtyMu.Unlock()
-		if extra := min(time.Duration(n)*flushDelayPerConn, maxFlushDelay) - s.cfg.FlushDelay; extra > 0 {
-			time.Sleep(extra)
-		}
-		s.dirtyMu.Lock()
-		batch, s.dirty = s.dirty, batch[:0]
-		s.dirtyMu.Unlock()
-		for i, c := range batch {
-			s.dispatchFlush(c)
-			batch[i] = nil
+		for {
+			if s.cfg.FlushDelay > 0 {
+				time.Sleep(s.cfg.FlushDelay)
+			}
+			s.dirtyMu.Lock()
+			batch, s.dirty = s.dirty, batch[:0]
+			s.dirtyMu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			pass.Add(len(batch))
+			for i, c := range batch {
+				s.dispatchFlush(c, &pass)
+				batch[i] = nil
+			}
+			pass.Wait()
 		}
 	}
 }
