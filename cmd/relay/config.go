@@ -42,6 +42,12 @@ type Config struct {
 	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email (3× per address, an IPv6 address by its /64)
 	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
 
+	// Webhook queues, fair between projects (README › Webhooks and usage).
+	WebhookWorkers         int // WEBHOOK_WORKERS: deliveries at once over all projects
+	WebhookQueueTotal      int // WEBHOOK_QUEUE_TOTAL: events waiting over all projects
+	WebhookQueuePerProject int // WEBHOOK_QUEUE_PER_PROJECT: events waiting for one project
+	WebhookInFlightPerProj int // WEBHOOK_IN_FLIGHT_PER_PROJECT: deliveries of one project at once
+
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
 }
@@ -54,6 +60,7 @@ var configVars = []string{
 	"REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS", "CONNECTION_MAX_LIFETIME_SECONDS",
 	"WEBHOOK_TIMEOUT_MS", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "ACTOR_DORMANCY_SECONDS",
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
+	"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 	"LOG_FORMAT", "LOG_LEVEL",
 }
 
@@ -87,6 +94,11 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxConnections:   p.positive("MAX_CONNECTIONS_PER_PROJECT", 10000),
 		LoginAttempts:    p.positive("LOGIN_ATTEMPTS_PER_MINUTE", 10),
 		SignupAttempts:   p.positive("SIGNUP_ATTEMPTS_PER_MINUTE", 20),
+
+		WebhookWorkers:         p.positive("WEBHOOK_WORKERS", 32),
+		WebhookQueueTotal:      p.positive("WEBHOOK_QUEUE_TOTAL", 10000),
+		WebhookQueuePerProject: p.positive("WEBHOOK_QUEUE_PER_PROJECT", 1000),
+		WebhookInFlightPerProj: p.positive("WEBHOOK_IN_FLIGHT_PER_PROJECT", 2),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -285,6 +297,8 @@ func (c Config) redacted() []any {
 		"usage_rollup", c.UsageRollup, "shutdown_timeout", c.ShutdownTimeout, "actor_dormancy", c.ActorDormancy,
 		"max_subscriptions_per_connection", c.MaxSubscriptions, "max_connections_per_project", c.MaxConnections,
 		"login_attempts_per_minute", c.LoginAttempts, "signup_attempts_per_minute", c.SignupAttempts,
+		"webhook_workers", c.WebhookWorkers, "webhook_queue_total", c.WebhookQueueTotal,
+		"webhook_queue_per_project", c.WebhookQueuePerProject, "webhook_in_flight_per_project", c.WebhookInFlightPerProj,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
 }

@@ -56,6 +56,10 @@ func cfgFields(c Config) map[string]any {
 		"USAGE_ROLLUP_SECONDS":              c.UsageRollup,
 		"SHUTDOWN_TIMEOUT_SECONDS":          c.ShutdownTimeout,
 		"ACTOR_DORMANCY_SECONDS":            c.ActorDormancy,
+		"WEBHOOK_WORKERS":                   c.WebhookWorkers,
+		"WEBHOOK_QUEUE_TOTAL":               c.WebhookQueueTotal,
+		"WEBHOOK_QUEUE_PER_PROJECT":         c.WebhookQueuePerProject,
+		"WEBHOOK_IN_FLIGHT_PER_PROJECT":     c.WebhookInFlightPerProj,
 		"LOG_FORMAT":                        c.LogFormat,
 		"LOG_LEVEL":                         c.LogLevel,
 	}
@@ -86,6 +90,10 @@ var cfgDefaults = map[string]any{
 	"USAGE_ROLLUP_SECONDS":              300 * time.Second,
 	"SHUTDOWN_TIMEOUT_SECONDS":          15 * time.Second,
 	"ACTOR_DORMANCY_SECONDS":            30 * time.Second,
+	"WEBHOOK_WORKERS":                   32,
+	"WEBHOOK_QUEUE_TOTAL":               10000,
+	"WEBHOOK_QUEUE_PER_PROJECT":         1000,
+	"WEBHOOK_IN_FLIGHT_PER_PROJECT":     2,
 	"LOG_FORMAT":                        "text",
 	"LOG_LEVEL":                         slog.LevelInfo,
 }
@@ -293,6 +301,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		"EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND",
 		"CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", "REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS",
 		"CONNECTION_MAX_LIFETIME_SECONDS", "WEBHOOK_TIMEOUT_MS", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
+		"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 	}
 	for _, name := range positives {
 		for _, v := range []string{"abc", "-1", "-600", "0", "00", "1.5", "10s", "1e3", "0x10", "5 minutes", "99999999999999999999999"} {
