@@ -101,6 +101,27 @@ func NewMetrics(src MetricSources) *Metrics {
 			counter("relay_webhooks_total", "Webhook deliveries by outcome (refused: private target).", prometheus.Labels{"outcome": outcome},
 				func() int64 { return f(wh.Stats()) })
 		}
+		// Fairness between projects, as totals over all projects: a
+		// project_id label would grow without bound (the project whose queue
+		// overflows is named in a warning instead).
+		for _, reason := range []string{webhook.DropProjectQueueFull, webhook.DropQueueFull, webhook.DropShutdown} {
+			counter("relay_webhook_drops_total", "Webhook events dropped unsent, by reason (project_queue_full: that project's own queue).",
+				prometheus.Labels{"reason": reason}, func() int64 { return wh.Stats().DroppedBy[reason] })
+		}
+		counter("relay_webhook_project_overflows_total", "Times a project's webhook queue filled up and its events began to be dropped.", nil,
+			func() int64 { return wh.Stats().ProjectOverflows })
+		for name, g := range map[string]struct {
+			help string
+			f    func(webhook.Stats) int
+		}{
+			"relay_webhook_queued":          {"Webhook events waiting, over all projects.", func(s webhook.Stats) int { return s.Queued }},
+			"relay_webhook_in_flight":       {"Webhook deliveries under way.", func(s webhook.Stats) int { return s.InFlight }},
+			"relay_webhook_projects_queued": {"Projects with webhook events waiting or under way.", func(s webhook.Stats) int { return s.ProjectsQueued }},
+			"relay_webhook_projects_full":   {"Projects whose webhook queue is full now (their new events are dropped).", func(s webhook.Stats) int { return s.ProjectsFull }},
+		} {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: g.help},
+				func() float64 { return float64(g.f(wh.Stats())) }))
+		}
 	}
 	return m
 }

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -40,13 +38,17 @@ var (
 
 // sqlitePragmas make SQLite enforce foreign keys and take the write lock at
 // BEGIN, so concurrent transactions wait instead of failing with SQLITE_BUSY
-// (STACK.md › bun).
-const sqlitePragmas = "_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+// (STACK.md › bun). synchronous(FULL): in WAL mode, NORMAL does not sync
+// the WAL at commit, so a power cut or a kernel crash could take back writes
+// we had already answered 201 or 200 for; FULL syncs it before the commit
+// returns, as PostgreSQL does by default.
+const sqlitePragmas = "_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate"
 
 // Store is the database handle shared by every request; safe for concurrent use.
 type Store struct {
 	db      *bun.DB
 	dialect Dialect
+	file    *sqliteFile // the SQLite file watched; nil on PostgreSQL and for :memory:
 }
 
 // Open connects to the database named by url ("postgres://…" or
@@ -55,6 +57,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	var (
 		db      *bun.DB
 		dialect Dialect
+		file    *sqliteFile
 	)
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
@@ -65,13 +68,19 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		sqldb.SetConnMaxIdleTime(5 * time.Minute)
 		db, dialect = bun.NewDB(sqldb, pgdialect.New()), Postgres
 	case strings.HasPrefix(url, "sqlite:"):
-		dsn, err := sqliteDSN(strings.TrimPrefix(url, "sqlite:"))
+		dsn, path, err := sqliteDSN(strings.TrimPrefix(url, "sqlite:"))
 		if err != nil {
 			return nil, err
 		}
-		sqldb, err := sql.Open(sqliteshim.ShimName, dsn)
-		if err != nil {
-			return nil, err
+		var sqldb *sql.DB
+		if path == "" {
+			sqldb, err = sql.Open(sqliteshim.ShimName, dsn)
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			file = &sqliteFile{path: path}
+			sqldb = sql.OpenDB(fileConnector{drv: sqliteshim.Driver(), dsn: dsn, file: file})
 		}
 		sqldb.SetMaxOpenConns(8)
 		sqldb.SetMaxIdleConns(8)
@@ -79,30 +88,40 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("unsupported database URL %q: want postgres://… or sqlite:PATH", redactURL(url))
 	}
-	s := &Store{db: db, dialect: dialect}
+	s := &Store{db: db, dialect: dialect, file: file}
 	if err := s.Ping(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if file != nil {
+		if err := file.record(); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
 // sqliteDSN turns "PATH" or "PATH?params" into a modernc DSN with our pragmas,
-// creating the file's directory so that a fresh checkout just runs.
-func sqliteDSN(path string) (string, error) {
+// creating the file and its directory so that a fresh checkout just runs:
+// private to this user (README › Operators). It returns the file's path too
+// ("" for :memory:).
+func sqliteDSN(path string) (dsn, file string, err error) {
 	file, params, _ := strings.Cut(path, "?")
 	if file == "" {
-		return "", errors.New("sqlite: empty path in DATABASE_URL")
-	}
-	if file != ":memory:" {
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			return "", fmt.Errorf("sqlite: %w", err)
-		}
+		return "", "", errors.New("sqlite: empty path in DATABASE_URL")
 	}
 	if params != "" {
 		params += "&"
 	}
-	return "file:" + file + "?" + params + sqlitePragmas, nil
+	dsn = "file:" + file + "?" + params + sqlitePragmas
+	if file == ":memory:" {
+		return dsn, "", nil
+	}
+	if err := createPrivate(file); err != nil {
+		return "", "", fmt.Errorf("sqlite: %w", err)
+	}
+	return dsn, file, nil
 }
 
 // redactURL hides a password in a database URL for error messages.
@@ -123,6 +142,19 @@ func (s *Store) DB() *bun.DB { return s.db }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// healthKey is the meta row CheckWrite rewrites.
+const healthKey = "health_check"
+
+// CheckWrite commits a small write (one meta row, rewritten) and reports
+// whether it went through: a database that answers reads but cannot commit
+// (a SQLite file deleted or made read-only, a full disk, a PostgreSQL
+// standby after a failover) is not ready.
+func (s *Store) CheckWrite(ctx context.Context) error {
+	m := meta{Key: healthKey, Value: now().Format(time.RFC3339Nano)}
+	_, err := s.db.NewInsert().Model(&m).On("CONFLICT (key) DO UPDATE").Set("value = EXCLUDED.value").Exec(ctx)
+	return err
+}
 
 // Close releases the connection pool.
 func (s *Store) Close() error { return s.db.Close() }
@@ -230,7 +262,16 @@ func IsUnavailable(err error) bool {
 		errors.Is(err, sql.ErrConnDone) {
 		return true
 	}
+	if errors.Is(err, errDatabaseFile) {
+		return true
+	}
 	msg := err.Error()
+	// SQLite: the file cannot be opened, written or grown (a deleted or
+	// read-only directory, a full disk).
+	if strings.Contains(msg, "unable to open database file") || strings.Contains(msg, "attempt to write a readonly database") ||
+		strings.Contains(msg, "disk I/O error") || strings.Contains(msg, "database or disk is full") {
+		return true
+	}
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "database system is shutting down") ||
 		strings.Contains(msg, "no such file or directory") && strings.Contains(msg, ".s.PGSQL") ||
 		strings.Contains(msg, "database is locked")

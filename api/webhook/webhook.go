@@ -1,6 +1,7 @@
 // Package webhook delivers connect and disconnect events (SPEC.md ›
-// Webhooks) off the hot path: a bounded queue and a few workers, one attempt
-// each, a timeout, and counters for what was sent, failed or dropped.
+// Webhooks) off the hot path: a bounded queue per project, workers shared
+// fairly between projects, one attempt each, a timeout, and counters for
+// what was sent, failed or dropped.
 package webhook
 
 import (
@@ -18,7 +19,6 @@ import (
 	"net/netip"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -47,39 +47,92 @@ func Sign(secret string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// Config of a Dispatcher.
+// Config of a Dispatcher. Zero values take the defaults (README › Webhooks
+// and usage).
 type Config struct {
-	Timeout      time.Duration // per attempt (WEBHOOK_TIMEOUT_MS)
-	Workers      int           // concurrent deliveries
-	QueueSize    int           // events waiting; more are dropped and counted
-	AllowPrivate bool          // allow loopback, private and link-local targets
-	Logger       *slog.Logger
+	Timeout         time.Duration // per attempt (WEBHOOK_TIMEOUT_MS)
+	Workers         int           // deliveries at once over all projects (WEBHOOK_WORKERS, 32)
+	QueueSize       int           // events waiting over all projects (WEBHOOK_QUEUE_TOTAL, 10 000)
+	ProjectQueue    int           // events waiting for one project (WEBHOOK_QUEUE_PER_PROJECT, 1 000)
+	ProjectInFlight int           // deliveries of one project at once (WEBHOOK_IN_FLIGHT_PER_PROJECT, 2)
+	AllowPrivate    bool          // allow loopback, private and link-local targets
+	Logger          *slog.Logger
 }
 
-// Stats are cumulative counters.
+// Drop reasons: why an event was never sent (the reason label of
+// relay_webhook_drops_total).
+const (
+	DropProjectQueueFull = "project_queue_full" // its project had ProjectQueue events waiting
+	DropQueueFull        = "queue_full"         // QueueSize events were waiting over all projects
+	DropShutdown         = "shutdown"           // queued at or after Close, or still queued when its bound ran out
+)
+
+// Stats are cumulative counters, and gauges of the queues now. They are
+// totals over all projects: a label per project would grow without bound.
 type Stats struct {
 	Sent, Failed, Dropped, Refused int64
+	DroppedBy                      map[string]int64 // Dropped by reason (the Drop… constants)
+	// ProjectOverflows counts the times a project's queue filled up and it
+	// began losing events (each such project is also named in one warning).
+	ProjectOverflows int64
+
+	Queued         int // events waiting
+	InFlight       int // deliveries under way
+	ProjectsQueued int // projects with events waiting or under way
+	ProjectsFull   int // projects whose queue is full now, so that their new events are dropped
 }
 
-// Dispatcher sends deliveries in the background.
+// Dispatcher sends deliveries in the background, fairly between projects:
+// each project has its own bounded queue and at most ProjectInFlight
+// deliveries under way, and the workers take one event from each project
+// with events waiting in turn (round robin). So a project whose receiver
+// never answers holds ProjectInFlight workers for WEBHOOK_TIMEOUT_MS at a
+// time and fills only its own queue: the other projects' events go out
+// meanwhile.
 type Dispatcher struct {
 	cfg    Config
 	client *http.Client
-	queue  chan Delivery
+	log    *slog.Logger
 	wg     sync.WaitGroup
-	closed atomic.Bool
-	mu     sync.RWMutex // guards queue closing against Deliver
+	// stop cancels deliveries under way once Close's bound has run out.
+	stopCtx context.Context
+	stop    context.CancelFunc
 
-	sent, failed, dropped, refused atomic.Int64
+	mu       sync.Mutex
+	cond     *sync.Cond          // signalled when ready grows or the dispatcher closes
+	projects map[string]*pending // projects with events waiting or under way; owned under mu
+	ready    []*pending          // projects with an event waiting and room in flight, served in turn
+	queued   int
+	inFlight int
+	closed   bool
+	full     bool // the shared bound was reached (warned once until the queue empties)
+
+	sent, failed, refused, overflows int64
+	dropped                          map[string]int64
+}
+
+// pending is one project's queue. Every field is guarded by Dispatcher.mu.
+type pending struct {
+	id       string
+	queue    []Delivery // oldest first
+	inFlight int
+	ready    bool  // in Dispatcher.ready
+	drops    int64 // events of this project dropped since its queue last emptied
 }
 
 // New starts the workers.
 func New(cfg Config) *Dispatcher {
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = 32
 	}
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 10000
+	}
+	if cfg.ProjectQueue <= 0 {
+		cfg.ProjectQueue = 1000
+	}
+	if cfg.ProjectInFlight <= 0 {
+		cfg.ProjectInFlight = 2
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2500 * time.Millisecond
@@ -92,8 +145,8 @@ func New(cfg Config) *Dispatcher {
 		dialer.Control = refusePrivate // checked on the resolved address: no DNS rebinding
 	}
 	d := &Dispatcher{
-		cfg:   cfg,
-		queue: make(chan Delivery, cfg.QueueSize),
+		cfg: cfg,
+		log: cfg.Logger,
 		client: &http.Client{
 			Timeout: cfg.Timeout,
 			Transport: &http.Transport{
@@ -104,7 +157,11 @@ func New(cfg Config) *Dispatcher {
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
+		projects: map[string]*pending{},
+		dropped:  map[string]int64{},
 	}
+	d.cond = sync.NewCond(&d.mu)
+	d.stopCtx, d.stop = context.WithCancel(context.Background())
 	for range cfg.Workers {
 		d.wg.Add(1)
 		go d.work()
@@ -161,78 +218,239 @@ func publicAddr(ip netip.Addr) bool {
 	return true
 }
 
-// Deliver queues d without waiting; a full queue drops it (counted).
+// Deliver queues del without waiting (it is called from actors' Receive); a
+// full queue, the project's or the shared one, drops it (counted).
 func (d *Dispatcher) Deliver(del Delivery) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed.Load() {
-		d.dropped.Add(1)
+	var warn func()
+	d.mu.Lock()
+	switch p := d.projects[del.Event.ProjectID]; {
+	case d.closed:
+		d.dropped[DropShutdown]++
+	case p != nil && len(p.queue) >= d.cfg.ProjectQueue:
+		d.dropped[DropProjectQueueFull]++
+		if p.drops++; p.drops == 1 {
+			d.overflows++
+			id, url := p.id, RedactURL(del.URL)
+			warn = func() {
+				d.log.Warn("webhook queue of a project is full: its events are dropped until its receiver catches up",
+					"project", id, "url", url, "queued", d.cfg.ProjectQueue, "timeout", d.cfg.Timeout)
+			}
+		}
+	case d.queued >= d.cfg.QueueSize:
+		d.dropped[DropQueueFull]++
+		if !d.full {
+			d.full = true
+			warn = func() {
+				d.log.Warn("webhook queue is full: events of every project are dropped", "queued", d.cfg.QueueSize)
+			}
+		}
+	default:
+		if p == nil {
+			p = &pending{id: del.Event.ProjectID}
+			d.projects[p.id] = p
+		}
+		p.queue = append(p.queue, del)
+		d.queued++
+		d.makeReady(p)
+	}
+	d.mu.Unlock()
+	if warn != nil {
+		warn() // outside the lock: a slow log sink must not hold the actors
+	}
+}
+
+// makeReady puts p in line if it has an event waiting and room in flight.
+// Called with mu held.
+func (d *Dispatcher) makeReady(p *pending) {
+	if p.ready || len(p.queue) == 0 || p.inFlight >= d.cfg.ProjectInFlight {
 		return
 	}
-	select {
-	case d.queue <- del:
-	default:
-		d.dropped.Add(1)
+	p.ready = true
+	d.ready = append(d.ready, p)
+	d.cond.Signal()
+}
+
+// next waits for an event to send and takes it, or reports false once the
+// dispatcher is closed and nothing is left.
+func (d *Dispatcher) next() (*pending, Delivery, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.ready) == 0 {
+		if d.closed && d.queued == 0 {
+			return nil, Delivery{}, false
+		}
+		d.cond.Wait()
+	}
+	p := d.ready[0]
+	d.ready[0] = nil
+	d.ready = d.ready[1:]
+	p.ready = false
+	del := p.queue[0]
+	p.queue[0] = Delivery{}
+	p.queue = p.queue[1:]
+	p.inFlight++
+	d.inFlight++
+	d.queued--
+	if d.queued == 0 {
+		d.full = false
+		if d.closed {
+			d.cond.Broadcast() // the idle workers can stop
+		}
+	}
+	d.makeReady(p) // to the back of the line: one event per project per turn
+	return p, del, true
+}
+
+// done ends one delivery of p, and forgets p once it has nothing left.
+func (d *Dispatcher) done(p *pending) {
+	var note func()
+	d.mu.Lock()
+	p.inFlight--
+	d.inFlight--
+	d.makeReady(p)
+	if len(p.queue) == 0 && p.inFlight == 0 {
+		delete(d.projects, p.id)
+		if p.drops > 0 {
+			id, n := p.id, p.drops
+			note = func() { d.log.Info("webhook queue of a project caught up", "project", id, "dropped", n) }
+		}
+	}
+	d.mu.Unlock()
+	if note != nil {
+		note()
 	}
 }
 
 func (d *Dispatcher) work() {
 	defer d.wg.Done()
-	for del := range d.queue {
-		d.send(del)
+	for {
+		p, del, ok := d.next()
+		if !ok {
+			return
+		}
+		outcome := d.send(del)
+		d.mu.Lock()
+		switch outcome {
+		case outcomeSent:
+			d.sent++
+		case outcomeRefused:
+			d.refused++
+		default:
+			d.failed++
+		}
+		d.mu.Unlock()
+		d.done(p)
 	}
 }
 
-func (d *Dispatcher) send(del Delivery) {
+type outcome int
+
+const (
+	outcomeSent outcome = iota
+	outcomeFailed
+	outcomeRefused
+)
+
+func (d *Dispatcher) send(del Delivery) outcome {
 	body, _ := json.Marshal(del.Event)
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(d.stopCtx, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(body))
 	if err != nil {
-		d.failed.Add(1)
-		return
+		d.log.Debug("webhook not delivered", "project", del.Event.ProjectID, "event", del.Event.Event, "err", redactErr(err))
+		return outcomeFailed
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "relay-webhook/1")
 	req.Header.Set("X-Service-Signature", Sign(del.Secret, body))
 	res, err := d.client.Do(req)
 	if err != nil {
+		d.log.Debug("webhook not delivered", "project", del.Event.ProjectID, "event", del.Event.Event, "err", redactErr(err))
 		if errors.Is(err, errPrivate) {
-			d.refused.Add(1)
-		} else {
-			d.failed.Add(1)
+			return outcomeRefused
 		}
-		d.cfg.Logger.Debug("webhook not delivered", "project", del.Event.ProjectID, "event", del.Event.Event, "err", err)
-		return
+		return outcomeFailed
 	}
 	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	res.Body.Close()
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
-		d.sent.Add(1)
-		return
+		return outcomeSent
 	}
-	d.failed.Add(1)
-	d.cfg.Logger.Debug("webhook refused by receiver", "project", del.Event.ProjectID, "status", res.StatusCode)
+	d.log.Debug("webhook refused by receiver", "project", del.Event.ProjectID, "status", res.StatusCode)
+	return outcomeFailed
 }
 
-// Stats returns the counters.
+// RedactURL is raw for logs: a query string (and a fragment, and a password
+// should there be one) often carries a token, so it is replaced by
+// "redacted"; scheme, host and path stay, to tell receivers apart.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	if u.Fragment != "" || u.RawFragment != "" {
+		u.Fragment, u.RawFragment = "redacted", ""
+	}
+	return u.Redacted()
+}
+
+// redactErr hides the query string of the URL net/http puts in its errors.
+func redactErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &url.Error{Op: ue.Op, URL: RedactURL(ue.URL), Err: ue.Err}
+	}
+	return err
+}
+
+// Stats returns the counters and gauges.
 func (d *Dispatcher) Stats() Stats {
-	return Stats{Sent: d.sent.Load(), Failed: d.failed.Load(), Dropped: d.dropped.Load(), Refused: d.refused.Load()}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := Stats{Sent: d.sent, Failed: d.failed, Refused: d.refused, ProjectOverflows: d.overflows,
+		DroppedBy: map[string]int64{}, Queued: d.queued, InFlight: d.inFlight, ProjectsQueued: len(d.projects)}
+	for _, r := range []string{DropProjectQueueFull, DropQueueFull, DropShutdown} {
+		st.DroppedBy[r] = d.dropped[r]
+		st.Dropped += d.dropped[r]
+	}
+	for _, p := range d.projects {
+		if len(p.queue) >= d.cfg.ProjectQueue {
+			st.ProjectsFull++
+		}
+	}
+	return st
 }
 
-// Close stops taking events and waits for the queued ones until ctx ends.
+// Close stops taking events and waits for the queued ones until ctx ends;
+// then what is still queued is dropped (counted) and deliveries under way
+// are cut short.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	d.mu.Lock()
-	if !d.closed.Swap(true) {
-		close(d.queue)
-	}
+	d.closed = true
+	d.cond.Broadcast()
 	d.mu.Unlock()
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		d.stop()
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	d.mu.Lock()
+	for id, p := range d.projects {
+		d.dropped[DropShutdown] += int64(len(p.queue))
+		p.queue, p.ready = nil, false
+		if p.inFlight == 0 {
+			delete(d.projects, id)
+		}
+	}
+	d.ready, d.queued = nil, 0
+	d.cond.Broadcast()
+	d.mu.Unlock()
+	d.stop()
+	return ctx.Err()
 }

@@ -4,10 +4,15 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -169,4 +174,162 @@ func TestValidURL(t *testing.T) {
 			t.Errorf("ValidURL(%q) = %v, want %v", raw, got, want)
 		}
 	}
+}
+
+// TestHangingProjectDelaysNobody: project A's receiver never answers and A
+// queues far more than it may; B's events still go out at once, A holds no
+// more than its in-flight bound, and A's overflow is dropped and counted as
+// A's, never B's.
+func TestHangingProjectDelaysNobody(t *testing.T) {
+	hang := make(chan struct{})
+	a := newReceiver(t, "a", http.StatusOK, hang)
+	b := newReceiver(t, "b", http.StatusOK, nil)
+	d := New(Config{AllowPrivate: true, Workers: 4, ProjectQueue: 50, ProjectInFlight: 2, Timeout: 30 * time.Second})
+	defer d.Close(context.Background())
+	defer close(hang) // first: A's receiver answers, so Close can drain
+	deliverA := func(i int) {
+		d.Deliver(Delivery{URL: a.URL + "?token=abc", Secret: "a", Event: Event{Event: "connect", ProjectID: "A", ConnectionID: fmt.Sprint(i)}})
+	}
+	deliverA(0)
+	deliverA(1)
+	<-a.events
+	<-a.events // both of A's deliveries are now held
+	for i := 2; i < 500; i++ {
+		deliverA(i) // 50 queue, 448 are dropped
+	}
+	for i := range 20 {
+		start := time.Now()
+		d.Deliver(Delivery{URL: b.URL, Secret: "b", Event: Event{Event: "connect", ProjectID: "B", ConnectionID: fmt.Sprint(i)}})
+		select {
+		case <-b.events:
+		case <-time.After(time.Second):
+			t.Fatalf("B's event %d not delivered within 1s behind A's hanging receiver", i)
+		}
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Fatalf("B's event %d took %v", i, took)
+		}
+	}
+	st := waitStats(t, d, func(s Stats) bool { return s.Sent == 20 })
+	if st.InFlight != 2 || st.Queued != 50 || st.ProjectsQueued != 1 || st.ProjectsFull != 1 ||
+		st.DroppedBy[DropProjectQueueFull] != 448 || st.DroppedBy[DropQueueFull] != 0 || st.Dropped != 448 || st.ProjectOverflows != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	select {
+	case ev := <-a.events:
+		t.Fatalf("A got a third delivery at once: %+v", ev)
+	default:
+	}
+}
+
+// TestRoundRobinBetweenProjects: with one worker, projects with events
+// waiting are served one event each in turn, whatever order they queued in.
+func TestRoundRobinBetweenProjects(t *testing.T) {
+	hold := make(chan struct{})
+	r := newReceiver(t, "s", http.StatusOK, hold)
+	d := New(Config{AllowPrivate: true, Workers: 1, Timeout: 5 * time.Second})
+	defer d.Close(context.Background())
+	send := func(project string, i int) {
+		d.Deliver(Delivery{URL: r.URL, Secret: "s", Event: Event{Event: "connect", ProjectID: project, ConnectionID: fmt.Sprint(i)}})
+	}
+	send("first", 0)
+	<-r.events // the worker is held: the rest queue up
+	for i := range 3 {
+		send("A", i)
+	}
+	for i := range 3 {
+		send("B", i)
+	}
+	send("C", 0)
+	close(hold)
+	var got []string
+	for range 7 {
+		ev := <-r.events
+		got = append(got, ev.ProjectID+ev.ConnectionID)
+	}
+	if want := "[A0 B0 C0 A1 B1 A2 B2]"; fmt.Sprint(got) != want {
+		t.Fatalf("order %v, want %s", got, want)
+	}
+}
+
+// TestSharedBoundAndCloseDrops: the bound over all projects holds, and Close
+// drops (counted) what its context leaves no time for.
+func TestSharedBoundAndCloseDrops(t *testing.T) {
+	hang := make(chan struct{})
+	defer close(hang)
+	r := newReceiver(t, "s", http.StatusOK, hang)
+	d := New(Config{AllowPrivate: true, Workers: 2, QueueSize: 10, ProjectQueue: 4, ProjectInFlight: 1, Timeout: 30 * time.Second})
+	for p := range 5 {
+		for i := range 5 {
+			d.Deliver(Delivery{URL: r.URL, Secret: "s", Event: Event{Event: "connect", ProjectID: fmt.Sprint("p", p), ConnectionID: fmt.Sprint(i)}})
+		}
+	}
+	<-r.events
+	<-r.events
+	st := d.Stats()
+	if st.Queued+st.InFlight > 10+2 || st.DroppedBy[DropQueueFull] == 0 || st.DroppedBy[DropProjectQueueFull] == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := d.Close(ctx); err == nil {
+		t.Fatal("Close returned nil with deliveries hanging")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Close took %v", took)
+	}
+	st = waitStats(t, d, func(s Stats) bool { return s.InFlight == 0 && s.ProjectsQueued == 0 })
+	if st.Queued != 0 || st.DroppedBy[DropShutdown] == 0 || st.Failed != 2 {
+		t.Fatalf("after Close: %+v", st)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://hooks.example.com/relay?token=s3cret&x=1": "https://hooks.example.com/relay?redacted",
+		"https://hooks.example.com/relay#s3cret":           "https://hooks.example.com/relay#redacted",
+		"http://u:s3cret@example.com/x?":                   "http://u:xxxxx@example.com/x?",
+		"https://example.com/hook":                         "https://example.com/hook",
+	} {
+		if got := RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// TestLogsRedactQueryStrings: the log lines about a delivery never show the
+// URL's query string.
+func TestLogsRedactQueryStrings(t *testing.T) {
+	var logs syncBuffer
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	down := "http://" + ln.Addr().String() + "/hook?token=s3cret"
+	ln.Close()
+	d := New(Config{AllowPrivate: true, Timeout: time.Second, ProjectQueue: 1, Workers: 1,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	for range 5 {
+		d.Deliver(Delivery{URL: down, Secret: "s", Event: Event{Event: "connect", ProjectID: "p"}})
+	}
+	d.Close(context.Background())
+	out := logs.String()
+	if strings.Contains(out, "s3cret") || !strings.Contains(out, "/hook?redacted") ||
+		!strings.Contains(out, "webhook not delivered") || !strings.Contains(out, "webhook queue of a project is full") {
+		t.Fatalf("logs:\n%s", out)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

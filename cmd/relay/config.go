@@ -58,6 +58,11 @@ type Config struct {
 	HTTPIdleTimeout time.Duration  // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
 	MaxHTTPConns    int            // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
 	TrustedProxies  []netip.Prefix // TRUSTED_PROXIES: peers whose X-Forwarded-For names the client
+	// Webhook queues, fair between projects (README › Webhooks and usage).
+	WebhookWorkers         int // WEBHOOK_WORKERS: deliveries at once over all projects
+	WebhookQueueTotal      int // WEBHOOK_QUEUE_TOTAL: events waiting over all projects
+	WebhookQueuePerProject int // WEBHOOK_QUEUE_PER_PROJECT: events waiting for one project
+	WebhookInFlightPerProj int // WEBHOOK_IN_FLIGHT_PER_PROJECT: deliveries of one project at once
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
@@ -74,6 +79,7 @@ var configVars = []string{
 	"MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT", "MAX_REPLAY_BYTES_PER_PROJECT",
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
+	"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 	"LOG_FORMAT", "LOG_LEVEL",
 	"RELAY_DEBUG_TOKEN",
 	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
@@ -120,10 +126,14 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxRevocationsPerProject: p.positive("MAX_REVOCATIONS_PER_PROJECT", 10000),
 		RevokesPerMinute:         p.positive("REVOKE_REQUESTS_PER_MINUTE", 600),
 		// Two full replay rings: a reconnect's replay always fits.
-		MaxQueuedBytes:  p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),
-		HTTPIdleTimeout: p.duration("HTTP_IDLE_TIMEOUT_SECONDS", 60, time.Second),
-		MaxHTTPConns:    p.positive("MAX_HTTP_CONNECTIONS", 4096),
-		TrustedProxies:  p.prefixes("TRUSTED_PROXIES"),
+		MaxQueuedBytes:         p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),
+		HTTPIdleTimeout:        p.duration("HTTP_IDLE_TIMEOUT_SECONDS", 60, time.Second),
+		MaxHTTPConns:           p.positive("MAX_HTTP_CONNECTIONS", 4096),
+		TrustedProxies:         p.prefixes("TRUSTED_PROXIES"),
+		WebhookWorkers:         p.positive("WEBHOOK_WORKERS", 32),
+		WebhookQueueTotal:      p.positive("WEBHOOK_QUEUE_TOTAL", 10000),
+		WebhookQueuePerProject: p.positive("WEBHOOK_QUEUE_PER_PROJECT", 1000),
+		WebhookInFlightPerProj: p.positive("WEBHOOK_IN_FLIGHT_PER_PROJECT", 2),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -378,6 +388,8 @@ func (c Config) redacted() []any {
 		"max_revocations_per_project", c.MaxRevocationsPerProject, "revoke_requests_per_minute", c.RevokesPerMinute,
 		"max_queued_bytes_per_connection", c.MaxQueuedBytes,
 		"http_idle_timeout", c.HTTPIdleTimeout, "max_http_connections", c.MaxHTTPConns, "trusted_proxies", prefixList(c.TrustedProxies),
+		"webhook_workers", c.WebhookWorkers, "webhook_queue_total", c.WebhookQueueTotal,
+		"webhook_queue_per_project", c.WebhookQueuePerProject, "webhook_in_flight_per_project", c.WebhookInFlightPerProj,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 	}
 }

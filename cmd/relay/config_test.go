@@ -66,6 +66,10 @@ func cfgFields(c Config) map[string]any {
 		"MAX_REVOCATIONS_PER_PROJECT":       c.MaxRevocationsPerProject,
 		"REVOKE_REQUESTS_PER_MINUTE":        c.RevokesPerMinute,
 		"MAX_QUEUED_BYTES_PER_CONNECTION":   c.MaxQueuedBytes,
+		"WEBHOOK_WORKERS":                   c.WebhookWorkers,
+		"WEBHOOK_QUEUE_TOTAL":               c.WebhookQueueTotal,
+		"WEBHOOK_QUEUE_PER_PROJECT":         c.WebhookQueuePerProject,
+		"WEBHOOK_IN_FLIGHT_PER_PROJECT":     c.WebhookInFlightPerProj,
 		"LOG_FORMAT":                        c.LogFormat,
 		"LOG_LEVEL":                         c.LogLevel,
 		"TRUSTED_PROXIES":                   prefixList(c.TrustedProxies),
@@ -109,6 +113,10 @@ var cfgDefaults = map[string]any{
 	"MAX_REVOCATIONS_PER_PROJECT":       10000,
 	"REVOKE_REQUESTS_PER_MINUTE":        600,
 	"MAX_QUEUED_BYTES_PER_CONNECTION":   2 << 20,
+	"WEBHOOK_WORKERS":                   32,
+	"WEBHOOK_QUEUE_TOTAL":               10000,
+	"WEBHOOK_QUEUE_PER_PROJECT":         1000,
+	"WEBHOOK_IN_FLIGHT_PER_PROJECT":     2,
 	"LOG_FORMAT":                        "text",
 	"LOG_LEVEL":                         slog.LevelInfo,
 	"TRUSTED_PROXIES":                   "", // X-Forwarded-For ignored
@@ -332,6 +340,10 @@ func TestLoadConfigRejects(t *testing.T) {
 		"CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", "REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS",
 		"CONNECTION_MAX_LIFETIME_SECONDS", "WEBHOOK_TIMEOUT_MS", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
 		"HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
+		"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
+		"ACTOR_DORMANCY_SECONDS", "MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT",
+		"MAX_REPLAY_BYTES_PER_PROJECT", "MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT",
+		"REVOKE_REQUESTS_PER_MINUTE", "MAX_QUEUED_BYTES_PER_CONNECTION",
 	}
 	for _, name := range positives {
 		for _, v := range []string{"abc", "-1", "-600", "0", "00", "1.5", "10s", "1e3", "0x10", "5 minutes", "99999999999999999999999"} {

@@ -146,6 +146,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	}
 	hooks := webhook.New(webhook.Config{
 		Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate,
+		Workers: cfg.WebhookWorkers, QueueSize: cfg.WebhookQueueTotal,
+		ProjectQueue: cfg.WebhookQueuePerProject, ProjectInFlight: cfg.WebhookInFlightPerProj,
 		Logger: log.With("component", "webhook"),
 	})
 	sys := actors.NewSystem(actors.Config{

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// readyStatus is GET /readyz: its status, after checking the body that goes
+// with it.
+func readyStatus(t *testing.T, ts *testServer) int {
+	t.Helper()
+	status, body := getText(t, ts.base+"/readyz")
+	want := map[int]string{200: `{"status":"ok"}`, 503: `{"status":"unavailable"}`}[status]
+	if want == "" || strings.TrimSpace(body) != want {
+		t.Fatalf("/readyz: %d %s", status, body)
+	}
+	return status
+}
+
+// TestSQLiteDirectoryGone replays "delete its directory → /readyz stays 200;
+// creates answer 201 into deleted files", as root can (chmod stops no write
+// of root's): the directory is moved away and back, then removed. While the
+// database is not where it was opened, /readyz answers 503 and every write
+// 503 service_unavailable, nothing is created in its place, and the rest of
+// the process carries on (live sockets, emits with known keys, /healthz).
+// The files the relay created are its user's only.
+func TestSQLiteDirectoryGone(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	path := filepath.Join(dir, "relay.db")
+	ts := startServer(t, "sqlite:"+path, map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"})
+	for p, want := range map[string]os.FileMode{dir: os.ModeDir | 0o700, path: 0o600, path + "-wal": 0o600, path + "-shm": 0o600} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode() != want {
+			t.Fatalf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
+		}
+	}
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	sub := subscribed(t, ts, p.publicKey, "a")
+	if readyStatus(t, ts) != 200 {
+		t.Fatal("/readyz not 200 at start")
+	}
+
+	// /readyz is cheap: however often it is polled, at most one write a second.
+	inserts := func() float64 { return ts.metrics(t).Get(t, "relay_store_query_duration_seconds_count", `op="INSERT"`) }
+	before := inserts()
+	start := time.Now()
+	for range 50 {
+		readyStatus(t, ts)
+	}
+	if n, most := inserts()-before, time.Since(start).Seconds()+1; n > most {
+		t.Fatalf("50 probes in %v wrote %v times", time.Since(start), n)
+	}
+
+	carriesOn := func(what string, i int) {
+		t.Helper()
+		body := `{"channel":"a","payload":` + string(rune('0'+i)) + `}`
+		if r := owner.emit(p.secretKey, body); r.status != 200 {
+			t.Fatalf("%s: emit with a known key: %d %s", what, r.status, r.raw)
+		}
+		sub.expectExcept(body, "seq")
+		if s, _ := getText(t, ts.base+"/healthz"); s != 200 {
+			t.Fatalf("%s: /healthz %d", what, s)
+		}
+	}
+	unavailable := func(what string) {
+		t.Helper()
+		relaytest.Eventually(t, 5*time.Second, func() bool { return readyStatus(t, ts) == 503 }, "%s: /readyz 503", what)
+		owner.do("POST", "/api/projects", `{"name":"after"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+		owner.do("PATCH", "/api/projects/"+p.id, `{"name":"renamed"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("%s: something was created at %s: %v", what, path, err)
+		}
+	}
+
+	carriesOn("before", 0) // the secret key is now known (README › The database goes away)
+	if err := os.Rename(dir, dir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	unavailable("directory moved away")
+	carriesOn("directory moved away", 1)
+	if err := os.Rename(dir+".moved", dir); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.Eventually(t, 5*time.Second, func() bool { return readyStatus(t, ts) == 200 }, "/readyz 200 once moved back")
+	owner.createProject("after")
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	unavailable("directory removed")
+	carriesOn("directory removed", 2)
+	// A recreated, empty directory is not the database either.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	unavailable("an empty directory in its place")
+	carriesOn("an empty directory in its place", 3)
+
+	logs := ts.logs.String()
+	if !strings.Contains(logs, "not ready: the store cannot commit a write") || !strings.Contains(logs, "ready again") {
+		t.Fatalf("readiness changes not logged:\n%s", logs)
+	}
+	if strings.Contains(logs, "level=ERROR") {
+		t.Fatalf("errors logged for an unavailable store:\n%s", logs)
+	}
+}
+
+// TestReadyzPostgresStopped: /readyz is 503 while PostgreSQL is stopped and
+// 200 again once it is back.
+func TestReadyzPostgresStopped(t *testing.T) {
+	ts := startServer(t, storetest.PostgresURL(t), nil)
+	if readyStatus(t, ts) != 200 {
+		t.Fatal("/readyz not 200 at start")
+	}
+	storetest.StopPostgres(t)
+	stopped := true
+	defer func() {
+		if stopped {
+			storetest.StartPostgres(t)
+		}
+	}()
+	relaytest.Eventually(t, 5*time.Second, func() bool { return readyStatus(t, ts) == 503 }, "/readyz 503 with PostgreSQL stopped")
+	storetest.StartPostgres(t)
+	stopped = false
+	relaytest.Eventually(t, 10*time.Second, func() bool { return readyStatus(t, ts) == 200 }, "/readyz 200 with PostgreSQL back")
+}
