@@ -55,6 +55,11 @@ type Config struct {
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
+
+	// Several nodes as one relay (README › Running several nodes).
+	ClusterEtcd []string // RELAY_CLUSTER_ETCD: etcd endpoints; empty: one node, no cluster code started
+	ClusterAddr string   // RELAY_CLUSTER_ADDR: host:port the actor remote listens on and advertises
+	ClusterName string   // RELAY_CLUSTER_NAME
 }
 
 // configVars lists every variable LoadConfig reads, for the README and the tests.
@@ -69,6 +74,7 @@ var configVars = []string{
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"LOG_FORMAT", "LOG_LEVEL",
+	"RELAY_CLUSTER_ETCD", "RELAY_CLUSTER_ADDR", "RELAY_CLUSTER_NAME",
 }
 
 // LoadConfig reads the environment through lookup (os.LookupEnv in main) and
@@ -115,7 +121,12 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
+
+		ClusterEtcd: p.etcdEndpoints("RELAY_CLUSTER_ETCD"),
+		ClusterAddr: p.clusterAddr("RELAY_CLUSTER_ADDR"),
+		ClusterName: p.clusterName("RELAY_CLUSTER_NAME", "relay"),
 	}
+	p.clusterNeeds(c) // cluster_config.go
 	if len(p.errs) > 0 {
 		return Config{}, fmt.Errorf("bad configuration: %s", strings.Join(p.errs, "; "))
 	}
@@ -316,6 +327,7 @@ func (c Config) redacted() []any {
 		"max_revocations_per_project", c.MaxRevocationsPerProject, "revoke_requests_per_minute", c.RevokesPerMinute,
 		"max_queued_bytes_per_connection", c.MaxQueuedBytes,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
+		"cluster_etcd", strings.Join(c.ClusterEtcd, ","), "cluster_addr", c.ClusterAddr, "cluster_name", c.ClusterName,
 	}
 }
 
