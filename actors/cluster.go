@@ -319,10 +319,18 @@ func (c *Cluster) Stats() ClusterStats {
 	}
 }
 
+// ErrLeaveTimeout: Leave gave up after leaveTimeout, etcd not answering.
+var ErrLeaveTimeout = errors.New("not deregistered from etcd in time: the other members drop this node when its lease runs out (3 s after etcd answers)")
+
+// leaveTimeout bounds Leave: deregistering waits for etcd, and protoactor
+// then sleeps 2 s.
+const leaveTimeout = 5 * time.Second
+
 // Leave deregisters from etcd first, so the other members drop this node at
 // once, then stops the cluster (gossip, the actor remote). Call it after the
 // API has stopped answering (a change made after leaving would reach no
-// other node) and before System.Shutdown.
+// other node) and before System.Shutdown. With etcd down it gives up after
+// 5 s (ErrLeaveTimeout).
 func (c *Cluster) Leave(ctx context.Context) error {
 	if c.pc == nil || !c.leaving.CompareAndSwap(false, true) {
 		return nil
@@ -335,12 +343,16 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		c.etcd.Close()
 		done <- err
 	}()
+	bound := time.NewTimer(leaveTimeout)
+	defer bound.Stop()
 	select {
 	case err := <-done:
 		if err != nil {
 			return fmt.Errorf("deregister from etcd: %w", err)
 		}
 		return nil
+	case <-bound.C:
+		return ErrLeaveTimeout
 	case <-ctx.Done():
 		return ctx.Err()
 	}

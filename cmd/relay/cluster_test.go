@@ -346,8 +346,17 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("etcd down: no node can join; the members serve and changes still reach them", func(t *testing.T) {
+		d := startClusterNode(t, "D", etcd.Endpoint, dbURL)
+		for _, n := range []*clusterNode{a, b} {
+			n.waitMembers(t, 3, 5*time.Second)
+		}
 		etcd.Stop()
 		stopped := time.Now()
+		// A node stopped meanwhile cannot deregister: it gives up after 5 s
+		// and exits 0; the others drop it once etcd is back and its lease runs out.
+		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
 		code, out := relaytest.RunBinary(t, 20*time.Second, "DATABASE_URL="+dbURL, "RELAY_CLUSTER_ETCD="+etcd.Endpoint,
 			"RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t))
 		if code == 0 || !strings.Contains(out, "does not answer") {
@@ -361,6 +370,10 @@ func TestCluster(t *testing.T) {
 		if got := b.metric(t, "relay_cluster_broadcasts_received_total"); got != received+1 {
 			t.Errorf("B received %v changes with etcd down, want %v", got, received+1)
 		}
+		if code := d.waitExit(t, 15*time.Second); code != 0 {
+			t.Fatalf("D exited %d after SIGTERM with etcd down:\n%s", code, d.proc.Logs)
+		}
+		t.Logf("D, stopped with etcd down, exited 0 %v after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
 		relaytest.Eventually(t, 10*time.Second, func() bool { return a.metric(t, "relay_cluster_etcd_up") == 0 }, "A reports etcd down")
 		time.Sleep(time.Until(stopped.Add(8 * time.Second))) // well past the 3 s lease
 		etcd.Start()
@@ -374,7 +387,7 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("%s exited after the etcd outage:\n%s", n.name, n.proc.Logs)
 			default:
 			}
-			n.waitMembers(t, 2, time.Second)
+			n.waitMembers(t, 2, 10*time.Second) // D dropped: etcd back, its lease run out
 		}
 		t.Logf("etcd down %v: A and B stayed members", time.Since(stopped).Round(100*time.Millisecond))
 	})
