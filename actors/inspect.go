@@ -127,6 +127,7 @@ type Inspection struct {
 	ProjectsTotal int           `json:"projectsMatching"`
 	Offset        int           `json:"offset"`
 	Limit         int           `json:"limit"`
+	Cluster       *ClusterView  `json:"cluster,omitempty"` // the members, when this node is in a cluster
 }
 
 // Inspect pages through the running project actors (sorted by id; only
@@ -143,6 +144,10 @@ func (s *System) Inspect(ctx context.Context, project, channel string, offset, l
 	})
 	slices.Sort(ids)
 	out := Inspection{ProjectsTotal: len(ids), Offset: offset, Limit: limit, Projects: []ProjectInfo{}}
+	if c := s.cluster.Load(); c != nil {
+		v := c.View()
+		out.Cluster = &v
+	}
 	chanOffset := 0
 	if project == "" {
 		ids = page(ids, offset, limit)

@@ -69,6 +69,8 @@ type System struct {
 	liveMu sync.Mutex
 	live   map[string]int // project id → live connections on this node, for MaxConnections
 	byAddr map[string]int // project id + client address → live connections, for MaxConnectionsPerAddress
+
+	cluster atomic.Pointer[Cluster] // nil on one node (cluster.go)
 }
 
 // projectRef is the edge's handle on one project actor. Its state counts the
@@ -306,6 +308,7 @@ func (s *System) KeysRevoked(projectID string, keyHashes []string) {
 	if len(keyHashes) > 0 {
 		s.tellRunning(projectID, &keysRevoked{hashes: keyHashes})
 	}
+	s.clusterKeysRevoked(projectID, keyHashes) // other nodes also drop their cached keys
 }
 
 // DrainUsage collects every running project's usage counters since the last
@@ -339,12 +342,14 @@ func (s *System) DrainUsage(ctx context.Context) []Usage {
 // ProjectDeleted closes the project's connections and stops its actors.
 func (s *System) ProjectDeleted(id string) {
 	s.tellRunning(id, &projectDeleted{})
+	s.clusterProjectDeleted(id)
 }
 
 // Revoke applies stored revocations to a running project actor at once (a
 // project actor started later loads them from the store).
 func (s *System) Revoke(projectID string, revs []Revocation) {
 	s.tellRunning(projectID, &revoked{revs: revs})
+	s.clusterRevoke(projectID, revs)
 }
 
 // ClientEmitSecretChanged applies a new client-emit secret to a running
@@ -352,11 +357,13 @@ func (s *System) Revoke(projectID string, revs []Revocation) {
 // passes afterwards.
 func (s *System) ClientEmitSecretChanged(projectID, secret string) {
 	s.tellRunning(projectID, &clientEmitSecret{secret: secret})
+	s.clusterClientEmitSecret(projectID, secret)
 }
 
 // SettingsChanged makes a running project actor reload its settings.
 func (s *System) SettingsChanged(id string) {
 	s.tellRunning(id, &settingsChanged{})
+	s.clusterSettingsChanged(id)
 }
 
 // ProjectStats asks a running project actor for its counters; ok is false
@@ -388,7 +395,9 @@ func (s *System) Shutdown(ctx context.Context) error {
 		}
 		_ = f.Wait()
 	}
-	s.as.Shutdown()
+	if !s.as.IsStopped() { // leaving a cluster stops it
+		s.as.Shutdown()
+	}
 	return nil
 }
 

@@ -191,9 +191,7 @@ func (p ownedProject) rotateKey(ctx context.Context, keyType string) (k store.AP
 		return k, "", fmt.Errorf("rotate key: %w", err)
 	}
 	p.ops.keys.invalidate(p.ID)
-	if keyType == "public" {
-		p.closeSocketsOfRevokedKeys(ctx)
-	}
+	p.closeSocketsOfRevokedKeys(ctx) // a secret key closes no socket; other nodes drop their cached keys
 	return k, raw, nil
 }
 
@@ -207,9 +205,9 @@ func (p ownedProject) revokeKey(ctx context.Context, keyID string) error {
 		return fmt.Errorf("revoke key: %w", err)
 	}
 	p.ops.keys.invalidate(p.ID)
-	if k.KeyType == "public" {
-		p.ops.live.KeysRevoked(p.ID, []string{k.KeyHash})
-	}
+	// A secret key's hash closes no socket; in a cluster, other nodes drop
+	// their cached keys of the project whatever the key's type.
+	p.ops.live.KeysRevoked(p.ID, []string{k.KeyHash})
 	return nil
 }
 
@@ -220,7 +218,9 @@ func (p ownedProject) closeSocketsOfRevokedKeys(ctx context.Context) {
 	if err != nil {
 		// The rotation is stored; the old key's sockets stay until they
 		// reconnect (and are refused) or the next rotation closes them.
+		// Other nodes still drop their cached keys.
 		slog.Warn("list keys after a rotation", "project", p.ID, "err", err)
+		p.ops.live.KeysRevoked(p.ID, nil)
 		return
 	}
 	var revoked []string

@@ -26,6 +26,7 @@ var boundaries = []boundary{
 		[]string{module + "/store", module + "/api", module + "/cmd", "github.com/uptrace/bun"},
 		[]string{"database/sql", "net/http", "github.com/gobwas/ws"}},
 	{"proto", "wire shapes import nothing of ours", []string{module}, nil},
+	{"proto/clusterpb", "messages between nodes import nothing of ours", []string{module}, nil},
 	{"store", "storage neither caches nor decides policy",
 		[]string{module + "/actors", module + "/api", module + "/transport", module + "/cmd"}, nil},
 	{"api/client", "the Go client is usable without the server",

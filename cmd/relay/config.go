@@ -66,6 +66,11 @@ type Config struct {
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
+
+	// Several nodes as one relay (README › Running several nodes).
+	ClusterEtcd []string // RELAY_CLUSTER_ETCD: etcd endpoints; empty: one node, no cluster code started
+	ClusterAddr string   // RELAY_CLUSTER_ADDR: host:port the actor remote listens on and advertises
+	ClusterName string   // RELAY_CLUSTER_NAME
 }
 
 // configVars lists every variable LoadConfig reads, for the README and the tests.
@@ -83,6 +88,7 @@ var configVars = []string{
 	"LOG_FORMAT", "LOG_LEVEL",
 	"RELAY_DEBUG_TOKEN",
 	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
+	"RELAY_CLUSTER_ETCD", "RELAY_CLUSTER_ADDR", "RELAY_CLUSTER_NAME",
 }
 
 // LoadConfig reads the environment through lookup (os.LookupEnv in main) and
@@ -137,11 +143,16 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
+
+		ClusterEtcd: p.etcdEndpoints("RELAY_CLUSTER_ETCD"),
+		ClusterAddr: p.clusterAddr("RELAY_CLUSTER_ADDR"),
+		ClusterName: p.clusterName("RELAY_CLUSTER_NAME", "relay"),
 	}
 	if c.DebugAddr != "" && c.DebugToken == "" && !isLoopback(c.DebugAddr) {
 		p.fail("RELAY_DEBUG_ADDR", c.DebugAddr, "not a loopback address, and RELAY_DEBUG_TOKEN is not set: "+
 			"set RELAY_DEBUG_TOKEN (the operator listener then requires it as a bearer token) or listen on 127.0.0.1")
 	}
+	p.clusterNeeds(c) // cluster_config.go
 	if len(p.errs) > 0 {
 		return Config{}, fmt.Errorf("bad configuration: %s", strings.Join(p.errs, "; "))
 	}
@@ -391,6 +402,7 @@ func (c Config) redacted() []any {
 		"webhook_workers", c.WebhookWorkers, "webhook_queue_total", c.WebhookQueueTotal,
 		"webhook_queue_per_project", c.WebhookQueuePerProject, "webhook_in_flight_per_project", c.WebhookInFlightPerProj,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
+		"cluster_etcd", strings.Join(c.ClusterEtcd, ","), "cluster_addr", c.ClusterAddr, "cluster_name", c.ClusterName,
 	}
 }
 

@@ -75,6 +75,9 @@ func cfgFields(c Config) map[string]any {
 		"TRUSTED_PROXIES":                   prefixList(c.TrustedProxies),
 		"HTTP_IDLE_TIMEOUT_SECONDS":         c.HTTPIdleTimeout,
 		"MAX_HTTP_CONNECTIONS":              c.MaxHTTPConns,
+		"RELAY_CLUSTER_ETCD":                strings.Join(c.ClusterEtcd, ","),
+		"RELAY_CLUSTER_ADDR":                c.ClusterAddr,
+		"RELAY_CLUSTER_NAME":                c.ClusterName,
 	}
 }
 
@@ -122,6 +125,9 @@ var cfgDefaults = map[string]any{
 	"TRUSTED_PROXIES":                   "", // X-Forwarded-For ignored
 	"HTTP_IDLE_TIMEOUT_SECONDS":         60 * time.Second,
 	"MAX_HTTP_CONNECTIONS":              4096,
+	"RELAY_CLUSTER_ETCD":                "", // one node
+	"RELAY_CLUSTER_ADDR":                "",
+	"RELAY_CLUSTER_NAME":                "relay",
 }
 
 func cfgCheck(t *testing.T, c Config, want map[string]any) {
@@ -313,6 +319,7 @@ func TestLoadConfigValues(t *testing.T) {
 		{"TRUSTED_PROXIES", "::ffff:10.0.0.0/104", "10.0.0.0/8"},
 		{"HTTP_IDLE_TIMEOUT_SECONDS", "5", 5 * time.Second},
 		{"MAX_HTTP_CONNECTIONS", "100", 100},
+		{"RELAY_CLUSTER_NAME", "eu-west_1.relay", "eu-west_1.relay"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
@@ -394,6 +401,17 @@ func TestLoadConfigRejects(t *testing.T) {
 		bad{"TRUSTED_PROXIES", "2001:db8::/129"},
 		bad{"TRUSTED_PROXIES", "fe80::1%eth0"},
 		bad{"TRUSTED_PROXIES", "*"},
+		// Alone, RELAY_CLUSTER_ETCD is refused: the default store is SQLite,
+		// and RELAY_CLUSTER_ADDR is missing (TestLoadConfigCluster).
+		bad{"RELAY_CLUSTER_ETCD", "127.0.0.1:2379"},
+		bad{"RELAY_CLUSTER_ETCD", "https://etcd.internal:2379"},
+		bad{"RELAY_CLUSTER_ETCD", "etcd.internal"},
+		bad{"RELAY_CLUSTER_ETCD", ","},
+		bad{"RELAY_CLUSTER_ADDR", "10.0.0.5:7946"}, // without RELAY_CLUSTER_ETCD
+		bad{"RELAY_CLUSTER_ADDR", "nope"},
+		bad{"RELAY_CLUSTER_NAME", "a/b"},
+		bad{"RELAY_CLUSTER_NAME", "two words"},
+		bad{"RELAY_CLUSTER_NAME", strings.Repeat("n", 65)},
 	)
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
@@ -685,5 +703,95 @@ func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
 	}
 	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
 		t.Fatalf("the database was touched before the configuration was checked (stat: %v)", statErr)
+	}
+}
+
+// TestLoadConfigCluster: the cluster settings together (CONTRACT.md ›
+// Configuration; README › Running several nodes). RELAY_CLUSTER_ETCD needs
+// RELAY_CLUSTER_ADDR and a PostgreSQL DATABASE_URL; each refusal names the
+// variable at fault.
+func TestLoadConfigCluster(t *testing.T) {
+	const pg = "postgres://u:p@db.internal:5432/relay?sslmode=disable"
+	t.Run("accepted", func(t *testing.T) {
+		for _, tc := range []struct {
+			vars map[string]string
+			etcd []string
+			addr string
+			name string
+		}{
+			{map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+				[]string{"127.0.0.1:2379"}, "10.0.0.5:7946", "relay"},
+			{map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": " http://e1:2379, e2:2379 ,,http://10.0.0.3:2379",
+				"RELAY_CLUSTER_ADDR": "node-1.internal:7946", "RELAY_CLUSTER_NAME": "prod"},
+				[]string{"http://e1:2379", "e2:2379", "http://10.0.0.3:2379"}, "node-1.internal:7946", "prod"},
+		} {
+			c, err := LoadConfig(cfgEnv(tc.vars))
+			if err != nil {
+				t.Fatalf("%v: %v", tc.vars, err)
+			}
+			if !reflect.DeepEqual(c.ClusterEtcd, tc.etcd) || c.ClusterAddr != tc.addr || c.ClusterName != tc.name {
+				t.Fatalf("%v: got %q %q %q", tc.vars, c.ClusterEtcd, c.ClusterAddr, c.ClusterName)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		why   string
+		vars  map[string]string
+		names []string // every variable the error must name
+		says  string
+	}{
+		{"SQLite", map[string]string{"DATABASE_URL": "sqlite:/tmp/x.db", "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			[]string{"RELAY_CLUSTER_ETCD"}, "needs PostgreSQL"},
+		{"SQLite by default", map[string]string{"RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			[]string{"RELAY_CLUSTER_ETCD"}, "needs PostgreSQL"},
+		{"no address", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379"},
+			[]string{"RELAY_CLUSTER_ADDR"}, "required with RELAY_CLUSTER_ETCD"},
+		{"address without etcd", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			[]string{"RELAY_CLUSTER_ADDR"}, "without RELAY_CLUSTER_ETCD"},
+		{"unspecified address", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "0.0.0.0:7946"},
+			[]string{"RELAY_CLUSTER_ADDR"}, "other nodes can reach"},
+		{"no host", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": ":7946"},
+			[]string{"RELAY_CLUSTER_ADDR"}, "other nodes can reach"},
+		{"port 0", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:0"},
+			[]string{"RELAY_CLUSTER_ADDR"}, "not port 0"},
+		{"IPv6", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "[fd00::5]:7946"},
+			[]string{"RELAY_CLUSTER_ADDR"}, "IPv6"},
+		{"TLS to etcd", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "https://e1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			[]string{"RELAY_CLUSTER_ETCD"}, "TLS"},
+		{"bad endpoint", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "e1:2379,e2", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			[]string{"RELAY_CLUSTER_ETCD"}, "HOST:PORT"},
+		{"name with a slash", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "e1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946", "RELAY_CLUSTER_NAME": "eu/west"},
+			[]string{"RELAY_CLUSTER_NAME"}, "no '/'"},
+		{"all at once", map[string]string{"RELAY_CLUSTER_ETCD": "e1:2379", "RELAY_CLUSTER_NAME": "eu/west"},
+			[]string{"RELAY_CLUSTER_ETCD", "RELAY_CLUSTER_ADDR", "RELAY_CLUSTER_NAME"}, ""},
+	} {
+		t.Run(tc.why, func(t *testing.T) {
+			c, err := LoadConfig(cfgEnv(tc.vars))
+			if err == nil {
+				t.Fatalf("accepted: %q %q %q", c.ClusterEtcd, c.ClusterAddr, c.ClusterName)
+			}
+			for _, n := range tc.names {
+				if !strings.Contains(err.Error(), n) {
+					t.Errorf("error %q does not name %s", err, n)
+				}
+			}
+			if !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("error %q does not say %q", err, tc.says)
+			}
+			if strings.Contains(err.Error(), "u:p@") {
+				t.Errorf("error %q shows the database password", err)
+			}
+		})
+	}
+	// relay serve stops at start, before touching the database.
+	db := filepath.Join(t.TempDir(), "relay.db")
+	err := runCommand(context.Background(), []string{"serve"}, cfgEnv(map[string]string{
+		"DATABASE_URL": "sqlite:" + db, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "127.0.0.1:7946",
+	}), &relaytest.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "needs PostgreSQL") {
+		t.Fatalf("serve with a cluster on SQLite: %v", err)
+	}
+	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
+		t.Fatalf("the database was touched (stat: %v)", statErr)
 	}
 }

@@ -80,6 +80,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	case served = <-app.served:
 		log.Error("public listener failed", "err", served)
+	case served = <-app.clusterLost(): // drain and exit non-zero: a supervisor restarts it as a new member
+		log.Error("stopping: this node is out of the cluster", "err", served)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -104,6 +106,7 @@ type app struct {
 	served    chan error
 	stopJobs  context.CancelFunc
 	jobsDone  sync.WaitGroup
+	cluster   *actors.Cluster // nil on one node (cluster.go)
 }
 
 // start opens the store, binds the listener and serves in the background. It
@@ -199,6 +202,12 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
+	}
+	if err := a.joinCluster(cfg, metrics); err != nil { // before serving: a node serves only as a member
+		ln.Close()
+		a.stopJobs = func() {}
+		a.shutdown(context.Background())
+		return nil, err
 	}
 	limited := newConnLimit(ln, cfg.MaxHTTPConns, log)
 	a.public.ConnState = limited.connState
@@ -310,6 +319,7 @@ func (a *app) shutdown(ctx context.Context) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	a.usage.flush(fctx)
+	err = errors.Join(err, bounded("leaving the cluster", a.leaveCluster(ctx)))
 	err = errors.Join(err, bounded("stopping actors", a.actors.Shutdown(ctx)))
 	err = errors.Join(err, bounded("sending queued webhooks", a.webhooks.Close(ctx)))
 	err = errors.Join(err, a.store.Close())

@@ -1,0 +1,538 @@
+package actors
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
+	"github.com/asynkron/protoactor-go/remote"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/relayhq/relay/proto/clusterpb"
+)
+
+// Several nodes as one relay, first slice: membership through etcd
+// (protoactor's etcd provider, disthash identity lookup) and control-plane
+// changes applied on every member before the API answers. Channels and
+// projects are still actors of the node that holds their sockets: an emit
+// reaches only the subscribers of the node it was made on.
+
+// NodeActorName is the fixed name of the per-node actor every member runs:
+// it applies the control-plane changes other members send it.
+const NodeActorName = "relay-node"
+
+// Defaults of ClusterConfig.
+const (
+	DefaultAckTimeout  = 2 * time.Second
+	DefaultJoinTimeout = 15 * time.Second
+	etcdProbeTimeout   = 5 * time.Second
+	etcdCheckEvery     = 2 * time.Second
+)
+
+// ClusterConfig is what JoinCluster needs.
+type ClusterConfig struct {
+	Etcd []string // etcd client endpoints
+	Addr string   // HOST:PORT the actor remote listens on and advertises
+	Name string   // nodes with the same etcd and name form one cluster
+	// AckTimeout bounds how long a control-plane change waits for the other
+	// members' acks; JoinTimeout bounds joining.
+	AckTimeout  time.Duration
+	JoinTimeout time.Duration
+	// RemoteChange is called on this node once a change another member made
+	// to a project has been applied to the local actors, before it is acked:
+	// the wiring drops the project's cached keys there.
+	RemoteChange func(projectID string)
+	Logger       *slog.Logger
+}
+
+// Member is one node of the cluster as this node sees it.
+type Member struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Self    bool   `json:"self"`
+}
+
+// ClusterView is the cluster part of /debug/actors.
+type ClusterView struct {
+	Name    string   `json:"name"`
+	Self    string   `json:"self"`
+	Members []Member `json:"members"`
+}
+
+// ClusterStats are the cluster's cumulative figures for metrics.
+type ClusterStats struct {
+	Members int
+	EtcdUp  bool // etcd answered the last check (every 2 s)
+	// BroadcastsSent counts control-plane changes sent to other members (one
+	// per member per change), Acked those acknowledged within the bound,
+	// TimedOut those that were not (no answer, or the member was gone).
+	// Received counts changes from other members applied here.
+	BroadcastsSent, BroadcastsAcked, BroadcastsTimedOut, BroadcastsReceived int64
+}
+
+// Cluster is this node's membership. Its methods are safe for concurrent use.
+type Cluster struct {
+	sys          *System
+	name         string
+	self         string // member id: NAME@actor-system-id, as the etcd provider names it
+	addr         string
+	log          *slog.Logger
+	ackTimeout   time.Duration
+	remoteChange func(projectID string)
+	node         *actor.PID
+
+	pc       *cluster.Cluster // nil in tests that drive the node actor alone
+	provider *etcd.Provider
+	etcd     *clientv3.Client // our own client: the start probe and watchEtcd
+	etcdUp   atomic.Bool
+	stop     chan struct{} // closed by Leave
+
+	members atomic.Pointer[[]Member] // the latest topology, from the cluster's events
+	joined  atomic.Bool              // this node has seen itself a member
+	leaving atomic.Bool
+	lost    chan error // one error when this node finds itself out of the membership
+	lostMu  sync.Once
+	seq     atomic.Uint64
+
+	sent, acked, timedOut, received atomic.Int64
+}
+
+// newCluster starts this node's node actor; JoinCluster adds the membership.
+func (s *System) newCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.RemoteChange == nil {
+		cfg.RemoteChange = func(string) {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = s.cfg.Logger
+	}
+	c := &Cluster{
+		sys: s, name: cfg.Name, self: cfg.Name + "@" + s.as.ID, addr: cfg.Addr, log: cfg.Logger,
+		ackTimeout: cfg.AckTimeout, remoteChange: cfg.RemoteChange, lost: make(chan error, 1), stop: make(chan struct{}),
+	}
+	c.etcdUp.Store(true)
+	empty := []Member{}
+	c.members.Store(&empty)
+	pid, err := s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &nodeActor{c: c} },
+		actor.WithSupervisor(resumeOnPanic)), NodeActorName)
+	if err != nil {
+		return nil, fmt.Errorf("start the node actor: %w", err)
+	}
+	c.node = pid
+	return c, nil
+}
+
+// JoinCluster makes this node a member of the cluster found in etcd: it
+// checks that etcd answers, starts the actor remote on cfg.Addr, registers
+// in etcd and waits until it sees itself in the member list. From then on,
+// the control-plane methods (ProjectDeleted, KeysRevoked, SettingsChanged,
+// ClientEmitSecretChanged, Revoke) apply on every member before they return.
+func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = DefaultJoinTimeout
+	}
+	host, portText, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster address %q: %w", cfg.Addr, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, fmt.Errorf("cluster address %q: bad port", cfg.Addr)
+	}
+	c, err := s.newCluster(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Cluster, error) {
+		if c.etcd != nil {
+			c.etcd.Close()
+		}
+		s.root.Stop(c.node)
+		return nil, err
+	}
+	etcdCfg := clientv3.Config{
+		Endpoints: cfg.Etcd, DialTimeout: etcdProbeTimeout, Logger: etcdLogger(c.log),
+		// gRPC's default reconnect backoff grows to 2 minutes: after an etcd
+		// outage a client could come back later than its lease (3 s once
+		// etcd is up again), and its node would lapse. Retry every second at most.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		})},
+	}
+	if c.etcd, err = clientv3.New(etcdCfg); err != nil {
+		return fail(fmt.Errorf("etcd client: %w", err))
+	}
+	if err := probeEtcd(c.etcd, cfg.Etcd); err != nil {
+		return fail(err)
+	}
+	// The provider watches the prefix BASE/NAME, so a cluster named "relay"
+	// would also see the members of "relay2": a base key that ends in the
+	// name and a slash keeps each name's members apart.
+	provider, err := etcd.NewWithConfig("/relay/"+cfg.Name+"/", etcdCfg)
+	if err != nil {
+		return fail(fmt.Errorf("etcd client: %w", err))
+	}
+	c.provider = provider
+	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
+		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr))))
+	s.as.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*cluster.ClusterTopology); ok {
+			c.topology(t)
+		}
+	})
+	started := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil { // protoactor panics when it cannot listen or register
+				started <- fmt.Errorf("%v", r)
+			}
+		}()
+		c.pc.StartMember() // sleeps 1 s once registered
+		started <- nil
+	}()
+	select {
+	case err = <-started:
+	case <-time.After(cfg.JoinTimeout):
+		err = fmt.Errorf("not a member after %v", cfg.JoinTimeout)
+	}
+	if err == nil && !c.joined.Load() {
+		err = errors.New("registered, but this node is not in the member list")
+	}
+	if err != nil {
+		// What protoactor started stays until the process exits, which it
+		// does next; a registration it made lapses with its lease (3 s).
+		return fail(fmt.Errorf("join cluster %q at %s: %w", cfg.Name, cfg.Addr, err))
+	}
+	go c.watchEtcd(cfg.Etcd)
+	s.cluster.Store(c)
+	return c, nil
+}
+
+// probeEtcd fails fast when no endpoint answers: the provider itself would
+// wait for etcd forever.
+func probeEtcd(cli *clientv3.Client, endpoints []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
+	defer cancel()
+	if _, err := cli.Get(ctx, "/relay/probe", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("etcd at %v does not answer within %v: %w", endpoints, etcdProbeTimeout, err)
+	}
+	return nil
+}
+
+// watchEtcd asks etcd every etcdCheckEvery whether it answers, and logs when
+// it stops and starts answering: while it does not, the membership is frozen
+// (nodes neither join nor leave) and nothing else says so.
+func (c *Cluster) watchEtcd(endpoints []string) {
+	t := time.NewTicker(etcdCheckEvery)
+	defer t.Stop()
+	var downSince time.Time
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		err := probeEtcd(c.etcd, endpoints)
+		switch {
+		case err != nil && downSince.IsZero():
+			downSince = time.Now()
+			c.etcdUp.Store(false)
+			c.log.Warn("etcd does not answer: the member list is frozen (no node can join, a node that dies stays listed); "+
+				"serving and control-plane changes go on", "err", err)
+		case err == nil && !downSince.IsZero():
+			c.etcdUp.Store(true)
+			c.log.Info("etcd answers again", "down_for", time.Since(downSince).Round(time.Second))
+			downSince = time.Time{}
+		}
+	}
+}
+
+// topology records a new member list. Once this node has been a member, a
+// list without it means its etcd registration lapsed (a lease not renewed
+// in time): the other members have dropped it and block it from now on, so
+// it must stop serving (Lost).
+func (c *Cluster) topology(t *cluster.ClusterTopology) {
+	ms := make([]Member, 0, len(t.Members))
+	in := false
+	for _, m := range t.Members {
+		self := m.Id == c.self
+		in = in || self
+		ms = append(ms, Member{ID: m.Id, Address: m.Address(), Self: self})
+	}
+	slices.SortFunc(ms, func(a, b Member) int {
+		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.ID, b.ID))
+	})
+	c.members.Store(&ms)
+	switch {
+	case in:
+		c.joined.Store(true)
+	case c.joined.Load() && !c.leaving.Load():
+		c.lose(errors.New("this node is no longer in the cluster's member list (its etcd lease lapsed); the other members have dropped it"))
+	}
+}
+
+func (c *Cluster) lose(err error) {
+	c.lostMu.Do(func() {
+		c.log.Error("cluster membership lost", "member", c.self, "err", err)
+		c.lost <- err
+	})
+}
+
+// Lost delivers one error if this node finds itself out of the membership:
+// it should then drain and exit non-zero, so that a supervisor starts it
+// again as a new member.
+func (c *Cluster) Lost() <-chan error { return c.lost }
+
+// Self is this node's member id.
+func (c *Cluster) Self() string { return c.self }
+
+// Members is the member list as this node last saw it, sorted by address.
+func (c *Cluster) Members() []Member { return slices.Clone(*c.members.Load()) }
+
+// View is the cluster part of /debug/actors.
+func (c *Cluster) View() ClusterView {
+	return ClusterView{Name: c.name, Self: c.self, Members: c.Members()}
+}
+
+// Stats are the cluster's counters.
+func (c *Cluster) Stats() ClusterStats {
+	return ClusterStats{
+		Members: len(*c.members.Load()), EtcdUp: c.etcdUp.Load(), BroadcastsSent: c.sent.Load(), BroadcastsAcked: c.acked.Load(),
+		BroadcastsTimedOut: c.timedOut.Load(), BroadcastsReceived: c.received.Load(),
+	}
+}
+
+// ErrLeaveTimeout: Leave gave up after leaveTimeout, etcd not answering.
+var ErrLeaveTimeout = errors.New("not deregistered from etcd in time: the other members drop this node when its lease runs out (3 s after etcd answers)")
+
+// leaveTimeout bounds Leave: deregistering waits for etcd, and protoactor
+// then sleeps 2 s.
+const leaveTimeout = 5 * time.Second
+
+// Leave deregisters from etcd first, so the other members drop this node at
+// once, then stops the cluster (gossip, the actor remote). Call it after the
+// API has stopped answering (a change made after leaving would reach no
+// other node) and before System.Shutdown. With etcd down it gives up after
+// 5 s (ErrLeaveTimeout).
+func (c *Cluster) Leave(ctx context.Context) error {
+	if c.pc == nil || !c.leaving.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(c.stop)
+	done := make(chan error, 1)
+	go func() {
+		err := c.provider.Shutdown(true)
+		c.pc.Shutdown(true) // sleeps 2 s for grains to move (there are none yet)
+		c.etcd.Close()
+		done <- err
+	}()
+	bound := time.NewTimer(leaveTimeout)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("deregister from etcd: %w", err)
+		}
+		return nil
+	case <-bound.C:
+		return ErrLeaveTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// peers are the members a change must reach: every member but this node.
+// A member at this node's own address is this node's previous life (killed
+// before it could deregister, its lease not yet run out): it is skipped.
+func (c *Cluster) peers() []*actor.PID {
+	var out []*actor.PID
+	for _, m := range *c.members.Load() {
+		if m.ID != c.self && m.Address != c.addr {
+			out = append(out, actor.NewPID(m.Address, NodeActorName))
+		}
+	}
+	return out
+}
+
+// broadcast sends a change made through this node to every other member and
+// waits, at most AckTimeout, for their acks. A member that does not answer
+// in time is logged and counted (relay_cluster_broadcasts_timed_out_total);
+// the change is stored, so that member's project actors load it when they
+// next start. Nothing happens on one node (c nil).
+func (c *Cluster) broadcast(projectID string, b *clusterpb.Broadcast) {
+	if c == nil || c.leaving.Load() {
+		return
+	}
+	c.broadcastTo(c.peers(), projectID, b)
+}
+
+// broadcastTo is broadcast to given node actors; it returns how many acked.
+func (c *Cluster) broadcastTo(targets []*actor.PID, projectID string, b *clusterpb.Broadcast) int {
+	if len(targets) == 0 {
+		return 0
+	}
+	b.Id = c.self + "#" + strconv.FormatUint(c.seq.Add(1), 10)
+	b.Origin = c.self
+	b.ProjectId = projectID
+	// A collector actor sends the requests and hands each answer over: acks
+	// come back as messages (no future, no lock), and one bound covers all.
+	answers := make(chan any, len(targets))
+	collector := c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch m := ctx.Message().(type) {
+		case *actor.Started:
+			for _, t := range targets {
+				ctx.Request(t, b)
+			}
+		case *clusterpb.BroadcastAck, *actor.DeadLetterResponse:
+			select {
+			case answers <- m:
+			default:
+			}
+		}
+	}))
+	defer c.sys.root.Stop(collector)
+	c.sent.Add(int64(len(targets)))
+	acked, failed := map[string]bool{}, 0
+	deadline := time.NewTimer(c.ackTimeout)
+	defer deadline.Stop()
+wait:
+	for len(acked)+failed < len(targets) {
+		select {
+		case a := <-answers:
+			if ack, ok := a.(*clusterpb.BroadcastAck); ok && ack.Id == b.Id {
+				acked[ack.Member] = true
+			} else {
+				failed++ // the member has no node actor (it is stopping)
+			}
+		case <-deadline.C:
+			break wait
+		}
+	}
+	c.acked.Add(int64(len(acked)))
+	if missing := len(targets) - len(acked); missing > 0 {
+		c.timedOut.Add(int64(missing))
+		c.log.Warn("control-plane change not acknowledged by every member", "change", changeName(b), "project", projectID,
+			"id", b.Id, "members", len(targets), "acked", len(acked), "bound", c.ackTimeout)
+	}
+	return len(acked)
+}
+
+// nodeActor applies the changes other members send, then acks them.
+type nodeActor struct{ c *Cluster }
+
+func (n *nodeActor) Receive(ctx actor.Context) {
+	b, ok := ctx.Message().(*clusterpb.Broadcast)
+	if !ok {
+		return
+	}
+	n.c.received.Add(1)
+	n.c.sys.applyRemote(b, n.c.log)
+	n.c.remoteChange(b.ProjectId)
+	ctx.Respond(&clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self})
+}
+
+// applyRemote applies a change made through another member to this node's
+// running project actors, exactly as the local method does (without sending
+// it on). A project with no actor here loads the stored change when it starts.
+func (s *System) applyRemote(b *clusterpb.Broadcast, log *slog.Logger) {
+	id := b.ProjectId
+	switch ch := b.Change.(type) {
+	case *clusterpb.Broadcast_ProjectDeleted:
+		s.tellRunning(id, &projectDeleted{})
+	case *clusterpb.Broadcast_KeysRevoked:
+		if h := ch.KeysRevoked.GetKeyHashes(); len(h) > 0 {
+			s.tellRunning(id, &keysRevoked{hashes: h})
+		}
+	case *clusterpb.Broadcast_SettingsChanged:
+		s.tellRunning(id, &settingsChanged{})
+	case *clusterpb.Broadcast_ClientEmitSecretChanged:
+		s.tellRunning(id, &clientEmitSecret{secret: ch.ClientEmitSecretChanged.GetSecret()})
+	case *clusterpb.Broadcast_TokensRevoked:
+		s.tellRunning(id, &revoked{revs: revocationsFromProto(ch.TokensRevoked.GetRevocations())})
+	default: // a newer member's change this version does not know
+		log.Warn("control-plane change of an unknown kind ignored", "id", b.Id, "from", b.Origin, "project", id)
+	}
+}
+
+func changeName(b *clusterpb.Broadcast) string {
+	switch b.Change.(type) {
+	case *clusterpb.Broadcast_ProjectDeleted:
+		return "project_deleted"
+	case *clusterpb.Broadcast_KeysRevoked:
+		return "keys_revoked"
+	case *clusterpb.Broadcast_SettingsChanged:
+		return "settings_changed"
+	case *clusterpb.Broadcast_ClientEmitSecretChanged:
+		return "client_emit_secret_changed"
+	case *clusterpb.Broadcast_TokensRevoked:
+		return "tokens_revoked"
+	}
+	return "unknown"
+}
+
+// The control-plane methods of System send their change on with these (a
+// no-op on one node).
+
+func (s *System) clusterProjectDeleted(id string) {
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{ProjectDeleted: &clusterpb.ProjectDeleted{}}})
+}
+
+func (s *System) clusterKeysRevoked(id string, hashes []string) {
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_KeysRevoked{KeysRevoked: &clusterpb.KeysRevoked{KeyHashes: hashes}}})
+}
+
+func (s *System) clusterSettingsChanged(id string) {
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}})
+}
+
+func (s *System) clusterClientEmitSecret(id, secret string) {
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ClientEmitSecretChanged{
+		ClientEmitSecretChanged: &clusterpb.ClientEmitSecretChanged{Secret: secret}}})
+}
+
+func (s *System) clusterRevoke(id string, revs []Revocation) {
+	c := s.cluster.Load()
+	if c == nil {
+		return
+	}
+	c.broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_TokensRevoked{TokensRevoked: &clusterpb.TokensRevoked{
+		Revocations: revocationsToProto(revs)}}})
+}
+
+func revocationsToProto(revs []Revocation) []*clusterpb.Revocation {
+	out := make([]*clusterpb.Revocation, 0, len(revs))
+	for _, r := range revs {
+		out = append(out, &clusterpb.Revocation{Kind: r.Kind, Value: r.Value,
+			RevokedAtUnixNano: r.RevokedAt.UnixNano(), ExpiresAtUnixNano: r.ExpiresAt.UnixNano()})
+	}
+	return out
+}
+
+func revocationsFromProto(in []*clusterpb.Revocation) []Revocation {
+	out := make([]Revocation, 0, len(in))
+	for _, r := range in {
+		out = append(out, Revocation{Kind: r.Kind, Value: r.Value,
+			RevokedAt: time.Unix(0, r.RevokedAtUnixNano).UTC(), ExpiresAt: time.Unix(0, r.ExpiresAtUnixNano).UTC()})
+	}
+	return out
+}
+
+// Cluster is the node's membership, nil on one node.
+func (s *System) Cluster() *Cluster { return s.cluster.Load() }

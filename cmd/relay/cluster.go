@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/api"
+)
+
+// joinCluster makes this node a member of the cluster named by
+// RELAY_CLUSTER_ETCD and RELAY_CLUSTER_NAME before the public listener
+// serves; without RELAY_CLUSTER_ETCD it does nothing and no cluster code runs.
+func (a *app) joinCluster(cfg Config, metrics *api.Metrics) error {
+	if len(cfg.ClusterEtcd) == 0 {
+		return nil
+	}
+	began := time.Now()
+	c, err := a.actors.JoinCluster(actors.ClusterConfig{
+		Etcd: cfg.ClusterEtcd, Addr: cfg.ClusterAddr, Name: cfg.ClusterName,
+		// Another node changed a project's keys (or anything else of it):
+		// drop this node's cached keys of the project before acking.
+		RemoteChange: a.api.ForgetKeys,
+		Logger:       a.log.With("component", "cluster"),
+	})
+	if err != nil {
+		return fmt.Errorf("RELAY_CLUSTER_ETCD: %w", err)
+	}
+	a.cluster = c
+	registerClusterMetrics(metrics.Registry, c)
+	a.log.Info("joined the cluster", "name", cfg.ClusterName, "member", c.Self(), "addr", cfg.ClusterAddr,
+		"members", len(c.Members()), "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// clusterLost delivers an error if this node drops out of the membership;
+// nil (never ready) on one node.
+func (a *app) clusterLost() <-chan error {
+	if a.cluster == nil {
+		return nil
+	}
+	return a.cluster.Lost()
+}
+
+// leaveCluster deregisters the node (the others drop it at once) and stops
+// the cluster; nothing on one node.
+func (a *app) leaveCluster(ctx context.Context) error {
+	if a.cluster == nil {
+		return nil
+	}
+	began := time.Now()
+	err := a.cluster.Leave(ctx)
+	took := time.Since(began).Round(time.Millisecond)
+	if errors.Is(err, actors.ErrLeaveTimeout) { // etcd does not answer: not a failure of this stop
+		a.log.Warn("left the cluster without deregistering", "took", took, "err", err)
+		return nil
+	}
+	a.log.Info("left the cluster", "took", took, "err", err)
+	return err
+}
+
+// registerClusterMetrics adds relay_cluster_* to the operator's /metrics.
+func registerClusterMetrics(reg *prometheus.Registry, c *actors.Cluster) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_cluster_members", Help: "Members of the cluster as this node sees them, itself included.",
+	}, func() float64 { return float64(c.Stats().Members) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_cluster_etcd_up", Help: "1 if etcd answered this node's last check (every 2 s); while 0 the member list is frozen.",
+	}, func() float64 {
+		if c.Stats().EtcdUp {
+			return 1
+		}
+		return 0
+	}))
+	for _, m := range []struct {
+		name, help string
+		f          func(actors.ClusterStats) int64
+	}{
+		{"relay_cluster_broadcasts_sent_total", "Control-plane changes sent to other members (one per member per change).",
+			func(s actors.ClusterStats) int64 { return s.BroadcastsSent }},
+		{"relay_cluster_broadcasts_acked_total", "Control-plane changes other members acknowledged within the bound (2 s).",
+			func(s actors.ClusterStats) int64 { return s.BroadcastsAcked }},
+		{"relay_cluster_broadcasts_timed_out_total", "Control-plane changes a member did not acknowledge within the bound (2 s), or could not take.",
+			func(s actors.ClusterStats) int64 { return s.BroadcastsTimedOut }},
+		{"relay_cluster_broadcasts_received_total", "Control-plane changes from other members applied on this node.",
+			func(s actors.ClusterStats) int64 { return s.BroadcastsReceived }},
+	} {
+		f := m.f
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
+			func() float64 { return float64(f(c.Stats())) }))
+	}
+}

@@ -1,0 +1,430 @@
+//go:build cluster
+
+package main
+
+// Several nodes as one relay, black-box: `make test-cluster` (go test -tags
+// cluster, without -race: protoactor's cluster races in its own member list,
+// and these tests run real processes anyway). The test starts its own etcd
+// (Debian's etcd-server) and PostgreSQL, and real relay processes, all on
+// loopback; it ends only the processes it started, by their pids.
+//
+// What this version promises (README › Running several nodes): membership,
+// control-plane changes applied on every node before the API answers, and a
+// node out of the membership stopping. Emits still reach only the node they
+// are made on; nothing here tests otherwise.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// clusterNode is one relay process of the cluster.
+type clusterNode struct {
+	name string
+	proc *relaytest.Process
+}
+
+// on is the node behind the package's helpers, for test t.
+func (n *clusterNode) on(t *testing.T) *testServer { return binaryServer(t, n.proc) }
+
+func (n *clusterNode) pid() int { return n.proc.Cmd.Process.Pid }
+
+// startClusterNode starts `relay serve` as a member of the cluster at etcd,
+// on the shared PostgreSQL database dbURL; it returns once the node serves
+// (it joins before it listens).
+func startClusterNode(t *testing.T, name, etcd, dbURL string) *clusterNode {
+	t.Helper()
+	proc := relaytest.StartBinary(t,
+		"DATABASE_URL="+dbURL,
+		"RELAY_CLUSTER_ETCD="+etcd,
+		"RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t),
+		"RELAY_CLUSTER_NAME=relaytest",
+		"ALLOWED_SIGNUP_EMAILS=alice@example.com",
+		"MAX_CONNECTIONS_PER_ADDRESS=100000",
+		"SHUTDOWN_TIMEOUT_SECONDS=10",
+	)
+	return &clusterNode{name: name, proc: proc}
+}
+
+type memberView struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Self    bool   `json:"self"`
+}
+
+// members asks a node's /debug/actors for the member list it sees.
+func (n *clusterNode) members(t *testing.T) ([]memberView, error) {
+	r, err := relaytest.Do(nil, "GET", n.proc.Debug+"/debug/actors", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	var v struct {
+		Cluster *struct {
+			Members []memberView `json:"members"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &v); err != nil {
+		return nil, err
+	}
+	if v.Cluster == nil {
+		return nil, fmt.Errorf("%s: no cluster in /debug/actors: %s", n.name, r.Raw)
+	}
+	return v.Cluster.Members, nil
+}
+
+// waitMembers waits until the node sees want members and returns how long it took.
+func (n *clusterNode) waitMembers(t *testing.T, want int, timeout time.Duration) time.Duration {
+	t.Helper()
+	began := time.Now()
+	var last []memberView
+	relaytest.EventuallyNil(t, timeout, func() error {
+		ms, err := n.members(t)
+		if err != nil {
+			return err
+		}
+		last = ms
+		if len(ms) != want {
+			return fmt.Errorf("%s sees %d members, want %d: %+v", n.name, len(ms), want, ms)
+		}
+		return nil
+	})
+	selfs := 0
+	for _, m := range last {
+		if m.Self {
+			selfs++
+		}
+	}
+	if selfs != 1 && want > 0 {
+		t.Fatalf("%s: %d members marked self: %+v", n.name, selfs, last)
+	}
+	return time.Since(began)
+}
+
+// metric reads one unlabelled sample of the node's /metrics.
+func (n *clusterNode) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	return relaytest.ScrapeMetrics(t, n.proc.Debug+"/metrics").Get(t, name, "")
+}
+
+// waitExit waits for the node's process to exit and returns its exit code.
+func (n *clusterNode) waitExit(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-n.proc.Exited:
+		return n.proc.Cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		t.Fatalf("%s still running after %v:\n%s", n.name, timeout, n.proc.Logs)
+		return 0
+	}
+}
+
+// closeWatch records when and how a socket is closed, from now on.
+func closeWatch(c *wsClient) <-chan frame {
+	out := make(chan frame, 1)
+	go func() {
+		for {
+			f, ok := c.next(10 * time.Second)
+			switch {
+			case !ok:
+				out <- frame{err: fmt.Errorf("no close within 10 s")}
+				return
+			case f.closed || f.err != nil:
+				f.text = time.Now().Format(time.RFC3339Nano) // when it arrived
+				out <- f
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// closedAt checks the close code and returns when the close arrived.
+func closedAt(t *testing.T, what string, ch <-chan frame, code int) time.Time {
+	t.Helper()
+	f := <-ch
+	if f.err != nil || f.closeCode != code {
+		t.Fatalf("%s: closed %d %q (err %v), want %d", what, f.closeCode, f.reason, f.err, code)
+	}
+	at, _ := time.Parse(time.RFC3339Nano, f.text)
+	return at
+}
+
+func TestCluster(t *testing.T) {
+	began := time.Now()
+	t.Run("SQLite refused", func(t *testing.T) {
+		code, out := relaytest.RunBinary(t, 15*time.Second,
+			"RELAY_CLUSTER_ETCD=127.0.0.1:1", "RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t))
+		if code == 0 || !strings.Contains(out, "RELAY_CLUSTER_ETCD") || !strings.Contains(out, "needs PostgreSQL") {
+			t.Fatalf("a cluster on SQLite: exit %d, output:\n%s", code, out)
+		}
+	})
+
+	etcd := relaytest.StartEtcd(t)
+	dbURL := storetest.PostgresURL(t)
+	var nodes []*clusterNode
+	for _, name := range []string{"A", "B", "C"} {
+		t0 := time.Now()
+		nodes = append(nodes, startClusterNode(t, name, etcd.Endpoint, dbURL))
+		t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
+	}
+	a, b, c := nodes[0], nodes[1], nodes[2]
+
+	t.Run("every node sees three members", func(t *testing.T) {
+		for _, n := range nodes {
+			n.waitMembers(t, 3, 5*time.Second)
+			if got := n.metric(t, "relay_cluster_members"); got != 3 {
+				t.Errorf("%s: relay_cluster_members %v", n.name, got)
+			}
+		}
+		// All three agree on who is who.
+		ma, _ := a.members(t)
+		for _, n := range nodes[1:] {
+			mn, _ := n.members(t)
+			for i := range ma {
+				if ma[i].ID != mn[i].ID || ma[i].Address != mn[i].Address {
+					t.Fatalf("A sees %+v, %s sees %+v", ma, n.name, mn)
+				}
+			}
+		}
+	})
+
+	owner := a.on(t).signup("alice@example.com")
+	p := owner.createProject("spread")
+
+	t.Run("client-emit secret regenerated through A: B refuses the old one at once", func(t *testing.T) {
+		tsB := b.on(t)
+		secret1 := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+		mint := func(secret string, issued time.Time) string {
+			tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room",
+				ClientID: "u1", Types: []string{"t"}, TTL: time.Minute, Now: issued})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		sock := presenceSub(t, tsB, p.publicKey, "room", "u1")
+		sock.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		old := mint(secret1, time.Now())
+		sock.send(emitFrame2("room", old))
+		sock.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq") // B holds secret 1
+
+		r := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{"regenerate":true}`)
+		secret2 := r.str("clientEmitSecret")
+		if r.status != http.StatusOK || secret2 == secret1 {
+			t.Fatalf("regenerate: %d %s", r.status, r.raw)
+		}
+		sock.send(emitFrame2("room", old)) // right after the answer
+		sock.expect(`{"error":"invalid_emit_token","channel":"room"}`)
+		sock.send(emitFrame2("room", mint(secret2, time.Now())))
+		sock.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+
+		// A token revocation through A (stored, then applied on every node).
+		early := mint(secret2, time.Now().Add(-2*time.Second))
+		owner.revoke(p.secretKey, `{"clientId":"u1"}`).expect(t, http.StatusOK, `{"ok":true}`)
+		sock.send(emitFrame2("room", early))
+		sock.expect(`{"error":"emit_token_revoked","channel":"room"}`)
+	})
+
+	t.Run("secret key rotated through A: refused on B at once", func(t *testing.T) {
+		viaB := b.on(t).client()
+		if r := viaB.emit(p.secretKey, `{"channel":"x","payload":1}`); r.status != http.StatusOK {
+			t.Fatalf("emit on B: %d %s", r.status, r.raw) // B now holds the key in its cache
+		}
+		r := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`)
+		fresh := r.str("key", "raw")
+		if r.status != http.StatusCreated || fresh == "" {
+			t.Fatalf("rotate: %d %s", r.status, r.raw)
+		}
+		if r := viaB.emit(p.secretKey, `{"channel":"x","payload":2}`); r.status != http.StatusUnauthorized {
+			t.Fatalf("old secret key on B after the rotation: %d %s", r.status, r.raw)
+		}
+		if r := viaB.emit(fresh, `{"channel":"x","payload":3}`); r.status != http.StatusOK {
+			t.Fatalf("new secret key on B: %d %s", r.status, r.raw)
+		}
+		p.secretKey = fresh
+	})
+
+	t.Run("public key rotated through A: sockets on B and C close with 4001", func(t *testing.T) {
+		tsB, tsC := b.on(t), c.on(t)
+		onB, onC := subscribed(t, tsB, p.publicKey, "room"), subscribed(t, tsC, p.publicKey, "room")
+		closeB, closeC := closeWatch(onB), closeWatch(onC)
+		sent := time.Now()
+		r := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
+		answered := time.Now()
+		fresh := r.str("key", "raw")
+		if r.status != http.StatusCreated || fresh == "" {
+			t.Fatalf("rotate: %d %s", r.status, r.raw)
+		}
+		// Every node has the change queued before A answers, so the old
+		// key is refused on B from the answer on...
+		if _, status, err := tsB.tryDialWS(p.publicKey); err == nil || status != http.StatusUnauthorized {
+			t.Fatalf("old public key on B after the answer: status %d, %v", status, err)
+		}
+		// ...and the sockets close promptly: their close frames are written
+		// as B and C apply it, about when A answers.
+		for _, w := range []struct {
+			name string
+			ch   <-chan frame
+		}{{"B", closeB}, {"C", closeC}} {
+			at := closedAt(t, w.name, w.ch, 4001)
+			t.Logf("close 4001 on %s: %+.1f ms from the answer (request took %.1f ms)", w.name,
+				float64(at.Sub(answered).Microseconds())/1000, float64(answered.Sub(sent).Microseconds())/1000)
+			if at.After(answered.Add(500 * time.Millisecond)) {
+				t.Errorf("%s closed %v after the answer", w.name, at.Sub(answered))
+			}
+		}
+		p.publicKey = fresh
+	})
+
+	t.Run("project deleted through A: sockets on B and C close with 4004", func(t *testing.T) {
+		onB, onC := subscribed(t, b.on(t), p.publicKey, "room"), subscribed(t, c.on(t), p.publicKey, "room")
+		closeB, closeC := closeWatch(onB), closeWatch(onC)
+		r := owner.do("DELETE", "/api/projects/"+p.id, "")
+		answered := time.Now()
+		if r.status != http.StatusOK && r.status != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", r.status, r.raw)
+		}
+		for name, ch := range map[string]<-chan frame{"B": closeB, "C": closeC} {
+			at := closedAt(t, name, ch, 4004)
+			t.Logf("close 4004 on %s: %+.1f ms from the answer", name, float64(at.Sub(answered).Microseconds())/1000)
+		}
+	})
+
+	t.Run("broadcast counters", func(t *testing.T) {
+		sent, acked := a.metric(t, "relay_cluster_broadcasts_sent_total"), a.metric(t, "relay_cluster_broadcasts_acked_total")
+		if sent == 0 || acked != sent || a.metric(t, "relay_cluster_broadcasts_timed_out_total") != 0 {
+			t.Fatalf("A sent %v, acked %v, timed out %v", sent, acked, a.metric(t, "relay_cluster_broadcasts_timed_out_total"))
+		}
+		for _, n := range []*clusterNode{b, c} {
+			if got := n.metric(t, "relay_cluster_broadcasts_received_total"); got != sent/2 {
+				t.Errorf("%s received %v changes, A sent %v to each of 2", n.name, got, sent/2)
+			}
+		}
+	})
+
+	q := owner.createProject("after")
+	t.Run("kill -9 of C: A and B drop it", func(t *testing.T) {
+		timedOut := a.metric(t, "relay_cluster_broadcasts_timed_out_total")
+		if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		// A change made before the others notice waits for C's ack, at most
+		// the bound (2 s), and is counted.
+		took := make(chan time.Duration, 1)
+		go func() {
+			t0 := time.Now()
+			owner.try("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`, "application/json", nil)
+			took <- time.Since(t0)
+		}()
+		for _, n := range []*clusterNode{a, b} {
+			n.waitMembers(t, 2, 15*time.Second)
+			t.Logf("%s dropped C %v after kill -9", n.name, time.Since(killed).Round(10*time.Millisecond))
+		}
+		if d := <-took; d > 2500*time.Millisecond {
+			t.Errorf("a change during C's death took %v", d)
+		} else {
+			t.Logf("a change made right after the kill took %v", d.Round(time.Millisecond))
+		}
+		if got := a.metric(t, "relay_cluster_broadcasts_timed_out_total"); got != timedOut+1 {
+			t.Errorf("timed out %v, want %v", got, timedOut+1)
+		}
+		t0 := time.Now()
+		owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`)
+		if d := time.Since(t0); d > 500*time.Millisecond {
+			t.Errorf("a change once C is dropped took %v", d)
+		}
+	})
+
+	t.Run("etcd down: no node can join; the members serve and changes still reach them", func(t *testing.T) {
+		d := startClusterNode(t, "D", etcd.Endpoint, dbURL)
+		for _, n := range []*clusterNode{a, b} {
+			n.waitMembers(t, 3, 5*time.Second)
+		}
+		etcd.Stop()
+		stopped := time.Now()
+		// A node stopped meanwhile cannot deregister: it gives up after 5 s
+		// and exits 0; the others drop it once etcd is back and its lease runs out.
+		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		code, out := relaytest.RunBinary(t, 20*time.Second, "DATABASE_URL="+dbURL, "RELAY_CLUSTER_ETCD="+etcd.Endpoint,
+			"RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t))
+		if code == 0 || !strings.Contains(out, "does not answer") {
+			t.Fatalf("a node started with etcd down: exit %d:\n%s", code, out)
+		}
+		t.Logf("a node started with etcd down exits %d after %v", code, time.Since(stopped).Round(100*time.Millisecond))
+		received := b.metric(t, "relay_cluster_broadcasts_received_total")
+		if r := owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`); r.status != http.StatusOK {
+			t.Fatalf("regenerate with etcd down: %d %s", r.status, r.raw)
+		}
+		if got := b.metric(t, "relay_cluster_broadcasts_received_total"); got != received+1 {
+			t.Errorf("B received %v changes with etcd down, want %v", got, received+1)
+		}
+		if code := d.waitExit(t, 15*time.Second); code != 0 {
+			t.Fatalf("D exited %d after SIGTERM with etcd down:\n%s", code, d.proc.Logs)
+		}
+		t.Logf("D, stopped with etcd down, exited 0 %v after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
+		relaytest.Eventually(t, 10*time.Second, func() bool { return a.metric(t, "relay_cluster_etcd_up") == 0 }, "A reports etcd down")
+		time.Sleep(time.Until(stopped.Add(8 * time.Second))) // well past the 3 s lease
+		etcd.Start()
+		relaytest.Eventually(t, 10*time.Second, func() bool {
+			return a.metric(t, "relay_cluster_etcd_up") == 1 && b.metric(t, "relay_cluster_etcd_up") == 1
+		}, "A and B report etcd up")
+		time.Sleep(5 * time.Second) // past a lease the members might have lost
+		for _, n := range []*clusterNode{a, b} {
+			select {
+			case <-n.proc.Exited:
+				t.Fatalf("%s exited after the etcd outage:\n%s", n.name, n.proc.Logs)
+			default:
+			}
+			n.waitMembers(t, 2, 10*time.Second) // D dropped: etcd back, its lease run out
+		}
+		t.Logf("etcd down %v: A and B stayed members", time.Since(stopped).Round(100*time.Millisecond))
+	})
+
+	t.Run("a node whose lease lapses (stopped 5 s) stops serving and exits non-zero", func(t *testing.T) {
+		if err := syscall.Kill(b.pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		a.waitMembers(t, 1, 15*time.Second)
+		t.Logf("A dropped the stopped B %v after SIGSTOP", time.Since(stopped).Round(10*time.Millisecond))
+		time.Sleep(time.Until(stopped.Add(5 * time.Second)))
+		if err := syscall.Kill(b.pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		resumed := time.Now()
+		if code := b.waitExit(t, 15*time.Second); code == 0 {
+			t.Fatalf("B exited 0 after losing its membership:\n%s", b.proc.Logs)
+		}
+		if !strings.Contains(b.proc.Logs.String(), "out of the cluster") {
+			t.Fatalf("B did not say why it stopped:\n%s", b.proc.Logs)
+		}
+		t.Logf("B exited non-zero %v after it resumed", time.Since(resumed).Round(10*time.Millisecond))
+	})
+
+	t.Run("graceful leave: the others drop the node at once; it exits 0", func(t *testing.T) {
+		d := startClusterNode(t, "D", etcd.Endpoint, dbURL)
+		a.waitMembers(t, 2, 5*time.Second)
+		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		term := time.Now()
+		t.Logf("A dropped D %v after SIGTERM", a.waitMembers(t, 1, 5*time.Second).Round(time.Millisecond))
+		if code := d.waitExit(t, 15*time.Second); code != 0 {
+			t.Fatalf("D exited %d:\n%s", code, d.proc.Logs)
+		}
+		t.Logf("D exited 0 %v after SIGTERM", time.Since(term).Round(10*time.Millisecond))
+	})
+	t.Logf("cluster tests took %v", time.Since(began).Round(100*time.Millisecond))
+}
