@@ -217,8 +217,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 
 	jobs, stopJobs := context.WithCancel(context.Background())
 	a.stopJobs = stopJobs
-	a.every(jobs, 10*time.Minute, a.pruneRevocations)
-	a.every(jobs, 10*time.Minute, a.pruneSessionRevocations)
+	a.every(jobs, 10*time.Minute, a.pruner("token revocations", a.store.PruneRevocations))
+	a.every(jobs, 10*time.Minute, a.pruner("session revocations", a.store.PruneSessionRevocations))
 	a.every(jobs, cfg.UsageRollup, a.usage.flush)
 	if cfg.DebugAddr != "" {
 		dln, err := net.Listen("tcp", cfg.DebugAddr)
@@ -257,28 +257,19 @@ func (a *app) every(ctx context.Context, period time.Duration, job func(context.
 	}()
 }
 
-// pruneRevocations drops stored revocations no token can match any more.
-func (a *app) pruneRevocations(ctx context.Context) {
-	n, err := a.store.PruneRevocations(ctx, a.now())
-	if err != nil {
-		a.log.Warn("prune token revocations", "err", err)
-		return
-	}
-	if n > 0 {
-		a.log.Debug("pruned token revocations", "count", n)
-	}
-}
-
-// pruneSessionRevocations drops ended sessions whose cookies are refused for
-// their age by now.
-func (a *app) pruneSessionRevocations(ctx context.Context) {
-	n, err := a.store.PruneSessionRevocations(ctx, a.now())
-	if err != nil {
-		a.log.Warn("prune session revocations", "err", err)
-		return
-	}
-	if n > 0 {
-		a.log.Debug("pruned session revocations", "count", n)
+// pruner deletes stored rows that can no longer matter at the app's now:
+// token revocations no token can match, ended sessions whose cookies are
+// refused for their age anyway.
+func (a *app) pruner(what string, prune func(context.Context, time.Time) (int64, error)) func(context.Context) {
+	return func(ctx context.Context) {
+		n, err := prune(ctx, a.now())
+		if err != nil {
+			a.log.Warn("prune "+what, "err", err)
+			return
+		}
+		if n > 0 {
+			a.log.Debug("pruned "+what, "count", n)
+		}
 	}
 }
 
