@@ -67,8 +67,8 @@ type System struct {
 	projects  sync.Map // project id → *projectRef
 
 	liveMu sync.Mutex
-	live   map[string]int // project id → live connections on this node, for MaxConnections
-	byAddr map[string]int // project id + client address → live connections, for MaxConnectionsPerAddress
+	live   map[string]int        // project id → live connections on this node, for MaxConnections
+	byAddr map[string]*addrCount // project id + client address → live connections, for MaxConnectionsPerAddress
 
 	cluster atomic.Pointer[Cluster] // nil on one node (cluster.go)
 }
@@ -149,7 +149,7 @@ func NewSystem(cfg Config) *System {
 	// 300 bytes of every idle connection); each learns its socket from connInit.
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
 		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
-	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]int{}}
+	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}}
 }
 
 // tell posts an edge message to the project actor, starting one if the
@@ -224,8 +224,15 @@ func (s *System) Publish(ctx context.Context, projectID, channel string, payload
 // taken by Reserve before a handshake is accepted and given back by Release.
 type Lease struct {
 	projectID string
-	addrKey   string // project id + client address ("" when the address is not capped)
+	addr      *addrCount // nil when the address is not capped
 	released  atomic.Bool
+}
+
+// addrCount is the live connections of one project from one client address;
+// leases share it, so a connection holds no copy of the key.
+type addrCount struct {
+	key string // project id + client address
+	n   int
 }
 
 // addressKey groups client addresses the way limits count them: an IPv6
@@ -248,23 +255,30 @@ func addressKey(addr string) string {
 // MaxConnectionsPerAddress from this client address. Open's Session gives it
 // back on close; a handshake that fails after Reserve calls Release.
 func (s *System) Reserve(projectID, clientAddr string) (*Lease, bool) {
-	l := &Lease{projectID: projectID}
-	if s.cfg.MaxConnectionsPerAddress > 0 {
-		l.addrKey = projectID + "|" + addressKey(clientAddr)
-	}
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	n := s.live[projectID]
 	if s.cfg.MaxConnections > 0 && n >= s.cfg.MaxConnections {
 		return nil, false
 	}
-	if l.addrKey != "" && s.byAddr[l.addrKey] >= s.cfg.MaxConnectionsPerAddress {
-		return nil, false
+	l := &Lease{projectID: projectID}
+	if s.cfg.MaxConnectionsPerAddress > 0 {
+		key := projectID + "|" + addressKey(clientAddr)
+		a := s.byAddr[key]
+		if a == nil {
+			a = &addrCount{key: key}
+			s.byAddr[key] = a
+		}
+		if a.n >= s.cfg.MaxConnectionsPerAddress {
+			if a.n == 0 {
+				delete(s.byAddr, key)
+			}
+			return nil, false
+		}
+		a.n++
+		l.addr = a
 	}
 	s.live[projectID] = n + 1
-	if l.addrKey != "" {
-		s.byAddr[l.addrKey]++
-	}
 	return l, true
 }
 
@@ -276,13 +290,15 @@ func (s *System) Release(l *Lease) {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	decrement(s.live, l.projectID)
-	if l.addrKey != "" {
-		decrement(s.byAddr, l.addrKey)
+	if a := l.addr; a != nil {
+		if a.n--; a.n <= 0 {
+			delete(s.byAddr, a.key) // no entry stays per address ever seen
+		}
 	}
 }
 
 // decrement lowers a count, deleting it at zero: no entry stays per project
-// or address ever seen.
+// ever seen.
 func decrement(m map[string]int, k string) {
 	if n := m[k]; n > 1 {
 		m[k] = n - 1

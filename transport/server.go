@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime"
 	"sync"
@@ -308,6 +309,12 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	if n := rw.Reader.Buffered(); n > 0 {
 		early, _ = rw.Reader.Peek(n)
 		early = append([]byte(nil), early...)
+	}
+	// A listener wrapper (a connection cap, say) is done with the
+	// connection once it is hijacked: keep the socket itself, not the
+	// wrapper, for the connection's whole life.
+	if w, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = w.NetConn()
 	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {

@@ -99,6 +99,10 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// NetConn is the connection itself: the transport keeps it, not this
+// wrapper, once a WebSocket upgrade has given the slot back.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
+
 // SyscallConn is the underlying connection's, so a hijacked WebSocket can be
 // registered with the transport's poller.
 func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
