@@ -464,11 +464,13 @@ func TestEmitConn(t *testing.T) {
 // relays from the built binary, and its table names every target.
 func TestSuite(t *testing.T) {
 	out := captured(t, runSuite, []string{"-relay", relayBin, "-conns", "200", "-fanout-subs", "20",
-		"-deliveries", "2000,4000", "-growth", "10,20", "-duration", "1s", "-churn-duration", "1s"})
+		"-deliveries", "2000,4000", "-growth", "10,20", "-duration", "1s", "-churn-duration", "1s",
+		"-ladder", "5,10", "-spread-channels", "5", "-spread-rate", "10"})
 	table := out.String()[strings.Index(out.String(), "relay-bench suite,"):]
 	for _, want := range []string{"memory, 200 idle subscribed connections", "handshakes", "HTTP emit, no subscribers, 16 workers",
 		"HTTP emit, 100 subscribers", "fan-out, 1 channel, 20 subscribers, 100 B", "fan-out, 1 channel, 10 subscribers",
-		"growth, 20 vs 10 subscribers", "server CPU per delivery", "churn, 200 joins/s"} {
+		"growth, 20 vs 10 subscribers", "server CPU per delivery", "churn, 200 joins/s",
+		"latency, 5 emits/s to 20 subscribers", "latency, 10 emits/s to 20 subscribers", "latency, 10 emits/s over 5 channels × 2 subscribers"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table has no row %q", want)
 		}
@@ -476,7 +478,7 @@ func TestSuite(t *testing.T) {
 	// Toy rates are far below any limit: the growth baselines and churn pass
 	// (the fan-out target row wants 600 000/s, which toy sizes never offer).
 	for _, line := range strings.Split(table, "\n") {
-		if (strings.Contains(line, "(growth baseline") || strings.HasPrefix(line, "churn")) && !strings.Contains(line, " yes ") {
+		if (strings.Contains(line, "(growth baseline") || strings.HasPrefix(line, "churn") || strings.HasPrefix(line, "latency")) && !strings.Contains(line, " yes ") {
 			t.Errorf("row did not pass: %s", line)
 		}
 	}

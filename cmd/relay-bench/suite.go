@@ -32,7 +32,14 @@ func runSuite(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 5*time.Second, "length of each emitting run")
 	emitWorkers := fs.Int("emit-workers", 16, "keep-alive workers of the HTTP emit target")
 	churnDuration := fs.Duration("churn-duration", 5*time.Second, "length of the churn run")
+	ladder := fs.String("ladder", "25,100,300,500", "emits per second to the -fanout-subs subscribers of one channel, one latency row each")
+	spread := fs.Int("spread-channels", 1000, "channels of the spread latency row (2 subscribers each)")
+	spreadRate := fs.Float64("spread-rate", 1000, "emits per second over the spread row's channels")
 	fs.Parse(args)
+	rates, err := intList(*ladder)
+	if err != nil {
+		return fmt.Errorf("-ladder: %w", err)
+	}
 
 	offered, err := intList(*sweep)
 	if err != nil {
@@ -90,6 +97,17 @@ func runSuite(ctx context.Context, args []string) error {
 					fmt.Sprintf("%.0f/s, p99 %s, lost %d", rate, fmtMS(p99), int(num(out, "subs.lost"))), ok, saturated(out),
 					s.cmd("emit", "-subs", fmt.Sprint(subs), "-workers", fmt.Sprint(*emitWorkers)))
 			}
+		}
+
+		// Latency at a ladder of loads: what a message waits when the
+		// server is far from saturated, and as load grows.
+		for _, r := range rates {
+			if err := s.latencyRow(*fanoutSubs, 1, float64(r)); err != nil {
+				return err
+			}
+		}
+		if err := s.latencyRow(2**spread, *spread, *spreadRate); err != nil {
+			return err
 		}
 
 		best, last, _, err := s.sweep(*fanoutSubs, 1, offered, fanoutPassed)
@@ -227,6 +245,37 @@ func (s *suite) sweep(subs, channels int, offered []int, passed func(map[string]
 		best = last
 	}
 	return best, last, first, nil
+}
+
+// latencyRow runs one fan-out at a fixed rate and reports its latency
+// percentiles (emit sent → message read by a subscriber) and the server's
+// CPU per delivery. The targets: at 25 emits/s to 2 000 subscribers p50 ≤
+// 10 ms and p99 ≤ 25 ms; at 300 emits/s p99 ≤ 50 ms; no loss at any rate.
+func (s *suite) latencyRow(subs, channels int, rate float64) error {
+	rateArg := strconv.FormatFloat(rate, 'f', -1, 64)
+	out, err := s.run(runFanout, "-subs", fmt.Sprint(subs), "-channels", fmt.Sprint(channels),
+		"-rate", rateArg, "-duration", s.dur, "-workers", "128")
+	if err != nil {
+		return err
+	}
+	p50, p99, p999 := num(out, "subs.latency.p50_ms"), num(out, "subs.latency.p99_ms"), num(out, "subs.latency.p999_ms")
+	lost := int(num(out, "subs.lost"))
+	ok := lost == 0 && num(out, "subs.server_closed") == 0 && num(out, "emits.failed") == 0
+	goal := "no loss"
+	switch {
+	case channels == 1 && subs == 2000 && rate == 25:
+		goal, ok = "p50 ≤ 10 ms, p99 ≤ 25 ms, no loss", ok && p50 <= 10 && p99 <= 25
+	case channels == 1 && subs == 2000 && rate == 300:
+		goal, ok = "p99 ≤ 50 ms, no loss", ok && p99 <= 50
+	}
+	name := fmt.Sprintf("latency, %s emits/s to %d subscribers", rateArg, subs)
+	if channels > 1 {
+		name = fmt.Sprintf("latency, %s emits/s over %d channels × %d subscribers", rateArg, channels, subs/channels)
+	}
+	s.row(name, goal, fmt.Sprintf("p50 %s p99 %s p999 %s, %.2f µs CPU per delivery, lost %d",
+		fmtMS(p50), fmtMS(p99), fmtMS(p999), cpuPerDelivery(out), lost), ok, saturated(out),
+		s.cmd("fanout", "-subs", fmt.Sprint(subs), "-channels", fmt.Sprint(channels), "-rate", rateArg))
+	return nil
 }
 
 // keptUp is the throughput criterion of the growth comparison: every
