@@ -232,11 +232,18 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *projectDeleted:
 		a.stop(ctx, "project deleted")
 	case *keysRevoked:
+		revoked := make(map[string]bool, len(m.hashes))
 		for _, h := range m.hashes {
-			for _, c := range a.conns {
-				if c.keyHash == h {
-					c.sink.Close(proto.CloseKeyRevoked, "key revoked")
-				}
+			if _, used := a.keyNames[h]; used { // only keys some connection was opened with
+				revoked[h] = true
+			}
+		}
+		if len(revoked) == 0 {
+			return
+		}
+		for _, c := range a.conns {
+			if revoked[c.keyHash] {
+				c.sink.Close(proto.CloseKeyRevoked, "key revoked")
 			}
 		}
 	case *usageDrain:
