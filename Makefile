@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test bench lint vet fmt-check fuzz clean soak worstcase proto test-cluster
+.PHONY: build run test bench lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/relay
@@ -45,6 +45,20 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 	$(GO) build -o bin/relay-bench ./cmd/relay-bench
 	./bin/relay-bench suite -relay $(BIN)
+
+# The container image (cmd/relay/deploy/Containerfile): a static bin/relay-static built here,
+# then copied into a FROM scratch image with podman, or docker when podman is absent.
+IMAGE  ?= relay:latest
+ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+image:
+	@if [ -z "$(ENGINE)" ]; then echo "make image: neither podman nor docker is installed (apt-get install podman)"; exit 1; fi
+	@if [ ! -r "$(CA_BUNDLE)" ]; then echo "make image: no CA bundle at $(CA_BUNDLE) (apt-get install ca-certificates, or set CA_BUNDLE)"; exit 1; fi
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/relay-static ./cmd/relay
+	@ctx=$$(mktemp -d) && trap 'rm -rf "$$ctx"' EXIT && \
+	cp bin/relay-static "$$ctx/relay" && mkdir "$$ctx/data" && cp "$(CA_BUNDLE)" "$$ctx/ca-certificates.crt" && \
+	echo "$(ENGINE) build -f cmd/relay/deploy/Containerfile -t $(IMAGE)" && \
+	$(ENGINE) build -f cmd/relay/deploy/Containerfile -t $(IMAGE) "$$ctx"
 
 lint: fmt-check vet
 
