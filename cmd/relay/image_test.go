@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestContainerImage builds cmd/relay/deploy/Containerfile with podman and
+// checks what the image declares: a numeric non-root user, port 8080, the
+// /data volume holding the SQLite store, and /relay serve as what it runs.
+// The build context holds a stand-in for the binary (this test's own
+// executable: the image is inspected, never run, and `make image` compiles
+// the real static binary in about a minute, too long for a test), an empty
+// data/ and a CA bundle, as `make image` assembles them.
+//
+// Where podman is not installed the test skips, unless RELAY_REQUIRE_PODMAN=1
+// (set by .ci/run, which installs podman) makes that a failure.
+func TestContainerImage(t *testing.T) {
+	podman, err := exec.LookPath("podman")
+	if err != nil {
+		if os.Getenv("RELAY_REQUIRE_PODMAN") == "1" {
+			t.Fatal("RELAY_REQUIRE_PODMAN=1 but podman is not on PATH (apt-get install podman)")
+		}
+		t.Skip("podman is not on PATH: the container image is not built (set RELAY_REQUIRE_PODMAN=1 to make this a failure)")
+	}
+	ctxDir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, self, filepath.Join(ctxDir, "relay"))
+	if err := os.Mkdir(filepath.Join(ctxDir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := "/etc/ssl/certs/ca-certificates.crt"
+	if _, err := os.Stat(ca); err != nil {
+		ca = filepath.Join(ctxDir, "placeholder.crt")
+		if err := os.WriteFile(ca, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, ca, filepath.Join(ctxDir, "ca-certificates.crt"))
+
+	tag := fmt.Sprintf("localhost/relay-imagetest:%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		if out, err := exec.Command(podman, "rmi", "-f", tag).CombinedOutput(); err != nil {
+			t.Logf("podman rmi %s: %v\n%s", tag, err, out)
+		}
+	})
+	build := exec.Command(podman, "build", "-q", "-f", filepath.Join("deploy", "Containerfile"), "-t", tag, ctxDir)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("podman build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(podman, "image", "inspect", tag).Output()
+	if err != nil {
+		t.Fatalf("podman image inspect: %v", err)
+	}
+	var images []struct {
+		Config struct {
+			User         string
+			ExposedPorts map[string]struct{}
+			Volumes      map[string]struct{}
+			Entrypoint   []string
+			Cmd          []string
+			Env          []string
+		}
+	}
+	if err := json.Unmarshal(out, &images); err != nil || len(images) != 1 {
+		t.Fatalf("podman image inspect: %v (%d images)\n%s", err, len(images), out)
+	}
+	c := images[0].Config
+	if c.User != "65532:65532" {
+		t.Errorf("user %q, want 65532:65532 (numeric, not root)", c.User)
+	}
+	if _, ok := c.ExposedPorts["8080/tcp"]; !ok || len(c.ExposedPorts) != 1 {
+		t.Errorf("exposed ports %v, want 8080/tcp only", c.ExposedPorts)
+	}
+	if _, ok := c.Volumes["/data"]; !ok || len(c.Volumes) != 1 {
+		t.Errorf("volumes %v, want /data only", c.Volumes)
+	}
+	if !slices.Equal(c.Entrypoint, []string{"/relay"}) || !slices.Equal(c.Cmd, []string{"serve"}) {
+		t.Errorf("entrypoint %q cmd %q, want [/relay] [serve]", c.Entrypoint, c.Cmd)
+	}
+	if !slices.Contains(c.Env, "DATABASE_URL=sqlite:/data/relay.db") {
+		t.Errorf("env %q lacks DATABASE_URL=sqlite:/data/relay.db", c.Env)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
