@@ -101,7 +101,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 }
 
 // publish applies the budgets, stamps seq, encodes the message once and hands
-// the same bytes to every subscriber (SPEC.md › Emit endpoint), or, for a
+// the same bytes to every subscriber (proto/PROTOCOL.md › POST /emit), or, for a
 // client-emit, to every subscriber but the emitter, which gets the emit ack.
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	if m.projectDenied {
@@ -146,7 +146,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 			i++
 			continue
 		}
-		a.removeAt(i) // gone: pruned inline during the fan-out (SPEC.md › Connection)
+		a.removeAt(i) // gone: pruned inline during the fan-out (a gone subscriber is dropped, not retried)
 	}
 	if m.origin != nil {
 		m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.name, a.seq)))

@@ -62,7 +62,7 @@ func (m *Publish) abandoned() bool { return m.claim.Load() == 2 }
 // answer is on its way).
 func (m *Publish) abandon() bool { return m.claim.CompareAndSwap(0, 2) }
 
-// PublishResult is the answer to Publish: the 200 or 429 body of SPEC.md.
+// PublishResult is the answer to Publish: the 200 or 429 body of proto/PROTOCOL.md › POST /emit.
 type PublishResult struct {
 	Seq         uint64
 	Delivered   int
@@ -113,7 +113,7 @@ type connClosed struct {
 type usageDrain struct{ reply chan Usage }
 
 // Usage is one project's counts since the last drain, and its live
-// connections now (SPEC.md › Usage row).
+// connections now (README.md › Webhooks and usage).
 type Usage struct {
 	ProjectID   string
 	Connects    int64

@@ -295,7 +295,7 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 
 // publish checks the project backstop, then forwards to the channel actor,
 // which answers the edge. Refused emits still go to the channel so that every
-// 429 carries both budgets (SPEC: the emit endpoint's 429 body).
+// 429 carries both budgets (proto/PROTOCOL.md › POST /emit: the 429 body).
 func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	m.channelLimit = a.cfg.EmitRatePerMinute
 	if a.settings.ChannelRateLimit > 0 {

@@ -10,8 +10,8 @@ import (
 // 5 KiB, or 8 of the largest allowed.
 const DefaultReplayMaxBytes = 1 << 20
 
-// replayRing keeps a channel's recent messages for `since` (SPEC.md › Replay
-// buffer), bounded by age and by bytes. Owned by the channel actor.
+// replayRing keeps a channel's recent messages for `since` (proto/PROTOCOL.md ›
+// Replay and seq), bounded by age and by bytes. Owned by the channel actor.
 type replayRing struct {
 	ttl      time.Duration
 	maxBytes int

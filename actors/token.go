@@ -9,7 +9,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// emitClaims are the checked claims of a client-emit token (CONTRACT.md › Tokens).
+// emitClaims are the checked claims of a client-emit token (proto/PROTOCOL.md › Client-emit tokens).
 type emitClaims struct {
 	clientID string
 	jti      string

@@ -11,8 +11,8 @@ import (
 )
 
 // FuzzVerifyEmitToken: verifyEmitToken never panics and never accepts a
-// token that acceptedEmitToken, an independent reading of CONTRACT.md ›
-// Tokens and SPEC.md › Client-emit rules, refuses: the signature must be
+// token that acceptedEmitToken, an independent reading of proto/PROTOCOL.md ›
+// Client-emit tokens and its client-emit rules, refuses: the signature must be
 // HMAC-SHA256 with the project's secret, and the claims must name the
 // project, the channel and the type, carry a clientId and a jti, and be
 // within exp and the maximum TTL from iat.

@@ -2,7 +2,7 @@ package actors
 
 import "time"
 
-// Budget is one rate-limit window as SPEC.md shows it: {limit, remaining, resetAt}.
+// Budget is one rate-limit window as the emit answers show it (proto/PROTOCOL.md › POST /emit): {limit, remaining, resetAt}.
 type Budget struct {
 	Limit     int       `json:"limit"`
 	Remaining int       `json:"remaining"`

@@ -10,7 +10,7 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// controlPlane serves SPEC.md › Control plane.
+// controlPlane serves the control plane under /api/ (api/openapi.yaml).
 type controlPlane struct {
 	*Server
 }
@@ -240,7 +240,7 @@ func (c controlPlane) owned(w http.ResponseWriter, r *http.Request) (ownedProjec
 	return p, true
 }
 
-// writeOpError answers a failed project operation: a refusal with its SPEC
+// writeOpError answers a failed project operation: a refusal with its error
 // code, our own fault with 500 (503 when the database cannot be reached).
 func (c controlPlane) writeOpError(w http.ResponseWriter, err error) {
 	var refused *proto.Error

@@ -1,7 +1,7 @@
 package api
 
 // The dashboard: server-rendered HTML pages under / for project owners
-// (SPEC.md › "dashboard only": webhook configuration, the per-project channel
+// (what is "dashboard only", README.md › Dashboard: webhook configuration, the per-project channel
 // budget override, usage), plus the account, project and key operations of
 // the control plane. It needs no JavaScript and works under the CSP that
 // securityHeaders sets (no inline script or style: one stylesheet of ours).

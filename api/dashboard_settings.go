@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// The webhook (SPEC.md › Webhook configuration: "set from the dashboard
-// only") and the per-project channel budget (SPEC.md › Limits: "overridable
-// per project from the dashboard"): the pages of their project operations
+// The webhook (set from the dashboard only, README.md ›
+// Dashboard) and the per-project channel budget (an override of
+// EMIT_RATE_LIMIT_PER_MINUTE, set from the dashboard only): the pages of their project operations
 // (projects.go), which save the project's settings row and make a running
 // project actor reload it.
 

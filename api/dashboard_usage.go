@@ -9,7 +9,8 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// The usage page (SPEC.md › Usage row: "shown in a dashboard only"): the
+// The usage page (usage is shown in the dashboard only,
+// README.md › Dashboard): the
 // project's daily rows of the last usageDays UTC days as a table, and the
 // same numbers as a server-rendered SVG chart. The chart uses presentation
 // attributes and the stylesheet only: the CSP forbids inline styles.

@@ -11,7 +11,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// budgetBody is SPEC.md's {limit, remaining, resetAt}.
+// budgetBody is {limit, remaining, resetAt} (proto/PROTOCOL.md › POST /emit).
 type budgetBody struct {
 	Limit     int    `json:"limit"`
 	Remaining int    `json:"remaining"`
@@ -42,7 +42,7 @@ type emitLimited struct {
 // unless the process is overloaded.
 const emitTimeout = 5 * time.Second
 
-// handleEmit is SPEC.md › Emit endpoint.
+// handleEmit is POST /emit (proto/PROTOCOL.md › POST /emit).
 func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 	leave, ok := s.enter(w)
 	if !ok {

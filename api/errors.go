@@ -9,7 +9,7 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// statusOf is the only code → HTTP status table (SPEC.md › Errors).
+// statusOf is the only code → HTTP status table (api/openapi.yaml, proto/PROTOCOL.md).
 var statusOf = map[proto.Code]int{
 	proto.CodeEmailAndPasswordRequired: http.StatusBadRequest,
 	proto.CodePasswordTooShort:         http.StatusBadRequest,

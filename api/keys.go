@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Key prefixes of SPEC.md › Primitives.
+// Key prefixes (proto/PROTOCOL.md › Keys).
 const (
 	PublicKeyPrefix = "pk_live_"
 	SecretKeyPrefix = "sk_live_"

@@ -23,12 +23,12 @@ import (
 // next request, a new client-emit secret or revocation applies to the next
 // frame.
 //
-// A refusal is a typed error: a *proto.Error for the refusals with a SPEC
+// A refusal is a typed error: a *proto.Error for the refusals with an error
 // code (the JSON routes answer the code, the dashboard says it in words), or
 // one of the dashboard-only errors below. Any other error is our own fault,
 // wrapped with what was being done.
 
-// Refusals with a SPEC code.
+// Refusals with an error code (api/openapi.yaml).
 var (
 	errProjectNotFound = &proto.Error{Code: proto.CodeProjectNotFound}
 	errKeyNotFound     = &proto.Error{Code: proto.CodeKeyNotFound}
@@ -36,9 +36,9 @@ var (
 	errInvalidKeyType  = &proto.Error{Code: proto.CodeInvalidKeyType}
 )
 
-// Refusals of the dashboard-only settings (SPEC.md › Webhook configuration:
-// "set from the dashboard only"; › Limits: the channel budget is
-// "overridable per project from the dashboard"). They have no SPEC code.
+// Refusals of the dashboard-only settings (README.md › Dashboard:
+// the webhook URL and the channel budget override are set from the
+// dashboard only). They have no error code.
 var (
 	errInvalidWebhookURL = errors.New("invalid webhook URL")
 	errNoWebhookURL      = errors.New("no webhook URL")
@@ -341,8 +341,8 @@ func (p ownedProject) updateSettings(ctx context.Context, what string, change fu
 	return nil
 }
 
-// revokeTokens revokes client-emit tokens of a project (SPEC.md › Client-emit
-// token revoke endpoint): one jti, every token of a clientId issued until now,
+// revokeTokens revokes client-emit tokens of a project (proto/PROTOCOL.md ›
+// POST /emit-tokens/revoke): one jti, every token of a clientId issued until now,
 // or both. Each revocation is stored before it applies to the live project,
 // so it survives a restart.
 func (o *projectOps) revokeTokens(ctx context.Context, projectID string, in revokeRequest) error {

@@ -8,7 +8,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// handleRevokeTokens is SPEC.md › Client-emit token revoke endpoint. The
+// handleRevokeTokens is POST /emit-tokens/revoke (proto/PROTOCOL.md). The
 // revocation is stored before the answer (it survives a restart) and applied
 // to the live project at once (projectOps.revokeTokens).
 func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +56,7 @@ type revokeRequest struct {
 	ClientID string
 }
 
-// decodeRevokeRequest parses {jti?, clientId?} in SPEC.md's order of checks:
+// decodeRevokeRequest parses {jti?, clientId?} in proto/PROTOCOL.md's order of checks:
 // invalid_json (not a JSON object, or jti or clientId present and neither a
 // string nor null), then jti_or_client_id_required (neither is a non-empty
 // string). An accepted request has at least one field set.

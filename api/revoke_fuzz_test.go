@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzDecodeRevokeRequest: decodeRevokeRequest never panics and agrees with
-// revokeRequestModel, SPEC.md › Client-emit token revoke endpoint read
+// revokeRequestModel, proto/PROTOCOL.md › POST /emit-tokens/revoke read
 // independently on top of a generic JSON parse. An accepted request has at
 // least one of jti and clientId, each exactly the string sent.
 func FuzzDecodeRevokeRequest(f *testing.F) {

@@ -19,7 +19,8 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// CookieName and SessionLifetime are fixed by CONTRACT.md › Tokens.
+// CookieName and SessionLifetime are fixed by README.md (the service_session
+// cookie: an HS256 JWT, 7 days).
 const (
 	CookieName      = "service_session"
 	SessionLifetime = 7 * 24 * time.Hour
@@ -214,7 +215,7 @@ func (s *sessions) fromRequest(r *http.Request) (sess session, ok bool, err erro
 }
 
 // requireUser wraps a session route: without a valid session it answers
-// 401 {error: unauthorized} (SPEC.md › Control plane); when the store cannot
+// 401 {error: unauthorized} (api/openapi.yaml); when the store cannot
 // say whether the session was ended, 503 service_unavailable.
 func (s *sessions) requireUser(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

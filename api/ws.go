@@ -10,8 +10,8 @@ import (
 	"github.com/relayhq/relay/transport"
 )
 
-// handleWS authenticates the public key before the upgrade (SPEC.md ›
-// Authentication rule 1: a bad key gets 401 and never a WebSocket), then hands
+// handleWS authenticates the public key before the upgrade (proto/PROTOCOL.md ›
+// Connecting: a bad key gets 401 and never a WebSocket), then hands
 // the socket to the transport and its messages to a connection actor.
 func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	leave, ok := s.enter(w)

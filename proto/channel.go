@@ -1,7 +1,7 @@
 package proto
 
 // ValidChannel reports whether name is 1 to 200 characters of [a-zA-Z0-9_\-.:]
-// (SPEC.md › Channel).
+// (PROTOCOL.md › subscribe).
 func ValidChannel(name string) bool {
 	if len(name) == 0 || len(name) > MaxChannelLen {
 		return false

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// channelPattern is SPEC.md › Channel, verbatim.
+// channelPattern is the channel-name rule of PROTOCOL.md › subscribe, verbatim.
 var channelPattern = regexp.MustCompile(`^[a-zA-Z0-9_\-.:]+$`)
 
 // specChannel is the spec's rule read literally: 1 to 200 characters

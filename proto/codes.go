@@ -1,6 +1,7 @@
 package proto
 
-// Code is an error code of SPEC.md › Errors, spelled exactly as there.
+// Code is an error code (PROTOCOL.md › Errors on the socket, and the HTTP
+// answers there and in api/openapi.yaml), spelled exactly as on the wire.
 type Code string
 
 const (
@@ -32,7 +33,7 @@ const (
 	CodeEmitTokenRevoked         Code = "emit_token_revoked"
 	CodeClientEmitRateLimited    Code = "client_emit_rate_limited"
 
-	// Codes the service adds where SPEC.md has none: routing and transport
+	// Codes beyond the product specification's: routing and transport
 	// failures of the HTTP surface. They never replace a spec code.
 	CodeNotFound             Code = "not_found"
 	CodeMethodNotAllowed     Code = "method_not_allowed"

@@ -11,7 +11,7 @@ type EmitRequest struct {
 	Payload []byte // compact JSON; "null" when the field was absent
 }
 
-// DecodeEmitRequest parses {channel, payload} in SPEC.md's order of checks:
+// DecodeEmitRequest parses {channel, payload} in PROTOCOL.md's order of checks (› POST /emit):
 // invalid_json (not a JSON object), invalid_channel (missing, not a string,
 // or breaking the name rules), payload_too_large (serialized
 // {channel,payload} over MaxMessageBytes, payload measured compact).

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzDecodeEmitRequest: DecodeEmitRequest never panics and agrees with
-// emitRequestModel (SPEC.md › Emit endpoint on top of a generic JSON parse).
+// emitRequestModel (PROTOCOL.md › POST /emit on top of a generic JSON parse).
 // An accepted body has a valid channel and a payload that is valid, compact
 // JSON meaning what was sent, within MaxMessageBytes once framed; the frame
 // the channel actor builds from it is valid JSON.

@@ -36,7 +36,7 @@ func AppendEmitAck(dst []byte, channel string, seq uint64) []byte {
 	return append(dst, '}')
 }
 
-// Presence events of SPEC.md › Presence events.
+// Presence events of PROTOCOL.md › Presence.
 const (
 	PresenceSync  = "sync"
 	PresenceJoin  = "join"

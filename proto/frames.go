@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Client actions of SPEC.md › WebSocket protocol.
+// Client actions of PROTOCOL.md › Client actions.
 const (
 	ActionSubscribe   = "subscribe"
 	ActionUnsubscribe = "unsubscribe"

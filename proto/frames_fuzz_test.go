@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzDecodeClientMessage: DecodeClientMessage never panics and agrees with
-// clientMessageModel, SPEC.md › WebSocket protocol read independently on top
+// clientMessageModel, PROTOCOL.md › Client actions read independently on top
 // of a generic JSON parse, for every input: the same error (code and echoed
 // channel) or the same decoded message. Accepted messages have a supported
 // action and, except ping, a valid channel; the frames the connection actor
@@ -150,7 +150,7 @@ func objectMembers(b []byte) ([]member, bool) {
 // fields maps each wanted field to the raw value of the last member naming
 // it. Names match as encoding/json matches struct fields: exactly or else
 // case-insensitively (Unicode simple folding, so "ſince" names since).
-// SPEC.md spells every field in lower camel case; the leniency is
+// PROTOCOL.md spells every field in lower camel case; the leniency is
 // encoding/json's, kept here so the model describes the decoder as it is.
 func fields(ms []member, names ...string) map[string]json.RawMessage {
 	out := map[string]json.RawMessage{}

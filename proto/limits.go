@@ -1,6 +1,6 @@
 package proto
 
-// Limits of SPEC.md › Limits that every side shares.
+// Limits of PROTOCOL.md › Limits that every side shares.
 const (
 	// MaxMessageBytes caps the serialized {channel,payload} of an emit.
 	MaxMessageBytes = 131072

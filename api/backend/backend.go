@@ -20,7 +20,8 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwt"
 )
 
-// TokenOptions are the options of SPEC.md › Token minting.
+// TokenOptions are what a client-emit token carries (proto/PROTOCOL.md ›
+// Client-emit tokens), with the life requested.
 type TokenOptions struct {
 	Secret    string   // the project's client-emit secret
 	ProjectID string   // pid
@@ -33,7 +34,7 @@ type TokenOptions struct {
 	JTI string
 }
 
-// MintClientEmitToken signs a client-emit token (CONTRACT.md › Tokens: JWT,
+// MintClientEmitToken signs a client-emit token (proto/PROTOCOL.md › Client-emit tokens: JWT,
 // HS256 keyed with the secret's UTF-8 bytes). The server caps its life at
 // CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS from iat, whatever TTL asks for.
 func MintClientEmitToken(o TokenOptions) (string, error) {

@@ -1,5 +1,5 @@
-// Package client is the Go reference client of a Relay (SPEC.md › Reference
-// client behavior): subscribe, receive, presence, client-emit with a token,
+// Package client is the Go reference client of a Relay (README.md ›
+// Clients; the protocol is proto/PROTOCOL.md): subscribe, receive, presence, client-emit with a token,
 // heartbeat, and automatic reconnect with backoff that resubscribes and asks
 // for replay from the last seq seen on each channel, dropping duplicates.
 //
@@ -18,9 +18,10 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// Options are SPEC.md's client options; zero values take its defaults.
+// Options are the reference client's options (README.md › Clients); zero
+// values take their defaults.
 type Options struct {
-	// NoReconnect turns automatic reconnection off (SPEC.md's reconnect: false).
+	// NoReconnect turns automatic reconnection off (the browser client's reconnect: false).
 	NoReconnect         bool
 	MaxReconnectDelay   time.Duration // default 30 s
 	HeartbeatInterval   time.Duration // default 240 s; negative disables

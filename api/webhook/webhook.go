@@ -1,5 +1,5 @@
-// Package webhook delivers connect and disconnect events (SPEC.md ›
-// Webhooks) off the hot path: a bounded queue per project, workers shared
+// Package webhook delivers connect and disconnect events (README.md ›
+// Webhooks and usage) off the hot path: a bounded queue per project, workers shared
 // fairly between projects, one attempt each, a timeout, and counters for
 // what was sent, failed or dropped.
 package webhook
@@ -23,7 +23,8 @@ import (
 	"time"
 )
 
-// Event is one webhook body. Field order is SPEC.md's.
+// Event is one webhook body. Field order is the product specification's: event, projectId,
+// connectionId, timestamp, then the disconnect status and reason.
 type Event struct {
 	Event                string  `json:"event"` // "connect" or "disconnect"
 	ProjectID            string  `json:"projectId"`

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Config is every setting of CONTRACT.md › Configuration, typed and validated.
+// Config is every setting of README.md › Configuration, typed and validated.
 // os.Getenv appears nowhere else.
 type Config struct {
 	Addr          string // RELAY_ADDR: public HTTP + WebSocket listener

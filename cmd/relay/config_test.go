@@ -1,6 +1,6 @@
 package main
 
-// Tests of LoadConfig against CONTRACT.md › Configuration, and of how the
+// Tests of LoadConfig against README.md › Configuration, and of how the
 // command reports configuration at start.
 
 import (
@@ -81,8 +81,7 @@ func cfgFields(c Config) map[string]any {
 	}
 }
 
-// cfgDefaults is CONTRACT.md › Configuration's default column (plus the
-// operational settings CONTRACT.md does not list: shutdown timeout, logging).
+// cfgDefaults is README.md › Configuration's default column.
 var cfgDefaults = map[string]any{
 	"RELAY_ADDR":                        ":8080",
 	"RELAY_DEBUG_ADDR":                  "127.0.0.1:6060",
@@ -192,7 +191,7 @@ func TestLoadConfigEmptyMeansDefault(t *testing.T) {
 // Every other variable treats blanks as unset; here the blanks must not
 // become the HS256 key of every session (anyone could sign a cookie with
 // "   "). Either refuse it, naming the variable, or treat it as unset (the
-// CONTRACT.md default: generated once and kept in the store).
+// README.md default: generated once and kept in the store).
 func TestLoadConfigBlankSessionSecret(t *testing.T) {
 	for _, blank := range []string{" ", "   ", "\t", " \n "} {
 		t.Run(fmt.Sprintf("%q", blank), func(t *testing.T) {
@@ -211,7 +210,7 @@ func TestLoadConfigBlankSessionSecret(t *testing.T) {
 }
 
 // TestLoadConfigSessionSecretLength: SESSION_SECRET is the HS256 key of every
-// session (CONTRACT.md › Tokens); RFC 7518 §3.2 wants at least 256 bits, so a
+// session (an HS256 JWT); RFC 7518 §3.2 wants at least 256 bits, so a
 // shorter value is refused at start, naming the variable but never echoing
 // the secret. 32 bytes or more are kept verbatim, blanks included.
 func TestLoadConfigSessionSecretLength(t *testing.T) {
@@ -338,7 +337,7 @@ func TestLoadConfigValues(t *testing.T) {
 }
 
 // TestLoadConfigRejects: every bad value stops LoadConfig with an error that
-// names the variable (CONTRACT.md › Configuration).
+// names the variable (README.md › Configuration).
 func TestLoadConfigRejects(t *testing.T) {
 	type bad struct{ name, value string }
 	var cases []bad
@@ -493,7 +492,7 @@ func TestDatabaseURLPasswordNeverShown(t *testing.T) {
 // TestLoadConfigRejectsOverflowingDurations: a number of seconds (or ms) too
 // large for the server to represent is a bad value knowable at start; it must
 // not wrap around into a negative or tiny duration that misbehaves later
-// (CONTRACT.md: "Nothing fails later for a reason that was knowable at start").
+// (nothing fails later for a reason that was knowable at start).
 func TestLoadConfigRejectsOverflowingDurations(t *testing.T) {
 	units := map[string]time.Duration{
 		"CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS": time.Second,
@@ -627,7 +626,7 @@ func TestRunCommandMigrate(t *testing.T) {
 }
 
 // TestStartLogsClosedSignup: an empty ALLOWED_SIGNUP_EMAILS is logged at start
-// (CONTRACT.md), and only then; the debug listener stays off when its address
+// (README.md › Operators), and only then; the debug listener stays off when its address
 // is empty.
 func TestStartLogsClosedSignup(t *testing.T) {
 	closed := startServer(t, storetest.SQLiteURL(t), map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
@@ -706,8 +705,8 @@ func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
 	}
 }
 
-// TestLoadConfigCluster: the cluster settings together (CONTRACT.md ›
-// Configuration; README › Running several nodes). RELAY_CLUSTER_ETCD needs
+// TestLoadConfigCluster: the cluster settings together (README.md ›
+// Configuration and Running several nodes). RELAY_CLUSTER_ETCD needs
 // RELAY_CLUSTER_ADDR and a PostgreSQL DATABASE_URL; each refusal names the
 // variable at fault.
 func TestLoadConfigCluster(t *testing.T) {

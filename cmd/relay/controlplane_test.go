@@ -1,7 +1,7 @@
 package main
 
-// Black-box tests of SPEC.md › Control plane through real HTTP, each on
-// SQLite and on PostgreSQL (storetest.EachDB). Shapes SPEC.md leaves open
+// Black-box tests of the control plane (api/openapi.yaml) through real HTTP, each on
+// SQLite and on PostgreSQL (storetest.EachDB). Shapes the product specification leaves open
 // (routing and transport errors: not_found, method_not_allowed,
 // unsupported_media_type, body_too_large) follow api/router.go and
 // api/errors.go, our documented choices.
@@ -111,7 +111,7 @@ func cpSessionCookies(t testing.TB, r response) []*http.Cookie {
 }
 
 // cpSessionCookie returns the one service_session cookie a response sets and
-// checks the attributes CONTRACT.md › Tokens fixes.
+// checks the cookie's attributes (httpOnly, SameSite=Lax, Path=/, 7 days).
 func cpSessionCookie(t testing.TB, r response, wantSecure bool) *http.Cookie {
 	t.Helper()
 	cs := cpSessionCookies(t, r)
@@ -195,7 +195,7 @@ func cpJWT(alg string, key []byte, claims map[string]any) string {
 	return in + "." + enc.EncodeToString(m.Sum(nil))
 }
 
-// cpCreate creates a project and checks the exact 201 body SPEC.md gives.
+// cpCreate creates a project and checks the exact 201 body (api/openapi.yaml).
 func (c *client) cpCreate(t testing.TB, name, ownerID string) (project, map[string]any) {
 	t.Helper()
 	r := c.cpOn(t).do("POST", "/api/projects", cpJSON(map[string]string{"name": name}))
@@ -453,8 +453,8 @@ func TestSignupErrors(t *testing.T) {
 	})
 }
 
-// TestSignupClosedWithEmptyAllowlist: SPEC.md › Authentication rule 6 with an
-// empty ALLOWED_SIGNUP_EMAILS (CONTRACT.md: signup closed).
+// TestSignupClosedWithEmptyAllowlist: signup only for allowed emails, with an
+// empty ALLOWED_SIGNUP_EMAILS (README.md › Configuration: signup closed).
 func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
@@ -573,7 +573,7 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 		}
 		now := time.Now().Unix()
 
-		// Positive control: a token built by hand the CONTRACT.md way works,
+		// Positive control: a token built by hand as documented (HS256) works,
 		// so the forgeries below fail for the reason they name.
 		good := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
 		r := ts.cpWithCookie(good).do("GET", "/api/projects", "")
@@ -1398,8 +1398,8 @@ func TestConcurrentSignupsSameEmail(t *testing.T) {
 
 // TestConcurrentRotationsLeaveOneActiveKey: however rotations interleave,
 // each revokes the active key of its type, so exactly one key per type stays
-// active and every other key a rotation returned is revoked (SPEC.md ›
-// States: API key; a key rotated away must not keep working).
+// active and every other key a rotation returned is revoked (README.md ›
+// Endpoints: rotation revokes the old key; a key rotated away must not keep working).
 func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)

@@ -536,7 +536,7 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 
 		// The 200 body, every key compared. Nothing before this emitted: seq
 		// is the first of the channel (a channel's counter starts from the
-		// clock in µs when it starts, SPEC.md only promises it increases) and
+		// clock in µs when it starts, PROTOCOL.md only promises it increases) and
 		// both budgets have spent exactly one.
 		r := lcPost(t, ts, "POST", "/emit", bearer, true, emitBody)
 		seq1 := uint64(opened.UnixMicro()) + 1

@@ -272,7 +272,7 @@ func TestClientEmitRules(t *testing.T) {
 			"channel":      s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
 			"type":         s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
 			"alg none":     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
-			// The algorithm is pinned to HS256 (CONTRACT.md › Tokens): the same
+			// The algorithm is pinned to HS256 (proto/PROTOCOL.md › Client-emit tokens): the same
 			// claims under another algorithm fail, even with the right secret.
 			"hs512 same secret": resign(t, s.token(t, nil), jwa.HS512, []byte(s.secret)),
 			"rs256 signed":      resign(t, s.token(t, nil), jwa.RS256, rsaKey(t)),

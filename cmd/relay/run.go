@@ -110,7 +110,7 @@ type app struct {
 }
 
 // start opens the store, binds the listener and serves in the background. It
-// prints one line per listener once ready (CONTRACT.md › Build and run). now
+// prints one line per listener once ready (relaytest waits for these lines). now
 // is the clock of the windows and timestamps the service keeps (budgets,
 // throttles, sessions, tokens, replay, usage days, revocation pruning):
 // time.Now, or a test's clock.

@@ -73,7 +73,7 @@ func hs256Part(protected, payload, sig string, key []byte) ([]byte, string) {
 	if !ok || json.Unmarshal(hb, &h) != nil {
 		return nil, "protected header is not base64 JSON"
 	}
-	// CONTRACT.md pins the encoding: the header must name HS256 too (jwx
+	// proto/PROTOCOL.md › Client-emit tokens pins the encoding: the header must name HS256 too (jwx
 	// alone would verify with the pinned algorithm whatever it says).
 	if h["alg"] != "HS256" {
 		return nil, "protected header does not name HS256"

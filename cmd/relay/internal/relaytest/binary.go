@@ -42,7 +42,7 @@ type Process struct {
 	Exited chan struct{} // closed once it has exited (Cmd.ProcessState is then set)
 }
 
-// The ready lines start prints (CONTRACT.md › Build and run), in text format.
+// The ready lines start prints (one per listener, once ready), in text format.
 var (
 	publicRe = regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
 	debugRe  = regexp.MustCompile(`msg=listening listener=debug addr=(\S+)`)
