@@ -251,3 +251,63 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("relay_build_info{%s} = %v", labels, v)
 	}
 }
+
+// TestAdminChangesAndARunningRelay: what README › Version and admin command
+// line says of a relay running on the same store: a key it has not used is
+// refused at once after a revocation from the command line; a key it has used
+// stays in its key cache until it restarts.
+func TestAdminChangesAndARunningRelay(t *testing.T) {
+	dbURL := storetest.SQLiteURL(t)
+	adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
+	p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
+	pid := p["project"].(map[string]any)["id"].(string)
+	used := p["keys"].(map[string]any)["secretKey"].(string)
+	ts := startServer(t, dbURL, nil)
+	c := ts.client()
+	emit := func(key string) int { return c.emitNoFail(key, `{"channel":"c","payload":1}`).status }
+	if s := emit(used); s != 200 {
+		t.Fatalf("emit with the new key: %d", s)
+	}
+	// A second project's key, never used by the running relay.
+	q := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "other")
+	qid := q["project"].(map[string]any)["id"].(string)
+	unused := q["keys"].(map[string]any)["secretKey"].(string)
+
+	st, err := store.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secretKeyID := func(projectID string) string {
+		ks, err := st.Keys(context.Background(), projectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			if k.KeyType == "secret" && k.Active() {
+				return k.ID
+			}
+		}
+		t.Fatalf("project %s has no active secret key", projectID)
+		return ""
+	}
+	adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", secretKeyID(pid))
+	adminOK(t, dbURL, "revoke-key", "--project", qid, "--key", secretKeyID(qid))
+	if s := emit(unused); s != 401 {
+		t.Fatalf("a revoked key the relay never used: %d, want 401", s)
+	}
+	if s := emit(used); s != 200 {
+		t.Fatalf("a revoked key in the running relay's cache: %d; README says it keeps working until a restart", s)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.app.shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	ts.app = nil
+	ts = startServer(t, dbURL, nil)
+	c = ts.client()
+	if s := emit(used); s != 401 {
+		t.Fatalf("the revoked key after a restart: %d, want 401", s)
+	}
+}
