@@ -15,7 +15,7 @@ import (
 // same code as the control plane and the dashboard, acting as the operator
 // (no owner check) and with no connection plane to tell. A running relay on
 // the same store learns of its changes only through its store reads (README ›
-// Admin command line).
+// Version and admin command line).
 type Admin struct {
 	ops *projectOps
 }

@@ -26,7 +26,7 @@ commands:
   mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
                  a client-emit token signed with the project's client-emit secret
 
-A relay running on the same store sees key changes only as README › Admin command line says.`
+A relay running on the same store sees key changes only as README › Version and admin command line says.`
 
 // adminRun does an admin command with the store's operations; it returns
 // what to print as JSON.

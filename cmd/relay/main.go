@@ -1,5 +1,5 @@
 // Command relay runs the pub/sub relay: `relay serve` (the default), `relay
-// migrate`, `relay version` and `relay admin …` (README › Admin command line).
+// migrate`, `relay version` and `relay admin …` (README › Version and admin command line).
 package main
 
 import (
