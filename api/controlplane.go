@@ -223,10 +223,7 @@ func (c controlPlane) handleCreateProject(w http.ResponseWriter, r *http.Request
 		c.writeOpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"project": toProjectBody(p),
-		"keys":    map[string]string{"publicKey": pub, "secretKey": sec},
-	})
+	writeJSON(w, http.StatusCreated, CreatedProjectJSON(p, pub, sec))
 }
 
 // owned loads the caller's project named in the path, or answers 404
@@ -323,7 +320,7 @@ func (c controlPlane) handleRotateKey(w http.ResponseWriter, r *http.Request) {
 		c.writeOpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"key": rotatedKeyBody{ID: k.ID, KeyType: k.KeyType, KeyPrefix: k.KeyPrefix, Raw: raw}})
+	writeJSON(w, http.StatusCreated, RotatedKeyJSON(k, raw))
 }
 
 func (c controlPlane) handleRevokeKey(w http.ResponseWriter, r *http.Request) {

@@ -8,7 +8,22 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/relayhq/relay/proto"
 )
+
+// newCredentialsRefusal is why a new account's email and password are
+// refused, or "": the checks of signup before the allowlist, shared with
+// `relay admin create-user`.
+func newCredentialsRefusal(email, password string) proto.Code {
+	switch {
+	case email == "" || password == "":
+		return proto.CodeEmailAndPasswordRequired
+	case len([]rune(password)) < proto.MinPasswordLen:
+		return proto.CodePasswordTooShort
+	}
+	return ""
+}
 
 // argon2id parameters: OWASP's 19 MiB, 2 passes, 1 lane. One login costs about
 // 20 ms of one core here, so a burst of logins cannot exhaust memory.

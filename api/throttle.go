@@ -406,12 +406,8 @@ const (
 // probing the allowlist stays slow, and valid signups are not affected.
 func (s *Server) admitSignup(r *http.Request, email, password string) (out signupOutcome, code proto.Code, retry int, refund func()) {
 	addr := addrKey(s.clientAddr(r))
-	switch {
-	case email == "" || password == "":
-		code = proto.CodeEmailAndPasswordRequired
-	case len([]rune(password)) < proto.MinPasswordLen:
-		code = proto.CodePasswordTooShort
-	case !controlPlane{s}.signupAllowed(email):
+	code = newCredentialsRefusal(email, password)
+	if code == "" && !(controlPlane{s}).signupAllowed(email) {
 		code = proto.CodeEmailNotAllowed
 	}
 	if code != "" {

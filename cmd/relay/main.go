@@ -1,8 +1,10 @@
-// Command relay runs the pub/sub relay: `relay serve` (the default) or `relay migrate`.
+// Command relay runs the pub/sub relay: `relay serve` (the default), `relay
+// migrate`, `relay version` and `relay admin …` (README › Version and admin command line).
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,6 +16,16 @@ func main() {
 	defer stop()
 	if err := runCommand(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
-		os.Exit(1)
+		stop()
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is 2 for a command line that cannot run, 1 for any other failure.
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
 }

@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,16 +25,48 @@ import (
 	"github.com/relayhq/relay/transport"
 )
 
-const usage = "usage: relay [serve|migrate]"
+const usage = `usage: relay [command]
 
-// runCommand parses the command line and runs it until ctx is done.
+commands:
+  serve     run the relay (the default)
+  migrate   apply the store's migrations and exit
+  version   print the version, VCS revision and Go version
+  admin     manage users, projects and keys on the configured store (relay admin -h)`
+
+// usageError is a command line that cannot run: main exits 2 with it.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// runCommand parses the command line and runs it until ctx is done; what a
+// command prints for its user goes to stdout (os.Stdout in main).
 func runCommand(ctx context.Context, args []string, lookup func(string) (string, bool), logOut io.Writer) error {
+	return runCommandTo(ctx, args, lookup, os.Stdout, logOut)
+}
+
+// runCommandTo is runCommand with the command's output going to out.
+func runCommandTo(ctx context.Context, args []string, lookup func(string) (string, bool), out, logOut io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
 	}
-	if len(args) > 1 || (cmd != "serve" && cmd != "migrate") {
-		return errors.New(usage)
+	switch cmd {
+	case "-h", "-help", "--help", "help":
+		_, err := fmt.Fprintln(out, usage)
+		return err
+	case "version":
+		if len(args) > 1 {
+			return usageError{usage}
+		}
+		return printVersion(out, readBuildInfo())
+	case "admin":
+		return runAdmin(ctx, args[1:], lookup, out, logOut)
+	case "serve", "migrate":
+		if len(args) > 1 {
+			return usageError{usage}
+		}
+	default:
+		return usageError{usage}
 	}
 	cfg, err := LoadConfig(lookup)
 	if err != nil {
@@ -51,12 +87,23 @@ func runCommand(ctx context.Context, args []string, lookup func(string) (string,
 func newLogger(cfg Config, out io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
 	if cfg.LogFormat == "json" {
+		opts.ReplaceAttr = durationString
 		return slog.New(slog.NewJSONHandler(out, opts))
 	}
 	return slog.New(slog.NewTextHandler(out, opts))
 }
 
+// durationString writes a duration as a Go duration string ("1m30s"), as the
+// text handler does, instead of the JSON handler's nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store, error) {
+	path, fresh := sqlitePath(cfg.DatabaseURL)
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open store (DATABASE_URL): %w", err)
@@ -65,8 +112,49 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 		st.Close()
 		return nil, fmt.Errorf("migrate store: %w", err)
 	}
-	log.Info("store ready", "database", dbKind(cfg.DatabaseURL))
+	attrs := []any{"database", dbKind(cfg.DatabaseURL)}
+	if path != "" {
+		attrs = append(attrs, "path", path)
+	}
+	if fresh {
+		// A relay started from another directory than usual lands here with
+		// a relative DATABASE_URL: every key then answers 401.
+		log.Info("created a new, empty SQLite database", "path", path)
+	}
+	log.Info("store ready", attrs...)
 	return st, nil
+}
+
+// sqlitePath is the absolute path of a sqlite: DATABASE_URL's file ("" for
+// PostgreSQL and :memory:), and whether that file does not exist yet.
+func sqlitePath(dsn string) (path string, fresh bool) {
+	rest, ok := strings.CutPrefix(dsn, "sqlite:")
+	if !ok {
+		return "", false
+	}
+	file, _, _ := strings.Cut(rest, "?")
+	if file == "" || file == ":memory:" {
+		return "", false
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		abs = file
+	}
+	_, err = os.Stat(abs)
+	return abs, errors.Is(err, fs.ErrNotExist)
+}
+
+// dashboardURL is where a browser on this host finds the dashboard of a
+// listener bound to addr (an unspecified host is reached as localhost).
+func dashboardURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
 // run serves until ctx is done, then shuts down within cfg.ShutdownTimeout.
@@ -174,6 +262,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		Now:                      now,
 	})
 	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
+	metrics.Registry.MustRegister(buildInfoGauge(readBuildInfo()))
 	st.ObserveQueries(metrics.ObserveQuery)
 	handler := api.New(api.Options{
 		Store: st, Logger: log, SessionKey: key, CookieSecure: cfg.CookieSecure,
@@ -214,6 +303,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	a.httpConns = limited
 	go func() { a.served <- a.public.Serve(limited) }()
 	log.Info("listening", "listener", "public", "addr", ln.Addr().String())
+	log.Info("dashboard", "url", dashboardURL(ln.Addr()))
 
 	jobs, stopJobs := context.WithCancel(context.Background())
 	a.stopJobs = stopJobs

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/api/backend"
+)
+
+const adminUsage = `usage: relay admin <command> [flags]
+
+Works on the store DATABASE_URL names (migrated first, as serve does); prints JSON on stdout.
+
+commands:
+  create-user    --email E --password P
+  create-project --email E --name N              prints the project and its raw keys (shown once)
+  rotate-key     --project ID --type public|secret prints the new raw key (shown once)
+  revoke-key     --project ID --key KEYID
+  mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
+                 a client-emit token signed with the project's client-emit secret
+
+A relay running on the same store sees key changes only as README › Version and admin command line says.`
+
+// adminRun does an admin command with the store's operations; it returns
+// what to print as JSON.
+type adminRun func(ctx context.Context, a *api.Admin, cfg Config) (any, error)
+
+// adminSetup registers a command's flags on fs and returns the flags it
+// requires, a check of their values before the store is opened (nil: none)
+// and the command.
+type adminSetup func(fs *flag.FlagSet) (required []string, check func() error, run adminRun)
+
+// runAdmin is `relay admin …`: exit status 2 (usageError) for a bad command
+// line, 1 for a failure.
+func runAdmin(ctx context.Context, args []string, lookup func(string) (string, bool), out, logOut io.Writer) error {
+	if len(args) == 0 {
+		return usageError{adminUsage}
+	}
+	name := args[0]
+	if name == "-h" || name == "--help" || name == "help" {
+		_, err := fmt.Fprintln(out, adminUsage)
+		return err
+	}
+	setup, ok := adminCommands[name]
+	if !ok {
+		return usageError{fmt.Sprintf("unknown admin command %q\n%s", name, adminUsage)}
+	}
+	fs := flag.NewFlagSet("relay admin "+name, flag.ContinueOnError)
+	fs.SetOutput(logOut)
+	required, check, run := setup(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{fmt.Sprintf("admin %s: %v", name, err)}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("admin %s: unexpected argument %q", name, fs.Arg(0))}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, r := range required {
+		if !set[r] {
+			return usageError{fmt.Sprintf("admin %s: --%s is required\n%s", name, r, adminUsage)}
+		}
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return usageError{fmt.Sprintf("admin %s: %v", name, err)}
+		}
+	}
+	cfg, err := LoadConfig(lookup)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg, newLogger(cfg, logOut))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := run(ctx, api.NewAdmin(st, cfg.MaxProjectsPerUser), cfg)
+	if err != nil {
+		return fmt.Errorf("admin %s: %w", name, err)
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// adminCommands are the subcommands by name.
+var adminCommands = map[string]adminSetup{
+	"create-user": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		email := fs.String("email", "", "the account's email")
+		password := fs.String("password", "", "its password (at least 8 characters)")
+		return []string{"email", "password"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			u, err := a.CreateUser(ctx, *email, *password)
+			return api.UserJSON(u), err
+		}
+	},
+	"create-project": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		email := fs.String("email", "", "the owner's email")
+		name := fs.String("name", "", "the project's name")
+		return []string{"email", "name"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			p, pub, sec, err := a.CreateProject(ctx, *email, *name)
+			return api.CreatedProjectJSON(p, pub, sec), err
+		}
+	},
+	"rotate-key": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		keyType := fs.String("type", "", "public or secret")
+		check := func() error {
+			if *keyType != "public" && *keyType != "secret" {
+				return fmt.Errorf("--type must be public or secret, not %q", *keyType)
+			}
+			return nil
+		}
+		return []string{"project", "type"}, check, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			k, raw, err := a.RotateKey(ctx, *project, *keyType)
+			return api.RotatedKeyJSON(k, raw), err
+		}
+	},
+	"revoke-key": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		key := fs.String("key", "", "the key's id (not the raw key)")
+		return []string{"project", "key"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			return map[string]bool{"ok": true}, a.RevokeKey(ctx, *project, *key)
+		}
+	},
+	"mint-token": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		channel := fs.String("channel", "", "the channel the token may emit on")
+		clientID := fs.String("client-id", "", "the clientId the token is for")
+		types := fs.String("types", "", "comma-separated event types the token may emit")
+		ttl := fs.Duration("ttl", 5*time.Minute, "lifetime (at most CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS)")
+		var list []string
+		check := func() error {
+			for _, t := range strings.Split(*types, ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					list = append(list, t)
+				}
+			}
+			switch {
+			case *channel == "" || *clientID == "":
+				return errors.New("--channel and --client-id must not be empty")
+			case len(list) == 0:
+				return errors.New("--types names no event type")
+			case *ttl <= 0:
+				return errors.New("--ttl must be positive")
+			}
+			return nil
+		}
+		return []string{"project", "channel", "client-id", "types"}, check, func(ctx context.Context, a *api.Admin, cfg Config) (any, error) {
+			if *ttl > cfg.ClientEmitTokenMaxTTL {
+				return nil, fmt.Errorf("--ttl %v is longer than CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS (%v): the relay would refuse the token", *ttl, cfg.ClientEmitTokenMaxTTL)
+			}
+			p, secret, err := a.ClientEmitSecret(ctx, *project)
+			if err != nil {
+				return nil, err
+			}
+			if secret == "" {
+				return nil, errors.New("the project has no client-emit secret yet: set one in the dashboard or with PATCH /api/projects/{id}/client-emit-secret")
+			}
+			now := time.Now()
+			tok, err := backend.MintClientEmitToken(backend.TokenOptions{
+				Secret: secret, ProjectID: p.ID, Channel: *channel, ClientID: *clientID, Types: list, TTL: *ttl, Now: now,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{
+				"token": tok, "projectId": p.ID, "channel": *channel, "clientId": *clientID, "types": list,
+				"expiresAt": now.Add(*ttl).UTC().Format(time.RFC3339),
+			}, nil
+		}
+	},
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwt"
+
+	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// admin runs `relay admin args…` on dbURL and returns its stdout, its log
+// and its error.
+func admin(t *testing.T, dbURL string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, logs bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := runCommandTo(ctx, append([]string{"admin"}, args...), cfgEnv(map[string]string{"DATABASE_URL": dbURL}), &out, &logs)
+	return out.String(), logs.String(), err
+}
+
+// adminOK is admin that must succeed; it decodes the JSON printed.
+func adminOK(t *testing.T, dbURL string, args ...string) map[string]any {
+	t.Helper()
+	out, logs, err := admin(t, dbURL, args...)
+	if err != nil {
+		t.Fatalf("relay admin %q: %v\n%s", args, err, logs)
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("relay admin %q printed no JSON object: %v\n%s", args, err, out)
+	}
+	return v
+}
+
+// adminFails is admin that must fail with exit status code and an error
+// containing want.
+func adminFails(t *testing.T, dbURL string, code int, want string, args ...string) {
+	t.Helper()
+	out, _, err := admin(t, dbURL, args...)
+	if err == nil {
+		t.Fatalf("relay admin %q succeeded: %s", args, out)
+	}
+	if got := exitCode(err); got != code || !strings.Contains(err.Error(), want) {
+		t.Fatalf("relay admin %q: exit %d, %v; want exit %d and %q", args, got, err, code, want)
+	}
+	if out != "" {
+		t.Fatalf("relay admin %q failed but printed %q", args, out)
+	}
+}
+
+// keysOf lists the JSON object's keys, sorted.
+func keysOf(v any) string {
+	m, _ := v.(map[string]any)
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sortStrings(ks)
+	return strings.Join(ks, ",")
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// TestAdminCommands: every `relay admin` subcommand on both stores: the JSON
+// it prints, and that the keys it creates authenticate on a relay started on
+// the same store (the rotated and revoked ones do not).
+func TestAdminCommands(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		u := adminOK(t, dbURL, "create-user", "--email", " Dana@example.com ", "--password", "correct horse")
+		if keysOf(u) != "email,id" || u["email"] != "Dana@example.com" {
+			t.Fatalf("create-user printed %v", u)
+		}
+		adminFails(t, dbURL, 1, "email_already_registered", "create-user", "--email", "dana@example.com", "--password", "another one")
+		adminFails(t, dbURL, 1, "password_too_short", "create-user", "--email", "eve@example.com", "--password", "short")
+
+		p := adminOK(t, dbURL, "create-project", "--email", "DANA@example.com", "--name", " demo ")
+		if keysOf(p) != "keys,project" || keysOf(p["keys"]) != "publicKey,secretKey" || keysOf(p["project"]) != "createdAt,id,name,ownerUserId" {
+			t.Fatalf("create-project printed %v", p)
+		}
+		project := p["project"].(map[string]any)
+		keys := p["keys"].(map[string]any)
+		pid, pub, sec := project["id"].(string), keys["publicKey"].(string), keys["secretKey"].(string)
+		if project["name"] != "demo" || project["ownerUserId"] != u["id"] || !strings.HasPrefix(pub, "pk_live_") || !strings.HasPrefix(sec, "sk_live_") {
+			t.Fatalf("create-project printed %v", p)
+		}
+		adminFails(t, dbURL, 1, "no user with this email", "create-project", "--email", "nobody@example.com", "--name", "x")
+		adminFails(t, dbURL, 1, "name_required", "create-project", "--email", "dana@example.com", "--name", "  ")
+
+		// Keys made by the command line authenticate on a relay on the same store.
+		ts := startServer(t, dbURL, nil)
+		c := ts.client()
+		if r := c.emitNoFail(sec, `{"channel":"c","payload":1}`); r.status != 200 {
+			t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ts.app.shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		ts.app = nil
+
+		r := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")
+		key := r["key"].(map[string]any)
+		if keysOf(r) != "key" || keysOf(key) != "id,keyPrefix,keyType,raw" || key["keyType"] != "secret" {
+			t.Fatalf("rotate-key printed %v", r)
+		}
+		sec2 := key["raw"].(string)
+		r = adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "public")
+		pub2ID := r["key"].(map[string]any)["id"].(string)
+		if v := adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", pub2ID); keysOf(v) != "ok" || v["ok"] != true {
+			t.Fatalf("revoke-key printed %v", v)
+		}
+		adminFails(t, dbURL, 1, "key_not_found", "revoke-key", "--project", pid, "--key", "00000000-0000-0000-0000-000000000000")
+		adminFails(t, dbURL, 1, "project_not_found", "rotate-key", "--project", "00000000-0000-0000-0000-000000000000", "--type", "public")
+
+		ts = startServer(t, dbURL, nil)
+		c = ts.client()
+		if r := c.emitNoFail(sec2, `{"channel":"c","payload":1}`); r.status != 200 {
+			t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
+		}
+		if r := c.emitNoFail(sec, `{"channel":"c","payload":1}`); r.status != 401 {
+			t.Fatalf("emit with the rotated secret key: %d %s", r.status, r.raw)
+		}
+		st, err := store.Open(context.Background(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		ks, err := st.Keys(context.Background(), pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		active := 0
+		for _, k := range ks {
+			if k.Active() {
+				active++
+				if k.KeyType != "secret" || k.KeyHash == "" || strings.Contains(k.KeyPrefix, sec2[12:]) {
+					t.Fatalf("active key %+v", k)
+				}
+			}
+		}
+		if len(ks) != 4 || active != 1 { // pub, sec (rotated), sec2, pub2 (revoked); pub was revoked by the rotation
+			t.Fatalf("keys after rotations and a revocation: %d, %d active", len(ks), active)
+		}
+
+		// mint-token needs a client-emit secret, then signs with it.
+		adminFails(t, dbURL, 1, "no client-emit secret", "mint-token", "--project", pid, "--channel", "room", "--client-id", "u1", "--types", "move")
+		secret, err := st.EnsureClientEmitSecret(context.Background(), pid, "s3cret-s3cret-s3cret-s3cret-s3cret")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := adminOK(t, dbURL, "mint-token", "--project", pid, "--channel", "room", "--client-id", "u1", "--types", "move, chat", "--ttl", "2m")
+		if keysOf(m) != "channel,clientId,expiresAt,projectId,token,types" {
+			t.Fatalf("mint-token printed %v", m)
+		}
+		tok, err := jwt.Parse([]byte(m["token"].(string)), jwt.WithKey(jwa.HS256, []byte(secret)))
+		if err != nil {
+			t.Fatalf("the minted token does not verify with the client-emit secret: %v", err)
+		}
+		claims := tok.PrivateClaims()
+		if claims["pid"] != pid || claims["ch"] != "room" || claims["clientId"] != "u1" || canonical(claims["types"]) != `["move","chat"]` {
+			t.Fatalf("token claims %v", claims)
+		}
+		if ttl := tok.Expiration().Sub(tok.IssuedAt()); ttl != 2*time.Minute {
+			t.Fatalf("token lifetime %v", ttl)
+		}
+		adminFails(t, dbURL, 1, "CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", "mint-token", "--project", pid, "--channel", "room", "--client-id", "u1", "--types", "move", "--ttl", "1h")
+	})
+}
+
+// TestAdminUsage: a bad command line exits 2 with a usage message before any
+// store is opened; help goes to stdout.
+func TestAdminUsage(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "never.db")
+	url := "sqlite:" + db
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage: relay admin"},
+		{[]string{"bogus"}, `unknown admin command "bogus"`},
+		{[]string{"create-user", "--email", "a@example.com"}, "--password is required"},
+		{[]string{"create-user", "--nope"}, "flag provided but not defined"},
+		{[]string{"create-project", "--email", "a@example.com", "--name", "x", "extra"}, "unexpected argument"},
+		{[]string{"rotate-key", "--project", "p", "--type", "both"}, "--type must be public or secret"},
+		{[]string{"mint-token", "--project", "p", "--channel", "c", "--client-id", "x", "--types", " , "}, "--types names no event type"},
+		{[]string{"mint-token", "--project", "p", "--channel", "c", "--client-id", "x", "--types", "a", "--ttl", "soon"}, "invalid value"},
+	} {
+		adminFails(t, url, 2, tc.want, tc.args...)
+	}
+	for _, args := range [][]string{{"version", "x"}, {"bogus"}, {"serve", "extra"}} {
+		err := runCommandTo(context.Background(), args, cfgEnv(nil), &bytes.Buffer{}, &bytes.Buffer{})
+		if exitCode(err) != 2 {
+			t.Fatalf("relay %q: exit %d (%v), want 2", args, exitCode(err), err)
+		}
+	}
+	if exitCode(errors.New("boom")) != 1 {
+		t.Fatal("a failure does not exit 1")
+	}
+	var out bytes.Buffer
+	if err := runCommandTo(context.Background(), []string{"admin", "help"}, cfgEnv(nil), &out, &bytes.Buffer{}); err != nil || !strings.Contains(out.String(), "mint-token") {
+		t.Fatalf("relay admin help: %v\n%s", err, out.String())
+	}
+	if _, err := filepath.Glob(db); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := filepath.Glob(db + "*"); len(m) > 0 {
+		t.Fatalf("a usage error touched the store: %v", m)
+	}
+}
+
+// TestVersionCommand: `relay version` prints the module version, VCS
+// revision, time and Go version; /metrics has relay_build_info with the same.
+func TestVersionCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := runCommandTo(context.Background(), []string{"version"}, cfgEnv(nil), &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	b := readBuildInfo()
+	want := regexp.MustCompile(`^relay \S+\nrevision: \S+( \(modified\))?\ntime: \S+\ngo: go\S+\n$`)
+	if !want.MatchString(out.String()) || !strings.Contains(out.String(), "go: "+runtime.Version()) || !strings.HasPrefix(out.String(), "relay "+b.Version+"\n") {
+		t.Fatalf("relay version printed:\n%s", out.String())
+	}
+	out.Reset()
+	printVersion(&out, buildInfo{Version: "v1.2.3", Revision: "abc123", Time: "2026-01-02T03:04:05Z", Modified: true, GoVersion: "go1.99"})
+	if out.String() != "relay v1.2.3\nrevision: abc123 (modified)\ntime: 2026-01-02T03:04:05Z\ngo: go1.99\n" {
+		t.Fatalf("printVersion:\n%s", out.String())
+	}
+
+	ts := debugServer(t, nil)
+	labels := `goversion="` + b.GoVersion + `",revision="` + b.Revision + `",version="` + b.Version + `"`
+	if v := ts.metrics(t).Get(t, "relay_build_info", labels); v != 1 {
+		t.Fatalf("relay_build_info{%s} = %v", labels, v)
+	}
+}
+
+// TestAdminChangesAndARunningRelay: what README › Version and admin command
+// line says of a relay running on the same store: a key it has not used is
+// refused at once after a revocation from the command line; a key it has used
+// stays in its key cache until it restarts.
+func TestAdminChangesAndARunningRelay(t *testing.T) {
+	dbURL := storetest.SQLiteURL(t)
+	adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
+	p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
+	pid := p["project"].(map[string]any)["id"].(string)
+	used := p["keys"].(map[string]any)["secretKey"].(string)
+	ts := startServer(t, dbURL, nil)
+	c := ts.client()
+	emit := func(key string) int { return c.emitNoFail(key, `{"channel":"c","payload":1}`).status }
+	if s := emit(used); s != 200 {
+		t.Fatalf("emit with the new key: %d", s)
+	}
+	// A second project's key, never used by the running relay.
+	q := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "other")
+	qid := q["project"].(map[string]any)["id"].(string)
+	unused := q["keys"].(map[string]any)["secretKey"].(string)
+
+	st, err := store.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	secretKeyID := func(projectID string) string {
+		ks, err := st.Keys(context.Background(), projectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			if k.KeyType == "secret" && k.Active() {
+				return k.ID
+			}
+		}
+		t.Fatalf("project %s has no active secret key", projectID)
+		return ""
+	}
+	adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", secretKeyID(pid))
+	adminOK(t, dbURL, "revoke-key", "--project", qid, "--key", secretKeyID(qid))
+	if s := emit(unused); s != 401 {
+		t.Fatalf("a revoked key the relay never used: %d, want 401", s)
+	}
+	if s := emit(used); s != 200 {
+		t.Fatalf("a revoked key in the running relay's cache: %d; README says it keeps working until a restart", s)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.app.shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	ts.app = nil
+	ts = startServer(t, dbURL, nil)
+	c = ts.client()
+	if s := emit(used); s != 401 {
+		t.Fatalf("the revoked key after a restart: %d, want 401", s)
+	}
+}
