@@ -138,8 +138,21 @@ type connShard struct {
 // job is one unit of worker time: read a readable connection, or flush one.
 type job struct {
 	c      *Conn
-	events uint32          // epoll events for a read; 0 means flush
-	pass   *sync.WaitGroup // the flush pass this flush belongs to, if any
+	events uint32     // epoll events for a read; 0 means flush
+	pass   *flushPass // the flush pass this flush belongs to, if any
+}
+
+// flushPass counts the flushes of one pass still to finish; the last one to
+// finish signals done.
+type flushPass struct {
+	pending atomic.Int64
+	done    chan struct{} // capacity 1
+}
+
+func (p *flushPass) finished() {
+	if p.pending.Add(-1) == 0 {
+		p.done <- struct{}{}
+	}
 }
 
 // New starts the poller, the workers and the sweeper.
@@ -198,7 +211,7 @@ func (s *Server) worker() {
 				j.c.onReadable(j.events)
 			case j.pass != nil:
 				j.c.flush()
-				j.pass.Done()
+				j.pass.finished()
 			default:
 				j.c.flush()
 			}
@@ -230,14 +243,14 @@ func (s *Server) scheduleFlush(c *Conn) {
 
 // dispatchFlush hands c to a worker, or to a goroutine of its own if every
 // worker slot is taken; pass, when set, is told when the flush is done.
-func (s *Server) dispatchFlush(c *Conn, pass *sync.WaitGroup) {
+func (s *Server) dispatchFlush(c *Conn, pass *flushPass) {
 	select {
 	case s.jobs <- job{c: c, pass: pass}:
 	default:
 		go func() {
 			c.flush()
 			if pass != nil {
-				pass.Done()
+				pass.finished()
 			}
 		}()
 	}
@@ -253,7 +266,7 @@ func (s *Server) dispatchFlush(c *Conn, pass *sync.WaitGroup) {
 func (s *Server) flushLoop() {
 	defer s.wg.Done()
 	var batch []*Conn
-	var pass sync.WaitGroup
+	pass := &flushPass{done: make(chan struct{}, 1)}
 	for {
 		select {
 		case <-s.wake:
@@ -270,12 +283,19 @@ func (s *Server) flushLoop() {
 			if len(batch) == 0 {
 				break
 			}
-			pass.Add(len(batch))
+			pass.pending.Store(int64(len(batch)))
 			for i, c := range batch {
-				s.dispatchFlush(c, &pass)
+				s.dispatchFlush(c, pass)
 				batch[i] = nil
 			}
-			pass.Wait()
+			// Wait for the pass, unless the server stops: its workers then
+			// leave what is still queued (Shutdown has closed or dropped
+			// every connection by then).
+			select {
+			case <-pass.done:
+			case <-s.stop:
+				return
+			}
 		}
 	}
 }

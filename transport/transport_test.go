@@ -439,3 +439,29 @@ func TestShutdownWaitsForAnUpgradeUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A flush pass under way when the server stops must not hold up Shutdown:
+// the workers leave with the pass's jobs still queued, and the flush loop
+// stops waiting for them (it used to wait forever).
+func TestFlushLoopStopsWithAPassUnderWay(t *testing.T) {
+	s := &Server{jobs: make(chan job, 16), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	s.wg.Add(1)
+	go s.flushLoop()
+	c := &Conn{srv: s, closed: true}
+	s.scheduleFlush(c) // no worker runs: the job stays queued, the pass open
+	deadline := time.Now().Add(5 * time.Second)
+	for len(s.jobs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flush loop never dispatched the pass")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(s.stop)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the flush loop did not stop while its pass was under way")
+	}
+}
