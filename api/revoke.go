@@ -34,6 +34,10 @@ func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeInvalidJSON)
 		return
 	}
+	if declaredNonJSON(r, body) {
+		writeError(w, proto.CodeUnsupportedMediaType)
+		return
+	}
 	in, perr := decodeRevokeRequest(body)
 	if perr != nil {
 		writeError(w, perr.Code)

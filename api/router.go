@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path"
 	"sort"
 	"strings"
 
@@ -35,6 +36,37 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func notFound(w http.ResponseWriter, _ *http.Request) { writeError(w, proto.CodeNotFound) }
+
+// cleanPaths answers 404 not_found for a path that net/http's ServeMux would
+// redirect to its cleaned form (an empty, "." or ".." segment, as in
+// /api/projects/x/keys//revoke): no route has such a path, and an API client
+// should get the JSON 404 rather than a bare 301 or 307 to another route.
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			if p := r.URL.EscapedPath(); p != cleanPath(p) {
+				notFound(w, r)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is ServeMux's: path.Clean keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
 
 // Body caps. Control-plane bodies are a few short strings; emit bodies may hold
 // a full 128 KiB message plus JSON overhead, and anything larger is refused
@@ -78,6 +110,16 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) error {
 		return errBadJSON
 	}
 	return nil
+}
+
+// declaredNonJSON reports a non-empty body declared with a Content-Type other
+// than JSON: /emit and /emit-tokens/revoke answer it 415 like /api/*. Unlike
+// /api/*, they read a body without Content-Type as JSON: their callers are
+// servers with a secret key (no cross-site form can carry it), and SPEC.md
+// defines their bodies as JSON whatever they declare.
+func declaredNonJSON(r *http.Request, body []byte) bool {
+	ct := r.Header.Get("Content-Type")
+	return ct != "" && len(strings.TrimSpace(string(body))) > 0 && !isJSONContentType(ct)
 }
 
 func isJSONContentType(ct string) bool {

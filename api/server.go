@@ -122,7 +122,7 @@ func New(o Options) *Server {
 	web.Routes(mux) // /client.js and /demo
 	dashboard{Server: s}.routes(mux)
 	mux.HandleFunc("/", notFound)
-	s.handler = securityHeaders(mux)
+	s.handler = securityHeaders(cleanPaths(mux))
 	return s
 }
 

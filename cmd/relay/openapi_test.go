@@ -1,0 +1,336 @@
+package main
+
+// api/openapi.yaml against the real server: every request these tests send
+// and every answer they get goes through kin-openapi's validator
+// (openapi3filter, JSON Schema 2020-12 for an OpenAPI 3.1 document). A route
+// or status the document does not describe fails the test, and so does a body
+// that does not match its schema.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+const openAPIPath = "../../api/openapi.yaml"
+
+var registerDecoders sync.Once
+
+// loadOpenAPI loads and validates the document and routes on any host.
+func loadOpenAPI(t testing.TB) routers.Router {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(openAPIPath)
+	if err != nil {
+		t.Fatalf("load %s: %v", openAPIPath, err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("%s is not a valid OpenAPI document: %v", openAPIPath, err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("%s: openapi %s, want 3.1", openAPIPath, doc.OpenAPI)
+	}
+	registerDecoders.Do(func() { openapi3filter.RegisterBodyDecoder("text/javascript", openapi3filter.PlainBodyDecoder) })
+	doc.Servers = nil // the test server's address, whatever it is
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return router
+}
+
+// specTransport validates each exchange against the document.
+type specTransport struct {
+	t      testing.TB
+	router routers.Router
+	next   http.RoundTripper
+
+	mu   sync.Mutex
+	seen map[string]bool // "METHOD /path/template STATUS"
+}
+
+func (st *specTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+		req.Body.Close()
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	res, err := st.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	var resBody []byte
+	if res.StatusCode != http.StatusSwitchingProtocols { // its body is the socket
+		resBody, err = io.ReadAll(res.Body)
+		res.Body.Close()
+		res.Body = io.NopCloser(bytes.NewReader(resBody))
+		if err != nil {
+			return nil, err
+		}
+	}
+	if msg := st.check(req, body, res, resBody); msg != "" {
+		shown := string(resBody)
+		if len(shown) > 300 {
+			shown = shown[:300] + "…"
+		}
+		st.t.Errorf("%s %s → %d %s: %s", req.Method, req.URL.RequestURI(), res.StatusCode, shown, msg)
+	}
+	return res, nil
+}
+
+// check returns what is wrong with the exchange, or "".
+func (st *specTransport) check(req *http.Request, body []byte, res *http.Response, resBody []byte) string {
+	ctx := context.Background()
+	vreq := req.Clone(ctx)
+	vreq.Body = io.NopCloser(bytes.NewReader(body))
+	route, params, err := st.router.FindRoute(vreq)
+	if errors.Is(err, routers.ErrMethodNotAllowed) {
+		// Described once for every path (components.responses.MethodNotAllowed).
+		st.record(req.Method + " " + req.URL.Path + " 405")
+		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") == "" ||
+			strings.TrimSpace(string(resBody)) != `{"error":"method_not_allowed"}` {
+			return "a method the document does not list must answer 405 method_not_allowed with Allow"
+		}
+		return ""
+	}
+	if err != nil {
+		return "route not in the document: " + err.Error()
+	}
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
+	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: opts}
+	reqErr := openapi3filter.ValidateRequest(ctx, in)
+	if reqErr != nil && (res.StatusCode < 400 || res.StatusCode >= 500) {
+		return "the document refuses the request (" + reqErr.Error() + ") but the server accepted it"
+	}
+	st.record(route.Method + " " + route.Path + " " + http.StatusText(res.StatusCode))
+	err = openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: res.StatusCode, Header: res.Header,
+		Body: io.NopCloser(bytes.NewReader(resBody)), Options: opts,
+	})
+	if err != nil {
+		return "response does not match the document: " + err.Error()
+	}
+	return ""
+}
+
+func (st *specTransport) record(k string) {
+	st.mu.Lock()
+	st.seen[k] = true
+	st.mu.Unlock()
+}
+
+// specClient is ts.client() with its exchanges validated by st.
+func (st *specTransport) client(ts *testServer) *client {
+	c := ts.client()
+	c.http.Transport = st
+	return c
+}
+
+// TestOpenAPI walks every route of the public listener, its success and the
+// errors that can be provoked from outside (400 401 403 404 405 409 413 415
+// 429, and 304 and 101), on both stores, through the validator.
+func TestOpenAPI(t *testing.T) {
+	router := loadOpenAPI(t)
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServerAt(t, dbURL, map[string]string{
+			"EMIT_RATE_LIMIT_PER_MINUTE":    "2",
+			"PROJECT_RATE_LIMIT_PER_MINUTE": "3",
+			"MAX_CHANNELS_PER_PROJECT":      "2",
+			"MAX_PROJECTS_PER_USER":         "6",
+			"MAX_REVOCATIONS_PER_PROJECT":   "1",
+			"REVOKE_REQUESTS_PER_MINUTE":    "3",
+			"MAX_CONNECTIONS_PER_PROJECT":   "1",
+			"LOGIN_ATTEMPTS_PER_MINUTE":     "2",
+		}, newClock().Now)
+		st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
+		// want checks the status and, for an error, its code (// comment).
+		want := func(r response, status int, code ...string) response {
+			t.Helper()
+			if r.status != status || (len(code) > 0 && r.str("error") != code[0]) {
+				t.Fatalf("%d %s, want %d %v", r.status, r.raw, status, code)
+			}
+			return r
+		}
+		bearer := func(key string) map[string]string { return map[string]string{"Authorization": "Bearer " + key} }
+
+		// Auth.
+		anon := st.client(ts)
+		want(anon.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"short"}`), 400)
+		want(anon.do("POST", "/api/auth/signup", `{"email":"alice@example.com"}`), 400)
+		want(anon.do("POST", "/api/auth/signup", `{"email":`), 400)
+		want(anon.do("POST", "/api/auth/signup", `{"email":"dave@example.com","password":"correct horse"}`), 403)
+		want(anon.send("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`, "text/plain", nil), 415)
+		// A body refused before it is read ends its connection: a fresh client.
+		want(st.client(ts).do("POST", "/api/auth/signup", `{"email":"`+strings.Repeat("a", 70<<10)+`"}`), 413)
+		alice := st.client(ts)
+		want(alice.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
+		want(anon.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 409)
+		want(anon.do("POST", "/api/auth/login", `{"email":"alice@example.com"}`), 400)
+		want(anon.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`), 200)
+		want(anon.do("POST", "/api/auth/logout", ""), 200)
+		want(anon.do("GET", "/api/auth/logout", ""), 405)
+
+		// Projects.
+		want(anon.do("GET", "/api/projects", ""), 401)
+		want(anon.do("POST", "/api/projects", `{"name":"x"}`), 401)
+		want(alice.do("POST", "/api/projects", `{"name":" "}`), 400)
+		want(alice.do("POST", "/api/projects", ""), 400)
+		pr := want(alice.do("POST", "/api/projects", `{"name":"main"}`), 201)
+		p := project{id: pr.str("project", "id"), publicKey: pr.str("keys", "publicKey"), secretKey: pr.str("keys", "secretKey")}
+		want(alice.do("GET", "/api/projects", ""), 200)
+		want(alice.do("GET", "/api/projects/"+p.id, ""), 200)
+		want(alice.do("GET", "/api/projects/00000000-0000-0000-0000-000000000000", ""), 404)
+		want(alice.do("GET", "/api/projects/not-a-uuid", ""), 404)
+		want(anon.do("GET", "/api/projects/"+p.id, ""), 401)
+		want(alice.do("PATCH", "/api/projects/"+p.id, `{"name":"renamed"}`), 200)
+		want(alice.do("PATCH", "/api/projects/"+p.id, `{"name":""}`), 400)
+		want(alice.send("PATCH", "/api/projects/"+p.id, `{"name":"x"}`, "", nil), 415)
+		want(alice.do("PUT", "/api/projects/"+p.id, `{"name":"x"}`), 405)
+		gone := want(alice.do("POST", "/api/projects", `{"name":"gone"}`), 201).str("project", "id")
+		want(alice.do("DELETE", "/api/projects/"+gone, ""), 200)
+		want(alice.do("DELETE", "/api/projects/"+gone, ""), 404)
+
+		// Keys and the client-emit secret.
+		keys := want(alice.do("GET", "/api/projects/"+p.id+"/keys", ""), 200)
+		want(alice.do("GET", "/api/projects/"+gone+"/keys", ""), 404)
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"master"}`), 400)
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"type":"public"}`), 400)
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`), 201)
+		want(alice.do("POST", "/api/projects/"+gone+"/keys", `{"keyType":"secret"}`), 404)
+		keyList, _ := keys.json["keys"].([]any)
+		var publicKeyID string
+		for _, k := range keyList {
+			if m, _ := k.(map[string]any); m["keyType"] == "public" {
+				publicKeyID, _ = m["id"].(string)
+			}
+		}
+		want(alice.do("GET", "/api/projects/"+p.id+"/keys", ""), 200) // a revoked key listed
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys/00000000-0000-0000-0000-000000000000/revoke", ""), 404)
+		want(alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", ""), 200)
+		want(alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{"regenerate":true}`), 200)
+		want(alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `[`), 400)
+		want(alice.do("PATCH", "/api/projects/"+gone+"/client-emit-secret", ""), 404)
+		// The secret key was rotated: fetch a fresh pair.
+		pr = want(alice.do("POST", "/api/projects", `{"name":"emit"}`), 201)
+		e := project{id: pr.str("project", "id"), publicKey: pr.str("keys", "publicKey"), secretKey: pr.str("keys", "secretKey")}
+
+		// Emit.
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "application/json", nil), 401, "missing_secret_key")
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "application/json", bearer(p.secretKey)), 401) // rotated
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "application/json", bearer(e.publicKey)), 401)
+		want(anon.send("POST", "/emit", `{"channel":`, "application/json", bearer(e.secretKey)), 400)
+		want(anon.send("POST", "/emit", `{"channel":"a b","payload":1}`, "application/json", bearer(e.secretKey)), 400, "invalid_channel")
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "text/plain", bearer(e.secretKey)), 415)
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":"`+strings.Repeat("x", 140<<10)+`"}`, "application/json", bearer(e.secretKey)), 413)
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":{"n":1}}`, "application/json", bearer(e.secretKey)), 200)
+		want(anon.send("POST", "/emit", `{"channel":"a"}`, "application/json", bearer(e.secretKey)), 200)
+		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "application/json", bearer(e.secretKey)), 429, "channel_rate_limited")
+		want(anon.send("POST", "/emit", `{"channel":"b","payload":1}`, "application/json", bearer(e.secretKey)), 200)
+		want(anon.send("POST", "/emit", `{"channel":"b","payload":1}`, "application/json", bearer(e.secretKey)), 429, "project_rate_limited")
+		want(anon.send("POST", "/emit", `{"channel":"c","payload":1}`, "application/json", bearer(e.secretKey)), 429, "too_many_channels")
+		want(anon.send("GET", "/emit", "", "", nil), 405)
+
+		// Token revocation.
+		revoke := func(body, ct string, key string) response {
+			return anon.send("POST", "/emit-tokens/revoke", body, ct, bearer(key))
+		}
+		want(anon.send("POST", "/emit-tokens/revoke", `{"jti":"a"}`, "application/json", nil), 401)
+		want(revoke(`{"jti":"a"}`, "application/json", "sk_live_nope"), 401)
+		want(revoke(`{"jti":"a"}`, "application/json", e.secretKey), 200)
+		want(revoke(`{"jti":"b","clientId":null}`, "application/json", e.secretKey), 429, "too_many_revocations")
+		want(revoke(`{}`, "application/json", e.secretKey), 400, "jti_or_client_id_required")
+		want(revoke(`{"jti":"c"}`, "application/x-www-form-urlencoded", e.secretKey), 429, "too_many_attempts") // the fourth call this minute
+		pr = want(alice.do("POST", "/api/projects", `{"name":"revoke"}`), 201)
+		rk, rpk := pr.str("keys", "secretKey"), pr.str("keys", "publicKey")
+		want(revoke(`[]`, "application/json", rk), 400)
+		want(revoke(`{"clientId":"u"}`, "text/plain", rk), 415)
+		want(st.client(ts).send("POST", "/emit-tokens/revoke", `{"clientId":"`+strings.Repeat("u", 70<<10)+`"}`, "application/json", bearer(rk)), 413)
+
+		// The WebSocket handshake.
+		ws := func(key string) *http.Response {
+			t.Helper()
+			keyBytes := make([]byte, 16)
+			rand.Read(keyBytes)
+			req, _ := http.NewRequest("GET", ts.base+"/ws?publicKey="+key, nil)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Sec-WebSocket-Version", "13")
+			req.Header.Set("Sec-WebSocket-Key", base64.StdEncoding.EncodeToString(keyBytes))
+			res, err := alice.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { res.Body.Close() })
+			return res
+		}
+		want(st.client(ts).send("POST", "/ws", "", "", nil), 405)
+		if res := ws(""); res.StatusCode != 401 {
+			t.Fatalf("no key: %d", res.StatusCode)
+		}
+		if res := ws(e.secretKey); res.StatusCode != 401 {
+			t.Fatalf("secret key: %d", res.StatusCode)
+		}
+		if res := ws(e.publicKey); res.StatusCode != 101 {
+			t.Fatalf("public key: %d", res.StatusCode)
+		}
+		if res := ws(e.publicKey); res.StatusCode != 429 { // MAX_CONNECTIONS_PER_PROJECT 1
+			t.Fatalf("second connection: %d", res.StatusCode)
+		}
+		// Not a handshake: the upgrader answers 400 on the hijacked socket and
+		// the server closes it, without Connection: close, so the client must
+		// not pool that connection (a POST sent on it later is reset).
+		once := &specTransport{t: t, router: router, next: &http.Transport{DisableKeepAlives: true}, seen: st.seen}
+		want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", nil), 400)
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys/"+publicKeyID+"/revoke", ""), 200)
+
+		// Service routes.
+		want(anon.do("GET", "/healthz", ""), 200)
+		want(anon.do("GET", "/readyz", ""), 200)
+		js := want(anon.do("GET", "/client.js", ""), 200)
+		want(anon.send("GET", "/client.js", "", "", map[string]string{"If-None-Match": js.header.Get("ETag")}), 304)
+
+		// Last, as they throttle the address: failed logins.
+		want(anon.do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"wrong password"}`), 401)
+		for i := 0; ; i++ {
+			r := anon.do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"wrong password"}`)
+			if r.status == 429 {
+				break
+			}
+			if i == 10 {
+				t.Fatalf("no 429 after %d failed logins: %d %s", i+2, r.status, r.raw)
+			}
+		}
+
+		// Undescribed paths fail the validator; the server answers them 404.
+		check := &specTransport{t: t, router: router, seen: map[string]bool{}}
+		for _, path := range []string{"/api/nope", "/api/projects/x/keys//revoke", "/metrics"} {
+			req, _ := http.NewRequest("GET", ts.base+path, nil)
+			if msg := check.check(req, nil, &http.Response{StatusCode: 404}, []byte(`{"error":"not_found"}`)); !strings.Contains(msg, "not in the document") {
+				t.Errorf("%s: the validator found %q, want a route not in the document", path, msg)
+			}
+		}
+
+		var seen []string
+		for k := range st.seen {
+			seen = append(seen, k)
+		}
+		sort.Strings(seen)
+		t.Logf("validated %d route × status pairs:\n%s", len(seen), strings.Join(seen, "\n"))
+	})
+}
