@@ -115,7 +115,7 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) error {
 // declaredNonJSON reports a non-empty body declared with a Content-Type other
 // than JSON: /emit and /emit-tokens/revoke answer it 415 like /api/*. Unlike
 // /api/*, they read a body without Content-Type as JSON: their callers are
-// servers with a secret key (no cross-site form can carry it), and SPEC.md
+// servers with a secret key (no cross-site form can carry it), and proto/PROTOCOL.md
 // defines their bodies as JSON whatever they declare.
 func declaredNonJSON(r *http.Request, body []byte) bool {
 	ct := r.Header.Get("Content-Type")
