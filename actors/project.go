@@ -54,7 +54,6 @@ type projectActor struct {
 	backstop fixedWindow
 	channels map[string]*childChannel
 	conns    map[uint64]liveConn
-	keyNames map[string]*keyName // interned key hashes, so connections share one string
 
 	// Client-emit state (client-emit rules 5 and 6).
 	revokedJTIs    map[string]time.Time    // jti → when the revocation may be forgotten
@@ -73,7 +72,7 @@ type projectActor struct {
 // liveConn is one connection of the project and the public key it used.
 type liveConn struct {
 	sink    Sink
-	keyHash string
+	keyHash string // the key index's string: every connection of a key shares its bytes
 }
 
 // projectUsage is the one count a project's channel actors add to: emits
@@ -107,7 +106,6 @@ func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *p
 		backstop: fixedWindow{size: time.Minute},
 		channels: map[string]*childChannel{},
 		conns:    map[uint64]liveConn{},
-		keyNames: map[string]*keyName{},
 		usage:    &projectUsage{},
 
 		revokedJTIs:    map[string]time.Time{},
@@ -207,13 +205,12 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *unsubscribe:
 		a.send(ctx, m.channel, m)
 	case *connOpened:
-		a.conns[m.sink.ID()] = liveConn{sink: m.sink, keyHash: a.intern(m.keyHash)}
+		a.conns[m.sink.ID()] = liveConn{sink: m.sink, keyHash: m.keyHash}
 		a.connects++
 		a.webhook("connect", m.sink.ID(), CloseStatus{})
 	case *connClosed:
-		if c, ok := a.conns[m.connID]; ok {
+		if _, ok := a.conns[m.connID]; ok {
 			delete(a.conns, m.connID)
-			a.unintern(c.keyHash)
 			a.webhook("disconnect", m.connID, m.status)
 		}
 		for _, ch := range m.channels {
@@ -234,12 +231,7 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *keysRevoked:
 		revoked := make(map[string]bool, len(m.hashes))
 		for _, h := range m.hashes {
-			if _, used := a.keyNames[h]; used { // only keys some connection was opened with
-				revoked[h] = true
-			}
-		}
-		if len(revoked) == 0 {
-			return
+			revoked[h] = true
 		}
 		for _, c := range a.conns {
 			if revoked[c.keyHash] {
@@ -336,7 +328,8 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 	ctx.Send(c.pid, msg)
 }
 
-// refuseNewChannel answers what would have started a channel past the cap.
+// refuseNewChannel answers what would have started a channel past the cap
+// (a refuseEmit never does: refuseEmit sends it only to a running channel).
 func (a *projectActor) refuseNewChannel(channel string, msg any) {
 	e := &proto.Error{Code: proto.CodeTooManyChannels, Channel: channel}
 	switch m := msg.(type) {
@@ -351,8 +344,6 @@ func (a *projectActor) refuseNewChannel(channel string, msg any) {
 		}
 	case *subscribe:
 		m.sink.Send(errorFrame(e))
-	case *refuseEmit:
-		m.sink.Send(errorFrame(&proto.Error{Code: m.code, Channel: channel}))
 	}
 }
 
@@ -462,30 +453,4 @@ func (a *projectActor) sendWebhook(h heldWebhook) {
 		Kind: h.kind, ProjectID: a.id, ConnectionID: a.cfg.NodeID + "-" + strconv.FormatUint(h.connID, 10),
 		At: h.at, Status: h.status,
 	})
-}
-
-// keyName is an interned key hash and the number of connections using it.
-type keyName struct {
-	hash  string
-	conns int
-}
-
-// intern returns the project's copy of a key hash (connections of one key
-// share it); unintern forgets it with the key's last connection.
-func (a *projectActor) intern(h string) string {
-	k, ok := a.keyNames[h]
-	if !ok {
-		k = &keyName{hash: h}
-		a.keyNames[h] = k
-	}
-	k.conns++
-	return k.hash
-}
-
-func (a *projectActor) unintern(h string) {
-	if k, ok := a.keyNames[h]; ok {
-		if k.conns--; k.conns <= 0 {
-			delete(a.keyNames, h)
-		}
-	}
 }

@@ -18,6 +18,7 @@ const maxIndexedKeys = 100_000
 
 // indexedKey is what the key index knows of one API key.
 type indexedKey struct {
+	Hash      string // SHA-256 hex of the raw key, as stored; one string for every lookup of a cached key
 	ProjectID string
 	Type      string // "public" or "secret"
 	Revoked   bool
@@ -80,13 +81,15 @@ func (x *keyIndex) Lookup(ctx context.Context, raw string) (k indexedKey, ok boo
 	if ok {
 		return k, true, nil
 	}
-	k, err = x.load(ctx, hex.EncodeToString(d[:]))
+	hash := hex.EncodeToString(d[:])
+	k, err = x.load(ctx, hash)
 	if errors.Is(err, errUnknownKey) {
 		return indexedKey{}, false, nil // not cached: unknown hashes are unbounded
 	}
 	if err != nil {
 		return indexedKey{}, false, err
 	}
+	k.Hash = hash
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if _, dup := x.byHash[d]; x.gen != gen || dup {

@@ -59,7 +59,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("connection opened", "conn", c.ID(), "project", k.ProjectID, "addr", s.clientAddrString(r))
 		}
-		return wsSession{s.actors.Open(lease, HashKey(raw), c)}
+		return wsSession{s.actors.Open(lease, k.Hash, c)}
 	})
 	if !opened {
 		s.actors.Release(lease)

@@ -55,7 +55,6 @@ type CloseCode uint16
 
 // Close codes the relay sends or reports.
 const (
-	CloseNormal        CloseCode = 1000
 	CloseGoingAway     CloseCode = 1001 // shutdown, idle, lifetime: reconnect
 	CloseNoStatus      CloseCode = 1005 // reported when a peer's close frame had no code; never sent
 	CloseTryAgainLater CloseCode = 1013 // slow consumer: reconnect and resume by replay
