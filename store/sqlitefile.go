@@ -73,25 +73,31 @@ func (f *sqliteFile) record() error {
 // onConn is false before a connection opens: with no connection open SQLite
 // may have removed its -wal and -shm, and the opening recreates them.
 func (f *sqliteFile) check(onConn bool) error {
+	// The system calls run outside mu: statements on other connections do
+	// not queue behind them; mu guards only opened and seen.
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.opened == nil {
+	opened := f.opened
+	f.mu.Unlock()
+	if opened == nil {
 		return nil // not opened yet
 	}
 	fi, err := os.Stat(f.path)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %s: %v", errDatabaseFile, f.path, err)
-	case !os.SameFile(fi, f.opened):
+	case !os.SameFile(fi, opened):
 		return fmt.Errorf("%w: %s was replaced since it was opened", errDatabaseFile, f.path)
 	}
 	if onConn {
 		for _, s := range sidecars {
 			_, err := os.Stat(f.path + s)
-			if err != nil && f.seen[s] {
+			f.mu.Lock()
+			gone := err != nil && f.seen[s]
+			f.seen[s] = f.seen[s] || err == nil
+			f.mu.Unlock()
+			if gone {
 				return fmt.Errorf("%w: %v", errDatabaseFile, err)
 			}
-			f.seen[s] = f.seen[s] || err == nil
 		}
 	}
 	// access(2) with W_OK: a directory or file made read-only, or a file
