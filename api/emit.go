@@ -82,16 +82,16 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnavailable)
 		return
 	}
-	if res.Err != nil && (res.Err.Code == proto.CodeUnavailable || res.Err.Code == proto.CodeTooManyChannels) {
-		// The project's settings could not be loaded (503), or it holds
-		// MAX_CHANNELS_PER_PROJECT channels and this is a new one (429).
-		writeError(w, res.Err.Code)
-		return
-	}
-	if res.Err != nil {
+	switch {
+	case res.Err == nil:
+	case res.Err.Code == proto.CodeChannelRateLimited || res.Err.Code == proto.CodeProjectRateLimited:
+		// The budgets' 429 carries both windows.
 		writeJSON(w, http.StatusTooManyRequests, emitLimited{
 			Error: res.Err.Code, RateLimit: toBudget(res.Channel), ProjectRateLimit: toBudget(res.Project),
 		})
+		return
+	default: // service_unavailable (settings not loaded), too_many_channels, …: the code's own status
+		writeError(w, res.Err.Code)
 		return
 	}
 	writeJSON(w, http.StatusOK, emitOK{

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -119,7 +120,7 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) error {
 // defines their bodies as JSON whatever they declare.
 func declaredNonJSON(r *http.Request, body []byte) bool {
 	ct := r.Header.Get("Content-Type")
-	return ct != "" && len(strings.TrimSpace(string(body))) > 0 && !isJSONContentType(ct)
+	return ct != "" && !isJSONContentType(ct) && len(bytes.TrimSpace(body)) > 0 // no copy of the body
 }
 
 func isJSONContentType(ct string) bool {

@@ -45,7 +45,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
-	lease, ok := s.actors.Reserve(k.ProjectID, s.clientAddrString(r))
+	addr := s.clientAddrString(r) // parsed once: X-Forwarded-For may be long
+	lease, ok := s.actors.Reserve(k.ProjectID, addr)
 	if !ok {
 		s.metrics.refused(refusedTooMany)
 		writeError(w, proto.CodeTooManyConnections)
@@ -57,7 +58,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// The client address is logged here, once: the transport's
 		// "connection closed" line names the same conn.
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
-			s.log.Debug("connection opened", "conn", c.ID(), "project", k.ProjectID, "addr", s.clientAddrString(r))
+			s.log.Debug("connection opened", "conn", c.ID(), "project", k.ProjectID, "addr", addr)
 		}
 		return wsSession{s.actors.Open(lease, k.Hash, c)}
 	})
@@ -71,7 +72,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.metrics.refused(refusedBadUpgrade)
 		// The upgrader has already answered (400 for a non-WebSocket request).
-		s.log.Debug("websocket upgrade failed", "addr", s.clientAddrString(r), "err", err)
+		s.log.Debug("websocket upgrade failed", "addr", addr, "err", err)
 	}
 }
 
