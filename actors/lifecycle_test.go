@@ -149,16 +149,19 @@ func TestProjectNotFoundStopsItsActor(t *testing.T) {
 // A loading project holds at most maxHeld emits; more are refused at once.
 func TestLoadingHoldsABoundedNumberOfEmits(t *testing.T) {
 	l := newGatedLoader()
-	sys := newTestSystem(t, Config{LoadSettings: l.load})
+	sys := newTestSystem(t, Config{LoadSettings: l.load, EmitRatePerMinute: 1 << 20, ProjectRatePerMinute: 1 << 20})
 	var wg sync.WaitGroup
-	var refused atomic.Int64
+	var refused, delivered atomic.Int64
 	for range maxHeld + 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r, _ := sys.Publish(context.Background(), "p", "c", []byte(`1`))
-			if r.Err != nil && r.Err.Code == proto.CodeUnavailable {
+			switch {
+			case r.Err != nil && r.Err.Code == proto.CodeUnavailable:
 				refused.Add(1)
+			case r.Err == nil && r.Seq != 0:
+				delivered.Add(1)
 			}
 		}()
 	}
@@ -167,6 +170,9 @@ func TestLoadingHoldsABoundedNumberOfEmits(t *testing.T) {
 	wg.Wait()
 	if n := refused.Load(); n != 10 {
 		t.Errorf("%d refused, want 10", n)
+	}
+	if n := delivered.Load(); n != maxHeld {
+		t.Errorf("%d held emits applied after the load, want %d", n, maxHeld)
 	}
 }
 
@@ -212,8 +218,8 @@ func TestRetireRacesEmits(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 300 {
-				if _, err := sys.Publish(ctx, fmt.Sprint("p", (w+i)%5), "c", []byte(`1`)); err != nil {
-					t.Errorf("publish %d of worker %d: %v", i, w, err)
+				if r, err := sys.Publish(ctx, fmt.Sprint("p", (w+i)%5), "c", []byte(`1`)); err != nil || r.Err != nil || r.Seq == 0 {
+					t.Errorf("publish %d of worker %d: %+v %v", i, w, r, err)
 					return
 				}
 				if i%50 == 0 {

@@ -311,3 +311,24 @@ func TestAdminChangesAndARunningRelay(t *testing.T) {
 		t.Fatalf("the revoked key after a restart: %d, want 401", s)
 	}
 }
+
+// relay admin create-project keeps MAX_PROJECTS_PER_USER like the API.
+func TestAdminProjectsCap(t *testing.T) {
+	dbURL := storetest.SQLiteURL(t)
+	adminOK(t, dbURL, "create-user", "--email", "erin@example.com", "--password", "correct horse")
+	run := func() (string, error) {
+		var out, logs bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		err := runCommandTo(ctx, []string{"admin", "create-project", "--email", "erin@example.com", "--name", "p"},
+			cfgEnv(map[string]string{"DATABASE_URL": dbURL, "MAX_PROJECTS_PER_USER": "1"}), &out, &logs)
+		return out.String(), err
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, `"publicKey"`) {
+		t.Fatalf("first project: %v %s", err, out)
+	}
+	out, err := run()
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "too_many_projects") || out != "" {
+		t.Fatalf("second project past the cap: exit %d, %v, printed %q", exitCode(err), err, out)
+	}
+}

@@ -217,8 +217,8 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 			func(t *testing.T, ts *testServer, owner *client, p project) result {
 				slow := lcDialSmallBuffer(t, ts, p.publicKey)
 				lcSubscribeUnread(t, slow, owner, p.secretKey, "firehose")
-				// Its socket holds a few MiB at most; its 8 MiB queue overflows
-				// after about 100 messages of 120 KiB.
+				// Its socket holds a few MiB at most; its queue
+				// (MAX_QUEUED_BYTES_PER_CONNECTION, 2 MiB) overflows soon after.
 				for i := 0; ts.app.transport.Stats().ClosedBy["slow_consumer"] == 0; i++ {
 					if i == 1000 {
 						t.Fatal("no slow consumer after 1000 messages of 120 KiB")
@@ -645,12 +645,12 @@ func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 // lcFillCount is how many 120 KiB messages fill the 32 KiB receive buffer of
 // an lcDialSmallBuffer peer and the server's send buffer (at most tcp_wmem's
 // maximum) and leave about 1 MiB queued in the server, well under the
-// queue's 8 MiB cap: then the server's close frame for that peer waits
-// behind its queue for as long as the peer stays. ok is false when this
-// host's buffers are too big for that.
+// queue's cap (lcQueueBytes, which these tests set): then the server's close
+// frame for that peer waits behind its queue for as long as the peer stays.
+// ok is false when this host's buffers are too big for that.
 func lcFillCount() (n int, ok bool) {
 	const frameBytes = 120 << 10
-	const queueBytes = 8 << 20 // transport.Config.QueueBytes default
+	const queueBytes = lcQueueBytes
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
 	if err != nil {
 		return 0, false
@@ -663,6 +663,14 @@ func lcFillCount() (n int, ok bool) {
 	n = (sendMax+(256<<10)+(1<<20))/frameBytes + 1
 	return n, sendMax > 0 && n*frameBytes < queueBytes-(1<<20)
 }
+
+// lcQueueBytes is the write-queue cap of the binaries that lcFillCount
+// fills (MAX_QUEUED_BYTES_PER_CONNECTION; the default, 2 MiB, is less than
+// a full loopback send buffer holds, so the stuck peer would be dropped as a
+// slow consumer instead of holding the drain open).
+const lcQueueBytes = 8 << 20
+
+var lcQueueEnv = "MAX_QUEUED_BYTES_PER_CONNECTION=" + strconv.Itoa(lcQueueBytes)
 
 // TestSignalStopsTheBinaryCleanly: SIGTERM and SIGINT each make the real
 // binary close every connection with 1001 "server shutting down", refuse
@@ -680,7 +688,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			proc := relaytest.StartBinary(t, "LOG_LEVEL=debug", "SHUTDOWN_TIMEOUT_SECONDS="+strconv.Itoa(int(shutdownTimeout/time.Second)),
-				"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000")
+				"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000", lcQueueEnv)
 			ts := binaryServer(t, proc)
 			owner := ts.signup("alice@example.com")
 			p := owner.createProject("demo")
@@ -775,7 +783,7 @@ func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 	url := storetest.SQLiteURL(t)
 	day := time.Now().UTC().Format(time.DateOnly)
 	proc := relaytest.StartBinary(t, "LOG_LEVEL=debug", "DATABASE_URL="+url, "SHUTDOWN_TIMEOUT_SECONDS=2", "USAGE_ROLLUP_SECONDS=3600",
-		"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000")
+		"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000", lcQueueEnv)
 	ts := binaryServer(t, proc)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
