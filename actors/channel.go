@@ -86,7 +86,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 		m.sink.Send(errorFrame(&proto.Error{Code: m.code, Channel: a.name}))
 	case *subscribe:
 		a.processed++
-		a.subscribe(m)
+		a.subscribe(ctx, m)
 	case *unsubscribe:
 		a.processed++
 		a.unsubscribe(m)
@@ -164,7 +164,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 // subscribe replays what the client missed (before the ack), adds or updates
 // the subscription, acks, and runs presence: sync to the newcomer, join to
 // the other presence subscribers.
-func (a *channelActor) subscribe(m *subscribe) {
+func (a *channelActor) subscribe(ctx actor.Context, m *subscribe) {
 	if m.hasSince {
 		a.sendReplay(m.sink, m.since)
 	}
@@ -172,7 +172,7 @@ func (a *channelActor) subscribe(m *subscribe) {
 	sub := channelSub{sink: m.sink, presence: m.presence, clientID: m.clientID}
 	i, existed := a.index[id]
 	if a.membersFull(sub, existed, i) {
-		m.sink.Send(errorFrame(&proto.Error{Code: proto.CodeTooManyPresenceMembers, Channel: a.name}))
+		m.refuse(ctx, proto.CodeTooManyPresenceMembers)
 		return
 	}
 	wasMember := existed && a.subs[i].presence

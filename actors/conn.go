@@ -26,6 +26,13 @@ type connActor struct {
 	cfg  *Config
 }
 
+// removeSub drops subs[i], moving the last one into its place.
+func (a *connActor) removeSub(i int) {
+	last := len(a.subs) - 1
+	a.subs[i], a.subs[last] = a.subs[last], connSub{}
+	a.subs = a.subs[:last]
+}
+
 // find returns the index of channel in subs, or -1.
 func (a *connActor) find(channel string) int {
 	for i := range a.subs {
@@ -42,6 +49,11 @@ func (a *connActor) Receive(ctx actor.Context) {
 		a.sink, a.project, a.cfg = m.sink, m.project, m.cfg
 	case *clientFrame:
 		a.handleFrame(ctx, &m.msg)
+	case *subscribeRefused:
+		// Forget it unless the client has since subscribed differently.
+		if i := a.find(m.channel); i >= 0 && a.subs[i].presence == m.presence && a.subs[i].clientID == m.clientID {
+			a.removeSub(i)
+		}
 	case *socketClosed:
 		channels := make([]string, 0, len(a.subs))
 		for _, sub := range a.subs {
@@ -69,7 +81,7 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 		} else {
 			a.subs = append(a.subs, sub)
 		}
-		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, presence: m.Presence, clientID: m.ClientID,
+		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, conn: ctx.Self(), presence: m.Presence, clientID: m.ClientID,
 			hasSince: m.HasSince, since: m.Since})
 	case proto.ActionUnsubscribe:
 		i := a.find(m.Channel)
@@ -78,9 +90,7 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 			a.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, m.Channel)))
 			return
 		}
-		last := len(a.subs) - 1
-		a.subs[i], a.subs[last] = a.subs[last], connSub{}
-		a.subs = a.subs[:last]
+		a.removeSub(i)
 		ctx.Send(a.project, &unsubscribe{channel: m.Channel, connID: a.sink.ID(), sink: a.sink})
 	case proto.ActionEmit:
 		var sub connSub

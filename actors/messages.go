@@ -78,10 +78,19 @@ type PublishResult struct {
 type subscribe struct {
 	channel  string
 	sink     Sink
+	conn     *actor.PID // the connection actor, told when the subscribe is refused
 	presence bool
 	clientID string
 	hasSince bool
 	since    float64
+}
+
+// subscribeRefused tells a connection actor that its project or channel
+// refused a subscribe (a cap), so it forgets the subscription it recorded.
+type subscribeRefused struct {
+	channel  string
+	presence bool
+	clientID string
 }
 
 // unsubscribe removes a connection from a channel; silent skips the ack (the
@@ -220,4 +229,13 @@ func (q *quietPeriod) dormantAgain(dormant bool) bool {
 	}
 	q.dormantTicks++
 	return q.dormantTicks >= 2
+}
+
+// refuse answers a refused subscribe with the error frame and tells the
+// connection actor to forget the subscription.
+func (m *subscribe) refuse(ctx actor.Context, code proto.Code) {
+	m.sink.Send(errorFrame(&proto.Error{Code: code, Channel: m.channel}))
+	if m.conn != nil {
+		ctx.Send(m.conn, &subscribeRefused{channel: m.channel, presence: m.presence, clientID: m.clientID})
+	}
 }

@@ -311,7 +311,7 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 			return
 		}
 		if max := a.cfg.MaxChannelsPerProject; max > 0 && len(a.channels) >= max {
-			a.refuseNewChannel(channel, msg)
+			a.refuseNewChannel(ctx, channel, msg)
 			return
 		}
 		cfg, usage := a.cfg, a.usage
@@ -330,7 +330,7 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 
 // refuseNewChannel answers what would have started a channel past the cap
 // (a refuseEmit never does: refuseEmit sends it only to a running channel).
-func (a *projectActor) refuseNewChannel(channel string, msg any) {
+func (a *projectActor) refuseNewChannel(ctx actor.Context, channel string, msg any) {
 	e := &proto.Error{Code: proto.CodeTooManyChannels, Channel: channel}
 	switch m := msg.(type) {
 	case *Publish:
@@ -343,7 +343,7 @@ func (a *projectActor) refuseNewChannel(channel string, msg any) {
 			m.origin.Send(errorFrame(e))
 		}
 	case *subscribe:
-		m.sink.Send(errorFrame(e))
+		m.refuse(ctx, proto.CodeTooManyChannels)
 	}
 }
 

@@ -245,3 +245,29 @@ func TestAttackRowsStayBounded(t *testing.T) {
 		t.Errorf("RSS grew %.0f MiB", grown)
 	}
 }
+
+// A subscribe refused by a cap is not left behind on the connection: it does
+// not use up one of the connection's MAX_SUBSCRIPTIONS_PER_CONNECTION.
+func TestRefusedSubscribeIsForgotten(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
+		"MAX_CHANNELS_PER_PROJECT": "2", "MAX_SUBSCRIPTIONS_PER_CONNECTION": "2", "MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("a")
+	if r := owner.emit(p.secretKey, `{"channel":"alpha","payload":1}`); r.status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.status, r.raw)
+	}
+	presenceSub(t, ts, p.publicKey, "alpha", "first").expect(`{"type":"presence","channel":"alpha","event":"sync","members":[]}`)
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"one"}`) // the project's second channel
+	c.expect(`{"action":"subscribe","channel":"one","ok":true}`)
+	c.send(`{"action":"subscribe","channel":"alpha","presence":true,"clientId":"second"}`)
+	c.expect(`{"error":"too_many_presence_members","channel":"alpha"}`)
+	c.send(`{"action":"subscribe","channel":"two"}`)
+	c.expect(`{"error":"too_many_channels","channel":"two"}`)
+	// Had either refusal stayed recorded, this would be too_many_subscriptions.
+	c.send(`{"action":"subscribe","channel":"alpha"}`)
+	c.expect(`{"action":"subscribe","channel":"alpha","ok":true}`)
+	if r := owner.emit(p.secretKey, `{"channel":"alpha","payload":2}`); num(r.json, "delivered") != 2 {
+		t.Fatalf("emit after the subscribe: %s", r.raw)
+	}
+}
