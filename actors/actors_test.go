@@ -268,7 +268,7 @@ func (s *System) testProject(id string) *actor.PID {
 // openConn opens a connection of project on sink, as a handshake with the
 // key "pk-hash" from 127.0.0.1 would.
 func openConn(sys *System, project string, s Sink) *Session {
-	l, ok := sys.Reserve(project, "127.0.0.1")
+	l, ok := sys.Reserve(project, "ip:127.0.0.1")
 	if !ok {
 		panic("no connection slot for " + project)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -235,26 +234,13 @@ type addrCount struct {
 	n   int
 }
 
-// addressKey groups client addresses the way limits count them: an IPv6
-// address by its /64 (one subscriber's block), an IPv4 address alone.
-func addressKey(addr string) string {
-	ip, err := netip.ParseAddr(addr)
-	if err != nil {
-		return addr
-	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.String()
-	}
-	return ip.String()
-}
-
 // Reserve takes one of a project's connection slots before a handshake is
 // accepted: false when MaxConnections are live on this node, or
-// MaxConnectionsPerAddress from this client address. Open's Session gives it
+// MaxConnectionsPerAddress from this client address. addrKey names the
+// client address the way the edge's limits group them (an IPv6 address by
+// its /64). Open's Session gives it
 // back on close; a handshake that fails after Reserve calls Release.
-func (s *System) Reserve(projectID, clientAddr string) (*Lease, bool) {
+func (s *System) Reserve(projectID, addrKey string) (*Lease, bool) {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	n := s.live[projectID]
@@ -263,7 +249,7 @@ func (s *System) Reserve(projectID, clientAddr string) (*Lease, bool) {
 	}
 	l := &Lease{projectID: projectID}
 	if s.cfg.MaxConnectionsPerAddress > 0 {
-		key := projectID + "|" + addressKey(clientAddr)
+		key := projectID + "|" + addrKey
 		a := s.byAddr[key]
 		if a == nil {
 			a = &addrCount{key: key}

@@ -77,11 +77,11 @@ func (s *Server) clientAddr(r *http.Request) netip.Addr {
 	return clientAddr(r, s.trustedProxies)
 }
 
-// clientAddrString is clientAddr for a log line: the address, or the raw
+// addrForLog is a client address for a log line: the address, or r's raw
 // peer when it did not parse.
-func (s *Server) clientAddrString(r *http.Request) string {
-	if a := s.clientAddr(r); a.IsValid() {
-		return a.String()
+func addrForLog(ip netip.Addr, r *http.Request) string {
+	if ip.IsValid() {
+		return ip.String()
 	}
 	return r.RemoteAddr
 }

@@ -45,8 +45,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
-	addr := s.clientAddrString(r) // parsed once: X-Forwarded-For may be long
-	lease, ok := s.actors.Reserve(k.ProjectID, addr)
+	ip := s.clientAddr(r) // parsed once: X-Forwarded-For may be long
+	addr := addrForLog(ip, r)
+	lease, ok := s.actors.Reserve(k.ProjectID, addrKey(ip))
 	if !ok {
 		s.metrics.refused(refusedTooMany)
 		writeError(w, proto.CodeTooManyConnections)
