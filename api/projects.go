@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -186,12 +185,14 @@ func (p ownedProject) rotateKey(ctx context.Context, keyType string) (k store.AP
 	default:
 		return k, "", errInvalidKeyType
 	}
-	k, err = p.ops.store.RotateKey(ctx, p.ID, storedKey(keyType, raw))
+	k, revoked, err := p.ops.store.RotateKey(ctx, p.ID, storedKey(keyType, raw))
 	if err != nil {
 		return k, "", fmt.Errorf("rotate key: %w", err)
 	}
 	p.ops.keys.invalidate(p.ID)
-	p.closeSocketsOfRevokedKeys(ctx) // a secret key closes no socket; other nodes drop their cached keys
+	// The sockets of the replaced key close (a secret key has none); other
+	// nodes drop their cached keys.
+	p.ops.live.KeysRevoked(p.ID, revoked)
 	return k, raw, nil
 }
 
@@ -209,27 +210,6 @@ func (p ownedProject) revokeKey(ctx context.Context, keyID string) error {
 	// their cached keys of the project whatever the key's type.
 	p.ops.live.KeysRevoked(p.ID, []string{k.KeyHash})
 	return nil
-}
-
-// closeSocketsOfRevokedKeys closes the live connections opened with any
-// revoked public key of the project (a rotation revokes the one it replaces).
-func (p ownedProject) closeSocketsOfRevokedKeys(ctx context.Context) {
-	keys, err := p.ops.store.Keys(ctx, p.ID)
-	if err != nil {
-		// The rotation is stored; the old key's sockets stay until they
-		// reconnect (and are refused) or the next rotation closes them.
-		// Other nodes still drop their cached keys.
-		slog.Warn("list keys after a rotation", "project", p.ID, "err", err)
-		p.ops.live.KeysRevoked(p.ID, nil)
-		return
-	}
-	var revoked []string
-	for _, k := range keys {
-		if k.KeyType == "public" && !k.Active() {
-			revoked = append(revoked, k.KeyHash)
-		}
-	}
-	p.ops.live.KeysRevoked(p.ID, revoked)
 }
 
 // ensureClientEmitSecret returns the client-emit secret, generating the

@@ -177,11 +177,11 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (APIKey, error) {
 }
 
 // RotateKey revokes the project's active keys of k.KeyType and inserts k as
-// the new active one, atomically.
-func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (APIKey, error) {
+// the new active one, atomically; revoked is the hashes of the keys it revoked.
+func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (_ APIKey, revoked []string, err error) {
 	at := now()
 	k.ID, k.ProjectID, k.CreatedAt, k.RevokedAt = uuid.NewString(), projectID, at, nil
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Serialise rotations of one project: on PostgreSQL by locking its row
 		// (SQLite transactions already take the write lock at BEGIN).
 		if s.dialect == Postgres {
@@ -189,17 +189,19 @@ func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (APIK
 				return err
 			}
 		}
+		revoked = nil // a retried transaction starts again
 		if _, err := tx.NewUpdate().Model((*APIKey)(nil)).Set("revoked_at = ?", at).
-			Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).Exec(ctx); err != nil {
+			Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).
+			Returning("key_hash").Exec(ctx, &revoked); err != nil {
 			return err
 		}
 		_, err := tx.NewInsert().Model(&k).Exec(ctx)
 		return err
 	})
 	if err != nil {
-		return APIKey{}, err
+		return APIKey{}, nil, err
 	}
-	return k, nil
+	return k, revoked, nil
 }
 
 // RevokeKey revokes one key of a project. Revoking a revoked key is a no-op

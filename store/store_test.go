@@ -156,9 +156,12 @@ func TestKeysRotateRevoke(t *testing.T) {
 		if _, err := s.KeyByHash(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("unknown hash: %v", err)
 		}
-		nk, err := s.RotateKey(ctx, p.ID, store.APIKey{KeyType: "public", KeyHash: "rotated", KeyPrefix: "pk_live_zzzz************"})
+		nk, revoked, err := s.RotateKey(ctx, p.ID, store.APIKey{KeyType: "public", KeyHash: "rotated", KeyPrefix: "pk_live_zzzz************"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(revoked) != 1 || revoked[0] != pub.KeyHash {
+			t.Fatalf("rotation reports it revoked %q, want [%q]", revoked, pub.KeyHash)
 		}
 		old, _ := s.KeyByHash(ctx, pub.KeyHash)
 		if old.Active() || old.RevokedAt.Location() != time.UTC {
@@ -189,7 +192,7 @@ func TestKeysRotateRevoke(t *testing.T) {
 			t.Fatalf("malformed key id: %v", err)
 		}
 		// Duplicate hashes are refused by the unique index.
-		if _, err := s.RotateKey(ctx, other.ID, store.APIKey{KeyType: "secret", KeyHash: "rotated", KeyPrefix: "x"}); err == nil {
+		if _, _, err := s.RotateKey(ctx, other.ID, store.APIKey{KeyType: "secret", KeyHash: "rotated", KeyPrefix: "x"}); err == nil {
 			t.Fatal("duplicate key hash accepted")
 		}
 		if keys, _ := s.Keys(ctx, other.ID); len(keys) != 2 || !keys[1].Active() {
