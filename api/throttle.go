@@ -93,6 +93,17 @@ func (t *throttle) take(key string) (ok bool, retry int) {
 	if t == nil || t.limit <= 0 {
 		return true, 0
 	}
+	_, retry = t.add(key, true)
+	return retry == 0, retry
+}
+
+// add counts one attempt for key and returns the key's attempts in its
+// window, this one included. With refuse, an attempt past the limit is not
+// counted and retry says in how many seconds the key may try again; a new
+// key that finds the map full of live counters is refused the same way,
+// unless the throttle fails open. Without refuse, such a key is not tracked
+// and counts as untracked (over any budget).
+func (t *throttle) add(key string, refuse bool) (n, retry int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
@@ -101,21 +112,24 @@ func (t *throttle) take(key string) (ok bool, retry int) {
 	}
 	a, found := t.entries[key]
 	if found && !a.expired(now) {
-		if a.n >= t.limit {
-			return false, secondsUntil(now, a.start.Add(throttleWindow))
+		if refuse && a.n >= t.limit {
+			return a.n, secondsUntil(now, a.start.Add(throttleWindow))
 		}
 		a.n++
 		t.entries[key] = a
-		return true, 0
+		return a.n, 0
 	}
 	if !found && t.full(now) {
-		if t.failOpen {
-			return true, 0
+		switch {
+		case !refuse:
+			return untracked, 0
+		case t.failOpen:
+			return 0, 0
 		}
-		return false, secondsUntil(now, t.oldest.Add(throttleWindow))
+		return 0, secondsUntil(now, t.oldest.Add(throttleWindow))
 	}
 	t.entries[key] = attempts{n: 1, start: now}
-	return true, 0
+	return 1, 0
 }
 
 // full reports whether a new key finds no room, after sweeping expired ones
@@ -142,23 +156,8 @@ func (t *throttle) count(key string) int {
 	if t == nil || t.limit <= 0 {
 		return 0
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	if now.Sub(t.swept) >= throttleWindow {
-		t.sweep(now)
-	}
-	a, found := t.entries[key]
-	if found && !a.expired(now) {
-		a.n++
-		t.entries[key] = a
-		return a.n
-	}
-	if !found && t.full(now) {
-		return untracked
-	}
-	t.entries[key] = attempts{n: 1, start: now}
-	return 1
+	n, _ := t.add(key, false)
+	return n
 }
 
 // refund gives back an attempt that turned out not to test a password (a
