@@ -44,8 +44,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 	select {
 	case l.slots <- struct{}{}:
 	default:
-		if now := time.Now().UnixNano(); now-l.warned.Load() >= int64(fullWarnEvery) {
-			l.warned.Store(now)
+		if now, last := time.Now().UnixNano(), l.warned.Load(); now-last >= int64(fullWarnEvery) && l.warned.CompareAndSwap(last, now) {
 			l.log.Warn("public listener at MAX_HTTP_CONNECTIONS: new connections wait", "max", cap(l.slots))
 		}
 		select {
