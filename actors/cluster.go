@@ -25,11 +25,13 @@ import (
 	"github.com/relayhq/relay/proto/clusterpb"
 )
 
-// Several nodes as one relay, first slice: membership through etcd
-// (protoactor's etcd provider, disthash identity lookup) and control-plane
-// changes applied on every member before the API answers. Channels and
-// projects are still actors of the node that holds their sockets: an emit
-// reaches only the subscribers of the node it was made on.
+// Several nodes as one relay: membership through etcd (protoactor's etcd
+// provider, disthash identity lookup); control-plane changes applied on
+// every member before the API answers; channels as grains (channel_grain.go)
+// that each node's relays (channel_relay.go) register with, so an emit made
+// on any node reaches the subscribers of every node. Project actors are
+// still per node: the project backstop, client-emit windows and the
+// connection cap count what one node sees.
 
 // NodeActorName is the fixed name of the per-node actor every member runs:
 // it applies the control-plane changes other members send it.
@@ -52,6 +54,10 @@ type ClusterConfig struct {
 	// members' acks; JoinTimeout bounds joining.
 	AckTimeout  time.Duration
 	JoinTimeout time.Duration
+	// FirstSendDelay is a test hook: the first attempt of every publish to a
+	// channel grain is held back this long, so that its retry arrives first
+	// and the grain sees the first attempt as a duplicate. Zero in service.
+	FirstSendDelay time.Duration
 	// RemoteChange is called on this node once a change another member made
 	// to a project has been applied to the local actors, before it is acked:
 	// the wiring drops the project's cached keys there.
@@ -71,6 +77,10 @@ type ClusterView struct {
 	Name    string   `json:"name"`
 	Self    string   `json:"self"`
 	Members []Member `json:"members"`
+	// Grains are the channel grains this node hosts (PROJECT_ID/CHANNEL, the
+	// first 1 000 sorted), GrainsTotal how many.
+	Grains      []string `json:"grains"`
+	GrainsTotal int      `json:"grainsTotal"`
 }
 
 // ClusterStats are the cluster's cumulative figures for metrics.
@@ -82,6 +92,14 @@ type ClusterStats struct {
 	// TimedOut those that were not (no answer, or the member was gone).
 	// Received counts changes from other members applied here.
 	BroadcastsSent, BroadcastsAcked, BroadcastsTimedOut, BroadcastsReceived int64
+	// Grains: channel grains running on this node; Activations: started
+	// here since this node joined. CrossNode: channel messages this node
+	// sent to another member. Duplicates: publishes a grain here answered
+	// from memory instead of stamping again (retries). OwnerRefusals:
+	// publishes a grain here refused because this node no longer owns the
+	// channel. Retries: publishes this node sent again, unanswered.
+	Grains                                                     int64
+	Activations, CrossNode, Duplicates, OwnerRefusals, Retries int64
 }
 
 // Cluster is this node's membership. Its methods are safe for concurrent use.
@@ -109,6 +127,13 @@ type Cluster struct {
 	seq     atomic.Uint64
 
 	sent, acked, timedOut, received atomic.Int64
+
+	rdv                                                        atomic.Pointer[cluster.Rendezvous] // owners by the latest member list
+	grains                                                     sync.Map                           // process id → identity, of the channel grains running here
+	grainsLive                                                 atomic.Int64
+	firstSendDelay                                             time.Duration
+	publishes                                                  atomic.Uint64 // publish ids
+	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
 }
 
 // newCluster starts this node's node actor; JoinCluster adds the membership.
@@ -125,7 +150,9 @@ func (s *System) newCluster(cfg ClusterConfig) (*Cluster, error) {
 	c := &Cluster{
 		sys: s, name: cfg.Name, self: cfg.Name + "@" + s.as.ID, addr: cfg.Addr, log: cfg.Logger,
 		ackTimeout: cfg.AckTimeout, remoteChange: cfg.RemoteChange, lost: make(chan error, 1), stop: make(chan struct{}),
+		firstSendDelay: cfg.FirstSendDelay,
 	}
+	c.rdv.Store(cluster.NewRendezvous())
 	c.etcdUp.Store(true)
 	empty := []Member{}
 	c.members.Store(&empty)
@@ -190,8 +217,10 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 		return fail(fmt.Errorf("etcd client: %w", err))
 	}
 	c.provider = provider
+	channelKind := cluster.NewKind(ChannelKind, actor.PropsFromProducer(func() actor.Actor { return newChannelGrain(c) },
+		actor.WithSupervisor(resumeOnPanic)))
 	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
-		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr))))
+		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr)), cluster.WithKinds(channelKind)))
 	s.as.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*cluster.ClusterTopology); ok {
 			c.topology(t)
@@ -280,6 +309,12 @@ func (c *Cluster) topology(t *cluster.ClusterTopology) {
 		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.ID, b.ID))
 	})
 	c.members.Store(&ms)
+	rdv := cluster.NewRendezvous()
+	rdv.UpdateMembers(t.Members)
+	c.rdv.Store(rdv)
+	if c.joined.Load() {
+		c.sys.eachProject(&topologyChanged{}) // their channel relays look their grains up again
+	}
 	switch {
 	case in:
 		c.joined.Store(true)
@@ -300,6 +335,38 @@ func (c *Cluster) lose(err error) {
 // again as a new member.
 func (c *Cluster) Lost() <-chan error { return c.lost }
 
+// owns: this node owns the grain in the latest member list.
+func (c *Cluster) owns(kind, identity string) bool {
+	return c.rdv.Load().GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity}) == c.sys.as.Address()
+}
+
+// send posts a channel message, counting those that leave this node.
+func (c *Cluster) send(ctx actor.Context, to *actor.PID, msg any) {
+	if to.Address != ctx.Self().Address {
+		c.crossNode.Add(1)
+	}
+	ctx.Send(to, msg)
+}
+
+// publishID is unique in the cluster: this member's id and a counter.
+func (c *Cluster) publishID() string {
+	return c.self + "#p" + strconv.FormatUint(c.publishes.Add(1), 10)
+}
+
+// Grains lists the identities of the channel grains running on this node
+// (at most limit of them) and how many there are.
+func (c *Cluster) Grains(limit int) ([]string, int) {
+	var out []string
+	c.grains.Range(func(_, v any) bool {
+		if len(out) < limit {
+			out = append(out, v.(string))
+		}
+		return true
+	})
+	slices.Sort(out)
+	return out, int(c.grainsLive.Load())
+}
+
 // Self is this node's member id.
 func (c *Cluster) Self() string { return c.self }
 
@@ -308,7 +375,11 @@ func (c *Cluster) Members() []Member { return slices.Clone(*c.members.Load()) }
 
 // View is the cluster part of /debug/actors.
 func (c *Cluster) View() ClusterView {
-	return ClusterView{Name: c.name, Self: c.self, Members: c.Members()}
+	grains, total := c.Grains(1000)
+	if grains == nil {
+		grains = []string{}
+	}
+	return ClusterView{Name: c.name, Self: c.self, Members: c.Members(), Grains: grains, GrainsTotal: total}
 }
 
 // Stats are the cluster's counters.
@@ -316,6 +387,8 @@ func (c *Cluster) Stats() ClusterStats {
 	return ClusterStats{
 		Members: len(*c.members.Load()), EtcdUp: c.etcdUp.Load(), BroadcastsSent: c.sent.Load(), BroadcastsAcked: c.acked.Load(),
 		BroadcastsTimedOut: c.timedOut.Load(), BroadcastsReceived: c.received.Load(),
+		Grains: c.grainsLive.Load(), Activations: c.activations.Load(), CrossNode: c.crossNode.Load(),
+		Duplicates: c.duplicates.Load(), OwnerRefusals: c.ownerRefusals.Load(), Retries: c.retries.Load(),
 	}
 }
 

@@ -46,6 +46,10 @@ type Publish struct {
 	projectDenied bool
 	channelLimit  int
 
+	// notAfter: in a cluster, the channel grain does not stamp the emit
+	// after this (its edge has stopped waiting by then); zero for none.
+	notAfter time.Time
+
 	// claim settles the race between an HTTP edge that stops waiting and the
 	// channel actor that applies the emit: 0 open, 1 taken, 2 abandoned.
 	// An abandoned emit (the client got a 503) is never delivered.

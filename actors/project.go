@@ -228,6 +228,11 @@ func (a *projectActor) common(ctx actor.Context) {
 		}
 	case *projectDeleted:
 		a.stop(ctx, "project deleted")
+	case *topologyChanged:
+		for _, c := range a.channels {
+			c.sent++
+			ctx.Send(c.pid, m)
+		}
 	case *keysRevoked:
 		revoked := make(map[string]bool, len(m.hashes))
 		for _, h := range m.hashes {
@@ -314,13 +319,21 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 			a.refuseNewChannel(ctx, channel, msg)
 			return
 		}
-		cfg, usage := a.cfg, a.usage
+		cfg, usage, id := a.cfg, a.usage, a.id
 		mb := &mailboxDepth{}
-		props := actor.PropsFromProducer(func() actor.Actor {
+		produce := func() actor.Actor {
 			c := newChannelActor(channel, cfg, usage)
 			c.mailbox = mb
 			return c
-		}, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
+		}
+		if cl := a.cfg.cluster.Load(); cl != nil {
+			produce = func() actor.Actor {
+				r := newChannelRelay(cl, id, channel, cfg, usage)
+				r.mailbox = mb
+				return r
+			}
+		}
+		props := actor.PropsFromProducer(produce, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
 		c = &childChannel{pid: ctx.Spawn(props)}
 		a.channels[channel] = c
 	}

@@ -46,6 +46,7 @@ type Config struct {
 	MaxConnectionsPerAddress int // live connections of one project from one client address
 
 	counters *Counters
+	cluster  *atomic.Pointer[Cluster] // the System's, set by NewSystem: channels become relays in a cluster
 	Logger   *slog.Logger
 	Now      func() time.Time
 }
@@ -148,7 +149,9 @@ func NewSystem(cfg Config) *System {
 	// 300 bytes of every idle connection); each learns its socket from connInit.
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
 		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
-	return &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}}
+	s := &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}}
+	s.cfg.cluster = &s.cluster
+	return s
 }
 
 // tell posts an edge message to the project actor, starting one if the
@@ -207,6 +210,9 @@ func (s *System) spawnProject(id string) {
 func (s *System) Publish(ctx context.Context, projectID, channel string, payload []byte) (PublishResult, error) {
 	reply := make(chan PublishResult, 1)
 	m := &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply}
+	if d, ok := ctx.Deadline(); ok {
+		m.notAfter = d.Add(-notAfterMargin)
+	}
 	s.tell(projectID, m)
 	select {
 	case r := <-reply:
@@ -218,6 +224,11 @@ func (s *System) Publish(ctx context.Context, projectID, channel string, payload
 		return <-reply, nil // taken just now: the answer is on its way
 	}
 }
+
+// notAfterMargin: a cluster's channel grain stops stamping an HTTP emit this
+// long before its edge stops waiting, so that the answer of one it stamps
+// has that long to come back (an emit answered 503 should not be delivered).
+const notAfterMargin = time.Second
 
 // Lease is one connection slot of a project, from one client address,
 // taken by Reserve before a handshake is accepted and given back by Release.
@@ -339,6 +350,14 @@ func (s *System) DrainUsage(ctx context.Context) []Usage {
 		}
 	}
 	return out
+}
+
+// eachProject posts msg to every running project actor.
+func (s *System) eachProject(msg edgeMessage) {
+	s.projects.Range(func(id, _ any) bool {
+		s.tellRunning(id.(string), msg)
+		return true
+	})
 }
 
 // ProjectDeleted closes the project's connections and stops its actors.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,8 +21,15 @@ func (a *app) joinCluster(cfg Config, metrics *api.Metrics) error {
 		return nil
 	}
 	began := time.Now()
+	delay, err := firstSendDelay()
+	if err != nil {
+		return err
+	}
+	if delay > 0 {
+		a.log.Warn("test hook on: the first attempt of every publish to a channel grain is held back", "var", firstSendDelayVar, "delay", delay)
+	}
 	c, err := a.actors.JoinCluster(actors.ClusterConfig{
-		Etcd: cfg.ClusterEtcd, Addr: cfg.ClusterAddr, Name: cfg.ClusterName,
+		Etcd: cfg.ClusterEtcd, Addr: cfg.ClusterAddr, Name: cfg.ClusterName, FirstSendDelay: delay,
 		// Another node changed a project's keys (or anything else of it):
 		// drop this node's cached keys of the project before acking.
 		RemoteChange: a.api.ForgetKeys,
@@ -35,6 +43,23 @@ func (a *app) joinCluster(cfg Config, metrics *api.Metrics) error {
 	a.log.Info("joined the cluster", "name", cfg.ClusterName, "member", c.Self(), "addr", cfg.ClusterAddr,
 		"members", len(c.Members()), "took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// firstSendDelayVar is a test hook of the cluster tests, not a setting: it
+// makes every publish's first attempt arrive after its retry, so that the
+// tests can see the grain drop the duplicate.
+const firstSendDelayVar = "RELAY_TEST_FIRST_SEND_DELAY"
+
+func firstSendDelay() (time.Duration, error) {
+	v := os.Getenv(firstSendDelayVar)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > time.Minute {
+		return 0, fmt.Errorf("%s=%q: want a Go duration between 0 and 1m", firstSendDelayVar, v)
+	}
+	return d, nil
 }
 
 // clusterLost delivers an error if this node drops out of the membership;
@@ -69,6 +94,9 @@ func registerClusterMetrics(reg *prometheus.Registry, c *actors.Cluster) {
 		Name: "relay_cluster_members", Help: "Members of the cluster as this node sees them, itself included.",
 	}, func() float64 { return float64(c.Stats().Members) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_cluster_grains", Help: "Channel grains running on this node.",
+	}, func() float64 { return float64(c.Stats().Grains) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relay_cluster_etcd_up", Help: "1 if etcd answered this node's last check (every 2 s); while 0 the member list is frozen.",
 	}, func() float64 {
 		if c.Stats().EtcdUp {
@@ -88,6 +116,16 @@ func registerClusterMetrics(reg *prometheus.Registry, c *actors.Cluster) {
 			func(s actors.ClusterStats) int64 { return s.BroadcastsTimedOut }},
 		{"relay_cluster_broadcasts_received_total", "Control-plane changes from other members applied on this node.",
 			func(s actors.ClusterStats) int64 { return s.BroadcastsReceived }},
+		{"relay_cluster_grain_activations_total", "Channel grains started on this node.",
+			func(s actors.ClusterStats) int64 { return s.Activations }},
+		{"relay_cluster_cross_node_messages_total", "Channel messages (publishes, deliveries, subscriptions, presence) this node sent to another member.",
+			func(s actors.ClusterStats) int64 { return s.CrossNode }},
+		{"relay_cluster_duplicates_dropped_total", "Publishes a channel grain on this node had already stamped (a retry): answered again, not stamped twice.",
+			func(s actors.ClusterStats) int64 { return s.Duplicates }},
+		{"relay_cluster_owner_refusals_total", "Publishes a channel grain on this node refused because the channel's owner is now another member.",
+			func(s actors.ClusterStats) int64 { return s.OwnerRefusals }},
+		{"relay_cluster_publish_retries_total", "Publishes this node sent again to a channel grain that had not answered within 300 ms.",
+			func(s actors.ClusterStats) int64 { return s.Retries }},
 	} {
 		f := m.f
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},

@@ -522,6 +522,849 @@ func (x *BroadcastAck) GetMember() string {
 	return ""
 }
 
+// Ref names an actor on some node: its remote address and process id.
+type Ref struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ref) Reset() {
+	*x = Ref{}
+	mi := &file_proto_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ref) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ref) ProtoMessage() {}
+
+func (x *Ref) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ref.ProtoReflect.Descriptor instead.
+func (*Ref) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Ref) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Ref) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// Subscriber is one socket subscribed through a relay; conn is unique on its node.
+type Subscriber struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Conn          uint64                 `protobuf:"varint,1,opt,name=conn,proto3" json:"conn,omitempty"`
+	Presence      bool                   `protobuf:"varint,2,opt,name=presence,proto3" json:"presence,omitempty"`
+	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subscriber) Reset() {
+	*x = Subscriber{}
+	mi := &file_proto_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subscriber) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subscriber) ProtoMessage() {}
+
+func (x *Subscriber) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subscriber.ProtoReflect.Descriptor instead.
+func (*Subscriber) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Subscriber) GetConn() uint64 {
+	if x != nil {
+		return x.Conn
+	}
+	return 0
+}
+
+func (x *Subscriber) GetPresence() bool {
+	if x != nil {
+		return x.Presence
+	}
+	return false
+}
+
+func (x *Subscriber) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+// ChannelRegister gives the grain a relay's whole state; it replaces what
+// the grain held for that relay. Sent when a relay finds (or finds again)
+// the grain: after a start, a move or a crash of the grain's node.
+type ChannelRegister struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Relay         *Ref                   `protobuf:"bytes,1,opt,name=relay,proto3" json:"relay,omitempty"`
+	LastSeq       uint64                 `protobuf:"varint,2,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"` // the highest seq this relay has seen: the grain's seq stays above it
+	Subs          []*Subscriber          `protobuf:"bytes,3,rep,name=subs,proto3" json:"subs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelRegister) Reset() {
+	*x = ChannelRegister{}
+	mi := &file_proto_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelRegister) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelRegister) ProtoMessage() {}
+
+func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelRegister.ProtoReflect.Descriptor instead.
+func (*ChannelRegister) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ChannelRegister) GetRelay() *Ref {
+	if x != nil {
+		return x.Relay
+	}
+	return nil
+}
+
+func (x *ChannelRegister) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *ChannelRegister) GetSubs() []*Subscriber {
+	if x != nil {
+		return x.Subs
+	}
+	return nil
+}
+
+// ChannelJoin subscribes one socket; the grain answers ChannelJoined.
+type ChannelJoin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Relay         *Ref                   `protobuf:"bytes,1,opt,name=relay,proto3" json:"relay,omitempty"`
+	Sub           *Subscriber            `protobuf:"bytes,2,opt,name=sub,proto3" json:"sub,omitempty"`
+	HasSince      bool                   `protobuf:"varint,3,opt,name=has_since,json=hasSince,proto3" json:"has_since,omitempty"`
+	Since         float64                `protobuf:"fixed64,4,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelJoin) Reset() {
+	*x = ChannelJoin{}
+	mi := &file_proto_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelJoin) ProtoMessage() {}
+
+func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelJoin.ProtoReflect.Descriptor instead.
+func (*ChannelJoin) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ChannelJoin) GetRelay() *Ref {
+	if x != nil {
+		return x.Relay
+	}
+	return nil
+}
+
+func (x *ChannelJoin) GetSub() *Subscriber {
+	if x != nil {
+		return x.Sub
+	}
+	return nil
+}
+
+func (x *ChannelJoin) GetHasSince() bool {
+	if x != nil {
+		return x.HasSince
+	}
+	return false
+}
+
+func (x *ChannelJoin) GetSince() float64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+// ChannelJoined answers ChannelJoin: what the socket missed since `since`
+// (message objects, oldest first, after a gap when some are gone), and the
+// other presence members, or the error code that refused the subscribe.
+type ChannelJoined struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Conn          uint64                 `protobuf:"varint,1,opt,name=conn,proto3" json:"conn,omitempty"`
+	Refused       string                 `protobuf:"bytes,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	Gap           bool                   `protobuf:"varint,3,opt,name=gap,proto3" json:"gap,omitempty"`
+	GapSince      float64                `protobuf:"fixed64,4,opt,name=gap_since,json=gapSince,proto3" json:"gap_since,omitempty"`
+	Replay        [][]byte               `protobuf:"bytes,5,rep,name=replay,proto3" json:"replay,omitempty"`
+	Members       []string               `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"` // the sync, for a presence subscriber
+	Seq           uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`        // the grain's seq when it answered
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelJoined) Reset() {
+	*x = ChannelJoined{}
+	mi := &file_proto_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelJoined) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelJoined) ProtoMessage() {}
+
+func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelJoined.ProtoReflect.Descriptor instead.
+func (*ChannelJoined) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ChannelJoined) GetConn() uint64 {
+	if x != nil {
+		return x.Conn
+	}
+	return 0
+}
+
+func (x *ChannelJoined) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *ChannelJoined) GetGap() bool {
+	if x != nil {
+		return x.Gap
+	}
+	return false
+}
+
+func (x *ChannelJoined) GetGapSince() float64 {
+	if x != nil {
+		return x.GapSince
+	}
+	return 0
+}
+
+func (x *ChannelJoined) GetReplay() [][]byte {
+	if x != nil {
+		return x.Replay
+	}
+	return nil
+}
+
+func (x *ChannelJoined) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ChannelJoined) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// ChannelLeave unsubscribes sockets of a relay (no answer).
+type ChannelLeave struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Relay         *Ref                   `protobuf:"bytes,1,opt,name=relay,proto3" json:"relay,omitempty"`
+	Conns         []uint64               `protobuf:"varint,2,rep,packed,name=conns,proto3" json:"conns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelLeave) Reset() {
+	*x = ChannelLeave{}
+	mi := &file_proto_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelLeave) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelLeave) ProtoMessage() {}
+
+func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelLeave.ProtoReflect.Descriptor instead.
+func (*ChannelLeave) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ChannelLeave) GetRelay() *Ref {
+	if x != nil {
+		return x.Relay
+	}
+	return nil
+}
+
+func (x *ChannelLeave) GetConns() []uint64 {
+	if x != nil {
+		return x.Conns
+	}
+	return nil
+}
+
+// ChannelPublish is one emit. id is unique per emit across the cluster and
+// the same on every retry: a grain stamps an id at most once and answers a
+// repeat with the first answer.
+type ChannelPublish struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ReplyTo          *Ref                   `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	Payload          []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`                                                // compact JSON, size checked
+	AtUnixNano       int64                  `protobuf:"varint,4,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`                     // when the edge accepted it (budget windows)
+	NotAfterUnixNano int64                  `protobuf:"varint,5,opt,name=not_after_unix_nano,json=notAfterUnixNano,proto3" json:"not_after_unix_nano,omitempty"` // the edge stops waiting then: not stamped later
+	ChannelLimit     int32                  `protobuf:"varint,6,opt,name=channel_limit,json=channelLimit,proto3" json:"channel_limit,omitempty"`
+	ProjectDenied    bool                   `protobuf:"varint,7,opt,name=project_denied,json=projectDenied,proto3" json:"project_denied,omitempty"` // the project budget refused it: answer the channel budget only
+	// Client emits: the emitter (skipped in the fan-out), its clientId and type.
+	OriginConn    uint64 `protobuf:"varint,8,opt,name=origin_conn,json=originConn,proto3" json:"origin_conn,omitempty"`
+	ClientId      string `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	MsgType       string `protobuf:"bytes,10,opt,name=msg_type,json=msgType,proto3" json:"msg_type,omitempty"`
+	Client        bool   `protobuf:"varint,11,opt,name=client,proto3" json:"client,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelPublish) Reset() {
+	*x = ChannelPublish{}
+	mi := &file_proto_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelPublish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelPublish) ProtoMessage() {}
+
+func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelPublish.ProtoReflect.Descriptor instead.
+func (*ChannelPublish) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ChannelPublish) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ChannelPublish) GetReplyTo() *Ref {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+func (x *ChannelPublish) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *ChannelPublish) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *ChannelPublish) GetNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.NotAfterUnixNano
+	}
+	return 0
+}
+
+func (x *ChannelPublish) GetChannelLimit() int32 {
+	if x != nil {
+		return x.ChannelLimit
+	}
+	return 0
+}
+
+func (x *ChannelPublish) GetProjectDenied() bool {
+	if x != nil {
+		return x.ProjectDenied
+	}
+	return false
+}
+
+func (x *ChannelPublish) GetOriginConn() uint64 {
+	if x != nil {
+		return x.OriginConn
+	}
+	return 0
+}
+
+func (x *ChannelPublish) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ChannelPublish) GetMsgType() string {
+	if x != nil {
+		return x.MsgType
+	}
+	return ""
+}
+
+func (x *ChannelPublish) GetClient() bool {
+	if x != nil {
+		return x.Client
+	}
+	return false
+}
+
+// Budget is one rate-limit window: {limit, remaining, resetAt}.
+type Budget struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Limit           int32                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Remaining       int32                  `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetAtUnixNano int64                  `protobuf:"varint,3,opt,name=reset_at_unix_nano,json=resetAtUnixNano,proto3" json:"reset_at_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_proto_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Budget) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Budget) GetRemaining() int32 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *Budget) GetResetAtUnixNano() int64 {
+	if x != nil {
+		return x.ResetAtUnixNano
+	}
+	return 0
+}
+
+// ChannelPublished answers ChannelPublish. error is empty on success, an
+// error code of the protocol (channel_rate_limited, project_rate_limited),
+// "not_owner" (this grain no longer owns the channel: resolve and retry) or
+// "expired" (it arrived after not_after: never stamped).
+type ChannelPublished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Subscribers   int32                  `protobuf:"varint,4,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	Delivered     int32                  `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Channel       *Budget                `protobuf:"bytes,6,opt,name=channel,proto3" json:"channel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelPublished) Reset() {
+	*x = ChannelPublished{}
+	mi := &file_proto_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelPublished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelPublished) ProtoMessage() {}
+
+func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelPublished.ProtoReflect.Descriptor instead.
+func (*ChannelPublished) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ChannelPublished) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ChannelPublished) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ChannelPublished) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ChannelPublished) GetSubscribers() int32 {
+	if x != nil {
+		return x.Subscribers
+	}
+	return 0
+}
+
+func (x *ChannelPublished) GetDelivered() int32 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+func (x *ChannelPublished) GetChannel() *Budget {
+	if x != nil {
+		return x.Channel
+	}
+	return nil
+}
+
+// ChannelDeliver is one stamped message for a relay's sockets: the message
+// object, sent once per node; skip_conn is the emitter of a client emit.
+type ChannelDeliver struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Message       []byte                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	SkipConn      uint64                 `protobuf:"varint,3,opt,name=skip_conn,json=skipConn,proto3" json:"skip_conn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelDeliver) Reset() {
+	*x = ChannelDeliver{}
+	mi := &file_proto_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelDeliver) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelDeliver) ProtoMessage() {}
+
+func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelDeliver.ProtoReflect.Descriptor instead.
+func (*ChannelDeliver) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ChannelDeliver) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ChannelDeliver) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *ChannelDeliver) GetSkipConn() uint64 {
+	if x != nil {
+		return x.SkipConn
+	}
+	return 0
+}
+
+// ChannelPresence is a join or leave for a relay's presence subscribers
+// (but except_conn, the socket it is about).
+type ChannelPresence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         string                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"` // "join" or "leave"
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ExceptConn    uint64                 `protobuf:"varint,3,opt,name=except_conn,json=exceptConn,proto3" json:"except_conn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelPresence) Reset() {
+	*x = ChannelPresence{}
+	mi := &file_proto_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelPresence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelPresence) ProtoMessage() {}
+
+func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelPresence.ProtoReflect.Descriptor instead.
+func (*ChannelPresence) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ChannelPresence) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *ChannelPresence) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ChannelPresence) GetExceptConn() uint64 {
+	if x != nil {
+		return x.ExceptConn
+	}
+	return 0
+}
+
+// ChannelRoster is the grain's whole member list, sent to every relay when
+// a register changed it (a fresh grain after a crash learns members from
+// the relays that come back): each relay tells its presence subscribers the
+// difference from what they were told before.
+type ChannelRoster struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []string               `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelRoster) Reset() {
+	*x = ChannelRoster{}
+	mi := &file_proto_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelRoster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelRoster) ProtoMessage() {}
+
+func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelRoster.ProtoReflect.Descriptor instead.
+func (*ChannelRoster) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ChannelRoster) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
@@ -556,7 +1399,72 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"6\n" +
 	"\fBroadcastAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06member\x18\x02 \x01(\tR\x06memberB*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
+	"\x06member\x18\x02 \x01(\tR\x06member\"/\n" +
+	"\x03Ref\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"Y\n" +
+	"\n" +
+	"Subscriber\x12\x12\n" +
+	"\x04conn\x18\x01 \x01(\x04R\x04conn\x12\x1a\n" +
+	"\bpresence\x18\x02 \x01(\bR\bpresence\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\"\x85\x01\n" +
+	"\x0fChannelRegister\x12(\n" +
+	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12\x19\n" +
+	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12-\n" +
+	"\x04subs\x18\x03 \x03(\v2\x19.relay.cluster.SubscriberR\x04subs\"\x97\x01\n" +
+	"\vChannelJoin\x12(\n" +
+	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12+\n" +
+	"\x03sub\x18\x02 \x01(\v2\x19.relay.cluster.SubscriberR\x03sub\x12\x1b\n" +
+	"\thas_since\x18\x03 \x01(\bR\bhasSince\x12\x14\n" +
+	"\x05since\x18\x04 \x01(\x01R\x05since\"\xb0\x01\n" +
+	"\rChannelJoined\x12\x12\n" +
+	"\x04conn\x18\x01 \x01(\x04R\x04conn\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\tR\arefused\x12\x10\n" +
+	"\x03gap\x18\x03 \x01(\bR\x03gap\x12\x1b\n" +
+	"\tgap_since\x18\x04 \x01(\x01R\bgapSince\x12\x16\n" +
+	"\x06replay\x18\x05 \x03(\fR\x06replay\x12\x18\n" +
+	"\amembers\x18\x06 \x03(\tR\amembers\x12\x10\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\"N\n" +
+	"\fChannelLeave\x12(\n" +
+	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12\x14\n" +
+	"\x05conns\x18\x02 \x03(\x04R\x05conns\"\xf7\x02\n" +
+	"\x0eChannelPublish\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
+	"\breply_to\x18\x02 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12 \n" +
+	"\fat_unix_nano\x18\x04 \x01(\x03R\n" +
+	"atUnixNano\x12-\n" +
+	"\x13not_after_unix_nano\x18\x05 \x01(\x03R\x10notAfterUnixNano\x12#\n" +
+	"\rchannel_limit\x18\x06 \x01(\x05R\fchannelLimit\x12%\n" +
+	"\x0eproject_denied\x18\a \x01(\bR\rprojectDenied\x12\x1f\n" +
+	"\vorigin_conn\x18\b \x01(\x04R\n" +
+	"originConn\x12\x1b\n" +
+	"\tclient_id\x18\t \x01(\tR\bclientId\x12\x19\n" +
+	"\bmsg_type\x18\n" +
+	" \x01(\tR\amsgType\x12\x16\n" +
+	"\x06client\x18\v \x01(\bR\x06client\"i\n" +
+	"\x06Budget\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x02 \x01(\x05R\tremaining\x12+\n" +
+	"\x12reset_at_unix_nano\x18\x03 \x01(\x03R\x0fresetAtUnixNano\"\xbb\x01\n" +
+	"\x10ChannelPublished\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12 \n" +
+	"\vsubscribers\x18\x04 \x01(\x05R\vsubscribers\x12\x1c\n" +
+	"\tdelivered\x18\x05 \x01(\x05R\tdelivered\x12/\n" +
+	"\achannel\x18\x06 \x01(\v2\x15.relay.cluster.BudgetR\achannel\"Y\n" +
+	"\x0eChannelDeliver\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\x12\x1b\n" +
+	"\tskip_conn\x18\x03 \x01(\x04R\bskipConn\"e\n" +
+	"\x0fChannelPresence\x12\x14\n" +
+	"\x05event\x18\x01 \x01(\tR\x05event\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vexcept_conn\x18\x03 \x01(\x04R\n" +
+	"exceptConn\")\n" +
+	"\rChannelRoster\x12\x18\n" +
+	"\amembers\x18\x01 \x03(\tR\amembersB*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
 
 var (
 	file_proto_cluster_proto_rawDescOnce sync.Once
@@ -570,7 +1478,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -580,19 +1488,38 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*TokensRevoked)(nil),           // 5: relay.cluster.TokensRevoked
 	(*Revocation)(nil),              // 6: relay.cluster.Revocation
 	(*BroadcastAck)(nil),            // 7: relay.cluster.BroadcastAck
+	(*Ref)(nil),                     // 8: relay.cluster.Ref
+	(*Subscriber)(nil),              // 9: relay.cluster.Subscriber
+	(*ChannelRegister)(nil),         // 10: relay.cluster.ChannelRegister
+	(*ChannelJoin)(nil),             // 11: relay.cluster.ChannelJoin
+	(*ChannelJoined)(nil),           // 12: relay.cluster.ChannelJoined
+	(*ChannelLeave)(nil),            // 13: relay.cluster.ChannelLeave
+	(*ChannelPublish)(nil),          // 14: relay.cluster.ChannelPublish
+	(*Budget)(nil),                  // 15: relay.cluster.Budget
+	(*ChannelPublished)(nil),        // 16: relay.cluster.ChannelPublished
+	(*ChannelDeliver)(nil),          // 17: relay.cluster.ChannelDeliver
+	(*ChannelPresence)(nil),         // 18: relay.cluster.ChannelPresence
+	(*ChannelRoster)(nil),           // 19: relay.cluster.ChannelRoster
 }
 var file_proto_cluster_proto_depIdxs = []int32{
-	1, // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
-	2, // 1: relay.cluster.Broadcast.keys_revoked:type_name -> relay.cluster.KeysRevoked
-	3, // 2: relay.cluster.Broadcast.settings_changed:type_name -> relay.cluster.SettingsChanged
-	4, // 3: relay.cluster.Broadcast.client_emit_secret_changed:type_name -> relay.cluster.ClientEmitSecretChanged
-	5, // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
-	6, // 5: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
+	2,  // 1: relay.cluster.Broadcast.keys_revoked:type_name -> relay.cluster.KeysRevoked
+	3,  // 2: relay.cluster.Broadcast.settings_changed:type_name -> relay.cluster.SettingsChanged
+	4,  // 3: relay.cluster.Broadcast.client_emit_secret_changed:type_name -> relay.cluster.ClientEmitSecretChanged
+	5,  // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
+	6,  // 5: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
+	8,  // 6: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
+	9,  // 7: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
+	8,  // 8: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
+	9,  // 9: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
+	8,  // 10: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
+	8,  // 11: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
+	15, // 12: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -613,7 +1540,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

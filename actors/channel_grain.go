@@ -1,0 +1,410 @@
+package actors
+
+import (
+	"slices"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/proto/clusterpb"
+	"github.com/relayhq/relay/transport"
+)
+
+// ChannelKind is the cluster kind of channel grains; a grain's identity is
+// PROJECT_ID/CHANNEL (kind names cannot contain "/", identities may).
+const ChannelKind = "relay-channel"
+
+// dedupeWindow is how long a grain remembers the answer to a publish id, so
+// that a retry (a relay that heard nothing within publishRetryAfter) is
+// answered the same instead of being stamped twice. It covers the edge's
+// whole wait (the HTTP emit gives up after 5 s).
+const dedupeWindow = 10 * time.Second
+
+// channelGrain is a channel's single writer in a cluster: seq, the replay
+// ring, the emit window and the presence roster of every node. It sends each
+// stamped message once to every relay (one per node with subscribers), which
+// writes it to its sockets. Every field is owned by Receive.
+type channelGrain struct {
+	c        *Cluster
+	cfg      *Config
+	identity string // PROJECT_ID/CHANNEL
+	name     string // the channel
+
+	seq    uint64
+	window fixedWindow
+	replay replayRing
+	relays map[string]*grainRelay // by Ref key
+
+	members map[string]int // clientId → presence subscriptions in the whole cluster
+	roster  []string       // the members, sorted
+
+	answered map[string]*clusterpb.ChannelPublished // publish id → its answer, for dedupeWindow
+	expiries []answeredID                           // oldest first
+	quiet    quietPeriod
+}
+
+type answeredID struct {
+	id string
+	at time.Time
+}
+
+// grainRelay is one node's relay as the grain knows it.
+type grainRelay struct {
+	pid  *actor.PID
+	subs map[uint64]*clusterpb.Subscriber
+}
+
+func refKey(r *clusterpb.Ref) string { return r.GetAddress() + "/" + r.GetId() }
+
+func newChannelGrain(c *Cluster) *channelGrain {
+	cfg := c.sys.cfg
+	seq := uint64(cfg.Now().UnixMicro()) // see newChannelActor: seq keeps rising across lives
+	return &channelGrain{
+		c: c, cfg: cfg, seq: seq,
+		window:   fixedWindow{size: time.Minute},
+		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
+		relays:   map[string]*grainRelay{},
+		members:  map[string]int{},
+		answered: map[string]*clusterpb.ChannelPublished{},
+	}
+}
+
+func (g *channelGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		g.c.grainsLive.Add(1)
+		g.c.activations.Add(1)
+		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+	case *cluster.ClusterInit:
+		g.identity = m.Identity.Identity
+		_, g.name = splitIdentity(g.identity)
+		g.c.grains.Store(ctx.Self().Id, g.identity)
+	case *actor.Stopped:
+		g.c.grainsLive.Add(-1)
+		g.c.grains.Delete(ctx.Self().Id)
+	case *clusterpb.ChannelPublish:
+		g.publish(ctx, m)
+	case *clusterpb.ChannelJoin:
+		g.join(ctx, m)
+	case *clusterpb.ChannelLeave:
+		if r := g.relays[refKey(m.Relay)]; r != nil {
+			for _, conn := range m.Conns {
+				g.remove(ctx, r, conn)
+			}
+		}
+	case *clusterpb.ChannelRegister:
+		g.register(ctx, m)
+	case *actor.Terminated: // a relay stopped, or its node is gone
+		key := m.Who.Address + "/" + m.Who.Id
+		if r := g.relays[key]; r != nil {
+			for conn := range r.subs {
+				g.remove(ctx, r, conn)
+			}
+			delete(g.relays, key)
+		}
+	case *quietTick:
+		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+		if g.quiet.dormantAgain(g.dormant()) {
+			ctx.Poison(ctx.Self())
+		}
+	}
+}
+
+// owner: this node is the channel's owner in the latest member list. A
+// grain whose node no longer is (a member joined or left) refuses to stamp;
+// the placement actor stops it, and the relays find the new owner.
+func (g *channelGrain) owner() bool { return g.c.owns(ChannelKind, g.identity) }
+
+func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
+	now := g.cfg.Now()
+	g.forgetAnswers(now)
+	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
+	if prev, ok := g.answered[m.Id]; ok {
+		g.c.duplicates.Add(1)
+		ctx.Send(replyTo, prev)
+		return
+	}
+	answer := func(a *clusterpb.ChannelPublished) {
+		a.Id = m.Id
+		ctx.Send(replyTo, a)
+	}
+	if !g.owner() {
+		g.c.ownerRefusals.Add(1)
+		answer(&clusterpb.ChannelPublished{Error: errNotOwner})
+		return
+	}
+	if m.NotAfterUnixNano != 0 && now.UnixNano() > m.NotAfterUnixNano {
+		answer(&clusterpb.ChannelPublished{Error: errExpired})
+		return
+	}
+	at := time.Unix(0, m.AtUnixNano)
+	limit := int(m.ChannelLimit)
+	res := &clusterpb.ChannelPublished{}
+	g.remember(m.Id, now, res)
+	if m.ProjectDenied {
+		g.cfg.counters.RateLimitedProject.Add(1)
+		res.Error, res.Channel = string(proto.CodeProjectRateLimited), budgetToProto(g.window.peek(at, limit))
+		answer(res)
+		return
+	}
+	budget, ok := g.window.take(at, limit)
+	res.Channel = budgetToProto(budget)
+	if !ok {
+		g.cfg.counters.RateLimitedChannel.Add(1)
+		res.Error = string(proto.CodeChannelRateLimited)
+		answer(res)
+		return
+	}
+	g.seq++
+	buf := transport.NewFrame(len(m.Payload) + len(g.name) + len(m.ClientId) + len(m.MsgType) + 64)
+	if !m.Client {
+		buf = proto.AppendMessage(buf, g.name, m.Payload, g.seq)
+	} else {
+		buf = proto.AppendClientMessage(buf, g.name, m.MsgType, m.Payload, g.seq, m.ClientId)
+	}
+	msg := transport.FramePayload(buf)
+	g.replay.add(g.seq, at, msg)
+	res.Seq = g.seq
+	originKey := refKey(m.ReplyTo)
+	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg}
+	for key, r := range g.relays {
+		if len(r.subs) == 0 {
+			continue
+		}
+		res.Subscribers += int32(len(r.subs))
+		d := deliver
+		if m.Client && key == originKey {
+			if _, subscribed := r.subs[m.OriginConn]; subscribed {
+				res.Delivered-- // the emitter is skipped
+			}
+			d = &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, SkipConn: m.OriginConn}
+		}
+		res.Delivered += int32(len(r.subs))
+		g.c.send(ctx, r.pid, d)
+	}
+	answer(res)
+}
+
+const (
+	errNotOwner = "not_owner"
+	errExpired  = "expired"
+)
+
+func (g *channelGrain) remember(id string, now time.Time, a *clusterpb.ChannelPublished) {
+	g.answered[id] = a
+	g.expiries = append(g.expiries, answeredID{id: id, at: now})
+}
+
+func (g *channelGrain) forgetAnswers(now time.Time) {
+	i := 0
+	for ; i < len(g.expiries) && now.Sub(g.expiries[i].at) > dedupeWindow; i++ {
+		delete(g.answered, g.expiries[i].id)
+	}
+	if i > 0 {
+		g.expiries = slices.Delete(g.expiries, 0, i)
+	}
+}
+
+// relay returns the grain's record of a relay, watching it when new: its
+// Terminated (it stopped, or its node went away) removes its subscribers.
+func (g *channelGrain) relay(ctx actor.Context, ref *clusterpb.Ref) *grainRelay {
+	key := refKey(ref)
+	r := g.relays[key]
+	if r == nil {
+		r = &grainRelay{pid: actor.NewPID(ref.Address, ref.Id), subs: map[uint64]*clusterpb.Subscriber{}}
+		g.relays[key] = r
+		ctx.Watch(r.pid)
+	}
+	return r
+}
+
+// join subscribes one socket: replay, then the sync in the answer, then a
+// join to everyone else.
+func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
+	r := g.relay(ctx, m.Relay)
+	sub := m.Sub
+	ans := &clusterpb.ChannelJoined{Conn: sub.Conn}
+	if m.HasSince {
+		g.cfg.counters.ReplayRequests.Add(1)
+		g.replay.expire(g.cfg.Now())
+		if g.replay.gapAfter(m.Since) {
+			g.cfg.counters.ReplayGaps.Add(1)
+			ans.Gap, ans.GapSince = true, m.Since
+		}
+		g.replay.each(m.Since, func(msg []byte) { ans.Replay = append(ans.Replay, msg) })
+	}
+	old, existed := r.subs[sub.Conn]
+	wasMember := existed && old.Presence
+	same := wasMember && sub.Presence && old.ClientId == sub.ClientId
+	if sub.Presence && !same && g.maxMembersReached(sub.ClientId, wasMember && g.members[old.ClientId] == 1) {
+		ans.Refused = string(proto.CodeTooManyPresenceMembers)
+		ans.Seq = g.seq
+		g.c.send(ctx, r.pid, ans)
+		return
+	}
+	if wasMember && !same {
+		g.removeMember(ctx, old.ClientId, r, sub.Conn)
+	}
+	r.subs[sub.Conn] = sub
+	if sub.Presence {
+		ans.Members = g.otherMembers(sub.ClientId, same)
+	}
+	ans.Seq = g.seq
+	g.c.send(ctx, r.pid, ans)
+	if sub.Presence && !same {
+		g.addMember(ctx, sub.ClientId, r, sub.Conn)
+	}
+}
+
+// maxMembersReached: clientID would be a new member past the cap; leaving
+// is true when the subscriber's previous clientId leaves with this change.
+func (g *channelGrain) maxMembersReached(clientID string, leaving bool) bool {
+	max := g.cfg.MaxPresenceMembers
+	if max <= 0 || g.members[clientID] > 0 {
+		return false
+	}
+	n := len(g.members)
+	if leaving {
+		n--
+	}
+	return n >= max
+}
+
+func (g *channelGrain) otherMembers(clientID string, self bool) []string {
+	if !self || g.members[clientID] > 1 {
+		return slices.Clone(g.roster)
+	}
+	out := make([]string, 0, len(g.roster))
+	for _, id := range g.roster {
+		if id != clientID {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (g *channelGrain) remove(ctx actor.Context, r *grainRelay, conn uint64) {
+	sub, ok := r.subs[conn]
+	if !ok {
+		return
+	}
+	delete(r.subs, conn)
+	if sub.Presence {
+		g.removeMember(ctx, sub.ClientId, r, conn)
+	}
+}
+
+func (g *channelGrain) addMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
+	g.members[clientID]++
+	if g.members[clientID] == 1 {
+		i, _ := slices.BinarySearch(g.roster, clientID)
+		g.roster = slices.Insert(g.roster, i, clientID)
+		g.presenceEvent(ctx, proto.PresenceJoin, clientID, from, conn)
+	}
+}
+
+func (g *channelGrain) removeMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
+	g.members[clientID]--
+	if g.members[clientID] <= 0 {
+		delete(g.members, clientID)
+		if i, ok := slices.BinarySearch(g.roster, clientID); ok {
+			g.roster = slices.Delete(g.roster, i, i+1)
+		}
+		g.presenceEvent(ctx, proto.PresenceLeave, clientID, from, conn)
+	}
+}
+
+// presenceEvent goes to every relay, so that each keeps the roster its
+// presence subscribers have been told (see ChannelRoster).
+func (g *channelGrain) presenceEvent(ctx actor.Context, event, clientID string, from *grainRelay, conn uint64) {
+	ev := &clusterpb.ChannelPresence{Event: event, ClientId: clientID}
+	for _, r := range g.relays {
+		e := ev
+		if r == from {
+			e = &clusterpb.ChannelPresence{Event: event, ClientId: clientID, ExceptConn: conn}
+		}
+		g.c.send(ctx, r.pid, e)
+	}
+}
+
+// register replaces what the grain held for a relay with its whole state,
+// without join or leave events; if the member list changed, every relay
+// gets the new roster and tells its presence subscribers the difference.
+func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister) {
+	if m.LastSeq > g.seq {
+		g.seq = m.LastSeq
+		if g.replay.empty() {
+			g.replay.lowWater = g.seq // what came before is not here
+		}
+	}
+	r := g.relay(ctx, m.Relay)
+	before := slices.Clone(g.roster)
+	for _, sub := range r.subs {
+		if sub.Presence {
+			g.uncount(sub.ClientId)
+		}
+	}
+	r.subs = make(map[uint64]*clusterpb.Subscriber, len(m.Subs))
+	for _, sub := range m.Subs {
+		r.subs[sub.Conn] = sub
+		if sub.Presence {
+			if g.members[sub.ClientId]++; g.members[sub.ClientId] == 1 {
+				i, _ := slices.BinarySearch(g.roster, sub.ClientId)
+				g.roster = slices.Insert(g.roster, i, sub.ClientId)
+			}
+		}
+	}
+	if slices.Equal(before, g.roster) {
+		return
+	}
+	roster := &clusterpb.ChannelRoster{Members: slices.Clone(g.roster)}
+	for _, r := range g.relays {
+		g.c.send(ctx, r.pid, roster)
+	}
+}
+
+func (g *channelGrain) uncount(clientID string) {
+	if g.members[clientID]--; g.members[clientID] <= 0 {
+		delete(g.members, clientID)
+		if i, ok := slices.BinarySearch(g.roster, clientID); ok {
+			g.roster = slices.Delete(g.roster, i, i+1)
+		}
+	}
+}
+
+// dormant: no relay has subscribers, and the window, the ring and the
+// dedupe memory are empty.
+func (g *channelGrain) dormant() bool {
+	now := g.cfg.Now()
+	g.replay.expire(now)
+	g.forgetAnswers(now)
+	for _, r := range g.relays {
+		if len(r.subs) > 0 {
+			return false
+		}
+	}
+	return g.window.idle(now) && g.replay.empty() && len(g.answered) == 0
+}
+
+func budgetToProto(b Budget) *clusterpb.Budget {
+	return &clusterpb.Budget{Limit: int32(b.Limit), Remaining: int32(b.Remaining), ResetAtUnixNano: b.ResetAt.UnixNano()}
+}
+
+func budgetFromProto(b *clusterpb.Budget) Budget {
+	if b == nil {
+		return Budget{}
+	}
+	return Budget{Limit: int(b.Limit), Remaining: int(b.Remaining), ResetAt: time.Unix(0, b.ResetAtUnixNano).UTC()}
+}
+
+// splitIdentity splits PROJECT_ID/CHANNEL (a project id has no "/").
+func splitIdentity(identity string) (project, channel string) {
+	for i := 0; i < len(identity); i++ {
+		if identity[i] == '/' {
+			return identity[:i], identity[i+1:]
+		}
+	}
+	return identity, ""
+}

@@ -1,0 +1,500 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/proto/clusterpb"
+	"github.com/relayhq/relay/transport"
+)
+
+// In a cluster a channel's project actor starts a channelRelay instead of a
+// channelActor: it holds this node's subscribers of the channel and carries
+// everything else to the channel's grain (channel_grain.go), wherever it
+// runs. It receives each message once and writes the same bytes to its
+// sockets.
+
+// publishRetryAfter: a publish the grain has not answered by then is sent
+// again with the same id (the grain answers a repeat without stamping it).
+const publishRetryAfter = 300 * time.Millisecond
+
+// clientEmitGiveUp: a client emit unanswered this long is refused
+// service_unavailable (an HTTP emit ends with its edge's wait).
+const clientEmitGiveUp = 5 * time.Second
+
+// resolveRetry: how soon a failed grain lookup is tried again.
+const resolveRetry = 500 * time.Millisecond
+
+type channelRelay struct {
+	c        *Cluster
+	cfg      *Config
+	name     string
+	identity string
+	self     *clusterpb.Ref
+
+	grain      *actor.PID // nil until resolved
+	resolveGen uint64     // the lookup whose answer counts
+	resolving  bool
+
+	subs    []channelSub
+	index   map[uint64]int
+	roster  map[string]bool // the cluster's members, as this node's presence subscribers were told
+	lastSeq uint64
+
+	ops      map[uint64][]relayOp // per socket: subscribes and unsubscribes whose local effect waits for the grain
+	pending  map[string]*pendingPublish
+	answers  []*pendingPublish // client emits and refusals, answered on their sockets in the order they came
+	retrying bool
+
+	usage     *projectUsage
+	counters  *Counters
+	mailbox   *mailboxDepth
+	processed uint64
+	quiet     quietPeriod
+}
+
+// relayOp is a subscribe (with the join sent for it) or an unsubscribe.
+type relayOp struct {
+	sub   *subscribe
+	join  *clusterpb.ChannelJoin
+	unsub *unsubscribe
+}
+
+// pendingPublish is an emit sent to the grain and not yet answered, or a
+// client-emit refusal waiting for its turn (done, with frame).
+type pendingPublish struct {
+	pub    *Publish
+	msg    *clusterpb.ChannelPublish
+	sentAt time.Time
+	done   bool
+	frame  []byte
+	sink   Sink
+}
+
+// grainResolved carries a grain lookup back into the relay.
+type grainResolved struct {
+	pid *actor.PID
+	gen uint64
+}
+
+// resolveAgain retries a lookup that found nothing, unless a later one began.
+type resolveAgain struct{ gen uint64 }
+
+// topologyChanged: the member list changed; the grain may have moved.
+type topologyChanged struct{}
+
+func (*topologyChanged) fromEdge() {}
+
+// retryTick drives publishRetryAfter.
+type retryTick struct{}
+
+func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *projectUsage) *channelRelay {
+	return &channelRelay{
+		c: c, cfg: cfg, name: channel, identity: projectID + "/" + channel,
+		index: map[uint64]int{}, roster: map[string]bool{},
+		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{},
+		usage: usage, counters: cfg.counters,
+	}
+}
+
+func (r *channelRelay) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		r.self = &clusterpb.Ref{Address: ctx.Self().Address, Id: ctx.Self().Id}
+		scheduleQuietTick(ctx, r.cfg.ActorDormancy)
+		r.resolve(ctx)
+	case *Publish:
+		r.processed++
+		r.publish(ctx, m)
+	case *refuseEmit:
+		r.processed++
+		r.answers = append(r.answers, &pendingPublish{done: true, sink: m.sink, frame: errorFrame(&proto.Error{Code: m.code, Channel: r.name})})
+		r.flushAnswers()
+	case *subscribe:
+		r.processed++
+		r.subscribe(ctx, m)
+	case *unsubscribe:
+		r.processed++
+		r.unsubscribe(ctx, m)
+	case *topologyChanged:
+		r.processed++
+		r.resolve(ctx)
+	case *resolveAgain:
+		if m.gen == r.resolveGen {
+			r.resolve(ctx)
+		}
+	case *grainResolved:
+		r.resolved(ctx, m)
+	case *actor.Terminated:
+		if r.grain != nil && m.Who.Equal(r.grain) {
+			r.grain = nil
+			r.resolve(ctx)
+		}
+	case *clusterpb.ChannelDeliver:
+		r.deliver(ctx, m)
+	case *clusterpb.ChannelPublished:
+		r.published(ctx, m)
+	case *clusterpb.ChannelJoined:
+		r.joined(ctx, m)
+	case *clusterpb.ChannelPresence:
+		r.presence(m)
+	case *clusterpb.ChannelRoster:
+		r.newRoster(m)
+	case *retryTick:
+		r.retrying = false
+		r.retry(ctx)
+	case *inspectChannel:
+		members := make([]string, 0, len(r.roster))
+		for id := range r.roster {
+			members = append(members, id)
+		}
+		m.reply <- ChannelInfo{Name: r.name, Seq: r.lastSeq, Subscribers: len(r.subs), PresenceMembers: members, Mailbox: r.mailbox.depth()}
+	case *quietTick:
+		scheduleQuietTick(ctx, r.cfg.ActorDormancy)
+		if r.quiet.dormantAgain(len(r.subs) == 0 && len(r.ops) == 0 && len(r.pending) == 0 && len(r.answers) == 0) {
+			ctx.Send(ctx.Parent(), &mayStop{channel: r.name, processed: r.processed, pid: ctx.Self()})
+		}
+	}
+}
+
+// resolve looks the grain up beside the actor (a lookup can wait seconds
+// for a node that is gone) and brings the answer back as grainResolved.
+func (r *channelRelay) resolve(ctx actor.Context) {
+	r.resolveGen++
+	gen, self, root, pc, identity := r.resolveGen, ctx.Self(), ctx.ActorSystem().Root, r.c.pc, r.identity
+	go func() { root.Send(self, &grainResolved{pid: pc.Get(identity, ChannelKind), gen: gen}) }()
+}
+
+// resolved starts using a grain: a new one gets this node's whole state,
+// then everything still unanswered again.
+func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
+	if m.gen != r.resolveGen {
+		return // a later lookup is under way
+	}
+	if m.pid == nil { // no member hosts the kind yet, or the owner did not answer
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(resolveRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
+		return
+	}
+	if r.grain != nil && r.grain.Equal(m.pid) {
+		return
+	}
+	if r.grain != nil {
+		ctx.Unwatch(r.grain)
+	}
+	r.grain = m.pid
+	ctx.Watch(r.grain)
+	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs))}
+	for _, s := range r.subs {
+		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: s.sink.ID(), Presence: s.presence, ClientId: s.clientID})
+	}
+	r.toGrain(ctx, reg)
+	for _, ops := range r.ops {
+		for _, op := range ops {
+			if op.join != nil {
+				r.toGrain(ctx, op.join)
+			} else {
+				r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: []uint64{op.unsub.connID}})
+			}
+		}
+	}
+	now := r.cfg.Now()
+	for _, p := range r.pending {
+		p.sentAt = now
+		r.toGrain(ctx, p.msg)
+	}
+}
+
+func (r *channelRelay) toGrain(ctx actor.Context, msg any) {
+	if r.grain != nil {
+		r.c.send(ctx, r.grain, msg)
+	}
+}
+
+func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
+	if m.Reply != nil && m.abandoned() { // its edge answered 503: never send it
+		if !m.projectDenied {
+			ctx.Send(ctx.Parent(), &refund{at: m.At})
+		}
+		return
+	}
+	msg := &clusterpb.ChannelPublish{
+		Id: r.c.publishID(), ReplyTo: r.self, Payload: m.Payload, AtUnixNano: m.At.UnixNano(),
+		ChannelLimit: int32(m.channelLimit), ProjectDenied: m.projectDenied,
+	}
+	if !m.notAfter.IsZero() {
+		msg.NotAfterUnixNano = m.notAfter.UnixNano()
+	}
+	p := &pendingPublish{pub: m, msg: msg, sentAt: r.cfg.Now()}
+	if m.origin != nil {
+		msg.Client, msg.OriginConn, msg.ClientId, msg.MsgType = true, m.origin.ID(), m.clientID, m.msgType
+		p.sink = m.origin
+		r.answers = append(r.answers, p)
+	}
+	r.pending[msg.Id] = p
+	if d := r.c.firstSendDelay; d > 0 && r.grain != nil { // test hook: the first attempt arrives late
+		grain, root := r.grain, ctx.ActorSystem().Root
+		time.AfterFunc(d, func() { root.Send(grain, msg) })
+	} else {
+		r.toGrain(ctx, msg)
+	}
+	r.scheduleRetry(ctx)
+}
+
+func (r *channelRelay) scheduleRetry(ctx actor.Context) {
+	if r.retrying || len(r.pending) == 0 {
+		return
+	}
+	r.retrying = true
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(publishRetryAfter, func() { root.Send(self, &retryTick{}) })
+}
+
+// retry sends again what the grain has not answered, and gives up on what
+// nobody waits for any more.
+func (r *channelRelay) retry(ctx actor.Context) {
+	now := r.cfg.Now()
+	for id, p := range r.pending {
+		switch {
+		case p.pub.Reply != nil && p.pub.abandoned():
+			delete(r.pending, id)
+		case p.pub.Reply == nil && now.Sub(p.pub.At) > clientEmitGiveUp:
+			delete(r.pending, id)
+			p.done, p.frame = true, errorFrame(&proto.Error{Code: proto.CodeUnavailable, Channel: r.name})
+		case now.Sub(p.sentAt) >= publishRetryAfter:
+			p.sentAt = now
+			r.c.retries.Add(1)
+			r.toGrain(ctx, p.msg)
+		}
+	}
+	r.flushAnswers()
+	if r.grain == nil && len(r.pending) > 0 {
+		r.resolve(ctx)
+	}
+	r.scheduleRetry(ctx)
+}
+
+// published takes the grain's answer to a publish.
+func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublished) {
+	p, ok := r.pending[m.Id]
+	if !ok {
+		return // answered already (a retry's answer)
+	}
+	if m.Error == errNotOwner {
+		// The grain moved: look it up again; the retry resends.
+		r.grain = nil
+		r.resolve(ctx)
+		return
+	}
+	delete(r.pending, m.Id)
+	r.lastSeq = max(r.lastSeq, m.Seq)
+	var perr *proto.Error
+	switch m.Error {
+	case "":
+	case errExpired:
+		perr = &proto.Error{Code: proto.CodeUnavailable}
+	default:
+		perr = &proto.Error{Code: proto.Code(m.Error)}
+	}
+	if perr == nil {
+		r.usage.emits.Add(1)
+		if p.pub.Reply == nil {
+			r.counters.EmittedClient.Add(1)
+		} else {
+			r.counters.EmittedHTTP.Add(1)
+		}
+	}
+	if p.pub.Reply != nil {
+		if !p.pub.take() {
+			return
+		}
+		res := PublishResult{Seq: m.Seq, Subscribers: int(m.Subscribers), Delivered: int(m.Delivered),
+			Channel: budgetFromProto(m.Channel), Project: p.pub.projectBudget, Err: perr}
+		if perr != nil && perr.Code == proto.CodeChannelRateLimited {
+			res.Project.Remaining = min(res.Project.Remaining+1, res.Project.Limit)
+			ctx.Send(ctx.Parent(), &refund{at: p.pub.At})
+		}
+		p.pub.Reply <- res
+		return
+	}
+	p.done = true
+	if perr != nil {
+		if perr.Code == proto.CodeChannelRateLimited {
+			ctx.Send(ctx.Parent(), &refund{at: p.pub.At})
+		}
+		perr.Channel = r.name
+		p.frame = errorFrame(perr)
+	} else {
+		p.frame = transport.TextFrame(proto.AppendEmitAck(nil, r.name, m.Seq))
+	}
+	r.flushAnswers()
+}
+
+// flushAnswers sends the client-emit answers that are ready, in order.
+func (r *channelRelay) flushAnswers() {
+	n := 0
+	for n < len(r.answers) && r.answers[n].done {
+		r.answers[n].sink.Send(r.answers[n].frame)
+		r.answers[n] = nil
+		n++
+	}
+	if n > 0 {
+		r.answers = append(r.answers[:0], r.answers[n:]...)
+	}
+}
+
+// deliver writes one stamped message to this node's subscribers.
+func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
+	r.lastSeq = max(r.lastSeq, m.Seq)
+	frame := transport.TextFrame(m.Message)
+	delivered := 0
+	var gone []uint64
+	for i := 0; i < len(r.subs); {
+		s := r.subs[i].sink
+		if m.SkipConn != 0 && s.ID() == m.SkipConn {
+			i++
+			continue
+		}
+		if s.Send(frame) {
+			delivered++
+			i++
+			continue
+		}
+		gone = append(gone, s.ID())
+		r.removeAt(i)
+	}
+	r.counters.Deliveries.Add(int64(delivered))
+	if len(gone) > 0 {
+		r.counters.Drops.Add(int64(len(gone)))
+		r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: gone})
+	}
+}
+
+func (r *channelRelay) subscribe(ctx actor.Context, m *subscribe) {
+	join := &clusterpb.ChannelJoin{Relay: r.self, Sub: &clusterpb.Subscriber{Conn: m.sink.ID(), Presence: m.presence, ClientId: m.clientID},
+		HasSince: m.hasSince, Since: m.since}
+	id := m.sink.ID()
+	r.ops[id] = append(r.ops[id], relayOp{sub: m, join: join})
+	r.toGrain(ctx, join)
+}
+
+func (r *channelRelay) unsubscribe(ctx actor.Context, m *unsubscribe) {
+	r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: []uint64{m.connID}})
+	if len(r.ops[m.connID]) > 0 { // behind a subscribe still on its way
+		r.ops[m.connID] = append(r.ops[m.connID], relayOp{unsub: m})
+		return
+	}
+	r.applyUnsubscribe(m)
+}
+
+func (r *channelRelay) applyUnsubscribe(m *unsubscribe) {
+	if i, ok := r.index[m.connID]; ok {
+		r.removeAt(i)
+	}
+	if !m.silent {
+		m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, r.name)))
+	}
+}
+
+// joined applies a subscribe the grain answered: replay, ack, sync (the
+// order of one node), then whatever waited behind it.
+func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
+	ops := r.ops[m.Conn]
+	if len(ops) == 0 || ops[0].sub == nil {
+		return // a repeat answer after the grain moved
+	}
+	sub := ops[0].sub
+	ops = ops[1:]
+	r.lastSeq = max(r.lastSeq, m.Seq)
+	if m.Refused != "" {
+		sub.refuse(ctx, proto.Code(m.Refused))
+	} else {
+		if m.Gap {
+			sub.sink.Send(transport.TextFrame(proto.AppendReplayGap(nil, r.name, m.GapSince)))
+		}
+		for _, msg := range m.Replay {
+			sub.sink.Send(transport.TextFrame(proto.AppendReplayed(nil, msg)))
+		}
+		s := channelSub{sink: sub.sink, presence: sub.presence, clientID: sub.clientID}
+		if i, ok := r.index[m.Conn]; ok {
+			r.subs[i] = s
+		} else {
+			r.index[m.Conn] = len(r.subs)
+			r.subs = append(r.subs, s)
+		}
+		sub.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionSubscribe, r.name)))
+		if sub.presence {
+			if m.Members == nil {
+				m.Members = []string{}
+			}
+			sub.sink.Send(transport.TextFrame(proto.AppendPresenceSync(nil, r.name, m.Members)))
+		}
+	}
+	for len(ops) > 0 && ops[0].unsub != nil {
+		r.applyUnsubscribe(ops[0].unsub)
+		ops = ops[1:]
+	}
+	if len(ops) == 0 {
+		delete(r.ops, m.Conn)
+	} else {
+		r.ops[m.Conn] = ops
+	}
+}
+
+// presence passes a join or leave to this node's presence subscribers.
+func (r *channelRelay) presence(m *clusterpb.ChannelPresence) {
+	if m.Event == proto.PresenceJoin {
+		r.roster[m.ClientId] = true
+	} else {
+		delete(r.roster, m.ClientId)
+	}
+	r.tellPresence(m.Event, m.ClientId, m.ExceptConn, false)
+}
+
+// tellPresence sends a join or leave to the presence subscribers but the
+// socket it is about (except), and, for a roster difference, but those
+// subscribed under that clientId themselves.
+func (r *channelRelay) tellPresence(event, clientID string, except uint64, notSelf bool) {
+	var frame []byte
+	for _, s := range r.subs {
+		if !s.presence || s.sink.ID() == except || (notSelf && s.clientID == clientID) {
+			continue
+		}
+		if frame == nil {
+			frame = transport.TextFrame(proto.AppendPresenceEvent(nil, r.name, event, clientID))
+		}
+		s.sink.Send(frame)
+	}
+}
+
+// newRoster tells the presence subscribers how a fresh grain's member list
+// differs from what they were told: members on a node that died leave.
+func (r *channelRelay) newRoster(m *clusterpb.ChannelRoster) {
+	now := make(map[string]bool, len(m.Members))
+	for _, id := range m.Members {
+		now[id] = true
+		if !r.roster[id] {
+			r.tellPresence(proto.PresenceJoin, id, 0, true)
+		}
+	}
+	for id := range r.roster {
+		if !now[id] {
+			r.tellPresence(proto.PresenceLeave, id, 0, true)
+		}
+	}
+	r.roster = now
+}
+
+func (r *channelRelay) removeAt(i int) {
+	id := r.subs[i].sink.ID()
+	delete(r.index, id)
+	last := len(r.subs) - 1
+	if i != last {
+		r.subs[i] = r.subs[last]
+		r.index[r.subs[i].sink.ID()] = i
+	}
+	r.subs[last] = channelSub{}
+	r.subs = r.subs[:last]
+}
