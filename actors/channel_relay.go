@@ -65,12 +65,13 @@ type relayOp struct {
 // pendingPublish is an emit sent to the grain and not yet answered, or a
 // client-emit refusal waiting for its turn (done, with frame).
 type pendingPublish struct {
-	pub    *Publish
-	msg    *clusterpb.ChannelPublish
-	sentAt time.Time
-	done   bool
-	frame  []byte
-	sink   Sink
+	pub      *Publish
+	msg      *clusterpb.ChannelPublish
+	sentAt   time.Time
+	attempts int
+	done     bool
+	frame    []byte
+	sink     Sink
 }
 
 // grainResolved carries a grain lookup back into the relay.
@@ -163,6 +164,7 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 // for a node that is gone) and brings the answer back as grainResolved.
 func (r *channelRelay) resolve(ctx actor.Context) {
 	r.resolveGen++
+	r.resolving = true
 	gen, self, root, pc, identity := r.resolveGen, ctx.Self(), ctx.ActorSystem().Root, r.c.pc, r.identity
 	go func() { root.Send(self, &grainResolved{pid: pc.Get(identity, ChannelKind), gen: gen}) }()
 }
@@ -173,6 +175,7 @@ func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
 	if m.gen != r.resolveGen {
 		return // a later lookup is under way
 	}
+	r.resolving = false
 	if m.pid == nil { // no member hosts the kind yet, or the owner did not answer
 		self, root := ctx.Self(), ctx.ActorSystem().Root
 		time.AfterFunc(resolveRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
@@ -200,10 +203,8 @@ func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
 			}
 		}
 	}
-	now := r.cfg.Now()
 	for _, p := range r.pending {
-		p.sentAt = now
-		r.toGrain(ctx, p.msg)
+		r.sendPublish(ctx, p)
 	}
 }
 
@@ -227,20 +228,33 @@ func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
 	if !m.notAfter.IsZero() {
 		msg.NotAfterUnixNano = m.notAfter.UnixNano()
 	}
-	p := &pendingPublish{pub: m, msg: msg, sentAt: r.cfg.Now()}
+	p := &pendingPublish{pub: m, msg: msg}
 	if m.origin != nil {
 		msg.Client, msg.OriginConn, msg.ClientId, msg.MsgType = true, m.origin.ID(), m.clientID, m.msgType
 		p.sink = m.origin
 		r.answers = append(r.answers, p)
 	}
 	r.pending[msg.Id] = p
-	if d := r.c.firstSendDelay; d > 0 && r.grain != nil { // test hook: the first attempt arrives late
-		grain, root := r.grain, ctx.ActorSystem().Root
-		time.AfterFunc(d, func() { root.Send(grain, msg) })
-	} else {
-		r.toGrain(ctx, msg)
-	}
+	r.sendPublish(ctx, p)
 	r.scheduleRetry(ctx)
+}
+
+// sendPublish sends (again) to the grain, once there is one.
+func (r *channelRelay) sendPublish(ctx actor.Context, p *pendingPublish) {
+	if r.grain == nil {
+		return // resolved sends it
+	}
+	p.sentAt = r.cfg.Now()
+	p.attempts++
+	if d := r.c.firstSendDelay; d > 0 && p.attempts == 1 { // test hook: the first attempt arrives late
+		grain, root, msg := r.grain, ctx.ActorSystem().Root, p.msg
+		time.AfterFunc(d, func() { root.Send(grain, msg) })
+		return
+	}
+	if p.attempts > 1 {
+		r.c.retries.Add(1)
+	}
+	r.c.send(ctx, r.grain, p.msg)
 }
 
 func (r *channelRelay) scheduleRetry(ctx actor.Context) {
@@ -264,13 +278,11 @@ func (r *channelRelay) retry(ctx actor.Context) {
 			delete(r.pending, id)
 			p.done, p.frame = true, errorFrame(&proto.Error{Code: proto.CodeUnavailable, Channel: r.name})
 		case now.Sub(p.sentAt) >= publishRetryAfter:
-			p.sentAt = now
-			r.c.retries.Add(1)
-			r.toGrain(ctx, p.msg)
+			r.sendPublish(ctx, p)
 		}
 	}
 	r.flushAnswers()
-	if r.grain == nil && len(r.pending) > 0 {
+	if r.grain == nil && !r.resolving && len(r.pending) > 0 {
 		r.resolve(ctx)
 	}
 	r.scheduleRetry(ctx)
