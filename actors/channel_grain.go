@@ -43,7 +43,25 @@ type channelGrain struct {
 	answered map[string]*clusterpb.ChannelPublished // publish id → its answer, for dedupeWindow
 	expiries []answeredID                           // oldest first
 	quiet    quietPeriod
+
+	born        time.Time
+	rosterDue   bool // a ChannelRoster waits for rosterSettle after the start
+	frozen      bool // handed off: refuses to stamp (not_owner) until it stops
+	handedState bool // started from a leaving owner's state
 }
+
+// rosterSettle: a grain started without a handed-off state (its owner
+// crashed) waits this long for every relay to register again before it
+// sends the roster, so presence subscribers do not see members of a node
+// that has not registered yet leave and join again.
+const rosterSettle = 2 * time.Second
+
+// freeze asks a grain for its state and makes it refuse to stamp: its node
+// is leaving and hands the state to the next owner.
+type freeze struct{ reply chan *clusterpb.GrainState }
+
+// rosterTick sends the roster once rosterSettle has passed.
+type rosterTick struct{}
 
 type answeredID struct {
 	id string
@@ -79,11 +97,23 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
 	case *cluster.ClusterInit:
 		g.identity = m.Identity.Identity
+		g.born = g.cfg.Now()
 		_, g.name = splitIdentity(g.identity)
-		g.c.grains.Store(ctx.Self().Id, g.identity)
+		g.c.grains.Store(g.identity, ctx.Self())
+		if st, ok := g.c.handoffs.LoadAndDelete(g.identity); ok {
+			g.adopt(ctx, st.(*handedOff).state)
+		}
 	case *actor.Stopped:
 		g.c.grainsLive.Add(-1)
-		g.c.grains.Delete(ctx.Self().Id)
+		g.c.grains.CompareAndDelete(g.identity, ctx.Self())
+	case *freeze:
+		g.frozen = true
+		m.reply <- g.state()
+	case *clusterpb.GrainState:
+		g.adopt(ctx, m)
+	case *rosterTick:
+		g.rosterDue = false
+		g.sendRoster(ctx)
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
 	case *clusterpb.ChannelJoin:
@@ -130,7 +160,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		a.Id = m.Id
 		ctx.Send(replyTo, a)
 	}
-	if !g.owner() {
+	if g.frozen || !g.owner() {
 		g.c.ownerRefusals.Add(1)
 		answer(&clusterpb.ChannelPublished{Error: errNotOwner})
 		return
@@ -297,21 +327,23 @@ func (g *channelGrain) remove(ctx actor.Context, r *grainRelay, conn uint64) {
 }
 
 func (g *channelGrain) addMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
-	g.members[clientID]++
-	if g.members[clientID] == 1 {
-		i, _ := slices.BinarySearch(g.roster, clientID)
-		g.roster = slices.Insert(g.roster, i, clientID)
+	if g.count(clientID) {
 		g.presenceEvent(ctx, proto.PresenceJoin, clientID, from, conn)
 	}
 }
 
+// count counts one presence subscription; true when it is the clientId's first.
+func (g *channelGrain) count(clientID string) bool {
+	if g.members[clientID]++; g.members[clientID] > 1 {
+		return false
+	}
+	i, _ := slices.BinarySearch(g.roster, clientID)
+	g.roster = slices.Insert(g.roster, i, clientID)
+	return true
+}
+
 func (g *channelGrain) removeMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
-	g.members[clientID]--
-	if g.members[clientID] <= 0 {
-		delete(g.members, clientID)
-		if i, ok := slices.BinarySearch(g.roster, clientID); ok {
-			g.roster = slices.Delete(g.roster, i, i+1)
-		}
+	if g.uncount(clientID) {
 		g.presenceEvent(ctx, proto.PresenceLeave, clientID, from, conn)
 	}
 }
@@ -350,28 +382,104 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 	for _, sub := range m.Subs {
 		r.subs[sub.Conn] = sub
 		if sub.Presence {
-			if g.members[sub.ClientId]++; g.members[sub.ClientId] == 1 {
-				i, _ := slices.BinarySearch(g.roster, sub.ClientId)
-				g.roster = slices.Insert(g.roster, i, sub.ClientId)
-			}
+			g.count(sub.ClientId)
 		}
 	}
-	if slices.Equal(before, g.roster) {
+	if slices.Equal(before, g.roster) || g.rosterDue {
 		return
 	}
+	if wait := rosterSettle - g.cfg.Now().Sub(g.born); wait > 0 && !g.handedState {
+		g.rosterDue = true
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(wait, func() { root.Send(self, &rosterTick{}) })
+		return
+	}
+	g.sendRoster(ctx)
+}
+
+func (g *channelGrain) sendRoster(ctx actor.Context) {
 	roster := &clusterpb.ChannelRoster{Members: slices.Clone(g.roster)}
 	for _, r := range g.relays {
 		g.c.send(ctx, r.pid, roster)
 	}
 }
 
-func (g *channelGrain) uncount(clientID string) {
-	if g.members[clientID]--; g.members[clientID] <= 0 {
-		delete(g.members, clientID)
-		if i, ok := slices.BinarySearch(g.roster, clientID); ok {
-			g.roster = slices.Delete(g.roster, i, i+1)
+// state is what a grain hands to the channel's next owner.
+func (g *channelGrain) state() *clusterpb.GrainState {
+	g.replay.expire(g.cfg.Now())
+	st := &clusterpb.GrainState{Identity: g.identity, Seq: g.seq, LowWater: g.replay.lowWater,
+		WindowStartUnixNano: g.window.start.UnixNano(), WindowCount: int32(g.window.count)}
+	for _, e := range g.replay.entries[g.replay.head:] {
+		st.Replay = append(st.Replay, &clusterpb.ReplayEntry{Seq: e.seq, AtUnixNano: e.at.UnixNano(), Message: e.msg})
+	}
+	for _, r := range g.relays {
+		rs := &clusterpb.RelaySubs{Relay: &clusterpb.Ref{Address: r.pid.Address, Id: r.pid.Id}}
+		for _, sub := range r.subs {
+			rs.Subs = append(rs.Subs, sub)
+		}
+		st.Relays = append(st.Relays, rs)
+	}
+	for _, a := range g.expiries {
+		st.Answered = append(st.Answered, &clusterpb.AnsweredPublish{Id: a.id, AtUnixNano: a.at.UnixNano(), Answer: g.answered[a.id]})
+	}
+	return st
+}
+
+// adopt takes a leaving owner's state. Usually the grain has just started;
+// if it has already stamped (a relay found it first), the older messages go
+// before its own and seq stays the higher; relays it knows already keep
+// what they registered.
+func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
+	g.handedState = true
+	fresh := g.replay.empty() && g.replay.lowWater == g.seq
+	if len(st.Replay) > 0 && (fresh || st.Seq < g.replay.entries[g.replay.head].seq) {
+		old := make([]replayEntry, 0, len(st.Replay)+len(g.replay.entries)-g.replay.head)
+		for _, e := range st.Replay {
+			old = append(old, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
+			g.replay.bytes += len(e.Message)
+		}
+		g.replay.entries = append(old, g.replay.entries[g.replay.head:]...)
+		g.replay.head = 0
+		g.replay.lowWater = st.LowWater
+	} else if fresh {
+		g.replay.lowWater = max(st.LowWater, st.Seq)
+	}
+	g.seq = max(g.seq, st.Seq)
+	start := time.Unix(0, st.WindowStartUnixNano)
+	if g.window.count == 0 || g.window.start.Equal(start) {
+		g.window.count += int(st.WindowCount)
+		g.window.start = start
+	}
+	for _, a := range st.Answered {
+		if _, ok := g.answered[a.Id]; !ok && a.Answer != nil {
+			g.remember(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
 		}
 	}
+	slices.SortFunc(g.expiries, func(a, b answeredID) int { return a.at.Compare(b.at) })
+	for _, rs := range st.Relays {
+		if _, known := g.relays[refKey(rs.Relay)]; known {
+			continue
+		}
+		r := g.relay(ctx, rs.Relay)
+		for _, sub := range rs.Subs {
+			r.subs[sub.Conn] = sub
+			if sub.Presence {
+				g.count(sub.ClientId)
+			}
+		}
+	}
+}
+
+// uncount uncounts one presence subscription; true when it was the clientId's last.
+func (g *channelGrain) uncount(clientID string) bool {
+	if g.members[clientID]--; g.members[clientID] > 0 {
+		return false
+	}
+	delete(g.members, clientID)
+	if i, ok := slices.BinarySearch(g.roster, clientID); ok {
+		g.roster = slices.Delete(g.roster, i, i+1)
+	}
+	return true
 }
 
 // dormant: no relay has subscribers, and the window, the ring and the

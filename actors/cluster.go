@@ -121,18 +121,24 @@ type Cluster struct {
 
 	members atomic.Pointer[[]Member] // the latest topology, from the cluster's events
 	joined  atomic.Bool              // this node has seen itself a member
-	leaving atomic.Bool
-	lost    chan error // one error when this node finds itself out of the membership
-	lostMu  sync.Once
-	seq     atomic.Uint64
+	leaving atomic.Bool              // HandOff or Leave began: a member list without this node is expected
+	left    atomic.Bool              // Leave began
+	// deregistered: HandOff removed this node from etcd already.
+	deregistered atomic.Bool
+	lost         chan error // one error when this node finds itself out of the membership
+	lostMu       sync.Once
+	seq          atomic.Uint64
 
 	sent, acked, timedOut, received atomic.Int64
 
-	rdv                                                        atomic.Pointer[cluster.Rendezvous] // owners by the latest member list
-	grains                                                     sync.Map                           // process id → identity, of the channel grains running here
-	grainsLive                                                 atomic.Int64
-	firstSendDelay                                             time.Duration
-	publishes                                                  atomic.Uint64 // publish ids
+	rdv            atomic.Pointer[cluster.Rendezvous] // owners by the latest member list
+	rawMembers     atomic.Pointer[[]*cluster.Member]  // the latest member list as protoactor gives it
+	grains         sync.Map                           // identity → *actor.PID, of the channel grains running here
+	handoffs       sync.Map                           // identity → *handedOff: states handed to this node for grains not started yet
+	grainsLive     atomic.Int64
+	firstSendDelay time.Duration
+	publishes      atomic.Uint64 // publish ids
+
 	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
 }
 
@@ -312,6 +318,8 @@ func (c *Cluster) topology(t *cluster.ClusterTopology) {
 	rdv := cluster.NewRendezvous()
 	rdv.UpdateMembers(t.Members)
 	c.rdv.Store(rdv)
+	raw := slices.Clone(t.Members)
+	c.rawMembers.Store(&raw)
 	if c.joined.Load() {
 		c.sys.eachProject(&topologyChanged{}) // their channel relays look their grains up again
 	}
@@ -357,9 +365,9 @@ func (c *Cluster) publishID() string {
 // (at most limit of them) and how many there are.
 func (c *Cluster) Grains(limit int) ([]string, int) {
 	var out []string
-	c.grains.Range(func(_, v any) bool {
+	c.grains.Range(func(k, _ any) bool {
 		if len(out) < limit {
-			out = append(out, v.(string))
+			out = append(out, k.(string))
 		}
 		return true
 	})
@@ -405,14 +413,18 @@ const leaveTimeout = 5 * time.Second
 // other node) and before System.Shutdown. With etcd down it gives up after
 // 5 s (ErrLeaveTimeout).
 func (c *Cluster) Leave(ctx context.Context) error {
-	if c.pc == nil || !c.leaving.CompareAndSwap(false, true) {
+	if c.pc == nil || c.left.Swap(true) {
 		return nil
 	}
+	c.leaving.Store(true)
 	close(c.stop)
 	done := make(chan error, 1)
 	go func() {
-		err := c.provider.Shutdown(true)
-		c.pc.Shutdown(true) // sleeps 2 s for grains to move (there are none yet)
+		var err error
+		if !c.deregistered.Load() { // HandOff did not
+			err = c.provider.Shutdown(true)
+		}
+		c.pc.Shutdown(true) // sleeps 2 s; grains still here (not handed off) stop
 		c.etcd.Close()
 		done <- err
 	}()
@@ -507,10 +519,16 @@ wait:
 	return len(acked)
 }
 
-// nodeActor applies the changes other members send, then acks them.
+// nodeActor applies the changes other members send, then acks them, and
+// takes the grain states a leaving member hands over.
 type nodeActor struct{ c *Cluster }
 
 func (n *nodeActor) Receive(ctx actor.Context) {
+	if h, ok := ctx.Message().(*clusterpb.GrainHandoff); ok {
+		n.c.takeHandoff(h)
+		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
+		return
+	}
 	b, ok := ctx.Message().(*clusterpb.Broadcast)
 	if !ok {
 		return

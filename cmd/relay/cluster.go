@@ -71,6 +71,19 @@ func (a *app) clusterLost() <-chan error {
 	return a.cluster.Lost()
 }
 
+// handOff gives this node's channel grains to their next owners and
+// deregisters; nothing on one node.
+func (a *app) handOff(ctx context.Context) error {
+	if a.cluster == nil {
+		return nil
+	}
+	began := time.Now()
+	st, err := a.cluster.HandOff(ctx)
+	a.log.Info("handed off channel grains", "grains", st.Grains, "to_members", st.Members, "failed", st.Failed,
+		"took", time.Since(began).Round(time.Millisecond), "err", err)
+	return err
+}
+
 // leaveCluster deregisters the node (the others drop it at once) and stops
 // the cluster; nothing on one node.
 func (a *app) leaveCluster(ctx context.Context) error {

@@ -380,7 +380,11 @@ func (a *app) shutdown(ctx context.Context) error {
 		}
 		return err
 	}
-	err := bounded("closing connections", a.transport.Shutdown(ctx))
+	// In a cluster: hand the channel grains to their next owners and
+	// deregister while the sockets are still open, so that the clients,
+	// closed next, resume elsewhere with nothing missing from the rings.
+	err := bounded("handing off channels", a.handOff(ctx))
+	err = errors.Join(err, bounded("closing connections", a.transport.Shutdown(ctx)))
 	if a.debug != nil {
 		defer a.debug.Close() // operators can watch the shutdown to the end
 	}

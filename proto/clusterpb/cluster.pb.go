@@ -1365,6 +1365,378 @@ func (x *ChannelRoster) GetMembers() []string {
 	return nil
 }
 
+// GrainHandoff goes to the node actor of the next owner, which keeps each
+// state for the grain it will start (or gives it to one already running)
+// and answers GrainHandoffAck.
+type GrainHandoff struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"` // the leaving member's id
+	Grains        []*GrainState          `protobuf:"bytes,2,rep,name=grains,proto3" json:"grains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrainHandoff) Reset() {
+	*x = GrainHandoff{}
+	mi := &file_proto_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrainHandoff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrainHandoff) ProtoMessage() {}
+
+func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrainHandoff.ProtoReflect.Descriptor instead.
+func (*GrainHandoff) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GrainHandoff) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *GrainHandoff) GetGrains() []*GrainState {
+	if x != nil {
+		return x.Grains
+	}
+	return nil
+}
+
+type GrainHandoffAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Taken         int32                  `protobuf:"varint,1,opt,name=taken,proto3" json:"taken,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrainHandoffAck) Reset() {
+	*x = GrainHandoffAck{}
+	mi := &file_proto_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrainHandoffAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrainHandoffAck) ProtoMessage() {}
+
+func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
+func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GrainHandoffAck) GetTaken() int32 {
+	if x != nil {
+		return x.Taken
+	}
+	return 0
+}
+
+// GrainState is everything a channel grain holds.
+type GrainState struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Identity            string                 `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Seq                 uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	LowWater            uint64                 `protobuf:"varint,3,opt,name=low_water,json=lowWater,proto3" json:"low_water,omitempty"` // every message after it is in replay
+	Replay              []*ReplayEntry         `protobuf:"bytes,4,rep,name=replay,proto3" json:"replay,omitempty"`
+	WindowStartUnixNano int64                  `protobuf:"varint,5,opt,name=window_start_unix_nano,json=windowStartUnixNano,proto3" json:"window_start_unix_nano,omitempty"`
+	WindowCount         int32                  `protobuf:"varint,6,opt,name=window_count,json=windowCount,proto3" json:"window_count,omitempty"`
+	Relays              []*RelaySubs           `protobuf:"bytes,7,rep,name=relays,proto3" json:"relays,omitempty"`
+	Answered            []*AnsweredPublish     `protobuf:"bytes,8,rep,name=answered,proto3" json:"answered,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *GrainState) Reset() {
+	*x = GrainState{}
+	mi := &file_proto_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrainState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrainState) ProtoMessage() {}
+
+func (x *GrainState) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
+func (*GrainState) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GrainState) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *GrainState) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GrainState) GetLowWater() uint64 {
+	if x != nil {
+		return x.LowWater
+	}
+	return 0
+}
+
+func (x *GrainState) GetReplay() []*ReplayEntry {
+	if x != nil {
+		return x.Replay
+	}
+	return nil
+}
+
+func (x *GrainState) GetWindowStartUnixNano() int64 {
+	if x != nil {
+		return x.WindowStartUnixNano
+	}
+	return 0
+}
+
+func (x *GrainState) GetWindowCount() int32 {
+	if x != nil {
+		return x.WindowCount
+	}
+	return 0
+}
+
+func (x *GrainState) GetRelays() []*RelaySubs {
+	if x != nil {
+		return x.Relays
+	}
+	return nil
+}
+
+func (x *GrainState) GetAnswered() []*AnsweredPublish {
+	if x != nil {
+		return x.Answered
+	}
+	return nil
+}
+
+type ReplayEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Message       []byte                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayEntry) Reset() {
+	*x = ReplayEntry{}
+	mi := &file_proto_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayEntry) ProtoMessage() {}
+
+func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
+func (*ReplayEntry) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReplayEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReplayEntry) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *ReplayEntry) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+type RelaySubs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Relay         *Ref                   `protobuf:"bytes,1,opt,name=relay,proto3" json:"relay,omitempty"`
+	Subs          []*Subscriber          `protobuf:"bytes,2,rep,name=subs,proto3" json:"subs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelaySubs) Reset() {
+	*x = RelaySubs{}
+	mi := &file_proto_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelaySubs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelaySubs) ProtoMessage() {}
+
+func (x *RelaySubs) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
+func (*RelaySubs) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RelaySubs) GetRelay() *Ref {
+	if x != nil {
+		return x.Relay
+	}
+	return nil
+}
+
+func (x *RelaySubs) GetSubs() []*Subscriber {
+	if x != nil {
+		return x.Subs
+	}
+	return nil
+}
+
+type AnsweredPublish struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Answer        *ChannelPublished      `protobuf:"bytes,3,opt,name=answer,proto3" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnsweredPublish) Reset() {
+	*x = AnsweredPublish{}
+	mi := &file_proto_cluster_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnsweredPublish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnsweredPublish) ProtoMessage() {}
+
+func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
+func (*AnsweredPublish) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AnsweredPublish) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AnsweredPublish) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *AnsweredPublish) GetAnswer() *ChannelPublished {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
 var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
@@ -1464,7 +1836,35 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\vexcept_conn\x18\x03 \x01(\x04R\n" +
 	"exceptConn\")\n" +
 	"\rChannelRoster\x12\x18\n" +
-	"\amembers\x18\x01 \x03(\tR\amembersB*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
+	"\amembers\x18\x01 \x03(\tR\amembers\"U\n" +
+	"\fGrainHandoff\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x121\n" +
+	"\x06grains\x18\x02 \x03(\v2\x19.relay.cluster.GrainStateR\x06grains\"'\n" +
+	"\x0fGrainHandoffAck\x12\x14\n" +
+	"\x05taken\x18\x01 \x01(\x05R\x05taken\"\xd1\x02\n" +
+	"\n" +
+	"GrainState\x12\x1a\n" +
+	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
+	"\tlow_water\x18\x03 \x01(\x04R\blowWater\x122\n" +
+	"\x06replay\x18\x04 \x03(\v2\x1a.relay.cluster.ReplayEntryR\x06replay\x123\n" +
+	"\x16window_start_unix_nano\x18\x05 \x01(\x03R\x13windowStartUnixNano\x12!\n" +
+	"\fwindow_count\x18\x06 \x01(\x05R\vwindowCount\x120\n" +
+	"\x06relays\x18\a \x03(\v2\x18.relay.cluster.RelaySubsR\x06relays\x12:\n" +
+	"\banswered\x18\b \x03(\v2\x1e.relay.cluster.AnsweredPublishR\banswered\"[\n" +
+	"\vReplayEntry\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\fR\amessage\"d\n" +
+	"\tRelaySubs\x12(\n" +
+	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12-\n" +
+	"\x04subs\x18\x02 \x03(\v2\x19.relay.cluster.SubscriberR\x04subs\"|\n" +
+	"\x0fAnsweredPublish\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x127\n" +
+	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answerB*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
 
 var (
 	file_proto_cluster_proto_rawDescOnce sync.Once
@@ -1478,7 +1878,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -1500,6 +1900,12 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*ChannelDeliver)(nil),          // 17: relay.cluster.ChannelDeliver
 	(*ChannelPresence)(nil),         // 18: relay.cluster.ChannelPresence
 	(*ChannelRoster)(nil),           // 19: relay.cluster.ChannelRoster
+	(*GrainHandoff)(nil),            // 20: relay.cluster.GrainHandoff
+	(*GrainHandoffAck)(nil),         // 21: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 22: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 23: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 24: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 25: relay.cluster.AnsweredPublish
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
@@ -1515,11 +1921,18 @@ var file_proto_cluster_proto_depIdxs = []int32{
 	8,  // 10: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
 	8,  // 11: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
 	15, // 12: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 13: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	23, // 14: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	24, // 15: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	25, // 16: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	8,  // 17: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	9,  // 18: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	16, // 19: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -1540,7 +1953,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,138 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/relayhq/relay/proto/clusterpb"
+)
+
+// A node that stops gracefully hands its channel grains to their next
+// owners before it deregisters (HandOff), so that clients that reconnect
+// elsewhere resume with `since` and no replay_gap. A crash cannot: the new
+// owner starts from the clock (seq still rises) with an empty ring, and a
+// `since` from before is answered with replay_gap.
+
+// handoffKeep bounds how long a handed-off state waits for its grain to
+// start on the new owner (the first relay that looks the grain up starts it).
+const handoffKeep = 30 * time.Second
+
+// handedOff is a grain state waiting on its new owner.
+type handedOff struct {
+	state *clusterpb.GrainState
+	at    time.Time
+}
+
+// HandoffStats is what HandOff did.
+type HandoffStats struct {
+	Grains  int // grains frozen and handed off
+	Members int // members they went to
+	Failed  int // grains whose new owner did not acknowledge in time
+}
+
+// HandOff freezes every channel grain on this node (they stop stamping), sends
+// each one's state to the member that owns the channel once this node is
+// gone, waits for their acks (at most AckTimeout), then deregisters from
+// etcd, so that the other members move the grains at once. Call it after the
+// API stopped taking emits and before the sockets close; Leave finishes the
+// departure.
+func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
+	var st HandoffStats
+	if c.pc == nil || c.leaving.Swap(true) {
+		return st, nil
+	}
+	rest := cluster.NewRendezvous()
+	var others []*cluster.Member
+	if raw := c.rawMembers.Load(); raw != nil {
+		for _, m := range *raw {
+			if m.Id != c.self {
+				others = append(others, m)
+			}
+		}
+	}
+	rest.UpdateMembers(others)
+	byOwner := map[string]*clusterpb.GrainHandoff{}
+	c.grains.Range(func(k, v any) bool {
+		identity, pid := k.(string), v.(*actor.PID)
+		reply := make(chan *clusterpb.GrainState, 1)
+		c.sys.root.Send(pid, &freeze{reply: reply})
+		select {
+		case s := <-reply:
+			st.Grains++
+			owner := rest.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ChannelKind, Identity: identity})
+			if owner == "" {
+				st.Failed++ // no member left to take it
+				return true
+			}
+			h := byOwner[owner]
+			if h == nil {
+				h = &clusterpb.GrainHandoff{From: c.self}
+				byOwner[owner] = h
+			}
+			h.Grains = append(h.Grains, s)
+		case <-time.After(200 * time.Millisecond): // it stopped meanwhile
+		case <-ctx.Done():
+			return false
+		}
+		return true
+	})
+	st.Members = len(byOwner)
+	futures := map[string]*actor.Future{}
+	for owner, h := range byOwner {
+		futures[owner] = c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)
+	}
+	for owner, f := range futures {
+		if _, err := f.Result(); err != nil {
+			st.Failed += len(byOwner[owner].Grains)
+			c.log.Warn("grain handoff not acknowledged: those channels restart empty (replay_gap for clients that resume)",
+				"member", owner, "grains", len(byOwner[owner].Grains), "err", err)
+		}
+	}
+	err := c.deregister(ctx)
+	return st, err
+}
+
+// takeHandoff keeps the states for grains that will start here, or gives
+// them to grains already running.
+func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
+	now := time.Now()
+	c.handoffs.Range(func(k, v any) bool { // forget states nobody came for
+		if now.Sub(v.(*handedOff).at) > handoffKeep {
+			c.handoffs.Delete(k)
+		}
+		return true
+	})
+	for _, s := range h.Grains {
+		if pid, ok := c.grains.Load(s.Identity); ok {
+			c.sys.root.Send(pid.(*actor.PID), s)
+			continue
+		}
+		c.handoffs.Store(s.Identity, &handedOff{state: s, at: now})
+	}
+	c.log.Info("took channel grains from a leaving member", "from", h.From, "grains", len(h.Grains))
+}
+
+// deregister removes this node from etcd (bounded by leaveTimeout): the
+// other members drop it at once.
+func (c *Cluster) deregister(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- c.provider.Shutdown(true) }()
+	bound := time.NewTimer(leaveTimeout)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("deregister from etcd: %w", err)
+		}
+		c.deregistered.Store(true)
+		return nil
+	case <-bound.C:
+		return ErrLeaveTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
