@@ -441,6 +441,13 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 			if m.Members == nil {
 				m.Members = []string{}
 			}
+			// The grain's roster now, as this subscriber is told it: the
+			// relay's view from here on (later events come after this answer).
+			clear(r.roster)
+			for _, id := range m.Members {
+				r.roster[id] = true
+			}
+			r.roster[sub.clientID] = true
 			sub.sink.Send(transport.TextFrame(proto.AppendPresenceSync(nil, r.name, m.Members)))
 		}
 	}
