@@ -1,0 +1,673 @@
+//go:build cluster
+
+package main
+
+// Cross-node fan-out, black-box: channels as cluster grains (kind
+// "relay-channel", identity projectId/channel), the single writer of a
+// channel's seq, replay ring, channel budget and presence roster, with every
+// node's local channel actor registered with the grain. Run with
+// `make test-cluster` (or -run '^TestClusterFanout'). Like TestCluster, it
+// starts its own etcd, PostgreSQL and relay processes on loopback and ends
+// only the processes it started, by their pids.
+//
+// The subtests share one cluster and run in order; each uses channels of its
+// own, and the last one kills node C.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// startClusterNodeWith is startClusterNode with extra environment (KEY=VALUE,
+// later ones win); the list mirrors startClusterNode's.
+func startClusterNodeWith(t *testing.T, name, etcd, dbURL string, extra ...string) *clusterNode {
+	t.Helper()
+	env := append([]string{
+		"DATABASE_URL=" + dbURL,
+		"RELAY_CLUSTER_ETCD=" + etcd,
+		"RELAY_CLUSTER_ADDR=" + relaytest.FreeAddr(t),
+		"RELAY_CLUSTER_NAME=relaytest",
+		"ALLOWED_SIGNUP_EMAILS=alice@example.com",
+		"MAX_CONNECTIONS_PER_ADDRESS=100000",
+		"SHUTDOWN_TIMEOUT_SECONDS=10",
+	}, extra...)
+	return &clusterNode{name: name, proc: relaytest.StartBinary(t, env...)}
+}
+
+// fanoutEmit posts {"channel":ch,"payload":payload} to node n's /emit with
+// the secret key. It returns errors instead of failing, for use off the
+// test's goroutine.
+func fanoutEmit(hc *http.Client, n *clusterNode, secretKey, ch, payload string) (response, error) {
+	h := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + secretKey}}
+	return request(hc, "POST", n.proc.Base+"/emit", `{"channel":"`+ch+`","payload":`+payload+`}`, h)
+}
+
+// emitted is a 200 answer of POST /emit, decoded.
+type emitted struct {
+	seq, delivered, subscriberCount int64
+}
+
+// expectEmitted fails unless r is a 200 of POST /emit for ch and returns its numbers.
+func expectEmitted(t *testing.T, r response, ch string) emitted {
+	t.Helper()
+	if r.status != http.StatusOK || r.json["ok"] != true || r.json["channel"] != ch || num(r.json, "seq") <= 0 {
+		t.Fatalf("emit on %s: %d %s", ch, r.status, r.raw)
+	}
+	return emitted{seq: int64(num(r.json, "seq")), delivered: int64(num(r.json, "delivered")), subscriberCount: int64(num(r.json, "subscriberCount"))}
+}
+
+// message is a message frame from POST /emit (PROTOCOL.md › Server frames):
+// exactly {"channel","payload","seq"}, plus "replay":true when replayed.
+type message struct {
+	channel string
+	payload string // compact JSON
+	seq     int64
+	replay  bool
+}
+
+// parseMessage decodes f as a message frame; anything else is an error.
+func parseMessage(f frame) (message, error) {
+	if f.closed || f.err != nil {
+		return message{}, fmt.Errorf("socket over (close %d %q, err %v)", f.closeCode, f.reason, f.err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(f.text), &m); err != nil {
+		return message{}, fmt.Errorf("not a JSON object: %q", f.text)
+	}
+	var out message
+	var seq float64
+	if json.Unmarshal(m["channel"], &out.channel) != nil || json.Unmarshal(m["seq"], &seq) != nil || m["payload"] == nil || seq <= 0 {
+		return message{}, fmt.Errorf("not a message frame: %s", f.text)
+	}
+	out.seq = int64(seq)
+	var payload any
+	json.Unmarshal(m["payload"], &payload)
+	out.payload = canonical(payload)
+	keys := 3
+	if r, ok := m["replay"]; ok {
+		if string(r) != "true" {
+			return message{}, fmt.Errorf("replay is %s: %s", r, f.text)
+		}
+		out.replay = true
+		keys++
+	}
+	if len(m) != keys {
+		return message{}, fmt.Errorf("a message frame with other fields: %s", f.text)
+	}
+	return out, nil
+}
+
+// collect reads c's frames until it has want of them or until passes, then
+// goes on until nothing more arrives for grace (a late duplicate). It stops
+// at a close or a failed socket. It does not touch t: goroutines use it.
+func collect(c *wsClient, want int, until time.Time, grace time.Duration) []frame {
+	var got []frame
+	add := func(f frame) bool {
+		got = append(got, f)
+		return !f.closed && f.err == nil
+	}
+	for len(got) < want {
+		f, ok := c.next(time.Until(until))
+		if !ok || !add(f) {
+			return got
+		}
+	}
+	for {
+		f, ok := c.next(grace)
+		if !ok || !add(f) {
+			return got
+		}
+	}
+}
+
+// sameJSON tells whether text is the JSON value want.
+func sameJSON(text, want string) bool {
+	var g, w any
+	if json.Unmarshal([]byte(text), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	return canonical(g) == canonical(w)
+}
+
+// waitFor reads c's frames until one is want or deadline passes, and returns
+// every frame read (want last when it came) with its arrival time; it does
+// not touch t.
+func waitFor(c *wsClient, want string, deadline time.Time) (frames []string, at []time.Time, found bool) {
+	for {
+		f, ok := c.next(time.Until(deadline))
+		if !ok {
+			return frames, at, false
+		}
+		text := f.text
+		if f.closed || f.err != nil {
+			text = fmt.Sprintf("socket over (close %d %q, err %v)", f.closeCode, f.reason, f.err)
+		}
+		frames, at = append(frames, text), append(at, time.Now())
+		if f.closed || f.err != nil {
+			return frames, at, false
+		}
+		if sameJSON(f.text, want) {
+			return frames, at, true
+		}
+	}
+}
+
+// sumMetric adds up an unlabelled counter over nodes (a node without the
+// sample, or not answering, adds 0) and says what each node had.
+func sumMetric(nodes []*clusterNode, name string) (float64, string) {
+	var sum float64
+	var each []string
+	for _, n := range nodes {
+		r, err := relaytest.Do(nil, "GET", n.proc.Debug+"/metrics", "", nil)
+		if err != nil {
+			each = append(each, n.name+": "+err.Error())
+			continue
+		}
+		m, err := relaytest.ParseMetrics(r.Raw)
+		v, ok := m.Value(name, "")
+		if err != nil || !ok {
+			each = append(each, n.name+": no sample")
+			continue
+		}
+		sum += v
+		each = append(each, fmt.Sprintf("%s: %v", n.name, v))
+	}
+	return sum, strings.Join(each, ", ")
+}
+
+// presenceFrame is a presence join/leave frame.
+func presenceFrame(ch, event, clientID string) string {
+	return `{"type":"presence","channel":"` + ch + `","event":"` + event + `","clientId":"` + clientID + `"}`
+}
+
+func syncFrame(ch string, members ...string) string {
+	b, _ := json.Marshal(append([]string{}, members...))
+	return `{"type":"presence","channel":"` + ch + `","event":"sync","members":` + string(b) + `}`
+}
+
+func TestClusterFanout(t *testing.T) {
+	began := time.Now()
+	etcd := relaytest.StartEtcd(t)
+	dbURL := storetest.PostgresURL(t)
+	var nodes []*clusterNode
+	for _, name := range []string{"A", "B", "C"} {
+		t0 := time.Now()
+		nodes = append(nodes, startClusterNode(t, name, etcd.Endpoint, dbURL))
+		t.Logf("node %s serving %v after its start", name, time.Since(t0).Round(time.Millisecond))
+	}
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	for _, n := range nodes {
+		n.waitMembers(t, 3, 10*time.Second)
+	}
+	t.Logf("three members seen by every node %v after the first start", time.Since(began).Round(time.Millisecond))
+
+	owner := a.on(t).signup("alice@example.com")
+	p := owner.createProject("fanout")
+	// ownerOn is the owner's session on node n, for subtest t.
+	ownerOn := func(t *testing.T, n *clusterNode) *client {
+		oc := n.on(t).client()
+		oc.http.Jar = owner.http.Jar
+		return oc
+	}
+
+	t.Run("1 emit through A reaches subscribers on A, B and C", func(t *testing.T) {
+		const ch = "one"
+		var subs []*wsClient
+		for _, n := range nodes {
+			subs = append(subs, subscribed(t, n.on(t), p.publicKey, ch))
+		}
+		t0 := time.Now()
+		r := a.on(t).client().emit(p.secretKey, `{"channel":"one","payload":{"text":"hi","n":[1,2]}}`)
+		e := expectEmitted(t, r, ch)
+		t.Logf("emit through A answered in %v: %s", time.Since(t0).Round(time.Microsecond), r.raw)
+		if e.delivered != 3 || e.subscriberCount != 3 {
+			t.Errorf("delivered %d, subscriberCount %d; want 3 and 3 (one socket on each node): %s", e.delivered, e.subscriberCount, r.raw)
+		}
+		for i, s := range subs {
+			s.expect(fmt.Sprintf(`{"channel":"one","payload":{"text":"hi","n":[1,2]},"seq":%d}`, e.seq))
+			t.Logf("subscriber on %s got it %v after the emit", nodes[i].name, time.Since(t0).Round(time.Microsecond))
+		}
+	})
+
+	t.Run("2 concurrent emits through A, B and C: one seq order, each message once everywhere", func(t *testing.T) {
+		const ch, perNode = "busy", 100
+		var subs []*wsClient
+		for _, n := range nodes {
+			subs = append(subs, subscribed(t, n.on(t), p.publicKey, ch))
+		}
+		type ack struct {
+			key string // "A/17": emitted through A, the 18th
+			res response
+			err error
+		}
+		acks := make([][]ack, len(nodes))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		t0 := time.Now()
+		for i, n := range nodes {
+			wg.Add(1)
+			go func(i int, n *clusterNode) {
+				defer wg.Done()
+				hc := &http.Client{Timeout: 10 * time.Second}
+				<-start
+				for j := range perNode {
+					res, err := fanoutEmit(hc, n, p.secretKey, ch, fmt.Sprintf(`{"node":%q,"i":%d}`, n.name, j))
+					acks[i] = append(acks[i], ack{key: fmt.Sprintf("%s/%d", n.name, j), res: res, err: err})
+				}
+			}(i, n)
+		}
+		close(start)
+		wg.Wait()
+		t.Logf("%d emits (%d through each node, concurrently) answered in %v", perNode*len(nodes), perNode, time.Since(t0).Round(time.Millisecond))
+
+		seqOf := map[string]int64{} // payload key -> acknowledged seq
+		keyOf := map[int64]string{} // acknowledged seq -> payload key
+		refused := map[string]int{} // node -> non-200 answers
+		for i, list := range acks {
+			for _, k := range list {
+				if k.err != nil || k.res.status != http.StatusOK || num(k.res.json, "seq") <= 0 {
+					if refused[nodes[i].name]++; refused[nodes[i].name] <= 3 {
+						t.Errorf("emit %s: %d %s %v", k.key, k.res.status, k.res.raw, k.err)
+					}
+					continue
+				}
+				seq := int64(num(k.res.json, "seq"))
+				if other, dup := keyOf[seq]; dup {
+					t.Errorf("seq %d acknowledged twice: to %s and to %s", seq, other, k.key)
+				}
+				seqOf[k.key], keyOf[seq] = seq, k.key
+			}
+		}
+		if len(refused) > 0 {
+			t.Errorf("emits not answered 200, by node: %v", refused)
+		}
+
+		// Read what each subscriber got: every acknowledged message, then
+		// 300 ms more for a late duplicate.
+		got := make([][]frame, len(subs))
+		var rg sync.WaitGroup
+		deadline := time.Now().Add(10 * time.Second)
+		for i, s := range subs {
+			rg.Add(1)
+			go func(i int, s *wsClient) {
+				defer rg.Done()
+				got[i] = collect(s, len(seqOf), deadline, 300*time.Millisecond)
+			}(i, s)
+		}
+		rg.Wait()
+		for i, frames := range got {
+			name := nodes[i].name
+			seen := map[string]int{}
+			var last int64
+			var dups, unordered, mismatched int
+			for _, f := range frames {
+				m, err := parseMessage(f)
+				if err == nil && (m.channel != ch || m.replay) {
+					err = fmt.Errorf("not a live message of %s: %s", ch, f.text)
+				}
+				if err != nil {
+					t.Errorf("subscriber on %s: %v", name, err)
+					continue
+				}
+				var pl struct {
+					Node string `json:"node"`
+					I    int    `json:"i"`
+				}
+				json.Unmarshal([]byte(m.payload), &pl)
+				key := fmt.Sprintf("%s/%d", pl.Node, pl.I)
+				if seen[key]++; seen[key] > 1 {
+					dups++
+				}
+				if m.seq <= last {
+					if unordered++; unordered <= 3 {
+						t.Errorf("subscriber on %s: seq %d (%s) after %d", name, m.seq, key, last)
+					}
+				}
+				last = max(last, m.seq)
+				if want, ok := seqOf[key]; !ok || want != m.seq {
+					if mismatched++; mismatched <= 3 {
+						t.Errorf("subscriber on %s: %s with seq %d, acknowledged with seq %d (%v)", name, key, m.seq, want, ok)
+					}
+				}
+			}
+			missing := map[string]int{} // by the node the emit went through
+			for key := range seqOf {
+				if seen[key] == 0 {
+					missing[strings.Split(key, "/")[0]]++
+				}
+			}
+			t.Logf("subscriber on %s: %d frames for %d acknowledged emits; %d duplicates, %d out of order, %d with another seq, missing by emitting node %v",
+				name, len(frames), len(seqOf), dups, unordered, mismatched, missing)
+			if dups != 0 || unordered != 0 || mismatched != 0 || len(missing) != 0 || len(frames) != len(seqOf) {
+				t.Errorf("subscriber on %s: want each of the %d acknowledged messages exactly once in rising seq; got %d frames, %d duplicates, %d out of order, missing %v",
+					name, len(seqOf), len(frames), dups, unordered, missing)
+			}
+		}
+	})
+
+	t.Run("3 replay from another node: since on C replays what was emitted through A", func(t *testing.T) {
+		const ch = "replayed"
+		onB := subscribed(t, b.on(t), p.publicKey, ch)
+		viaA := a.on(t).client()
+		var seqs []int64
+		for i := 1; i <= 3; i++ {
+			seqs = append(seqs, expectEmitted(t, viaA.emit(p.secretKey, fmt.Sprintf(`{"channel":"replayed","payload":{"n":%d}}`, i)), ch).seq)
+		}
+		for i, seq := range seqs {
+			onB.expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":%d},"seq":%d}`, i+1, seq))
+		}
+		onC := c.on(t).dialWS(p.publicKey)
+		onC.send(fmt.Sprintf(`{"action":"subscribe","channel":"replayed","since":%d}`, seqs[0]))
+		// No replay_gap: the next frames are the 2nd and 3rd message, then the ack.
+		onC.expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":2},"seq":%d,"replay":true}`, seqs[1]))
+		onC.expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":3},"seq":%d,"replay":true}`, seqs[2]))
+		onC.expect(`{"action":"subscribe","channel":"replayed","ok":true}`)
+		onC.expectSilence(200 * time.Millisecond)
+	})
+
+	t.Run("4 presence across nodes: one roster for the cluster", func(t *testing.T) {
+		const ch = "lobby"
+		tsA, tsB, tsC := a.on(t), b.on(t), c.on(t)
+		u1 := presenceSub(t, tsA, p.publicKey, ch, "u1")
+		u1.expect(syncFrame(ch))
+		u2 := presenceSub(t, tsB, p.publicKey, ch, "u2")
+		u2.expect(syncFrame(ch, "u1"))
+		u1.expect(presenceFrame(ch, "join", "u2"))
+		u3 := presenceSub(t, tsC, p.publicKey, ch, "u3")
+		u3.expect(syncFrame(ch, "u1", "u2"))
+		u1.expect(presenceFrame(ch, "join", "u3"))
+		u2.expect(presenceFrame(ch, "join", "u3"))
+
+		// u2 unsubscribes on B: A and C get leave.
+		u2.send(`{"action":"unsubscribe","channel":"lobby"}`)
+		u2.expect(`{"action":"unsubscribe","channel":"lobby","ok":true}`)
+		u1.expect(presenceFrame(ch, "leave", "u2"))
+		u3.expect(presenceFrame(ch, "leave", "u2"))
+
+		// u2 back on the same socket, then the socket dropped (no close frame).
+		u2.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2"}`)
+		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u2.expect(syncFrame(ch, "u1", "u3"))
+		u1.expect(presenceFrame(ch, "join", "u2"))
+		u3.expect(presenceFrame(ch, "join", "u2"))
+		u2.conn.Close()
+		closed := time.Now()
+		u1.expect(presenceFrame(ch, "leave", "u2"))
+		u3.expect(presenceFrame(ch, "leave", "u2"))
+		t.Logf("leave of u2 on A and C %v after its socket on B was dropped", time.Since(closed).Round(time.Microsecond))
+		u1.expectSilence(100 * time.Millisecond)
+		u3.expectSilence(50 * time.Millisecond)
+	})
+
+	t.Run("5 channel budget counted once for the cluster", func(t *testing.T) {
+		const ch, limit = "limited", 5
+		q := ownerOn(t, a).createProject("budget")
+		page := "/projects/" + q.id
+		dc := a.on(t).dash(t)
+		dc.http.Jar = owner.http.Jar
+		dc.submit(page, page+"/budget", url.Values{"limit": {fmt.Sprint(limit)}}).expectRedirect(t, page+"?done=budget-saved")
+
+		// Budgets are fixed wall-clock minutes: keep the emits inside one.
+		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
+			time.Sleep(left + 100*time.Millisecond)
+		}
+		clients := map[*clusterNode]*client{a: a.on(t).client(), b: b.on(t).client(), c: c.on(t).client()}
+		for i := range limit + 3 {
+			n := nodes[i%3]
+			r := clients[n].emit(q.secretKey, fmt.Sprintf(`{"channel":"limited","payload":%d}`, i))
+			now := time.Now()
+			if i < limit {
+				expectEmitted(t, r, ch)
+				budget(t, now, r, "rate_limit", limit, limit-1-i)
+				budgetShape(t, now, r, "project_rate_limit", 6000)
+				continue
+			}
+			if r.status != http.StatusTooManyRequests || r.json["error"] != "channel_rate_limited" || len(r.json) != 3 {
+				t.Fatalf("emit %d (through %s) after %d accepted in the cluster: %d %s; want 429 channel_rate_limited", i+1, n.name, limit, r.status, r.raw)
+			}
+			budget(t, now, r, "rate_limit", limit, 0)
+			budgetShape(t, now, r, "project_rate_limit", 6000)
+		}
+	})
+
+	// D holds back the first attempt of every publish it sends to a channel
+	// grain by 800 ms and retries after 300 ms: the grain gets the retry
+	// first and the first attempt later, as a duplicate. Started here, on the
+	// test's t, D stays a member until the test ends (a node started in a
+	// subtest is killed when the subtest ends).
+	t0 := time.Now()
+	d := startClusterNodeWith(t, "D", etcd.Endpoint, dbURL, "RELAY_TEST_FIRST_SEND_DELAY=800ms")
+	for _, n := range []*clusterNode{a, b, c, d} {
+		n.waitMembers(t, 4, 10*time.Second)
+	}
+	t.Logf("D (RELAY_TEST_FIRST_SEND_DELAY=800ms) serving and seen by every node %v after its start", time.Since(t0).Round(time.Millisecond))
+
+	t.Run("6 a publish retried by its node is delivered once", func(t *testing.T) {
+		const ch = "retried"
+		viaD := d.on(t).client()
+		// A first emit, before anyone subscribes, so that D's channel
+		// relay has found the grain: the hook holds back only a publish
+		// sent to a known grain (on a fresh relay the first publish waits
+		// for the lookup and goes without the delay).
+		t0 := time.Now()
+		expectEmitted(t, viaD.emit(p.secretKey, `{"channel":"retried","payload":"warm-up"}`), ch)
+		t.Logf("warm-up emit through D (no subscriber yet) answered in %v", time.Since(t0).Round(time.Millisecond))
+
+		subs := []*wsClient{subscribed(t, a.on(t), p.publicKey, ch), subscribed(t, b.on(t), p.publicKey, ch)}
+		t0 = time.Now()
+		e := expectEmitted(t, viaD.emit(p.secretKey, `{"channel":"retried","payload":{"once":true}}`), ch)
+		answered := time.Now()
+		took := answered.Sub(t0)
+		t.Logf("emit through D answered in %v: seq %d, delivered %d, subscriberCount %d", took.Round(time.Millisecond), e.seq, e.delivered, e.subscriberCount)
+		if e.delivered != 2 || e.subscriberCount != 2 {
+			t.Errorf("delivered %d, subscriberCount %d; want 2 and 2 (one socket on A, one on B)", e.delivered, e.subscriberCount)
+		}
+		got := make([][]frame, len(subs))
+		var wg sync.WaitGroup
+		for i, s := range subs {
+			wg.Add(1)
+			go func(i int, s *wsClient) {
+				defer wg.Done()
+				got[i] = collect(s, 1, answered.Add(5*time.Second), 2*time.Second)
+			}(i, s)
+		}
+		wg.Wait()
+		want := fmt.Sprintf(`{"channel":"retried","payload":{"once":true},"seq":%d}`, e.seq)
+		for i, frames := range got {
+			var texts []string
+			for _, f := range frames {
+				texts = append(texts, fmt.Sprintf("%q (close %d, err %v)", f.text, f.closeCode, f.err))
+			}
+			if len(frames) != 1 || !sameJSON(frames[0].text, want) {
+				t.Errorf("subscriber on %s: got %d frames %v; want exactly %s", []string{"A", "B"}[i], len(frames), texts, want)
+			}
+		}
+		const metric = "relay_cluster_duplicates_dropped_total"
+		var sum float64
+		var each string
+		poll := time.Now()
+		for {
+			if sum, each = sumMetric([]*clusterNode{a, b, c, d}, metric); sum >= 1 || time.Since(poll) > 3*time.Second {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("%s: %s", metric, each)
+		if sum < 1 {
+			hint := ""
+			if took < 250*time.Millisecond {
+				hint = "; the emit was answered before the 300 ms retry, so its first attempt was not held back"
+			}
+			t.Errorf("%s summed over A, B, C and D is %v, want >= 1 (%s)%s", metric, sum, each, hint)
+		}
+	})
+
+	t.Run("7 kill -9 of C: its presence member leaves, emits reach B again", func(t *testing.T) {
+		const ch = "survivors"
+		tsA, tsB, tsC := a.on(t), b.on(t), c.on(t)
+		u1 := presenceSub(t, tsA, p.publicKey, ch, "u1")
+		u1.expect(syncFrame(ch))
+		u2 := presenceSub(t, tsB, p.publicKey, ch, "u2")
+		u2.expect(syncFrame(ch, "u1"))
+		u1.expect(presenceFrame(ch, "join", "u2"))
+		u3 := presenceSub(t, tsC, p.publicKey, ch, "u3")
+		u3.expect(syncFrame(ch, "u1", "u2"))
+		u1.expect(presenceFrame(ch, "join", "u3"))
+		u2.expect(presenceFrame(ch, "join", "u3"))
+
+		// A plain subscriber on B on several channels: some of their grains
+		// are likely to live on C.
+		var after []string
+		watcher := tsB.dialWS(p.publicKey)
+		for i := range 8 {
+			name := fmt.Sprintf("after-%d", i)
+			after = append(after, name)
+			watcher.send(`{"action":"subscribe","channel":"` + name + `"}`)
+			watcher.expect(`{"action":"subscribe","channel":"` + name + `","ok":true}`)
+		}
+
+		if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		select {
+		case <-c.proc.Exited:
+		case <-time.After(5 * time.Second):
+			t.Fatal("C still running 5 s after SIGKILL")
+		}
+
+		// Leave of u3 on A and on B within 10 s of the kill, and nothing
+		// else (no other member leaves or joins again).
+		leave := presenceFrame(ch, "leave", "u3")
+		type arrivals struct {
+			frames []string
+			at     []time.Time
+			found  bool
+		}
+		got := make([]arrivals, 2)
+		var wg sync.WaitGroup
+		for i, s := range []*wsClient{u1, u2} {
+			wg.Add(1)
+			go func(i int, s *wsClient) {
+				defer wg.Done()
+				frames, at, found := waitFor(s, leave, killed.Add(10*time.Second))
+				got[i] = arrivals{frames, at, found}
+			}(i, s)
+		}
+		wg.Wait()
+		for i, g := range got {
+			name := []string{"A", "B"}[i]
+			var seen []string
+			for k, f := range g.frames {
+				seen = append(seen, fmt.Sprintf("+%v %s", g.at[k].Sub(killed).Round(time.Millisecond), f))
+			}
+			switch {
+			case !g.found:
+				t.Errorf("presence subscriber on %s: no %s within 10 s of the kill; got %v", name, leave, seen)
+			case len(g.frames) != 1:
+				t.Errorf("presence subscriber on %s: want only %s, got %v", name, leave, seen)
+			default:
+				t.Logf("leave u3 on %s %v after kill -9 of C", name, g.at[0].Sub(killed).Round(time.Millisecond))
+			}
+		}
+		if ms, err := a.members(t); err == nil {
+			t.Logf("A sees %d members %v after the kill", len(ms), time.Since(killed).Round(time.Millisecond))
+		}
+
+		// An emit through A reaches the subscriber on B, on every channel,
+		// retried for up to 10 s while the cluster settles.
+		settle := time.Now()
+		deadline := settle.Add(10 * time.Second)
+		hc := &http.Client{Timeout: 10 * time.Second}
+		sent := map[int64]string{} // seq acknowledged -> its channel
+		received := map[int64]bool{}
+		for _, name := range after {
+			attempts := 0
+			var last string
+			for done := false; !done; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: no emit through A reached B within 10 s (%d attempts; last: %s)", name, attempts, last)
+				}
+				attempts++
+				r, err := fanoutEmit(hc, a, p.secretKey, name, fmt.Sprint(attempts))
+				if err != nil || r.status != http.StatusOK {
+					last = fmt.Sprintf("%d %s %v", r.status, r.raw, err)
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				seq := int64(num(r.json, "seq"))
+				sent[seq] = name
+				last = r.raw
+				wait := min(time.Second, time.Until(deadline))
+				for until := time.Now().Add(wait); ; {
+					f, ok := watcher.next(time.Until(until))
+					if !ok {
+						break // not yet: emit again
+					}
+					m, err := parseMessage(f)
+					if err != nil || m.replay || sent[m.seq] != m.channel {
+						t.Fatalf("subscriber on B, waiting for %s: %s (%v)", name, f.text, err)
+					}
+					if received[m.seq] {
+						t.Errorf("subscriber on B got seq %d of %s twice", m.seq, m.channel)
+					}
+					received[m.seq] = true
+					if m.seq == seq {
+						done = true
+						break
+					}
+					// an earlier attempt, delivered late: wait on for this one
+				}
+			}
+			t.Logf("%s: reached B %v after the kill (%v after the leaves were checked), %d attempts",
+				name, time.Since(killed).Round(time.Millisecond), time.Since(settle).Round(time.Millisecond), attempts)
+		}
+
+		// Once A and B have dropped C (and the grains it held live
+		// elsewhere), the presence subscribers have had nothing more.
+		for _, n := range []*clusterNode{a, b} {
+			n.waitMembers(t, 3, 15*time.Second) // A, B and D (started before subtest 6)
+		}
+		t.Logf("A and B see A, B and D %v after the kill", time.Since(killed).Round(time.Millisecond))
+		for i, s := range []*wsClient{u1, u2} {
+			var extra []string
+			for _, f := range collect(s, 0, time.Now(), 300*time.Millisecond) {
+				extra = append(extra, f.text)
+			}
+			if len(extra) > 0 {
+				t.Errorf("presence subscriber on %s after the leave of u3: %v; want nothing (u1 and u2 never left)", []string{"A", "B"}[i], extra)
+			}
+		}
+	})
+	t.Logf("fan-out tests took %v", time.Since(began).Round(100*time.Millisecond))
+}
+
+// budgetShape checks a budget object's fields: exactly limit, remaining
+// (0 to limit) and resetAt, the end of now's wall-clock minute.
+func budgetShape(t *testing.T, now time.Time, r response, field string, limit int) {
+	t.Helper()
+	bud, _ := r.json[field].(map[string]any)
+	var keys []string
+	for k := range bud {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	reset, _ := bud["resetAt"].(string)
+	at, err := time.Parse(time.RFC3339, reset)
+	if strings.Join(keys, ",") != "limit,remaining,resetAt" || int(num(bud, "limit")) != limit ||
+		num(bud, "remaining") < 0 || num(bud, "remaining") > float64(limit) || err != nil || !at.Equal(now.Truncate(time.Minute).Add(time.Minute)) {
+		t.Fatalf("%s = %v, want {limit:%d, remaining, resetAt: end of this minute}: %s", field, bud, limit, r.raw)
+	}
+}
