@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -651,7 +652,84 @@ func TestClusterFanout(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("8 graceful stop of D: its grains move with their rings; a client resumes on A without replay_gap", func(t *testing.T) {
+		tsA, tsD := a.on(t), d.on(t)
+		viaA := tsA.client()
+		// A channel whose grain lives on D: emit on candidates until D hosts one.
+		var ch string
+		for i := 0; i < 60 && ch == ""; i++ {
+			name := fmt.Sprintf("handoff-%d", i)
+			expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
+			if d.hostsGrain(t, p.id+"/"+name) {
+				ch = name
+			}
+		}
+		if ch == "" {
+			t.Fatal("D hosts none of 60 channels")
+		}
+		onD := subscribed(t, tsD, p.publicKey, ch)
+		onA := subscribed(t, tsA, p.publicKey, ch)
+		var seqs []int64
+		for i := 1; i <= 3; i++ {
+			seqs = append(seqs, expectEmitted(t, viaA.emit(p.secretKey, fmt.Sprintf(`{"channel":"%s","payload":{"n":%d}}`, ch, i)), ch).seq)
+		}
+		for i, seq := range seqs {
+			want := fmt.Sprintf(`{"channel":"%s","payload":{"n":%d},"seq":%d}`, ch, i+1, seq)
+			onD.expect(want)
+			onA.expect(want)
+		}
+		closed := closeWatch(onD)
+		stopped := time.Now()
+		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		closedAt(t, "D's socket", closed, 1001)
+		t.Logf("D's socket closed with 1001 %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+
+		// The client of D resumes on A with the seq it saw first: the rest
+		// comes from the ring D handed over, with no replay_gap.
+		resumed := tsA.dialWS(p.publicKey)
+		resumed.send(fmt.Sprintf(`{"action":"subscribe","channel":"%s","since":%d}`, ch, seqs[0]))
+		resumed.expect(fmt.Sprintf(`{"channel":"%s","payload":{"n":2},"seq":%d,"replay":true}`, ch, seqs[1]))
+		resumed.expect(fmt.Sprintf(`{"channel":"%s","payload":{"n":3},"seq":%d,"replay":true}`, ch, seqs[2]))
+		resumed.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
+		t.Logf("resumed on A %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+
+		// seq goes on rising from the handed-over one, for both sockets.
+		next := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+ch+`","payload":{"n":4}}`), ch)
+		if next.seq <= seqs[2] {
+			t.Errorf("seq after the handoff %d, not above %d", next.seq, seqs[2])
+		}
+		want := fmt.Sprintf(`{"channel":"%s","payload":{"n":4},"seq":%d}`, ch, next.seq)
+		resumed.expect(want)
+		onA.expect(want)
+		if code := d.waitExit(t, 15*time.Second); code != 0 {
+			t.Errorf("D exited %d after SIGTERM:\n%s", code, d.proc.Logs)
+		}
+		if !strings.Contains(d.proc.Logs.String(), "handed off channel grains") {
+			t.Errorf("D's log does not report the handoff:\n%s", d.proc.Logs)
+		}
+	})
 	t.Logf("fan-out tests took %v", time.Since(began).Round(100*time.Millisecond))
+}
+
+// hostsGrain reports whether the node's /debug/actors lists the channel grain.
+func (n *clusterNode) hostsGrain(t *testing.T, identity string) bool {
+	t.Helper()
+	r, err := relaytest.Do(nil, "GET", n.proc.Debug+"/debug/actors", "", nil)
+	if err != nil {
+		t.Fatalf("%s /debug/actors: %v", n.name, err)
+	}
+	var v struct {
+		Cluster struct {
+			Grains []string `json:"grains"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &v); err != nil {
+		t.Fatalf("%s /debug/actors: %v: %s", n.name, err, r.Raw)
+	}
+	return slices.Contains(v.Cluster.Grains, identity)
 }
 
 // budgetShape checks a budget object's fields: exactly limit, remaining
