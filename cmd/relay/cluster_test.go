@@ -8,10 +8,9 @@ package main
 // (Debian's etcd-server) and PostgreSQL, and real relay processes, all on
 // loopback; it ends only the processes it started, by their pids.
 //
-// What this version promises (README › Running several nodes): membership,
-// control-plane changes applied on every node before the API answers, and a
-// node out of the membership stopping. Emits still reach only the node they
-// are made on; nothing here tests otherwise.
+// This file: membership, control-plane changes applied on every node before
+// the API answers, and a node out of the membership stopping. Messages
+// across nodes (channel grains): cluster_fanout_test.go.
 
 import (
 	"encoding/json"
