@@ -539,10 +539,38 @@ func TestClusterFanout(t *testing.T) {
 			watcher.expect(`{"action":"subscribe","channel":"` + name + `","ok":true}`)
 		}
 
+		// A channel whose grain (and ring) lives on C, with two messages in it.
+		viaA := tsA.client()
+		var lost string
+		for i := 0; i < 60 && lost == ""; i++ {
+			name := fmt.Sprintf("lost-%d", i)
+			expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
+			if c.hostsGrain(t, p.id+"/"+name) {
+				lost = name
+			}
+		}
+		if lost == "" {
+			t.Fatal("C hosts none of 60 channels")
+		}
+		lostSeq := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+lost+`","payload":1}`), lost).seq
+
 		if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		killed := time.Now()
+		defer func() {
+			// The ring C held is gone: resuming from before it is an honest
+			// replay_gap, and seq goes on rising from where it was.
+			resumed := tsA.dialWS(p.publicKey)
+			resumed.send(fmt.Sprintf(`{"action":"subscribe","channel":"%s","since":%d}`, lost, lostSeq-1))
+			resumed.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"%s","since":%d}`, lost, lostSeq-1))
+			resumed.expect(`{"action":"subscribe","channel":"` + lost + `","ok":true}`)
+			next := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+lost+`","payload":2}`), lost)
+			if next.seq <= lostSeq {
+				t.Errorf("seq after the crash %d, not above %d", next.seq, lostSeq)
+			}
+			resumed.expect(fmt.Sprintf(`{"channel":"%s","payload":2,"seq":%d}`, lost, next.seq))
+		}()
 		select {
 		case <-c.proc.Exited:
 		case <-time.After(5 * time.Second):
