@@ -44,10 +44,9 @@ type channelGrain struct {
 	expiries []answeredID                           // oldest first
 	quiet    quietPeriod
 
-	born        time.Time
-	rosterDue   bool // a ChannelRoster waits for rosterSettle after the start
-	frozen      bool // handed off: refuses to stamp (not_owner) until it stops
-	handedState bool // started from a leaving owner's state
+	born      time.Time
+	rosterDue bool // a ChannelRoster waits for rosterSettle after the start
+	frozen    bool // handed off: refuses to stamp (not_owner) and ignores subscribers until it stops
 }
 
 // rosterSettle: a grain started without a handed-off state (its owner
@@ -98,12 +97,15 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 	case *cluster.ClusterInit:
 		g.identity = m.Identity.Identity
 		g.born = g.cfg.Now()
-		_, g.name = splitIdentity(g.identity)
+		var project string
+		project, g.name = splitIdentity(g.identity)
+		g.replay.project, g.replay.projectMax = g.c.replayBytes(project), int64(g.cfg.MaxReplayBytesPerProject)
 		g.c.grains.Store(g.identity, ctx.Self())
-		if st, ok := g.c.handoffs.LoadAndDelete(g.identity); ok {
+		if st, ok := g.c.handoffs.LoadAndDelete(g.identity); ok && g.cfg.Now().Sub(st.(*handedOff).at) < handoffKeep {
 			g.adopt(ctx, st.(*handedOff).state)
 		}
 	case *actor.Stopped:
+		g.replay.release()
 		g.c.grainsLive.Add(-1)
 		g.c.grains.CompareAndDelete(g.identity, ctx.Self())
 	case *freeze:
@@ -116,6 +118,22 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 		g.sendRoster(ctx)
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
+	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
+		if g.frozen {
+			return // handed off: the next owner has the subscribers; relays send these to it again
+		}
+		g.membership(ctx)
+	case *quietTick:
+		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+		if g.quiet.dormantAgain(g.dormant()) {
+			ctx.Poison(ctx.Self())
+		}
+	}
+}
+
+// membership handles subscribes, leaves, registers and relays that end.
+func (g *channelGrain) membership(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
 	case *clusterpb.ChannelJoin:
 		g.join(ctx, m)
 	case *clusterpb.ChannelLeave:
@@ -133,11 +151,6 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 				g.remove(ctx, r, conn)
 			}
 			delete(g.relays, key)
-		}
-	case *quietTick:
-		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
-		if g.quiet.dormantAgain(g.dormant()) {
-			ctx.Poison(ctx.Self())
 		}
 	}
 }
@@ -169,7 +182,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		answer(&clusterpb.ChannelPublished{Error: errExpired})
 		return
 	}
-	at := time.Unix(0, m.AtUnixNano)
+	at := now // the owner's clock: windows must not roll back and forth with the senders' clocks
 	limit := int(m.ChannelLimit)
 	res := &clusterpb.ChannelPublished{}
 	g.remember(m.Id, now, res)
@@ -367,9 +380,7 @@ func (g *channelGrain) presenceEvent(ctx actor.Context, event, clientID string, 
 func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister) {
 	if m.LastSeq > g.seq {
 		g.seq = m.LastSeq
-		if g.replay.empty() {
-			g.replay.lowWater = g.seq // what came before is not here
-		}
+		g.replay.lowWater = max(g.replay.lowWater, g.seq) // what came before it is not here
 	}
 	r := g.relay(ctx, m.Relay)
 	before := slices.Clone(g.roster)
@@ -385,16 +396,33 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 			g.count(sub.ClientId)
 		}
 	}
-	if slices.Equal(before, g.roster) || g.rosterDue {
+	if g.rosterDue {
+		return // sent to every relay when the settle ends
+	}
+	if slices.Equal(before, g.roster) {
+		if !g.settling() { // the relay may hold members that left while it was away
+			g.c.send(ctx, r.pid, &clusterpb.ChannelRoster{Members: slices.Clone(g.roster)})
+		}
 		return
 	}
-	if wait := rosterSettle - g.cfg.Now().Sub(g.born); wait > 0 && !g.handedState {
-		g.rosterDue = true
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(wait, func() { root.Send(self, &rosterTick{}) })
+	if g.settling() {
+		g.rosterLater(ctx)
 		return
 	}
 	g.sendRoster(ctx)
+}
+
+// settling: the grain started less than rosterSettle ago.
+func (g *channelGrain) settling() bool { return g.cfg.Now().Sub(g.born) < rosterSettle }
+
+// rosterLater sends the roster to every relay once the settle is over.
+func (g *channelGrain) rosterLater(ctx actor.Context) {
+	if g.rosterDue {
+		return
+	}
+	g.rosterDue = true
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(max(rosterSettle-g.cfg.Now().Sub(g.born), 0), func() { root.Send(self, &rosterTick{}) })
 }
 
 func (g *channelGrain) sendRoster(ctx actor.Context) {
@@ -430,13 +458,15 @@ func (g *channelGrain) state() *clusterpb.GrainState {
 // before its own and seq stays the higher; relays it knows already keep
 // what they registered.
 func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
-	g.handedState = true
 	fresh := g.replay.empty() && g.replay.lowWater == g.seq
-	if len(st.Replay) > 0 && (fresh || st.Seq < g.replay.entries[g.replay.head].seq) {
+	if len(st.Replay) > 0 && (fresh || (!g.replay.empty() && st.Seq < g.replay.entries[g.replay.head].seq)) {
 		old := make([]replayEntry, 0, len(st.Replay)+len(g.replay.entries)-g.replay.head)
 		for _, e := range st.Replay {
 			old = append(old, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
 			g.replay.bytes += len(e.Message)
+			if g.replay.project != nil {
+				g.replay.project.Add(int64(len(e.Message)))
+			}
 		}
 		g.replay.entries = append(old, g.replay.entries[g.replay.head:]...)
 		g.replay.head = 0
@@ -456,6 +486,10 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 		}
 	}
 	slices.SortFunc(g.expiries, func(a, b answeredID) int { return a.at.Compare(b.at) })
+	// Relays register again as they find this grain; once they have, each
+	// is sent the roster, so that what the old owner told them meanwhile
+	// is set right.
+	g.rosterLater(ctx)
 	for _, rs := range st.Relays {
 		if _, known := g.relays[refKey(rs.Relay)]; known {
 			continue

@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -47,6 +49,7 @@ type channelRelay struct {
 	pending  map[string]*pendingPublish
 	answers  []*pendingPublish // client emits and refusals, answered on their sockets in the order they came
 	retrying bool
+	sent     uint64 // publishes taken, numbering pendingPublish.n
 
 	usage     *projectUsage
 	counters  *Counters
@@ -67,6 +70,7 @@ type relayOp struct {
 type pendingPublish struct {
 	pub      *Publish
 	msg      *clusterpb.ChannelPublish
+	n        uint64 // the order it came in: resent in that order
 	sentAt   time.Time
 	attempts int
 	done     bool
@@ -121,7 +125,13 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 		r.unsubscribe(ctx, m)
 	case *topologyChanged:
 		r.processed++
-		r.resolve(ctx)
+		if r.grain == nil || r.c.ownerAddress(ChannelKind, r.identity) != r.grain.Address {
+			r.resolve(ctx) // the channel has a new owner
+		}
+	case *actor.Stopping:
+		if r.grain != nil {
+			ctx.Unwatch(r.grain) // a long-lived grain would keep the watch
+		}
 	case *resolveAgain:
 		if m.gen == r.resolveGen {
 			r.resolve(ctx)
@@ -203,9 +213,20 @@ func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
 			}
 		}
 	}
-	for _, p := range r.pending {
+	for _, p := range r.inOrder() {
 		r.sendPublish(ctx, p)
 	}
+}
+
+// inOrder lists the pending publishes in the order they came, so that
+// resent emits of one socket are stamped in the order it sent them.
+func (r *channelRelay) inOrder() []*pendingPublish {
+	out := make([]*pendingPublish, 0, len(r.pending))
+	for _, p := range r.pending {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *pendingPublish) int { return cmp.Compare(a.n, b.n) })
+	return out
 }
 
 func (r *channelRelay) toGrain(ctx actor.Context, msg any) {
@@ -225,10 +246,14 @@ func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
 		Id: r.c.publishID(), ReplyTo: r.self, Payload: m.Payload, AtUnixNano: m.At.UnixNano(),
 		ChannelLimit: int32(m.channelLimit), ProjectDenied: m.projectDenied,
 	}
+	if m.origin != nil { // the relay answers service_unavailable at clientEmitGiveUp: never stamped after
+		m.notAfter = m.At.Add(clientEmitGiveUp - notAfterMargin)
+	}
 	if !m.notAfter.IsZero() {
 		msg.NotAfterUnixNano = m.notAfter.UnixNano()
 	}
-	p := &pendingPublish{pub: m, msg: msg}
+	r.sent++
+	p := &pendingPublish{pub: m, msg: msg, n: r.sent}
 	if m.origin != nil {
 		msg.Client, msg.OriginConn, msg.ClientId, msg.MsgType = true, m.origin.ID(), m.clientID, m.msgType
 		p.sink = m.origin
@@ -270,12 +295,15 @@ func (r *channelRelay) scheduleRetry(ctx actor.Context) {
 // nobody waits for any more.
 func (r *channelRelay) retry(ctx actor.Context) {
 	now := r.cfg.Now()
-	for id, p := range r.pending {
+	for _, p := range r.inOrder() {
+		id := p.msg.Id
 		switch {
 		case p.pub.Reply != nil && p.pub.abandoned():
 			delete(r.pending, id)
+			r.refund(ctx, p) // not stamped after its deadline (notAfter)
 		case p.pub.Reply == nil && now.Sub(p.pub.At) > clientEmitGiveUp:
 			delete(r.pending, id)
+			r.refund(ctx, p)
 			p.done, p.frame = true, errorFrame(&proto.Error{Code: proto.CodeUnavailable, Channel: r.name})
 		case now.Sub(p.sentAt) >= publishRetryAfter:
 			r.sendPublish(ctx, p)
@@ -295,9 +323,11 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 		return // answered already (a retry's answer)
 	}
 	if m.Error == errNotOwner {
-		// The grain moved: look it up again; the retry resends.
-		r.grain = nil
-		r.resolve(ctx)
+		// The grain moved or is handing off: look it up again (one lookup
+		// at a time); the retry tick resends.
+		if !r.resolving {
+			r.resolve(ctx)
+		}
 		return
 	}
 	delete(r.pending, m.Id)
@@ -318,6 +348,9 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 			r.counters.EmittedHTTP.Add(1)
 		}
 	}
+	if perr != nil {
+		r.refund(ctx, p) // the grain did not stamp it
+	}
 	if p.pub.Reply != nil {
 		if !p.pub.take() {
 			return
@@ -326,22 +359,26 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 			Channel: budgetFromProto(m.Channel), Project: p.pub.projectBudget, Err: perr}
 		if perr != nil && perr.Code == proto.CodeChannelRateLimited {
 			res.Project.Remaining = min(res.Project.Remaining+1, res.Project.Limit)
-			ctx.Send(ctx.Parent(), &refund{at: p.pub.At})
 		}
 		p.pub.Reply <- res
 		return
 	}
 	p.done = true
 	if perr != nil {
-		if perr.Code == proto.CodeChannelRateLimited {
-			ctx.Send(ctx.Parent(), &refund{at: p.pub.At})
-		}
 		perr.Channel = r.name
 		p.frame = errorFrame(perr)
 	} else {
 		p.frame = transport.TextFrame(proto.AppendEmitAck(nil, r.name, m.Seq))
 	}
 	r.flushAnswers()
+}
+
+// refund gives the project backstop back a unit taken for an emit the
+// grain did not stamp (not one the backstop itself refused).
+func (r *channelRelay) refund(ctx actor.Context, p *pendingPublish) {
+	if !p.pub.projectDenied {
+		ctx.Send(ctx.Parent(), &refund{at: p.pub.At})
+	}
 }
 
 // flushAnswers sends the client-emit answers that are ready, in order.
@@ -441,9 +478,9 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 			if m.Members == nil {
 				m.Members = []string{}
 			}
-			// The grain's roster now, as this subscriber is told it: the
-			// relay's view from here on (later events come after this answer).
-			clear(r.roster)
+			// What this subscriber is told joins the relay's view (later
+			// events come after this answer); a stale member in it leaves
+			// with the next roster.
 			for _, id := range m.Members {
 				r.roster[id] = true
 			}
@@ -470,6 +507,7 @@ func (r *channelRelay) presence(m *clusterpb.ChannelPresence) {
 		delete(r.roster, m.ClientId)
 	}
 	r.tellPresence(m.Event, m.ClientId, m.ExceptConn, false)
+
 }
 
 // tellPresence sends a join or leave to the presence subscribers but the

@@ -123,7 +123,7 @@ type Cluster struct {
 	joined  atomic.Bool              // this node has seen itself a member
 	leaving atomic.Bool              // HandOff or Leave began: a member list without this node is expected
 	left    atomic.Bool              // Leave began
-	// deregistered: HandOff removed this node from etcd already.
+	// deregistered: HandOff has deregistered (or tried to, bounded) already.
 	deregistered atomic.Bool
 	lost         chan error // one error when this node finds itself out of the membership
 	lostMu       sync.Once
@@ -135,6 +135,7 @@ type Cluster struct {
 	rawMembers     atomic.Pointer[[]*cluster.Member]  // the latest member list as protoactor gives it
 	grains         sync.Map                           // identity → *actor.PID, of the channel grains running here
 	handoffs       sync.Map                           // identity → *handedOff: states handed to this node for grains not started yet
+	projectReplay  sync.Map                           // project id → *atomic.Int64: replay bytes of its grains here
 	grainsLive     atomic.Int64
 	firstSendDelay time.Duration
 	publishes      atomic.Uint64 // publish ids
@@ -225,8 +226,14 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	c.provider = provider
 	channelKind := cluster.NewKind(ChannelKind, actor.PropsFromProducer(func() actor.Actor { return newChannelGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
+	// gRPC refuses messages over 4 MiB by default, and protoactor batches
+	// many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
+	const maxMsg = 64 << 20
 	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
-		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr)), cluster.WithKinds(channelKind)))
+		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr),
+			remote.WithServerOptions(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)),
+			remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))),
+		cluster.WithKinds(channelKind)))
 	s.as.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*cluster.ClusterTopology); ok {
 			c.topology(t)
@@ -345,7 +352,13 @@ func (c *Cluster) Lost() <-chan error { return c.lost }
 
 // owns: this node owns the grain in the latest member list.
 func (c *Cluster) owns(kind, identity string) bool {
-	return c.rdv.Load().GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity}) == c.sys.as.Address()
+	return c.ownerAddress(kind, identity) == c.sys.as.Address()
+}
+
+// ownerAddress is the address of the member that owns the grain in the
+// latest member list.
+func (c *Cluster) ownerAddress(kind, identity string) string {
+	return c.rdv.Load().GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
 }
 
 // send posts a channel message, counting those that leave this node.
@@ -354,6 +367,16 @@ func (c *Cluster) send(ctx actor.Context, to *actor.PID, msg any) {
 		c.crossNode.Add(1)
 	}
 	ctx.Send(to, msg)
+}
+
+// replayBytes is the count of replay bytes held by a project's channel
+// grains on this node (MAX_REPLAY_BYTES_PER_PROJECT applies per node).
+func (c *Cluster) replayBytes(project string) *atomic.Int64 {
+	if v, ok := c.projectReplay.Load(project); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := c.projectReplay.LoadOrStore(project, &atomic.Int64{})
+	return v.(*atomic.Int64)
 }
 
 // publishID is unique in the cluster: this member's id and a counter.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/relayhq/relay/proto/clusterpb"
 )
@@ -20,6 +21,10 @@ import (
 // handoffKeep bounds how long a handed-off state waits for its grain to
 // start on the new owner (the first relay that looks the grain up starts it).
 const handoffKeep = 30 * time.Second
+
+// handoffChunk: a handoff message takes grains until its size passes this
+// (rings are up to 1 MiB each; the remote takes messages up to 64 MiB).
+const handoffChunk = 8 << 20
 
 // handedOff is a grain state waiting on its new owner.
 type handedOff struct {
@@ -55,7 +60,7 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 		}
 	}
 	rest.UpdateMembers(others)
-	byOwner := map[string]*clusterpb.GrainHandoff{}
+	byOwner := map[string][]*clusterpb.GrainHandoff{} // per owner, messages of at most handoffChunk bytes of rings
 	c.grains.Range(func(k, v any) bool {
 		identity, pid := k.(string), v.(*actor.PID)
 		reply := make(chan *clusterpb.GrainState, 1)
@@ -68,28 +73,36 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 				st.Failed++ // no member left to take it
 				return true
 			}
-			h := byOwner[owner]
-			if h == nil {
-				h = &clusterpb.GrainHandoff{From: c.self}
-				byOwner[owner] = h
+			hs := byOwner[owner]
+			if len(hs) == 0 || proto.Size(hs[len(hs)-1]) > handoffChunk {
+				hs = append(hs, &clusterpb.GrainHandoff{From: c.self})
+				byOwner[owner] = hs
 			}
-			h.Grains = append(h.Grains, s)
-		case <-time.After(200 * time.Millisecond): // it stopped meanwhile
+			hs[len(hs)-1].Grains = append(hs[len(hs)-1].Grains, s)
+		case <-time.After(200 * time.Millisecond): // it stopped meanwhile, or is stuck
+			st.Failed++
 		case <-ctx.Done():
 			return false
 		}
 		return true
 	})
 	st.Members = len(byOwner)
-	futures := map[string]*actor.Future{}
-	for owner, h := range byOwner {
-		futures[owner] = c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)
+	type sent struct {
+		owner string
+		n     int
+		f     *actor.Future
 	}
-	for owner, f := range futures {
-		if _, err := f.Result(); err != nil {
-			st.Failed += len(byOwner[owner].Grains)
+	var futures []sent
+	for owner, hs := range byOwner {
+		for _, h := range hs {
+			futures = append(futures, sent{owner, len(h.Grains), c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)})
+		}
+	}
+	for _, s := range futures {
+		if _, err := s.f.Result(); err != nil {
+			st.Failed += s.n
 			c.log.Warn("grain handoff not acknowledged: those channels restart empty (replay_gap for clients that resume)",
-				"member", owner, "grains", len(byOwner[owner].Grains), "err", err)
+				"member", s.owner, "grains", s.n, "err", err)
 		}
 	}
 	err := c.deregister(ctx)
@@ -107,11 +120,14 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 		return true
 	})
 	for _, s := range h.Grains {
-		if pid, ok := c.grains.Load(s.Identity); ok {
-			c.sys.root.Send(pid.(*actor.PID), s)
-			continue
-		}
+		// Kept first, then given to a grain already running (a grain that
+		// starts meanwhile takes it itself in ClusterInit): never stranded.
 		c.handoffs.Store(s.Identity, &handedOff{state: s, at: now})
+		if pid, ok := c.grains.Load(s.Identity); ok {
+			if _, mine := c.handoffs.LoadAndDelete(s.Identity); mine {
+				c.sys.root.Send(pid.(*actor.PID), s)
+			}
+		}
 	}
 	c.log.Info("took channel grains from a leaving member", "from", h.From, "grains", len(h.Grains))
 }
@@ -119,6 +135,7 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 // deregister removes this node from etcd (bounded by leaveTimeout): the
 // other members drop it at once.
 func (c *Cluster) deregister(ctx context.Context) error {
+	c.deregistered.Store(true) // tried: Leave does not wait for etcd a second time
 	done := make(chan error, 1)
 	go func() { done <- c.provider.Shutdown(true) }()
 	bound := time.NewTimer(leaveTimeout)
@@ -128,7 +145,6 @@ func (c *Cluster) deregister(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("deregister from etcd: %w", err)
 		}
-		c.deregistered.Store(true)
 		return nil
 	case <-bound.C:
 		return ErrLeaveTimeout

@@ -76,6 +76,15 @@ func (r *replayRing) expire(now time.Time) {
 
 func (r *replayRing) empty() bool { return r.head == len(r.entries) }
 
+// release gives the ring's bytes back to the project's count (the ring's
+// owner is stopping with messages still in it).
+func (r *replayRing) release() {
+	if r.project != nil {
+		r.project.Add(-int64(r.bytes))
+	}
+	r.entries, r.head, r.bytes = nil, 0, 0
+}
+
 func (r *replayRing) projectOver() bool {
 	return r.projectMax > 0 && r.project.Load() > r.projectMax
 }
