@@ -157,6 +157,15 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 // handleReadyz answers 200 only when the store commits a write within a
 // second (checked at most once a second; readiness.go).
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Lock()
+	draining := s.draining
+	s.inflight.Unlock()
+	// A draining node tells its load balancer at once, so that emits go
+	// elsewhere while it hands off and closes its sockets.
+	if draining {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return
+	}
 	if err := s.ready.check(r.Context(), s.store, s.log); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return

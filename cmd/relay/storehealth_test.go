@@ -130,3 +130,21 @@ func TestReadyzPostgresStopped(t *testing.T) {
 	stopped = false
 	relaytest.Eventually(t, 10*time.Second, func() bool { return readyStatus(t, ts) == 200 }, "/readyz 200 with PostgreSQL back")
 }
+
+// TestReadyzFailsWhileDraining: from the moment a node starts shutting down
+// (it refuses new emits and handshakes), /readyz answers 503, so a load
+// balancer's next check sends traffic elsewhere while the node hands off and
+// closes its sockets; /healthz stays 200.
+func TestReadyzFailsWhileDraining(t *testing.T) {
+	ts := startServer(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"), nil)
+	if got := readyStatus(t, ts); got != 200 {
+		t.Fatalf("/readyz before draining: %d", got)
+	}
+	ts.app.api.Drain()
+	if got := readyStatus(t, ts); got != 503 {
+		t.Fatalf("/readyz while draining: %d, want 503", got)
+	}
+	if status, body := getText(t, ts.base+"/healthz"); status != 200 {
+		t.Fatalf("/healthz while draining: %d %s", status, body)
+	}
+}
