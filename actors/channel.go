@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -22,10 +21,8 @@ type channelSub struct {
 type channelActor struct {
 	name    string
 	seq     uint64
-	subs    []channelSub
-	index   map[uint64]int // connection id → position in subs
-	members map[string]int // presence clientId → number of its presence subscriptions
-	roster  []string       // the members' clientIds, sorted, for sync
+	subs    subscribers
+	members roster
 	window  fixedWindow
 	replay  replayRing
 
@@ -50,8 +47,8 @@ func newChannelActor(name string, cfg *Config, usage *projectUsage) *channelActo
 	return &channelActor{
 		name:    name,
 		seq:     seq,
-		index:   map[uint64]int{},
-		members: map[string]int{},
+		subs:    newSubscribers(),
+		members: newRoster(),
 		window:  fixedWindow{size: time.Minute},
 		replay: replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq,
 			project: &usage.replayBytes, projectMax: int64(cfg.MaxReplayBytesPerProject)},
@@ -121,12 +118,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	}
 	a.usage.emits.Add(1)
 	a.seq++
-	buf := transport.NewFrame(len(m.Payload) + len(a.name) + len(m.clientID) + len(m.msgType) + 64)
-	if m.origin == nil {
-		buf = proto.AppendMessage(buf, a.name, m.Payload, a.seq)
-	} else {
-		buf = proto.AppendClientMessage(buf, a.name, m.msgType, m.Payload, a.seq, m.clientID)
-	}
+	buf := encodeMessage(a.name, m.Payload, a.seq, m.origin != nil, m.msgType, m.clientID)
 	frame := transport.Seal(buf)
 	a.replay.add(a.seq, m.At, transport.FramePayload(buf))
 
@@ -134,9 +126,9 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	if m.origin != nil {
 		skip = m.origin.ID()
 	}
-	res := PublishResult{Seq: a.seq, Subscribers: len(a.subs), Channel: budget, Project: m.projectBudget}
-	for i := 0; i < len(a.subs); {
-		s := a.subs[i].sink
+	res := PublishResult{Seq: a.seq, Subscribers: len(a.subs.list), Channel: budget, Project: m.projectBudget}
+	for i := 0; i < len(a.subs.list); {
+		s := a.subs.list[i].sink
 		if s.ID() == skip {
 			i++
 			continue
@@ -170,74 +162,24 @@ func (a *channelActor) subscribe(ctx actor.Context, m *subscribe) {
 	}
 	id := m.sink.ID()
 	sub := channelSub{sink: m.sink, presence: m.presence, clientID: m.clientID}
-	i, existed := a.index[id]
-	if a.membersFull(sub, existed, i) {
+	old, existed := a.subs.get(id)
+	wasMember := existed && old.presence
+	same := wasMember && sub.presence && old.clientID == sub.clientID // a repeated subscribe
+	if sub.presence && !same && a.members.full(sub.clientID, wasMember && a.members.only(old.clientID), a.maxMembers) {
 		m.refuse(ctx, proto.CodeTooManyPresenceMembers)
 		return
 	}
-	wasMember := existed && a.subs[i].presence
-	same := wasMember && sub.presence && a.subs[i].clientID == sub.clientID // a repeated subscribe
-	if wasMember && !same {
-		a.removeMember(a.subs[i].clientID, id) // presence switched off, or a new clientId
+	if wasMember && !same && a.members.remove(old.clientID) { // presence switched off, or a new clientId
+		a.presenceEvent(proto.PresenceLeave, old.clientID, id)
 	}
-	if existed {
-		a.subs[i] = sub
-	} else {
-		a.index[id] = len(a.subs)
-		a.subs = append(a.subs, sub)
-	}
+	a.subs.put(sub)
 	m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionSubscribe, a.name)))
 	if !sub.presence {
 		return
 	}
-	m.sink.Send(transport.TextFrame(proto.AppendPresenceSync(nil, a.name, a.otherMembers(sub.clientID, same))))
-	if !same {
-		a.addMember(sub.clientID, id)
-	}
-}
-
-// membersFull: sub would be a new presence member and the channel has
-// maxMembers already (counting a member this connection is about to leave).
-func (a *channelActor) membersFull(sub channelSub, existed bool, i int) bool {
-	if a.maxMembers <= 0 || !sub.presence || a.members[sub.clientID] > 0 {
-		return false
-	}
-	n := len(a.members)
-	if existed && a.subs[i].presence && a.members[a.subs[i].clientID] == 1 {
-		n-- // switching clientId: its old one leaves
-	}
-	return n >= a.maxMembers
-}
-
-// otherMembers lists the clientIds of the other presence subscribers, sorted;
-// self says whether the subscriber itself is already counted under clientID.
-func (a *channelActor) otherMembers(clientID string, self bool) []string {
-	if !self || a.members[clientID] > 1 {
-		return a.roster
-	}
-	i, _ := slices.BinarySearch(a.roster, clientID)
-	return append(a.roster[:i:i], a.roster[i+1:]...)
-}
-
-// addMember counts a presence subscription; the clientId's first one is a join.
-func (a *channelActor) addMember(clientID string, connID uint64) {
-	a.members[clientID]++
-	if a.members[clientID] == 1 {
-		i, _ := slices.BinarySearch(a.roster, clientID)
-		a.roster = slices.Insert(a.roster, i, clientID)
-		a.presenceEvent(proto.PresenceJoin, clientID, connID)
-	}
-}
-
-// removeMember uncounts one; the clientId's last one is a leave.
-func (a *channelActor) removeMember(clientID string, connID uint64) {
-	a.members[clientID]--
-	if a.members[clientID] <= 0 {
-		delete(a.members, clientID)
-		if i, ok := slices.BinarySearch(a.roster, clientID); ok {
-			a.roster = slices.Delete(a.roster, i, i+1)
-		}
-		a.presenceEvent(proto.PresenceLeave, clientID, connID)
+	m.sink.Send(transport.TextFrame(proto.AppendPresenceSync(nil, a.name, a.members.others(sub.clientID, same))))
+	if !same && a.members.add(sub.clientID) {
+		a.presenceEvent(proto.PresenceJoin, sub.clientID, id)
 	}
 }
 
@@ -246,7 +188,7 @@ func (a *channelActor) removeMember(clientID string, connID uint64) {
 // close, so no subscriber is removed while presence is being updated.
 func (a *channelActor) presenceEvent(event, clientID string, except uint64) {
 	var frame []byte
-	for _, s := range a.subs {
+	for _, s := range a.subs.list {
 		if !s.presence || s.sink.ID() == except {
 			continue
 		}
@@ -260,10 +202,7 @@ func (a *channelActor) presenceEvent(event, clientID string, except uint64) {
 // sendReplay sends the buffered messages newer than since, flagged replay,
 // after a replay_gap when some of what followed since is no longer buffered.
 func (a *channelActor) sendReplay(sink Sink, since float64) {
-	a.counters.ReplayRequests.Add(1)
-	a.replay.expire(a.now())
-	if a.replay.gapAfter(since) {
-		a.counters.ReplayGaps.Add(1)
+	if a.replay.request(since, a.now(), a.counters) {
 		sink.Send(transport.TextFrame(proto.AppendReplayGap(nil, a.name, since)))
 	}
 	a.replay.each(since, func(msg []byte) {
@@ -272,7 +211,7 @@ func (a *channelActor) sendReplay(sink Sink, since float64) {
 }
 
 func (a *channelActor) unsubscribe(m *unsubscribe) {
-	if i, ok := a.index[m.connID]; ok {
+	if i, ok := a.subs.index[m.connID]; ok {
 		a.removeAt(i)
 	}
 	if !m.silent {
@@ -280,21 +219,10 @@ func (a *channelActor) unsubscribe(m *unsubscribe) {
 	}
 }
 
-// removeAt drops subs[i] by moving the last subscriber into its place, and
-// sends its presence leave.
+// removeAt drops subs.list[i] and sends its presence leave.
 func (a *channelActor) removeAt(i int) {
-	gone := a.subs[i]
-	id := gone.sink.ID()
-	delete(a.index, id)
-	last := len(a.subs) - 1
-	if i != last {
-		a.subs[i] = a.subs[last]
-		a.index[a.subs[i].sink.ID()] = i
-	}
-	a.subs[last] = channelSub{}
-	a.subs = a.subs[:last]
-	if gone.presence {
-		a.removeMember(gone.clientID, id)
+	if gone := a.subs.removeAt(i); gone.presence && a.members.remove(gone.clientID) {
+		a.presenceEvent(proto.PresenceLeave, gone.clientID, gone.sink.ID())
 	}
 }
 
@@ -303,7 +231,7 @@ func (a *channelActor) removeAt(i int) {
 func (a *channelActor) dormant() bool {
 	now := a.now()
 	a.replay.expire(now)
-	return len(a.subs) == 0 && a.window.idle(now) && a.replay.empty()
+	return len(a.subs.list) == 0 && a.window.idle(now) && a.replay.empty()
 }
 
 func boolInt(b bool) int {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -37,8 +38,7 @@ type channelGrain struct {
 	replay replayRing
 	relays map[string]*grainRelay // by Ref key
 
-	members map[string]int // clientId → presence subscriptions in the whole cluster
-	roster  []string       // the members, sorted
+	members roster // presence subscriptions of the whole cluster
 
 	answered map[string]*clusterpb.ChannelPublished // publish id → its answer, for dedupeWindow
 	expiries []answeredID                           // oldest first
@@ -83,7 +83,7 @@ func newChannelGrain(c *Cluster) *channelGrain {
 		window:   fixedWindow{size: time.Minute},
 		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
 		relays:   map[string]*grainRelay{},
-		members:  map[string]int{},
+		members:  newRoster(),
 		answered: map[string]*clusterpb.ChannelPublished{},
 	}
 }
@@ -201,13 +201,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		return
 	}
 	g.seq++
-	buf := transport.NewFrame(len(m.Payload) + len(g.name) + len(m.ClientId) + len(m.MsgType) + 64)
-	if !m.Client {
-		buf = proto.AppendMessage(buf, g.name, m.Payload, g.seq)
-	} else {
-		buf = proto.AppendClientMessage(buf, g.name, m.MsgType, m.Payload, g.seq, m.ClientId)
-	}
-	msg := transport.FramePayload(buf)
+	msg := transport.FramePayload(encodeMessage(g.name, m.Payload, g.seq, m.Client, m.MsgType, m.ClientId))
 	g.replay.add(g.seq, at, msg)
 	res.Seq = g.seq
 	originKey := refKey(m.ReplyTo)
@@ -270,10 +264,7 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	sub := m.Sub
 	ans := &clusterpb.ChannelJoined{Conn: sub.Conn}
 	if m.HasSince {
-		g.cfg.counters.ReplayRequests.Add(1)
-		g.replay.expire(g.cfg.Now())
-		if g.replay.gapAfter(m.Since) {
-			g.cfg.counters.ReplayGaps.Add(1)
+		if g.replay.request(m.Since, g.cfg.Now(), g.cfg.counters) {
 			ans.Gap, ans.GapSince = true, m.Since
 		}
 		g.replay.each(m.Since, func(msg []byte) { ans.Replay = append(ans.Replay, msg) })
@@ -281,7 +272,7 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	old, existed := r.subs[sub.Conn]
 	wasMember := existed && old.Presence
 	same := wasMember && sub.Presence && old.ClientId == sub.ClientId
-	if sub.Presence && !same && g.maxMembersReached(sub.ClientId, wasMember && g.members[old.ClientId] == 1) {
+	if sub.Presence && !same && g.members.full(sub.ClientId, wasMember && g.members.only(old.ClientId), g.cfg.MaxPresenceMembers) {
 		ans.Refused = string(proto.CodeTooManyPresenceMembers)
 		ans.Seq = g.seq
 		g.c.send(ctx, r.pid, ans)
@@ -292,40 +283,13 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	}
 	r.subs[sub.Conn] = sub
 	if sub.Presence {
-		ans.Members = g.otherMembers(sub.ClientId, same)
+		ans.Members = slices.Clone(g.members.others(sub.ClientId, same)) // the answer may stay in this process
 	}
 	ans.Seq = g.seq
 	g.c.send(ctx, r.pid, ans)
 	if sub.Presence && !same {
 		g.addMember(ctx, sub.ClientId, r, sub.Conn)
 	}
-}
-
-// maxMembersReached: clientID would be a new member past the cap; leaving
-// is true when the subscriber's previous clientId leaves with this change.
-func (g *channelGrain) maxMembersReached(clientID string, leaving bool) bool {
-	max := g.cfg.MaxPresenceMembers
-	if max <= 0 || g.members[clientID] > 0 {
-		return false
-	}
-	n := len(g.members)
-	if leaving {
-		n--
-	}
-	return n >= max
-}
-
-func (g *channelGrain) otherMembers(clientID string, self bool) []string {
-	if !self || g.members[clientID] > 1 {
-		return slices.Clone(g.roster)
-	}
-	out := make([]string, 0, len(g.roster))
-	for _, id := range g.roster {
-		if id != clientID {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 func (g *channelGrain) remove(ctx actor.Context, r *grainRelay, conn uint64) {
@@ -340,23 +304,13 @@ func (g *channelGrain) remove(ctx actor.Context, r *grainRelay, conn uint64) {
 }
 
 func (g *channelGrain) addMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
-	if g.count(clientID) {
+	if g.members.add(clientID) {
 		g.presenceEvent(ctx, proto.PresenceJoin, clientID, from, conn)
 	}
 }
 
-// count counts one presence subscription; true when it is the clientId's first.
-func (g *channelGrain) count(clientID string) bool {
-	if g.members[clientID]++; g.members[clientID] > 1 {
-		return false
-	}
-	i, _ := slices.BinarySearch(g.roster, clientID)
-	g.roster = slices.Insert(g.roster, i, clientID)
-	return true
-}
-
 func (g *channelGrain) removeMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
-	if g.uncount(clientID) {
+	if g.members.remove(clientID) {
 		g.presenceEvent(ctx, proto.PresenceLeave, clientID, from, conn)
 	}
 }
@@ -383,25 +337,20 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 		g.replay.lowWater = max(g.replay.lowWater, g.seq) // what came before it is not here
 	}
 	r := g.relay(ctx, m.Relay)
-	before := slices.Clone(g.roster)
+	before := g.members.list()
 	for _, sub := range r.subs {
 		if sub.Presence {
-			g.uncount(sub.ClientId)
+			g.members.remove(sub.ClientId)
 		}
 	}
 	r.subs = make(map[uint64]*clusterpb.Subscriber, len(m.Subs))
-	for _, sub := range m.Subs {
-		r.subs[sub.Conn] = sub
-		if sub.Presence {
-			g.count(sub.ClientId)
-		}
-	}
+	g.addSubs(r, m.Subs)
 	if g.rosterDue {
 		return // sent to every relay when the settle ends
 	}
-	if slices.Equal(before, g.roster) {
+	if slices.Equal(before, g.members.sorted) { // (nil and empty are equal)
 		if !g.settling() { // the relay may hold members that left while it was away
-			g.c.send(ctx, r.pid, &clusterpb.ChannelRoster{Members: slices.Clone(g.roster)})
+			g.c.send(ctx, r.pid, &clusterpb.ChannelRoster{Members: g.members.list()})
 		}
 		return
 	}
@@ -426,7 +375,7 @@ func (g *channelGrain) rosterLater(ctx actor.Context) {
 }
 
 func (g *channelGrain) sendRoster(ctx actor.Context) {
-	roster := &clusterpb.ChannelRoster{Members: slices.Clone(g.roster)}
+	roster := &clusterpb.ChannelRoster{Members: g.members.list()}
 	for _, r := range g.relays {
 		g.c.send(ctx, r.pid, roster)
 	}
@@ -437,7 +386,7 @@ func (g *channelGrain) state() *clusterpb.GrainState {
 	g.replay.expire(g.cfg.Now())
 	st := &clusterpb.GrainState{Identity: g.identity, Seq: g.seq, LowWater: g.replay.lowWater,
 		WindowStartUnixNano: g.window.start.UnixNano(), WindowCount: int32(g.window.count)}
-	for _, e := range g.replay.entries[g.replay.head:] {
+	for _, e := range g.replay.live() {
 		st.Replay = append(st.Replay, &clusterpb.ReplayEntry{Seq: e.seq, AtUnixNano: e.at.UnixNano(), Message: e.msg})
 	}
 	for _, r := range g.relays {
@@ -458,22 +407,11 @@ func (g *channelGrain) state() *clusterpb.GrainState {
 // before its own and seq stays the higher; relays it knows already keep
 // what they registered.
 func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
-	fresh := g.replay.empty() && g.replay.lowWater == g.seq
-	if len(st.Replay) > 0 && (fresh || (!g.replay.empty() && st.Seq < g.replay.entries[g.replay.head].seq)) {
-		old := make([]replayEntry, 0, len(st.Replay)+len(g.replay.entries)-g.replay.head)
-		for _, e := range st.Replay {
-			old = append(old, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
-			g.replay.bytes += len(e.Message)
-			if g.replay.project != nil {
-				g.replay.project.Add(int64(len(e.Message)))
-			}
-		}
-		g.replay.entries = append(old, g.replay.entries[g.replay.head:]...)
-		g.replay.head = 0
-		g.replay.lowWater = st.LowWater
-	} else if fresh {
-		g.replay.lowWater = max(st.LowWater, st.Seq)
+	older := make([]replayEntry, 0, len(st.Replay))
+	for _, e := range st.Replay {
+		older = append(older, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
 	}
+	g.replay.prepend(older, st.LowWater, st.Seq, g.replay.empty() && g.replay.lowWater == g.seq)
 	g.seq = max(g.seq, st.Seq)
 	start := time.Unix(0, st.WindowStartUnixNano)
 	if g.window.count == 0 || g.window.start.Equal(start) {
@@ -494,26 +432,19 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 		if _, known := g.relays[refKey(rs.Relay)]; known {
 			continue
 		}
-		r := g.relay(ctx, rs.Relay)
-		for _, sub := range rs.Subs {
-			r.subs[sub.Conn] = sub
-			if sub.Presence {
-				g.count(sub.ClientId)
-			}
-		}
+		g.addSubs(g.relay(ctx, rs.Relay), rs.Subs)
 	}
 }
 
-// uncount uncounts one presence subscription; true when it was the clientId's last.
-func (g *channelGrain) uncount(clientID string) bool {
-	if g.members[clientID]--; g.members[clientID] > 0 {
-		return false
+// addSubs records a relay's subscribers, counting their presence without
+// join events (a register or a handoff: the members are not new).
+func (g *channelGrain) addSubs(r *grainRelay, subs []*clusterpb.Subscriber) {
+	for _, sub := range subs {
+		r.subs[sub.Conn] = sub
+		if sub.Presence {
+			g.members.add(sub.ClientId)
+		}
 	}
-	delete(g.members, clientID)
-	if i, ok := slices.BinarySearch(g.roster, clientID); ok {
-		g.roster = slices.Delete(g.roster, i, i+1)
-	}
-	return true
 }
 
 // dormant: no relay has subscribers, and the window, the ring and the
@@ -543,10 +474,6 @@ func budgetFromProto(b *clusterpb.Budget) Budget {
 
 // splitIdentity splits PROJECT_ID/CHANNEL (a project id has no "/").
 func splitIdentity(identity string) (project, channel string) {
-	for i := 0; i < len(identity); i++ {
-		if identity[i] == '/' {
-			return identity[:i], identity[i+1:]
-		}
-	}
-	return identity, ""
+	project, channel, _ = strings.Cut(identity, "/")
+	return project, channel
 }

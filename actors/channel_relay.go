@@ -2,6 +2,7 @@ package actors
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -40,8 +41,7 @@ type channelRelay struct {
 	resolveGen uint64     // the lookup whose answer counts
 	resolving  bool
 
-	subs    []channelSub
-	index   map[uint64]int
+	subs    subscribers
 	roster  map[string]bool // the cluster's members, as this node's presence subscribers were told
 	lastSeq uint64
 
@@ -98,7 +98,7 @@ type retryTick struct{}
 func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *projectUsage) *channelRelay {
 	return &channelRelay{
 		c: c, cfg: cfg, name: channel, identity: projectID + "/" + channel,
-		index: map[uint64]int{}, roster: map[string]bool{},
+		subs: newSubscribers(), roster: map[string]bool{},
 		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{},
 		usage: usage, counters: cfg.counters,
 	}
@@ -157,14 +157,14 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 		r.retrying = false
 		r.retry(ctx)
 	case *inspectChannel:
-		members := make([]string, 0, len(r.roster))
-		for id := range r.roster {
-			members = append(members, id)
+		members := slices.Sorted(maps.Keys(r.roster)) // as a channel actor lists them
+		if members == nil {
+			members = []string{}
 		}
-		m.reply <- ChannelInfo{Name: r.name, Seq: r.lastSeq, Subscribers: len(r.subs), PresenceMembers: members, Mailbox: r.mailbox.depth()}
+		m.reply <- ChannelInfo{Name: r.name, Seq: r.lastSeq, Subscribers: len(r.subs.list), PresenceMembers: members, Mailbox: r.mailbox.depth()}
 	case *quietTick:
 		scheduleQuietTick(ctx, r.cfg.ActorDormancy)
-		if r.quiet.dormantAgain(len(r.subs) == 0 && len(r.ops) == 0 && len(r.pending) == 0 && len(r.answers) == 0) {
+		if r.quiet.dormantAgain(len(r.subs.list) == 0 && len(r.ops) == 0 && len(r.pending) == 0 && len(r.answers) == 0) {
 			ctx.Send(ctx.Parent(), &mayStop{channel: r.name, processed: r.processed, pid: ctx.Self()})
 		}
 	}
@@ -199,8 +199,8 @@ func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
 	}
 	r.grain = m.pid
 	ctx.Watch(r.grain)
-	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs))}
-	for _, s := range r.subs {
+	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list))}
+	for _, s := range r.subs.list {
 		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: s.sink.ID(), Presence: s.presence, ClientId: s.clientID})
 	}
 	r.toGrain(ctx, reg)
@@ -400,8 +400,8 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 	frame := transport.TextFrame(m.Message)
 	delivered := 0
 	var gone []uint64
-	for i := 0; i < len(r.subs); {
-		s := r.subs[i].sink
+	for i := 0; i < len(r.subs.list); {
+		s := r.subs.list[i].sink
 		if m.SkipConn != 0 && s.ID() == m.SkipConn {
 			i++
 			continue
@@ -412,7 +412,7 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 			continue
 		}
 		gone = append(gone, s.ID())
-		r.removeAt(i)
+		r.subs.removeAt(i)
 	}
 	r.counters.Deliveries.Add(int64(delivered))
 	if len(gone) > 0 {
@@ -439,9 +439,7 @@ func (r *channelRelay) unsubscribe(ctx actor.Context, m *unsubscribe) {
 }
 
 func (r *channelRelay) applyUnsubscribe(m *unsubscribe) {
-	if i, ok := r.index[m.connID]; ok {
-		r.removeAt(i)
-	}
+	r.subs.remove(m.connID)
 	if !m.silent {
 		m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, r.name)))
 	}
@@ -467,12 +465,7 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 			sub.sink.Send(transport.TextFrame(proto.AppendReplayed(nil, msg)))
 		}
 		s := channelSub{sink: sub.sink, presence: sub.presence, clientID: sub.clientID}
-		if i, ok := r.index[m.Conn]; ok {
-			r.subs[i] = s
-		} else {
-			r.index[m.Conn] = len(r.subs)
-			r.subs = append(r.subs, s)
-		}
+		r.subs.put(s)
 		sub.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionSubscribe, r.name)))
 		if sub.presence {
 			if m.Members == nil {
@@ -515,7 +508,7 @@ func (r *channelRelay) presence(m *clusterpb.ChannelPresence) {
 // subscribed under that clientId themselves.
 func (r *channelRelay) tellPresence(event, clientID string, except uint64, notSelf bool) {
 	var frame []byte
-	for _, s := range r.subs {
+	for _, s := range r.subs.list {
 		if !s.presence || s.sink.ID() == except || (notSelf && s.clientID == clientID) {
 			continue
 		}
@@ -542,16 +535,4 @@ func (r *channelRelay) newRoster(m *clusterpb.ChannelRoster) {
 		}
 	}
 	r.roster = now
-}
-
-func (r *channelRelay) removeAt(i int) {
-	id := r.subs[i].sink.ID()
-	delete(r.index, id)
-	last := len(r.subs) - 1
-	if i != last {
-		r.subs[i] = r.subs[last]
-		r.index[r.subs[i].sink.ID()] = i
-	}
-	r.subs[last] = channelSub{}
-	r.subs = r.subs[:last]
 }

@@ -109,13 +109,9 @@ func matches(name, filter string) bool {
 }
 
 func (a *channelActor) inspect(m *inspectChannel) {
-	members := slices.Clone(a.roster)
-	if members == nil {
-		members = []string{}
-	}
 	a.replay.expire(a.now())
 	m.reply <- ChannelInfo{
-		Name: a.name, Seq: a.seq, Subscribers: len(a.subs), PresenceMembers: members,
+		Name: a.name, Seq: a.seq, Subscribers: len(a.subs.list), PresenceMembers: a.members.list(),
 		ReplayLen: len(a.replay.entries) - a.replay.head, ReplayBytes: a.replay.bytes,
 		Window: a.window.peek(a.now(), m.limit), Mailbox: a.mailbox.depth(),
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
 )
 
 // Messages are pointers to these structs; a message is never touched again
@@ -242,4 +243,16 @@ func (m *subscribe) refuse(ctx actor.Context, code proto.Code) {
 	if m.conn != nil {
 		ctx.Send(m.conn, &subscribeRefused{channel: m.channel, presence: m.presence, clientID: m.clientID})
 	}
+}
+
+// encodeMessage builds a stamped message (proto/PROTOCOL.md › Server frames) in a
+// frame buffer: transport.Seal makes it the frame every subscriber gets, and
+// transport.FramePayload is the message object the replay ring keeps. A
+// client emit names its emitter's clientId and type.
+func encodeMessage(channel string, payload []byte, seq uint64, client bool, msgType, clientID string) []byte {
+	buf := transport.NewFrame(len(payload) + len(channel) + len(clientID) + len(msgType) + 64)
+	if !client {
+		return proto.AppendMessage(buf, channel, payload, seq)
+	}
+	return proto.AppendClientMessage(buf, channel, msgType, payload, seq, clientID)
 }

@@ -76,6 +76,32 @@ func (r *replayRing) expire(now time.Time) {
 
 func (r *replayRing) empty() bool { return r.head == len(r.entries) }
 
+// live is the buffered messages, oldest first (read only).
+func (r *replayRing) live() []replayEntry { return r.entries[r.head:] }
+
+// prepend puts an earlier life's messages (a leaving owner's ring, every
+// message up to lastSeq, complete after lowWater) in front of this ring's.
+// fresh: this ring has held nothing yet. If the two could overlap, the ring
+// stays as it is: a replay_gap is then the honest answer.
+func (r *replayRing) prepend(older []replayEntry, lowWater, lastSeq uint64, fresh bool) {
+	switch {
+	case len(older) > 0 && (fresh || (!r.empty() && lastSeq < r.entries[r.head].seq)):
+		n := 0
+		for _, e := range older {
+			n += len(e.msg)
+		}
+		r.bytes += n
+		if r.project != nil {
+			r.project.Add(int64(n))
+		}
+		r.entries = append(older, r.live()...)
+		r.head = 0
+		r.lowWater = lowWater
+	case fresh:
+		r.lowWater = max(lowWater, lastSeq)
+	}
+}
+
 // release gives the ring's bytes back to the project's count (the ring's
 // owner is stopping with messages still in it).
 func (r *replayRing) release() {
@@ -87,6 +113,18 @@ func (r *replayRing) release() {
 
 func (r *replayRing) projectOver() bool {
 	return r.projectMax > 0 && r.project.Load() > r.projectMax
+}
+
+// request answers a subscribe with since, counting it: true when some message
+// after since is no longer buffered (a replay_gap goes first); then each
+// gives the buffered ones.
+func (r *replayRing) request(since float64, now time.Time, c *Counters) (gap bool) {
+	c.ReplayRequests.Add(1)
+	r.expire(now)
+	if gap = r.gapAfter(since); gap {
+		c.ReplayGaps.Add(1)
+	}
+	return gap
 }
 
 // gapAfter: some message after since is no longer buffered.
