@@ -41,7 +41,8 @@ type channelGrain struct {
 	members roster // presence subscriptions of the whole cluster
 
 	answered map[string]*clusterpb.ChannelPublished // publish id → its answer, for dedupeWindow
-	expiries []answeredID                           // oldest first
+	expiries []answeredID                           // oldest first from expired on
+	expired  int                                    // expiries[:expired] are forgotten
 	quiet    quietPeriod
 
 	born      time.Time
@@ -234,13 +235,19 @@ func (g *channelGrain) remember(id string, now time.Time, a *clusterpb.ChannelPu
 	g.expiries = append(g.expiries, answeredID{id: id, at: now})
 }
 
+// forgetAnswers drops the answers older than dedupeWindow. It runs on every
+// publish: the forgotten prefix is only cut off once it is half the slice,
+// so a publish does not shift every remembered id.
 func (g *channelGrain) forgetAnswers(now time.Time) {
-	i := 0
-	for ; i < len(g.expiries) && now.Sub(g.expiries[i].at) > dedupeWindow; i++ {
-		delete(g.answered, g.expiries[i].id)
+	for g.expired < len(g.expiries) && now.Sub(g.expiries[g.expired].at) > dedupeWindow {
+		delete(g.answered, g.expiries[g.expired].id)
+		g.expiries[g.expired] = answeredID{}
+		g.expired++
 	}
-	if i > 0 {
-		g.expiries = slices.Delete(g.expiries, 0, i)
+	if g.expired > 0 && g.expired*2 >= len(g.expiries) {
+		n := copy(g.expiries, g.expiries[g.expired:])
+		g.expiries = g.expiries[:n]
+		g.expired = 0
 	}
 }
 
@@ -396,7 +403,7 @@ func (g *channelGrain) state() *clusterpb.GrainState {
 		}
 		st.Relays = append(st.Relays, rs)
 	}
-	for _, a := range g.expiries {
+	for _, a := range g.expiries[g.expired:] {
 		st.Answered = append(st.Answered, &clusterpb.AnsweredPublish{Id: a.id, AtUnixNano: a.at.UnixNano(), Answer: g.answered[a.id]})
 	}
 	return st
@@ -423,7 +430,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 			g.remember(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
 		}
 	}
-	slices.SortFunc(g.expiries, func(a, b answeredID) int { return a.at.Compare(b.at) })
+	slices.SortFunc(g.expiries[g.expired:], func(a, b answeredID) int { return a.at.Compare(b.at) })
 	// Relays register again as they find this grain; once they have, each
 	// is sent the roster, so that what the old owner told them meanwhile
 	// is set right.
