@@ -119,23 +119,20 @@ type Cluster struct {
 	etcdUp   atomic.Bool
 	stop     chan struct{} // closed by Leave
 
-	members atomic.Pointer[[]Member] // the latest topology, from the cluster's events
-	joined  atomic.Bool              // this node has seen itself a member
-	leaving atomic.Bool              // HandOff or Leave began: a member list without this node is expected
-	left    atomic.Bool              // Leave began
-	// deregistered: HandOff has deregistered (or tried to, bounded) already.
-	deregistered atomic.Bool
-	lost         chan error // one error when this node finds itself out of the membership
+	view         atomic.Pointer[memberView] // the latest member list, from the cluster's events
+	joined       atomic.Bool                // this node has seen itself a member
+	leaving      atomic.Bool                // HandOff or Leave began: a member list without this node is expected
+	left         atomic.Bool                // Leave began
+	deregistered atomic.Bool                // deregister has run (HandOff or Leave)
+	lost         chan error                 // one error when this node finds itself out of the membership
 	lostMu       sync.Once
 	seq          atomic.Uint64
 
 	sent, acked, timedOut, received atomic.Int64
 
-	rdv            atomic.Pointer[cluster.Rendezvous] // owners by the latest member list
-	rawMembers     atomic.Pointer[[]*cluster.Member]  // the latest member list as protoactor gives it
-	grains         sync.Map                           // identity → *actor.PID, of the channel grains running here
-	handoffs       sync.Map                           // identity → *handedOff: states handed to this node for grains not started yet
-	projectReplay  sync.Map                           // project id → *atomic.Int64: replay bytes of its grains here
+	grains         sync.Map // identity → *actor.PID, of the channel grains running here
+	handoffs       sync.Map // identity → *handedOff: states handed to this node for grains not started yet
+	projectReplay  sync.Map // project id → *atomic.Int64: replay bytes of its grains here
 	grainsLive     atomic.Int64
 	firstSendDelay time.Duration
 	publishes      atomic.Uint64 // publish ids
@@ -159,10 +156,8 @@ func (s *System) newCluster(cfg ClusterConfig) (*Cluster, error) {
 		ackTimeout: cfg.AckTimeout, remoteChange: cfg.RemoteChange, lost: make(chan error, 1), stop: make(chan struct{}),
 		firstSendDelay: cfg.FirstSendDelay,
 	}
-	c.rdv.Store(cluster.NewRendezvous())
+	c.view.Store(newMemberView(nil, c.self))
 	c.etcdUp.Store(true)
-	empty := []Member{}
-	c.members.Store(&empty)
 	pid, err := s.root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &nodeActor{c: c} },
 		actor.WithSupervisor(resumeOnPanic)), NodeActorName)
 	if err != nil {
@@ -311,22 +306,9 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 // in time): the other members have dropped it and block it from now on, so
 // it must stop serving (Lost).
 func (c *Cluster) topology(t *cluster.ClusterTopology) {
-	ms := make([]Member, 0, len(t.Members))
-	in := false
-	for _, m := range t.Members {
-		self := m.Id == c.self
-		in = in || self
-		ms = append(ms, Member{ID: m.Id, Address: m.Address(), Self: self})
-	}
-	slices.SortFunc(ms, func(a, b Member) int {
-		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.ID, b.ID))
-	})
-	c.members.Store(&ms)
-	rdv := cluster.NewRendezvous()
-	rdv.UpdateMembers(t.Members)
-	c.rdv.Store(rdv)
-	raw := slices.Clone(t.Members)
-	c.rawMembers.Store(&raw)
+	v := newMemberView(t.Members, c.self)
+	c.view.Store(v)
+	in := slices.ContainsFunc(v.members, func(m Member) bool { return m.Self })
 	if c.joined.Load() {
 		c.sys.eachProject(&topologyChanged{}) // their channel relays look their grains up again
 	}
@@ -350,6 +332,26 @@ func (c *Cluster) lose(err error) {
 // again as a new member.
 func (c *Cluster) Lost() <-chan error { return c.lost }
 
+// memberView is one member list as this node saw it, and what is derived
+// from it; a new list replaces the whole view at once.
+type memberView struct {
+	members []Member            // sorted by address
+	raw     []*cluster.Member   // as protoactor gives them (HandOff works out the owners without this node)
+	owners  *cluster.Rendezvous // which member owns a grain
+}
+
+func newMemberView(raw []*cluster.Member, self string) *memberView {
+	v := &memberView{members: make([]Member, 0, len(raw)), raw: slices.Clone(raw), owners: cluster.NewRendezvous()}
+	for _, m := range raw {
+		v.members = append(v.members, Member{ID: m.Id, Address: m.Address(), Self: m.Id == self})
+	}
+	slices.SortFunc(v.members, func(a, b Member) int {
+		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.ID, b.ID))
+	})
+	v.owners.UpdateMembers(raw)
+	return v
+}
+
 // owns: this node owns the grain in the latest member list.
 func (c *Cluster) owns(kind, identity string) bool {
 	return c.ownerAddress(kind, identity) == c.sys.as.Address()
@@ -358,7 +360,7 @@ func (c *Cluster) owns(kind, identity string) bool {
 // ownerAddress is the address of the member that owns the grain in the
 // latest member list.
 func (c *Cluster) ownerAddress(kind, identity string) string {
-	return c.rdv.Load().GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
+	return c.view.Load().owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
 }
 
 // send posts a channel message, counting those that leave this node.
@@ -402,7 +404,7 @@ func (c *Cluster) Grains(limit int) ([]string, int) {
 func (c *Cluster) Self() string { return c.self }
 
 // Members is the member list as this node last saw it, sorted by address.
-func (c *Cluster) Members() []Member { return slices.Clone(*c.members.Load()) }
+func (c *Cluster) Members() []Member { return slices.Clone(c.view.Load().members) }
 
 // View is the cluster part of /debug/actors.
 func (c *Cluster) View() ClusterView {
@@ -416,7 +418,7 @@ func (c *Cluster) View() ClusterView {
 // Stats are the cluster's counters.
 func (c *Cluster) Stats() ClusterStats {
 	return ClusterStats{
-		Members: len(*c.members.Load()), EtcdUp: c.etcdUp.Load(), BroadcastsSent: c.sent.Load(), BroadcastsAcked: c.acked.Load(),
+		Members: len(c.view.Load().members), EtcdUp: c.etcdUp.Load(), BroadcastsSent: c.sent.Load(), BroadcastsAcked: c.acked.Load(),
 		BroadcastsTimedOut: c.timedOut.Load(), BroadcastsReceived: c.received.Load(),
 		Grains: c.grainsLive.Load(), Activations: c.activations.Load(), CrossNode: c.crossNode.Load(),
 		Duplicates: c.duplicates.Load(), OwnerRefusals: c.ownerRefusals.Load(), Retries: c.retries.Load(),
@@ -426,40 +428,59 @@ func (c *Cluster) Stats() ClusterStats {
 // ErrLeaveTimeout: Leave gave up after leaveTimeout, etcd not answering.
 var ErrLeaveTimeout = errors.New("not deregistered from etcd in time: the other members drop this node when its lease runs out (3 s after etcd answers)")
 
-// leaveTimeout bounds Leave: deregistering waits for etcd, and protoactor
-// then sleeps 2 s.
+// leaveTimeout bounds deregistering, which waits for etcd.
 const leaveTimeout = 5 * time.Second
 
-// Leave deregisters from etcd first, so the other members drop this node at
-// once, then stops the cluster (gossip, the actor remote). Call it after the
-// API has stopped answering (a change made after leaving would reach no
-// other node) and before System.Shutdown. With etcd down it gives up after
-// 5 s (ErrLeaveTimeout).
+// Leave deregisters from etcd first (unless HandOff has), so the other
+// members drop this node at once, then stops the cluster (gossip, the actor
+// remote). Call it after the API has stopped answering (a change made after
+// leaving would reach no other node) and before System.Shutdown. With etcd
+// down it gives up deregistering after 5 s (ErrLeaveTimeout).
 func (c *Cluster) Leave(ctx context.Context) error {
 	if c.pc == nil || c.left.Swap(true) {
 		return nil
 	}
 	c.leaving.Store(true)
 	close(c.stop)
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		if !c.deregistered.Load() { // HandOff did not
-			err = c.provider.Shutdown(true)
-		}
+	err := c.deregister(ctx)
+	stopped := bounded(ctx, clusterStopTimeout, func() error {
 		c.pc.Shutdown(true) // sleeps 2 s; grains still here (not handed off) stop
 		c.etcd.Close()
-		done <- err
-	}()
-	bound := time.NewTimer(leaveTimeout)
-	defer bound.Stop()
+		return nil
+	})
+	if err == nil && stopped != nil {
+		err = fmt.Errorf("stop the cluster: %w", stopped)
+	}
+	return err
+}
+
+// clusterStopTimeout bounds stopping protoactor's cluster (it sleeps 2 s).
+const clusterStopTimeout = 3 * time.Second
+
+// deregister removes this node from etcd, once (bounded by leaveTimeout):
+// the other members drop it at once.
+func (c *Cluster) deregister(ctx context.Context) error {
+	if c.deregistered.Swap(true) {
+		return nil
+	}
+	err := bounded(ctx, leaveTimeout, func() error { return c.provider.Shutdown(true) })
+	if err != nil && !errors.Is(err, ErrLeaveTimeout) && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("deregister from etcd: %w", err)
+	}
+	return err
+}
+
+// bounded runs f beside the caller and waits for it at most d (then
+// ErrLeaveTimeout) or until ctx ends; f goes on by itself after that.
+func bounded(ctx context.Context, d time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("deregister from etcd: %w", err)
-		}
-		return nil
-	case <-bound.C:
+		return err
+	case <-t.C:
 		return ErrLeaveTimeout
 	case <-ctx.Done():
 		return ctx.Err()
@@ -471,7 +492,7 @@ func (c *Cluster) Leave(ctx context.Context) error {
 // before it could deregister, its lease not yet run out): it is skipped.
 func (c *Cluster) peers() []*actor.PID {
 	var out []*actor.PID
-	for _, m := range *c.members.Load() {
+	for _, m := range c.view.Load().members {
 		if m.ID != c.self && m.Address != c.addr {
 			out = append(out, actor.NewPID(m.Address, NodeActorName))
 		}

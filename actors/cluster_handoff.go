@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -52,11 +51,9 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 	}
 	rest := cluster.NewRendezvous()
 	var others []*cluster.Member
-	if raw := c.rawMembers.Load(); raw != nil {
-		for _, m := range *raw {
-			if m.Id != c.self {
-				others = append(others, m)
-			}
+	for _, m := range c.view.Load().raw {
+		if m.Id != c.self {
+			others = append(others, m)
 		}
 	}
 	rest.UpdateMembers(others)
@@ -130,25 +127,4 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 		}
 	}
 	c.log.Info("took channel grains from a leaving member", "from", h.From, "grains", len(h.Grains))
-}
-
-// deregister removes this node from etcd (bounded by leaveTimeout): the
-// other members drop it at once.
-func (c *Cluster) deregister(ctx context.Context) error {
-	c.deregistered.Store(true) // tried: Leave does not wait for etcd a second time
-	done := make(chan error, 1)
-	go func() { done <- c.provider.Shutdown(true) }()
-	bound := time.NewTimer(leaveTimeout)
-	defer bound.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("deregister from etcd: %w", err)
-		}
-		return nil
-	case <-bound.C:
-		return ErrLeaveTimeout
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

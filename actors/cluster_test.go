@@ -115,7 +115,8 @@ func TestControlPlaneMethodsReachOtherMembers(t *testing.T) {
 	var mu sync.Mutex
 	var changed []string
 	c := newTestCluster(t, sys, func(id string) { mu.Lock(); changed = append(changed, id); mu.Unlock() })
-	c.members.Store(&[]Member{{ID: c.self, Address: c.addr, Self: true}, {ID: "t@other", Address: sys.as.Address()}})
+	c.view.Store(&memberView{members: []Member{{ID: c.self, Address: c.addr, Self: true}, {ID: "t@other", Address: sys.as.Address()}},
+		owners: pcluster.NewRendezvous()})
 	sys.cluster.Store(c)
 	sys.ProjectDeleted("p1")
 	sys.KeysRevoked("p2", nil) // a secret key: no socket to close, caches to drop
