@@ -21,6 +21,9 @@ import (
 // start on the new owner (the first relay that looks the grain up starts it).
 const handoffKeep = 30 * time.Second
 
+// freezeTimeout bounds collecting the frozen grains' states.
+const freezeTimeout = time.Second
+
 // handoffChunk: a handoff message takes grains until its size passes this
 // (rings are up to 1 MiB each; the remote takes messages up to 64 MiB).
 const handoffChunk = 8 << 20
@@ -57,32 +60,44 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 		}
 	}
 	rest.UpdateMembers(others)
-	byOwner := map[string][]*clusterpb.GrainHandoff{} // per owner, messages of at most handoffChunk bytes of rings
-	c.grains.Range(func(k, v any) bool {
-		identity, pid := k.(string), v.(*actor.PID)
-		reply := make(chan *clusterpb.GrainState, 1)
-		c.sys.root.Send(pid, &freeze{reply: reply})
-		select {
-		case s := <-reply:
-			st.Grains++
-			owner := rest.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ChannelKind, Identity: identity})
-			if owner == "" {
-				st.Failed++ // no member left to take it
-				return true
-			}
-			hs := byOwner[owner]
-			if len(hs) == 0 || proto.Size(hs[len(hs)-1]) > handoffChunk {
-				hs = append(hs, &clusterpb.GrainHandoff{From: c.self})
-				byOwner[owner] = hs
-			}
-			hs[len(hs)-1].Grains = append(hs[len(hs)-1].Grains, s)
-		case <-time.After(200 * time.Millisecond): // it stopped meanwhile, or is stuck
-			st.Failed++
-		case <-ctx.Done():
-			return false
-		}
+	// Freeze every grain at once, then collect their states within one bound.
+	var pids []*actor.PID
+	c.grains.Range(func(_, v any) bool {
+		pids = append(pids, v.(*actor.PID))
 		return true
 	})
+	states := make(chan *clusterpb.GrainState, len(pids))
+	for _, pid := range pids {
+		c.sys.root.Send(pid, &freeze{reply: states})
+	}
+	byOwner := map[string][]*clusterpb.GrainHandoff{} // per owner, messages of about handoffChunk bytes each
+	size := map[string]int{}                          // bytes in each owner's last message
+	bound := time.NewTimer(freezeTimeout)
+	defer bound.Stop()
+collect:
+	for range pids {
+		select {
+		case s := <-states:
+			st.Grains++
+			owner := rest.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ChannelKind, Identity: s.Identity})
+			if owner == "" {
+				st.Failed++ // no member left to take it
+				continue
+			}
+			hs := byOwner[owner]
+			if len(hs) == 0 || size[owner] > handoffChunk {
+				hs = append(hs, &clusterpb.GrainHandoff{From: c.self})
+				byOwner[owner], size[owner] = hs, 0
+			}
+			hs[len(hs)-1].Grains = append(hs[len(hs)-1].Grains, s)
+			size[owner] += proto.Size(s)
+		case <-bound.C: // the rest stopped meanwhile, or are stuck
+			break collect
+		case <-ctx.Done():
+			break collect
+		}
+	}
+	st.Failed += len(pids) - st.Grains
 	st.Members = len(byOwner)
 	type sent struct {
 		owner string
