@@ -107,45 +107,69 @@ func (a *app) leaveCluster(ctx context.Context) error {
 
 // registerClusterMetrics adds relay_cluster_* to the operator's /metrics.
 func registerClusterMetrics(reg *prometheus.Registry, c *actors.Cluster) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "relay_cluster_members", Help: "Members of the cluster as this node sees them, itself included.",
-	}, func() float64 { return float64(c.Stats().Members) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "relay_cluster_grains", Help: "Channel grains running on this node.",
-	}, func() float64 { return float64(c.Stats().Grains) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "relay_cluster_etcd_up", Help: "1 if etcd answered this node's last check (every 2 s); while 0 the member list is frozen.",
-	}, func() float64 {
-		if c.Stats().EtcdUp {
-			return 1
-		}
-		return 0
-	}))
-	for _, m := range []struct {
-		name, help string
-		f          func(actors.ClusterStats) int64
-	}{
-		{"relay_cluster_broadcasts_sent_total", "Control-plane changes sent to other members (one per member per change).",
-			func(s actors.ClusterStats) int64 { return s.BroadcastsSent }},
-		{"relay_cluster_broadcasts_acked_total", "Control-plane changes other members acknowledged within the bound (2 s).",
-			func(s actors.ClusterStats) int64 { return s.BroadcastsAcked }},
-		{"relay_cluster_broadcasts_timed_out_total", "Control-plane changes a member did not acknowledge within the bound (2 s), or could not take.",
-			func(s actors.ClusterStats) int64 { return s.BroadcastsTimedOut }},
-		{"relay_cluster_broadcasts_received_total", "Control-plane changes from other members applied on this node.",
-			func(s actors.ClusterStats) int64 { return s.BroadcastsReceived }},
-		{"relay_cluster_grain_activations_total", "Channel grains started on this node.",
-			func(s actors.ClusterStats) int64 { return s.Activations }},
-		{"relay_cluster_cross_node_messages_total", "Channel messages (publishes, deliveries, subscriptions, presence) this node sent to another member.",
-			func(s actors.ClusterStats) int64 { return s.CrossNode }},
-		{"relay_cluster_duplicates_dropped_total", "Publishes a channel grain on this node had already stamped (a retry): answered again, not stamped twice.",
-			func(s actors.ClusterStats) int64 { return s.Duplicates }},
-		{"relay_cluster_owner_refusals_total", "Publishes a channel grain on this node refused because the channel's owner is now another member.",
-			func(s actors.ClusterStats) int64 { return s.OwnerRefusals }},
-		{"relay_cluster_publish_retries_total", "Publishes this node sent again to a channel grain that had not answered within 300 ms.",
-			func(s actors.ClusterStats) int64 { return s.Retries }},
-	} {
-		f := m.f
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help},
-			func() float64 { return float64(f(c.Stats())) }))
+	reg.MustRegister(clusterCollector{c})
+}
+
+// clusterCollector reads the cluster's figures once per scrape.
+type clusterCollector struct{ c *actors.Cluster }
+
+// clusterMetric is one relay_cluster_* series and its figure.
+type clusterMetric struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(actors.ClusterStats) float64
+}
+
+func gauge(name, help string, f func(actors.ClusterStats) float64) clusterMetric {
+	return clusterMetric{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, f}
+}
+
+func counter(name, help string, f func(actors.ClusterStats) int64) clusterMetric {
+	return clusterMetric{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue,
+		func(s actors.ClusterStats) float64 { return float64(f(s)) }}
+}
+
+var clusterMetrics = []clusterMetric{
+	gauge("relay_cluster_members", "Members of the cluster as this node sees them, itself included.",
+		func(s actors.ClusterStats) float64 { return float64(s.Members) }),
+	gauge("relay_cluster_grains", "Channel grains running on this node.",
+		func(s actors.ClusterStats) float64 { return float64(s.Grains) }),
+	gauge("relay_cluster_etcd_up", "1 if etcd answered this node's last check (every 2 s); while 0 the member list is frozen.",
+		func(s actors.ClusterStats) float64 {
+			if s.EtcdUp {
+				return 1
+			}
+			return 0
+		}),
+	counter("relay_cluster_broadcasts_sent_total", "Control-plane changes sent to other members (one per member per change).",
+		func(s actors.ClusterStats) int64 { return s.BroadcastsSent }),
+	counter("relay_cluster_broadcasts_acked_total", "Control-plane changes other members acknowledged within the bound (2 s).",
+		func(s actors.ClusterStats) int64 { return s.BroadcastsAcked }),
+	counter("relay_cluster_broadcasts_timed_out_total", "Control-plane changes a member did not acknowledge within the bound (2 s), or could not take.",
+		func(s actors.ClusterStats) int64 { return s.BroadcastsTimedOut }),
+	counter("relay_cluster_broadcasts_received_total", "Control-plane changes from other members applied on this node.",
+		func(s actors.ClusterStats) int64 { return s.BroadcastsReceived }),
+	counter("relay_cluster_grain_activations_total", "Channel grains started on this node.",
+		func(s actors.ClusterStats) int64 { return s.Activations }),
+	counter("relay_cluster_cross_node_messages_total", "Channel messages (publishes, deliveries, subscriptions, presence) this node sent to another member.",
+		func(s actors.ClusterStats) int64 { return s.CrossNode }),
+	counter("relay_cluster_duplicates_dropped_total", "Publishes a channel grain on this node had already stamped (a retry): answered again, not stamped twice.",
+		func(s actors.ClusterStats) int64 { return s.Duplicates }),
+	counter("relay_cluster_owner_refusals_total", "Publishes a channel grain on this node refused because the channel's owner is now another member.",
+		func(s actors.ClusterStats) int64 { return s.OwnerRefusals }),
+	counter("relay_cluster_publish_retries_total", "Publishes this node sent again to a channel grain that had not answered within 300 ms.",
+		func(s actors.ClusterStats) int64 { return s.Retries }),
+}
+
+func (clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range clusterMetrics {
+		ch <- m.desc
+	}
+}
+
+func (cc clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	s := cc.c.Stats()
+	for _, m := range clusterMetrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(s))
 	}
 }
