@@ -205,15 +205,18 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	msg := transport.FramePayload(encodeMessage(g.name, m.Payload, g.seq, m.Client, m.MsgType, m.ClientId))
 	g.replay.add(g.seq, at, msg)
 	res.Seq = g.seq
-	originKey := refKey(m.ReplyTo)
+	var origin *grainRelay // a client emit's relay, whose emitter is skipped
+	if m.Client {
+		origin = g.relays[refKey(m.ReplyTo)]
+	}
 	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg}
-	for key, r := range g.relays {
+	for _, r := range g.relays {
 		if len(r.subs) == 0 {
 			continue
 		}
 		res.Subscribers += int32(len(r.subs))
 		d := deliver
-		if m.Client && key == originKey {
+		if r == origin {
 			if _, subscribed := r.subs[m.OriginConn]; subscribed {
 				res.Delivered-- // the emitter is skipped
 			}
