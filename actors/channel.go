@@ -67,9 +67,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 	case *Publish:
 		a.processed++
 		if !m.take() { // its edge has answered 503: never deliver it now
-			if !m.projectDenied {
-				ctx.Send(ctx.Parent(), &refund{at: m.At})
-			}
+			refundProject(ctx, m)
 			return
 		}
 		res := a.publish(ctx, m)
@@ -111,7 +109,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	budget, ok := a.window.take(m.At, m.channelLimit)
 	if !ok {
 		a.counters.RateLimitedChannel.Add(1)
-		ctx.Send(ctx.Parent(), &refund{at: m.At})
+		refundProject(ctx, m)
 		project := m.projectBudget
 		project.Remaining = min(project.Remaining+1, project.Limit)
 		return PublishResult{Channel: budget, Project: project, Err: &proto.Error{Code: proto.CodeChannelRateLimited}}

@@ -237,9 +237,7 @@ func (r *channelRelay) toGrain(ctx actor.Context, msg any) {
 
 func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
 	if m.Reply != nil && m.abandoned() { // its edge answered 503: never send it
-		if !m.projectDenied {
-			ctx.Send(ctx.Parent(), &refund{at: m.At})
-		}
+		refundProject(ctx, m)
 		return
 	}
 	msg := &clusterpb.ChannelPublish{
@@ -300,10 +298,10 @@ func (r *channelRelay) retry(ctx actor.Context) {
 		switch {
 		case p.pub.Reply != nil && p.pub.abandoned():
 			delete(r.pending, id)
-			r.refund(ctx, p) // not stamped after its deadline (notAfter)
+			refundProject(ctx, p.pub) // not stamped after its deadline (notAfter)
 		case p.pub.Reply == nil && now.Sub(p.pub.At) > clientEmitGiveUp:
 			delete(r.pending, id)
-			r.refund(ctx, p)
+			refundProject(ctx, p.pub)
 			p.done, p.frame = true, errorFrame(&proto.Error{Code: proto.CodeUnavailable, Channel: r.name})
 		case now.Sub(p.sentAt) >= publishRetryAfter:
 			r.sendPublish(ctx, p)
@@ -349,7 +347,7 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 		}
 	}
 	if perr != nil {
-		r.refund(ctx, p) // the grain did not stamp it
+		refundProject(ctx, p.pub) // the grain did not stamp it
 	}
 	if p.pub.Reply != nil {
 		if !p.pub.take() {
@@ -371,14 +369,6 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 		p.frame = transport.TextFrame(proto.AppendEmitAck(nil, r.name, m.Seq))
 	}
 	r.flushAnswers()
-}
-
-// refund gives the project backstop back a unit taken for an emit the
-// grain did not stamp (not one the backstop itself refused).
-func (r *channelRelay) refund(ctx actor.Context, p *pendingPublish) {
-	if !p.pub.projectDenied {
-		ctx.Send(ctx.Parent(), &refund{at: p.pub.At})
-	}
 }
 
 // flushAnswers sends the client-emit answers that are ready, in order.

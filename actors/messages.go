@@ -145,6 +145,15 @@ type socketClosed struct{ status CloseStatus }
 // refund gives back a project-budget unit taken for an emit the channel refused.
 type refund struct{ at time.Time }
 
+// refundProject, from a channel actor or relay, gives the project backstop
+// back the unit m took for an emit that was not stamped (none if the
+// backstop itself refused it).
+func refundProject(ctx actor.Context, m *Publish) {
+	if !m.projectDenied {
+		ctx.Send(ctx.Parent(), &refund{at: m.At})
+	}
+}
+
 // mayStop is a dormant channel asking its project to stop it. processed is the
 // number of messages the channel has had from its project: if the project sent
 // more, one is in flight and the channel is not stopped.
