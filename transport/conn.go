@@ -174,7 +174,7 @@ func (c *Conn) register() error {
 	c.registered = err == nil
 	c.mu.Unlock()
 	if err != nil {
-		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusInternalServerError), Abrupt: true})
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseInternalError, Abrupt: true})
 	}
 	return err
 }
@@ -184,7 +184,7 @@ func (c *Conn) rearm() {
 	if !c.closed && c.registered {
 		if err := c.srv.poll.rearm(c.fd, c.id); err != nil {
 			c.mu.Unlock()
-			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusInternalServerError), Abrupt: true})
+			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseInternalError, Abrupt: true})
 			return
 		}
 	}
@@ -296,7 +296,7 @@ func (c *Conn) flush() {
 			go c.drain()
 			return
 		default:
-			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusAbnormalClosure), Abrupt: true})
+			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
 			return
 		}
 	}
@@ -341,7 +341,7 @@ func (c *Conn) drain() {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
 			} else {
-				c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusAbnormalClosure), Abrupt: true})
+				c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
 			}
 			return
 		}
@@ -393,7 +393,7 @@ func (c *Conn) onReadable(events uint32) {
 	}
 	readPool.Put(bp)
 	if eof || events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusAbnormalClosure), Abrupt: true})
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
 		return
 	}
 	if c.readDone {

@@ -57,6 +57,8 @@ type CloseCode uint16
 const (
 	CloseGoingAway     CloseCode = 1001 // shutdown, idle, lifetime: reconnect
 	CloseNoStatus      CloseCode = 1005 // reported when a peer's close frame had no code; never sent
+	CloseAbnormal      CloseCode = 1006 // reported when the connection ended without a close frame; never sent
+	CloseInternalError CloseCode = 1011 // reported when the poller refused the socket; never sent
 	CloseTryAgainLater CloseCode = 1013 // slow consumer: reconnect and resume by replay
 )
 

@@ -112,7 +112,7 @@ type Server struct {
 
 	shards [connShards]connShard
 
-	// dirty holds connections with frames waiting for the next flush tick.
+	// dirty holds connections with frames waiting for the next flush pass.
 	dirtyMu sync.Mutex
 	dirty   []*Conn
 	wake    chan struct{} // the flusher sleeps on it while nothing is dirty
@@ -152,6 +152,14 @@ type flushPass struct {
 func (p *flushPass) finished() {
 	if p.pending.Add(-1) == 0 {
 		p.done <- struct{}{}
+	}
+}
+
+// flush writes j's connection's queue and tells its pass, if any.
+func (j job) flush() {
+	j.c.flush()
+	if j.pass != nil {
+		j.pass.finished()
 	}
 }
 
@@ -206,14 +214,10 @@ func (s *Server) worker() {
 	for {
 		select {
 		case j := <-s.jobs:
-			switch {
-			case j.events != 0:
+			if j.events != 0 {
 				j.c.onReadable(j.events)
-			case j.pass != nil:
-				j.c.flush()
-				j.pass.finished()
-			default:
-				j.c.flush()
+			} else {
+				j.flush()
 			}
 		case <-s.stop:
 			return
@@ -244,15 +248,11 @@ func (s *Server) scheduleFlush(c *Conn) {
 // dispatchFlush hands c to a worker, or to a goroutine of its own if every
 // worker slot is taken; pass, when set, is told when the flush is done.
 func (s *Server) dispatchFlush(c *Conn, pass *flushPass) {
+	j := job{c: c, pass: pass}
 	select {
-	case s.jobs <- job{c: c, pass: pass}:
+	case s.jobs <- j:
 	default:
-		go func() {
-			c.flush()
-			if pass != nil {
-				pass.finished()
-			}
-		}()
+		go j.flush()
 	}
 }
 
@@ -443,7 +443,7 @@ func (s *Server) sweep(now int64) {
 	s.each(func(c *Conn) {
 		switch {
 		case c.closingSince.Load() != 0 && now-c.closingSince.Load() > int64(s.cfg.WriteTimeout):
-			c.abort(CloseInfo{Cause: CausePeerGone, Code: CloseCode(ws.StatusGoingAway), Reason: "close timed out", Abrupt: true})
+			c.abort(CloseInfo{Cause: CausePeerGone, Code: CloseGoingAway, Reason: "close timed out", Abrupt: true})
 		case idle > 0 && now-c.lastActive.Load() > idle:
 			c.closeFor(CauseIdle, CloseGoingAway, "idle timeout")
 		case life > 0 && now-c.created > life:
@@ -477,7 +477,7 @@ wait:
 		case <-ctx.Done():
 			err = ctx.Err()
 			s.each(func(c *Conn) {
-				c.abort(CloseInfo{Cause: CauseShutdown, Code: CloseCode(ws.StatusGoingAway), Reason: "server shutting down", Abrupt: true})
+				c.abort(CloseInfo{Cause: CauseShutdown, Code: CloseGoingAway, Reason: "server shutting down", Abrupt: true})
 			})
 			break wait
 		case <-t.C:
