@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -58,7 +57,7 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		<-l.slots
 		return nil, err
 	}
-	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+	return &limitedConn{Conn: c, limit: l}, nil
 }
 
 // Close closes the listener and wakes an Accept waiting for a slot.
@@ -82,16 +81,20 @@ func (l *connLimit) connState(c net.Conn, s http.ConnState) {
 }
 
 // limitedConn is an accepted connection holding a slot until it is closed or
-// hijacked. It passes on what the transport and net/http look for in the
-// connection they are given: its file descriptor (syscall.Conn, for epoll)
-// CloseWrite and ReadFrom.
+// hijacked. It passes on what net/http looks for in the connection it is
+// given (CloseWrite, ReadFrom), and the socket itself to the transport
+// (NetConn), which registers its file descriptor with epoll.
 type limitedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	limit    *connLimit
+	released atomic.Bool
 }
 
-func (c *limitedConn) releaseSlot() { c.once.Do(c.release) }
+func (c *limitedConn) releaseSlot() {
+	if c.released.CompareAndSwap(false, true) {
+		<-c.limit.slots
+	}
+}
 
 func (c *limitedConn) Close() error {
 	c.releaseSlot()
@@ -101,16 +104,6 @@ func (c *limitedConn) Close() error {
 // NetConn is the connection itself: the transport keeps it, not this
 // wrapper, once a WebSocket upgrade has given the slot back.
 func (c *limitedConn) NetConn() net.Conn { return c.Conn }
-
-// SyscallConn is the underlying connection's, so a hijacked WebSocket can be
-// registered with the transport's poller.
-func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, syscall.EINVAL
-	}
-	return sc.SyscallConn()
-}
 
 // ReadFrom is the underlying connection's, so static files still go out by
 // sendfile.
