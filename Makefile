@@ -71,12 +71,12 @@ vet:
 clean:
 	rm -rf bin
 
-# Bounded soak on loopback (not part of make test): the real binary on a
-# throwaway PostgreSQL, 5 000 connections, the database restarted once.
 # Worst-case memory one key holder can add, every limit at its default (README › Abuse limits).
 worstcase:
 	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/
 
+# Bounded soak on loopback (not part of make test): the real binary on a
+# throwaway PostgreSQL, 5 000 connections, the database restarted once.
 soak:
 	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/
 
