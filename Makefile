@@ -65,8 +65,10 @@ lint: fmt-check vet
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+# The build-tagged tests too (cluster, soak, worstcase): go vet skips them otherwise.
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags cluster,soak,worstcase ./cmd/relay/
 
 clean:
 	rm -rf bin
