@@ -329,10 +329,12 @@ func TestClusterHAProxy(t *testing.T) {
 	})
 
 	t.Run("retries: a handshake refused with 503 goes to another node, an emit refused with 503 is not sent again", func(t *testing.T) {
-		// A stand-in for a node draining after SIGTERM: it passes /readyz
-		// and answers everything else 503 service_unavailable, as the relay
-		// does from api.Server.Drain until its listener closes. It holds
-		// no connections, so leastconn sends it every new request first.
+		// A stand-in for a node draining after SIGTERM that HAProxy's
+		// checks have not taken out yet: it passes /readyz and answers
+		// everything else 503 service_unavailable, as the relay does from
+		// api.Server.Drain (its /readyz fails from then on too, but HAProxy
+		// needs two failed checks to notice). It holds no connections, so
+		// leastconn sends it every new request first.
 		var mu sync.Mutex
 		asked := map[string]int{}
 		draining := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -536,8 +538,8 @@ func TestClusterHAProxy(t *testing.T) {
 			}
 			// A node draining after SIGTERM refuses an emit with 503
 			// service_unavailable before taking it (api.Server.Drain)
-			// while it still passes /readyz; a client sends it again, as
-			// here (up to 3 times). An emit that was delivered though
+			// until HAProxy's checks take it out; a client sends it
+			// again, as here (up to 3 times). An emit that was delivered though
 			// answered 503 would show as an unacknowledged seq below.
 			a := ack{n: i}
 			for try := 0; ; try++ {
@@ -701,7 +703,7 @@ func TestClusterHAProxy(t *testing.T) {
 	t.Logf("%d emits through haproxy from 5 before the SIGTERM to 1 s after %s was out; %d answered 200, the last at +%v",
 		len(stream), server, len(seqN), lastAnswer.Round(time.Millisecond))
 	if len(retried503) > 0 {
-		t.Logf("emits answered 503 by the draining %s (it passes /readyz while it drains) and sent again: %v", victim.name, retried503)
+		t.Logf("emits answered 503 by the draining %s (before haproxy's checks took it out) and sent again: %v", victim.name, retried503)
 	}
 	if len(refused) > 0 {
 		t.Errorf("%d emits through haproxy not answered 200 around the stop: %v", len(refused), refused)
