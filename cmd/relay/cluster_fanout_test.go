@@ -27,31 +27,14 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
-	"github.com/relayhq/relay/store/storetest"
 )
 
-// startClusterNodeWith is startClusterNode with extra environment (KEY=VALUE,
-// later ones win); the list mirrors startClusterNode's.
-func startClusterNodeWith(t *testing.T, name, etcd, dbURL string, extra ...string) *clusterNode {
-	t.Helper()
-	env := append([]string{
-		"DATABASE_URL=" + dbURL,
-		"RELAY_CLUSTER_ETCD=" + etcd,
-		"RELAY_CLUSTER_ADDR=" + relaytest.FreeAddr(t),
-		"RELAY_CLUSTER_NAME=relaytest",
-		"ALLOWED_SIGNUP_EMAILS=alice@example.com",
-		"MAX_CONNECTIONS_PER_ADDRESS=100000",
-		"SHUTDOWN_TIMEOUT_SECONDS=10",
-	}, extra...)
-	return &clusterNode{name: name, proc: relaytest.StartBinary(t, env...)}
-}
-
-// fanoutEmit posts {"channel":ch,"payload":payload} to node n's /emit with
-// the secret key. It returns errors instead of failing, for use off the
-// test's goroutine.
-func fanoutEmit(hc *http.Client, n *clusterNode, secretKey, ch, payload string) (response, error) {
+// emitAt posts {"channel":ch,"payload":payload} to base's /emit (a node's
+// or HAProxy's) with the secret key. It returns errors instead of failing,
+// for use off the test's goroutine.
+func emitAt(hc *http.Client, base, secretKey, ch, payload string) (response, error) {
 	h := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + secretKey}}
-	return request(hc, "POST", n.proc.Base+"/emit", `{"channel":"`+ch+`","payload":`+payload+`}`, h)
+	return request(hc, "POST", base+"/emit", `{"channel":"`+ch+`","payload":`+payload+`}`, h)
 }
 
 // emitted is a 200 answer of POST /emit, decoded.
@@ -132,6 +115,21 @@ func collect(c *wsClient, want int, until time.Time, grace time.Duration) []fram
 	}
 }
 
+// collectEach runs collect on every socket at once; frames[i] is socks[i]'s.
+func collectEach(socks []*wsClient, want int, until time.Time, grace time.Duration) [][]frame {
+	frames := make([][]frame, len(socks))
+	var wg sync.WaitGroup
+	for i, s := range socks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			frames[i] = collect(s, want, until, grace)
+		}()
+	}
+	wg.Wait()
+	return frames
+}
+
 // sameJSON tells whether text is the JSON value want.
 func sameJSON(text, want string) bool {
 	var g, w any
@@ -197,21 +195,43 @@ func syncFrame(ch string, members ...string) string {
 	return `{"type":"presence","channel":"` + ch + `","event":"sync","members":` + string(b) + `}`
 }
 
+// presenceTrio subscribes u1 on a, then u2 on b, then u3 on c to ch with
+// presence, and checks that each gets the sync of those before it and those
+// before it a join: one roster for the cluster.
+func presenceTrio(t *testing.T, publicKey, ch string, a, b, c *testServer) (u1, u2, u3 *wsClient) {
+	t.Helper()
+	u1 = presenceSub(t, a, publicKey, ch, "u1")
+	u1.expect(syncFrame(ch))
+	u2 = presenceSub(t, b, publicKey, ch, "u2")
+	u2.expect(syncFrame(ch, "u1"))
+	u1.expect(presenceFrame(ch, "join", "u2"))
+	u3 = presenceSub(t, c, publicKey, ch, "u3")
+	u3.expect(syncFrame(ch, "u1", "u2"))
+	u1.expect(presenceFrame(ch, "join", "u3"))
+	u2.expect(presenceFrame(ch, "join", "u3"))
+	return u1, u2, u3
+}
+
+// channelHostedBy emits on PREFIX-0, PREFIX-1, … through via until n hosts
+// the channel's grain, and returns that channel; it fails after 60.
+func channelHostedBy(t *testing.T, n *clusterNode, via *client, p project, prefix string) string {
+	t.Helper()
+	for i := range 60 {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		expectEmitted(t, via.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
+		if n.hostsGrain(t, p.id+"/"+name) {
+			return name
+		}
+	}
+	t.Fatalf("%s hosts none of 60 channels", n.name)
+	return ""
+}
+
 func TestClusterFanout(t *testing.T) {
 	began := time.Now()
-	etcd := relaytest.StartEtcd(t)
-	dbURL := storetest.PostgresURL(t)
-	var nodes []*clusterNode
-	for _, name := range []string{"A", "B", "C"} {
-		t0 := time.Now()
-		nodes = append(nodes, startClusterNode(t, name, etcd.Endpoint, dbURL))
-		t.Logf("node %s serving %v after its start", name, time.Since(t0).Round(time.Millisecond))
-	}
+	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"})
+	nodes := cl.nodes
 	a, b, c := nodes[0], nodes[1], nodes[2]
-	for _, n := range nodes {
-		n.waitMembers(t, 3, 10*time.Second)
-	}
-	t.Logf("three members seen by every node %v after the first start", time.Since(began).Round(time.Millisecond))
 
 	owner := a.on(t).signup("alice@example.com")
 	p := owner.createProject("fanout")
@@ -263,7 +283,7 @@ func TestClusterFanout(t *testing.T) {
 				hc := &http.Client{Timeout: 10 * time.Second}
 				<-start
 				for j := range perNode {
-					res, err := fanoutEmit(hc, n, p.secretKey, ch, fmt.Sprintf(`{"node":%q,"i":%d}`, n.name, j))
+					res, err := emitAt(hc, n.proc.Base, p.secretKey, ch, fmt.Sprintf(`{"node":%q,"i":%d}`, n.name, j))
 					acks[i] = append(acks[i], ack{key: fmt.Sprintf("%s/%d", n.name, j), res: res, err: err})
 				}
 			}(i, n)
@@ -296,17 +316,7 @@ func TestClusterFanout(t *testing.T) {
 
 		// Read what each subscriber got: every acknowledged message, then
 		// 300 ms more for a late duplicate.
-		got := make([][]frame, len(subs))
-		var rg sync.WaitGroup
-		deadline := time.Now().Add(10 * time.Second)
-		for i, s := range subs {
-			rg.Add(1)
-			go func(i int, s *wsClient) {
-				defer rg.Done()
-				got[i] = collect(s, len(seqOf), deadline, 300*time.Millisecond)
-			}(i, s)
-		}
-		rg.Wait()
+		got := collectEach(subs, len(seqOf), time.Now().Add(10*time.Second), 300*time.Millisecond)
 		for i, frames := range got {
 			name := nodes[i].name
 			seen := map[string]int{}
@@ -379,16 +389,7 @@ func TestClusterFanout(t *testing.T) {
 
 	t.Run("4 presence across nodes: one roster for the cluster", func(t *testing.T) {
 		const ch = "lobby"
-		tsA, tsB, tsC := a.on(t), b.on(t), c.on(t)
-		u1 := presenceSub(t, tsA, p.publicKey, ch, "u1")
-		u1.expect(syncFrame(ch))
-		u2 := presenceSub(t, tsB, p.publicKey, ch, "u2")
-		u2.expect(syncFrame(ch, "u1"))
-		u1.expect(presenceFrame(ch, "join", "u2"))
-		u3 := presenceSub(t, tsC, p.publicKey, ch, "u3")
-		u3.expect(syncFrame(ch, "u1", "u2"))
-		u1.expect(presenceFrame(ch, "join", "u3"))
-		u2.expect(presenceFrame(ch, "join", "u3"))
+		u1, u2, u3 := presenceTrio(t, p.publicKey, ch, a.on(t), b.on(t), c.on(t))
 
 		// u2 unsubscribes on B: A and C get leave.
 		u2.send(`{"action":"unsubscribe","channel":"lobby"}`)
@@ -449,7 +450,7 @@ func TestClusterFanout(t *testing.T) {
 	// test's t, D stays a member until the test ends (a node started in a
 	// subtest is killed when the subtest ends).
 	t0 := time.Now()
-	d := startClusterNodeWith(t, "D", etcd.Endpoint, dbURL, "RELAY_TEST_FIRST_SEND_DELAY=800ms")
+	d := cl.node(t, "D", "RELAY_TEST_FIRST_SEND_DELAY=800ms")
 	for _, n := range []*clusterNode{a, b, c, d} {
 		n.waitMembers(t, 4, 10*time.Second)
 	}
@@ -475,16 +476,7 @@ func TestClusterFanout(t *testing.T) {
 		if e.delivered != 2 || e.subscriberCount != 2 {
 			t.Errorf("delivered %d, subscriberCount %d; want 2 and 2 (one socket on A, one on B)", e.delivered, e.subscriberCount)
 		}
-		got := make([][]frame, len(subs))
-		var wg sync.WaitGroup
-		for i, s := range subs {
-			wg.Add(1)
-			go func(i int, s *wsClient) {
-				defer wg.Done()
-				got[i] = collect(s, 1, answered.Add(5*time.Second), 2*time.Second)
-			}(i, s)
-		}
-		wg.Wait()
+		got := collectEach(subs, 1, answered.Add(5*time.Second), 2*time.Second)
 		want := fmt.Sprintf(`{"channel":"retried","payload":{"once":true},"seq":%d}`, e.seq)
 		for i, frames := range got {
 			var texts []string
@@ -517,16 +509,8 @@ func TestClusterFanout(t *testing.T) {
 
 	t.Run("7 kill -9 of C: its presence member leaves, emits reach B again", func(t *testing.T) {
 		const ch = "survivors"
-		tsA, tsB, tsC := a.on(t), b.on(t), c.on(t)
-		u1 := presenceSub(t, tsA, p.publicKey, ch, "u1")
-		u1.expect(syncFrame(ch))
-		u2 := presenceSub(t, tsB, p.publicKey, ch, "u2")
-		u2.expect(syncFrame(ch, "u1"))
-		u1.expect(presenceFrame(ch, "join", "u2"))
-		u3 := presenceSub(t, tsC, p.publicKey, ch, "u3")
-		u3.expect(syncFrame(ch, "u1", "u2"))
-		u1.expect(presenceFrame(ch, "join", "u3"))
-		u2.expect(presenceFrame(ch, "join", "u3"))
+		tsA, tsB := a.on(t), b.on(t)
+		u1, u2, _ := presenceTrio(t, p.publicKey, ch, tsA, tsB, c.on(t))
 
 		// A plain subscriber on B on several channels: some of their grains
 		// are likely to live on C.
@@ -541,17 +525,7 @@ func TestClusterFanout(t *testing.T) {
 
 		// A channel whose grain (and ring) lives on C, with two messages in it.
 		viaA := tsA.client()
-		var lost string
-		for i := 0; i < 60 && lost == ""; i++ {
-			name := fmt.Sprintf("lost-%d", i)
-			expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
-			if c.hostsGrain(t, p.id+"/"+name) {
-				lost = name
-			}
-		}
-		if lost == "" {
-			t.Fatal("C hosts none of 60 channels")
-		}
+		lost := channelHostedBy(t, c, viaA, p, "lost")
 		lostSeq := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+lost+`","payload":1}`), lost).seq
 
 		if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
@@ -630,7 +604,7 @@ func TestClusterFanout(t *testing.T) {
 					t.Fatalf("%s: no emit through A reached B within 10 s (%d attempts; last: %s)", name, attempts, last)
 				}
 				attempts++
-				r, err := fanoutEmit(hc, a, p.secretKey, name, fmt.Sprint(attempts))
+				r, err := emitAt(hc, a.proc.Base, p.secretKey, name, fmt.Sprint(attempts))
 				if err != nil || r.status != http.StatusOK {
 					last = fmt.Sprintf("%d %s %v", r.status, r.raw, err)
 					time.Sleep(100 * time.Millisecond)
@@ -684,18 +658,7 @@ func TestClusterFanout(t *testing.T) {
 	t.Run("8 graceful stop of D: its grains move with their rings; a client resumes on A without replay_gap", func(t *testing.T) {
 		tsA, tsD := a.on(t), d.on(t)
 		viaA := tsA.client()
-		// A channel whose grain lives on D: emit on candidates until D hosts one.
-		var ch string
-		for i := 0; i < 60 && ch == ""; i++ {
-			name := fmt.Sprintf("handoff-%d", i)
-			expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
-			if d.hostsGrain(t, p.id+"/"+name) {
-				ch = name
-			}
-		}
-		if ch == "" {
-			t.Fatal("D hosts none of 60 channels")
-		}
+		ch := channelHostedBy(t, d, viaA, p, "handoff") // its grain lives on D
 		onD := subscribed(t, tsD, p.publicKey, ch)
 		onA := subscribed(t, tsA, p.publicKey, ch)
 		var seqs []int64

@@ -33,7 +33,6 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
-	"github.com/relayhq/relay/store/storetest"
 )
 
 // haproxyConfig is the file operators use, relative to cmd/relay (go test's
@@ -276,20 +275,10 @@ func (s *frontSub) read(c *wsClient, stop <-chan struct{}, closed chan<- *frontS
 // with no node up HAProxy answers the relay's 503.
 func TestClusterHAProxy(t *testing.T) {
 	began := time.Now()
-	etcd := relaytest.StartEtcd(t)
-	dbURL := storetest.PostgresURL(t)
-	var nodes []*clusterNode
-	for _, name := range []string{"A", "B", "C"} {
-		t0 := time.Now()
-		// HAProxy reaches the nodes from 127.0.0.1: its X-Forwarded-For is
-		// trusted from there, as the config's comment tells operators.
-		// Debug logs name each WebSocket's client address.
-		nodes = append(nodes, startClusterNodeWith(t, name, etcd.Endpoint, dbURL, "TRUSTED_PROXIES=127.0.0.1/32", "LOG_LEVEL=debug"))
-		t.Logf("node %s serving %v after its start", name, time.Since(t0).Round(time.Millisecond))
-	}
-	for _, n := range nodes {
-		n.waitMembers(t, 3, 10*time.Second)
-	}
+	// HAProxy reaches the nodes from 127.0.0.1: its X-Forwarded-For is
+	// trusted from there, as the config's comment tells operators. Debug
+	// logs name each WebSocket's client address.
+	nodes := startCluster(t, 10*time.Second, []string{"A", "B", "C"}, "TRUSTED_PROXIES=127.0.0.1/32", "LOG_LEVEL=debug").nodes
 	h := startHAProxy(t, upstreams(nodes...))
 	front := &testServer{t: t, base: h.base, now: time.Now} // the helpers, pointed at HAProxy
 	viaFront := front.client()
@@ -368,8 +357,7 @@ func TestClusterHAProxy(t *testing.T) {
 			c.expect(`{"action":"subscribe","channel":"retried","ok":true}`)
 			t.Logf("handshake %d: 101 in %v", i, time.Since(t0).Round(time.Microsecond))
 		}
-		r, err := request(&http.Client{Timeout: 10 * time.Second}, "POST", h2.base+"/emit", `{"channel":"retried","payload":1}`,
-			http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.secretKey}})
+		r, err := emitAt(&http.Client{Timeout: 10 * time.Second}, h2.base, p.secretKey, "retried", "1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -460,17 +448,7 @@ func TestClusterHAProxy(t *testing.T) {
 	}
 	// A channel whose grain lives on the victim, so that its stop also
 	// hands the channel's ring over.
-	var ch string
-	for i := 0; i < 60 && ch == ""; i++ {
-		name := fmt.Sprintf("front-%d", i)
-		expectEmitted(t, viaFront.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
-		if victim.hostsGrain(t, p.id+"/"+name) {
-			ch = name
-		}
-	}
-	if ch == "" {
-		t.Fatalf("%s hosts none of 60 channels", victim.name)
-	}
+	ch := channelHostedBy(t, victim, viaFront, p, "front")
 	for _, s := range socks {
 		s.send(`{"action":"subscribe","channel":"` + ch + `"}`)
 		s.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
@@ -485,16 +463,7 @@ func TestClusterHAProxy(t *testing.T) {
 				t.Errorf("delivered %d, subscriberCount %d; want 6 and 6", e.delivered, e.subscriberCount)
 			}
 			want := fmt.Sprintf(`{"channel":%q,"payload":{"k":%d},"seq":%d}`, ch, i, e.seq)
-			got := make([][]frame, len(socks))
-			var wg sync.WaitGroup
-			for j, s := range socks {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					got[j] = collect(s, 1, time.Now().Add(5*time.Second), 200*time.Millisecond)
-				}()
-			}
-			wg.Wait()
+			got := collectEach(socks, 1, time.Now().Add(5*time.Second), 200*time.Millisecond)
 			for j, frames := range got {
 				if len(frames) != 1 || !sameJSON(frames[0].text, want) {
 					t.Errorf("s%d: got %d frames %+v, want exactly %s", j+1, len(frames), frames, want)
@@ -529,7 +498,6 @@ func TestClusterHAProxy(t *testing.T) {
 	go func() {
 		defer close(emitsDone)
 		hc := &http.Client{Timeout: 10 * time.Second}
-		hdr := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + p.secretKey}}
 		for i := 1; ; i++ {
 			select {
 			case <-stopEmits:
@@ -543,7 +511,7 @@ func TestClusterHAProxy(t *testing.T) {
 			// answered 503 would show as an unacknowledged seq below.
 			a := ack{n: i}
 			for try := 0; ; try++ {
-				a.res, a.err = request(hc, "POST", h.base+"/emit", fmt.Sprintf(`{"channel":%q,"payload":{"n":%d}}`, ch, i), hdr)
+				a.res, a.err = emitAt(hc, h.base, p.secretKey, ch, fmt.Sprintf(`{"n":%d}`, i))
 				a.at = time.Now()
 				if try == 3 || a.err != nil || a.res.status != http.StatusServiceUnavailable || a.res.json["error"] != "service_unavailable" {
 					break

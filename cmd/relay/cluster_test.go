@@ -37,20 +37,46 @@ func (n *clusterNode) on(t *testing.T) *testServer { return binaryServer(t, n.pr
 
 func (n *clusterNode) pid() int { return n.proc.Cmd.Process.Pid }
 
-// startClusterNode starts `relay serve` as a member of the cluster at etcd,
-// on the shared PostgreSQL database dbURL; it returns once the node serves
-// (it joins before it listens).
-func startClusterNode(t *testing.T, name, etcd, dbURL string) *clusterNode {
+// testCluster is one etcd, one PostgreSQL database and the relay nodes
+// sharing them.
+type testCluster struct {
+	etcd  *relaytest.Etcd
+	dbURL string
+	nodes []*clusterNode
+}
+
+// startCluster starts etcd, PostgreSQL and a node per name, then waits until
+// every node sees all of them as members, each within within. env is added
+// to every node's environment (see node).
+func startCluster(t *testing.T, within time.Duration, names []string, env ...string) *testCluster {
 	t.Helper()
-	proc := relaytest.StartBinary(t,
-		"DATABASE_URL="+dbURL,
-		"RELAY_CLUSTER_ETCD="+etcd,
-		"RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t),
+	began := time.Now()
+	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t)}
+	for _, name := range names {
+		t0 := time.Now()
+		c.nodes = append(c.nodes, c.node(t, name, env...))
+		t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
+	}
+	for _, n := range c.nodes {
+		n.waitMembers(t, len(names), within)
+	}
+	t.Logf("%d members seen by every node %v after the first start", len(names), time.Since(began).Round(time.Millisecond))
+	return c
+}
+
+// node starts `relay serve` as a member of the cluster, with env (KEY=VALUE)
+// after the defaults below, so that it wins; it returns once the node
+// serves (it joins before it listens). The node is killed when t ends.
+func (c *testCluster) node(t *testing.T, name string, env ...string) *clusterNode {
+	t.Helper()
+	proc := relaytest.StartBinary(t, append([]string{
+		"DATABASE_URL=" + c.dbURL,
+		"RELAY_CLUSTER_ETCD=" + c.etcd.Endpoint,
+		"RELAY_CLUSTER_ADDR=" + relaytest.FreeAddr(t),
 		"RELAY_CLUSTER_NAME=relaytest",
-		"ALLOWED_SIGNUP_EMAILS=alice@example.com",
 		"MAX_CONNECTIONS_PER_ADDRESS=100000",
 		"SHUTDOWN_TIMEOUT_SECONDS=10",
-	)
+	}, env...)...)
 	return &clusterNode{name: name, proc: proc}
 }
 
@@ -126,19 +152,24 @@ func (n *clusterNode) waitExit(t *testing.T, timeout time.Duration) int {
 	}
 }
 
+// closing is how a socket ended and when the end arrived.
+type closing struct {
+	frame
+	at time.Time
+}
+
 // closeWatch records when and how a socket is closed, from now on.
-func closeWatch(c *wsClient) <-chan frame {
-	out := make(chan frame, 1)
+func closeWatch(c *wsClient) <-chan closing {
+	out := make(chan closing, 1)
 	go func() {
 		for {
 			f, ok := c.next(10 * time.Second)
 			switch {
 			case !ok:
-				out <- frame{err: fmt.Errorf("no close within 10 s")}
+				out <- closing{frame: frame{err: fmt.Errorf("no close within 10 s")}}
 				return
 			case f.closed || f.err != nil:
-				f.text = time.Now().Format(time.RFC3339Nano) // when it arrived
-				out <- f
+				out <- closing{frame: f, at: time.Now()}
 				return
 			}
 		}
@@ -147,14 +178,13 @@ func closeWatch(c *wsClient) <-chan frame {
 }
 
 // closedAt checks the close code and returns when the close arrived.
-func closedAt(t *testing.T, what string, ch <-chan frame, code int) time.Time {
+func closedAt(t *testing.T, what string, ch <-chan closing, code int) time.Time {
 	t.Helper()
 	f := <-ch
 	if f.err != nil || f.closeCode != code {
 		t.Fatalf("%s: closed %d %q (err %v), want %d", what, f.closeCode, f.reason, f.err, code)
 	}
-	at, _ := time.Parse(time.RFC3339Nano, f.text)
-	return at
+	return f.at
 }
 
 func TestCluster(t *testing.T) {
@@ -167,27 +197,27 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	etcd := relaytest.StartEtcd(t)
-	dbURL := storetest.PostgresURL(t)
-	var nodes []*clusterNode
-	for _, name := range []string{"A", "B", "C"} {
-		t0 := time.Now()
-		nodes = append(nodes, startClusterNode(t, name, etcd.Endpoint, dbURL))
-		t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
-	}
+	cl := startCluster(t, 5*time.Second, []string{"A", "B", "C"})
+	etcd, nodes := cl.etcd, cl.nodes
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	t.Run("every node sees three members", func(t *testing.T) {
+		// startCluster waited until each sees three, one marked self.
 		for _, n := range nodes {
-			n.waitMembers(t, 3, 5*time.Second)
 			if got := n.metric(t, "relay_cluster_members"); got != 3 {
 				t.Errorf("%s: relay_cluster_members %v", n.name, got)
 			}
 		}
 		// All three agree on who is who.
-		ma, _ := a.members(t)
+		ma, err := a.members(t)
+		if err != nil || len(ma) != 3 {
+			t.Fatalf("A's members: %+v, %v", ma, err)
+		}
 		for _, n := range nodes[1:] {
-			mn, _ := n.members(t)
+			mn, err := n.members(t)
+			if err != nil || len(mn) != len(ma) {
+				t.Fatalf("A sees %+v, %s sees %+v (%v)", ma, n.name, mn, err)
+			}
 			for i := range ma {
 				if ma[i].ID != mn[i].ID || ma[i].Address != mn[i].Address {
 					t.Fatalf("A sees %+v, %s sees %+v", ma, n.name, mn)
@@ -272,7 +302,7 @@ func TestCluster(t *testing.T) {
 		// as B and C apply it, about when A answers.
 		for _, w := range []struct {
 			name string
-			ch   <-chan frame
+			ch   <-chan closing
 		}{{"B", closeB}, {"C", closeC}} {
 			at := closedAt(t, w.name, w.ch, 4001)
 			t.Logf("close 4001 on %s: %+.1f ms from the answer (request took %.1f ms)", w.name,
@@ -292,7 +322,7 @@ func TestCluster(t *testing.T) {
 		if r.status != http.StatusOK && r.status != http.StatusNoContent {
 			t.Fatalf("delete: %d %s", r.status, r.raw)
 		}
-		for name, ch := range map[string]<-chan frame{"B": closeB, "C": closeC} {
+		for name, ch := range map[string]<-chan closing{"B": closeB, "C": closeC} {
 			at := closedAt(t, name, ch, 4004)
 			t.Logf("close 4004 on %s: %+.1f ms from the answer", name, float64(at.Sub(answered).Microseconds())/1000)
 		}
@@ -345,7 +375,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("etcd down: no node can join; the members serve and changes still reach them", func(t *testing.T) {
-		d := startClusterNode(t, "D", etcd.Endpoint, dbURL)
+		d := cl.node(t, "D")
 		for _, n := range []*clusterNode{a, b} {
 			n.waitMembers(t, 3, 5*time.Second)
 		}
@@ -356,7 +386,7 @@ func TestCluster(t *testing.T) {
 		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		code, out := relaytest.RunBinary(t, 20*time.Second, "DATABASE_URL="+dbURL, "RELAY_CLUSTER_ETCD="+etcd.Endpoint,
+		code, out := relaytest.RunBinary(t, 20*time.Second, "DATABASE_URL="+cl.dbURL, "RELAY_CLUSTER_ETCD="+etcd.Endpoint,
 			"RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t))
 		if code == 0 || !strings.Contains(out, "does not answer") {
 			t.Fatalf("a node started with etcd down: exit %d:\n%s", code, out)
@@ -413,7 +443,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("graceful leave: the others drop the node at once; it exits 0", func(t *testing.T) {
-		d := startClusterNode(t, "D", etcd.Endpoint, dbURL)
+		d := cl.node(t, "D")
 		a.waitMembers(t, 2, 5*time.Second)
 		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
 			t.Fatal(err)
