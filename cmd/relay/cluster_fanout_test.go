@@ -403,6 +403,29 @@ func TestClusterFanout(t *testing.T) {
 		u2.expect(syncFrame(ch, "u1", "u3"))
 		u1.expect(presenceFrame(ch, "join", "u2"))
 		u3.expect(presenceFrame(ch, "join", "u2"))
+
+		// Subscribing again (PROTOCOL.md › subscribe): under another clientId,
+		// the old one leaves and the new one joins; without presence, it
+		// leaves; with presence again, it joins. The roster on the grain
+		// follows what B's relay tells it.
+		u2.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2b"}`)
+		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u2.expect(syncFrame(ch, "u1", "u3"))
+		for _, u := range []*wsClient{u1, u3} {
+			u.expect(presenceFrame(ch, "leave", "u2"))
+			u.expect(presenceFrame(ch, "join", "u2b"))
+		}
+		u2.send(`{"action":"subscribe","channel":"lobby"}`)
+		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u1.expect(presenceFrame(ch, "leave", "u2b"))
+		u3.expect(presenceFrame(ch, "leave", "u2b"))
+		u2.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2"}`)
+		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u2.expect(syncFrame(ch, "u1", "u3"))
+		u1.expect(presenceFrame(ch, "join", "u2"))
+		u3.expect(presenceFrame(ch, "join", "u2"))
+		u2.expectSilence(50 * time.Millisecond)
+
 		u2.conn.Close()
 		closed := time.Now()
 		u1.expect(presenceFrame(ch, "leave", "u2"))
