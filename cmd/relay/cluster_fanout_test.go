@@ -259,6 +259,16 @@ func TestClusterFanout(t *testing.T) {
 			s.expect(fmt.Sprintf(`{"channel":"one","payload":{"text":"hi","n":[1,2]},"seq":%d}`, e.seq))
 			t.Logf("subscriber on %s got it %v after the emit", nodes[i].name, time.Since(t0).Round(time.Microsecond))
 		}
+		// One grain holds the channel, and it sent the message to the two
+		// other nodes: the operator's figures say so.
+		for _, m := range []struct {
+			name string
+			min  float64
+		}{{"relay_cluster_grains", 1}, {"relay_cluster_grain_activations_total", 1}, {"relay_cluster_cross_node_messages_total", 2}} {
+			if sum, each := sumMetric(nodes, m.name); sum < m.min {
+				t.Errorf("%s summed over the nodes is %v, want >= %v (%s)", m.name, sum, m.min, each)
+			}
+		}
 	})
 
 	t.Run("2 concurrent emits through A, B and C: one seq order, each message once everywhere", func(t *testing.T) {
@@ -521,6 +531,9 @@ func TestClusterFanout(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		t.Logf("%s: %s", metric, each)
+		if retries := d.metric(t, "relay_cluster_publish_retries_total"); retries < 1 {
+			t.Errorf("relay_cluster_publish_retries_total on D is %v: its held-back publish was not sent again", retries)
+		}
 		if sum < 1 {
 			hint := ""
 			if took < 250*time.Millisecond {
