@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -138,23 +137,6 @@ func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth boo
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return (&client{t: t, ts: ts, http: hc}).send(method, path, body, "application/json", h)
-}
-
-// lcHandshake tries a real WebSocket handshake on path and returns the refusal
-// (status and body), or 101 and "" if it opened (the connection is closed).
-func lcHandshake(t *testing.T, ts *testServer, pathAndQuery string) (int, string, http.Header) {
-	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	conn, res, err := d.Dial("ws://"+strings.TrimPrefix(ts.base, "http://")+pathAndQuery, nil)
-	if err == nil {
-		conn.Close()
-		return http.StatusSwitchingProtocols, "", nil
-	}
-	if res == nil {
-		t.Fatalf("handshake %s: %v", pathAndQuery, err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(body), res.Header
 }
 
 // ---- 1. every close cause: code, counter, log line ----
@@ -481,20 +463,11 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		}
 		// A real WebSocket handshake on an unknown path or with a wrong key
 		// is refused in JSON too, never upgraded.
-		for _, path := range []string{"/ws/", "/ws/x", "/wss", "/emit"} {
-			status, body, _ := lcHandshake(t, ts, path+"?publicKey="+p.publicKey)
-			want := http.StatusNotFound
-			if path == "/emit" {
-				want = http.StatusMethodNotAllowed
-			}
-			if status != want || (status == 404 && canonical(jsonOf(body)) != `{"error":"not_found"}`) ||
-				(status == 405 && canonical(jsonOf(body)) != `{"error":"method_not_allowed"}`) {
-				t.Errorf("handshake on %s: %d %q, want %d in JSON", path, status, body, want)
-			}
+		for _, path := range []string{"/ws/", "/ws/x", "/wss"} {
+			ts.handshake(path+"?publicKey="+p.publicKey).expect(t, http.StatusNotFound, `{"error":"not_found"}`)
 		}
-		if status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.secretKey); status != http.StatusUnauthorized || canonical(jsonOf(body)) != `{"error":"unauthorized"}` {
-			t.Errorf("handshake with the secret key: %d %q", status, body)
-		}
+		ts.handshake("/emit?publicKey="+p.publicKey).expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+		ts.handshake("/ws?publicKey="+p.secretKey).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 
 		// The Authorization header.
 		auths := []struct {
@@ -561,14 +534,6 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 
 		lcPost(t, ts, "POST", "/emit-tokens/revoke", "bearer "+p.secretKey, true, `{"jti":"x"}`).expect(t, http.StatusOK, `{"ok":true}`)
 	})
-}
-
-func jsonOf(s string) any {
-	var v any
-	if json.Unmarshal([]byte(s), &v) != nil {
-		return s
-	}
-	return v
 }
 
 // TestRefusedUpgradeClosesItsConnection: a GET /ws with a good key that is
@@ -732,10 +697,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 					t.Fatalf("exited while a connection was still draining:\n%s", proc.Logs.String())
 				default:
 				}
-				status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.publicKey)
-				if status != http.StatusServiceUnavailable || canonical(jsonOf(body)) != `{"error":"service_unavailable"}` {
-					t.Fatalf("handshake during the drain: %d %q, want 503 service_unavailable", status, body)
-				}
+				ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
 				owner.emit(p.secretKey, `{"channel":"live","payload":"late"}`).expect(t, 503, `{"error":"service_unavailable"}`)
 				owner.revoke(p.secretKey, `{"clientId":"x"}`).expect(t, 503, `{"error":"service_unavailable"}`)
 				if n := ts.metrics(t).Get(t, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {
