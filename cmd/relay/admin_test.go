@@ -110,12 +110,7 @@ func TestAdminCommands(t *testing.T) {
 		if r := c.emitNoFail(sec, `{"channel":"c","payload":1}`); r.status != 200 {
 			t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ts.app.shutdown(sctx); err != nil {
-			t.Fatal(err)
-		}
-		ts.app = nil
+		ts.stop()
 
 		r := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")
 		key := r["key"].(map[string]any)
@@ -299,12 +294,7 @@ func TestAdminChangesAndARunningRelay(t *testing.T) {
 	if s := emit(used); s != 200 {
 		t.Fatalf("a revoked key in the running relay's cache: %d; README says it keeps working until a restart", s)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ts.app.shutdown(sctx); err != nil {
-		t.Fatal(err)
-	}
-	ts.app = nil
+	ts.stop()
 	ts = startServer(t, dbURL, nil)
 	c = ts.client()
 	if s := emit(used); s != 401 {

@@ -213,10 +213,7 @@ func TestBrowserClient(t *testing.T) {
 	// reconnects are held at the proxy until the emits are done: they get a
 	// gap (the old ring is gone) and the replay.
 	px.holdNew()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ts.app.shutdown(ctx)
-	ts.app = nil
+	ts.stop()
 	ts2 := startServer(t, url, env)
 	c2 := ts2.client()
 	var seqs []int64

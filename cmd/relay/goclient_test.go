@@ -518,10 +518,7 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 
 	// Restart the server on the same address and database. Two attempts fail
 	// while it is down; the third waits until the emits below are done.
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ts.app.shutdown(sctx)
-	ts.app = nil
+	ts.stop()
 	var waits []time.Duration
 	for range 2 {
 		w := clk.backoff(t)
