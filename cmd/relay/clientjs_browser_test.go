@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -152,7 +153,7 @@ func (p *page) waitFor(from int, want ...string) int {
 
 func TestBrowserClient(t *testing.T) {
 	url := storetest.SQLiteURL(t)
-	addr := freeAddr(t)
+	addr := relaytest.FreeAddr(t)
 	env := map[string]string{"RELAY_ADDR": addr}
 	ts := startServer(t, url, env)
 	owner := ts.signup("alice@example.com")

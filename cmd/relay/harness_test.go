@@ -105,11 +105,17 @@ func newClock() *relaytest.Clock {
 // debugServer starts a relay on SQLite with the operator listener on.
 func debugServer(t testing.TB, env map[string]string) *testServer {
 	t.Helper()
+	return debugServerAt(t, env, time.Now)
+}
+
+// debugServerAt is debugServer on the clock now.
+func debugServerAt(t testing.TB, env map[string]string, now func() time.Time) *testServer {
+	t.Helper()
 	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
 		vars[k] = v
 	}
-	return startServer(t, storetest.SQLiteURL(t), vars)
+	return startServerAt(t, storetest.SQLiteURL(t), vars, now)
 }
 
 // binaryServer is the real binary (relaytest.StartBinary) behind the same

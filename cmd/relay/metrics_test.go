@@ -14,7 +14,6 @@ import (
 
 	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
-	"github.com/relayhq/relay/store/storetest"
 )
 
 // The /metrics counters that TestOperatorEndpointsDuringTraffic does not
@@ -191,7 +190,7 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 // kind="project" and nothing else.
 func TestMetricsProjectRateLimited(t *testing.T) {
 	clock := newClock() // the fixed window stays whole
-	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
+	ts := debugServerAt(t, map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	var ok, limited int
@@ -228,7 +227,7 @@ func TestMetricsProjectRateLimited(t *testing.T) {
 // (kind="client").
 func TestMetricsClientEmits(t *testing.T) {
 	clock := newClock() // both client-emits fall in one second of the window
-	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
+	ts := debugServerAt(t, map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
