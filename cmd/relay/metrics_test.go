@@ -78,10 +78,9 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 		}
 		return num(r.json, "subscriberCount") == 1
 	}, "the unread subscription counted")
-	// Messages of 120 KiB from four emitters at once, so that the 8 MiB
-	// queue overflows well within the 10 s write timeout even on a busy
-	// machine.
-	big := `"` + strings.Repeat("p", 120<<10) + `"`
+	// Messages of 120 KiB from four emitters at once, so that the write
+	// queue (MAX_QUEUED_BYTES_PER_CONNECTION, 2 MiB) overflows well within
+	// the 10 s write timeout even on a busy machine.
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	var sent atomic.Int64
@@ -91,7 +90,7 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 			defer wg.Done()
 			c := ts.client()
 			for ts.app.transport.Stats().SlowConsumers == 0 && sent.Add(1) <= 1000 {
-				if r, ok := emit(c, big); !ok {
+				if r, ok := emit(c, lcBigPayload); !ok {
 					failed.Store(fmt.Sprintf("emit: %d %s", r.status, r.raw))
 					return
 				}
