@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,22 @@ func TestProjectsPerUser(t *testing.T) {
 		ts.signup("bob@example.com").createProject("bob's") // per user
 		if r := owner.do("GET", "/api/projects", ""); r.status != http.StatusOK || strings.Count(r.raw, `"name"`) != 2 {
 			t.Errorf("projects after the refusal: %d %s", r.status, r.raw)
+		}
+
+		// The dashboard: the home page again, with the reason, the name
+		// typed kept in the form, and still two projects listed.
+		d := ts.dash(t)
+		d.signup("carol@example.com")
+		d.create("one")
+		d.create("two")
+		page := d.submit("/", "/projects", url.Values{"name": {"three"}})
+		page.expectError(t, http.StatusForbidden,
+			"You have reached the number of projects an account may have (MAX_PROJECTS_PER_USER). Delete one to create another.")
+		if n := strings.Count(page.body, `<a href="/projects/`); n != 2 || !strings.Contains(page.body, `value="three"`) {
+			t.Fatalf("refused page lists %d projects (want 2) or lost the name typed:\n%s", n, page.body)
+		}
+		if n := strings.Count(d.get("/").body, `<a href="/projects/`); n != 2 {
+			t.Fatalf("home lists %d projects after the refusal, want 2", n)
 		}
 	})
 }
