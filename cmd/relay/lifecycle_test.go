@@ -109,6 +109,29 @@ func lcDialSmallBuffer(t *testing.T, ts *testServer, publicKey string) *wsClient
 	return &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
 }
 
+// lcExpectSlowConsumerEnd reads what a peer that stopped reading was left
+// once closed as a slow consumer: its queue was dropped, so it reads what its
+// socket held and then the end, the 1013 frame when the socket had room for
+// it, else the TCP close (1006 is the library's name for a close without a
+// frame).
+func lcExpectSlowConsumerEnd(t *testing.T, slow *wsClient) {
+	t.Helper()
+	go slow.readLoop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, ok := slow.next(time.Until(deadline))
+		if !ok {
+			t.Fatal("slow consumer's connection did not end")
+		}
+		if f.closed && (f.closeCode != 1013 || f.reason != "slow consumer") && f.closeCode != websocket.CloseAbnormalClosure {
+			t.Fatalf("slow consumer closed with %d %q, want 1013 \"slow consumer\" or no frame", f.closeCode, f.reason)
+		}
+		if f.closed || f.err != nil {
+			return
+		}
+	}
+}
+
 // lcBigPayload is a JSON string that makes a message of about 120 KiB, under
 // the 128 KiB cap.
 var lcBigPayload = `"` + strings.Repeat("p", 120<<10) + `"`
@@ -209,24 +232,7 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 						t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
 					}
 				}
-				// Its queue is dropped, so the peer reads what its socket
-				// held and then the end: the 1013 frame when the socket had
-				// room for it, else the TCP close (1006 is the library's name
-				// for a close without a frame).
-				go slow.readLoop()
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					f, ok := slow.next(time.Until(deadline))
-					if !ok {
-						t.Fatal("slow consumer's connection did not end")
-					}
-					if f.closed && f.closeCode != 1013 && f.closeCode != websocket.CloseAbnormalClosure {
-						t.Fatalf("slow consumer closed with %d %q, want 1013 or no frame", f.closeCode, f.reason)
-					}
-					if f.closed || f.err != nil {
-						break
-					}
-				}
+				lcExpectSlowConsumerEnd(t, slow)
 				if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`); num(r.json, "subscriberCount") != 0 {
 					t.Fatalf("slow consumer still subscribed: %s", r.raw)
 				}
@@ -616,6 +622,17 @@ func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 func lcFillCount() (n int, ok bool) {
 	const frameBytes = 120 << 10
 	const queueBytes = lcQueueBytes
+	absorbed, ok := lcSocketBuffers()
+	n = (absorbed+(1<<20))/frameBytes + 1
+	return n, ok && n*frameBytes < queueBytes-(1<<20)
+}
+
+// lcSocketBuffers bounds what the kernel holds of the frames sent to an
+// lcDialSmallBuffer peer that does not read: the server's send buffer (at
+// most tcp_wmem's maximum, which it autotunes to) and the peer's 32 KiB
+// receive buffer (doubled by the kernel), with room to spare. ok is false
+// when tcp_wmem cannot be read.
+func lcSocketBuffers() (bytes int, ok bool) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
 	if err != nil {
 		return 0, false
@@ -624,9 +641,8 @@ func lcFillCount() (n int, ok bool) {
 	if len(f) != 3 {
 		return 0, false
 	}
-	sendMax, _ := strconv.Atoi(f[2])
-	n = (sendMax+(256<<10)+(1<<20))/frameBytes + 1
-	return n, sendMax > 0 && n*frameBytes < queueBytes-(1<<20)
+	sendMax, err := strconv.Atoi(f[2])
+	return sendMax + 256<<10, err == nil && sendMax > 0
 }
 
 // lcQueueBytes is the write-queue cap of the binaries that lcFillCount
