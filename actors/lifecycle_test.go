@@ -67,12 +67,20 @@ func TestPublishWhileLoadingIsNeverDeliveredLate(t *testing.T) {
 	if _, err := sys.Publish(ctx, "p", "c", []byte(`"late"`)); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("publish while loading: err %v, want ErrTimeout", err)
 	}
+	ref, _ := sys.projects.Load("p")
+	posted := ref.(*projectRef).state.Load()
 	waiting := make(chan PublishResult, 1)
 	go func() {
 		r, _ := sys.Publish(context.Background(), "p", "c", []byte(`"waited"`))
 		waiting <- r
 	}()
-	time.Sleep(20 * time.Millisecond) // the second emit is held behind the load
+	// The second emit is held behind the load: the edge has counted it (and
+	// posts it next), and an inspection posted after it is answered only
+	// once the actor has taken it.
+	waitFor(t, "the second emit posted", func() bool { return ref.(*projectRef).state.Load() > posted })
+	if _, err := sys.Inspect(context.Background(), "p", "", 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	l.release()
 	r := <-waiting
 	if r.Err != nil || r.Delivered != 1 {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +24,16 @@ import (
 // and its error.
 func admin(t *testing.T, dbURL string, args ...string) (string, string, error) {
 	t.Helper()
+	return adminWith(t, map[string]string{"DATABASE_URL": dbURL}, args...)
+}
+
+// adminWith is admin with the environment env.
+func adminWith(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
 	var out, logs bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err := runCommandTo(ctx, append([]string{"admin"}, args...), cfgEnv(map[string]string{"DATABASE_URL": dbURL}), &out, &logs)
+	err := runCommandTo(ctx, append([]string{"admin"}, args...), cfgEnv(env), &out, &logs)
 	return out.String(), logs.String(), err
 }
 
@@ -67,16 +74,8 @@ func keysOf(v any) string {
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sortStrings(ks)
+	slices.Sort(ks)
 	return strings.Join(ks, ",")
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // TestAdminCommands: every `relay admin` subcommand on both stores: the JSON
@@ -110,12 +109,7 @@ func TestAdminCommands(t *testing.T) {
 		if r := c.emitNoFail(sec, `{"channel":"c","payload":1}`); r.status != 200 {
 			t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ts.app.shutdown(sctx); err != nil {
-			t.Fatal(err)
-		}
-		ts.app = nil
+		ts.stop()
 
 		r := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")
 		key := r["key"].(map[string]any)
@@ -219,9 +213,6 @@ func TestAdminUsage(t *testing.T) {
 	if err := runCommandTo(context.Background(), []string{"admin", "help"}, cfgEnv(nil), &out, &bytes.Buffer{}); err != nil || !strings.Contains(out.String(), "mint-token") {
 		t.Fatalf("relay admin help: %v\n%s", err, out.String())
 	}
-	if _, err := filepath.Glob(db); err != nil {
-		t.Fatal(err)
-	}
 	if m, _ := filepath.Glob(db + "*"); len(m) > 0 {
 		t.Fatalf("a usage error touched the store: %v", m)
 	}
@@ -299,12 +290,7 @@ func TestAdminChangesAndARunningRelay(t *testing.T) {
 	if s := emit(used); s != 200 {
 		t.Fatalf("a revoked key in the running relay's cache: %d; README says it keeps working until a restart", s)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := ts.app.shutdown(sctx); err != nil {
-		t.Fatal(err)
-	}
-	ts.app = nil
+	ts.stop()
 	ts = startServer(t, dbURL, nil)
 	c = ts.client()
 	if s := emit(used); s != 401 {
@@ -317,12 +303,9 @@ func TestAdminProjectsCap(t *testing.T) {
 	dbURL := storetest.SQLiteURL(t)
 	adminOK(t, dbURL, "create-user", "--email", "erin@example.com", "--password", "correct horse")
 	run := func() (string, error) {
-		var out, logs bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		err := runCommandTo(ctx, []string{"admin", "create-project", "--email", "erin@example.com", "--name", "p"},
-			cfgEnv(map[string]string{"DATABASE_URL": dbURL, "MAX_PROJECTS_PER_USER": "1"}), &out, &logs)
-		return out.String(), err
+		out, _, err := adminWith(t, map[string]string{"DATABASE_URL": dbURL, "MAX_PROJECTS_PER_USER": "1"},
+			"create-project", "--email", "erin@example.com", "--name", "p")
+		return out, err
 	}
 	if out, err := run(); err != nil || !strings.Contains(out, `"publicKey"`) {
 		t.Fatalf("first project: %v %s", err, out)

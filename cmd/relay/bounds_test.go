@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,16 +72,8 @@ func TestConnectionsPerAddress(t *testing.T) {
 	for range 3 {
 		open = append(open, ts.dialWS(p.publicKey))
 	}
-	if _, status, _ := ts.tryDialWS(p.publicKey); status != http.StatusTooManyRequests {
-		t.Fatalf("4th connection from one address: %d, want 429", status)
-	}
-	r, err := request(http.DefaultClient, "GET", "http"+strings.TrimPrefix(ts.wsURL(p.publicKey), "ws"), "", http.Header{
-		"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}, "Sec-WebSocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
-	ts.dialWS(other.publicKey) // another project has its own count
+	ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`) // the 4th from one address
+	ts.dialWS(other.publicKey)                                                                                           // another project has its own count
 	open[0].conn.Close()
 	var c *wsClient
 	relaytest.Eventually(t, 5*time.Second, func() bool {
@@ -149,6 +143,22 @@ func TestProjectsPerUser(t *testing.T) {
 		ts.signup("bob@example.com").createProject("bob's") // per user
 		if r := owner.do("GET", "/api/projects", ""); r.status != http.StatusOK || strings.Count(r.raw, `"name"`) != 2 {
 			t.Errorf("projects after the refusal: %d %s", r.status, r.raw)
+		}
+
+		// The dashboard: the home page again, with the reason, the name
+		// typed kept in the form, and still two projects listed.
+		d := ts.dash(t)
+		d.signup("carol@example.com")
+		d.create("one")
+		d.create("two")
+		page := d.submit("/", "/projects", url.Values{"name": {"three"}})
+		page.expectError(t, http.StatusForbidden,
+			"You have reached the number of projects an account may have (MAX_PROJECTS_PER_USER). Delete one to create another.")
+		if n := strings.Count(page.body, `<a href="/projects/`); n != 2 || !strings.Contains(page.body, `value="three"`) {
+			t.Fatalf("refused page lists %d projects (want 2) or lost the name typed:\n%s", n, page.body)
+		}
+		if n := strings.Count(d.get("/").body, `<a href="/projects/`); n != 2 {
+			t.Fatalf("home lists %d projects after the refusal, want 2", n)
 		}
 	})
 }
@@ -249,6 +259,55 @@ func TestAttackRowsStayBounded(t *testing.T) {
 	if grown > 128 {
 		t.Errorf("RSS grew %.0f MiB", grown)
 	}
+}
+
+// MAX_QUEUED_BYTES_PER_CONNECTION: a subscriber that stops reading stays
+// while everything it was sent fits in its write queue's cap, and is closed
+// as a slow consumer (1013 "slow consumer", or no frame when its socket is
+// full) in the emit that finds the queue over the cap, at the latest once it
+// was sent the cap plus what the kernel's socket buffers hold. The cap here
+// is 8 MiB, above the default (2 MiB) by more than those buffers: a setting
+// that did not reach the transport would close it too early.
+func TestQueuedBytesPerConnection(t *testing.T) {
+	const queueCap = 8 << 20
+	absorbed, ok := lcSocketBuffers()
+	if !ok || 2<<20+absorbed+len(lcBigPayload) >= queueCap {
+		t.Fatalf("this host's TCP socket buffers (%d bytes with tcp_wmem's maximum) are too big to tell an 8 MiB queue from a 2 MiB one", absorbed)
+	}
+	ts := debugServer(t, map[string]string{"MAX_QUEUED_BYTES_PER_CONNECTION": fmt.Sprint(queueCap),
+		"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	slow := lcDialSmallBuffer(t, ts, p.publicKey)
+	// Bounds on the bytes queued for it: its frames carry a channel and a
+	// seq besides the payload, and the probes of lcSubscribeUnread are small.
+	sentHi := 100 * lcSubscribeUnread(t, slow, owner, p.secretKey, "firehose")
+	sentLo := 0
+	for {
+		r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`)
+		if r.status != http.StatusOK || num(r.json, "subscriberCount") != 1 {
+			t.Fatalf("emit after %d bytes: %d %s", sentLo, r.status, r.raw)
+		}
+		sentLo, sentHi = sentLo+len(lcBigPayload), sentHi+len(lcBigPayload)+100
+		if num(r.json, "delivered") == 1 {
+			if sentLo > queueCap+absorbed {
+				t.Fatalf("still queued after %d bytes to a peer that does not read: the %d-byte cap is not applied", sentLo, queueCap)
+			}
+			continue
+		}
+		if sentHi <= queueCap {
+			t.Fatalf("dropped after at most %d bytes, within MAX_QUEUED_BYTES_PER_CONNECTION (%d)", sentHi, queueCap)
+		}
+		break
+	}
+	lcExpectSlowConsumerEnd(t, slow)
+	// The queue overflowed (abrupt=false), not a blocked write's timeout.
+	lcWaitLogs(t, ts.logs, map[*regexp.Regexp]int{
+		regexp.MustCompile(lcCloseLog("slow_consumer", 1013).String() + `reason="slow consumer" abrupt=false `): 1})
+	mtWaitMetrics(t, ts, mtSample{"relay_connections_closed_total", `cause="slow_consumer"`, 1})
+	relaytest.Eventually(t, 5*time.Second, func() bool {
+		return num(owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`).json, "subscriberCount") == 0
+	}, "the slow consumer unsubscribed")
 }
 
 // A subscribe refused by a cap is not left behind on the connection: it does

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -152,7 +153,7 @@ func (p *page) waitFor(from int, want ...string) int {
 
 func TestBrowserClient(t *testing.T) {
 	url := storetest.SQLiteURL(t)
-	addr := freeAddr(t)
+	addr := relaytest.FreeAddr(t)
 	env := map[string]string{"RELAY_ADDR": addr}
 	ts := startServer(t, url, env)
 	owner := ts.signup("alice@example.com")
@@ -213,10 +214,7 @@ func TestBrowserClient(t *testing.T) {
 	// reconnects are held at the proxy until the emits are done: they get a
 	// gap (the old ring is gone) and the replay.
 	px.holdNew()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ts.app.shutdown(ctx)
-	ts.app = nil
+	ts.stop()
 	ts2 := startServer(t, url, env)
 	c2 := ts2.client()
 	var seqs []int64

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -571,32 +570,13 @@ func TestLoadConfigSignupEmails(t *testing.T) {
 // TestRunCommandStopsOnBadConfig: `relay serve` with a bad variable returns an
 // error naming it, before touching the database or binding a port.
 func TestRunCommandStopsOnBadConfig(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "relay.db")
+	serveRefused(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "ten minutes"}, "IDLE_TIMEOUT_SECONDS")
+
+	// The same holds for migrate, and a bad command line is refused.
 	logs := &relaytest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := runCommand(ctx, []string{"serve"}, cfgEnv(map[string]string{
-		"RELAY_ADDR":           "127.0.0.1:0",
-		"RELAY_DEBUG_ADDR":     "",
-		"DATABASE_URL":         "sqlite:" + db,
-		"IDLE_TIMEOUT_SECONDS": "ten minutes",
-	}), logs)
-	if err == nil {
-		t.Fatal("serve started with IDLE_TIMEOUT_SECONDS=ten minutes")
-	}
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Fatalf("serve ran until the deadline instead of failing at start: %v", err)
-	}
-	if !strings.Contains(err.Error(), "IDLE_TIMEOUT_SECONDS") {
-		t.Fatalf("error %q does not name IDLE_TIMEOUT_SECONDS", err)
-	}
-	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
-		t.Fatalf("the database was touched before the configuration was checked (stat: %v)", statErr)
-	}
-
-	// The same holds for migrate, and a bad command line is refused.
-	err = runCommand(ctx, []string{"migrate"}, cfgEnv(map[string]string{"DATABASE_URL": "mysql://x"}), logs)
+	err := runCommand(ctx, []string{"migrate"}, cfgEnv(map[string]string{"DATABASE_URL": "mysql://x"}), logs)
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Fatalf("migrate with DATABASE_URL=mysql://x: %v", err)
 	}
@@ -604,6 +584,33 @@ func TestRunCommandStopsOnBadConfig(t *testing.T) {
 		if err := runCommand(ctx, args, cfgEnv(nil), logs); err == nil || !strings.Contains(err.Error(), "usage") {
 			t.Fatalf("args %q: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// serveRefused runs `relay serve` with env over a fresh SQLite path (the
+// public listener on a free loopback port, the operator listener off, unless
+// env says otherwise) and fails unless it stops at start, before the
+// database file exists, with an error containing each of want.
+func serveRefused(t *testing.T, env map[string]string, want ...string) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "relay.db")
+	vars := map[string]string{"RELAY_ADDR": "127.0.0.1:0", "RELAY_DEBUG_ADDR": "", "DATABASE_URL": "sqlite:" + db}
+	for k, v := range env {
+		vars[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := runCommand(ctx, []string{"serve"}, cfgEnv(vars), &relaytest.Buffer{})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("serve with %v: %v; want it refused at start, not run until the deadline", env, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("error %q does not say %q", err, w)
+		}
+	}
+	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
+		t.Fatalf("the database was touched before the configuration was checked (stat: %v)", statErr)
 	}
 }
 
@@ -688,21 +695,7 @@ func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
 	}
 
 	// relay serve refuses to start.
-	db := filepath.Join(t.TempDir(), "relay.db")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := runCommand(ctx, []string{"serve"}, cfgEnv(map[string]string{
-		"RELAY_ADDR": "127.0.0.1:0", "RELAY_DEBUG_ADDR": "0.0.0.0:0", "DATABASE_URL": "sqlite:" + db,
-	}), &relaytest.Buffer{})
-	if err == nil || ctx.Err() != nil {
-		t.Fatalf("serve with RELAY_DEBUG_ADDR=0.0.0.0:0 and no token: %v", err)
-	}
-	if !strings.Contains(err.Error(), "RELAY_DEBUG_ADDR") || !strings.Contains(err.Error(), "RELAY_DEBUG_TOKEN") {
-		t.Fatalf("error %q does not name RELAY_DEBUG_ADDR and RELAY_DEBUG_TOKEN", err)
-	}
-	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
-		t.Fatalf("the database was touched before the configuration was checked (stat: %v)", statErr)
-	}
+	serveRefused(t, map[string]string{"RELAY_DEBUG_ADDR": "0.0.0.0:0"}, "RELAY_DEBUG_ADDR", "RELAY_DEBUG_TOKEN")
 }
 
 // TestLoadConfigCluster: the cluster settings together (README.md ›
@@ -783,14 +776,5 @@ func TestLoadConfigCluster(t *testing.T) {
 		})
 	}
 	// relay serve stops at start, before touching the database.
-	db := filepath.Join(t.TempDir(), "relay.db")
-	err := runCommand(context.Background(), []string{"serve"}, cfgEnv(map[string]string{
-		"DATABASE_URL": "sqlite:" + db, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "127.0.0.1:7946",
-	}), &relaytest.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "needs PostgreSQL") {
-		t.Fatalf("serve with a cluster on SQLite: %v", err)
-	}
-	if _, statErr := os.Stat(db); !os.IsNotExist(statErr) {
-		t.Fatalf("the database was touched (stat: %v)", statErr)
-	}
+	serveRefused(t, map[string]string{"RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "127.0.0.1:7946"}, "needs PostgreSQL")
 }

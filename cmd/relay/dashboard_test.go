@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"html"
-	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -46,32 +46,30 @@ type dashPage struct {
 	body   string
 }
 
-func (c *dashClient) send(req *http.Request) dashPage {
+// send sends method path with body ("" for none) and header with the
+// client's cookies, and reads the answer.
+func (c *dashClient) send(method, path, body string, header http.Header) dashPage {
 	c.t.Helper()
-	res, err := c.http.Do(req)
+	r, err := relaytest.Do(c.http, method, c.ts.base+path, body, header)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return dashPage{status: res.StatusCode, header: res.Header, body: string(b)}
+	return dashPage{status: r.Status, header: r.Header, body: r.Raw}
 }
 
 func (c *dashClient) get(path string) dashPage {
 	c.t.Helper()
-	req, _ := http.NewRequest("GET", c.ts.base+path, nil)
-	return c.send(req)
+	return c.send("GET", path, "", nil)
 }
 
 // post submits form as a browser would (urlencoded, with Origin).
 func (c *dashClient) post(path string, form url.Values) dashPage {
 	c.t.Helper()
-	req, _ := http.NewRequest("POST", c.ts.base+path, strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	h := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
 	if c.origin != "" {
-		req.Header.Set("Origin", c.origin)
+		h.Set("Origin", c.origin)
 	}
-	return c.send(req)
+	return c.send("POST", path, form.Encode(), h)
 }
 
 // submit posts form with the CSRF token of the page at from.
@@ -229,9 +227,7 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 			s.header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(s.body, "svg.chart") {
 			t.Fatalf("stylesheet: %d %v", s.status, s.header)
 		}
-		req, _ := http.NewRequest("GET", ts.base+css[1], nil)
-		req.Header.Set("If-None-Match", s.header.Get("ETag"))
-		if nm := c.send(req); nm.status != http.StatusNotModified {
+		if nm := c.send("GET", css[1], "", http.Header{"If-None-Match": {s.header.Get("ETag")}}); nm.status != http.StatusNotModified {
 			t.Fatalf("conditional GET of the stylesheet: %d", nm.status)
 		}
 	})
@@ -423,10 +419,8 @@ func TestDashboardCSRF(t *testing.T) {
 		// token; a same-origin Referer is accepted too.
 		alice.origin = ""
 		alice.post(page+"/rename", with(token)).expectRedirect(t, page+"?done=renamed")
-		req, _ := http.NewRequest("POST", ts.base+page+"/rename", strings.NewReader(url.Values{"name": {"Again"}, "csrf": {token}}.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Referer", ts.base+page)
-		alice.send(req).expectRedirect(t, page+"?done=renamed")
+		alice.send("POST", page+"/rename", url.Values{"name": {"Again"}, "csrf": {token}}.Encode(),
+			http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "Referer": {ts.base + page}}).expectRedirect(t, page+"?done=renamed")
 		if n := dashProjectName(t, ts, p.id); n != "Again" {
 			t.Fatalf("name %q", n)
 		}

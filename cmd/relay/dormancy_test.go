@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,22 +13,43 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// runningProjects is projectsMatching of /debug/actors: project actors alive.
-func runningProjects(t *testing.T, ts *testServer) int {
+// liveActors is what /debug/actors counts: project actors alive, and the
+// channel actors of all of them.
+func liveActors(t *testing.T, ts *testServer) (projects, channels int) {
 	t.Helper()
-	status, body := getText(t, ts.debug+"/debug/actors")
+	status, body := getText(t, ts.debug+"/debug/actors?limit=500")
 	var v struct {
-		Total int `json:"projectsMatching"`
+		Total    int `json:"projectsMatching"`
+		Projects []struct {
+			Channels int `json:"channels"`
+		} `json:"projects"`
 	}
-	if status != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil {
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || len(v.Projects) != v.Total {
 		t.Fatalf("/debug/actors: %d %s", status, body)
 	}
-	return v.Total
+	for _, p := range v.Projects {
+		channels += p.Channels
+	}
+	return v.Total, channels
+}
+
+// expectActors fails unless /debug/actors shows projects and channels within
+// timeout (0: now).
+func expectActors(t *testing.T, ts *testServer, timeout time.Duration, projects, channels int, what string) {
+	t.Helper()
+	relaytest.EventuallyNil(t, timeout, func() error {
+		if p, c := liveActors(t, ts); p != projects || c != channels {
+			return fmt.Errorf("%s: %d project and %d channel actors, want %d and %d", what, p, c, projects, channels)
+		}
+		return nil
+	})
 }
 
 // Project and channel actors with nothing left to keep stop after
-// ACTOR_DORMANCY_SECONDS (counts rolled up, budgets run out); the project
-// works as before when it is used again, with seq still rising.
+// ACTOR_DORMANCY_SECONDS (counts rolled up, budgets and replay run out): a
+// channel nobody listens to stops while its project lives on, the project
+// once its last channel and connection are gone; each works as before when
+// used again, with seq still rising.
 func TestIdleProjectActorsStop(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) { idleProjectActorsStop(t, dbURL) })
 }
@@ -37,24 +61,71 @@ func idleProjectActorsStop(t *testing.T, dbURL string) {
 	}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("quiet")
+	emit := func(payload int, after float64) float64 {
+		t.Helper()
+		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, payload))
+		if r.status != http.StatusOK || num(r.json, "seq") <= after {
+			t.Fatalf("emit %d: %d %s (the seq before: %v)", payload, r.status, r.raw, after)
+		}
+		return num(r.json, "seq")
+	}
 	ws := subscribed(t, ts, p.publicKey, "room")
-	first := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
+	lobby := subscribed(t, ts, p.publicKey, "lobby")
+	seq := emit(1, 0)
 	ws.expectExcept(`{"channel":"room","payload":1}`, "seq")
-	if runningProjects(t, ts) != 1 {
-		t.Fatal("no project actor while connected")
-	}
-	ws.conn.Close()
-	clock.Advance(time.Minute) // the budget windows run out
-	relaytest.Eventually(t, 20*time.Second, func() bool { return runningProjects(t, ts) == 0 },
-		"idle project actor still running")
+	expectActors(t, ts, 0, 1, 2, "both channels in use")
 
-	again := owner.emit(p.secretKey, `{"channel":"room","payload":2}`)
-	if again.status != http.StatusOK || num(again.json, "seq") <= num(first.json, "seq") {
-		t.Fatalf("emit after the actor stopped: %d %s (first seq %v)", again.status, again.raw, first.json["seq"])
+	ws.conn.Close()
+	clock.Advance(time.Minute) // room's budget window and replay ring run out
+	expectActors(t, ts, 20*time.Second, 1, 1, "room idle, lobby still subscribed")
+	seq = emit(2, seq) // room's channel actor starts again inside the live project
+	expectActors(t, ts, 0, 1, 2, "room used again")
+
+	lobby.conn.Close()
+	clock.Advance(time.Minute)
+	expectActors(t, ts, 20*time.Second, 0, 0, "the whole project idle")
+	emit(3, seq)
+	expectActors(t, ts, 0, 1, 1, "the project used again")
+}
+
+// A cold project (its actor stopped as dormant) whose settings cannot be
+// loaded answers emits service_unavailable, over HTTP and on the socket
+// (PROTOCOL.md), and delivers none of them later; once the store is back the
+// load is retried and emits work again. The keys were used before, so the
+// edge knows them without the store.
+func TestColdProjectWithoutSettingsRefusesEmits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	clock := newClock()
+	ts := startServerAt(t, "sqlite:"+filepath.Join(dir, "relay.db"), map[string]string{
+		"RELAY_DEBUG_ADDR": "127.0.0.1:0", "ACTOR_DORMANCY_SECONDS": "1", "USAGE_ROLLUP_SECONDS": "1",
+	}, clock.Now)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("cold")
+	subscribed(t, ts, p.publicKey, "room").conn.Close()
+	if r := owner.emit(p.secretKey, `{"channel":"room","payload":0}`); r.status != http.StatusOK {
+		t.Fatalf("first emit: %d %s", r.status, r.raw)
 	}
-	if runningProjects(t, ts) != 1 {
-		t.Error("the project was used again but has no actor")
+	clock.Advance(time.Minute)
+	expectActors(t, ts, 20*time.Second, 0, 0, "the project gone cold")
+
+	// The store goes away (TestSQLiteDirectoryGone): nothing can be loaded.
+	if err := os.Rename(dir, dir+".moved"); err != nil {
+		t.Fatal(err)
 	}
+	sub := subscribed(t, ts, p.publicKey, "room")
+	owner.emit(p.secretKey, `{"channel":"room","payload":1}`).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+	sub.send(`{"action":"emit","channel":"room","type":"t","token":"x","payload":2}`)
+	sub.expect(`{"error":"service_unavailable","channel":"room"}`)
+	owner.emit(p.secretKey, `{"channel":"room","payload":3}`).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+
+	if err := os.Rename(dir+".moved", dir); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.Eventually(t, 10*time.Second, func() bool {
+		return owner.emit(p.secretKey, `{"channel":"room","payload":4}`).status == http.StatusOK
+	}, "emits accepted once the settings load")
+	sub.expectExcept(`{"channel":"room","payload":4}`, "seq") // not 1, 2 or 3
+	sub.expectSilence(100 * time.Millisecond)
 }
 
 // A deleted project's connections close with 4004 and its actor stops.
@@ -71,6 +142,5 @@ func deletedProjectActorStops(t *testing.T, dbURL string) {
 		t.Fatalf("delete: %d %s", r.status, r.raw)
 	}
 	ws.expectClose(4004, 5*time.Second)
-	relaytest.Eventually(t, 5*time.Second, func() bool { return runningProjects(t, ts) == 0 },
-		"deleted project's actor still running")
+	expectActors(t, ts, 5*time.Second, 0, 0, "the deleted project")
 }

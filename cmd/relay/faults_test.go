@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -20,7 +21,8 @@ import (
 
 // TestDatabaseGoesAwayAndComesBack: with PostgreSQL stopped, live
 // connections keep receiving and emits with known keys keep working (no
-// query on that path); what needs the database answers a clear 503; all of
+// query on that path); what needs the database (the API, an unknown key on
+// /emit or the handshake, a revocation) answers 503 service_unavailable; all of
 // it recovers when the database is back, usage counted meanwhile is written,
 // and goroutines and open files come back to where they were: nothing leaks.
 func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
@@ -59,6 +61,8 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	}
 	owner.do("GET", "/api/projects", "").expect(t, 503, `{"error":"service_unavailable"}`)
 	ts.client().emit("sk_live_neverseen", `{"channel":"a","payload":1}`).expect(t, 503, `{"error":"service_unavailable"}`)
+	ts.handshake("/ws?publicKey=pk_live_neverseen").expect(t, 503, `{"error":"service_unavailable"}`)
+	owner.revoke(p.secretKey, `{"jti":"during-the-outage"}`).expect(t, 503, `{"error":"service_unavailable"}`) // a known key; the store must keep it
 
 	storetest.StartPostgres(t)
 	stopped = false
@@ -86,6 +90,37 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	})
 	t.Logf("goroutines %d → %d, open files %d → %d (besides the pool's %d → %d connections)",
 		base.goroutines, now.goroutines, base.files, now.files, base.poolConns, now.poolConns)
+}
+
+// TestStoreFaultIsInternalError: a store error that is not an outage (a
+// table renamed behind the relay's back) answers 500 {"error":"internal_error"}
+// on the API and the dashboard's own 500 page, never with its cause, which
+// is logged at ERROR instead.
+func TestStoreFaultIsInternalError(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		owner := ts.signup("alice@example.com")
+		owner.createProject("demo")
+		d := ts.dash(t)
+		d.signup("bob@example.com")
+		st, err := store.Open(context.Background(), dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if _, err := st.DB().ExecContext(context.Background(), "ALTER TABLE projects RENAME TO projects_gone"); err != nil {
+			t.Fatal(err)
+		}
+		owner.do("GET", "/api/projects", "").expect(t, http.StatusInternalServerError, `{"error":"internal_error"}`)
+		page := d.get("/")
+		page.expectError(t, http.StatusInternalServerError, "Something went wrong on our side. Try again in a moment.")
+		if strings.Contains(page.body, "no such table") || strings.Contains(page.body, "does not exist") { // SQLite's, PostgreSQL's
+			t.Fatalf("the dashboard shows the cause:\n%s", page.body)
+		}
+		if logs := ts.logs.String(); !regexp.MustCompile(`level=ERROR .*projects`).MatchString(logs) {
+			t.Fatalf("the cause is not logged at ERROR:\n%s", logs)
+		}
+	})
 }
 
 // resources are what a leak would grow, in this process (the server and the

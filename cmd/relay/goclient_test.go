@@ -475,19 +475,9 @@ func TestGoClientPairsEmitAnswers(t *testing.T) {
 	listener.expectSilence(100 * time.Millisecond)
 }
 
-// freeAddr reserves a loopback port for a server that restarts on it.
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func TestGoClientReconnectsAndReplays(t *testing.T) {
 	url := storetest.SQLiteURL(t)
-	addr := freeAddr(t)
+	addr := relaytest.FreeAddr(t) // the restarted server listens there again
 	env := map[string]string{"RELAY_ADDR": addr}
 	ts := startServer(t, url, env)
 	owner := ts.signup("alice@example.com")
@@ -518,10 +508,7 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 
 	// Restart the server on the same address and database. Two attempts fail
 	// while it is down; the third waits until the emits below are done.
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ts.app.shutdown(sctx)
-	ts.app = nil
+	ts.stop()
 	var waits []time.Duration
 	for range 2 {
 		w := clk.backoff(t)

@@ -75,16 +75,24 @@ func startServerAt(t testing.TB, dbURL string, env map[string]string, now func()
 		ts.debug = "http://" + a.debugAddr.String()
 	}
 	t.Cleanup(func() {
-		if ts.app == nil {
-			return // the test shut it down itself
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
+		if ts.app != nil { // else the test shut it down itself
+			ts.stop()
 		}
 	})
 	return ts
+}
+
+// stop shuts the in-process server down now, within 10 s, and fails the test
+// on an error; ts.app is nil afterwards.
+func (ts *testServer) stop() {
+	ts.t.Helper()
+	a := ts.app
+	ts.app = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.shutdown(ctx); err != nil {
+		ts.t.Fatalf("shutdown: %v", err)
+	}
 }
 
 // newClock is a test clock standing half-way through the current wall-clock
@@ -97,11 +105,17 @@ func newClock() *relaytest.Clock {
 // debugServer starts a relay on SQLite with the operator listener on.
 func debugServer(t testing.TB, env map[string]string) *testServer {
 	t.Helper()
+	return debugServerAt(t, env, time.Now)
+}
+
+// debugServerAt is debugServer on the clock now.
+func debugServerAt(t testing.TB, env map[string]string, now func() time.Time) *testServer {
+	t.Helper()
 	vars := map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"}
 	for k, v := range env {
 		vars[k] = v
 	}
-	return startServer(t, storetest.SQLiteURL(t), vars)
+	return startServerAt(t, storetest.SQLiteURL(t), vars, now)
 }
 
 // binaryServer is the real binary (relaytest.StartBinary) behind the same

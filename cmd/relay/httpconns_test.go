@@ -103,9 +103,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 	for range perProject {
 		ts.dialWS(p.publicKey)
 	}
-	if _, status, _ := ts.tryDialWS(p.publicKey); status != http.StatusTooManyRequests {
-		t.Fatalf("WebSocket %d: status %d, want 429 too_many_connections", perProject+1, status)
-	}
+	ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
 
 	// The slots free up as the server sees the closes.
 	var held []*rawHTTP

@@ -74,12 +74,7 @@ func TestIsolationRevokeByJTI(t *testing.T) {
 		}
 
 		// After a restart on the same database: still B's only.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ts.app.shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-		ts.app = nil
+		ts.stop()
 		ts2 := startServer(t, url, nil)
 		subA2 := presenceSub(t, ts2, a.publicKey, "room", "x")
 		subA2.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)

@@ -99,10 +99,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	for _, ck := range owner.http.Jar.Cookies(mustURL(ts.base)) {
 		cookie = ck.Value
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ts.app.shutdown(ctx)
-	ts.app = nil
+	ts.stop()
 	logs := ts.logs.String()
 	if len(logs) < 500 {
 		t.Fatalf("suspiciously short logs:\n%s", logs)

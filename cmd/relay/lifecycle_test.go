@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -110,6 +109,29 @@ func lcDialSmallBuffer(t *testing.T, ts *testServer, publicKey string) *wsClient
 	return &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
 }
 
+// lcExpectSlowConsumerEnd reads what a peer that stopped reading was left
+// once closed as a slow consumer: its queue was dropped, so it reads what its
+// socket held and then the end, the 1013 frame when the socket had room for
+// it, else the TCP close (1006 is the library's name for a close without a
+// frame).
+func lcExpectSlowConsumerEnd(t *testing.T, slow *wsClient) {
+	t.Helper()
+	go slow.readLoop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, ok := slow.next(time.Until(deadline))
+		if !ok {
+			t.Fatal("slow consumer's connection did not end")
+		}
+		if f.closed && (f.closeCode != 1013 || f.reason != "slow consumer") && f.closeCode != websocket.CloseAbnormalClosure {
+			t.Fatalf("slow consumer closed with %d %q, want 1013 \"slow consumer\" or no frame", f.closeCode, f.reason)
+		}
+		if f.closed || f.err != nil {
+			return
+		}
+	}
+}
+
 // lcBigPayload is a JSON string that makes a message of about 120 KiB, under
 // the 128 KiB cap.
 var lcBigPayload = `"` + strings.Repeat("p", 120<<10) + `"`
@@ -138,23 +160,6 @@ func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth boo
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return (&client{t: t, ts: ts, http: hc}).send(method, path, body, "application/json", h)
-}
-
-// lcHandshake tries a real WebSocket handshake on path and returns the refusal
-// (status and body), or 101 and "" if it opened (the connection is closed).
-func lcHandshake(t *testing.T, ts *testServer, pathAndQuery string) (int, string, http.Header) {
-	t.Helper()
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	conn, res, err := d.Dial("ws://"+strings.TrimPrefix(ts.base, "http://")+pathAndQuery, nil)
-	if err == nil {
-		conn.Close()
-		return http.StatusSwitchingProtocols, "", nil
-	}
-	if res == nil {
-		t.Fatalf("handshake %s: %v", pathAndQuery, err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(body), res.Header
 }
 
 // ---- 1. every close cause: code, counter, log line ----
@@ -227,24 +232,7 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 						t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
 					}
 				}
-				// Its queue is dropped, so the peer reads what its socket
-				// held and then the end: the 1013 frame when the socket had
-				// room for it, else the TCP close (1006 is the library's name
-				// for a close without a frame).
-				go slow.readLoop()
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					f, ok := slow.next(time.Until(deadline))
-					if !ok {
-						t.Fatal("slow consumer's connection did not end")
-					}
-					if f.closed && f.closeCode != 1013 && f.closeCode != websocket.CloseAbnormalClosure {
-						t.Fatalf("slow consumer closed with %d %q, want 1013 or no frame", f.closeCode, f.reason)
-					}
-					if f.closed || f.err != nil {
-						break
-					}
-				}
+				lcExpectSlowConsumerEnd(t, slow)
 				if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`); num(r.json, "subscriberCount") != 0 {
 					t.Fatalf("slow consumer still subscribed: %s", r.raw)
 				}
@@ -481,20 +469,11 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		}
 		// A real WebSocket handshake on an unknown path or with a wrong key
 		// is refused in JSON too, never upgraded.
-		for _, path := range []string{"/ws/", "/ws/x", "/wss", "/emit"} {
-			status, body, _ := lcHandshake(t, ts, path+"?publicKey="+p.publicKey)
-			want := http.StatusNotFound
-			if path == "/emit" {
-				want = http.StatusMethodNotAllowed
-			}
-			if status != want || (status == 404 && canonical(jsonOf(body)) != `{"error":"not_found"}`) ||
-				(status == 405 && canonical(jsonOf(body)) != `{"error":"method_not_allowed"}`) {
-				t.Errorf("handshake on %s: %d %q, want %d in JSON", path, status, body, want)
-			}
+		for _, path := range []string{"/ws/", "/ws/x", "/wss"} {
+			ts.handshake(path+"?publicKey="+p.publicKey).expect(t, http.StatusNotFound, `{"error":"not_found"}`)
 		}
-		if status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.secretKey); status != http.StatusUnauthorized || canonical(jsonOf(body)) != `{"error":"unauthorized"}` {
-			t.Errorf("handshake with the secret key: %d %q", status, body)
-		}
+		ts.handshake("/emit?publicKey="+p.publicKey).expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+		ts.handshake("/ws?publicKey="+p.secretKey).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 
 		// The Authorization header.
 		auths := []struct {
@@ -561,14 +540,6 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 
 		lcPost(t, ts, "POST", "/emit-tokens/revoke", "bearer "+p.secretKey, true, `{"jti":"x"}`).expect(t, http.StatusOK, `{"ok":true}`)
 	})
-}
-
-func jsonOf(s string) any {
-	var v any
-	if json.Unmarshal([]byte(s), &v) != nil {
-		return s
-	}
-	return v
 }
 
 // TestRefusedUpgradeClosesItsConnection: a GET /ws with a good key that is
@@ -651,6 +622,17 @@ func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 func lcFillCount() (n int, ok bool) {
 	const frameBytes = 120 << 10
 	const queueBytes = lcQueueBytes
+	absorbed, ok := lcSocketBuffers()
+	n = (absorbed+(1<<20))/frameBytes + 1
+	return n, ok && n*frameBytes < queueBytes-(1<<20)
+}
+
+// lcSocketBuffers bounds what the kernel holds of the frames sent to an
+// lcDialSmallBuffer peer that does not read: the server's send buffer (at
+// most tcp_wmem's maximum, which it autotunes to) and the peer's 32 KiB
+// receive buffer (doubled by the kernel), with room to spare. ok is false
+// when tcp_wmem cannot be read.
+func lcSocketBuffers() (bytes int, ok bool) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
 	if err != nil {
 		return 0, false
@@ -659,9 +641,8 @@ func lcFillCount() (n int, ok bool) {
 	if len(f) != 3 {
 		return 0, false
 	}
-	sendMax, _ := strconv.Atoi(f[2])
-	n = (sendMax+(256<<10)+(1<<20))/frameBytes + 1
-	return n, sendMax > 0 && n*frameBytes < queueBytes-(1<<20)
+	sendMax, err := strconv.Atoi(f[2])
+	return sendMax + 256<<10, err == nil && sendMax > 0
 }
 
 // lcQueueBytes is the write-queue cap of the binaries that lcFillCount
@@ -732,10 +713,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 					t.Fatalf("exited while a connection was still draining:\n%s", proc.Logs.String())
 				default:
 				}
-				status, body, _ := lcHandshake(t, ts, "/ws?publicKey="+p.publicKey)
-				if status != http.StatusServiceUnavailable || canonical(jsonOf(body)) != `{"error":"service_unavailable"}` {
-					t.Fatalf("handshake during the drain: %d %q, want 503 service_unavailable", status, body)
-				}
+				ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
 				owner.emit(p.secretKey, `{"channel":"live","payload":"late"}`).expect(t, 503, `{"error":"service_unavailable"}`)
 				owner.revoke(p.secretKey, `{"clientId":"x"}`).expect(t, 503, `{"error":"service_unavailable"}`)
 				if n := ts.metrics(t).Get(t, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {

@@ -32,14 +32,9 @@ func TestConnectionCapPerProject(t *testing.T) {
 	other := owner.createProject("other")
 	first := ts.dialWS(p.publicKey)
 	ts.dialWS(p.publicKey)
-	res, err := http.Get(ts.base + "/ws?publicKey=" + p.publicKey) // a plain request shows the body
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if _, status, _ := ts.tryDialWS(p.publicKey); status != http.StatusTooManyRequests || res.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("third connection: %d / %d, want 429", status, res.StatusCode)
-	}
+	ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
+	// The cap is checked before the upgrade: a plain request gets it too.
+	ts.client().do("GET", "/ws?publicKey="+p.publicKey, "").expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
 	ts.dialWS(other.publicKey) // another project has its own cap
 	first.conn.Close()
 	relaytest.Eventually(t, 5*time.Second, func() bool { _, status, _ := ts.tryDialWS(p.publicKey); return status == http.StatusSwitchingProtocols }, "a connection slot free again")

@@ -14,7 +14,6 @@ import (
 
 	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
-	"github.com/relayhq/relay/store/storetest"
 )
 
 // The /metrics counters that TestOperatorEndpointsDuringTraffic does not
@@ -79,10 +78,9 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 		}
 		return num(r.json, "subscriberCount") == 1
 	}, "the unread subscription counted")
-	// Messages of 120 KiB from four emitters at once, so that the 8 MiB
-	// queue overflows well within the 10 s write timeout even on a busy
-	// machine.
-	big := `"` + strings.Repeat("p", 120<<10) + `"`
+	// Messages of 120 KiB from four emitters at once, so that the write
+	// queue (MAX_QUEUED_BYTES_PER_CONNECTION, 2 MiB) overflows well within
+	// the 10 s write timeout even on a busy machine.
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	var sent atomic.Int64
@@ -92,7 +90,7 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 			defer wg.Done()
 			c := ts.client()
 			for ts.app.transport.Stats().SlowConsumers == 0 && sent.Add(1) <= 1000 {
-				if r, ok := emit(c, big); !ok {
+				if r, ok := emit(c, lcBigPayload); !ok {
 					failed.Store(fmt.Sprintf("emit: %d %s", r.status, r.raw))
 					return
 				}
@@ -191,7 +189,7 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 // kind="project" and nothing else.
 func TestMetricsProjectRateLimited(t *testing.T) {
 	clock := newClock() // the fixed window stays whole
-	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
+	ts := debugServerAt(t, map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	var ok, limited int
@@ -228,7 +226,7 @@ func TestMetricsProjectRateLimited(t *testing.T) {
 // (kind="client").
 func TestMetricsClientEmits(t *testing.T) {
 	clock := newClock() // both client-emits fall in one second of the window
-	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
+	ts := debugServerAt(t, map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")
 	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")

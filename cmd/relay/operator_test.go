@@ -15,8 +15,7 @@ import (
 
 func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 	// The clock stands still: the channel budget's minute window stays whole.
-	clock := relaytest.NewClock(time.Now())
-	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0", "EMIT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
+	ts := debugServerAt(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "2"}, newClock().Now)
 	debug := ts.debug
 	owner := ts.signup("alice@example.com")
 	p := owner.createProject("demo")

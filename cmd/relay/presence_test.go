@@ -458,12 +458,7 @@ func TestRevokeEndpoint(t *testing.T) {
 
 		// Revocations survive a restart: the server stops, and a second one
 		// starts on the same database.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.ts.app.shutdown(ctx); err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-		s.ts.app = nil
+		s.ts.stop()
 		ts2 := startServerAt(t, url, nil, clock.Now)
 		ann2 := presenceSub(t, ts2, s.p.publicKey, "chat", "ann")
 		ann2.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)

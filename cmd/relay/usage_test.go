@@ -37,12 +37,7 @@ func TestUsageRowsExact(t *testing.T) {
 		conns[0].conn.Close()
 		ts.dialWS(p.publicKey)
 		owner.emit(p.secretKey, `{"channel":"b","payload":1}`)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := ts.app.shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-		ts.app = nil
+		ts.stop()
 		ts2 := startServer(t, url, nil) // read back through a fresh process core
 		us, err := ts2.app.store.Usage(context.Background(), p.id, day)
 		if err != nil || len(us) != 1 || us[0].ConnectionCount != 4 || us[0].MessageCount != 6 || us[0].PeakConcurrentConnections != 3 {

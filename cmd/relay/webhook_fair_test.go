@@ -15,6 +15,74 @@ import (
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
 
+// hangingReceiver is a webhook endpoint that accepts and reads every
+// request and never answers until the test ends; it counts the requests.
+// Start it after the server: its cleanup then runs first, so the server's
+// shutdown does not wait on it.
+func hangingReceiver(t *testing.T) (url string, requests *atomic.Int64) {
+	hang := make(chan struct{})
+	requests = &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hang) }) // before srv.Close, which waits for the handlers
+	return srv.URL, requests
+}
+
+// TestWebhookQueueSettings: WEBHOOK_WORKERS, WEBHOOK_IN_FLIGHT_PER_PROJECT,
+// WEBHOOK_QUEUE_PER_PROJECT and WEBHOOK_QUEUE_TOTAL each bound the
+// dispatcher as README › Webhooks says, set here below their defaults, with
+// receivers that never answer: A's first connect is under way and its next
+// three wait, the two after that are dropped for A's own queue; C's connect
+// takes the second and last worker; B's connect waits though B has nothing
+// under way, and B's next is dropped for the shared queue.
+func TestWebhookQueueSettings(t *testing.T) {
+	ts := debugServer(t, map[string]string{
+		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_TIMEOUT_MS": "60000",
+		"WEBHOOK_WORKERS": "2", "WEBHOOK_IN_FLIGHT_PER_PROJECT": "1", "WEBHOOK_QUEUE_PER_PROJECT": "3", "WEBHOOK_QUEUE_TOTAL": "4",
+	})
+	owner := ts.signup("alice@example.com")
+	var keys []string
+	var requests []*atomic.Int64
+	for _, name := range []string{"a", "b", "c"} {
+		p := owner.createProject(name)
+		url, n := hangingReceiver(t)
+		setWebhook(t, ts, p.id, url, "whsec-"+name)
+		keys, requests = append(keys, p.publicKey), append(requests, n)
+	}
+	a, b, c := 0, 1, 2
+	connect := func(project, sockets int) {
+		t.Helper()
+		for range sockets {
+			ts.dialWS(keys[project])
+		}
+	}
+	drops := func(reason string) string { return `reason="` + reason + `"` }
+
+	connect(a, 1)
+	relaytest.Eventually(t, 5*time.Second, func() bool { return requests[a].Load() == 1 }, "A's first connect sent")
+	connect(a, 5)
+	mtWaitMetrics(t, ts, mtSample{"relay_webhook_in_flight", "", 1}, mtSample{"relay_webhook_queued", "", 3},
+		mtSample{"relay_webhook_drops_total", drops("project_queue_full"), 2}, mtSample{"relay_webhook_projects_full", "", 1})
+	connect(c, 1)
+	relaytest.Eventually(t, 5*time.Second, func() bool { return requests[c].Load() == 1 }, "C's connect sent")
+	connect(b, 1)
+	mtWaitMetrics(t, ts, mtSample{"relay_webhook_in_flight", "", 2}, mtSample{"relay_webhook_queued", "", 4})
+	connect(b, 1)
+	mtWaitMetrics(t, ts, mtSample{"relay_webhook_drops_total", drops("queue_full"), 1},
+		mtSample{"relay_webhook_drops_total", drops("project_queue_full"), 2},
+		mtSample{"relay_webhook_in_flight", "", 2}, mtSample{"relay_webhook_queued", "", 4},
+		mtSample{"relay_webhook_projects_queued", "", 3})
+	if got := [3]int64{requests[a].Load(), requests[b].Load(), requests[c].Load()}; got != [3]int64{1, 0, 1} {
+		t.Fatalf("requests received by A, B, C: %v, want [1 0 1]", got)
+	}
+}
+
 // TestWebhooksFairBetweenProjects replays the attack of "Hardening, second
 // round": project A's receiver accepts and never answers while A opens and
 // closes sockets as fast as it can. Project B's connect and disconnect
@@ -31,18 +99,8 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 	a := ts.signup("alice@example.com").createProject("attacker")
 	b := ts.signup("bob@example.com").createProject("bystander")
 
-	hang := make(chan struct{})
-	var aRequests atomic.Int64
-	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		aRequests.Add(1)
-		select { // accepts, reads, never answers
-		case <-hang:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(hanging.Close)
-	t.Cleanup(func() { close(hang) }) // runs first: the server can then close
-	setWebhook(t, ts, a.id, hanging.URL+"/hook?token=s3cret-a", "whsec-a")
+	hangingURL, aRequests := hangingReceiver(t)
+	setWebhook(t, ts, a.id, hangingURL+"/hook?token=s3cret-a", "whsec-a")
 	rec := newReceiver(t, "whsec-b", 0)
 	setWebhook(t, ts, b.id, rec.srv.URL+"/hook", "whsec-b")
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -71,6 +72,26 @@ func (ts *testServer) dialWSWith(publicKey string, read bool) (*wsClient, int, e
 		go c.readLoop()
 	}
 	return c, http.StatusSwitchingProtocols, nil
+}
+
+// handshake tries a real WebSocket handshake on pathAndQuery and returns the
+// answer: a refusal with its headers and JSON body, or 101 with the
+// upgrade's headers (the connection is then closed at once).
+func (ts *testServer) handshake(pathAndQuery string) response {
+	ts.t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	conn, res, err := d.Dial("ws://"+strings.TrimPrefix(ts.base, "http://")+pathAndQuery, nil)
+	if err == nil {
+		conn.Close()
+		return response{status: res.StatusCode, header: res.Header}
+	}
+	if res == nil {
+		ts.t.Fatalf("handshake %s: %v", pathAndQuery, err)
+	}
+	raw, _ := io.ReadAll(res.Body) // what the dialer kept of a refusal's body
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	json.Unmarshal(raw, &r.json)
+	return r
 }
 
 // readLoop turns everything the server sends into frames, so that a test

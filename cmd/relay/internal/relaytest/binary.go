@@ -56,25 +56,13 @@ var (
 // alice@example.com.
 func StartBinary(t testing.TB, env ...string) *Process {
 	t.Helper()
-	bin, err := binary()
-	if err != nil {
-		t.Fatalf("build relay: %v", err)
-	}
-	dir := t.TempDir()
-	vars := append([]string{
-		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "LOG_FORMAT=text",
-		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",
-	}, env...)
+	p := &Process{Cmd: serveCommand(t, env), Logs: &Buffer{}, Exited: make(chan struct{})}
 	debugOn := true
-	for _, kv := range vars {
+	for _, kv := range p.Cmd.Env { // the last one counts, as for exec
 		if v, ok := strings.CutPrefix(kv, "RELAY_DEBUG_ADDR="); ok {
 			debugOn = v != ""
 		}
 	}
-	p := &Process{Logs: &Buffer{}, Exited: make(chan struct{})}
-	p.Cmd = exec.Command(bin, "serve")
-	p.Cmd.Dir = dir
-	p.Cmd.Env = append(os.Environ(), vars...)
 	p.Cmd.Stderr = p.Logs
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -109,6 +97,24 @@ func StartBinary(t testing.TB, env ...string) *Process {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// serveCommand is `relay serve` in a fresh temp dir with StartBinary's
+// defaults, then env.
+func serveCommand(t testing.TB, env []string) *exec.Cmd {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatalf("build relay: %v", err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "serve")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{
+		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "LOG_FORMAT=text",
+		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",
+	}, env...)...)
+	return cmd
 }
 
 // binary builds cmd/relay once per test binary, into a directory named after

@@ -3,6 +3,7 @@ package relaytest
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,4 +136,11 @@ func TestStartBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.Exited
+}
+
+func TestRunBinary(t *testing.T) {
+	code, out := RunBinary(t, 30*time.Second, "IDLE_TIMEOUT_SECONDS=ten minutes")
+	if code != 1 || !strings.Contains(out, "IDLE_TIMEOUT_SECONDS") {
+		t.Fatalf("a start with a bad variable: exit %d, output:\n%s", code, out)
+	}
 }

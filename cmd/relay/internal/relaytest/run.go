@@ -2,9 +2,7 @@ package relaytest
 
 import (
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -15,17 +13,7 @@ import (
 // killed (by its pid) and fails the test.
 func RunBinary(t testing.TB, timeout time.Duration, env ...string) (code int, output string) {
 	t.Helper()
-	bin, err := binary()
-	if err != nil {
-		t.Fatalf("build relay: %v", err)
-	}
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "serve")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append([]string{
-		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "LOG_FORMAT=text",
-		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",
-	}, env...)...)
+	cmd := serveCommand(t, env)
 	logs := &Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -33,6 +21,7 @@ func RunBinary(t testing.TB, timeout time.Duration, env ...string) (code int, ou
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(timeout):
