@@ -41,7 +41,7 @@ const (
 	CodeBodyTooLarge         Code = "body_too_large"
 	CodeInternal             Code = "internal_error"
 	CodeTooManySubscriptions Code = "too_many_subscriptions" // WebSocket: MAX_SUBSCRIPTIONS_PER_CONNECTION
-	CodeTooManyConnections   Code = "too_many_connections"   // handshake 429: MAX_CONNECTIONS_PER_PROJECT
+	CodeTooManyConnections   Code = "too_many_connections"   // handshake 429: MAX_CONNECTIONS_PER_PROJECT or MAX_CONNECTIONS_PER_ADDRESS
 	CodeTooManyAttempts      Code = "too_many_attempts"      // 429: login or signup throttled
 	CodeUnavailable          Code = "service_unavailable"
 	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
