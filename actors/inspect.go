@@ -45,6 +45,7 @@ type ProjectInfo struct {
 	ClientEmit        bool          `json:"clientEmitConfigured"`
 	Webhook           bool          `json:"webhookConfigured"`
 	Mailbox           int64         `json:"mailbox"`
+	HeldEmits         int           `json:"heldEmits"` // emits waiting for the project's first settings load
 	ChannelList       []ChannelInfo `json:"channelList,omitempty"`
 	ChannelsTotal     int           `json:"channelsMatching,omitempty"`
 }
@@ -89,6 +90,7 @@ func (a *projectActor) inspect(m *inspectProject) {
 		Backstop: a.backstop.peek(now, a.cfg.ProjectRatePerMinute), ChannelRateLimit: limit,
 		RevokedJTIs: len(a.revokedJTIs), RevokedClientIDs: len(a.revokedClients), ClientEmitWindows: len(a.clientWindows),
 		ClientEmit: a.settings.ClientEmitSecret != "", Webhook: a.settings.WebhookURL != "", Mailbox: a.mailbox.depth(),
+		HeldEmits: len(a.heldEmits),
 	}
 	channels := map[string]*actor.PID{}
 	if m.channel != "" {
