@@ -189,8 +189,13 @@ func TestLoadingHoldsABoundedNumberOfEmits(t *testing.T) {
 func TestIdleProjectActorsStop(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
+	var loads atomic.Int64
 	sys := newTestSystem(t, Config{ActorDormancy: 20 * time.Millisecond,
-		Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+		Now: func() time.Time { return time.Unix(0, clock.Load()) },
+		LoadSettings: func(context.Context, string) (Settings, error) {
+			loads.Add(1)
+			return Settings{ChannelRateLimit: 7}, nil // the store's override, which a new actor must load again
+		}})
 	for i := range 200 {
 		if r, err := sys.Publish(context.Background(), fmt.Sprint("p", i), "c", []byte(`1`)); err != nil || r.Err != nil {
 			t.Fatalf("publish: %v %+v", err, r)
@@ -206,8 +211,12 @@ func TestIdleProjectActorsStop(t *testing.T) {
 	if r, _ := sys.Publish(context.Background(), "kept", "c", []byte(`1`)); r.Delivered != 1 {
 		t.Errorf("kept project: %+v", r)
 	}
-	if r, _ := sys.Publish(context.Background(), "p7", "c", []byte(`1`)); r.Err != nil || r.Seq == 0 {
-		t.Errorf("a stopped project used again: %+v", r)
+	before := loads.Load()
+	if r, _ := sys.Publish(context.Background(), "p7", "c", []byte(`1`)); r.Err != nil || r.Seq == 0 || r.Channel.Limit != 7 {
+		t.Errorf("a stopped project used again: %+v, want its channel budget of 7 from the store", r)
+	}
+	if loads.Load() != before+1 {
+		t.Errorf("settings loaded %d times for the project used again, want 1", loads.Load()-before)
 	}
 }
 
