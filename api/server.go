@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relayhq/relay/actors"
@@ -61,17 +62,19 @@ type Server struct {
 	transport *transport.Server
 	metrics   *Metrics
 
-	// draining refuses new connection-plane requests once shutdown begins;
-	// inflight is held (read-locked) by each emit, handshake and revoke in
-	// progress, so Drain can wait for them.
 	loginPerEmail, loginPerIP, signupPerIP *throttle
 	revokesPerProject                      *throttle // the revoke endpoint's budget
 	loginPerPair                           *throttle // an email from an address
 	signupInvalid                          *throttle // signups refused before the hash, per address
 	trustedProxies                         []netip.Prefix
 
+	// draining refuses new connection-plane requests once shutdown begins;
+	// inflight is held (read-locked) by each emit, handshake and revoke in
+	// progress, so Drain can wait for them. /readyz reads draining without
+	// the lock: a probe must neither wait for those requests nor, as a
+	// waiting writer, hold up new ones.
 	inflight sync.RWMutex
-	draining bool
+	draining atomic.Bool
 	now      func() time.Time
 
 	ready readiness // /readyz's cached write check
@@ -131,8 +134,9 @@ func New(o Options) *Server {
 // so that every emit answered 200 has been handed to its subscribers' queues
 // before the connections are closed.
 func (s *Server) Drain() {
+	s.draining.Store(true) // /readyz answers 503 from now on
+	// Wait for the requests that found draining false: they hold inflight.
 	s.inflight.Lock()
-	s.draining = true
 	s.inflight.Unlock()
 }
 
@@ -140,7 +144,7 @@ func (s *Server) Drain() {
 // The caller must call the returned func when done.
 func (s *Server) enter(w http.ResponseWriter) (leave func(), ok bool) {
 	s.inflight.RLock()
-	if s.draining {
+	if s.draining.Load() {
 		s.inflight.RUnlock()
 		writeError(w, proto.CodeUnavailable)
 		return nil, false
@@ -157,12 +161,9 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 // handleReadyz answers 200 only when the store commits a write within a
 // second (checked at most once a second; readiness.go).
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	s.inflight.Lock()
-	draining := s.draining
-	s.inflight.Unlock()
 	// A draining node tells its load balancer at once, so that emits go
 	// elsewhere while it hands off and closes its sockets.
-	if draining {
+	if s.draining.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return
 	}

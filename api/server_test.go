@@ -1,0 +1,87 @@
+package api
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store"
+)
+
+// TestReadyzDoesNotQueueBehindRequests: /readyz neither waits for the
+// connection-plane requests in progress nor, while waiting, holds up new
+// ones; once Drain begins it answers 503 at once, before those requests
+// finish, and Drain still waits for them.
+func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionKey: []byte("k")})
+
+	// readyz answers within a second, or the test fails naming what.
+	readyz := func(what string) int {
+		t.Helper()
+		got := make(chan int, 1)
+		go func() {
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			got <- w.Code
+		}()
+		select {
+		case code := <-got:
+			return code
+		case <-time.After(time.Second):
+			t.Fatalf("%s: /readyz waited for a request in progress", what)
+			return 0
+		}
+	}
+
+	leave, ok := s.enter(httptest.NewRecorder()) // an emit in progress
+	if !ok {
+		t.Fatal("not admitted before draining")
+	}
+	if code := readyz("before draining"); code != http.StatusOK {
+		t.Fatalf("/readyz before draining: %d", code)
+	}
+	if leave2, ok := s.enter(httptest.NewRecorder()); !ok {
+		t.Fatal("a second request refused after /readyz")
+	} else {
+		leave2()
+	}
+
+	drained := make(chan struct{})
+	go func() { s.Drain(); close(drained) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for readyz("draining") != http.StatusServiceUnavailable {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz still 200 after Drain began")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-drained:
+		t.Fatal("Drain returned with a request in progress")
+	default:
+	}
+	leave()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain did not return once the request finished")
+	}
+	w := httptest.NewRecorder()
+	if _, ok := s.enter(w); ok || w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a new request after Drain: admitted %v, status %d", ok, w.Code)
+	}
+}
