@@ -69,16 +69,17 @@ func NewMetrics(src MetricSources) *Metrics {
 			func() float64 { return float64(f()) }))
 	}
 	if tr := src.Transport; tr != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_connections_open", Help: "Live WebSocket connections."},
-			func() float64 { return float64(tr.Len()) }))
-		counter("relay_connections_opened_total", "WebSocket connections opened.", nil, func() int64 { return tr.Stats().Opened })
-		for _, c := range transport.Causes() {
-			c := c
-			counter("relay_connections_closed_total", "WebSocket connections closed, by cause (README › Close codes).",
-				prometheus.Labels{"cause": c.String()}, func() int64 { return tr.Stats().ClosedBy[c.String()] })
+		c := &statsCollector[transport.Stats]{snapshot: tr.Stats}
+		c.gauge("relay_connections_open", "Live WebSocket connections.", nil, func(s transport.Stats) int64 { return s.Open })
+		c.counter("relay_connections_opened_total", "WebSocket connections opened.", nil, func(s transport.Stats) int64 { return s.Opened })
+		for _, cause := range transport.Causes() {
+			name := cause.String()
+			c.counter("relay_connections_closed_total", "WebSocket connections closed, by cause (README › Close codes).",
+				prometheus.Labels{"cause": name}, func(s transport.Stats) int64 { return s.ClosedBy[name] })
 		}
-		counter("relay_frames_sent_total", "Frames written to sockets.", nil, func() int64 { return tr.Stats().FramesSent })
-		counter("relay_write_calls_total", "writev calls (frames per call = frames_sent / write_calls).", nil, func() int64 { return tr.Stats().WriteCalls })
+		c.counter("relay_frames_sent_total", "Frames written to sockets.", nil, func(s transport.Stats) int64 { return s.FramesSent })
+		c.counter("relay_write_calls_total", "writev calls (frames per call = frames_sent / write_calls).", nil, func(s transport.Stats) int64 { return s.WriteCalls })
+		reg.MustRegister(c)
 	}
 	if sys := src.Actors; sys != nil {
 		c := sys.Counters()
@@ -93,37 +94,67 @@ func NewMetrics(src MetricSources) *Metrics {
 		counter("relay_replay_gaps_total", "replay_gap events sent.", nil, c.ReplayGaps.Load)
 	}
 	if wh := src.Webhooks; wh != nil {
+		c := &statsCollector[webhook.Stats]{snapshot: wh.Stats}
 		for outcome, f := range map[string]func(webhook.Stats) int64{
 			"sent": func(s webhook.Stats) int64 { return s.Sent }, "failed": func(s webhook.Stats) int64 { return s.Failed },
 			"dropped": func(s webhook.Stats) int64 { return s.Dropped }, "refused": func(s webhook.Stats) int64 { return s.Refused },
 		} {
-			f := f
-			counter("relay_webhooks_total", "Webhook deliveries by outcome (refused: private target).", prometheus.Labels{"outcome": outcome},
-				func() int64 { return f(wh.Stats()) })
+			c.counter("relay_webhooks_total", "Webhook deliveries by outcome (refused: private target).", prometheus.Labels{"outcome": outcome}, f)
 		}
 		// Fairness between projects, as totals over all projects: a
 		// project_id label would grow without bound (the project whose queue
 		// overflows is named in a warning instead).
 		for _, reason := range []string{webhook.DropProjectQueueFull, webhook.DropQueueFull, webhook.DropShutdown} {
-			counter("relay_webhook_drops_total", "Webhook events dropped unsent, by reason (project_queue_full: that project's own queue).",
-				prometheus.Labels{"reason": reason}, func() int64 { return wh.Stats().DroppedBy[reason] })
+			c.counter("relay_webhook_drops_total", "Webhook events dropped unsent, by reason (project_queue_full: that project's own queue).",
+				prometheus.Labels{"reason": reason}, func(s webhook.Stats) int64 { return s.DroppedBy[reason] })
 		}
-		counter("relay_webhook_project_overflows_total", "Times a project's webhook queue filled up and its events began to be dropped.", nil,
-			func() int64 { return wh.Stats().ProjectOverflows })
-		for name, g := range map[string]struct {
-			help string
-			f    func(webhook.Stats) int
-		}{
-			"relay_webhook_queued":          {"Webhook events waiting, over all projects.", func(s webhook.Stats) int { return s.Queued }},
-			"relay_webhook_in_flight":       {"Webhook deliveries under way.", func(s webhook.Stats) int { return s.InFlight }},
-			"relay_webhook_projects_queued": {"Projects with webhook events waiting or under way.", func(s webhook.Stats) int { return s.ProjectsQueued }},
-			"relay_webhook_projects_full":   {"Projects whose webhook queue is full now (their new events are dropped).", func(s webhook.Stats) int { return s.ProjectsFull }},
-		} {
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: g.help},
-				func() float64 { return float64(g.f(wh.Stats())) }))
-		}
+		c.counter("relay_webhook_project_overflows_total", "Times a project's webhook queue filled up and its events began to be dropped.", nil,
+			func(s webhook.Stats) int64 { return s.ProjectOverflows })
+		c.gauge("relay_webhook_queued", "Webhook events waiting, over all projects.", nil, func(s webhook.Stats) int64 { return int64(s.Queued) })
+		c.gauge("relay_webhook_in_flight", "Webhook deliveries under way.", nil, func(s webhook.Stats) int64 { return int64(s.InFlight) })
+		c.gauge("relay_webhook_projects_queued", "Projects with webhook events waiting or under way.", nil,
+			func(s webhook.Stats) int64 { return int64(s.ProjectsQueued) })
+		c.gauge("relay_webhook_projects_full", "Projects whose webhook queue is full now (their new events are dropped).", nil,
+			func(s webhook.Stats) int64 { return int64(s.ProjectsFull) })
+		reg.MustRegister(c)
 	}
 	return m
+}
+
+// statsCollector reports metrics read from one snapshot of a source per
+// scrape: Stats() takes the webhook dispatcher's lock and walks its projects,
+// and the transport's walks its shards, so once per scrape rather than once
+// per metric (the values of one scrape also agree with each other).
+type statsCollector[S any] struct {
+	snapshot func() S
+	metrics  []statsMetric[S]
+}
+
+type statsMetric[S any] struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(S) int64
+}
+
+func (c *statsCollector[S]) counter(name, help string, labels prometheus.Labels, f func(S) int64) {
+	c.metrics = append(c.metrics, statsMetric[S]{prometheus.NewDesc(name, help, nil, labels), prometheus.CounterValue, f})
+}
+
+func (c *statsCollector[S]) gauge(name, help string, labels prometheus.Labels, f func(S) int64) {
+	c.metrics = append(c.metrics, statsMetric[S]{prometheus.NewDesc(name, help, nil, labels), prometheus.GaugeValue, f})
+}
+
+func (c *statsCollector[S]) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.metrics {
+		ch <- m.desc
+	}
+}
+
+func (c *statsCollector[S]) Collect(ch chan<- prometheus.Metric) {
+	s := c.snapshot()
+	for _, m := range c.metrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.value(s)))
+	}
 }
 
 // ObserveQuery records one store query (store.ObserveQueries).
