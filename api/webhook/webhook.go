@@ -302,10 +302,19 @@ func (d *Dispatcher) next() (*pending, Delivery, bool) {
 	return p, del, true
 }
 
-// done ends one delivery of p, and forgets p once it has nothing left.
-func (d *Dispatcher) done(p *pending) {
+// done ends one delivery of p, counting its outcome, and forgets p once it
+// has nothing left.
+func (d *Dispatcher) done(p *pending, o outcome) {
 	var note func()
 	d.mu.Lock()
+	switch o {
+	case outcomeSent:
+		d.sent++
+	case outcomeRefused:
+		d.refused++
+	default:
+		d.failed++
+	}
 	p.inFlight--
 	d.inFlight--
 	d.makeReady(p)
@@ -329,18 +338,7 @@ func (d *Dispatcher) work() {
 		if !ok {
 			return
 		}
-		outcome := d.send(del)
-		d.mu.Lock()
-		switch outcome {
-		case outcomeSent:
-			d.sent++
-		case outcomeRefused:
-			d.refused++
-		default:
-			d.failed++
-		}
-		d.mu.Unlock()
-		d.done(p)
+		d.done(p, d.send(del))
 	}
 }
 
