@@ -49,10 +49,7 @@ type session struct {
 	ends   time.Time // when it is refused whatever the server holds: exp, or iat + SessionLifetime if earlier
 }
 
-// issue mints a session of epoch 0 (tests of the token alone); start mints
-// one in the user's current epoch.
-func (s *sessions) issue(userID string) (string, error) { return s.mint(userID, 0) }
-
+// mint signs a session for userID in epoch (0: no epoch claim).
 func (s *sessions) mint(userID string, epoch int64) (string, error) {
 	now := s.now()
 	b := jwt.NewBuilder().Subject(userID).IssuedAt(now).Expiration(now.Add(SessionLifetime)).JwtID(newSessionID())
@@ -87,12 +84,6 @@ func (s *sessions) start(ctx context.Context, userID string) (string, error) {
 		epoch = e
 	}
 	return s.mint(userID, epoch)
-}
-
-// verify returns the user id of a token that parse accepts.
-func (s *sessions) verify(token string) (string, error) {
-	sess, err := s.parse(token)
-	return sess.userID, err
 }
 
 // parse checks a session token's signature and times. The algorithm is

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -10,7 +11,7 @@ import (
 	"github.com/relayhq/relay/proto/jwstest"
 )
 
-// FuzzSessionVerify: sessions.verify never panics and never accepts a
+// FuzzSessionVerify: sessions.parse never panics and never accepts a
 // service_session token that acceptedSession, an independent reading of
 // README.md's service_session cookie (an HS256 JWT), refuses: the signature must be HMAC-SHA256 with
 // SESSION_SECRET, the subject (the user id it returns) a non-empty string,
@@ -54,16 +55,17 @@ func FuzzSessionVerify(f *testing.F) {
 	key := []byte("session-secret")
 	now := time.Unix(1_700_000_000, 0)
 	s := &sessions{key: key, now: func() time.Time { return now }}
-	issued, err := s.issue("user-1")
+	issued, err := s.start(context.Background(), "user-1") // no state: epoch 0
 	if err != nil {
 		f.Fatal(err)
 	}
-	if id, err := s.verify(issued); err != nil || id != "user-1" {
-		f.Fatalf("an issued session does not verify: %q, %v", id, err)
+	if sess, err := s.parse(issued); err != nil || sess.userID != "user-1" {
+		f.Fatalf("an issued session does not verify: %q, %v", sess.userID, err)
 	}
 	f.Fuzz(func(t *testing.T, header, claims, sig string, mode uint8) {
 		token := jwstest.Token(header, claims, sig, mode, key)
-		id, err := s.verify(token)
+		sess, err := s.parse(token)
+		id := sess.userID
 		if err != nil {
 			if id != "" {
 				t.Fatalf("refused %q but returned user %q", token, id)
