@@ -42,14 +42,7 @@ func (a *Admin) CreateUser(ctx context.Context, email, password string) (store.U
 	if err != nil {
 		return store.User{}, fmt.Errorf("hash password: %w", err)
 	}
-	u, err := a.ops.store.CreateUser(ctx, email, hash)
-	if errors.Is(err, store.ErrDuplicate) {
-		return store.User{}, &proto.Error{Code: proto.CodeEmailAlreadyRegistered}
-	}
-	if err != nil {
-		return store.User{}, fmt.Errorf("create user: %w", err)
-	}
-	return u, nil
+	return createAccount(ctx, a.ops.store, email, hash)
 }
 
 // CreateProject creates a project owned by the user with this email, with

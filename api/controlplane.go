@@ -88,57 +88,26 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.HandleFunc("/api/", notFound)
 }
 
-// handleSignup checks the request, then counts it under the brute-force
-// limits (Server.admitSignup) before the password hash.
+// handleSignup: one signup under the brute-force limits (Server.signup).
 func (c controlPlane) handleSignup(w http.ResponseWriter, r *http.Request) {
 	var in credentials
 	if err := decodeControl(w, r, &in); err != nil {
 		writeDecodeError(w, err)
 		return
 	}
-	email := strings.TrimSpace(in.Email)
-	out, code, retry, refund := c.admitSignup(r, email, in.Password)
+	u, out, code, retry, err := c.signup(r, strings.TrimSpace(in.Email), in.Password)
 	switch out {
 	case signupThrottled:
 		writeThrottled(w, retry)
-		return
 	case signupInvalid:
 		writeError(w, code)
-		return
-	}
-	hash, ok, err := hashPasswordLimited(r.Context(), in.Password)
-	if !ok {
-		refund()
-		writeThrottled(w, 1)
-		return
-	}
-	if err != nil {
-		writeInternal(w, c.log, "hash password", err)
-		return
-	}
-	u, err := c.store.CreateUser(r.Context(), email, hash)
-	if errors.Is(err, store.ErrDuplicate) {
-		writeError(w, proto.CodeEmailAlreadyRegistered)
-		return
-	}
-	if err != nil {
-		writeInternal(w, c.log, "create user", err)
-		return
-	}
-	if !c.startSession(w, r, u.ID) {
-		return
-	}
-	writeJSON(w, http.StatusCreated, userBody{ID: u.ID, Email: u.Email})
-}
-
-func (c controlPlane) signupAllowed(email string) bool {
-	email = strings.ToLower(email)
-	for _, a := range c.allowedEmails {
-		if a == email {
-			return true
+	case signupFailed:
+		writeInternal(w, c.log, "sign up", err)
+	case signupOK:
+		if c.startSession(w, r, u.ID) {
+			writeJSON(w, http.StatusCreated, userBody{ID: u.ID, Email: u.Email})
 		}
 	}
-	return false
 }
 
 // handleLogin: one attempt under the brute-force limits (Server.login).

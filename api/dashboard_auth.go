@@ -1,14 +1,12 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/relayhq/relay/proto"
-	"github.com/relayhq/relay/store"
 )
 
 // Sign up, log in and log out: the same rules, store calls and session
@@ -65,45 +63,24 @@ func (d dashboard) throttled(w http.ResponseWriter, r *http.Request, name, email
 		fmt.Sprintf("Too many attempts. Wait %d seconds, then try again.", retry), email)
 }
 
-// handleSignup counts like the JSON route (Server.admitSignup).
+// handleSignup counts like the JSON route (Server.signup).
 func (d dashboard) handleSignup(w http.ResponseWriter, r *http.Request) {
 	email, password, ok := d.authForm(w, r, "signup")
 	if !ok {
 		return
 	}
-	fail := func(c proto.Code) {
-		pe := codeErr(c)
-		d.showAuth(w, r, "signup", pe.status, pe.msg, email)
-	}
-	out, code, retry, refund := d.admitSignup(r, email, password)
+	u, out, code, retry, err := d.signup(r, email, password)
 	switch out {
 	case signupThrottled:
 		d.throttled(w, r, "signup", email, retry)
-		return
 	case signupInvalid:
-		fail(code)
-		return
+		pe := codeErr(code)
+		d.showAuth(w, r, "signup", pe.status, pe.msg, email)
+	case signupFailed:
+		d.internal(w, r, nil, "sign up", err)
+	case signupOK:
+		d.startSession(w, r, u.ID, "/?done=welcome")
 	}
-	hash, ok, err := hashPasswordLimited(r.Context(), password)
-	if !ok {
-		refund()
-		d.throttled(w, r, "signup", email, 1)
-		return
-	}
-	if err != nil {
-		d.internal(w, r, nil, "hash password", err)
-		return
-	}
-	u, err := d.store.CreateUser(r.Context(), email, hash)
-	if errors.Is(err, store.ErrDuplicate) {
-		fail(proto.CodeEmailAlreadyRegistered)
-		return
-	}
-	if err != nil {
-		d.internal(w, r, nil, "create user", err)
-		return
-	}
-	d.startSession(w, r, u.ID, "/?done=welcome")
 }
 
 // handleLogin counts like the JSON route: before the hash, given back when

@@ -1,15 +1,18 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 
 	"golang.org/x/crypto/argon2"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
 )
 
 // newCredentialsRefusal is why a new account's email and password are
@@ -23,6 +26,23 @@ func newCredentialsRefusal(email, password string) proto.Code {
 		return proto.CodePasswordTooShort
 	}
 	return ""
+}
+
+// errEmailTaken refuses a new account whose email already has one.
+var errEmailTaken = &proto.Error{Code: proto.CodeEmailAlreadyRegistered}
+
+// createAccount stores a new user with its password hash, or refuses with
+// errEmailTaken: the last step of signup, shared with `relay admin
+// create-user`.
+func createAccount(ctx context.Context, st *store.Store, email, hash string) (store.User, error) {
+	u, err := st.CreateUser(ctx, email, hash)
+	if errors.Is(err, store.ErrDuplicate) {
+		return store.User{}, errEmailTaken
+	}
+	if err != nil {
+		return store.User{}, fmt.Errorf("create user: %w", err)
+	}
+	return u, nil
 }
 
 // argon2id parameters: OWASP's 19 MiB, 2 passes, 1 lane. One login costs about

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/netip"
@@ -386,42 +387,87 @@ func (s *Server) login(r *http.Request, email, password string) (u store.User, o
 	return u, loginOK, 0, nil
 }
 
-// signupOutcome is what the checks before a signup's hash came to.
+// signupOutcome is what one signup came to.
 type signupOutcome int
 
 const (
-	signupAdmitted  signupOutcome = iota // go on and hash; call the refund if no hash ran
-	signupInvalid                        // answer code (400 or 403)
-	signupThrottled                      // 429 after retry seconds
+	signupOK        signupOutcome = iota
+	signupInvalid                 // answer code (400, 403 or 409)
+	signupThrottled               // 429 after retry seconds
+	signupFailed                  // our own fault: err says why
 )
 
+// signup runs one signup under the brute-force limits, for the JSON route
+// and the dashboard alike: the checks that cost no hash (admitSignup), the
+// password hash under the hash cap (the attempt given back when no slot came
+// free: it tested nothing), then the account.
+func (s *Server) signup(r *http.Request, email, password string) (u store.User, out signupOutcome, code proto.Code, retry int, err error) {
+	code, retry, refund := s.admitSignup(r, email, password)
+	switch {
+	case retry > 0:
+		return u, signupThrottled, "", retry, nil
+	case code != "":
+		return u, signupInvalid, code, 0, nil
+	}
+	hash, ok, err := hashPasswordLimited(r.Context(), password)
+	if !ok {
+		refund()
+		return u, signupThrottled, "", 1, nil
+	}
+	if err != nil {
+		return u, signupFailed, "", 0, fmt.Errorf("hash password: %w", err)
+	}
+	u, err = createAccount(r.Context(), s.store, email, hash)
+	var refused *proto.Error
+	switch {
+	case errors.As(err, &refused):
+		return u, signupInvalid, refused.Code, 0, nil
+	case err != nil:
+		return u, signupFailed, "", 0, err
+	}
+	return u, signupOK, "", 0, nil
+}
+
 // admitSignup runs the checks of a signup that cost no hash (fields,
-// password length, allowlist) and then the brute-force limits, for the JSON
-// route and the dashboard alike. Only a signup that will hash counts against
+// password length, allowlist) and then the brute-force limits. It refuses
+// with code, or with retry > 0 (seconds) when over a limit; otherwise the
+// signup goes on to the hash, and refund gives the attempt back if none
+// runs. Only a signup that will hash counts against
 // SIGNUP_ATTEMPTS_PER_MINUTE (per address and per email), so requests that
 // fail those checks (an empty body, say) cannot use up the budget of everyone
 // behind one address. They have a budget of their own, five times as large
 // per address, past which they are answered 429 instead of their error:
 // probing the allowlist stays slow, and valid signups are not affected.
-func (s *Server) admitSignup(r *http.Request, email, password string) (out signupOutcome, code proto.Code, retry int, refund func()) {
+func (s *Server) admitSignup(r *http.Request, email, password string) (code proto.Code, retry int, refund func()) {
 	addr := addrKey(s.clientAddr(r))
 	code = newCredentialsRefusal(email, password)
-	if code == "" && !(controlPlane{s}).signupAllowed(email) {
+	if code == "" && !s.signupAllowed(email) {
 		code = proto.CodeEmailNotAllowed
 	}
 	if code != "" {
 		if ok, retry := s.signupInvalid.take(addr); !ok {
-			return signupThrottled, "", retry, nil
+			return "", retry, nil
 		}
-		return signupInvalid, code, 0, nil
+		return code, 0, nil
 	}
 	ek := emailKey(email)
 	if ok, retry := s.signupPerIP.take(addr); !ok {
-		return signupThrottled, "", retry, nil
+		return "", retry, nil
 	}
 	if ok, retry := s.signupPerIP.take(ek); !ok {
 		s.signupPerIP.refund(addr)
-		return signupThrottled, "", retry, nil
+		return "", retry, nil
 	}
-	return signupAdmitted, "", 0, func() { s.signupPerIP.refund(addr); s.signupPerIP.refund(ek) }
+	return "", 0, func() { s.signupPerIP.refund(addr); s.signupPerIP.refund(ek) }
+}
+
+// signupAllowed reports whether email is in ALLOWED_SIGNUP_EMAILS.
+func (s *Server) signupAllowed(email string) bool {
+	email = strings.ToLower(email)
+	for _, a := range s.allowedEmails {
+		if a == email {
+			return true
+		}
+	}
+	return false
 }
