@@ -81,9 +81,8 @@ type projectOps struct {
 	// on this node (webhook and budget save the same row).
 	settingsMu sync.Mutex
 
-	maxProjects    int        // per user; 0: no cap
-	maxRevocations int        // stored per project; 0: no cap
-	createMu       sync.Mutex // count-then-create of projects, on this node
+	maxProjects    int // per user (checked by the store, in the creating transaction); 0: no cap
+	maxRevocations int // stored per project; 0: no cap
 }
 
 // Refusals of the bounds on what one tenant can make the store hold.
@@ -99,19 +98,11 @@ func (o *projectOps) create(ctx context.Context, ownerID, name string) (p store.
 	if name == "" {
 		return p, "", "", errNameRequired
 	}
-	if o.maxProjects > 0 {
-		o.createMu.Lock()
-		defer o.createMu.Unlock()
-		have, err := o.store.ProjectsByOwner(ctx, ownerID)
-		if err != nil {
-			return p, "", "", fmt.Errorf("count projects: %w", err)
-		}
-		if len(have) >= o.maxProjects {
-			return p, "", "", errTooManyProjects
-		}
-	}
 	pub, sec := newRawKey(PublicKeyPrefix), newRawKey(SecretKeyPrefix)
-	p, err = o.store.CreateProject(ctx, ownerID, name, storedKey("public", pub), storedKey("secret", sec))
+	p, err = o.store.CreateProject(ctx, ownerID, name, o.maxProjects, storedKey("public", pub), storedKey("secret", sec))
+	if errors.Is(err, store.ErrLimitReached) {
+		return p, "", "", errTooManyProjects
+	}
 	if err != nil {
 		return p, "", "", fmt.Errorf("create project: %w", err)
 	}

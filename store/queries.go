@@ -60,9 +60,29 @@ func canonicalID(id string) (string, bool) {
 }
 
 // CreateProject inserts a project and its first keys in one transaction.
-func (s *Store) CreateProject(ctx context.Context, ownerID, name string, keys ...APIKey) (Project, error) {
+// With maxPerOwner > 0 it refuses with ErrLimitReached when the owner
+// already has that many projects: counted in the same transaction, which
+// is serialised per owner, so concurrent creations (on any node sharing
+// the database) cannot pass the count together.
+func (s *Store) CreateProject(ctx context.Context, ownerID, name string, maxPerOwner int, keys ...APIKey) (Project, error) {
 	p := Project{ID: uuid.NewString(), OwnerUserID: ownerID, Name: name, CreatedAt: now()}
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if maxPerOwner > 0 {
+			// On PostgreSQL by locking the owner's row (SQLite transactions
+			// already take the write lock at BEGIN).
+			if s.dialect == Postgres {
+				if _, err := tx.ExecContext(ctx, "SELECT 1 FROM users WHERE id = ? FOR UPDATE", ownerID); err != nil {
+					return err
+				}
+			}
+			n, err := tx.NewSelect().Model((*Project)(nil)).Where("owner_user_id = ?", ownerID).Count(ctx)
+			if err != nil {
+				return err
+			}
+			if n >= int64(maxPerOwner) {
+				return ErrLimitReached
+			}
+		}
 		if _, err := tx.NewInsert().Model(&p).Exec(ctx); err != nil {
 			return err
 		}

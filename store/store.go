@@ -34,6 +34,9 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	// ErrDuplicate: a unique constraint refused the row.
 	ErrDuplicate = errors.New("store: duplicate")
+	// ErrLimitReached: a bound the caller passed (projects per owner) is
+	// already reached; nothing was written.
+	ErrLimitReached = errors.New("store: limit reached")
 )
 
 // sqlitePragmas make SQLite enforce foreign keys and take the write lock at

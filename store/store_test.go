@@ -3,8 +3,10 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,7 +92,7 @@ func newProject(t *testing.T, s *store.Store, owner string) (store.Project, stor
 	t.Helper()
 	pub := store.APIKey{KeyType: "public", KeyHash: "hash-pub-" + owner + time.Now().String(), KeyPrefix: "pk_live_abcd************"}
 	sec := store.APIKey{KeyType: "secret", KeyHash: "hash-sec-" + owner + time.Now().String(), KeyPrefix: "sk_live_abcd************"}
-	p, err := s.CreateProject(context.Background(), owner, "demo", pub, sec)
+	p, err := s.CreateProject(context.Background(), owner, "demo", 0, pub, sec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,6 +330,53 @@ func TestMeta(t *testing.T) {
 	})
 }
 
+// TestProjectsPerOwnerCap: CreateProject's bound holds against concurrent
+// creations through two handles on one database (two nodes), and is per
+// owner.
+func TestProjectsPerOwnerCap(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		nodes := []*store.Store{open(t, url), open(t, url)}
+		u, _ := nodes[0].CreateUser(ctx, "a@example.com", "h")
+		other, _ := nodes[0].CreateUser(ctx, "b@example.com", "h")
+		var wg sync.WaitGroup
+		var created, refused atomic.Int64
+		errs := make(chan error, 48)
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 3 {
+					_, err := nodes[i%2].CreateProject(ctx, u.ID, "p", 5,
+						store.APIKey{KeyType: "public", KeyHash: fmt.Sprint("cap-", i, "-", j), KeyPrefix: "x"})
+					switch {
+					case err == nil:
+						created.Add(1)
+					case errors.Is(err, store.ErrLimitReached):
+						refused.Add(1)
+					default:
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if ps, _ := nodes[1].ProjectsByOwner(ctx, u.ID); len(ps) != 5 || created.Load() != 5 || refused.Load() != 43 {
+			t.Fatalf("%d projects stored, %d created, %d refused; want 5, 5, 43", len(ps), created.Load(), refused.Load())
+		}
+		if _, err := nodes[0].CreateProject(ctx, other.ID, "theirs", 5); err != nil {
+			t.Fatalf("another owner refused: %v", err)
+		}
+		if _, err := nodes[0].CreateProject(ctx, u.ID, "uncapped", 0); err != nil {
+			t.Fatalf("no cap: %v", err)
+		}
+	})
+}
+
 // TestConcurrentWrites guards the SQLite pragmas: concurrent transactions
 // must wait for the write lock, not fail with SQLITE_BUSY.
 func TestConcurrentWrites(t *testing.T) {
@@ -342,7 +391,7 @@ func TestConcurrentWrites(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for j := range 10 {
-					_, err := s.CreateProject(ctx, u.ID, "p",
+					_, err := s.CreateProject(ctx, u.ID, "p", 0,
 						store.APIKey{KeyType: "public", KeyHash: time.Now().String() + string(rune('a'+i)) + string(rune('a'+j)), KeyPrefix: "x"})
 					errs <- err
 				}
