@@ -314,19 +314,10 @@ func (p ownedProject) updateSettings(ctx context.Context, what string, change fu
 
 // revokeTokens revokes client-emit tokens of a project (proto/PROTOCOL.md ›
 // POST /emit-tokens/revoke): one jti, every token of a clientId issued until now,
-// or both. Each revocation is stored before it applies to the live project,
-// so it survives a restart.
+// or both. The revocations are stored before they apply to the live
+// project, so they survive a restart.
 func (o *projectOps) revokeTokens(ctx context.Context, projectID string, in revokeRequest) error {
 	now := o.now().UTC()
-	if o.maxRevocations > 0 {
-		n, err := o.store.CountRevocations(ctx, projectID, now)
-		if err != nil {
-			return fmt.Errorf("count revocations: %w", err)
-		}
-		if n >= o.maxRevocations { // a repeated value replaces its row, but keep it simple: refuse
-			return errTooManyRevocations
-		}
-	}
 	// A token revoked now expires by now + the maximum TTL at the latest.
 	expires := now.Add(o.tokenTTL + time.Minute)
 	var revs []actors.Revocation
@@ -336,13 +327,17 @@ func (o *projectOps) revokeTokens(ctx context.Context, projectID string, in revo
 	if in.ClientID != "" {
 		revs = append(revs, actors.Revocation{Kind: actors.RevokeClient, Value: in.ClientID, RevokedAt: now, ExpiresAt: expires})
 	}
-	for _, rv := range revs {
-		err := o.store.AddRevocation(ctx, store.Revocation{
-			ProjectID: projectID, Kind: rv.Kind, Value: rv.Value, RevokedAt: rv.RevokedAt, ExpiresAt: rv.ExpiresAt,
-		})
-		if err != nil {
-			return fmt.Errorf("store revocation: %w", err)
-		}
+	rows := make([]store.Revocation, len(revs))
+	for i, rv := range revs {
+		rows[i] = store.Revocation{Kind: rv.Kind, Value: rv.Value, RevokedAt: rv.RevokedAt, ExpiresAt: rv.ExpiresAt}
+	}
+	// Both or neither, under MAX_REVOCATIONS_PER_PROJECT.
+	err := o.store.AddRevocations(ctx, projectID, now, o.maxRevocations, rows...)
+	if errors.Is(err, store.ErrLimitReached) {
+		return errTooManyRevocations
+	}
+	if err != nil {
+		return fmt.Errorf("store revocations: %w", err)
 	}
 	o.live.Revoke(projectID, revs)
 	return nil

@@ -273,17 +273,47 @@ func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
 	return err
 }
 
-// AddRevocation stores a revocation; a later one for the same key replaces
-// the earlier (a clientId revocation moves its cut-off forward).
-func (s *Store) AddRevocation(ctx context.Context, r Revocation) error {
-	r.RevokedAt = r.RevokedAt.UTC().Truncate(time.Microsecond)
-	r.ExpiresAt = r.ExpiresAt.UTC().Truncate(time.Microsecond)
-	_, err := s.db.NewInsert().Model(&r).
-		On("CONFLICT (project_id, kind, value) DO UPDATE").
-		Set("revoked_at = EXCLUDED.revoked_at").
-		Set("expires_at = EXCLUDED.expires_at").
-		Exec(ctx)
-	return err
+// AddRevocations stores revocations of one project in one transaction; a
+// later one for the same key replaces the earlier (a clientId revocation
+// moves its cut-off forward). With maxHeld > 0 it refuses with
+// ErrLimitReached, storing none, when the project already holds that many
+// revocations unexpired at at: counted in the same transaction, serialised
+// per project, so concurrent calls (on any node) cannot pass it together.
+func (s *Store) AddRevocations(ctx context.Context, projectID string, at time.Time, maxHeld int, rs ...Revocation) error {
+	for i := range rs {
+		rs[i].ProjectID = projectID
+		rs[i].RevokedAt = rs[i].RevokedAt.UTC().Truncate(time.Microsecond)
+		rs[i].ExpiresAt = rs[i].ExpiresAt.UTC().Truncate(time.Microsecond)
+	}
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if maxHeld > 0 {
+			// On PostgreSQL by locking the project's row (SQLite
+			// transactions already take the write lock at BEGIN).
+			if s.dialect == Postgres {
+				if _, err := tx.ExecContext(ctx, "SELECT 1 FROM projects WHERE id = ? FOR UPDATE", projectID); err != nil {
+					return err
+				}
+			}
+			n, err := tx.NewSelect().Model((*Revocation)(nil)).Where("project_id = ? AND expires_at > ?", projectID, at.UTC()).Count(ctx)
+			if err != nil {
+				return err
+			}
+			if n >= int64(maxHeld) { // a repeated value would replace its row, but keep it simple: refuse
+				return ErrLimitReached
+			}
+		}
+		for i := range rs {
+			_, err := tx.NewInsert().Model(&rs[i]).
+				On("CONFLICT (project_id, kind, value) DO UPDATE").
+				Set("revoked_at = EXCLUDED.revoked_at").
+				Set("expires_at = EXCLUDED.expires_at").
+				Exec(ctx)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Revocations lists a project's revocations that have not expired at t.
@@ -294,12 +324,6 @@ func (s *Store) Revocations(ctx context.Context, projectID string, t time.Time) 
 		rs[i].RevokedAt, rs[i].ExpiresAt = fixTime(rs[i].RevokedAt), fixTime(rs[i].ExpiresAt)
 	}
 	return rs, err
-}
-
-// CountRevocations counts a project's revocations that have not expired at t.
-func (s *Store) CountRevocations(ctx context.Context, projectID string, t time.Time) (int, error) {
-	n, err := s.db.NewSelect().Model((*Revocation)(nil)).Where("project_id = ? AND expires_at > ?", projectID, t.UTC()).Count(ctx)
-	return int(n), err
 }
 
 // PruneRevocations deletes revocations expired at t and reports how many.

@@ -212,7 +212,7 @@ func TestDeleteCascades(t *testing.T) {
 		limit := 42
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit, WebhookURL: "https://example.com/h", WebhookSecret: "w"}))
 		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: "2026-11-22", ConnectionCount: 1}))
-		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeJTI, Value: "j", RevokedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}))
+		must(t, s.AddRevocations(ctx, p.ID, time.Time{}, 0, store.Revocation{Kind: store.RevokeJTI, Value: "j", RevokedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}))
 
 		must(t, s.DeleteProject(ctx, p.ID, u.ID))
 		if err := s.DeleteProject(ctx, p.ID, u.ID); !errors.Is(err, store.ErrNotFound) {
@@ -293,9 +293,9 @@ func TestRevocations(t *testing.T) {
 		u, _ := s.CreateUser(ctx, "a@example.com", "h")
 		p, _, _ := newProject(t, s, u.ID)
 		t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeClient, Value: "c1", RevokedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
-		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeClient, Value: "c1", RevokedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(2 * time.Hour)}))
-		must(t, s.AddRevocation(ctx, store.Revocation{ProjectID: p.ID, Kind: store.RevokeJTI, Value: "j1", RevokedAt: t0, ExpiresAt: t0.Add(10 * time.Minute)}))
+		must(t, s.AddRevocations(ctx, p.ID, time.Time{}, 0, store.Revocation{Kind: store.RevokeClient, Value: "c1", RevokedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
+		must(t, s.AddRevocations(ctx, p.ID, time.Time{}, 0, store.Revocation{Kind: store.RevokeClient, Value: "c1", RevokedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(2 * time.Hour)}))
+		must(t, s.AddRevocations(ctx, p.ID, time.Time{}, 0, store.Revocation{Kind: store.RevokeJTI, Value: "j1", RevokedAt: t0, ExpiresAt: t0.Add(10 * time.Minute)}))
 		rs, err := s.Revocations(ctx, p.ID, t0)
 		if err != nil || len(rs) != 2 {
 			t.Fatalf("revocations = %+v, %v", rs, err)
@@ -373,6 +373,57 @@ func TestProjectsPerOwnerCap(t *testing.T) {
 		}
 		if _, err := nodes[0].CreateProject(ctx, u.ID, "uncapped", 0); err != nil {
 			t.Fatalf("no cap: %v", err)
+		}
+	})
+}
+
+// TestRevocationsPerProjectCap: AddRevocations' bound counts unexpired
+// revocations only, holds against concurrent calls through two handles (two
+// nodes), and a refused call stores none of its revocations.
+func TestRevocationsPerProjectCap(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		nodes := []*store.Store{open(t, url), open(t, url)}
+		u, _ := nodes[0].CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, nodes[0], u.ID)
+		t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+		rev := func(kind, value string, expires time.Time) store.Revocation {
+			return store.Revocation{Kind: kind, Value: value, RevokedAt: t0, ExpiresAt: expires}
+		}
+		must(t, nodes[0].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, "expired", t0.Add(-time.Second))))
+		var wg sync.WaitGroup
+		var stored, refused atomic.Int64
+		errs := make(chan error, 16)
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := nodes[i%2].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, fmt.Sprint("j", i), t0.Add(time.Hour)))
+				switch {
+				case err == nil:
+					stored.Add(1)
+				case errors.Is(err, store.ErrLimitReached):
+					refused.Add(1)
+				default:
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if rs, _ := nodes[1].Revocations(ctx, p.ID, t0); len(rs) != 4 || stored.Load() != 4 || refused.Load() != 12 {
+			t.Fatalf("%d unexpired stored, %d calls stored, %d refused; want 4, 4, 12", len(rs), stored.Load(), refused.Load())
+		}
+		err := nodes[0].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, "x", t0.Add(time.Hour)), rev(store.RevokeClient, "c", t0.Add(time.Hour)))
+		if !errors.Is(err, store.ErrLimitReached) {
+			t.Fatalf("over the cap: %v", err)
+		}
+		must(t, nodes[0].AddRevocations(ctx, p.ID, t0, 6, rev(store.RevokeJTI, "y", t0.Add(time.Hour)), rev(store.RevokeClient, "c", t0.Add(time.Hour))))
+		if rs, _ := nodes[0].Revocations(ctx, p.ID, t0); len(rs) != 6 {
+			t.Fatalf("%d unexpired after a refused and an accepted pair, want 6: %+v", len(rs), rs)
 		}
 	})
 }
