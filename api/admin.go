@@ -28,7 +28,7 @@ func NewAdmin(st *store.Store, maxProjects int) *Admin {
 	}}
 }
 
-// Refusals of the command line that have no SPEC code.
+// Refusals of the command line that have no error code.
 var errUserNotFound = errors.New("no user with this email")
 
 // CreateUser creates an account with the checks and password hash of signup,

@@ -23,8 +23,9 @@ import (
 	"time"
 )
 
-// Event is one webhook body. Field order is the product specification's: event, projectId,
-// connectionId, timestamp, then the disconnect status and reason.
+// Event is one webhook body, in README.md › Webhooks and usage's field
+// order: event, projectId, connectionId, timestamp, then the disconnect
+// status and reason.
 type Event struct {
 	Event                string  `json:"event"` // "connect" or "disconnect"
 	ProjectID            string  `json:"projectId"`
