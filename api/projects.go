@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/relayhq/relay/actors"
@@ -68,18 +67,13 @@ func (noLive) ClientEmitSecretChanged(string, string) {}
 func (noLive) Revoke(string, []actors.Revocation)     {}
 func (noLive) KeysRevoked(string, []string)           {}
 
-// projectOps changes projects. It holds no state of its own beyond
-// settingsMu.
+// projectOps changes projects. It holds no state of its own.
 type projectOps struct {
 	store    *store.Store
 	keys     *keyIndex
 	live     liveProjects
 	now      func() time.Time
 	tokenTTL time.Duration // CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS
-
-	// settingsMu serialises the read-modify-write of a project's settings row
-	// on this node (webhook and budget save the same row).
-	settingsMu sync.Mutex
 
 	maxProjects    int // per user (checked by the store, in the creating transaction); 0: no cap
 	maxRevocations int // stored per project; 0: no cap
@@ -291,24 +285,22 @@ func (p ownedProject) setChannelBudget(ctx context.Context, limit *int) error {
 	})
 }
 
-// updateSettings applies change to the project's settings row (read, modify,
-// write, serialised on this node) and makes a running project actor reload
-// it. A change that refuses saves nothing.
+// updateSettings applies change to the project's settings row (read,
+// modify, write in one store transaction) and makes a running project actor
+// reload it. A change that refuses saves nothing.
 func (p ownedProject) updateSettings(ctx context.Context, what string, change func(*store.Settings) error) error {
-	o := p.ops
-	o.settingsMu.Lock()
-	defer o.settingsMu.Unlock()
-	st, err := o.store.Settings(ctx, p.ID)
-	if err != nil {
-		return fmt.Errorf("%s: load settings: %w", what, err)
-	}
-	if err := change(&st); err != nil {
-		return err
-	}
-	if err := o.store.SaveSettings(ctx, st); err != nil {
+	var refused error
+	err := p.ops.store.UpdateSettings(ctx, p.ID, func(st *store.Settings) error {
+		refused = change(st)
+		return refused
+	})
+	switch {
+	case refused != nil:
+		return refused
+	case err != nil:
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	o.live.SettingsChanged(p.ID)
+	p.ops.live.SettingsChanged(p.ID)
 	return nil
 }
 

@@ -262,8 +262,12 @@ func (s *Store) Settings(ctx context.Context, projectID string) (Settings, error
 
 // SaveSettings writes a project's settings whole.
 func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
+	return saveSettings(ctx, s.db, st)
+}
+
+func saveSettings(ctx context.Context, db bun.IDB, st Settings) error {
 	st.UpdatedAt = now()
-	_, err := s.db.NewInsert().Model(&st).
+	_, err := db.NewInsert().Model(&st).
 		On("CONFLICT (project_id) DO UPDATE").
 		Set("channel_rate_limit = EXCLUDED.channel_rate_limit").
 		Set("webhook_url = EXCLUDED.webhook_url").
@@ -271,6 +275,36 @@ func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
 		Set("updated_at = EXCLUDED.updated_at").
 		Exec(ctx)
 	return err
+}
+
+// UpdateSettings reads a project's settings (the defaults when it has no
+// row), applies change and writes them back, in one transaction serialised
+// per project: two changes at once, on any node sharing the database, cannot
+// overwrite each other's fields. When change returns an error nothing is
+// written and UpdateSettings returns that error.
+func (s *Store) UpdateSettings(ctx context.Context, projectID string, change func(*Settings) error) error {
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// On PostgreSQL by locking the project's row (SQLite transactions
+		// already take the write lock at BEGIN); the settings row may not
+		// exist yet, so it cannot be the one locked.
+		if s.dialect == Postgres {
+			if _, err := tx.ExecContext(ctx, "SELECT 1 FROM projects WHERE id = ? FOR UPDATE", projectID); err != nil {
+				return err
+			}
+		}
+		st := Settings{ProjectID: projectID}
+		err := tx.NewSelect().Model(&st).WherePK().Scan(ctx)
+		switch err = notFound(err); {
+		case err == ErrNotFound:
+			st = Settings{ProjectID: projectID}
+		case err != nil:
+			return err
+		}
+		if err := change(&st); err != nil {
+			return err
+		}
+		return saveSettings(ctx, tx, st)
+	})
 }
 
 // AddRevocations stores revocations of one project in one transaction; a

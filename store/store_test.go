@@ -428,6 +428,58 @@ func TestRevocationsPerProjectCap(t *testing.T) {
 	})
 }
 
+// TestUpdateSettingsConcurrent: read-modify-writes of one project's
+// settings through two handles (two nodes), each changing its own field,
+// lose none of each other's changes; a change that refuses writes nothing.
+func TestUpdateSettingsConcurrent(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		nodes := []*store.Store{open(t, url), open(t, url)}
+		u, _ := nodes[0].CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, nodes[0], u.ID)
+		const rounds = 20
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*rounds)
+		wg.Go(func() { // node 0 counts the budget up
+			for range rounds {
+				errs <- nodes[0].UpdateSettings(ctx, p.ID, func(st *store.Settings) error {
+					n := 1
+					if st.ChannelRateLimit != nil {
+						n = *st.ChannelRateLimit + 1
+					}
+					st.ChannelRateLimit = &n
+					return nil
+				})
+			}
+		})
+		wg.Go(func() { // node 1 appends to the webhook secret
+			for range rounds {
+				errs <- nodes[1].UpdateSettings(ctx, p.ID, func(st *store.Settings) error {
+					st.WebhookURL, st.WebhookSecret = "https://h", st.WebhookSecret+"x"
+					return nil
+				})
+			}
+		})
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			must(t, err)
+		}
+		st, err := nodes[0].Settings(ctx, p.ID)
+		if err != nil || st.ChannelRateLimit == nil || *st.ChannelRateLimit != rounds || st.WebhookSecret != strings.Repeat("x", rounds) {
+			t.Fatalf("settings after %d changes on each node: %+v, %v", rounds, st, err)
+		}
+		no := errors.New("refused")
+		err = nodes[1].UpdateSettings(ctx, p.ID, func(st *store.Settings) error { st.WebhookURL = ""; return no })
+		if !errors.Is(err, no) {
+			t.Fatalf("refused change: %v", err)
+		}
+		if st, _ := nodes[0].Settings(ctx, p.ID); st.WebhookURL != "https://h" {
+			t.Fatalf("a refused change was written: %+v", st)
+		}
+	})
+}
+
 // TestConcurrentWrites guards the SQLite pragmas: concurrent transactions
 // must wait for the write lock, not fail with SQLITE_BUSY.
 func TestConcurrentWrites(t *testing.T) {
