@@ -30,7 +30,8 @@ var errDatabaseFile = errors.New("sqlite database file unavailable")
 // writable. Each check is a few stat(2) and access(2) calls, next to a
 // statement that costs far more.
 type sqliteFile struct {
-	path string // the database file
+	path    string // the database file, absolute
+	created bool   // Open created it: a new, empty database
 
 	mu     sync.Mutex
 	opened os.FileInfo     // the file as first seen; nil until then
@@ -41,20 +42,21 @@ type sqliteFile struct {
 var sidecars = []string{"-wal", "-shm"}
 
 // createPrivate creates path and its missing directories readable by this
-// user only (directories 0700, the file 0600), unless they exist. SQLite
-// gives the -wal and -shm files the database file's mode.
-func createPrivate(path string) error {
+// user only (directories 0700, the file 0600), unless they exist; created
+// says it made the file. SQLite gives the -wal and -shm files the database
+// file's mode.
+func createPrivate(path string) (created bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
+		return false, err
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
-	return f.Close()
+	return true, f.Close()
 }
 
 // record notes the file as it is now: the one every later check compares with.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -71,7 +72,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		sqldb.SetConnMaxIdleTime(5 * time.Minute)
 		db, dialect = bun.NewDB(sqldb, pgdialect.New()), Postgres
 	case strings.HasPrefix(url, "sqlite:"):
-		dsn, path, err := sqliteDSN(strings.TrimPrefix(url, "sqlite:"))
+		dsn, path, created, err := sqliteDSN(strings.TrimPrefix(url, "sqlite:"))
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +83,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 				return nil, err
 			}
 		} else {
-			file = &sqliteFile{path: path}
+			file = &sqliteFile{path: path, created: created}
 			sqldb = sql.OpenDB(fileConnector{drv: sqliteshim.Driver(), dsn: dsn, file: file})
 		}
 		sqldb.SetMaxOpenConns(8)
@@ -107,24 +108,26 @@ func Open(ctx context.Context, url string) (*Store, error) {
 
 // sqliteDSN turns "PATH" or "PATH?params" into a modernc DSN with our pragmas,
 // creating the file and its directory so that a fresh checkout just runs:
-// private to this user (README › Operators). It returns the file's path too
-// ("" for :memory:).
-func sqliteDSN(path string) (dsn, file string, err error) {
+// private to this user (README › Operators). It returns the file's absolute
+// path too ("" for :memory:), and whether it created the file.
+func sqliteDSN(path string) (dsn, file string, created bool, err error) {
 	file, params, _ := strings.Cut(path, "?")
 	if file == "" {
-		return "", "", errors.New("sqlite: empty path in DATABASE_URL")
+		return "", "", false, errors.New("sqlite: empty path in DATABASE_URL")
 	}
 	if params != "" {
 		params += "&"
 	}
-	dsn = "file:" + file + "?" + params + sqlitePragmas
 	if file == ":memory:" {
-		return dsn, "", nil
+		return "file:" + file + "?" + params + sqlitePragmas, "", false, nil
 	}
-	if err := createPrivate(file); err != nil {
-		return "", "", fmt.Errorf("sqlite: %w", err)
+	if file, err = filepath.Abs(file); err != nil {
+		return "", "", false, fmt.Errorf("sqlite: %w", err)
 	}
-	return dsn, file, nil
+	if created, err = createPrivate(file); err != nil {
+		return "", "", false, fmt.Errorf("sqlite: %w", err)
+	}
+	return "file:" + file + "?" + params + sqlitePragmas, file, created, nil
 }
 
 // redactURL hides a password in a database URL for error messages.
@@ -135,6 +138,15 @@ func redactURL(url string) string {
 		}
 	}
 	return url
+}
+
+// SQLiteFile is the absolute path of the SQLite database file and whether
+// Open created it (a new, empty database); "" on PostgreSQL and :memory:.
+func (s *Store) SQLiteFile() (path string, created bool) {
+	if s.file == nil {
+		return "", false
+	}
+	return s.file.path, s.file.created
 }
 
 // Dialect reports which database backs the store.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,27 @@ func TestOpenRejectsUnknownScheme(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// SQLiteFile names the database file by its absolute path, even from a
+// relative DATABASE_URL, and says whether this Open created it; PostgreSQL
+// and :memory: have no file.
+func TestSQLiteFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	abs := filepath.Join(dir, "data", "relay.db")
+	for i, wantCreated := range []bool{true, false} {
+		s := open(t, "sqlite:data/relay.db")
+		if path, created := s.SQLiteFile(); path != abs || created != wantCreated {
+			t.Fatalf("open %d: SQLiteFile() = %q, %v; want %q, %v", i+1, path, created, abs, wantCreated)
+		}
+		s.Close()
+	}
+	for _, url := range []string{"sqlite::memory:", storetest.PostgresURL(t)} {
+		if path, created := open(t, url).SQLiteFile(); path != "" || created {
+			t.Fatalf("%s: SQLiteFile() = %q, %v; want no file", strings.SplitN(url, ":", 2)[0], path, created)
+		}
+	}
+}
 
 func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {

@@ -7,13 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -103,7 +100,6 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 }
 
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store, error) {
-	path, fresh := sqlitePath(cfg.DatabaseURL)
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("open store (DATABASE_URL): %w", err)
@@ -113,6 +109,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 		return nil, fmt.Errorf("migrate store: %w", err)
 	}
 	attrs := []any{"database", dbKind(cfg.DatabaseURL)}
+	path, fresh := st.SQLiteFile()
 	if path != "" {
 		attrs = append(attrs, "path", path)
 	}
@@ -123,25 +120,6 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (*store.Store,
 	}
 	log.Info("store ready", attrs...)
 	return st, nil
-}
-
-// sqlitePath is the absolute path of a sqlite: DATABASE_URL's file ("" for
-// PostgreSQL and :memory:), and whether that file does not exist yet.
-func sqlitePath(dsn string) (path string, fresh bool) {
-	rest, ok := strings.CutPrefix(dsn, "sqlite:")
-	if !ok {
-		return "", false
-	}
-	file, _, _ := strings.Cut(rest, "?")
-	if file == "" || file == ":memory:" {
-		return "", false
-	}
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		abs = file
-	}
-	_, err = os.Stat(abs)
-	return abs, errors.Is(err, fs.ErrNotExist)
 }
 
 // dashboardURL is where a browser on this host finds the dashboard of a
