@@ -361,34 +361,13 @@ func TestProjectsPerOwnerCap(t *testing.T) {
 		nodes := []*store.Store{open(t, url), open(t, url)}
 		u, _ := nodes[0].CreateUser(ctx, "a@example.com", "h")
 		other, _ := nodes[0].CreateUser(ctx, "b@example.com", "h")
-		var wg sync.WaitGroup
-		var created, refused atomic.Int64
-		errs := make(chan error, 48)
-		for i := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range 3 {
-					_, err := nodes[i%2].CreateProject(ctx, u.ID, "p", 5,
-						store.APIKey{KeyType: "public", KeyHash: fmt.Sprint("cap-", i, "-", j), KeyPrefix: "x"})
-					switch {
-					case err == nil:
-						created.Add(1)
-					case errors.Is(err, store.ErrLimitReached):
-						refused.Add(1)
-					default:
-						errs <- err
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if ps, _ := nodes[1].ProjectsByOwner(ctx, u.ID); len(ps) != 5 || created.Load() != 5 || refused.Load() != 43 {
-			t.Fatalf("%d projects stored, %d created, %d refused; want 5, 5, 43", len(ps), created.Load(), refused.Load())
+		created, refused := raceCap(t, 48, func(i int) error {
+			_, err := nodes[i%2].CreateProject(ctx, u.ID, "p", 5,
+				store.APIKey{KeyType: "public", KeyHash: fmt.Sprint("cap-", i), KeyPrefix: "x"})
+			return err
+		})
+		if ps, _ := nodes[1].ProjectsByOwner(ctx, u.ID); len(ps) != 5 || created != 5 || refused != 43 {
+			t.Fatalf("%d projects stored, %d created, %d refused; want 5, 5, 43", len(ps), created, refused)
 		}
 		if _, err := nodes[0].CreateProject(ctx, other.ID, "theirs", 5); err != nil {
 			t.Fatalf("another owner refused: %v", err)
@@ -397,6 +376,34 @@ func TestProjectsPerOwnerCap(t *testing.T) {
 			t.Fatalf("no cap: %v", err)
 		}
 	})
+}
+
+// raceCap makes n calls at once (call(i), alternating between handles is
+// the caller's) and counts those that succeeded and those refused with
+// ErrLimitReached; any other error fails the test.
+func raceCap(t *testing.T, n int, call func(i int) error) (ok, refused int64) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var oks, refusals atomic.Int64
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			switch err := call(i); {
+			case err == nil:
+				oks.Add(1)
+			case errors.Is(err, store.ErrLimitReached):
+				refusals.Add(1)
+			default:
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return oks.Load(), refusals.Load()
 }
 
 // TestRevocationsPerProjectCap: AddRevocations' bound counts unexpired
@@ -413,31 +420,11 @@ func TestRevocationsPerProjectCap(t *testing.T) {
 			return store.Revocation{Kind: kind, Value: value, RevokedAt: t0, ExpiresAt: expires}
 		}
 		must(t, nodes[0].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, "expired", t0.Add(-time.Second))))
-		var wg sync.WaitGroup
-		var stored, refused atomic.Int64
-		errs := make(chan error, 16)
-		for i := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				err := nodes[i%2].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, fmt.Sprint("j", i), t0.Add(time.Hour)))
-				switch {
-				case err == nil:
-					stored.Add(1)
-				case errors.Is(err, store.ErrLimitReached):
-					refused.Add(1)
-				default:
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if rs, _ := nodes[1].Revocations(ctx, p.ID, t0); len(rs) != 4 || stored.Load() != 4 || refused.Load() != 12 {
-			t.Fatalf("%d unexpired stored, %d calls stored, %d refused; want 4, 4, 12", len(rs), stored.Load(), refused.Load())
+		stored, refused := raceCap(t, 16, func(i int) error {
+			return nodes[i%2].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, fmt.Sprint("j", i), t0.Add(time.Hour)))
+		})
+		if rs, _ := nodes[1].Revocations(ctx, p.ID, t0); len(rs) != 4 || stored != 4 || refused != 12 {
+			t.Fatalf("%d unexpired stored, %d calls stored, %d refused; want 4, 4, 12", len(rs), stored, refused)
 		}
 		err := nodes[0].AddRevocations(ctx, p.ID, t0, 4, rev(store.RevokeJTI, "x", t0.Add(time.Hour)), rev(store.RevokeClient, "c", t0.Add(time.Hour)))
 		if !errors.Is(err, store.ErrLimitReached) {
