@@ -63,11 +63,6 @@ type freeze struct{ reply chan *clusterpb.GrainState }
 // rosterTick sends the roster once rosterSettle has passed.
 type rosterTick struct{}
 
-type answeredID struct {
-	id string
-	at time.Time
-}
-
 // grainRelay is one node's relay as the grain knows it.
 type grainRelay struct {
 	pid  *actor.PID

@@ -27,9 +27,6 @@ const publishRetryAfter = 300 * time.Millisecond
 // service_unavailable (an HTTP emit ends with its edge's wait).
 const clientEmitGiveUp = 5 * time.Second
 
-// resolveRetry: how soon a failed grain lookup is tried again.
-const resolveRetry = 500 * time.Millisecond
-
 type channelRelay struct {
 	c        *Cluster
 	cfg      *Config
@@ -77,15 +74,6 @@ type pendingPublish struct {
 	frame    []byte
 	sink     Sink
 }
-
-// grainResolved carries a grain lookup back into the relay.
-type grainResolved struct {
-	pid *actor.PID
-	gen uint64
-}
-
-// resolveAgain retries a lookup that found nothing, unless a later one began.
-type resolveAgain struct{ gen uint64 }
 
 // topologyChanged: the member list changed; the grain may have moved.
 type topologyChanged struct{}

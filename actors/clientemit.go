@@ -37,7 +37,11 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		fail(proto.CodeEmitTokenRevoked)
 		return
 	}
-	if !a.takeClientBudget(claims.clientID, now) { // 6
+	if a.budgets != nil { // rule 6 and the backstop count the whole cluster: ask the project grain
+		a.askBudgets(ctx, &budgetAsk{client: m, clientID: claims.clientID})
+		return
+	}
+	if !a.clientWindows.take(claims.clientID, now, a.cfg.ClientEmitRatePerSecond) { // 6
 		a.cfg.counters.RateLimitedClient.Add(1)
 		fail(proto.CodeClientEmitRateLimited)
 		return
@@ -46,8 +50,14 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		fail(msg.PayloadErr.Code)
 		return
 	}
-	p := &Publish{Channel: msg.Channel, Payload: msg.Payload, At: now, origin: m.sink, clientID: claims.clientID, msgType: msg.Type}
-	a.publish(ctx, p) // project backstop here, channel budget and rule 8 in the channel actor
+	a.publish(ctx, a.clientPublish(m, claims.clientID, now)) // project backstop here, channel budget and rule 8 in the channel actor
+}
+
+// clientPublish is the emit a client emit that passed rules 1–7 becomes.
+func (a *projectActor) clientPublish(m *clientEmit, clientID string, at time.Time) *Publish {
+	p := &Publish{Channel: m.msg.Channel, Payload: m.msg.Payload, At: at, origin: m.sink, clientID: clientID, msgType: m.msg.Type}
+	p.channelLimit = a.channelLimit()
+	return p
 }
 
 // refuseEmit answers a refused client-emit in order with the acks: through
@@ -105,22 +115,4 @@ func (a *projectActor) pruneRevocations(now time.Time) {
 			delete(a.revokedClients, k)
 		}
 	}
-}
-
-// takeClientBudget is the per-clientId fixed 1-second window.
-func (a *projectActor) takeClientBudget(clientID string, now time.Time) bool {
-	w, ok := a.clientWindows[clientID]
-	if !ok {
-		if len(a.clientWindows) >= 4096 {
-			for id, w := range a.clientWindows { // drop windows that ran out
-				if w.idle(now) {
-					delete(a.clientWindows, id)
-				}
-			}
-		}
-		w = &fixedWindow{size: time.Second}
-		a.clientWindows[clientID] = w
-	}
-	_, ok = w.take(now, a.cfg.ClientEmitRatePerSecond)
-	return ok
 }

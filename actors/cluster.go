@@ -81,6 +81,9 @@ type ClusterView struct {
 	// first 1 000 sorted), GrainsTotal how many.
 	Grains      []string `json:"grains"`
 	GrainsTotal int      `json:"grainsTotal"`
+	// ProjectGrains are the project grains this node hosts (project ids,
+	// the first 1 000 sorted).
+	ProjectGrains []string `json:"projectGrains"`
 }
 
 // ClusterStats are the cluster's cumulative figures for metrics.
@@ -92,8 +95,8 @@ type ClusterStats struct {
 	// TimedOut those that were not (no answer, or the member was gone).
 	// Received counts changes from other members applied here.
 	BroadcastsSent, BroadcastsAcked, BroadcastsTimedOut, BroadcastsReceived int64
-	// Grains: channel grains running on this node; Activations: started
-	// here since this node joined. CrossNode: channel messages this node
+	// Grains: channel grains running on this node; Activations: grains
+	// (channel and project) started here since this node joined. CrossNode: channel messages this node
 	// sent to another member. Duplicates: publishes a grain here answered
 	// from memory instead of stamping again (retries). OwnerRefusals:
 	// publishes a grain here refused because this node no longer owns the
@@ -131,6 +134,7 @@ type Cluster struct {
 	sent, acked, timedOut, received atomic.Int64
 
 	grains         sync.Map // identity → *actor.PID, of the channel grains running here
+	projectGrains  sync.Map // project id → *actor.PID, of the project grains running here
 	handoffs       sync.Map // identity → *handedOff: states handed to this node for grains not started yet
 	projectReplay  sync.Map // project id → *atomic.Int64: replay bytes of its grains here
 	grainsLive     atomic.Int64
@@ -221,6 +225,8 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	c.provider = provider
 	channelKind := cluster.NewKind(ChannelKind, actor.PropsFromProducer(func() actor.Actor { return newChannelGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
+	projectKind := cluster.NewKind(ProjectKind, actor.PropsFromProducer(func() actor.Actor { return newProjectGrain(c) },
+		actor.WithSupervisor(resumeOnPanic)))
 	// gRPC refuses messages over 4 MiB by default, and protoactor batches
 	// many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
 	const maxMsg = 64 << 20
@@ -228,7 +234,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr),
 			remote.WithServerOptions(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)),
 			remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))),
-		cluster.WithKinds(channelKind)))
+		cluster.WithKinds(channelKind, projectKind)))
 	s.as.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*cluster.ClusterTopology); ok {
 			c.topology(t)
@@ -258,6 +264,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 		return fail(fmt.Errorf("join cluster %q at %s: %w", cfg.Name, cfg.Addr, err))
 	}
 	go c.watchEtcd(cfg.Etcd)
+	go c.shareConnections()
 	s.cluster.Store(c)
 	return c, nil
 }
@@ -312,6 +319,11 @@ func (c *Cluster) topology(t *cluster.ClusterTopology) {
 	if c.joined.Load() {
 		c.sys.eachProject(&topologyChanged{}) // their channel relays look their grains up again
 	}
+	ids := make(map[string]bool, len(v.members))
+	for _, m := range v.members {
+		ids[m.ID] = true
+	}
+	c.sys.root.Send(c.node, &membersChanged{ids: ids}) // a member gone: its connections are too
 	switch {
 	case in:
 		c.joined.Store(true)
@@ -412,7 +424,14 @@ func (c *Cluster) View() ClusterView {
 	if grains == nil {
 		grains = []string{}
 	}
-	return ClusterView{Name: c.name, Self: c.self, Members: c.Members(), Grains: grains, GrainsTotal: total}
+	projects := []string{}
+	c.projectGrains.Range(func(k, _ any) bool {
+		projects = append(projects, k.(string))
+		return true
+	})
+	slices.Sort(projects)
+	return ClusterView{Name: c.name, Self: c.self, Members: c.Members(), Grains: grains, GrainsTotal: total,
+		ProjectGrains: projects[:min(len(projects), 1000)]}
 }
 
 // Stats are the cluster's counters.
@@ -565,9 +584,15 @@ wait:
 
 // nodeActor applies the changes other members send, then acks them, and
 // takes the grain states a leaving member hands over.
-type nodeActor struct{ c *Cluster }
+type nodeActor struct {
+	c     *Cluster
+	conns remoteConns // the other members' live connections per project
+}
 
 func (n *nodeActor) Receive(ctx actor.Context) {
+	if n.connsMessage(ctx) {
+		return
+	}
 	if h, ok := ctx.Message().(*clusterpb.GrainHandoff); ok {
 		n.c.takeHandoff(h)
 		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})

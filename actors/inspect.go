@@ -80,14 +80,14 @@ type inspectChannel struct {
 
 func (a *projectActor) inspect(m *inspectProject) {
 	now := a.cfg.Now()
-	limit := a.cfg.EmitRatePerMinute
-	if a.settings.ChannelRateLimit > 0 {
-		limit = a.settings.ChannelRateLimit
+	backstop := a.backstop.peek(now, a.cfg.ProjectRatePerMinute)
+	if a.budgets != nil && a.budgets.last.Limit > 0 { // the cluster's, as the project grain last answered
+		backstop = a.budgets.last
 	}
 	info := ProjectInfo{
 		ID: a.id, Connections: len(a.conns), Channels: len(a.channels),
 		ConnectsUnrolled: a.connects, EmitsUnrolled: a.usage.emits.Load(),
-		Backstop: a.backstop.peek(now, a.cfg.ProjectRatePerMinute), ChannelRateLimit: limit,
+		Backstop: backstop, ChannelRateLimit: a.channelLimit(),
 		RevokedJTIs: len(a.revokedJTIs), RevokedClientIDs: len(a.revokedClients), ClientEmitWindows: len(a.clientWindows),
 		ClientEmit: a.settings.ClientEmitSecret != "", Webhook: a.settings.WebhookURL != "", Mailbox: a.mailbox.depth(),
 		HeldEmits: len(a.heldEmits),
@@ -100,7 +100,7 @@ func (a *projectActor) inspect(m *inspectProject) {
 			}
 		}
 	}
-	m.reply <- inspectedProject{info: info, channels: channels, limit: limit}
+	m.reply <- inspectedProject{info: info, channels: channels, limit: info.ChannelRateLimit}
 }
 
 func matches(name, filter string) bool {

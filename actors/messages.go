@@ -46,6 +46,7 @@ type Publish struct {
 	projectBudget Budget
 	projectDenied bool
 	channelLimit  int
+	takeID        string // in a cluster, the project grain's take (a refund names it)
 
 	// notAfter: in a cluster, the channel grain does not stamp the emit
 	// after this (its edge has stopped waiting by then); zero for none.
@@ -143,14 +144,18 @@ type clientFrame struct{ msg proto.ClientMessage }
 type socketClosed struct{ status CloseStatus }
 
 // refund gives back a project-budget unit taken for an emit the channel refused.
-type refund struct{ at time.Time }
+// takeID names the project grain's take in a cluster.
+type refund struct {
+	at     time.Time
+	takeID string
+}
 
 // refundProject, from a channel actor or relay, gives the project backstop
 // back the unit m took for an emit that was not stamped (none if the
 // backstop itself refused it).
 func refundProject(ctx actor.Context, m *Publish) {
 	if !m.projectDenied {
-		ctx.Send(ctx.Parent(), &refund{at: m.At})
+		ctx.Send(ctx.Parent(), &refund{at: m.At, takeID: m.takeID})
 	}
 }
 

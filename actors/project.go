@@ -51,16 +51,17 @@ type projectActor struct {
 	droppedHook int           // held webhooks dropped over maxHeld
 	heldEmits   []any         // *Publish and *clientEmit waiting for the first load
 
-	backstop fixedWindow
+	backstop fixedWindow     // one node; in a cluster the project grain counts it (budgets)
+	budgets  *projectBudgets // nil on one node
 	channels map[string]*childChannel
 	conns    map[uint64]liveConn
 
 	// Client-emit state (client-emit rules 5 and 6).
-	revokedJTIs    map[string]time.Time    // jti → when the revocation may be forgotten
-	revokedClients map[string]Revocation   // clientId → latest revocation
-	clientWindows  map[string]*fixedWindow // clientId → 1-second window
-	gen            uint64                  // bumped by every change applied by message
-	processed      uint64                  // edge messages processed (projectRef's count)
+	revokedJTIs    map[string]time.Time  // jti → when the revocation may be forgotten
+	revokedClients map[string]Revocation // clientId → latest revocation
+	clientWindows  clientWindows         // clientId → 1-second window (one node)
+	gen            uint64                // bumped by every change applied by message
+	processed      uint64                // edge messages processed (projectRef's count)
 	mailbox        *mailboxDepth
 
 	quiet quietPeriod
@@ -110,7 +111,10 @@ func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *p
 
 		revokedJTIs:    map[string]time.Time{},
 		revokedClients: map[string]Revocation{},
-		clientWindows:  map[string]*fixedWindow{},
+		clientWindows:  clientWindows{},
+	}
+	if c := cfg.cluster.Load(); c != nil {
+		a.budgets = newProjectBudgets(c, id)
 	}
 	a.behavior = actor.NewBehavior()
 	a.behavior.Become(a.whileLoading)
@@ -185,6 +189,9 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *actor.Started:
 		scheduleQuietTick(ctx, a.cfg.ActorDormancy)
 		a.loadSettings(ctx)
+		if a.budgets != nil {
+			a.startBudgets(ctx)
+		}
 	case *settingsLoaded:
 		a.applySettings(ctx, m)
 	case *settingsChanged:
@@ -220,7 +227,7 @@ func (a *projectActor) common(ctx actor.Context) {
 			}
 		}
 	case *refund:
-		a.backstop.refund(m.at)
+		a.refundBackstop(ctx, m.at, m.takeID)
 	case *mayStop:
 		if c, ok := a.channels[m.channel]; ok && c.pid.Equal(m.pid) && c.sent == m.processed {
 			delete(a.channels, m.channel)
@@ -229,6 +236,9 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *projectDeleted:
 		a.stop(ctx, "project deleted")
 	case *topologyChanged:
+		if a.budgets != nil {
+			a.budgets.grain.moved(ctx)
+		}
 		for _, c := range a.channels {
 			c.sent++
 			ctx.Send(c.pid, m)
@@ -245,6 +255,9 @@ func (a *projectActor) common(ctx actor.Context) {
 		}
 	case *usageDrain:
 		u := Usage{ProjectID: a.id, Connects: a.connects, Emits: a.usage.emits.Swap(0), Connections: len(a.conns)}
+		if c := a.cfg.cluster.Load(); c != nil && len(a.conns) > 0 {
+			u.Connections += c.sys.connectionsElsewhere(a.id) // the peak sample is the cluster's
+		}
 		a.connects = 0
 		m.reply <- u
 	case *statsRequest:
@@ -255,6 +268,14 @@ func (a *projectActor) common(ctx actor.Context) {
 			a.retired()
 			ctx.Stop(ctx.Self())
 		}
+	case *actor.Stopping:
+		if a.budgets != nil {
+			a.budgets.grain.stop(ctx)
+		}
+	default:
+		if a.budgets != nil {
+			a.budgetMessage(ctx, m)
+		}
 	}
 }
 
@@ -264,15 +285,11 @@ func (a *projectActor) common(ctx actor.Context) {
 func (a *projectActor) dormant() bool {
 	now := a.cfg.Now()
 	if len(a.conns) > 0 || len(a.channels) > 0 || a.connects != 0 || a.usage.emits.Load() != 0 ||
-		a.loading || len(a.heldHooks) > 0 || len(a.heldEmits) > 0 || !a.backstop.idle(now) {
+		a.loading || len(a.heldHooks) > 0 || len(a.heldEmits) > 0 || !a.backstop.idle(now) ||
+		(a.budgets != nil && len(a.budgets.queue) > 0) {
 		return false
 	}
-	for _, w := range a.clientWindows {
-		if !w.idle(now) {
-			return false
-		}
-	}
-	return true
+	return a.clientWindows.idle(now)
 }
 
 // stop closes every connection of the project and stops the actor (its
@@ -284,6 +301,7 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 		a.refuse(ctx, e)
 	}
 	a.heldEmits = nil
+	a.refuseHeldBudgets(ctx)
 	for _, c := range a.conns {
 		c.sink.Close(proto.CloseProjectDeleted, reason)
 	}
@@ -294,14 +312,33 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 // which answers the edge. Refused emits still go to the channel so that every
 // 429 carries both budgets (proto/PROTOCOL.md › POST /emit: the 429 body).
 func (a *projectActor) publish(ctx actor.Context, m *Publish) {
-	m.channelLimit = a.cfg.EmitRatePerMinute
-	if a.settings.ChannelRateLimit > 0 {
-		m.channelLimit = a.settings.ChannelRateLimit
+	m.channelLimit = a.channelLimit()
+	if a.budgets != nil { // the cluster's backstop: ask the project grain (project_budgets.go)
+		a.askBudgets(ctx, &budgetAsk{pub: m})
+		return
 	}
 	var ok bool
 	m.projectBudget, ok = a.backstop.take(m.At, a.cfg.ProjectRatePerMinute)
 	m.projectDenied = !ok
 	a.send(ctx, m.Channel, m)
+}
+
+// channelLimit is the project's channel budget per minute.
+func (a *projectActor) channelLimit() int {
+	if a.settings.ChannelRateLimit > 0 {
+		return a.settings.ChannelRateLimit
+	}
+	return a.cfg.EmitRatePerMinute
+}
+
+// refundBackstop gives back the backstop unit an emit took: to the project
+// grain in a cluster (takeID), else to this actor's window.
+func (a *projectActor) refundBackstop(ctx actor.Context, at time.Time, takeID string) {
+	if takeID != "" && a.budgets != nil {
+		a.refundAsk(ctx, takeID)
+		return
+	}
+	a.backstop.refund(at)
 }
 
 // send delivers msg to the channel actor, starting it if needed, unless the
@@ -348,7 +385,7 @@ func (a *projectActor) refuseNewChannel(ctx actor.Context, channel string, msg a
 	switch m := msg.(type) {
 	case *Publish:
 		if !m.projectDenied {
-			a.backstop.refund(m.At)
+			a.refundBackstop(ctx, m.At, m.takeID)
 		}
 		if m.Reply != nil {
 			m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeTooManyChannels}}

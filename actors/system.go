@@ -35,7 +35,8 @@ type Config struct {
 	// NodeID prefixes connection ids so they are unique across nodes and restarts.
 	NodeID string
 	// MaxSubscriptions caps one connection's channels; MaxConnections caps a
-	// project's live connections on this node. Zero means no cap.
+	// project's live connections (in a cluster, of every node, within the
+	// tolerance of cluster_conns.go). Zero means no cap.
 	MaxSubscriptions int
 	MaxConnections   int
 	// Bounds on what one client or tenant can make a node hold; zero means no cap.
@@ -69,6 +70,9 @@ type System struct {
 	liveMu sync.Mutex
 	live   map[string]int        // project id → live connections on this node, for MaxConnections
 	byAddr map[string]*addrCount // project id + client address → live connections, for MaxConnectionsPerAddress
+	// elsewhere: in a cluster, the project's live connections on the other
+	// members, as they last said (cluster_conns.go), for MaxConnections.
+	elsewhere map[string]int
 
 	cluster atomic.Pointer[Cluster] // nil on one node (cluster.go)
 }
@@ -149,7 +153,7 @@ func NewSystem(cfg Config) *System {
 	// 300 bytes of every idle connection); each learns its socket from connInit.
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
 		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
-	s := &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}}
+	s := &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}, elsewhere: map[string]int{}}
 	s.cfg.cluster = &s.cluster
 	return s
 }
@@ -246,7 +250,8 @@ type addrCount struct {
 }
 
 // Reserve takes one of a project's connection slots before a handshake is
-// accepted: false when MaxConnections are live on this node, or
+// accepted: false when MaxConnections are live (on this node, plus on the
+// other members as they last said in a cluster), or
 // MaxConnectionsPerAddress from this client address. addrKey names the
 // client address the way the edge's limits group them (an IPv6 address by
 // its /64). Open's Session gives it
@@ -255,7 +260,7 @@ func (s *System) Reserve(projectID, addrKey string) (*Lease, bool) {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	n := s.live[projectID]
-	if s.cfg.MaxConnections > 0 && n >= s.cfg.MaxConnections {
+	if s.cfg.MaxConnections > 0 && n+s.elsewhere[projectID] >= s.cfg.MaxConnections {
 		return nil, false
 	}
 	l := &Lease{projectID: projectID}

@@ -187,6 +187,19 @@ func closedAt(t *testing.T, what string, ch <-chan closing, code int) time.Time 
 	return f.at
 }
 
+// TestCluster's project budgets (PROJECT_RATE_LIMIT_PER_MINUTE,
+// CLIENT_EMIT_RATE_LIMIT_PER_SECOND): small, so that one count for the
+// cluster shows.
+const clusterBackstop, clusterClientCap = 8, 3
+
+// clusterConnCap is TestCluster's MAX_CONNECTIONS_PER_PROJECT, for the
+// whole cluster; clusterConnSpread is how long a node's count takes to
+// reach the others (sent every second) with room for a slow machine.
+const (
+	clusterConnCap    = 4
+	clusterConnSpread = 2 * time.Second
+)
+
 func TestCluster(t *testing.T) {
 	began := time.Now()
 	t.Run("SQLite refused", func(t *testing.T) {
@@ -197,7 +210,11 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	cl := startCluster(t, 5*time.Second, []string{"A", "B", "C"})
+	// Small project budgets, so that the cluster-wide counts show: the
+	// backstop and the per-clientId window are each the project grain's.
+	cl := startCluster(t, 5*time.Second, []string{"A", "B", "C"},
+		fmt.Sprintf("PROJECT_RATE_LIMIT_PER_MINUTE=%d", clusterBackstop), fmt.Sprintf("CLIENT_EMIT_RATE_LIMIT_PER_SECOND=%d", clusterClientCap),
+		fmt.Sprintf("MAX_CONNECTIONS_PER_PROJECT=%d", clusterConnCap))
 	etcd, nodes := cl.etcd, cl.nodes
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
@@ -227,6 +244,103 @@ func TestCluster(t *testing.T) {
 	})
 
 	owner := a.on(t).signup("alice@example.com")
+
+	t.Run("project backstop counted once for the cluster", func(t *testing.T) {
+		q := owner.createProject("burst")
+		// Budgets are fixed wall-clock minutes: keep the emits inside one.
+		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
+			time.Sleep(left + 100*time.Millisecond)
+		}
+		clients := []*client{a.on(t).client(), b.on(t).client(), c.on(t).client()}
+		for i := range clusterBackstop + 3 {
+			n := nodes[i%3]
+			// A channel per emit: only the project's budget can refuse.
+			r := clients[i%3].emit(q.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":%d}`, i, i))
+			now := time.Now()
+			if i < clusterBackstop {
+				expectEmitted(t, r, fmt.Sprintf("c%d", i))
+				budget(t, now, r, "project_rate_limit", clusterBackstop, clusterBackstop-1-i)
+				continue
+			}
+			if r.status != http.StatusTooManyRequests || r.json["error"] != "project_rate_limited" || len(r.json) != 3 {
+				t.Fatalf("emit %d (through %s) after %d accepted in the cluster: %d %s; want 429 project_rate_limited", i+1, n.name, clusterBackstop, r.status, r.raw)
+			}
+			budget(t, now, r, "project_rate_limit", clusterBackstop, 0)
+			budget(t, now, r, "rate_limit", 600, 600)
+		}
+	})
+
+	t.Run("per-clientId client-emit window counted once for the cluster", func(t *testing.T) {
+		q := owner.createProject("clients")
+		secret := owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+		tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: q.id, Channel: "room",
+			ClientID: "u9", Types: []string{"t"}, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same clientId on every node, each socket emitting twice at once.
+		socks := []*wsClient{presenceSub(t, a.on(t), q.publicKey, "room", "u9"),
+			presenceSub(t, b.on(t), q.publicKey, "room", "u9"), presenceSub(t, c.on(t), q.publicKey, "room", "u9")}
+		collectEach(socks, 1, time.Now().Add(5*time.Second), 300*time.Millisecond) // the syncs
+		for round := 1; ; round++ {
+			// Windows are whole seconds on the grain's clock: start just after one begins.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+			began := time.Now()
+			for _, s := range socks {
+				s.send(emitFrame2("room", tok))
+				s.send(emitFrame2("room", tok))
+			}
+			// Each socket: its two answers and the messages the others had accepted.
+			frames := collectEach(socks, 2, time.Now().Add(5*time.Second), 500*time.Millisecond)
+			took := time.Since(began) - 500*time.Millisecond
+			acks, limited := 0, 0
+			for i, fs := range frames {
+				for _, f := range fs {
+					switch {
+					case sameJSON(f.text, `{"error":"client_emit_rate_limited","channel":"room"}`):
+						limited++
+					case strings.HasPrefix(f.text, `{"action":"emit"`):
+						acks++
+					case strings.HasPrefix(f.text, `{"channel":"room"`):
+					default:
+						t.Fatalf("socket on %s: unexpected %+v", nodes[i].name, f)
+					}
+				}
+			}
+			t.Logf("round %d: %d accepted, %d client_emit_rate_limited, answers within %v", round, acks, limited, took.Round(time.Millisecond))
+			if acks == clusterClientCap && limited == 6-clusterClientCap {
+				return
+			}
+			if took < 800*time.Millisecond || round == 3 { // one window, and still not counted once
+				t.Fatalf("6 emits of clientId u9 through three nodes within one second: %d accepted, %d refused; want %d and %d",
+					acks, limited, clusterClientCap, 6-clusterClientCap)
+			}
+		}
+	})
+
+	t.Run("connection cap counted across the cluster", func(t *testing.T) {
+		q := owner.createProject("crowd")
+		tsA, tsB, tsC := a.on(t), b.on(t), c.on(t)
+		refused := func(ts *testServer) {
+			t.Helper()
+			ts.handshake("/ws?publicKey="+q.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
+		}
+		onA := []*wsClient{tsA.dialWS(q.publicKey), tsA.dialWS(q.publicKey)}
+		tsB.dialWS(q.publicKey)
+		time.Sleep(clusterConnSpread) // A's 2 and B's 1 reach C
+		tsC.dialWS(q.publicKey)       // the 4th of the cluster
+		time.Sleep(clusterConnSpread)
+		refused(tsA)
+		refused(tsB)
+		refused(tsC)
+		onA[0].conn.Close()
+		time.Sleep(clusterConnSpread) // A's 1 reaches C
+		tsC.dialWS(q.publicKey)
+		time.Sleep(clusterConnSpread)
+		refused(tsB)
+	})
+
 	p := owner.createProject("spread")
 
 	t.Run("client-emit secret regenerated through A: B refuses the old one at once", func(t *testing.T) {

@@ -1737,6 +1737,285 @@ func (x *AnsweredPublish) GetAnswer() *ChannelPublished {
 	return nil
 }
 
+// ProjectTake asks for one emit's budgets. id is unique per emit across the
+// cluster and the same on every retry: the grain takes at most once per id
+// and answers a repeat with the first answer.
+type ProjectTake struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ReplyTo      *Ref                   `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	ProjectLimit int32                  `protobuf:"varint,3,opt,name=project_limit,json=projectLimit,proto3" json:"project_limit,omitempty"` // PROJECT_RATE_LIMIT_PER_MINUTE
+	// A client emit takes its clientId's window first (client-emit rule 6);
+	// client_only: the emit is refused after rule 6 (its payload), so the
+	// backstop is not taken.
+	ClientId      string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientLimit   int32  `protobuf:"varint,5,opt,name=client_limit,json=clientLimit,proto3" json:"client_limit,omitempty"` // per second
+	ClientOnly    bool   `protobuf:"varint,6,opt,name=client_only,json=clientOnly,proto3" json:"client_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectTake) Reset() {
+	*x = ProjectTake{}
+	mi := &file_proto_cluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectTake) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectTake) ProtoMessage() {}
+
+func (x *ProjectTake) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
+func (*ProjectTake) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ProjectTake) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ProjectTake) GetReplyTo() *Ref {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+func (x *ProjectTake) GetProjectLimit() int32 {
+	if x != nil {
+		return x.ProjectLimit
+	}
+	return 0
+}
+
+func (x *ProjectTake) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ProjectTake) GetClientLimit() int32 {
+	if x != nil {
+		return x.ClientLimit
+	}
+	return 0
+}
+
+func (x *ProjectTake) GetClientOnly() bool {
+	if x != nil {
+		return x.ClientOnly
+	}
+	return false
+}
+
+// ProjectTaken answers ProjectTake. error is empty or "not_owner" (this
+// grain no longer owns the project: resolve and retry).
+type ProjectTaken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	ClientDenied  bool                   `protobuf:"varint,3,opt,name=client_denied,json=clientDenied,proto3" json:"client_denied,omitempty"`
+	ProjectDenied bool                   `protobuf:"varint,4,opt,name=project_denied,json=projectDenied,proto3" json:"project_denied,omitempty"`
+	Project       *Budget                `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectTaken) Reset() {
+	*x = ProjectTaken{}
+	mi := &file_proto_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectTaken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectTaken) ProtoMessage() {}
+
+func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
+func (*ProjectTaken) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ProjectTaken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ProjectTaken) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ProjectTaken) GetClientDenied() bool {
+	if x != nil {
+		return x.ClientDenied
+	}
+	return false
+}
+
+func (x *ProjectTaken) GetProjectDenied() bool {
+	if x != nil {
+		return x.ProjectDenied
+	}
+	return false
+}
+
+func (x *ProjectTaken) GetProject() *Budget {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+// ProjectRefund gives back the backstop unit taken for an emit that was not
+// stamped (its channel refused it, or its edge gave up). At most once per id.
+type ProjectRefund struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProjectRefund) Reset() {
+	*x = ProjectRefund{}
+	mi := &file_proto_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectRefund) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectRefund) ProtoMessage() {}
+
+func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
+func (*ProjectRefund) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ProjectRefund) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// NodeConnections is one node's live connection count of each project it
+// has connections of, sent to every other member about once a second
+// (MAX_CONNECTIONS_PER_PROJECT counts the whole cluster). full: the
+// snapshot lists every such project (a project not listed has none);
+// otherwise only those whose count changed since the last one.
+type NodeConnections struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        string                 `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	Counts        map[string]int32       `protobuf:"bytes,2,rep,name=counts,proto3" json:"counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Full          bool                   `protobuf:"varint,3,opt,name=full,proto3" json:"full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeConnections) Reset() {
+	*x = NodeConnections{}
+	mi := &file_proto_cluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeConnections) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeConnections) ProtoMessage() {}
+
+func (x *NodeConnections) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
+func (*NodeConnections) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *NodeConnections) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *NodeConnections) GetCounts() map[string]int32 {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *NodeConnections) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
 var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
@@ -1864,7 +2143,30 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x127\n" +
-	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answerB*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
+	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answer\"\xd2\x01\n" +
+	"\vProjectTake\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
+	"\breply_to\x18\x02 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12#\n" +
+	"\rproject_limit\x18\x03 \x01(\x05R\fprojectLimit\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12!\n" +
+	"\fclient_limit\x18\x05 \x01(\x05R\vclientLimit\x12\x1f\n" +
+	"\vclient_only\x18\x06 \x01(\bR\n" +
+	"clientOnly\"\xb1\x01\n" +
+	"\fProjectTaken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12#\n" +
+	"\rclient_denied\x18\x03 \x01(\bR\fclientDenied\x12%\n" +
+	"\x0eproject_denied\x18\x04 \x01(\bR\rprojectDenied\x12/\n" +
+	"\aproject\x18\x05 \x01(\v2\x15.relay.cluster.BudgetR\aproject\"\x1f\n" +
+	"\rProjectRefund\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xbc\x01\n" +
+	"\x0fNodeConnections\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12B\n" +
+	"\x06counts\x18\x02 \x03(\v2*.relay.cluster.NodeConnections.CountsEntryR\x06counts\x12\x12\n" +
+	"\x04full\x18\x03 \x01(\bR\x04full\x1a9\n" +
+	"\vCountsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
 
 var (
 	file_proto_cluster_proto_rawDescOnce sync.Once
@@ -1878,7 +2180,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -1906,6 +2208,11 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*ReplayEntry)(nil),             // 23: relay.cluster.ReplayEntry
 	(*RelaySubs)(nil),               // 24: relay.cluster.RelaySubs
 	(*AnsweredPublish)(nil),         // 25: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 26: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 27: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 28: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 29: relay.cluster.NodeConnections
+	nil,                             // 30: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
@@ -1928,11 +2235,14 @@ var file_proto_cluster_proto_depIdxs = []int32{
 	8,  // 17: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
 	9,  // 18: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
 	16, // 19: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	8,  // 20: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	15, // 21: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	30, // 22: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -1953,7 +2263,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,102 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// grainLookup is an actor's handle on one grain it sends to (a channel's
+// relay on its channel grain, a project actor on its project grain). The
+// lookup runs beside the actor, since protoactor's can wait seconds for a
+// node that is gone, and its answer comes back as grainResolved. The actor
+// watches the grain it uses: its Terminated (the grain stopped, or its node
+// went away) starts a new lookup.
+type grainLookup struct {
+	c         *Cluster
+	kind      string
+	identity  string
+	pid       *actor.PID // nil until resolved
+	gen       uint64     // the lookup whose answer counts
+	resolving bool
+}
+
+// grainResolved carries a grain lookup back into the actor.
+type grainResolved struct {
+	pid *actor.PID
+	gen uint64
+}
+
+// resolveAgain retries a lookup that found nothing, unless a later one began.
+type resolveAgain struct{ gen uint64 }
+
+// resolveRetry: how soon a failed grain lookup is tried again.
+const resolveRetry = 500 * time.Millisecond
+
+func (l *grainLookup) resolve(ctx actor.Context) {
+	l.gen++
+	l.resolving = true
+	gen, self, root, pc, identity, kind := l.gen, ctx.Self(), ctx.ActorSystem().Root, l.c.pc, l.identity, l.kind
+	go func() { root.Send(self, &grainResolved{pid: pc.Get(identity, kind), gen: gen}) }()
+}
+
+// resolveOnce starts a lookup unless one is under way.
+func (l *grainLookup) resolveOnce(ctx actor.Context) {
+	if !l.resolving {
+		l.resolve(ctx)
+	}
+}
+
+// resolved takes a lookup's answer. It reports true when the answer is a
+// grain other than the one in use: the actor then sends it what it needs.
+// A lookup that found nothing (no member hosts the kind yet, or the owner
+// did not answer) is tried again after resolveRetry.
+func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
+	if m.gen != l.gen {
+		return false // a later lookup is under way
+	}
+	l.resolving = false
+	if m.pid == nil {
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(resolveRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
+		return false
+	}
+	if l.pid != nil && l.pid.Equal(m.pid) {
+		return false
+	}
+	if l.pid != nil {
+		ctx.Unwatch(l.pid)
+	}
+	l.pid = m.pid
+	ctx.Watch(l.pid)
+	return true
+}
+
+func (l *grainLookup) again(ctx actor.Context, m *resolveAgain) {
+	if m.gen == l.gen {
+		l.resolve(ctx)
+	}
+}
+
+// moved: the member list changed; look again if the grain has a new owner.
+func (l *grainLookup) moved(ctx actor.Context) {
+	if l.pid == nil || l.c.ownerAddress(l.kind, l.identity) != l.pid.Address {
+		l.resolve(ctx)
+	}
+}
+
+// terminated handles a Terminated: if it is the grain's, look again.
+func (l *grainLookup) terminated(ctx actor.Context, who *actor.PID) bool {
+	if l.pid == nil || !who.Equal(l.pid) {
+		return false
+	}
+	l.pid = nil
+	l.resolve(ctx)
+	return true
+}
+
+func (l *grainLookup) stop(ctx actor.Context) {
+	if l.pid != nil {
+		ctx.Unwatch(l.pid) // a long-lived grain would keep the watch
+	}
+}

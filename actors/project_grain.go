@@ -1,0 +1,108 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/cluster"
+
+	"github.com/relayhq/relay/proto/clusterpb"
+)
+
+// ProjectKind is the cluster kind of project grains; a grain's identity is
+// the project id.
+const ProjectKind = "relay-project"
+
+// projectGrain counts, for the whole cluster, the budgets that belong to a
+// project rather than a channel: the emit backstop
+// (PROJECT_RATE_LIMIT_PER_MINUTE) and the per-clientId client-emit windows.
+// Every node's project actor asks it once per emit (project_budgets.go).
+// Everything else of a project (keys, settings, revocations, connections)
+// stays with each node's project actor, kept in step by control-plane
+// broadcasts. Its windows run on its own clock. Every field is owned by
+// Receive.
+type projectGrain struct {
+	c   *Cluster
+	cfg *Config
+	id  string
+
+	backstop fixedWindow
+	clients  clientWindows
+	answers  answerMemory[*projectTake]
+	quiet    quietPeriod
+}
+
+// projectTake is the grain's record of one answered ProjectTake.
+type projectTake struct {
+	answer   *clusterpb.ProjectTaken
+	took     bool      // a backstop unit was taken (a refund gives it back)
+	at       time.Time // when, on the grain's clock
+	refunded bool
+}
+
+func newProjectGrain(c *Cluster) *projectGrain {
+	return &projectGrain{c: c, cfg: c.sys.cfg, backstop: fixedWindow{size: time.Minute},
+		clients: clientWindows{}, answers: newAnswerMemory[*projectTake]()}
+}
+
+func (g *projectGrain) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		g.c.activations.Add(1)
+		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+	case *cluster.ClusterInit:
+		g.id = m.Identity.Identity
+		g.c.projectGrains.Store(g.id, ctx.Self())
+	case *actor.Stopped:
+		g.c.projectGrains.CompareAndDelete(g.id, ctx.Self())
+	case *clusterpb.ProjectTake:
+		g.take(ctx, m)
+	case *clusterpb.ProjectRefund:
+		if t, ok := g.answers.get(m.Id); ok && t.took && !t.refunded {
+			t.refunded = true
+			g.backstop.refund(t.at)
+		}
+	case *quietTick:
+		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+		if g.quiet.dormantAgain(g.dormant()) {
+			ctx.Poison(ctx.Self())
+		}
+	}
+}
+
+// take applies client-emit rule 6 (the clientId's window), then the backstop.
+func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
+	now := g.cfg.Now()
+	g.answers.forget(now)
+	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
+	if prev, ok := g.answers.get(m.Id); ok {
+		g.c.duplicates.Add(1)
+		g.c.send(ctx, replyTo, prev.answer)
+		return
+	}
+	if !g.c.owns(ProjectKind, g.id) { // a member joined or left: the project has moved
+		g.c.ownerRefusals.Add(1)
+		g.c.send(ctx, replyTo, &clusterpb.ProjectTaken{Id: m.Id, Error: errNotOwner})
+		return
+	}
+	t := &projectTake{answer: &clusterpb.ProjectTaken{Id: m.Id}, at: now}
+	g.answers.remember(m.Id, now, t)
+	switch {
+	case m.ClientId != "" && !g.clients.take(m.ClientId, now, int(m.ClientLimit)):
+		t.answer.ClientDenied = true
+	case m.ClientOnly:
+	default:
+		budget, ok := g.backstop.take(now, int(m.ProjectLimit))
+		t.took = ok
+		t.answer.ProjectDenied = !ok
+		t.answer.Project = budgetToProto(budget)
+	}
+	g.c.send(ctx, replyTo, t.answer)
+}
+
+// dormant: the windows ran out and no answer is remembered.
+func (g *projectGrain) dormant() bool {
+	now := g.cfg.Now()
+	g.answers.forget(now)
+	return g.backstop.idle(now) && g.clients.idle(now) && g.answers.len() == 0
+}
