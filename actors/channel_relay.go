@@ -28,15 +28,12 @@ const publishRetryAfter = 300 * time.Millisecond
 const clientEmitGiveUp = 5 * time.Second
 
 type channelRelay struct {
-	c        *Cluster
-	cfg      *Config
-	name     string
-	identity string
-	self     *clusterpb.Ref
+	c    *Cluster
+	cfg  *Config
+	name string
+	self *clusterpb.Ref
 
-	grain      *actor.PID // nil until resolved
-	resolveGen uint64     // the lookup whose answer counts
-	resolving  bool
+	grain grainLookup // the channel's grain
 
 	subs    subscribers
 	roster  map[string]bool // the cluster's members, as this node's presence subscribers were told
@@ -85,8 +82,9 @@ type retryTick struct{}
 
 func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *projectUsage) *channelRelay {
 	return &channelRelay{
-		c: c, cfg: cfg, name: channel, identity: projectID + "/" + channel,
-		subs: newSubscribers(), roster: map[string]bool{},
+		c: c, cfg: cfg, name: channel,
+		grain: grainLookup{c: c, kind: ChannelKind, identity: projectID + "/" + channel},
+		subs:  newSubscribers(), roster: map[string]bool{},
 		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{},
 		usage: usage, counters: cfg.counters,
 	}
@@ -97,7 +95,7 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 	case *actor.Started:
 		r.self = &clusterpb.Ref{Address: ctx.Self().Address, Id: ctx.Self().Id}
 		scheduleQuietTick(ctx, r.cfg.ActorDormancy)
-		r.resolve(ctx)
+		r.grain.resolve(ctx)
 	case *Publish:
 		r.processed++
 		r.publish(ctx, m)
@@ -113,24 +111,17 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 		r.unsubscribe(ctx, m)
 	case *topologyChanged:
 		r.processed++
-		if r.grain == nil || r.c.ownerAddress(ChannelKind, r.identity) != r.grain.Address {
-			r.resolve(ctx) // the channel has a new owner
-		}
+		r.grain.moved(ctx) // the channel may have a new owner
 	case *actor.Stopping:
-		if r.grain != nil {
-			ctx.Unwatch(r.grain) // a long-lived grain would keep the watch
-		}
+		r.grain.stop(ctx)
 	case *resolveAgain:
-		if m.gen == r.resolveGen {
-			r.resolve(ctx)
-		}
+		r.grain.again(ctx, m)
 	case *grainResolved:
-		r.resolved(ctx, m)
-	case *actor.Terminated:
-		if r.grain != nil && m.Who.Equal(r.grain) {
-			r.grain = nil
-			r.resolve(ctx)
+		if r.grain.resolved(ctx, m) {
+			r.registerAll(ctx)
 		}
+	case *actor.Terminated:
+		r.grain.terminated(ctx, m.Who)
 	case *clusterpb.ChannelDeliver:
 		r.deliver(ctx, m)
 	case *clusterpb.ChannelPublished:
@@ -158,35 +149,9 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 	}
 }
 
-// resolve looks the grain up beside the actor (a lookup can wait seconds
-// for a node that is gone) and brings the answer back as grainResolved.
-func (r *channelRelay) resolve(ctx actor.Context) {
-	r.resolveGen++
-	r.resolving = true
-	gen, self, root, pc, identity := r.resolveGen, ctx.Self(), ctx.ActorSystem().Root, r.c.pc, r.identity
-	go func() { root.Send(self, &grainResolved{pid: pc.Get(identity, ChannelKind), gen: gen}) }()
-}
-
-// resolved starts using a grain: a new one gets this node's whole state,
-// then everything still unanswered again.
-func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
-	if m.gen != r.resolveGen {
-		return // a later lookup is under way
-	}
-	r.resolving = false
-	if m.pid == nil { // no member hosts the kind yet, or the owner did not answer
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(resolveRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
-		return
-	}
-	if r.grain != nil && r.grain.Equal(m.pid) {
-		return
-	}
-	if r.grain != nil {
-		ctx.Unwatch(r.grain)
-	}
-	r.grain = m.pid
-	ctx.Watch(r.grain)
+// registerAll gives a grain new to the relay this node's whole state, then
+// everything still unanswered again.
+func (r *channelRelay) registerAll(ctx actor.Context) {
 	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list))}
 	for _, s := range r.subs.list {
 		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: s.sink.ID(), Presence: s.presence, ClientId: s.clientID})
@@ -218,8 +183,8 @@ func (r *channelRelay) inOrder() []*pendingPublish {
 }
 
 func (r *channelRelay) toGrain(ctx actor.Context, msg any) {
-	if r.grain != nil {
-		r.c.send(ctx, r.grain, msg)
+	if r.grain.pid != nil {
+		r.c.send(ctx, r.grain.pid, msg)
 	}
 }
 
@@ -252,20 +217,20 @@ func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
 
 // sendPublish sends (again) to the grain, once there is one.
 func (r *channelRelay) sendPublish(ctx actor.Context, p *pendingPublish) {
-	if r.grain == nil {
-		return // resolved sends it
+	if r.grain.pid == nil {
+		return // registerAll sends it
 	}
 	p.sentAt = r.cfg.Now()
 	p.attempts++
 	if d := r.c.firstSendDelay; d > 0 && p.attempts == 1 { // test hook: the first attempt arrives late
-		grain, root, msg := r.grain, ctx.ActorSystem().Root, p.msg
+		grain, root, msg := r.grain.pid, ctx.ActorSystem().Root, p.msg
 		time.AfterFunc(d, func() { root.Send(grain, msg) })
 		return
 	}
 	if p.attempts > 1 {
 		r.c.retries.Add(1)
 	}
-	r.c.send(ctx, r.grain, p.msg)
+	r.c.send(ctx, r.grain.pid, p.msg)
 }
 
 func (r *channelRelay) scheduleRetry(ctx actor.Context) {
@@ -296,8 +261,8 @@ func (r *channelRelay) retry(ctx actor.Context) {
 		}
 	}
 	r.flushAnswers()
-	if r.grain == nil && !r.resolving && len(r.pending) > 0 {
-		r.resolve(ctx)
+	if r.grain.pid == nil && len(r.pending) > 0 {
+		r.grain.resolveOnce(ctx)
 	}
 	r.scheduleRetry(ctx)
 }
@@ -311,9 +276,7 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 	if m.Error == errNotOwner {
 		// The grain moved or is handing off: look it up again (one lookup
 		// at a time); the retry tick resends.
-		if !r.resolving {
-			r.resolve(ctx)
-		}
+		r.grain.resolveOnce(ctx)
 		return
 	}
 	delete(r.pending, m.Id)
