@@ -216,3 +216,62 @@ func TestOneNodeStaysLocal(t *testing.T) {
 	}
 	waitFor(t, "close 4001", func() bool { return k.closed.Load() == int32(proto.CloseKeyRevoked) })
 }
+
+// Other members' live connection counts reach Reserve: the cap counts them,
+// a change message updates one project, and a member that leaves takes its
+// connections with it.
+func TestConnectionCapCountsOtherMembers(t *testing.T) {
+	sys := newTestSystem(t, Config{MaxConnections: 3})
+	c := newTestCluster(t, sys, nil)
+	elsewhere := func(project string, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Second); sys.connectionsElsewhere(project) != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s elsewhere: %d, want %d", project, sys.connectionsElsewhere(project), want)
+			}
+		}
+	}
+	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{"p": 1, "q": 5}})
+	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m3", Full: true, Counts: map[string]int32{"p": 1}})
+	elsewhere("p", 2)
+	elsewhere("q", 5)
+	if _, ok := sys.Reserve("p", "addr"); !ok {
+		t.Fatal("the 3rd connection of the cluster refused")
+	}
+	if _, ok := sys.Reserve("p", "addr"); ok {
+		t.Fatal("a 4th connection of the cluster accepted (cap 3)")
+	}
+	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Counts: map[string]int32{"p": 0}}) // m2 closed its one
+	elsewhere("p", 1)
+	elsewhere("q", 5) // not in the change: as it was
+	if _, ok := sys.Reserve("p", "addr"); !ok {
+		t.Fatal("refused after another member's connection closed")
+	}
+	sys.root.Send(c.node, &membersChanged{ids: map[string]bool{"m2": true}}) // m3 is gone
+	elsewhere("p", 0)
+	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{}}) // nothing left
+	elsewhere("q", 0)
+}
+
+// A grain's memory of answers: a repeat is found, old ones are forgotten,
+// and merged answers keep the order oldest first.
+func TestAnswerMemory(t *testing.T) {
+	m := newAnswerMemory[int]()
+	t0 := time.Unix(1000, 0)
+	m.remember("a", t0, 1)
+	m.remember("b", t0.Add(time.Second), 2)
+	m.merge("z", t0.Add(500*time.Millisecond), 9) // handed over: older than b
+	m.merge("a", t0, 7)                           // known: kept as it was
+	var order []string
+	m.each(func(id string, _ time.Time, v int) { order = append(order, id) })
+	if v, ok := m.get("a"); !ok || v != 1 || !slices.Equal(order, []string{"a", "z", "b"}) {
+		t.Fatalf("a=%d,%v order %v", v, ok, order)
+	}
+	m.forget(t0.Add(dedupeWindow + 700*time.Millisecond)) // a and z are older than the window
+	if _, ok := m.get("a"); ok || m.len() != 1 {
+		t.Fatalf("after forget: %d remembered, a still there: %v", m.len(), ok)
+	}
+	if v, ok := m.get("b"); !ok || v != 2 {
+		t.Fatalf("b = %d, %v", v, ok)
+	}
+}
