@@ -41,7 +41,7 @@ type channelRelay struct {
 
 	ops      map[uint64][]relayOp // per socket: subscribes and unsubscribes whose local effect waits for the grain
 	pending  map[string]*pendingPublish
-	answers  []*pendingPublish // client emits and refusals, answered on their sockets in the order they came
+	answers  map[uint64][]*pendingPublish // per socket: client emits and refusals, answered in the order they came
 	retrying bool
 	sent     uint64 // publishes taken, numbering pendingPublish.n
 
@@ -85,7 +85,7 @@ func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *
 		c: c, cfg: cfg, name: channel,
 		grain: grainLookup{c: c, kind: ChannelKind, identity: projectID + "/" + channel},
 		subs:  newSubscribers(), roster: map[string]bool{},
-		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{},
+		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{}, answers: map[uint64][]*pendingPublish{},
 		usage: usage, counters: cfg.counters,
 	}
 }
@@ -101,8 +101,7 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 		r.publish(ctx, m)
 	case *refuseEmit:
 		r.processed++
-		r.answers = append(r.answers, &pendingPublish{done: true, sink: m.sink, frame: errorFrame(&proto.Error{Code: m.code, Channel: r.name})})
-		r.flushAnswers()
+		r.answer(&pendingPublish{done: true, sink: m.sink, frame: errorFrame(&proto.Error{Code: m.code, Channel: r.name})})
 	case *subscribe:
 		r.processed++
 		r.subscribe(ctx, m)
@@ -208,7 +207,8 @@ func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
 	if m.origin != nil {
 		msg.Client, msg.OriginConn, msg.ClientId, msg.MsgType = true, m.origin.ID(), m.clientID, m.msgType
 		p.sink = m.origin
-		r.answers = append(r.answers, p)
+		id := p.sink.ID()
+		r.answers[id] = append(r.answers[id], p)
 	}
 	r.pending[msg.Id] = p
 	r.sendPublish(ctx, p)
@@ -256,11 +256,11 @@ func (r *channelRelay) retry(ctx actor.Context) {
 			delete(r.pending, id)
 			refundProject(ctx, p.pub)
 			p.done, p.frame = true, errorFrame(&proto.Error{Code: proto.CodeUnavailable, Channel: r.name})
+			r.flushAnswers(p.sink.ID())
 		case now.Sub(p.sentAt) >= publishRetryAfter:
 			r.sendPublish(ctx, p)
 		}
 	}
-	r.flushAnswers()
 	if r.grain.pid == nil && len(r.pending) > 0 {
 		r.grain.resolveOnce(ctx)
 	}
@@ -319,19 +319,31 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 	} else {
 		p.frame = transport.TextFrame(proto.AppendEmitAck(nil, r.name, m.Seq))
 	}
-	r.flushAnswers()
+	r.flushAnswers(p.sink.ID())
 }
 
-// flushAnswers sends the client-emit answers that are ready, in order.
-func (r *channelRelay) flushAnswers() {
+// answer queues a client emit's answer behind that socket's earlier ones
+// and sends what is ready.
+func (r *channelRelay) answer(p *pendingPublish) {
+	id := p.sink.ID()
+	r.answers[id] = append(r.answers[id], p)
+	r.flushAnswers(id)
+}
+
+// flushAnswers sends a socket's client-emit answers that are ready, in
+// order. Each socket waits only for its own earlier emits.
+func (r *channelRelay) flushAnswers(conn uint64) {
+	q := r.answers[conn]
 	n := 0
-	for n < len(r.answers) && r.answers[n].done {
-		r.answers[n].sink.Send(r.answers[n].frame)
-		r.answers[n] = nil
+	for n < len(q) && q[n].done {
+		q[n].sink.Send(q[n].frame)
+		q[n] = nil
 		n++
 	}
-	if n > 0 {
-		r.answers = append(r.answers[:0], r.answers[n:]...)
+	if n == len(q) {
+		delete(r.answers, conn)
+	} else if n > 0 {
+		r.answers[conn] = append(q[:0], q[n:]...)
 	}
 }
 
