@@ -296,7 +296,12 @@ func TestOpenAPI(t *testing.T) {
 		// the server closes it, without Connection: close, so the client must
 		// not pool that connection (a POST sent on it later is reset).
 		once := &specTransport{t: t, router: router, next: &http.Transport{DisableKeepAlives: true}, seen: st.seen}
-		want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", nil), 400)
+		if r := want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", nil), 400); !strings.Contains(r.raw, "WebSocket endpoint") {
+			t.Fatalf("plain GET /ws: %q, want the plain-text explanation", r.raw)
+		}
+		want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", map[string]string{
+			"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "8", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+		}), 426)
 		want(alice.do("POST", "/api/projects/"+p.id+"/keys/"+publicKeyID+"/revoke", ""), 200)
 
 		// Service routes.
