@@ -309,6 +309,8 @@ func TestOpenAPI(t *testing.T) {
 		want(anon.do("GET", "/readyz", ""), 200)
 		js := want(anon.do("GET", "/client.js", ""), 200)
 		want(anon.send("GET", "/client.js", "", "", map[string]string{"If-None-Match": js.header.Get("ETag")}), 304)
+		dts := want(anon.do("GET", "/client.d.ts", ""), 200)
+		want(anon.send("GET", "/client.d.ts", "", "", map[string]string{"If-None-Match": dts.header.Get("ETag")}), 304)
 
 		// Last, as they throttle the address: failed logins.
 		want(anon.do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"wrong password"}`), 401)
