@@ -14,9 +14,11 @@ run: build
 	mkdir -p data
 	./$(BIN) serve
 
-# The whole suite: format and vet checks, every test with the race detector on
-# SQLite and a throwaway PostgreSQL, then every benchmark once.
+# The whole suite: format and vet checks, tsc on the browser client's types,
+# every test with the race detector on SQLite and a throwaway PostgreSQL, then
+# every benchmark once.
 test: lint
+	sh api/web/typecheck/check.sh
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(MAKE) test-cluster
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)

@@ -2,8 +2,10 @@ package api
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/proto"
@@ -53,6 +55,16 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeTooManyConnections)
 		return
 	}
+	if !isWebSocketUpgrade(r) {
+		// A plain GET (a browser's address bar, curl): say what this is, in
+		// words, rather than let the upgrader answer "bad Upgrade header".
+		// After the key and connection checks, whose answers are the same
+		// for every request (proto/PROTOCOL.md › Connecting).
+		s.actors.Release(lease)
+		s.metrics.refused(refusedBadUpgrade)
+		writeNotWebSocket(w)
+		return
+	}
 	opened := false
 	err = s.transport.Upgrade(w, r, func(c *transport.Conn) transport.Handler {
 		opened = true
@@ -75,6 +87,36 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// The upgrader has already answered (400 for a non-WebSocket request).
 		s.log.Debug("websocket upgrade failed", "addr", addr, "err", err)
 	}
+}
+
+// notWebSocket is the body of a GET /ws that asks for no WebSocket upgrade.
+const notWebSocket = "GET /ws is Relay's WebSocket endpoint: connect to it with a WebSocket client " +
+	"(a request with Upgrade: websocket), e.g. new WebSocket(\"ws://HOST/ws?publicKey=pk_live_…\") " +
+	"or the browser client at /client.js. The protocol is described in proto/PROTOCOL.md.\n"
+
+// isWebSocketUpgrade: the request asks for a WebSocket (its Upgrade header
+// names websocket). Whether the rest of the handshake is right is the
+// upgrader's to answer (400, or 426 for an unknown version).
+func isWebSocketUpgrade(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "websocket") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeNotWebSocket answers 400 in plain text and closes the connection, as
+// the upgrader does with a bad handshake.
+func writeNotWebSocket(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Connection", "close")
+	w.WriteHeader(http.StatusBadRequest)
+	io.WriteString(w, notWebSocket)
 }
 
 // wsSession adapts an actors.Session to the transport.

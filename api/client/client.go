@@ -106,8 +106,10 @@ type PresenceEvent struct {
 	Members  []string
 }
 
-// Gap reports that messages after Since may be missing.
-type Gap struct{ Since float64 }
+// Gap reports that messages after Since may be missing: Since is the seq the
+// subscription asked to resume from (its SubscribeOptions.Since, or after a
+// reconnect the last seq it had delivered), as the server echoes it.
+type Gap struct{ Since uint64 }
 
 // Error is an error frame of the service.
 type Error struct {
@@ -129,6 +131,17 @@ var ErrClosed = errors.New("relay client: closed")
 type SubscribeOptions struct {
 	Presence bool
 	ClientID string
+	// Since, when set, asks for replay from this seq: the server first sends
+	// the messages it still buffers with a greater seq (Message.Replay), after
+	// a Gap when some of them are no longer buffered. It is where the
+	// subscription starts: messages with a seq at or below it are not
+	// delivered, and until one arrives, a reconnect resumes from it. Keep
+	// LastSeq of an earlier subscription (or of a Message) and pass
+	// new(seq) here to resume it. nil subscribes from now on. On a
+	// Subscribe to a channel already subscribed, a non-nil Since restarts
+	// the subscription from there (replayed messages included), a nil one
+	// keeps its place.
+	Since *uint64
 }
 
 // Subscription is one channel's stream of events.
@@ -140,7 +153,8 @@ type Subscription struct {
 	done    chan struct{}
 	ended   sync.Once
 
-	// Guarded by c.mu.
+	// Guarded by c.mu. lastSeq is where a resubscribe resumes: the last seq
+	// delivered, or the starting Since until a message arrives.
 	lastSeq uint64
 	hasSeq  bool
 	members []string
@@ -165,7 +179,10 @@ func (s *Subscription) Members() []string {
 	return append([]string(nil), s.members...)
 }
 
-// LastSeq is the last seq delivered on this channel.
+// LastSeq is the last seq delivered on this channel (the client's own
+// client-emits included), or SubscribeOptions.Since until a message is
+// delivered; false when there is neither. It is the since a reconnect resumes
+// from.
 func (s *Subscription) LastSeq() (uint64, bool) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()

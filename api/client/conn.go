@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -335,6 +337,25 @@ func subscribeFrame(channel string, o SubscribeOptions, since uint64, hasSince b
 	return b
 }
 
+// parseSeq reads a seq from its JSON number text exactly (a float64 would be
+// exact only below 2^53). The since of a replay_gap is the one this client
+// sent, a whole number; anything else (a fraction, an exponent) is read as a
+// float and truncated, a negative or non-number as 0.
+func parseSeq(raw json.RawMessage) uint64 {
+	s := string(raw)
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return n
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange), f != f, f <= 0:
+		return 0
+	case f >= 1<<64:
+		return math.MaxUint64
+	}
+	return uint64(f)
+}
+
 // frame is any server message; which fields are set tells its kind.
 type frame struct {
 	Action   string          `json:"action"`
@@ -344,7 +365,7 @@ type frame struct {
 	Event    string          `json:"event"`
 	ClientID string          `json:"clientId"`
 	Members  []string        `json:"members"`
-	Since    float64         `json:"since"`
+	Since    json.RawMessage `json:"since"` // a seq as the client sent it: parseSeq
 	Seq      *uint64         `json:"seq"`
 	Payload  json.RawMessage `json:"payload"`
 	Replay   bool            `json:"replay"`
@@ -433,7 +454,7 @@ func (c *Client) dispatch(data []byte) {
 		}
 		ev = &Event{Presence: &PresenceEvent{Event: f.Event, ClientID: f.ClientID, Members: append([]string(nil), sub.members...)}}
 	case f.Type == "replay_gap":
-		ev = &Event{Gap: &Gap{Since: f.Since}}
+		ev = &Event{Gap: &Gap{Since: parseSeq(f.Since)}}
 	case f.Seq != nil:
 		if sub.hasSeq && *f.Seq <= sub.lastSeq {
 			break // already delivered before a reconnect
@@ -467,8 +488,10 @@ func wait(ctx context.Context, p *pending) error {
 	}
 }
 
-// Subscribe subscribes to channel and waits for the ack. The subscription is
-// renewed on every reconnect, with replay from its last seq.
+// Subscribe subscribes to channel and waits for the ack; with opts.Since, the
+// replayed messages (and a Gap, if some are lost) are on Events before it
+// returns. The subscription is renewed on every reconnect, with replay from
+// its LastSeq.
 func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOptions) (*Subscription, error) {
 	if err := validate(channel, opts); err != nil {
 		return nil, err
@@ -485,6 +508,9 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 		c.subs[channel] = s
 	}
 	s.opts = opts
+	if opts.Since != nil {
+		s.lastSeq, s.hasSeq = *opts.Since, true
+	}
 	c.waitSub[channel] = append(c.waitSub[channel], p)
 	conn, since, has := c.conn, s.lastSeq, s.hasSeq
 	c.mu.Unlock()

@@ -1,5 +1,6 @@
-// Package web serves the browser reference client (/client.js) and the demo
-// page (/demo) from embedded files, with ETags.
+// Package web serves the browser reference client (/client.js), its
+// TypeScript types (/client.d.ts) and the demo page (/demo) from embedded
+// files, with ETags.
 package web
 
 import (
@@ -9,7 +10,7 @@ import (
 	"net/http"
 )
 
-//go:embed client.js demo.html demo.js demo.css
+//go:embed client.js client.d.ts demo.html demo.js demo.css
 var files embed.FS
 
 type asset struct {
@@ -27,13 +28,17 @@ func load(name, contentType string) asset {
 	return asset{body: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, contentType: contentType}
 }
 
-// Routes registers GET /client.js, /demo, /demo.js and /demo.css.
+// Routes registers GET /client.js, /client.d.ts, /demo, /demo.js and
+// /demo.css. The types go out as text/plain: TypeScript has no registered
+// media type, tools go by the file name, and a browser shows the file
+// rather than download it (nosniff keeps it from ever running as a script).
 func Routes(mux *http.ServeMux) {
 	for path, a := range map[string]asset{
-		"GET /client.js": load("client.js", "text/javascript; charset=utf-8"),
-		"GET /demo":      load("demo.html", "text/html; charset=utf-8"),
-		"GET /demo.js":   load("demo.js", "text/javascript; charset=utf-8"),
-		"GET /demo.css":  load("demo.css", "text/css; charset=utf-8"),
+		"GET /client.js":   load("client.js", "text/javascript; charset=utf-8"),
+		"GET /client.d.ts": load("client.d.ts", "text/plain; charset=utf-8"),
+		"GET /demo":        load("demo.html", "text/html; charset=utf-8"),
+		"GET /demo.js":     load("demo.js", "text/javascript; charset=utf-8"),
+		"GET /demo.css":    load("demo.css", "text/css; charset=utf-8"),
 	} {
 		mux.Handle(path, a)
 	}

@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -526,7 +527,7 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 	// The client resubscribes with since: the restart lost the old ring, so a
 	// gap first, then what was emitted before it came back, flagged replay.
 	ev := nextEvent(t, s)
-	if ev.Gap == nil || int64(ev.Gap.Since) != int64(num(r.json, "seq")) {
+	if ev.Gap == nil || ev.Gap.Since != exactSeq(t, r) {
 		t.Fatalf("want a replay gap since %v, got %+v", r.json["seq"], ev)
 	}
 	for _, want := range []response{r1, r2} {
@@ -793,4 +794,108 @@ func TestGoClientBackoffThroughClock(t *testing.T) {
 	waitState(t, c, relay.Open)
 	px.cut()
 	check(clk.backoff(t), 1, time.Second)
+}
+
+// exactSeq is the seq of an emit answer, read from the body as a uint64 (not
+// through a float64).
+func exactSeq(t *testing.T, r response) uint64 {
+	t.Helper()
+	var v struct {
+		Seq *uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal([]byte(r.raw), &v); err != nil || v.Seq == nil || r.status != 200 {
+		t.Fatalf("emit answer %d %s: no seq (%v)", r.status, r.raw, err)
+	}
+	return *v.Seq
+}
+
+// TestGoClientSubscribeSince: SubscribeOptions.Since replays what the ring
+// still holds after it, before Subscribe returns; a since the ring no longer
+// covers gives a Gap carrying that since as the exact uint64; and until a
+// message arrives, a reconnect resumes from the starting since.
+func TestGoClientSubscribeSince(t *testing.T) {
+	clock := newClock()
+	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	before := goroutineBaseline(t, owner, p)
+	ctx := context.Background()
+	emit := func(channel, payload string) uint64 {
+		t.Helper()
+		return exactSeq(t, owner.emit(p.secretKey, `{"channel":"`+channel+`","payload":"`+payload+`"}`))
+	}
+	var seqs []uint64
+	for i := range 3 {
+		seqs = append(seqs, emit("feed", fmt.Sprint("m", i)))
+	}
+	clk := newStepClock()
+	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, Jitter: func() float64 { return 0.5 }, HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectReplay := func(s *relay.Subscription, seq uint64, payload string) {
+		t.Helper()
+		ev := nextEvent(t, s)
+		if m := ev.Message; m == nil || !m.Replay || m.Seq != seq || string(m.Payload) != `"`+payload+`"` {
+			t.Fatalf("event %+v (message %+v), want the replay of %s, seq %d", ev, ev.Message, payload, seq)
+		}
+	}
+
+	// From the first: the two after it, replayed in order, no gap, all
+	// queued by the time Subscribe returns.
+	s, err := c.Subscribe(ctx, "feed", relay.SubscribeOptions{Since: new(seqs[0])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Events()); n != 2 {
+		t.Fatalf("%d events queued when Subscribe returned, want the 2 replayed", n)
+	}
+	expectReplay(s, seqs[1], "m1")
+	expectReplay(s, seqs[2], "m2")
+	expectNoEvent(t, s)
+	if seq, ok := s.LastSeq(); !ok || seq != seqs[2] {
+		t.Fatalf("LastSeq %d %v, want %d", seq, ok, seqs[2])
+	}
+
+	// From the latest, on another channel: nothing to replay; LastSeq is the
+	// starting since, and a reconnect before any message resumes from it, so
+	// what was emitted while the client was away comes back, with no gap.
+	last := emit("other", "o0")
+	o, err := c.Subscribe(ctx, "other", relay.SubscribeOptions{Since: new(last)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectNoEvent(t, o)
+	if seq, ok := o.LastSeq(); !ok || seq != last {
+		t.Fatalf("LastSeq %d %v before any message, want the starting since %d", seq, ok, last)
+	}
+	px.cut()
+	away := emit("other", "o1")
+	clk.backoff(t).fire()
+	expectReplay(o, away, "o1")
+	expectNoEvent(t, o)
+
+	// A since the ring no longer covers (its messages expired): a Gap with
+	// that since, exactly, then what the ring still holds.
+	old := emit("old", "g0")
+	emit("old", "g1")
+	clock.Advance(2500 * time.Millisecond)
+	kept := emit("old", "g2")
+	d, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := d.Subscribe(ctx, "old", relay.SubscribeOptions{Since: new(old)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, g); ev.Gap == nil || ev.Gap.Since != old {
+		t.Fatalf("event %+v (gap %+v), want a gap since %d", ev, ev.Gap, old)
+	}
+	expectReplay(g, kept, "g2")
+	expectNoEvent(t, g)
+	c.Close()
+	d.Close()
+	settleGoroutines(t, before)
 }

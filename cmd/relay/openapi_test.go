@@ -296,7 +296,12 @@ func TestOpenAPI(t *testing.T) {
 		// the server closes it, without Connection: close, so the client must
 		// not pool that connection (a POST sent on it later is reset).
 		once := &specTransport{t: t, router: router, next: &http.Transport{DisableKeepAlives: true}, seen: st.seen}
-		want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", nil), 400)
+		if r := want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", nil), 400); !strings.Contains(r.raw, "WebSocket endpoint") {
+			t.Fatalf("plain GET /ws: %q, want the plain-text explanation", r.raw)
+		}
+		want(once.client(ts).send("GET", "/ws?publicKey="+rpk, "", "", map[string]string{
+			"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "8", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+		}), 426)
 		want(alice.do("POST", "/api/projects/"+p.id+"/keys/"+publicKeyID+"/revoke", ""), 200)
 
 		// Service routes.
@@ -304,6 +309,8 @@ func TestOpenAPI(t *testing.T) {
 		want(anon.do("GET", "/readyz", ""), 200)
 		js := want(anon.do("GET", "/client.js", ""), 200)
 		want(anon.send("GET", "/client.js", "", "", map[string]string{"If-None-Match": js.header.Get("ETag")}), 304)
+		dts := want(anon.do("GET", "/client.d.ts", ""), 200)
+		want(anon.send("GET", "/client.d.ts", "", "", map[string]string{"If-None-Match": dts.header.Get("ETag")}), 304)
 
 		// Last, as they throttle the address: failed logins.
 		want(anon.do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"wrong password"}`), 401)

@@ -1,0 +1,125 @@
+// Type-checked (not run) by check.sh in make test, under tsc --strict, against
+// the client as a vendored package (package.json, client.js, client.d.ts in
+// node_modules/@relayhq/client): it uses every declaration of client.d.ts, and
+// the @ts-expect-error lines check that the types refuse what client.js
+// cannot do.
+import {
+  Relay,
+  backoffDelay,
+  type ErrorCode,
+  type Gap,
+  type Message,
+  type PresenceEvent,
+  type RelayError,
+  type RelayOptions,
+  type State,
+  type Subscription,
+  type SubscribeOptions,
+} from "@relayhq/client";
+
+interface Chat {
+  text: string;
+}
+
+const options: RelayOptions = {
+  url: "http://localhost:8080",
+  publicKey: "pk_live_example",
+  reconnect: true,
+  maxReconnectDelayMs: 30000,
+  heartbeatIntervalMs: 240000,
+  heartbeatAckTimeoutMs: 15000,
+};
+const relay = new Relay(options);
+new Relay({ publicKey: "pk_live_example" }); // url defaults to location.origin
+const address: string = relay.url;
+let state: State = relay.state;
+
+const offState: () => boolean = relay.on("state", (s: State) => {
+  state = s;
+  if (s === "closed") console.log("closed");
+});
+const offError = relay.on("error", (err: RelayError) => {
+  const code: string = err.code;
+  const channel: string | undefined = err.channel;
+  console.log(err.message, code, channel);
+});
+offState();
+offError();
+
+function describe(code: ErrorCode): string {
+  switch (code) {
+    case "channel_rate_limited":
+    case "project_rate_limited":
+    case "client_emit_rate_limited":
+      return "slow down";
+    default:
+      return code;
+  }
+}
+
+const handlers: SubscribeOptions<Chat> = {
+  presence: true,
+  clientId: "ann",
+  onMessage: (m: Message<Chat>) => {
+    const seq: number = m.seq;
+    const text: string = m.payload.text;
+    const replayed: boolean = m.replay === true;
+    const from: string | undefined = m.clientId;
+    const type: string | undefined = m.type;
+    console.log(m.channel, seq, text, replayed, from, type);
+  },
+  onPresence: (e: PresenceEvent) => {
+    const members: string[] = e.members;
+    if (e.event === "sync") console.log("members", members);
+    else console.log(e.event, e.clientId); // join and leave name one clientId
+  },
+  onGap: (g: Gap) => {
+    const since: number = g.since;
+    console.log("missed after", since, g.channel, g.type);
+  },
+  onError: (err: RelayError) => console.log(describe(err.code as ErrorCode), err.channel),
+};
+const room: Subscription<Chat> = relay.subscribe<Chat>("room:1", handlers);
+const plain: Subscription = relay.subscribe("feed"); // payload unknown, no handlers
+const members: readonly string[] = room.members;
+const last: number | undefined = room.lastSeq;
+console.log(room.channel, room.presence, room.clientId, members, last, plain.channel, address, state);
+
+async function main(token: string): Promise<void> {
+  const ready: Subscription<Chat> = await room.ready;
+  console.log(ready === room);
+  try {
+    const seq: number = await relay.emit("room:1", "chat", { text: "hi" } satisfies Chat, token);
+    console.log("emitted", seq);
+  } catch (e) {
+    const err = e as RelayError;
+    console.log(err.code ?? err.message);
+  }
+  room.unsubscribe();
+  relay.unsubscribe("feed");
+  relay.close();
+}
+void main("token-from-your-backend");
+
+const delay: number = backoffDelay(3, 30000) + backoffDelay(0, 30000, Math.random) + backoffDelay(1, 500, () => 0.5);
+console.log(delay);
+
+// What client.js cannot do, refused by the types:
+// @ts-expect-error publicKey is required
+new Relay({ url: "http://localhost:8080" });
+// @ts-expect-error there is no "message" event on a Relay (messages go to onMessage)
+relay.on("message", () => {});
+// @ts-expect-error a state listener gets a State, not a number
+relay.on("state", (s: number) => s);
+// @ts-expect-error emit needs a token
+void relay.emit("room:1", "chat", {});
+// @ts-expect-error members is read-only: the client replaces it on each presence frame
+room.members.push("eve");
+// @ts-expect-error a payload is unknown unless typed through subscribe<P>
+relay.subscribe("feed", { onMessage: (m) => m.payload.text });
+// @ts-expect-error backoffDelay's random is a function
+backoffDelay(0, 1000, 0.5);
+// @ts-expect-error an explicit undefined would replace the default (under exactOptionalPropertyTypes)
+new Relay({ publicKey: "pk_live_example", reconnect: undefined });
+// @ts-expect-error internals are not declared
+relay.dispatch("{}");
