@@ -30,6 +30,17 @@ const clientEmitGiveUp = 5 * time.Second
 // resolveRetry: how soon a failed grain lookup is tried again.
 const resolveRetry = 500 * time.Millisecond
 
+// A lookup made as the member list changes can still use protoactor's
+// previous list (it hears of the change just after this node's view) and
+// start a grain on the channel's former owner, which refuses to stamp and
+// whose ring is not the channel's. A relay does not register with a grain
+// on another member than the owner in its own view: it looks again after
+// staleRetry, up to staleLookups times, then takes what it gets.
+const (
+	staleRetry   = 50 * time.Millisecond
+	staleLookups = 20
+)
+
 type channelRelay struct {
 	c        *Cluster
 	cfg      *Config
@@ -40,6 +51,7 @@ type channelRelay struct {
 	grain      *actor.PID // nil until resolved
 	resolveGen uint64     // the lookup whose answer counts
 	resolving  bool
+	stale      int // lookups in a row that found a grain off the owner (staleLookups)
 
 	subs    subscribers
 	roster  map[string]bool // the cluster's members, as this node's presence subscribers were told
@@ -191,6 +203,13 @@ func (r *channelRelay) resolved(ctx actor.Context, m *grainResolved) {
 		time.AfterFunc(resolveRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
 		return
 	}
+	if owner := r.c.ownerAddress(ChannelKind, r.identity); owner != "" && m.pid.Address != owner && r.stale < staleLookups {
+		r.stale++ // protoactor's lookup still used the member list before the last change
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(staleRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
+		return
+	}
+	r.stale = 0
 	if r.grain != nil && r.grain.Equal(m.pid) {
 		return
 	}
