@@ -48,7 +48,36 @@ type channelGrain struct {
 	born      time.Time
 	rosterDue bool // a ChannelRoster waits for rosterSettle after the start
 	frozen    bool // handed off: refuses to stamp (not_owner) and ignores subscribers until it stops
+
+	// waiting: the channel's previous owner may be handing its state over
+	// (this node just joined, see moveOut); publishes and membership
+	// messages wait in held, in order, until it is here (at most stateWait).
+	waiting   bool
+	waitStart time.Time
+	held      []any
+	heldPubs  int
 }
+
+// heldMax bounds the publishes a waiting grain holds; more are refused
+// not_owner (their relays send them again 300 ms later).
+const heldMax = 1024
+
+// recheckWait: something a waiting grain waits for may have changed (an
+// end marker arrived, or this node now knows the member list).
+type recheckWait struct{}
+
+// waitOver: stateWait has passed.
+type waitOver struct{}
+
+// strayCheck: a grain started on a member that does not own its channel (a
+// lookup that used the member list before a change) refuses to stamp, and
+// its ring is not the channel's. It stops strayAfter later unless it holds
+// something (a ring or publish answers handed to it): relays registered with
+// it look the grain up again, and one that holds something is handed over
+// at the next change of the member list.
+type strayCheck struct{}
+
+const strayAfter = time.Second
 
 // rosterSettle: a grain started without a handed-off state (its owner
 // crashed) waits this long for every relay to register again before it
@@ -85,7 +114,15 @@ func newChannelGrain(c *Cluster) *channelGrain {
 }
 
 func (g *channelGrain) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	msg := ctx.Message()
+	if g.waiting && g.hold(ctx, msg) {
+		return
+	}
+	g.handle(ctx, msg)
+}
+
+func (g *channelGrain) handle(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
 	case *actor.Started:
 		g.c.grainsLive.Add(1)
 		g.c.activations.Add(1)
@@ -99,16 +136,38 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 		g.c.grains.Store(g.identity, ctx.Self())
 		if st, ok := g.c.handoffs.LoadAndDelete(g.identity); ok && g.cfg.Now().Sub(st.(*handedOff).at) < handoffKeep {
 			g.adopt(ctx, st.(*handedOff).state)
+		} else {
+			g.await(ctx)
+		}
+		if g.c.joined.Load() && !g.owner() {
+			g.strayLater(ctx)
 		}
 	case *actor.Stopped:
 		g.replay.release()
 		g.c.grainsLive.Add(-1)
 		g.c.grains.CompareAndDelete(g.identity, ctx.Self())
+		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
 	case *freeze:
 		g.frozen = true
 		m.reply <- g.state()
+		g.endWait(ctx, "frozen") // what it held is refused or ignored now
 	case *clusterpb.GrainState:
 		g.adopt(ctx, m)
+		g.endWait(ctx, "state")
+	case *recheckWait:
+		if g.waiting && !g.c.stateComing(g.identity) {
+			g.endWait(ctx, "nothing to come")
+		}
+	case *waitOver:
+		g.endWait(ctx, "timed out")
+	case *strayCheck:
+		switch {
+		case g.owner() || g.frozen: // the owner after all; or handed off and stopping
+		case g.replay.empty() && len(g.answered) == 0:
+			ctx.Poison(ctx.Self())
+		default:
+			g.strayLater(ctx)
+		}
 	case *rosterTick:
 		g.rosterDue = false
 		g.sendRoster(ctx)
@@ -118,7 +177,7 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 		if g.frozen {
 			return // handed off: the next owner has the subscribers; relays send these to it again
 		}
-		g.membership(ctx)
+		g.membership(ctx, m)
 	case *quietTick:
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
 		if g.quiet.dormantAgain(g.dormant()) {
@@ -128,8 +187,8 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 }
 
 // membership handles subscribes, leaves, registers and relays that end.
-func (g *channelGrain) membership(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+func (g *channelGrain) membership(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
 	case *clusterpb.ChannelJoin:
 		g.join(ctx, m)
 	case *clusterpb.ChannelLeave:
@@ -148,6 +207,58 @@ func (g *channelGrain) membership(ctx actor.Context) {
 			}
 			delete(g.relays, key)
 		}
+	}
+}
+
+// await starts holding messages if the channel's previous owner may be
+// handing its state over (see moveOut), for stateWait at most.
+func (g *channelGrain) await(ctx actor.Context) {
+	g.c.moves.waiting.Store(g.identity, ctx.Self()) // before the check: an end marker arriving meanwhile rechecks
+	if !g.c.stateComing(g.identity) {
+		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
+		return
+	}
+	g.waiting, g.waitStart = true, g.cfg.Now()
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(stateWait, func() { root.Send(self, &waitOver{}) })
+}
+
+func (g *channelGrain) strayLater(ctx actor.Context) {
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(strayAfter, func() { root.Send(self, &strayCheck{}) })
+}
+
+// hold keeps a message while the grain waits; false: handle it now.
+func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
+	switch m := msg.(type) {
+	case *clusterpb.ChannelPublish:
+		if g.heldPubs >= heldMax {
+			g.c.ownerRefusals.Add(1)
+			ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelPublished{Id: m.Id, Error: errNotOwner})
+			return true
+		}
+		g.heldPubs++
+	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
+	default:
+		return false
+	}
+	g.held = append(g.held, msg)
+	return true
+}
+
+// endWait handles what the grain held, in the order it came.
+func (g *channelGrain) endWait(ctx actor.Context, why string) {
+	if !g.waiting {
+		return
+	}
+	g.waiting = false
+	g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
+	g.c.log.Debug("channel grain waited for its previous owner's state", "channel", g.identity, "end", why,
+		"waited", g.cfg.Now().Sub(g.waitStart), "held", len(g.held))
+	held := g.held
+	g.held, g.heldPubs = nil, 0
+	for _, m := range held {
+		g.handle(ctx, m)
 	}
 }
 
@@ -455,6 +566,9 @@ func (g *channelGrain) addSubs(r *grainRelay, subs []*clusterpb.Subscriber) {
 // dormant: no relay has subscribers, and the window, the ring and the
 // dedupe memory are empty.
 func (g *channelGrain) dormant() bool {
+	if g.waiting {
+		return false
+	}
 	now := g.cfg.Now()
 	g.replay.expire(now)
 	g.forgetAnswers(now)

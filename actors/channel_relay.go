@@ -114,7 +114,7 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		r.grain.stop(ctx)
 	case *resolveAgain:
-		r.grain.again(ctx, m)
+		r.grain.retry(ctx, m)
 	case *grainResolved:
 		if r.grain.resolved(ctx, m) {
 			r.registerAll(ctx)

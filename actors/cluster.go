@@ -136,6 +136,7 @@ type Cluster struct {
 	grains         sync.Map // identity → *actor.PID, of the channel grains running here
 	projectGrains  sync.Map // project id → *actor.PID, of the project grains running here
 	handoffs       sync.Map // identity → *handedOff: states handed to this node for grains not started yet
+	moves          moves    // grains moving because a node joined (cluster_handoff.go)
 	projectReplay  sync.Map // project id → *atomic.Int64: replay bytes of its grains here
 	grainsLive     atomic.Int64
 	firstSendDelay time.Duration
@@ -313,10 +314,15 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 // in time): the other members have dropped it and block it from now on, so
 // it must stop serving (Lost).
 func (c *Cluster) topology(t *cluster.ClusterTopology) {
+	old := c.view.Load()
 	v := newMemberView(t.Members, c.self)
 	c.view.Store(v)
 	in := slices.ContainsFunc(v.members, func(m Member) bool { return m.Self })
 	if c.joined.Load() {
+		// First, while protoactor's placement actor has not heard of the
+		// change yet (it subscribed to the event after this node did): the
+		// grains that moved to a member that joined freeze before it stops them.
+		c.moveOut(old, v, in)
 		c.sys.eachProject(&topologyChanged{}) // their channel relays look their grains up again
 	}
 	ids := make(map[string]bool, len(v.members))
@@ -326,7 +332,11 @@ func (c *Cluster) topology(t *cluster.ClusterTopology) {
 	c.sys.root.Send(c.node, &membersChanged{ids: ids}) // a member gone: its connections are too
 	switch {
 	case in:
-		c.joined.Store(true)
+		if !c.joined.Load() {
+			c.moves.joinedAt.Store(time.Now().UnixNano()) // before joined: stateComing reads them the other way round
+			c.joined.Store(true)
+		}
+		c.recheckWaiting() // grains started before this node knew the member list
 	case c.joined.Load() && !c.leaving.Load():
 		c.lose(errors.New("this node is no longer in the cluster's member list (its etcd lease lapsed); the other members have dropped it"))
 	}
@@ -348,15 +358,21 @@ func (c *Cluster) Lost() <-chan error { return c.lost }
 // from it; a new list replaces the whole view at once.
 type memberView struct {
 	members []Member            // sorted by address
-	raw     []*cluster.Member   // as protoactor gives them (HandOff works out the owners without this node)
+	raw     []*cluster.Member   // as protoactor gives them
 	owners  *cluster.Rendezvous // which member owns a grain
+	others  *cluster.Rendezvous // which member would own it without this node (HandOff; a joining node's grains)
 }
 
 func newMemberView(raw []*cluster.Member, self string) *memberView {
-	v := &memberView{members: make([]Member, 0, len(raw)), raw: slices.Clone(raw), owners: cluster.NewRendezvous()}
+	v := &memberView{members: make([]Member, 0, len(raw)), raw: slices.Clone(raw), owners: cluster.NewRendezvous(), others: cluster.NewRendezvous()}
+	var others []*cluster.Member
 	for _, m := range raw {
 		v.members = append(v.members, Member{ID: m.Id, Address: m.Address(), Self: m.Id == self})
+		if m.Id != self {
+			others = append(others, m)
+		}
 	}
+	v.others.UpdateMembers(others)
 	slices.SortFunc(v.members, func(a, b Member) int {
 		return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.ID, b.ID))
 	})

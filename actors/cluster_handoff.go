@@ -2,6 +2,9 @@ package actors
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -52,35 +55,44 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 	if c.pc == nil || c.leaving.Swap(true) {
 		return st, nil
 	}
-	rest := cluster.NewRendezvous()
-	var others []*cluster.Member
-	for _, m := range c.view.Load().raw {
-		if m.Id != c.self {
-			others = append(others, m)
-		}
-	}
-	rest.UpdateMembers(others)
-	// Freeze every grain at once, then collect their states within one bound.
+	rest := c.view.Load().others
 	var pids []*actor.PID
 	c.grains.Range(func(_, v any) bool {
 		pids = append(pids, v.(*actor.PID))
 		return true
 	})
+	st = c.handTo(ctx, c.freezeAll(pids), len(pids), rest)
+	err := c.deregister(ctx)
+	return st, err
+}
+
+// freezeAll sends every grain a freeze at once; their states come back on
+// the channel returned.
+func (c *Cluster) freezeAll(pids []*actor.PID) <-chan *clusterpb.GrainState {
 	states := make(chan *clusterpb.GrainState, len(pids))
 	for _, pid := range pids {
 		c.sys.root.Send(pid, &freeze{reply: states})
 	}
+	return states
+}
+
+// handTo collects the states of n frozen grains (within freezeTimeout: the
+// rest stopped meanwhile, or are stuck), sends each to the node actor of its
+// owner in owners, per owner in messages of about handoffChunk bytes, and
+// waits for their acks (at most AckTimeout).
+func (c *Cluster) handTo(ctx context.Context, states <-chan *clusterpb.GrainState, n int, owners *cluster.Rendezvous) HandoffStats {
+	var st HandoffStats
 	byOwner := map[string][]*clusterpb.GrainHandoff{} // per owner, messages of about handoffChunk bytes each
 	size := map[string]int{}                          // bytes in each owner's last message
 	bound := time.NewTimer(freezeTimeout)
 	defer bound.Stop()
 collect:
-	for range pids {
+	for range n {
 		select {
 		case s := <-states:
 			st.Grains++
-			owner := rest.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ChannelKind, Identity: s.Identity})
-			if owner == "" {
+			owner := grainOwner(owners, s.Identity)
+			if owner == "" || owner == c.sys.as.Address() {
 				st.Failed++ // no member left to take it
 				continue
 			}
@@ -97,7 +109,7 @@ collect:
 			break collect
 		}
 	}
-	st.Failed += len(pids) - st.Grains
+	st.Failed += n - st.Grains
 	st.Members = len(byOwner)
 	type sent struct {
 		owner string
@@ -117,14 +129,141 @@ collect:
 				"member", s.owner, "grains", s.n, "err", err)
 		}
 	}
-	err := c.deregister(ctx)
-	return st, err
+	return st
+}
+
+func grainOwner(owners *cluster.Rendezvous, identity string) string {
+	return owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ChannelKind, Identity: identity})
+}
+
+// A node that joins becomes the owner of some channels (rendezvous hashing
+// moves a channel only to the member that joined). Their previous owner
+// hands them over as a leaving node does, while the joining node's grains
+// hold what they are sent until the state is there:
+//
+//   - moveOut, on every member that was one already, when the member list
+//     changes: the grains whose owner is now another member freeze (they
+//     refuse to stamp from then on) before protoactor's placement actor stops
+//     them, and their states go to their new owners' node actors, batched per
+//     owner, within freezeTimeout and AckTimeout. Then every member that
+//     joined is sent an empty GrainHandoff: the end marker, "nothing more is
+//     coming from me".
+//   - A grain that starts on a node that joined less than moveWindow ago,
+//     for a channel whose owner without this node (its owner before the join)
+//     is another member that has not sent its end marker yet, holds its
+//     publishes, subscribes, leaves and registers until the state arrives, the
+//     marker arrives (that member had no grain for the channel), or stateWait
+//     passes (that member died, or is too slow: the grain starts from the
+//     clock as after a crash). So the channel never has two grains stamping,
+//     a `since` is answered from the moved ring, and an emit id the old owner
+//     answered is answered from memory, not stamped again.
+
+// moveWindow: how long after it joined a node's new grains may wait for a
+// state; stateWait: how long one waits at most.
+const (
+	moveWindow = 5 * time.Second
+	stateWait  = time.Second
+)
+
+// moves is a node's record of grain moves.
+type moves struct {
+	joinedAt atomic.Int64 // unix ns: when this node first saw itself a member
+	done     sync.Map     // member id → time: its end marker arrived
+	waiting  sync.Map     // identity → *actor.PID: grains holding messages until a state arrives
+}
+
+// moveOut hands the grains that another member owns in the new member list
+// v (the one before is old) to it, and sends each member that joined the
+// end marker. It must run before protoactor's placement actor gets the
+// topology: the freezes are then in the grains' mailboxes before the
+// placement actor's poison.
+func (c *Cluster) moveOut(old, v *memberView, in bool) {
+	if c.pc == nil || !in || c.leaving.Load() {
+		return // HandOff moves the grains of a node that leaves
+	}
+	self := c.sys.as.Address()
+	var ids []string
+	var pids []*actor.PID
+	c.grains.Range(func(k, p any) bool {
+		if owner := grainOwner(v.owners, k.(string)); owner != "" && owner != self {
+			ids, pids = append(ids, k.(string)), append(pids, p.(*actor.PID))
+		}
+		return true
+	})
+	var joined []string // node actors' addresses
+	for _, m := range v.raw {
+		if m.Id != c.self && m.Address() != self && !slices.ContainsFunc(old.raw, func(o *cluster.Member) bool { return o.Id == m.Id }) {
+			joined = append(joined, m.Address())
+		}
+	}
+	if len(pids) == 0 && len(joined) == 0 {
+		return
+	}
+	states := c.freezeAll(pids)
+	go func() {
+		began := time.Now()
+		st := c.handTo(context.Background(), states, len(pids), v.owners)
+		for _, addr := range joined {
+			c.sys.root.RequestFuture(actor.NewPID(addr, NodeActorName), &clusterpb.GrainHandoff{From: c.self}, c.ackTimeout)
+		}
+		// The placement actor has stopped them already; a frozen grain left
+		// running would hold its subscribers forever.
+		for i, pid := range pids {
+			if p, ok := c.grains.Load(ids[i]); ok && p.(*actor.PID).Equal(pid) {
+				c.sys.root.Poison(pid)
+			}
+		}
+		if len(pids) > 0 {
+			c.log.Info("handed moved channel grains to their new owners", "grains", st.Grains, "to_members", st.Members,
+				"failed", st.Failed, "took", time.Since(began).Round(time.Millisecond))
+		}
+	}()
+}
+
+// stateComing: a state for this node's new grain of identity may be on its
+// way from the channel's owner before this node joined (see moveOut).
+func (c *Cluster) stateComing(identity string) bool {
+	if !c.joined.Load() {
+		return true // joining: started by a member that saw this node first (recheckWaiting)
+	}
+	if time.Since(time.Unix(0, c.moves.joinedAt.Load())) > moveWindow || !c.owns(ChannelKind, identity) {
+		return false
+	}
+	v, self := c.view.Load(), c.sys.as.Address()
+	prev := grainOwner(v.others, identity)
+	if prev == "" || prev == self { // a previous life of this node (killed, its lease not run out yet)
+		return false
+	}
+	coming := false
+	for _, m := range v.raw { // two lives of one member share an address
+		if m.Address() == prev {
+			if _, done := c.moves.done.Load(m.Id); done {
+				return false
+			}
+			coming = true
+		}
+	}
+	return coming
+}
+
+// recheckWaiting asks every waiting grain whether its state may still come.
+func (c *Cluster) recheckWaiting() {
+	c.moves.waiting.Range(func(_, pid any) bool {
+		c.sys.root.Send(pid.(*actor.PID), &recheckWait{})
+		return true
+	})
 }
 
 // takeHandoff keeps the states for grains that will start here, or gives
 // them to grains already running.
 func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 	now := time.Now()
+	if len(h.Grains) == 0 { // a move's end marker (moveOut)
+		c.moves.done.Store(h.From, now) // before the recheck: a grain that starts meanwhile sees one or the other
+		c.recheckWaiting()
+		c.log.Info("a member has handed over every channel grain that moved here", "from", h.From)
+		return
+	}
 	c.handoffs.Range(func(k, v any) bool { // forget states nobody came for
 		if now.Sub(v.(*handedOff).at) > handoffKeep {
 			c.handoffs.Delete(k)
@@ -141,5 +280,5 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 			}
 		}
 	}
-	c.log.Info("took channel grains from a leaving member", "from", h.From, "grains", len(h.Grains))
+	c.log.Info("took channel grains from another member", "from", h.From, "grains", len(h.Grains))
 }

@@ -19,6 +19,7 @@ type grainLookup struct {
 	pid       *actor.PID // nil until resolved
 	gen       uint64     // the lookup whose answer counts
 	resolving bool
+	stale     int // lookups in a row that found the grain off the owner (staleLookups)
 }
 
 // grainResolved carries a grain lookup back into the actor.
@@ -32,6 +33,17 @@ type resolveAgain struct{ gen uint64 }
 
 // resolveRetry: how soon a failed grain lookup is tried again.
 const resolveRetry = 500 * time.Millisecond
+
+// A lookup made as the member list changes can still use protoactor's
+// previous list (it hears of the change just after this node's view) and
+// start a grain on the former owner, which refuses to answer and whose
+// state is not the grain's. The actor does not use a grain on another
+// member than the owner in its own view: it looks again after staleRetry,
+// up to staleLookups times, then takes what it gets.
+const (
+	staleRetry   = 50 * time.Millisecond
+	staleLookups = 20
+)
 
 func (l *grainLookup) resolve(ctx actor.Context) {
 	l.gen++
@@ -57,10 +69,15 @@ func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 	}
 	l.resolving = false
 	if m.pid == nil {
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(resolveRetry, func() { root.Send(self, &resolveAgain{gen: m.gen}) })
+		l.again(ctx, m.gen, resolveRetry)
 		return false
 	}
+	if owner := l.c.ownerAddress(l.kind, l.identity); owner != "" && m.pid.Address != owner && l.stale < staleLookups {
+		l.stale++ // protoactor's lookup still used the member list before the last change
+		l.again(ctx, m.gen, staleRetry)
+		return false
+	}
+	l.stale = 0
 	if l.pid != nil && l.pid.Equal(m.pid) {
 		return false
 	}
@@ -72,7 +89,15 @@ func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 	return true
 }
 
-func (l *grainLookup) again(ctx actor.Context, m *resolveAgain) {
+// again schedules lookup gen once more after d (as resolveAgain).
+func (l *grainLookup) again(ctx actor.Context, gen uint64, d time.Duration) {
+	l.resolving = true
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(d, func() { root.Send(self, &resolveAgain{gen: gen}) })
+}
+
+// retry runs a scheduled lookup, unless a later one began meanwhile.
+func (l *grainLookup) retry(ctx actor.Context, m *resolveAgain) {
 	if m.gen == l.gen {
 		l.resolve(ctx)
 	}

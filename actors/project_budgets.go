@@ -73,7 +73,7 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 			}
 		}
 	case *resolveAgain:
-		b.grain.again(ctx, m)
+		b.grain.retry(ctx, m)
 	case *actor.Terminated:
 		return b.grain.terminated(ctx, m.Who)
 	default:
