@@ -529,11 +529,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	}
 	g.replay.prepend(older, st.LowWater, st.Seq, g.replay.empty() && g.replay.lowWater == g.seq)
 	g.seq = max(g.seq, st.Seq)
-	start := time.Unix(0, st.WindowStartUnixNano)
-	if g.window.count == 0 || g.window.start.Equal(start) {
-		g.window.count += int(st.WindowCount)
-		g.window.start = start
-	}
+	g.window.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, a := range st.Answered {
 		if _, ok := g.answered[a.Id]; !ok && a.Answer != nil {
 			g.remember(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)

@@ -133,14 +133,15 @@ type Cluster struct {
 
 	sent, acked, timedOut, received atomic.Int64
 
-	grains         sync.Map // identity → *actor.PID, of the channel grains running here
-	projectGrains  sync.Map // project id → *actor.PID, of the project grains running here
-	handoffs       sync.Map // identity → *handedOff: states handed to this node for grains not started yet
-	moves          moves    // grains moving because a node joined (cluster_handoff.go)
-	projectReplay  sync.Map // project id → *atomic.Int64: replay bytes of its grains here
-	grainsLive     atomic.Int64
-	firstSendDelay time.Duration
-	publishes      atomic.Uint64 // publish ids
+	grains          sync.Map // identity → *actor.PID, of the channel grains running here
+	projectGrains   sync.Map // project id → *actor.PID, of the project grains running here
+	projectHandoffs sync.Map // project id → *handedProject: states handed to this node for project grains not started yet
+	handoffs        sync.Map // identity → *handedOff: states handed to this node for grains not started yet
+	moves           moves    // grains moving because a node joined (cluster_handoff.go)
+	projectReplay   sync.Map // project id → *atomic.Int64: replay bytes of its grains here
+	grainsLive      atomic.Int64
+	firstSendDelay  time.Duration
+	publishes       atomic.Uint64 // publish ids
 
 	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
 }

@@ -61,7 +61,9 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 		pids = append(pids, v.(*actor.PID))
 		return true
 	})
+	projects := c.freezeProjects(func(string) bool { return true })
 	st = c.handTo(ctx, c.freezeAll(pids), len(pids), rest)
+	c.handProjects(ctx, projects, rest)
 	err := c.deregister(ctx)
 	return st, err
 }
@@ -196,12 +198,17 @@ func (c *Cluster) moveOut(old, v *memberView, in bool) {
 			joined = append(joined, m.Address())
 		}
 	}
-	if len(pids) == 0 && len(joined) == 0 {
+	projects := c.freezeProjects(func(id string) bool {
+		owner := v.owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ProjectKind, Identity: id})
+		return owner != "" && owner != self
+	})
+	if len(pids) == 0 && len(joined) == 0 && projects.n == 0 {
 		return
 	}
 	states := c.freezeAll(pids)
 	go func() {
 		began := time.Now()
+		c.handProjects(context.Background(), projects, v.owners)
 		st := c.handTo(context.Background(), states, len(pids), v.owners)
 		for _, addr := range joined {
 			c.sys.root.RequestFuture(actor.NewPID(addr, NodeActorName), &clusterpb.GrainHandoff{From: c.self}, c.ackTimeout)
@@ -258,10 +265,14 @@ func (c *Cluster) recheckWaiting() {
 // them to grains already running.
 func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 	now := time.Now()
-	if len(h.Grains) == 0 { // a move's end marker (moveOut)
+	c.takeProjects(h, now)
+	if len(h.Grains) == 0 && len(h.Projects) == 0 { // a move's end marker (moveOut)
 		c.moves.done.Store(h.From, now) // before the recheck: a grain that starts meanwhile sees one or the other
 		c.recheckWaiting()
 		c.log.Info("a member has handed over every channel grain that moved here", "from", h.From)
+		return
+	}
+	if len(h.Grains) == 0 {
 		return
 	}
 	c.handoffs.Range(func(k, v any) bool { // forget states nobody came for
@@ -281,4 +292,108 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 		}
 	}
 	c.log.Info("took channel grains from another member", "from", h.From, "grains", len(h.Grains))
+}
+
+// Project grains move the same way, without the wait: a project grain that
+// starts before its state arrives counts from zero, and the state, when it
+// comes, adds its counts to the same windows (projectGrain.adopt).
+
+// handedProject is a project grain's state waiting on its new owner.
+type handedProject struct {
+	state *clusterpb.ProjectState
+	at    time.Time
+}
+
+// frozenProjects are the project grains freezeProjects froze; their states
+// come back on states.
+type frozenProjects struct {
+	pids   []*actor.PID
+	n      int
+	states chan *clusterpb.ProjectState
+}
+
+// freezeProjects freezes the project grains here whose project moving
+// says moves, at once (before protoactor's placement actor stops them).
+func (c *Cluster) freezeProjects(moving func(id string) bool) frozenProjects {
+	var f frozenProjects
+	c.projectGrains.Range(func(k, p any) bool {
+		if moving(k.(string)) {
+			f.pids = append(f.pids, p.(*actor.PID))
+		}
+		return true
+	})
+	f.n = len(f.pids)
+	f.states = make(chan *clusterpb.ProjectState, f.n)
+	for _, pid := range f.pids {
+		c.sys.root.Send(pid, &freezeProject{reply: f.states})
+	}
+	return f
+}
+
+// handProjects collects the frozen project grains' states (within
+// freezeTimeout), sends them to their owners in owners, one message per
+// owner, waits for the acks (at most AckTimeout) and stops the grains.
+func (c *Cluster) handProjects(ctx context.Context, f frozenProjects, owners *cluster.Rendezvous) {
+	if f.n == 0 {
+		return
+	}
+	byOwner := map[string]*clusterpb.GrainHandoff{}
+	bound := time.NewTimer(freezeTimeout)
+	defer bound.Stop()
+	got := 0
+collect:
+	for got < f.n {
+		select {
+		case st := <-f.states:
+			got++
+			owner := owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ProjectKind, Identity: st.ProjectId})
+			if owner == "" || owner == c.sys.as.Address() {
+				continue
+			}
+			if byOwner[owner] == nil {
+				byOwner[owner] = &clusterpb.GrainHandoff{From: c.self}
+			}
+			byOwner[owner].Projects = append(byOwner[owner].Projects, st)
+		case <-bound.C:
+			break collect
+		case <-ctx.Done():
+			break collect
+		}
+	}
+	futures := map[string]*actor.Future{}
+	for owner, h := range byOwner {
+		futures[owner] = c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)
+	}
+	for owner, fu := range futures {
+		if _, err := fu.Result(); err != nil {
+			c.log.Warn("project grain handoff not acknowledged: those projects' budget windows restart empty",
+				"member", owner, "projects", len(byOwner[owner].Projects), "err", err)
+		}
+	}
+	for _, pid := range f.pids {
+		c.sys.root.Poison(pid)
+	}
+}
+
+// takeProjects keeps the project states for grains that will start here, or
+// gives them to grains already running.
+func (c *Cluster) takeProjects(h *clusterpb.GrainHandoff, now time.Time) {
+	if len(h.Projects) == 0 {
+		return
+	}
+	c.projectHandoffs.Range(func(k, v any) bool { // forget states nobody came for
+		if now.Sub(v.(*handedProject).at) > handoffKeep {
+			c.projectHandoffs.Delete(k)
+		}
+		return true
+	})
+	for _, st := range h.Projects {
+		c.projectHandoffs.Store(st.ProjectId, &handedProject{state: st, at: now})
+		if pid, ok := c.projectGrains.Load(st.ProjectId); ok {
+			if _, mine := c.projectHandoffs.LoadAndDelete(st.ProjectId); mine {
+				c.sys.root.Send(pid.(*actor.PID), st)
+			}
+		}
+	}
+	c.log.Info("took project grains from another member", "from", h.From, "projects", len(h.Projects))
 }

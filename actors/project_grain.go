@@ -30,7 +30,12 @@ type projectGrain struct {
 	clients  clientWindows
 	answers  answerMemory[*projectTake]
 	quiet    quietPeriod
+	frozen   bool // handed over: refuses (not_owner) until it stops
 }
+
+// freezeProject asks a project grain for its state and makes it refuse
+// takes: the project is moving to another member (cluster_handoff.go).
+type freezeProject struct{ reply chan *clusterpb.ProjectState }
 
 // projectTake is the grain's record of one answered ProjectTake.
 type projectTake struct {
@@ -53,6 +58,14 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 	case *cluster.ClusterInit:
 		g.id = m.Identity.Identity
 		g.c.projectGrains.Store(g.id, ctx.Self())
+		if st, ok := g.c.projectHandoffs.LoadAndDelete(g.id); ok && time.Since(st.(*handedProject).at) < handoffKeep {
+			g.adopt(st.(*handedProject).state)
+		}
+	case *freezeProject:
+		g.frozen = true
+		m.reply <- g.state()
+	case *clusterpb.ProjectState:
+		g.adopt(m)
 	case *actor.Stopped:
 		g.c.projectGrains.CompareAndDelete(g.id, ctx.Self())
 	case *clusterpb.ProjectTake:
@@ -80,7 +93,7 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 		g.c.send(ctx, replyTo, prev.answer)
 		return
 	}
-	if !g.c.owns(ProjectKind, g.id) { // a member joined or left: the project has moved
+	if g.frozen || !g.c.owns(ProjectKind, g.id) { // a member joined or left: the project has moved
 		g.c.ownerRefusals.Add(1)
 		g.c.send(ctx, replyTo, &clusterpb.ProjectTaken{Id: m.Id, Error: errNotOwner})
 		return
@@ -105,4 +118,41 @@ func (g *projectGrain) dormant() bool {
 	now := g.cfg.Now()
 	g.answers.forget(now)
 	return g.backstop.idle(now) && g.clients.idle(now) && g.answers.len() == 0
+}
+
+// state is what a project grain hands to the project's next owner.
+func (g *projectGrain) state() *clusterpb.ProjectState {
+	now := g.cfg.Now()
+	g.answers.forget(now)
+	st := &clusterpb.ProjectState{ProjectId: g.id, WindowStartUnixNano: g.backstop.start.UnixNano(), WindowCount: int32(g.backstop.count)}
+	for id, w := range g.clients {
+		if !w.idle(now) {
+			st.Clients = append(st.Clients, &clusterpb.ClientWindow{ClientId: id, StartUnixNano: w.start.UnixNano(), Count: int32(w.count)})
+		}
+	}
+	g.answers.each(func(id string, at time.Time, t *projectTake) {
+		st.Answered = append(st.Answered, &clusterpb.AnsweredTake{Id: id, AtUnixNano: at.UnixNano(), Answer: t.answer, Took: t.took, Refunded: t.refunded})
+	})
+	return st
+}
+
+// adopt adds a former owner's counts to this grain's: usually it has just
+// started; if it has counted already (an ask reached it first), the counts
+// of the same window add up.
+func (g *projectGrain) adopt(st *clusterpb.ProjectState) {
+	g.backstop.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
+	for _, cw := range st.Clients {
+		w, ok := g.clients[cw.ClientId]
+		if !ok {
+			w = &fixedWindow{size: time.Second}
+			g.clients[cw.ClientId] = w
+		}
+		w.merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))
+	}
+	for _, a := range st.Answered {
+		if a.Answer != nil {
+			g.answers.merge(a.Id, time.Unix(0, a.AtUnixNano), &projectTake{answer: a.Answer, took: a.Took,
+				at: time.Unix(0, a.AtUnixNano), refunded: a.Refunded})
+		}
+	}
 }

@@ -47,6 +47,15 @@ func (w *fixedWindow) refund(at time.Time) {
 	}
 }
 
+// merge adds a handed-over window's count when it is this window, or when
+// this one holds nothing.
+func (w *fixedWindow) merge(start time.Time, count int) {
+	if w.count == 0 || w.start.Equal(start) {
+		w.start = start
+		w.count += count
+	}
+}
+
 // idle reports whether the window holds nothing that a fresh one would forget.
 func (w *fixedWindow) idle(now time.Time) bool {
 	return w.count == 0 || !now.Before(w.start.Add(w.size))

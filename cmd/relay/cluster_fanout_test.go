@@ -744,19 +744,34 @@ func TestClusterFanout(t *testing.T) {
 // hostsGrain reports whether the node's /debug/actors lists the channel grain.
 func (n *clusterNode) hostsGrain(t *testing.T, identity string) bool {
 	t.Helper()
+	grains, _ := n.grains(t)
+	return slices.Contains(grains, identity)
+}
+
+// hostsProject tells whether n runs the project grain of project id.
+func (n *clusterNode) hostsProject(t *testing.T, id string) bool {
+	t.Helper()
+	_, projects := n.grains(t)
+	return slices.Contains(projects, id)
+}
+
+// grains are the channel and project grains n runs, from /debug/actors.
+func (n *clusterNode) grains(t *testing.T) (channels, projects []string) {
+	t.Helper()
 	r, err := relaytest.Do(nil, "GET", n.proc.Debug+"/debug/actors", "", nil)
 	if err != nil {
 		t.Fatalf("%s /debug/actors: %v", n.name, err)
 	}
 	var v struct {
 		Cluster struct {
-			Grains []string `json:"grains"`
+			Grains        []string `json:"grains"`
+			ProjectGrains []string `json:"projectGrains"`
 		} `json:"cluster"`
 	}
 	if err := json.Unmarshal([]byte(r.Raw), &v); err != nil {
 		t.Fatalf("%s /debug/actors: %v: %s", n.name, err, r.Raw)
 	}
-	return slices.Contains(v.Cluster.Grains, identity)
+	return v.Cluster.Grains, v.Cluster.ProjectGrains
 }
 
 // budgetShape checks a budget object's fields: exactly limit, remaining

@@ -341,6 +341,62 @@ func TestCluster(t *testing.T) {
 		refused(tsB)
 	})
 
+	t.Run("project budgets move with their grain when a node joins and when it stops", func(t *testing.T) {
+		// Fixed wall-clock minutes: keep the whole subtest inside one.
+		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 25*time.Second {
+			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
+			time.Sleep(left + 100*time.Millisecond)
+		}
+		// Projects whose backstop is used up, their grains on A, B and C.
+		viaA := a.on(t).client()
+		var spent []project
+		for i := range 20 {
+			q := owner.createProject(fmt.Sprintf("spent-%d", i))
+			for j := range clusterBackstop {
+				expectEmitted(t, viaA.emit(q.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":1}`, j)), fmt.Sprintf("c%d", j))
+			}
+			spent = append(spent, q)
+		}
+		refusedEverywhere := func(when string) {
+			t.Helper()
+			for i, q := range spent {
+				n := nodes[i%3]
+				r := n.on(t).client().emit(q.secretKey, `{"channel":"more","payload":1}`)
+				if r.status != http.StatusTooManyRequests || r.json["error"] != "project_rate_limited" {
+					t.Fatalf("%s: project %d (backstop %d used up) through %s: %d %s; want 429 project_rate_limited",
+						when, i, clusterBackstop, n.name, r.status, r.raw)
+				}
+			}
+		}
+		e := cl.node(t, "E")
+		for _, n := range []*clusterNode{a, b, c, e} {
+			n.waitMembers(t, 4, 10*time.Second)
+		}
+		refusedEverywhere("after E joined") // the emits start the moved grains on E
+		var onE []int
+		for i, q := range spent {
+			if e.hostsProject(t, q.id) {
+				onE = append(onE, i)
+			}
+		}
+		t.Logf("%d of %d project grains moved to E when it joined", len(onE), len(spent))
+		if len(onE) == 0 {
+			t.Fatalf("no project grain moved to E: the join was not tested")
+		}
+		stopped := time.Now()
+		if err := syscall.Kill(e.pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := e.waitExit(t, 15*time.Second); code != 0 {
+			t.Fatalf("E exited %d after SIGTERM:\n%s", code, e.proc.Logs)
+		}
+		t.Logf("E exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+		for _, n := range []*clusterNode{a, b, c} {
+			n.waitMembers(t, 3, 10*time.Second)
+		}
+		refusedEverywhere("after E stopped")
+	})
+
 	p := owner.createProject("spread")
 
 	t.Run("client-emit secret regenerated through A: B refuses the old one at once", func(t *testing.T) {

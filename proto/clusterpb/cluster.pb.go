@@ -1367,11 +1367,14 @@ func (x *ChannelRoster) GetMembers() []string {
 
 // GrainHandoff goes to the node actor of the next owner, which keeps each
 // state for the grain it will start (or gives it to one already running)
-// and answers GrainHandoffAck.
+// and answers GrainHandoffAck. One with neither grains nor projects is a
+// move's end marker: the sender (a member before this node joined) has
+// handed over every channel grain that moved here.
 type GrainHandoff struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"` // the leaving member's id
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"` // the sending member's id
 	Grains        []*GrainState          `protobuf:"bytes,2,rep,name=grains,proto3" json:"grains,omitempty"`
+	Projects      []*ProjectState        `protobuf:"bytes,3,rep,name=projects,proto3" json:"projects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1420,6 +1423,227 @@ func (x *GrainHandoff) GetGrains() []*GrainState {
 	return nil
 }
 
+func (x *GrainHandoff) GetProjects() []*ProjectState {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
+// ProjectState is what a project grain holds: its budget windows and the
+// takes it answered (so a retry is not counted twice).
+type ProjectState struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ProjectId           string                 `protobuf:"bytes,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	WindowStartUnixNano int64                  `protobuf:"varint,2,opt,name=window_start_unix_nano,json=windowStartUnixNano,proto3" json:"window_start_unix_nano,omitempty"`
+	WindowCount         int32                  `protobuf:"varint,3,opt,name=window_count,json=windowCount,proto3" json:"window_count,omitempty"`
+	Clients             []*ClientWindow        `protobuf:"bytes,4,rep,name=clients,proto3" json:"clients,omitempty"`
+	Answered            []*AnsweredTake        `protobuf:"bytes,5,rep,name=answered,proto3" json:"answered,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ProjectState) Reset() {
+	*x = ProjectState{}
+	mi := &file_proto_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProjectState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProjectState) ProtoMessage() {}
+
+func (x *ProjectState) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProjectState.ProtoReflect.Descriptor instead.
+func (*ProjectState) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ProjectState) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
+func (x *ProjectState) GetWindowStartUnixNano() int64 {
+	if x != nil {
+		return x.WindowStartUnixNano
+	}
+	return 0
+}
+
+func (x *ProjectState) GetWindowCount() int32 {
+	if x != nil {
+		return x.WindowCount
+	}
+	return 0
+}
+
+func (x *ProjectState) GetClients() []*ClientWindow {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *ProjectState) GetAnswered() []*AnsweredTake {
+	if x != nil {
+		return x.Answered
+	}
+	return nil
+}
+
+type ClientWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	StartUnixNano int64                  `protobuf:"varint,2,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	Count         int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientWindow) Reset() {
+	*x = ClientWindow{}
+	mi := &file_proto_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientWindow) ProtoMessage() {}
+
+func (x *ClientWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientWindow.ProtoReflect.Descriptor instead.
+func (*ClientWindow) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ClientWindow) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClientWindow) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *ClientWindow) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type AnsweredTake struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Answer        *ProjectTaken          `protobuf:"bytes,3,opt,name=answer,proto3" json:"answer,omitempty"`
+	Took          bool                   `protobuf:"varint,4,opt,name=took,proto3" json:"took,omitempty"`
+	Refunded      bool                   `protobuf:"varint,5,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnsweredTake) Reset() {
+	*x = AnsweredTake{}
+	mi := &file_proto_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnsweredTake) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnsweredTake) ProtoMessage() {}
+
+func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnsweredTake.ProtoReflect.Descriptor instead.
+func (*AnsweredTake) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AnsweredTake) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AnsweredTake) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *AnsweredTake) GetAnswer() *ProjectTaken {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+func (x *AnsweredTake) GetTook() bool {
+	if x != nil {
+		return x.Took
+	}
+	return false
+}
+
+func (x *AnsweredTake) GetRefunded() bool {
+	if x != nil {
+		return x.Refunded
+	}
+	return false
+}
+
 type GrainHandoffAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Taken         int32                  `protobuf:"varint,1,opt,name=taken,proto3" json:"taken,omitempty"`
@@ -1429,7 +1653,7 @@ type GrainHandoffAck struct {
 
 func (x *GrainHandoffAck) Reset() {
 	*x = GrainHandoffAck{}
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1665,7 @@ func (x *GrainHandoffAck) String() string {
 func (*GrainHandoffAck) ProtoMessage() {}
 
 func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1678,7 @@ func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
 func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GrainHandoffAck) GetTaken() int32 {
@@ -1481,7 +1705,7 @@ type GrainState struct {
 
 func (x *GrainState) Reset() {
 	*x = GrainState{}
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1717,7 @@ func (x *GrainState) String() string {
 func (*GrainState) ProtoMessage() {}
 
 func (x *GrainState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1730,7 @@ func (x *GrainState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
 func (*GrainState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrainState) GetIdentity() string {
@@ -1576,7 +1800,7 @@ type ReplayEntry struct {
 
 func (x *ReplayEntry) Reset() {
 	*x = ReplayEntry{}
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1812,7 @@ func (x *ReplayEntry) String() string {
 func (*ReplayEntry) ProtoMessage() {}
 
 func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1825,7 @@ func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
 func (*ReplayEntry) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplayEntry) GetSeq() uint64 {
@@ -1635,7 +1859,7 @@ type RelaySubs struct {
 
 func (x *RelaySubs) Reset() {
 	*x = RelaySubs{}
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1871,7 @@ func (x *RelaySubs) String() string {
 func (*RelaySubs) ProtoMessage() {}
 
 func (x *RelaySubs) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1884,7 @@ func (x *RelaySubs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
 func (*RelaySubs) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RelaySubs) GetRelay() *Ref {
@@ -1688,7 +1912,7 @@ type AnsweredPublish struct {
 
 func (x *AnsweredPublish) Reset() {
 	*x = AnsweredPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1924,7 @@ func (x *AnsweredPublish) String() string {
 func (*AnsweredPublish) ProtoMessage() {}
 
 func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1937,7 @@ func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
 func (*AnsweredPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AnsweredPublish) GetId() string {
@@ -1757,7 +1981,7 @@ type ProjectTake struct {
 
 func (x *ProjectTake) Reset() {
 	*x = ProjectTake{}
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1993,7 @@ func (x *ProjectTake) String() string {
 func (*ProjectTake) ProtoMessage() {}
 
 func (x *ProjectTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +2006,7 @@ func (x *ProjectTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
 func (*ProjectTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProjectTake) GetId() string {
@@ -1842,7 +2066,7 @@ type ProjectTaken struct {
 
 func (x *ProjectTaken) Reset() {
 	*x = ProjectTaken{}
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2078,7 @@ func (x *ProjectTaken) String() string {
 func (*ProjectTaken) ProtoMessage() {}
 
 func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2091,7 @@ func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
 func (*ProjectTaken) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProjectTaken) GetId() string {
@@ -1916,7 +2140,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2152,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2165,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -1967,7 +2191,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2203,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2216,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2115,10 +2339,29 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\vexcept_conn\x18\x03 \x01(\x04R\n" +
 	"exceptConn\")\n" +
 	"\rChannelRoster\x12\x18\n" +
-	"\amembers\x18\x01 \x03(\tR\amembers\"U\n" +
+	"\amembers\x18\x01 \x03(\tR\amembers\"\x8e\x01\n" +
 	"\fGrainHandoff\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x121\n" +
-	"\x06grains\x18\x02 \x03(\v2\x19.relay.cluster.GrainStateR\x06grains\"'\n" +
+	"\x06grains\x18\x02 \x03(\v2\x19.relay.cluster.GrainStateR\x06grains\x127\n" +
+	"\bprojects\x18\x03 \x03(\v2\x1b.relay.cluster.ProjectStateR\bprojects\"\xf5\x01\n" +
+	"\fProjectState\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\tR\tprojectId\x123\n" +
+	"\x16window_start_unix_nano\x18\x02 \x01(\x03R\x13windowStartUnixNano\x12!\n" +
+	"\fwindow_count\x18\x03 \x01(\x05R\vwindowCount\x125\n" +
+	"\aclients\x18\x04 \x03(\v2\x1b.relay.cluster.ClientWindowR\aclients\x127\n" +
+	"\banswered\x18\x05 \x03(\v2\x1b.relay.cluster.AnsweredTakeR\banswered\"i\n" +
+	"\fClientWindow\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12&\n" +
+	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\"\xa5\x01\n" +
+	"\fAnsweredTake\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
+	"atUnixNano\x123\n" +
+	"\x06answer\x18\x03 \x01(\v2\x1b.relay.cluster.ProjectTakenR\x06answer\x12\x12\n" +
+	"\x04took\x18\x04 \x01(\bR\x04took\x12\x1a\n" +
+	"\brefunded\x18\x05 \x01(\bR\brefunded\"'\n" +
 	"\x0fGrainHandoffAck\x12\x14\n" +
 	"\x05taken\x18\x01 \x01(\x05R\x05taken\"\xd1\x02\n" +
 	"\n" +
@@ -2180,7 +2423,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -2203,16 +2446,19 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*ChannelPresence)(nil),         // 18: relay.cluster.ChannelPresence
 	(*ChannelRoster)(nil),           // 19: relay.cluster.ChannelRoster
 	(*GrainHandoff)(nil),            // 20: relay.cluster.GrainHandoff
-	(*GrainHandoffAck)(nil),         // 21: relay.cluster.GrainHandoffAck
-	(*GrainState)(nil),              // 22: relay.cluster.GrainState
-	(*ReplayEntry)(nil),             // 23: relay.cluster.ReplayEntry
-	(*RelaySubs)(nil),               // 24: relay.cluster.RelaySubs
-	(*AnsweredPublish)(nil),         // 25: relay.cluster.AnsweredPublish
-	(*ProjectTake)(nil),             // 26: relay.cluster.ProjectTake
-	(*ProjectTaken)(nil),            // 27: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 28: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 29: relay.cluster.NodeConnections
-	nil,                             // 30: relay.cluster.NodeConnections.CountsEntry
+	(*ProjectState)(nil),            // 21: relay.cluster.ProjectState
+	(*ClientWindow)(nil),            // 22: relay.cluster.ClientWindow
+	(*AnsweredTake)(nil),            // 23: relay.cluster.AnsweredTake
+	(*GrainHandoffAck)(nil),         // 24: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 25: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 26: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 27: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 28: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 29: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 30: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 31: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 32: relay.cluster.NodeConnections
+	nil,                             // 33: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
@@ -2228,21 +2474,25 @@ var file_proto_cluster_proto_depIdxs = []int32{
 	8,  // 10: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
 	8,  // 11: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
 	15, // 12: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	22, // 13: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
-	23, // 14: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	24, // 15: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	25, // 16: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	8,  // 17: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	9,  // 18: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	16, // 19: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	8,  // 20: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	15, // 21: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	30, // 22: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	25, // 13: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	21, // 14: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
+	22, // 15: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
+	23, // 16: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
+	30, // 17: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	26, // 18: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	27, // 19: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	28, // 20: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	8,  // 21: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	9,  // 22: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	16, // 23: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	8,  // 24: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	15, // 25: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	33, // 26: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -2263,7 +2513,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
