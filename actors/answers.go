@@ -56,16 +56,17 @@ func (m *answerMemory[T]) each(f func(id string, at time.Time, a T)) {
 	}
 }
 
-// merge adds answers given elsewhere (a handed-off state) that are not known
-// here, keeping the order oldest first.
-func (m *answerMemory[T]) merge(id string, at time.Time, a T) {
-	if _, ok := m.byID[id]; ok {
-		return
+// adopt adds an answer given elsewhere (a handed-over state) unless one is
+// known for the id; call resort after the last.
+func (m *answerMemory[T]) adopt(id string, at time.Time, a T) {
+	if _, ok := m.byID[id]; !ok {
+		m.remember(id, at, a)
 	}
-	m.remember(id, at, a)
-	if n := len(m.order); n > 1 && m.order[n-1].at.Before(m.order[n-2].at) {
-		slices.SortStableFunc(m.order[m.expired:], func(a, b answeredID) int { return a.at.Compare(b.at) })
-	}
+}
+
+// resort puts the remembered ids back in order, oldest first, after adopt.
+func (m *answerMemory[T]) resort() {
+	slices.SortStableFunc(m.order[m.expired:], func(a, b answeredID) int { return a.at.Compare(b.at) })
 }
 
 // clientWindows are the per-clientId fixed 1-second client-emit windows

@@ -40,9 +40,7 @@ type channelGrain struct {
 
 	members roster // presence subscriptions of the whole cluster
 
-	answered map[string]*clusterpb.ChannelPublished // publish id → its answer, for dedupeWindow
-	expiries []answeredID                           // oldest first from expired on
-	expired  int                                    // expiries[:expired] are forgotten
+	answered answerMemory[*clusterpb.ChannelPublished] // publish id → its answer, for dedupeWindow
 	quiet    quietPeriod
 
 	born      time.Time
@@ -109,7 +107,7 @@ func newChannelGrain(c *Cluster) *channelGrain {
 		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
 		relays:   map[string]*grainRelay{},
 		members:  newRoster(),
-		answered: map[string]*clusterpb.ChannelPublished{},
+		answered: newAnswerMemory[*clusterpb.ChannelPublished](),
 	}
 }
 
@@ -134,8 +132,8 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		project, g.name = splitIdentity(g.identity)
 		g.replay.project, g.replay.projectMax = g.c.replayBytes(project), int64(g.cfg.MaxReplayBytesPerProject)
 		g.c.grains.Store(g.identity, ctx.Self())
-		if st, ok := g.c.handoffs.LoadAndDelete(g.identity); ok && g.cfg.Now().Sub(st.(*handedOff).at) < handoffKeep {
-			g.adopt(ctx, st.(*handedOff).state)
+		if st, ok := claimHanded(&g.c.handoffs, g.identity, time.Now()); ok {
+			g.adopt(ctx, st.(*clusterpb.GrainState))
 		} else {
 			g.await(ctx)
 		}
@@ -163,7 +161,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *strayCheck:
 		switch {
 		case g.owner() || g.frozen: // the owner after all; or handed off and stopping
-		case g.replay.empty() && len(g.answered) == 0:
+		case g.replay.empty() && g.answered.len() == 0:
 			ctx.Poison(ctx.Self())
 		default:
 			g.strayLater(ctx)
@@ -269,9 +267,9 @@ func (g *channelGrain) owner() bool { return g.c.owns(ChannelKind, g.identity) }
 
 func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	now := g.cfg.Now()
-	g.forgetAnswers(now)
+	g.answered.forget(now)
 	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
-	if prev, ok := g.answered[m.Id]; ok {
+	if prev, ok := g.answered.get(m.Id); ok {
 		g.c.duplicates.Add(1)
 		ctx.Send(replyTo, prev)
 		return
@@ -292,7 +290,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	at := now // the owner's clock: windows must not roll back and forth with the senders' clocks
 	limit := int(m.ChannelLimit)
 	res := &clusterpb.ChannelPublished{}
-	g.remember(m.Id, now, res)
+	g.answered.remember(m.Id, now, res)
 	if m.ProjectDenied {
 		g.cfg.counters.RateLimitedProject.Add(1)
 		res.Error, res.Channel = string(proto.CodeProjectRateLimited), budgetToProto(g.window.peek(at, limit))
@@ -338,27 +336,6 @@ const (
 	errNotOwner = "not_owner"
 	errExpired  = "expired"
 )
-
-func (g *channelGrain) remember(id string, now time.Time, a *clusterpb.ChannelPublished) {
-	g.answered[id] = a
-	g.expiries = append(g.expiries, answeredID{id: id, at: now})
-}
-
-// forgetAnswers drops the answers older than dedupeWindow. It runs on every
-// publish: the forgotten prefix is only cut off once it is half the slice,
-// so a publish does not shift every remembered id.
-func (g *channelGrain) forgetAnswers(now time.Time) {
-	for g.expired < len(g.expiries) && now.Sub(g.expiries[g.expired].at) > dedupeWindow {
-		delete(g.answered, g.expiries[g.expired].id)
-		g.expiries[g.expired] = answeredID{}
-		g.expired++
-	}
-	if g.expired > 0 && g.expired*2 >= len(g.expiries) {
-		n := copy(g.expiries, g.expiries[g.expired:])
-		g.expiries = g.expiries[:n]
-		g.expired = 0
-	}
-}
 
 // relay returns the grain's record of a relay, watching it when new: its
 // Terminated (it stopped, or its node went away) removes its subscribers.
@@ -512,9 +489,9 @@ func (g *channelGrain) state() *clusterpb.GrainState {
 		}
 		st.Relays = append(st.Relays, rs)
 	}
-	for _, a := range g.expiries[g.expired:] {
-		st.Answered = append(st.Answered, &clusterpb.AnsweredPublish{Id: a.id, AtUnixNano: a.at.UnixNano(), Answer: g.answered[a.id]})
-	}
+	g.answered.each(func(id string, at time.Time, a *clusterpb.ChannelPublished) {
+		st.Answered = append(st.Answered, &clusterpb.AnsweredPublish{Id: id, AtUnixNano: at.UnixNano(), Answer: a})
+	})
 	return st
 }
 
@@ -531,11 +508,11 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	g.seq = max(g.seq, st.Seq)
 	g.window.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, a := range st.Answered {
-		if _, ok := g.answered[a.Id]; !ok && a.Answer != nil {
-			g.remember(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
+		if a.Answer != nil {
+			g.answered.adopt(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
 		}
 	}
-	slices.SortFunc(g.expiries[g.expired:], func(a, b answeredID) int { return a.at.Compare(b.at) })
+	g.answered.resort()
 	// Relays register again as they find this grain; once they have, each
 	// is sent the roster, so that what the old owner told them meanwhile
 	// is set right.
@@ -567,13 +544,13 @@ func (g *channelGrain) dormant() bool {
 	}
 	now := g.cfg.Now()
 	g.replay.expire(now)
-	g.forgetAnswers(now)
+	g.answered.forget(now)
 	for _, r := range g.relays {
 		if len(r.subs) > 0 {
 			return false
 		}
 	}
-	return g.window.idle(now) && g.replay.empty() && len(g.answered) == 0
+	return g.window.idle(now) && g.replay.empty() && g.answered.len() == 0
 }
 
 func budgetToProto(b Budget) *clusterpb.Budget {

@@ -135,8 +135,8 @@ type Cluster struct {
 
 	grains          sync.Map // identity → *actor.PID, of the channel grains running here
 	projectGrains   sync.Map // project id → *actor.PID, of the project grains running here
-	projectHandoffs sync.Map // project id → *handedProject: states handed to this node for project grains not started yet
-	handoffs        sync.Map // identity → *handedOff: states handed to this node for grains not started yet
+	projectHandoffs sync.Map // project id → *handed: states handed to this node for project grains not started yet
+	handoffs        sync.Map // identity → *handed: states handed to this node for grains not started yet
 	moves           moves    // grains moving because a node joined (cluster_handoff.go)
 	projectReplay   sync.Map // project id → *atomic.Int64: replay bytes of its grains here
 	grainsLive      atomic.Int64

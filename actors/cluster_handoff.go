@@ -31,10 +31,40 @@ const freezeTimeout = time.Second
 // (rings are up to 1 MiB each; the remote takes messages up to 64 MiB).
 const handoffChunk = 8 << 20
 
-// handedOff is a grain state waiting on its new owner.
-type handedOff struct {
-	state *clusterpb.GrainState
+// handed is a grain's state (a *clusterpb.GrainState or ProjectState)
+// waiting on the grain to start on its new owner.
+type handed struct {
+	state any
 	at    time.Time
+}
+
+// keepOrGive keeps a handed state in held for the grain of id that will
+// start here, or gives it to the one already running: kept first, then
+// given, so a grain that starts meanwhile takes it itself (in ClusterInit,
+// with claimHanded) and it is never stranded. States nobody came for within
+// handoffKeep are forgotten.
+func (c *Cluster) keepOrGive(held, running *sync.Map, id string, state any, now time.Time) {
+	held.Range(func(k, v any) bool {
+		if now.Sub(v.(*handed).at) > handoffKeep {
+			held.Delete(k)
+		}
+		return true
+	})
+	held.Store(id, &handed{state: state, at: now})
+	if pid, ok := running.Load(id); ok {
+		if _, mine := held.LoadAndDelete(id); mine {
+			c.sys.root.Send(pid.(*actor.PID), state)
+		}
+	}
+}
+
+// claimHanded takes the state handed for a grain of id starting now, if any.
+func claimHanded(held *sync.Map, id string, now time.Time) (any, bool) {
+	h, ok := held.LoadAndDelete(id)
+	if !ok || now.Sub(h.(*handed).at) >= handoffKeep {
+		return nil, false
+	}
+	return h.(*handed).state, true
 }
 
 // HandoffStats is what HandOff did.
@@ -275,21 +305,8 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 	if len(h.Grains) == 0 {
 		return
 	}
-	c.handoffs.Range(func(k, v any) bool { // forget states nobody came for
-		if now.Sub(v.(*handedOff).at) > handoffKeep {
-			c.handoffs.Delete(k)
-		}
-		return true
-	})
-	for _, s := range h.Grains {
-		// Kept first, then given to a grain already running (a grain that
-		// starts meanwhile takes it itself in ClusterInit): never stranded.
-		c.handoffs.Store(s.Identity, &handedOff{state: s, at: now})
-		if pid, ok := c.grains.Load(s.Identity); ok {
-			if _, mine := c.handoffs.LoadAndDelete(s.Identity); mine {
-				c.sys.root.Send(pid.(*actor.PID), s)
-			}
-		}
+	for _, st := range h.Grains {
+		c.keepOrGive(&c.handoffs, &c.grains, st.Identity, st, now)
 	}
 	c.log.Info("took channel grains from another member", "from", h.From, "grains", len(h.Grains))
 }
@@ -297,12 +314,6 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 // Project grains move the same way, without the wait: a project grain that
 // starts before its state arrives counts from zero, and the state, when it
 // comes, adds its counts to the same windows (projectGrain.adopt).
-
-// handedProject is a project grain's state waiting on its new owner.
-type handedProject struct {
-	state *clusterpb.ProjectState
-	at    time.Time
-}
 
 // frozenProjects are the project grains freezeProjects froze; their states
 // come back on states.
@@ -381,19 +392,8 @@ func (c *Cluster) takeProjects(h *clusterpb.GrainHandoff, now time.Time) {
 	if len(h.Projects) == 0 {
 		return
 	}
-	c.projectHandoffs.Range(func(k, v any) bool { // forget states nobody came for
-		if now.Sub(v.(*handedProject).at) > handoffKeep {
-			c.projectHandoffs.Delete(k)
-		}
-		return true
-	})
 	for _, st := range h.Projects {
-		c.projectHandoffs.Store(st.ProjectId, &handedProject{state: st, at: now})
-		if pid, ok := c.projectGrains.Load(st.ProjectId); ok {
-			if _, mine := c.projectHandoffs.LoadAndDelete(st.ProjectId); mine {
-				c.sys.root.Send(pid.(*actor.PID), st)
-			}
-		}
+		c.keepOrGive(&c.projectHandoffs, &c.projectGrains, st.ProjectId, st, now)
 	}
 	c.log.Info("took project grains from another member", "from", h.From, "projects", len(h.Projects))
 }

@@ -254,14 +254,15 @@ func TestConnectionCapCountsOtherMembers(t *testing.T) {
 }
 
 // A grain's memory of answers: a repeat is found, old ones are forgotten,
-// and merged answers keep the order oldest first.
+// and adopted answers are put back in order, oldest first.
 func TestAnswerMemory(t *testing.T) {
 	m := newAnswerMemory[int]()
 	t0 := time.Unix(1000, 0)
 	m.remember("a", t0, 1)
 	m.remember("b", t0.Add(time.Second), 2)
-	m.merge("z", t0.Add(500*time.Millisecond), 9) // handed over: older than b
-	m.merge("a", t0, 7)                           // known: kept as it was
+	m.adopt("z", t0.Add(500*time.Millisecond), 9) // handed over: older than b
+	m.adopt("a", t0, 7)                           // known: kept as it was
+	m.resort()
 	var order []string
 	m.each(func(id string, _ time.Time, v int) { order = append(order, id) })
 	if v, ok := m.get("a"); !ok || v != 1 || !slices.Equal(order, []string{"a", "z", "b"}) {

@@ -58,8 +58,8 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 	case *cluster.ClusterInit:
 		g.id = m.Identity.Identity
 		g.c.projectGrains.Store(g.id, ctx.Self())
-		if st, ok := g.c.projectHandoffs.LoadAndDelete(g.id); ok && time.Since(st.(*handedProject).at) < handoffKeep {
-			g.adopt(st.(*handedProject).state)
+		if st, ok := claimHanded(&g.c.projectHandoffs, g.id, time.Now()); ok {
+			g.adopt(st.(*clusterpb.ProjectState))
 		}
 	case *freezeProject:
 		g.frozen = true
@@ -151,8 +151,9 @@ func (g *projectGrain) adopt(st *clusterpb.ProjectState) {
 	}
 	for _, a := range st.Answered {
 		if a.Answer != nil {
-			g.answers.merge(a.Id, time.Unix(0, a.AtUnixNano), &projectTake{answer: a.Answer, took: a.Took,
+			g.answers.adopt(a.Id, time.Unix(0, a.AtUnixNano), &projectTake{answer: a.Answer, took: a.Took,
 				at: time.Unix(0, a.AtUnixNano), refunded: a.Refunded})
 		}
 	}
+	g.answers.resort()
 }
