@@ -19,19 +19,25 @@ func TestClientJSServedWithETag(t *testing.T) {
 	if res.StatusCode != 200 || etag == "" || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/javascript") {
 		t.Fatalf("/client.js: %d %q %q", res.StatusCode, etag, res.Header.Get("Content-Type"))
 	}
-	req, _ := http.NewRequest("GET", ts.base+"/client.js", nil)
+	expectNotModified(t, ts.base+"/client.js", etag)
+	for _, path := range []string{"/demo", "/demo.js", "/demo.css"} {
+		if status, body := getText(t, ts.base+path); status != 200 || body == "" {
+			t.Fatalf("%s: %d", path, status)
+		}
+	}
+}
+
+// expectNotModified revalidates url with etag and wants 304.
+func expectNotModified(t *testing.T, url, etag string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
 	req.Header.Set("If-None-Match", etag)
-	res, err = http.DefaultClient.Do(req)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusNotModified {
-		t.Fatalf("revalidation: %d, want 304", res.StatusCode)
-	}
-	for _, path := range []string{"/demo", "/demo.js", "/demo.css"} {
-		if status, body := getText(t, ts.base+path); status != 200 || body == "" {
-			t.Fatalf("%s: %d", path, status)
-		}
+		t.Fatalf("%s revalidation: %d, want 304", url, res.StatusCode)
 	}
 }

@@ -149,16 +149,7 @@ func TestClientTypesServed(t *testing.T) {
 	if body.String() != readWebFile(t, "client.d.ts") {
 		t.Fatal("/client.d.ts is not api/web/client.d.ts")
 	}
-	req, _ := http.NewRequest("GET", ts.base+"/client.d.ts", nil)
-	req.Header.Set("If-None-Match", etag)
-	res, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusNotModified {
-		t.Fatalf("revalidation: %d, want 304", res.StatusCode)
-	}
+	expectNotModified(t, ts.base+"/client.d.ts", etag)
 	// client.js points Deno at it.
 	if _, js := getText(t, ts.base+"/client.js"); !strings.HasPrefix(js, `// @ts-self-types="./client.d.ts"`) {
 		t.Fatal("/client.js does not start with its @ts-self-types line")
