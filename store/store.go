@@ -42,7 +42,8 @@ var (
 
 // sqlitePragmas make SQLite enforce foreign keys and take the write lock at
 // BEGIN, so concurrent transactions wait instead of failing with SQLITE_BUSY
-// (STACK.md › bun). synchronous(FULL): in WAL mode, NORMAL does not sync
+// (a deferred transaction that turns into a write gets SQLITE_BUSY at once,
+// busy_timeout or not). synchronous(FULL): in WAL mode, NORMAL does not sync
 // the WAL at commit, so a power cut or a kernel crash could take back writes
 // we had already answered 201 or 200 for; FULL syncs it before the commit
 // returns, as PostgreSQL does by default.

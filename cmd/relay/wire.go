@@ -11,7 +11,7 @@ import (
 )
 
 // The actors declare what they need from storage as function types; these
-// adapt the store to them (DESIGN.md: store/ never imports actors/).
+// adapt the store to them (store/ never imports actors/: the actors own no storage code).
 
 func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader {
 	return func(ctx context.Context, projectID string) (actors.Settings, error) {
