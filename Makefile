@@ -53,14 +53,16 @@ bench: build
 IMAGE  ?= relay:latest
 ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+# podman writes OCI images by default, which drop HEALTHCHECK; the Docker format keeps it.
+IMAGE_FORMAT = $(if $(findstring podman,$(ENGINE)),--format docker)
 image:
 	@if [ -z "$(ENGINE)" ]; then echo "make image: neither podman nor docker is installed (apt-get install podman)"; exit 1; fi
 	@if [ ! -r "$(CA_BUNDLE)" ]; then echo "make image: no CA bundle at $(CA_BUNDLE) (apt-get install ca-certificates, or set CA_BUNDLE)"; exit 1; fi
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/relay-static ./cmd/relay
 	@ctx=$$(mktemp -d) && trap 'rm -rf "$$ctx"' EXIT && \
 	cp bin/relay-static "$$ctx/relay" && mkdir "$$ctx/data" && cp "$(CA_BUNDLE)" "$$ctx/ca-certificates.crt" && \
-	echo "$(ENGINE) build -f cmd/relay/deploy/Containerfile -t $(IMAGE)" && \
-	$(ENGINE) build -f cmd/relay/deploy/Containerfile -t $(IMAGE) "$$ctx"
+	echo "$(ENGINE) build $(IMAGE_FORMAT) -f cmd/relay/deploy/Containerfile -t $(IMAGE)" && \
+	$(ENGINE) build $(IMAGE_FORMAT) -f cmd/relay/deploy/Containerfile -t $(IMAGE) "$$ctx"
 
 lint: fmt-check vet
 

@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
 )
 
 // TestContainerImage builds cmd/relay/deploy/Containerfile with podman and
@@ -53,7 +59,7 @@ func TestContainerImage(t *testing.T) {
 			t.Logf("podman rmi %s: %v\n%s", tag, err, out)
 		}
 	})
-	build := exec.Command(podman, "build", "-q", "-f", filepath.Join("deploy", "Containerfile"), "-t", tag, ctxDir)
+	build := exec.Command(podman, "build", "-q", "--format", "docker", "-f", filepath.Join("deploy", "Containerfile"), "-t", tag, ctxDir)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("podman build: %v\n%s", err, out)
 	}
@@ -70,6 +76,7 @@ func TestContainerImage(t *testing.T) {
 			Cmd          []string
 			Env          []string
 		}
+		Healthcheck *struct{ Test []string } // beside Config in podman's inspect
 	}
 	if err := json.Unmarshal(out, &images); err != nil || len(images) != 1 {
 		t.Fatalf("podman image inspect: %v (%d images)\n%s", err, len(images), out)
@@ -89,6 +96,34 @@ func TestContainerImage(t *testing.T) {
 	}
 	if !slices.Contains(c.Env, "DATABASE_URL=sqlite:/data/relay.db") {
 		t.Errorf("env %q lacks DATABASE_URL=sqlite:/data/relay.db", c.Env)
+	}
+	if h := images[0].Healthcheck; h == nil || !slices.Equal(h.Test, []string{"CMD", "/relay", "healthcheck"}) {
+		t.Errorf("healthcheck %+v, want CMD /relay healthcheck", h)
+	}
+}
+
+// `relay healthcheck`, the image's HEALTHCHECK: ok against a serving relay
+// on RELAY_ADDR's port, an error naming the address when nothing answers.
+func TestHealthcheckCommand(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	_, port, _ := strings.Cut(strings.TrimPrefix(ts.base, "http://"), ":")
+	env := func(addr string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if k == "RELAY_ADDR" {
+				return addr, true
+			}
+			return "", false
+		}
+	}
+	var out strings.Builder
+	if err := runCommandTo(context.Background(), []string{"healthcheck"}, env(":"+port), &out, io.Discard); err != nil || out.String() != "ok\n" {
+		t.Fatalf("healthcheck of a serving relay: %v, printed %q", err, out.String())
+	}
+	free := relaytest.FreeAddr(t)
+	_, freePort, _ := strings.Cut(free, ":")
+	err := runCommandTo(context.Background(), []string{"healthcheck"}, env("0.0.0.0:"+freePort), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:"+freePort+"/healthz") {
+		t.Fatalf("healthcheck with nothing listening: %v", err)
 	}
 }
 

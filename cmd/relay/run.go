@@ -28,7 +28,8 @@ commands:
   serve     run the relay (the default)
   migrate   apply the store's migrations and exit
   version   print the version, VCS revision and Go version
-  admin     manage users, projects and keys on the configured store (relay admin -h)`
+  admin     manage users, projects and keys on the configured store (relay admin -h)
+  healthcheck  GET /healthz of the relay on RELAY_ADDR's port here; exit 0 when it answers 200`
 
 // usageError is a command line that cannot run: main exits 2 with it.
 type usageError struct{ msg string }
@@ -58,6 +59,11 @@ func runCommandTo(ctx context.Context, args []string, lookup func(string) (strin
 		return printVersion(out, readBuildInfo())
 	case "admin":
 		return runAdmin(ctx, args[1:], lookup, out, logOut)
+	case "healthcheck":
+		if len(args) > 1 {
+			return usageError{usage}
+		}
+		return runHealthcheck(ctx, lookup, out)
 	case "serve", "migrate":
 		if len(args) > 1 {
 			return usageError{usage}
