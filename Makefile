@@ -49,7 +49,7 @@ bench: build
 # Several nodes against one (README › Running several nodes): relay-bench
 # starts its own etcd (Debian's etcd-server), a throwaway PostgreSQL and the
 # relays on loopback, alternates one node and three for three rounds and ends
-# with the table of the multi-node targets (about 8 minutes).
+# with the table of the multi-node targets (about 7 minutes).
 bench-cluster: build
 	$(GO) build -o bin/relay-bench ./cmd/relay-bench
 	./bin/relay-bench cluster -relay $(BIN)

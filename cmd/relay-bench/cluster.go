@@ -137,15 +137,14 @@ func runCluster(ctx context.Context, args []string) error {
 					run.conns = out
 				}
 				for _, rate := range fanoutRates {
-					if !want["fanout"] {
-						break
+					if want["fanout"] {
+						out, err := s.run(runFanout, "-subs", fmt.Sprint(*fanoutSubs), "-channels", "1",
+							"-rate", fmtFloat(rate), "-duration", dur, "-workers", "128", "-warmup")
+						if err != nil {
+							return err
+						}
+						run.fanout = append(run.fanout, out)
 					}
-					out, err := s.run(runFanout, "-subs", fmt.Sprint(*fanoutSubs), "-channels", "1",
-						"-rate", fmtFloat(rate), "-duration", dur, "-workers", "128", "-warmup")
-					if err != nil {
-						return err
-					}
-					run.fanout = append(run.fanout, out)
 				}
 				if want["latency"] {
 					args := []string{"-subs", fmt.Sprint(*latChannels * *nodes), "-channels", fmt.Sprint(*latChannels),
