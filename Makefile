@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test bench lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
+.PHONY: build run test bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
 
 build:
 	$(GO) build -o $(BIN) ./cmd/relay
@@ -47,6 +47,14 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 	$(GO) build -o bin/relay-bench ./cmd/relay-bench
 	./bin/relay-bench suite -relay $(BIN)
+
+# Several nodes against one (README › Running several nodes): relay-bench
+# starts its own etcd (Debian's etcd-server), a throwaway PostgreSQL and the
+# relays on loopback, alternates one node and three for three rounds and ends
+# with the table of the multi-node targets (about 7 minutes).
+bench-cluster: build
+	$(GO) build -o bin/relay-bench ./cmd/relay-bench
+	./bin/relay-bench cluster -relay $(BIN)
 
 # The container image (cmd/relay/deploy/Containerfile): a static bin/relay-static built here,
 # then copied into a FROM scratch image with podman, or docker when podman is absent.

@@ -483,3 +483,51 @@ func TestSuite(t *testing.T) {
 		}
 	}
 }
+
+// TestCluster runs `relay-bench cluster` at toy sizes: its own etcd and
+// PostgreSQL, one node then two, every measurement once. It checks that the
+// table names every target and that nothing was lost; the figures at these
+// sizes mean nothing.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 30 s: etcd, PostgreSQL and three relays")
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("no etcd (apt-get install etcd-server)")
+	}
+	if _, err := pgBinDir(); err != nil {
+		t.Skip(err)
+	}
+	out := captured(t, runCluster, []string{"-relay", relayBin, "-nodes", "2", "-rounds", "1", "-conns-per-node", "200",
+		"-fanout-subs", "20", "-fanout-rates", "20", "-conns-settle", "0s", "-latency-channels", "4", "-latency-rate", "20", "-latency-duration", "1s",
+		"-emit-rate", "50", "-emit-channels", "5", "-duration", "1s", "-timeout", "2m"}).String()
+	var summary map[string]any
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, `{`) && strings.Contains(line, `"scenario":"cluster"`) {
+			if err := json.Unmarshal([]byte(line), &summary); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if summary == nil {
+		t.Fatal("no summary line")
+	}
+	wantEq(t, summary, "lost", 0)
+	wantEq(t, summary, "emits_failed_or_refused", 0)
+	table := out[strings.Index(out, "relay-bench cluster,"):]
+	for _, want := range []string{"server CPU per delivery, 20 subscribers", "added latency per cross-node hop",
+		"HTTP emit, 50 emits/s", "idle memory per connection on a node, 200"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table has no row %q", want)
+		}
+	}
+	// Each subscriber of the hop run is on its channel's emitting node or
+	// not, so the two-node run reports latency for at least two hop counts.
+	runs, _ := summary["runs"].([]any)
+	if len(runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(runs))
+	}
+	if hops, _ := runs[1].(map[string]any)["latency_by_hops_p50_p99_ms"].(map[string]any); len(hops) < 2 {
+		t.Errorf("latency by hops: %v, want at least two hop counts", hops)
+	}
+}

@@ -60,7 +60,7 @@ func runChurn(ctx context.Context, args []string) error {
 		warn("%s", advice)
 	}
 	const name = "bench-churn"
-	wsURL := wsURLFor(c.base, p.PublicKey)
+	wsURLs := wsURLsFor(c.bases, p.PublicKey)
 
 	// A probe emit reads the server's subscriber count; its seq is expected too.
 	var probeSeqs []uint64
@@ -78,23 +78,27 @@ func runChurn(ctx context.Context, args []string) error {
 		return r.subs, nil
 	}
 	sockets := func() int {
-		if c.serverPID <= 0 {
+		if !c.measured() {
 			return -1
 		}
 		em.closeIdle() // our own keep-alive connections are not the server's leak
 		probeConn.close()
 		time.Sleep(100 * time.Millisecond)
-		n, _ := countSockets(c.serverPID)
-		return n
+		total := 0
+		for _, pid := range c.serverPIDs {
+			n, _ := countSockets(pid)
+			total += n
+		}
+		return total
 	}
 
 	socketsBefore := sockets()
 	var sampler *procSampler
-	if c.serverPID > 0 {
-		sampler = startSampler(c.serverPID)
+	if c.measured() {
+		sampler = startSampler(c.serverPIDs, c.helperPIDs)
 	}
 	meter := startClientMeter()
-	residents, resFailed, resErr := dialMany(ctx, wsURL, c.base, *resident, 1, 16, *sources, func(int) string { return name })
+	residents, resFailed, resErr := dialMany(ctx, wsURLs, c.base, *resident, 1, 16, *sources, func(int) string { return name })
 	defer closeAll(residents)
 	if len(residents) < *resident {
 		return fmt.Errorf("%d resident connections failed: %v", resFailed, resErr)
@@ -135,7 +139,8 @@ func runChurn(ctx context.Context, args []string) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := dialSub(ctx, wsURL, srcIP(i+*resident, *sources, c.base), name, 0)
+				node := (i + *resident) % len(wsURLs)
+				s, err := dialSub(ctx, wsURLs[node], srcIP(i+*resident, *sources, c.base), name, 0)
 				dialing.Add(-1)
 				if err != nil {
 					failed.Add(1)
@@ -207,7 +212,7 @@ func runChurn(ctx context.Context, args []string) error {
 	rt := tally(residents, [][]uint64{expected}, true)
 
 	out := map[string]any{
-		"scenario": "churn", "join_rate": *rate, "min_life_s": minLife.Seconds(), "max_life_s": maxLife.Seconds(),
+		"scenario": "churn", "nodes": len(c.bases), "join_rate": *rate, "min_life_s": minLife.Seconds(), "max_life_s": maxLife.Seconds(),
 		"emit_rate": *emitRate, "duration_s": duration.Seconds(), "payload_bytes": *payloadBytes,
 		"joined": len(churners), "join_failed": failed.Load(), "join_skipped": skipped.Load(), "left_abruptly": abrupts.Load(),
 		"churners": ct, "residents": rt, "emits": et,
@@ -223,7 +228,7 @@ func runChurn(ctx context.Context, args []string) error {
 		out["first_error"] = err.Error()
 		human += fmt.Sprintf("; first join error: %v", err)
 	}
-	if c.serverPID > 0 {
+	if c.measured() {
 		out["server"] = server
 		out["server_sockets"] = map[string]int{"before": socketsBefore, "residents_only": socketsQuiet, "after": socketsAfter}
 		human += fmt.Sprintf("; server sockets %d before, %d with %d residents, %d after; %s",

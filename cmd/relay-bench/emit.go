@@ -61,17 +61,17 @@ func runEmit(ctx context.Context, args []string) error {
 	return nil
 }
 
-func emitRun(ctx context.Context, c *common, em *emitClient, p project, run, n, workers int, duration, drain time.Duration, payloadBytes, sources int, advice string) error {
+func emitRun(ctx context.Context, c *common, em *emitters, p project, run, n, workers int, duration, drain time.Duration, payloadBytes, sources int, advice string) error {
 	name := fmt.Sprintf("bench-emit-%d", run)
-	conns, failed, dialErr := dialMany(ctx, wsURLFor(c.base, p.PublicKey), c.base, n, 1, 64, sources,
+	conns, failed, dialErr := dialMany(ctx, wsURLsFor(c.bases, p.PublicKey), c.base, n, 1, 64, sources,
 		func(int) string { return name })
 	defer closeAll(conns)
 	if len(conns) == 0 && n > 0 {
 		return fmt.Errorf("no subscriber connected: %v", dialErr)
 	}
 	var sampler *procSampler
-	if c.serverPID > 0 {
-		sampler = startSampler(c.serverPID)
+	if c.measured() {
+		sampler = startSampler(c.serverPIDs, c.helperPIDs)
 	}
 	meter := startClientMeter()
 	et := em.closedLoop(ctx, []string{name}, duration, workers)
@@ -94,11 +94,14 @@ func emitRun(ctx context.Context, c *common, em *emitClient, p project, run, n, 
 		return fmt.Errorf("run cut short: %w", err)
 	}
 	out := map[string]any{
-		"scenario": "emit", "subscribers": len(conns), "subscribe_failed": failed, "workers": workers,
+		"scenario": "emit", "nodes": len(c.bases), "subscribers": len(conns), "subscribe_failed": failed, "workers": workers,
 		"duration_s": duration.Seconds(), "payload_bytes": payloadBytes, "emits": et,
 		"emits_per_sec": et.PerSec, "client": client,
 	}
 	human := fmt.Sprintf("emit: %d workers, %d subscribers, %v: %s", workers, len(conns), duration, et)
+	if len(c.bases) > 1 {
+		human = fmt.Sprintf("emit through %d nodes (worker w through node w%%%d): ", len(c.bases), len(c.bases)) + strings.TrimPrefix(human, "emit: ")
+	}
 	if len(conns) > 0 {
 		st := tally(conns, et.expected, true)
 		out["subs"] = st
@@ -109,7 +112,7 @@ func emitRun(ctx context.Context, c *common, em *emitClient, p project, run, n, 
 		out["first_error"] = fmt.Sprint(dialErr)
 		human += fmt.Sprintf("; %d subscribers failed to connect (%v)", failed, dialErr)
 	}
-	if c.serverPID > 0 {
+	if c.measured() {
 		out["server"] = server
 		human += "; " + server.String()
 	}

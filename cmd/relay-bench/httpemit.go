@@ -412,6 +412,78 @@ func mergeEmitStats(all []*emitStats, channels int, elapsed time.Duration, openL
 	return t
 }
 
+// emitters posts through every node of a relay, one emitClient each. In an
+// open loop emit i goes through node i%N (round robin) or, with byChannel,
+// every emit to channel c through node c%N, so that each subscriber's
+// messages take one known path (fanout -via channel); in a closed loop
+// worker w stays on node w%N.
+type emitters struct {
+	nodes     []*emitClient
+	byChannel bool
+}
+
+func newEmitters(bases []string, secretKey string, workers, payloadBytes int) *emitters {
+	e := &emitters{}
+	for _, b := range bases {
+		e.nodes = append(e.nodes, newEmitClient(b, secretKey, workers, payloadBytes))
+	}
+	return e
+}
+
+func (e *emitters) closeIdle() {
+	for _, n := range e.nodes {
+		n.closeIdle()
+	}
+}
+
+// newConn is a connection to the first node (a probe's).
+func (e *emitters) newConn() *emitConn { return e.nodes[0].newConn() }
+
+// warmup emits once to each channel through each node, 8 at a time: the
+// channels' actors (grains, in a cluster) start and every node has the
+// project's keys before a measured run.
+func (e *emitters) warmup(ctx context.Context, channels []string) error {
+	type job struct{ node, ch int }
+	jobs := make(chan job)
+	var first firstErr
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conns := make([]*emitConn, len(e.nodes))
+			for k, n := range e.nodes {
+				conns[k] = n.newConn()
+				defer conns[k].close()
+			}
+			for j := range jobs {
+				r, err := conns[j.node].emit(ctx, channels[j.ch], time.Now().UnixNano())
+				if err == nil && r.status != http.StatusOK {
+					err = fmt.Errorf("warm-up emit to %s through node %d: %d %s", channels[j.ch], j.node, r.status, r.code)
+				}
+				if err != nil {
+					first.set(err)
+				}
+			}
+		}()
+	}
+	for ch := range channels {
+		for node := range e.nodes {
+			jobs <- job{node, ch}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return first.get()
+}
+
+func (e *emitters) via(i, ch int) int {
+	if e.byChannel {
+		return ch % len(e.nodes)
+	}
+	return i % len(e.nodes)
+}
+
 // openLoop emits rate messages per second for d, round robin over channels,
 // from a schedule that does not wait for answers: workers take the scheduled
 // emits as they come due. Each payload carries the time its request started;
@@ -419,7 +491,7 @@ func mergeEmitStats(all []*emitStats, channels int, elapsed time.Duration, openL
 // waiting on the server) is reported apart as schedule_lag, so a reader sees
 // when the emitter fell behind. If every worker is busy and the backlog is
 // full, an emit is dropped and counted.
-func (e *emitClient) openLoop(ctx context.Context, channels []string, rate float64, d time.Duration, workers int) emitTotals {
+func (e *emitters) openLoop(ctx context.Context, channels []string, rate float64, d time.Duration, workers int) emitTotals {
 	type job struct {
 		i   int
 		due time.Time
@@ -435,8 +507,11 @@ func (e *emitClient) openLoop(ctx context.Context, channels []string, rate float
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn := e.newConn()
-			defer conn.close()
+			conns := make([]*emitConn, len(e.nodes)) // one keep-alive connection per node
+			for k, n := range e.nodes {
+				conns[k] = n.newConn()
+				defer conns[k].close()
+			}
 			for j := range jobs {
 				if b := busy.Add(1); b > maxBusy.Load() {
 					maxBusy.Store(b) // racy max: good enough to tell "all busy"
@@ -444,7 +519,7 @@ func (e *emitClient) openLoop(ctx context.Context, channels []string, rate float
 				start := time.Now()
 				st.lag.record(uint64(max(start.Sub(j.due), 0).Microseconds()))
 				ch := j.i % len(channels)
-				r, err := conn.emit(ctx, channels[ch], start.UnixNano())
+				r, err := conns[e.via(j.i, ch)].emit(ctx, channels[ch], start.UnixNano())
 				st.record(r, err, ch, time.Since(start))
 				busy.Add(-1)
 			}
@@ -483,8 +558,9 @@ schedule:
 	return t
 }
 
-// closedLoop has each worker emit back to back until d has passed.
-func (e *emitClient) closedLoop(ctx context.Context, channels []string, d time.Duration, workers int) emitTotals {
+// closedLoop has each worker emit back to back until d has passed, worker w
+// through node w%N.
+func (e *emitters) closedLoop(ctx context.Context, channels []string, d time.Duration, workers int) emitTotals {
 	all := make([]*emitStats, workers)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -495,7 +571,7 @@ func (e *emitClient) closedLoop(ctx context.Context, channels []string, d time.D
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn := e.newConn()
+			conn := e.nodes[w%len(e.nodes)].newConn()
 			defer conn.close()
 			for i := w; ctx.Err() == nil; i += workers {
 				t0 := time.Now()

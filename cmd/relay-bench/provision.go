@@ -17,13 +17,18 @@ type project struct {
 	SecretKey string
 }
 
-// provision signs up (or logs in) and creates a project named name.
+// provision signs up (or logs in) and creates a project named name, through
+// -provision-base if set, else the first node.
 func provision(ctx context.Context, c *common, name string) (project, error) {
+	base := c.base
+	if c.provisionBase != "" {
+		base = c.provisionBase
+	}
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar, Timeout: 30 * time.Second}
 	post := func(path string, body any) (int, map[string]any, error) {
 		b, _ := json.Marshal(body)
-		req, _ := http.NewRequestWithContext(ctx, "POST", c.base+path, bytes.NewReader(b))
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+path, bytes.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		res, err := hc.Do(req)
 		if err != nil {
@@ -57,15 +62,16 @@ func provision(ctx context.Context, c *common, name string) (project, error) {
 	return pr, nil
 }
 
-// emitterFor provisions a project named name and its HTTP emitter, and reads
-// the server's budgets with one preflight emit.
-func emitterFor(ctx context.Context, c *common, name string, workers, payloadBytes int) (project, *emitClient, budgets, error) {
+// emitterFor provisions a project named name (through the first node) and
+// its HTTP emitters (one per node), and reads the server's budgets with one
+// preflight emit.
+func emitterFor(ctx context.Context, c *common, name string, workers, payloadBytes int) (project, *emitters, budgets, error) {
 	p, err := provision(ctx, c, name)
 	if err != nil {
 		return p, nil, budgets{}, err
 	}
-	em := newEmitClient(c.base, p.SecretKey, workers, payloadBytes)
-	b, err := em.preflight(ctx)
+	em := newEmitters(c.bases, p.SecretKey, workers, payloadBytes)
+	b, err := em.nodes[0].preflight(ctx)
 	if err != nil {
 		em.closeIdle()
 		return p, nil, b, err

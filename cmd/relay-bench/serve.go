@@ -11,18 +11,22 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
-// relayProcess is a relay the tool started itself (for `suite` and the
-// tests): the binary on a throwaway SQLite file in a temporary directory,
-// on a free loopback port, with no operator listener.
+// relayProcess is a relay the tool started itself (for `suite`, `cluster`
+// and the tests): the binary on a throwaway SQLite file in a temporary
+// directory (unless env names another DATABASE_URL), on a free loopback
+// port, with no operator listener unless env asks for one
+// (RELAY_DEBUG_ADDR=127.0.0.1:0).
 type relayProcess struct {
-	cmd  *exec.Cmd
-	dir  string
-	base string
-	pid  int
-	done chan struct{}
+	cmd   *exec.Cmd
+	dir   string
+	base  string
+	debug string // the operator listener's base URL, when env enabled it
+	pid   int
+	done  chan struct{}
 
 	logMu sync.Mutex
 	log   bytes.Buffer
@@ -44,6 +48,13 @@ func startRelay(bin string, env ...string) (*relayProcess, error) {
 		"ALLOWED_SIGNUP_EMAILS=bench@example.com",
 	)
 	r.cmd.Env = append(r.cmd.Env, env...)
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the tool
+	debugOn := false
+	for _, kv := range r.cmd.Env { // the last one counts, as for exec
+		if v, ok := strings.CutPrefix(kv, "RELAY_DEBUG_ADDR="); ok {
+			debugOn = v != ""
+		}
+	}
 	stderr, err := r.cmd.StderrPipe()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -56,9 +67,10 @@ func startRelay(bin string, env ...string) (*relayProcess, error) {
 	r.pid = r.cmd.Process.Pid
 	go func() { r.cmd.Wait(); close(r.done) }()
 
-	// The ready line reads `msg=listening listener=public addr=127.0.0.1:PORT`;
-	// the rest of the log is kept for a failure report.
-	addr := make(chan string, 1)
+	// The ready line reads `msg=listening listener=public addr=127.0.0.1:PORT`
+	// (then listener=debug for the operator listener); the rest of the log is
+	// kept for a failure report.
+	addr, debugAddr := make(chan string, 1), make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -66,25 +78,42 @@ func startRelay(bin string, env ...string) (*relayProcess, error) {
 			r.logMu.Lock()
 			r.log.WriteString(line + "\n")
 			r.logMu.Unlock()
-			if strings.Contains(line, "msg=listening") && strings.Contains(line, "listener=public") {
-				if _, a, ok := strings.Cut(line, " addr="); ok {
-					select {
-					case addr <- strings.Fields(a)[0]:
-					default:
-					}
+			if !strings.Contains(line, "msg=listening") {
+				continue
+			}
+			to := addr
+			if strings.Contains(line, "listener=debug") {
+				to = debugAddr
+			} else if !strings.Contains(line, "listener=public") {
+				continue
+			}
+			if _, a, ok := strings.Cut(line, " addr="); ok {
+				select {
+				case to <- strings.Fields(a)[0]:
+				default:
 				}
 			}
 		}
 		io.Copy(io.Discard, stderr)
 	}()
-	select {
-	case a := <-addr:
-		r.base = "http://" + a
+	timeout := time.After(30 * time.Second)
+wait:
+	for r.base == "" || (debugOn && r.debug == "") {
+		select {
+		case a := <-addr:
+			r.base = "http://" + a
+		case a := <-debugAddr:
+			r.debug = "http://" + a
+		case <-r.done:
+			err = errors.New("the relay exited before it listened")
+			break wait
+		case <-timeout:
+			err = errors.New("the relay did not listen within 30 s")
+			break wait
+		}
+	}
+	if err == nil {
 		return r, nil
-	case <-r.done:
-		err = errors.New("the relay exited before it listened")
-	case <-time.After(30 * time.Second):
-		err = errors.New("the relay did not listen within 30 s")
 	}
 	r.stop()
 	return nil, fmt.Errorf("%w:\n%s", err, r.logText())

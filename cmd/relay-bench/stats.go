@@ -221,27 +221,39 @@ func (s *seqSet) missing(expected []uint64, from, to uint64) (lost, matched int6
 	return lost, matched
 }
 
-// procSampler reads a process's /proc every 100 ms for its CPU time and its
-// peak resident memory over a window.
+// procSampler reads the relay's processes' /proc every 100 ms for their CPU
+// time and peak resident memory over a window (one process, or every node of
+// a cluster: summed, with each node apart), and the CPU of the processes the
+// relay uses (etcd, PostgreSQL) at both ends of the window.
 type procSampler struct {
-	pid    int
-	mu     sync.Mutex
-	first  procStats
-	last   procStats
-	peak   int64
-	start  time.Time
-	end    time.Time
-	err    error
-	cancel context.CancelFunc
-	done   chan struct{}
+	pids    []int
+	helpers []int
+	mu      sync.Mutex
+	first   []procStats
+	last    []procStats
+	peak    []int64
+	peakSum int64 // the highest sum of one sampling pass
+	helper0 float64
+	start   time.Time
+	err     error
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-func startSampler(pid int) *procSampler {
-	s := &procSampler{pid: pid, start: time.Now(), done: make(chan struct{})}
+func startSampler(pids, helpers []int) *procSampler {
+	s := &procSampler{pids: pids, helpers: helpers, start: time.Now(), done: make(chan struct{}),
+		first: make([]procStats, len(pids)), last: make([]procStats, len(pids)), peak: make([]int64, len(pids))}
 	var ctx context.Context
 	ctx, s.cancel = context.WithCancel(context.Background())
-	st, err := readProc(pid)
-	s.first, s.last, s.peak, s.err = st, st, st.RSSKiB, err
+	for i, pid := range pids {
+		st, err := readProc(pid)
+		s.first[i], s.last[i], s.peak[i] = st, st, st.RSSKiB
+		s.peakSum += st.RSSKiB
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	s.helper0 = treeCPU(helpers)
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(100 * time.Millisecond)
@@ -259,27 +271,38 @@ func startSampler(pid int) *procSampler {
 }
 
 func (s *procSampler) sample() {
-	st, err := readProc(s.pid)
+	var sum int64
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err != nil {
-		if s.err == nil {
-			s.err = err
+	for i, pid := range s.pids {
+		st, err := readProc(pid)
+		if err != nil {
+			if s.err == nil {
+				s.err = err
+			}
+			sum += s.last[i].RSSKiB
+			continue
 		}
-		return
+		s.last[i] = st
+		s.peak[i] = max(s.peak[i], st.RSSKiB)
+		sum += st.RSSKiB
 	}
-	s.last = st
-	s.peak = max(s.peak, st.RSSKiB)
+	s.peakSum = max(s.peakSum, sum)
 }
 
-// serverUsage is the JSON shape of a sampled window.
+// serverUsage is the JSON shape of a sampled window: with several nodes,
+// the sums over them, and Nodes each apart.
 type serverUsage struct {
-	PID        int     `json:"pid"`
-	CPUSeconds float64 `json:"cpu_seconds"`
-	Cores      float64 `json:"cores"` // CPU seconds per wall second
-	RSSBefore  int64   `json:"rss_before_kib"`
-	RSSPeak    int64   `json:"rss_peak_kib"`
-	RSSAfter   int64   `json:"rss_after_kib"`
+	PID        int           `json:"pid"` // the first node's
+	CPUSeconds float64       `json:"cpu_seconds"`
+	Cores      float64       `json:"cores"` // CPU seconds per wall second
+	RSSBefore  int64         `json:"rss_before_kib"`
+	RSSPeak    int64         `json:"rss_peak_kib"`
+	RSSAfter   int64         `json:"rss_after_kib"`
+	Nodes      []serverUsage `json:"nodes,omitempty"`
+	// HelpersCPU is what -helper-pid's processes (etcd, PostgreSQL and
+	// their children) used over the window: not the relay's, not others'.
+	HelpersCPU float64 `json:"helpers_cpu_seconds,omitempty"`
 	Error      string  `json:"error,omitempty"`
 }
 
@@ -294,9 +317,26 @@ func (s *procSampler) stop() serverUsage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wall := time.Since(s.start).Seconds()
-	u := serverUsage{PID: s.pid, CPUSeconds: s.last.CPUSeconds - s.first.CPUSeconds,
-		RSSBefore: s.first.RSSKiB, RSSPeak: s.peak, RSSAfter: s.last.RSSKiB}
+	var u serverUsage
+	for i, pid := range s.pids {
+		n := serverUsage{PID: pid, CPUSeconds: s.last[i].CPUSeconds - s.first[i].CPUSeconds,
+			RSSBefore: s.first[i].RSSKiB, RSSPeak: s.peak[i], RSSAfter: s.last[i].RSSKiB}
+		n.Cores = n.CPUSeconds / wall
+		if i == 0 {
+			u.PID = pid
+		}
+		u.CPUSeconds += n.CPUSeconds
+		u.RSSBefore += n.RSSBefore
+		u.RSSAfter += n.RSSAfter
+		if len(s.pids) > 1 {
+			u.Nodes = append(u.Nodes, n)
+		}
+	}
+	u.RSSPeak = s.peakSum
 	u.Cores = u.CPUSeconds / wall
+	if len(s.helpers) > 0 {
+		u.HelpersCPU = max(treeCPU(s.helpers)-s.helper0, 0)
+	}
 	if s.err != nil {
 		u.Error = s.err.Error()
 	}
@@ -304,8 +344,72 @@ func (s *procSampler) stop() serverUsage {
 }
 
 func (u serverUsage) String() string {
-	return fmt.Sprintf("server CPU %.2fs (%.2f cores), RSS %d→peak %d→%d KiB",
+	s := fmt.Sprintf("server CPU %.2fs (%.2f cores), RSS %d→peak %d→%d KiB",
 		u.CPUSeconds, u.Cores, u.RSSBefore, u.RSSPeak, u.RSSAfter)
+	if len(u.Nodes) > 0 {
+		s = fmt.Sprintf("%d nodes, ", len(u.Nodes)) + s + " (summed; CPU per node"
+		for _, n := range u.Nodes {
+			s += fmt.Sprintf(" %.2f", n.CPUSeconds)
+		}
+		s += "s)"
+	}
+	if u.HelpersCPU > 0 {
+		s += fmt.Sprintf(", etcd and PostgreSQL %.2fs", u.HelpersCPU)
+	}
+	return s
+}
+
+// treeCPU is the CPU seconds of processes and their live children, and of
+// the children they have reaped (a PostgreSQL backend that ended is counted
+// in its postmaster's cutime once reaped).
+func treeCPU(pids []int) float64 {
+	if len(pids) == 0 {
+		return 0
+	}
+	parents := map[int]bool{}
+	var total float64
+	for _, pid := range pids {
+		if f := statFields(pid); f != nil {
+			parents[pid] = true
+			total += (atof(f[11]) + atof(f[12]) + atof(f[13]) + atof(f[14])) / clockTicks
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || parents[pid] {
+			continue
+		}
+		if f := statFields(pid); f != nil {
+			if ppid, _ := strconv.Atoi(f[1]); parents[ppid] {
+				total += (atof(f[11]) + atof(f[12])) / clockTicks
+			}
+		}
+	}
+	return total
+}
+
+// statFields are /proc/PID/stat's fields after the command name (state is
+// [0], ppid [1], utime [11], stime [12], cutime [13], cstime [14]).
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 > len(b) {
+		return nil
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 15 {
+		return nil
+	}
+	return f
+}
+
+func atof(s string) float64 {
+	v, _ := strconv.ParseFloat(s, 64)
+	return v
 }
 
 // clientUsage is this process's CPU over a window, to show whether the tool
@@ -365,7 +469,7 @@ func disturbance(server serverUsage, client clientUsage) (float64, string) {
 	if client.MachineCPUSeconds == 0 || server.PID == 0 {
 		return 0, ""
 	}
-	other := max(client.MachineCPUSeconds-client.CPUSeconds-server.CPUSeconds, 0)
+	other := max(client.MachineCPUSeconds-client.CPUSeconds-server.CPUSeconds-server.HelpersCPU, 0)
 	if other < 0.05*client.WallSeconds*float64(onlineCPUs()) {
 		return other, ""
 	}
@@ -373,7 +477,7 @@ func disturbance(server serverUsage, client clientUsage) (float64, string) {
 		other, other/client.WallSeconds)
 }
 
-// countFDs counts a process's open sockets (0 and an error if /proc is not readable).
+// countSockets counts a process's open sockets (0 and an error if /proc is not readable).
 func countSockets(pid int) (int, error) {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, err := os.ReadDir(dir)
@@ -438,12 +542,20 @@ func cpuProfile(fs *flag.FlagSet) func() (stop func(), err error) {
 // share is not its minimum need.
 func saturation(server serverUsage, client clientUsage, subscribers bool) string {
 	cores := float64(onlineCPUs())
-	used := server.Cores + client.Cores
+	helpers := 0.0
+	if client.WallSeconds > 0 {
+		helpers = server.HelpersCPU / client.WallSeconds
+	}
+	used := server.Cores + client.Cores + helpers
 	if server.PID == 0 || used < 0.9*cores {
 		return ""
 	}
 	s := fmt.Sprintf("the machine was saturated (server %.2f + tool %.2f of %.0f cores): the figures are the machine's limit, not the server's alone",
 		server.Cores, client.Cores, cores)
+	if helpers > 0 {
+		s = fmt.Sprintf("the machine was saturated (server %.2f + tool %.2f + etcd and PostgreSQL %.2f of %.0f cores): the figures are the machine's limit, not the server's alone",
+			server.Cores, client.Cores, helpers, cores)
+	}
 	if subscribers {
 		s += "; the tool's subscribers read in smaller batches when CPU is to spare, so its share overstates its need"
 	}
@@ -473,7 +585,7 @@ func onlineCPUs() int {
 func usageNotes(out map[string]any, human string, c *common, server serverUsage, client clientUsage,
 	subscribers bool, et emitTotals, openLoop bool, advice string) string {
 	human += fmt.Sprintf("; client CPU %.2fs (%.2f cores)", client.CPUSeconds, client.Cores)
-	if other, note := disturbance(server, client); c.serverPID > 0 {
+	if other, note := disturbance(server, client); c.measured() {
 		out["other_processes_cpu_seconds"] = other
 		if note != "" {
 			out["disturbed"] = note

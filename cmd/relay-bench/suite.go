@@ -164,11 +164,13 @@ func runSuite(ctx context.Context, args []string) error {
 }
 
 type suite struct {
-	ctx  context.Context
-	dur  string
-	base string
-	pid  int
-	rows []suiteRow
+	ctx          context.Context
+	dur          string
+	bases        []string // the relay's nodes the scenarios run against
+	pids         []int
+	helpers      []int  // etcd and PostgreSQL, when the relay uses them
+	provisionVia string // -provision-base, when set
+	rows         []suiteRow
 }
 
 type suiteRow struct {
@@ -183,7 +185,7 @@ func (s *suite) withRelay(bin string, env []string, body func() error) error {
 		return err
 	}
 	defer r.stop()
-	s.base, s.pid = r.base, r.pid
+	s.bases, s.pids = []string{r.base}, []int{r.pid}
 	if err := body(); err != nil {
 		return fmt.Errorf("%w\nrelay log:\n%s", err, r.logText())
 	}
@@ -200,7 +202,22 @@ func (s *suite) runAll(scenario func(context.Context, []string) error, args ...s
 		}
 	}
 	defer func() { onReport = nil }()
-	args = append([]string{"-base", s.base, "-server-pid", fmt.Sprint(s.pid), "-timeout", "5m"}, args...)
+	pids := make([]string, len(s.pids))
+	for i, p := range s.pids {
+		pids[i] = strconv.Itoa(p)
+	}
+	pre := []string{"-base", strings.Join(s.bases, ","), "-server-pid", strings.Join(pids, ","), "-timeout", "5m"}
+	if len(s.helpers) > 0 {
+		h := make([]string, len(s.helpers))
+		for i, p := range s.helpers {
+			h[i] = strconv.Itoa(p)
+		}
+		pre = append(pre, "-helper-pid", strings.Join(h, ","))
+	}
+	if s.provisionVia != "" {
+		pre = append(pre, "-provision-base", s.provisionVia)
+	}
+	args = append(pre, args...)
 	if err := scenario(s.ctx, args); err != nil {
 		return nil, err
 	}

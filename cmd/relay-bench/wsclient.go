@@ -138,6 +138,7 @@ type wsSub struct {
 	conn    net.Conn
 	wmu     sync.Mutex // writes: pongs, close frames
 	channel int
+	node    int // which of the relay's nodes (-base) it is connected to
 
 	// Receive state.
 	buf    []byte // buf[:n] holds bytes not yet parsed (a partial frame)
@@ -462,9 +463,11 @@ func closeAll(subs []*wsSub) {
 	}
 }
 
-// dialMany opens n subscribers (channel i%channels) with parallel handshakes
-// in flight, starts their readers, and returns those that subscribed.
-func dialMany(ctx context.Context, wsURL, base string, n, channels, parallel, sources int, chName func(int) string) ([]*wsSub, int, error) {
+// dialMany opens n subscribers (channel i%channels; with several nodes,
+// one wsURL each, a channel's subscribers spread over them) with parallel
+// handshakes in flight, starts their readers, and returns those that
+// subscribed.
+func dialMany(ctx context.Context, wsURLs []string, base string, n, channels, parallel, sources int, chName func(int) string) ([]*wsSub, int, error) {
 	subs := make([]*wsSub, n)
 	var next, failed atomic.Int64
 	var first firstErr
@@ -478,12 +481,14 @@ func dialMany(ctx context.Context, wsURL, base string, n, channels, parallel, so
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				s, err := dialSub(ctx, wsURL, srcIP(i, sources, base), chName(i%channels), i%channels)
+				node := spread(i%channels, i/channels, len(wsURLs))
+				s, err := dialSub(ctx, wsURLs[node], srcIP(i, sources, base), chName(i%channels), i%channels)
 				if err != nil {
 					failed.Add(1)
 					first.set(err)
 					continue
 				}
+				s.node = node
 				subs[i] = s
 			}
 		}()
@@ -521,4 +526,13 @@ func (f *firstErr) get() error {
 
 func wsURLFor(base, publicKey string) string {
 	return strings.Replace(base, "http", "ws", 1) + "/ws?publicKey=" + publicKey
+}
+
+// wsURLsFor is wsURLFor of every node.
+func wsURLsFor(bases []string, publicKey string) []string {
+	out := make([]string, len(bases))
+	for i, b := range bases {
+		out[i] = wsURLFor(b, publicKey)
+	}
+	return out
 }
