@@ -233,7 +233,10 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	// many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
 	const maxMsg = 64 << 20
 	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
-		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr),
+		// protoactor preallocates each peer's send queue at 1 000 000
+		// slots (16 MB of heap per member, which also raises how much freed
+		// memory the runtime keeps); the queue doubles when full, so start small.
+		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr), remote.WithEndpointWriterQueueSize(1024),
 			remote.WithServerOptions(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)),
 			remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))),
 		cluster.WithKinds(channelKind, projectKind)))
