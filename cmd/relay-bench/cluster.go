@@ -112,7 +112,8 @@ func runCluster(ctx context.Context, args []string) error {
 	defer pg.stop()
 	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.pid(), pg.pid())
 
-	maxConns := max(*connsPerNode, *fanoutSubs, 1000) + 1000
+	// MAX_CONNECTIONS_PER_PROJECT counts every node of a cluster.
+	maxConns := max(*connsPerNode**nodes, *fanoutSubs, 1000) + 1000
 	cb := &clusterBench{
 		ctx: ctx, bin: *bin, etcd: etcd, pg: pg,
 		env: []string{
@@ -124,13 +125,18 @@ func runCluster(ctx context.Context, args []string) error {
 			"SHUTDOWN_TIMEOUT_SECONDS=10",
 		},
 	}
+	const connsChannels = 100 // channels of the memory run
 	dur := duration.String()
 	for round := 1; round <= *rounds; round++ {
 		for _, n := range []int{1, *nodes} {
 			run := topoRun{Round: round, Nodes: n}
 			err := cb.with(round, n, &run, func(s *suite, debugs []string) error {
 				if want["conns"] && *connsPerNode > 0 {
-					out, err := s.run(runConns, "-n", fmt.Sprint(*connsPerNode*n), "-settle", connsSettle.String(), "-debug", strings.Join(debugs, ","))
+					// One connection per channel per node first, outside the
+					// reading: each channel's actors (in a cluster its grain
+					// and the links between nodes) start once, not per connection.
+					out, err := s.run(runConns, "-n", fmt.Sprint(*connsPerNode*n), "-channels", fmt.Sprint(connsChannels),
+						"-warmup", fmt.Sprint(connsChannels*n), "-settle", connsSettle.String(), "-debug", strings.Join(debugs, ","))
 					if err != nil {
 						return err
 					}

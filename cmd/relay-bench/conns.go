@@ -33,6 +33,7 @@ func runConns(ctx context.Context, args []string) error {
 	parallel := fs.Int("parallel", 64, "handshakes in flight")
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… to spread ports over")
 	settle := fs.Duration("settle", 3*time.Second, "idle time before measuring")
+	warmup := fs.Int("warmup", 0, "connections (of -n) opened before the first memory reading, so that what the first subscribers start once (each channel's actors; in a cluster each channel's grain and the links between nodes) is not counted per connection")
 	debugList := fs.String("debug", "", "the nodes' operator listeners (http://127.0.0.1:PORT, comma-separated, in -base's order): before each memory reading each node is asked for a garbage collection (GET /debug/pprof/heap?gc=1), so that neither reading holds garbage of what came before (the sign-up's password hash, the handshakes), and its live heap is reported too")
 	fs.Parse(args)
 	if err := c.parse(); err != nil {
@@ -55,6 +56,44 @@ func runConns(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	wsURLs := wsURLsFor(c.bases, p.PublicKey)
+	conns := make([]net.Conn, *n)
+	perNode := make([]atomic.Int64, len(c.bases))
+	var next, failed atomic.Int64
+	var firstErr atomic.Value
+	defer func() {
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Close()
+			}
+		}
+	}()
+	// dialUpTo dials connections next… up to end, parallel at a time.
+	dialUpTo := func(end int) {
+		var wg sync.WaitGroup
+		for w := 0; w < *parallel; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= end || ctx.Err() != nil {
+						next.Add(-1) // stay at end for the next open
+						return
+					}
+					dialOne(ctx, i, *channels, *sources, wsURLs, conns, perNode, &failed, &firstErr)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	*warmup = min(max(*warmup, 0), *n)
+	dialUpTo(*warmup)
+	warmNodes := make([]int64, len(perNode))
+	for i := range perNode {
+		warmNodes[i] = perNode[i].Load()
+	}
+	warmFailed := failed.Load()
 	// The server's RSS drifts for a while after start (the startup garbage
 	// is returned to the kernel gradually), so each reading waits for it to
 	// settle.
@@ -68,75 +107,23 @@ func runConns(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	wsURLs := wsURLsFor(c.bases, p.PublicKey)
-
-	conns := make([]net.Conn, *n)
-	perNode := make([]atomic.Int64, len(c.bases))
-	var next, failed atomic.Int64
-	var firstErr atomic.Value
 	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < *parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= *n || ctx.Err() != nil {
-					return
-				}
-				src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%*sources))}
-				d := ws.Dialer{Timeout: 10 * time.Second, NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					return (&net.Dialer{LocalAddr: src}).DialContext(ctx, network, addr)
-				}}
-				node := spread(i%*channels, i / *channels, len(wsURLs))
-				conn, br, _, err := d.Dial(ctx, wsURLs[node])
-				if err == nil {
-					ch := fmt.Sprintf("bench-%d", i%*channels)
-					err = wsutil.WriteClientText(conn, []byte(`{"action":"subscribe","channel":"`+ch+`"}`))
-					if err == nil {
-						var r io.Reader = conn
-						if br != nil {
-							r = br
-						}
-						conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-						_, err = wsutil.ReadServerText(readerConn{conn, r}) // the ack
-						conn.SetReadDeadline(time.Time{})
-					}
-				}
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					if conn != nil {
-						conn.Close()
-					}
-					continue
-				}
-				conns[i] = conn
-				perNode[node].Add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	dialUpTo(*n)
 	elapsed := time.Since(start)
-	defer func() {
-		for _, conn := range conns {
-			if conn != nil {
-				conn.Close()
-			}
-		}
-	}()
-	open := int64(*n) - failed.Load()
+	open := int64(*n-*warmup) - (failed.Load() - warmFailed) // opened after the first reading, the ones measured
+	for i := range perNode {
+		perNode[i].Add(-warmNodes[i]) // per node too: what it took after the first reading
+	}
 	select {
 	case <-time.After(*settle):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	out := map[string]any{
-		"scenario": "conns", "nodes": len(c.bases), "connections": open, "failed": failed.Load(),
+		"scenario": "conns", "nodes": len(c.bases), "connections": open, "warmup": *warmup, "failed": failed.Load(),
 		"handshakes_per_sec": float64(open) / elapsed.Seconds(), "client": selfProc(),
 	}
-	human := fmt.Sprintf("conns: %d open (%d failed) in %v, %.0f handshakes/s", open, failed.Load(), elapsed.Round(time.Millisecond), float64(open)/elapsed.Seconds())
+	human := fmt.Sprintf("conns: %d open (%d failed) in %v after %d to warm up, %.0f handshakes/s", open, failed.Load(), elapsed.Round(time.Millisecond), *warmup, float64(open)/elapsed.Seconds())
 	heapNote := ""
 	if c.measured() {
 		heapAfter, err := collectGarbage(ctx, debugs)
@@ -335,4 +322,39 @@ func settledProc(ctx context.Context, pid int) (procStats, error) {
 		prev = cur
 	}
 	return prev, nil
+}
+
+// dialOne opens connection i (from a loopback source address, to its
+// channel's node) and subscribes it, counting it on its node or as failed.
+func dialOne(ctx context.Context, i, channels, sources int, wsURLs []string, conns []net.Conn, perNode []atomic.Int64,
+	failed *atomic.Int64, firstErr *atomic.Value) {
+	src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%sources))}
+	d := ws.Dialer{Timeout: 10 * time.Second, NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return (&net.Dialer{LocalAddr: src}).DialContext(ctx, network, addr)
+	}}
+	node := spread(i%channels, i/channels, len(wsURLs))
+	conn, br, _, err := d.Dial(ctx, wsURLs[node])
+	if err == nil {
+		ch := fmt.Sprintf("bench-%d", i%channels)
+		err = wsutil.WriteClientText(conn, []byte(`{"action":"subscribe","channel":"`+ch+`"}`))
+		if err == nil {
+			var r io.Reader = conn
+			if br != nil {
+				r = br
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err = wsutil.ReadServerText(readerConn{conn, r}) // the ack
+			conn.SetReadDeadline(time.Time{})
+		}
+	}
+	if err != nil {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, err)
+		if conn != nil {
+			conn.Close()
+		}
+		return
+	}
+	conns[i] = conn
+	perNode[node].Add(1)
 }
