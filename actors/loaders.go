@@ -43,7 +43,11 @@ type Settings struct {
 	ClientEmitSecret string // "" until generated
 	WebhookURL       string // "" when none
 	WebhookSecret    string
-	Revocations      []Revocation
+	// The webhook events sent beyond connect and disconnect (opt-in):
+	// channel_occupied/channel_vacated and member_added/member_removed.
+	WebhookChannelEvents  bool
+	WebhookPresenceEvents bool
+	Revocations           []Revocation
 }
 
 // Revocation kinds.

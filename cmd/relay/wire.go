@@ -30,7 +30,8 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 		if err != nil {
 			return actors.Settings{}, err
 		}
-		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret}
+		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret,
+			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents}
 		for _, r := range revs {
 			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
 		}
