@@ -10,10 +10,15 @@ package main
 // only the processes it started, by their pids.
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/url"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
 
 func TestClusterWebhooksOncePerTransition(t *testing.T) {
@@ -73,6 +78,18 @@ func TestClusterWebhooksOncePerTransition(t *testing.T) {
 		expect(t, vacated(ch))
 	})
 
+	t.Run("a change in the dashboard reaches the grain's node", func(t *testing.T) {
+		ch := channelHostedBy(t, c, a.on(t).client(), p, "change")
+		dash.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
+		webhookEventsOn(t, p.id, []string{"channel"}, c)
+		u := presenceSub(t, a.on(t), p.publicKey, ch, "quiet")
+		expect(t, occupied(ch)) // and no member_added
+		u.conn.Close()
+		expect(t, vacated(ch))
+		dash.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}, "presence": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
+		webhookEventsOn(t, p.id, []string{"channel", "presence"}, a, b, c)
+	})
+
 	t.Run("a node killed: its members are removed by the grain's node", func(t *testing.T) {
 		// A channel whose grain is on A, with members on B and C; C dies.
 		ch := channelHostedBy(t, a, a.on(t).client(), p, "killed")
@@ -90,4 +107,30 @@ func TestClusterWebhooksOncePerTransition(t *testing.T) {
 		onB.conn.Close()
 		expect(t, removed(ch, "b1"), vacated(ch))
 	})
+}
+
+// webhookEventsOn waits until the project actor of project id on each node
+// has loaded the webhook events want, as its /debug/actors shows.
+func webhookEventsOn(t *testing.T, id string, want []string, nodes ...*clusterNode) {
+	t.Helper()
+	for _, n := range nodes {
+		relaytest.EventuallyNil(t, 5*time.Second, func() error {
+			r, err := relaytest.Do(nil, "GET", n.proc.Debug+"/debug/actors?project="+id, "", nil)
+			if err != nil {
+				return err
+			}
+			var v struct {
+				Projects []struct {
+					WebhookEvents []string `json:"webhookEvents"`
+				} `json:"projects"`
+			}
+			if err := json.Unmarshal([]byte(r.Raw), &v); err != nil {
+				return err
+			}
+			if len(v.Projects) != 1 || !slices.Equal(v.Projects[0].WebhookEvents, want) {
+				return fmt.Errorf("%s: /debug/actors %s, want webhookEvents %v", n.name, r.Raw, want)
+			}
+			return nil
+		})
+	}
 }
