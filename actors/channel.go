@@ -20,12 +20,15 @@ type channelSub struct {
 // ring and the per-channel emit window. Every field is owned by Receive.
 type channelActor struct {
 	name    string
+	project string
 	seq     uint64
 	subs    subscribers
 	members roster
 	window  fixedWindow
 	replay  replayRing
+	hooks   channelHooks // the project's channel and presence webhooks
 
+	cfg       *Config
 	counters  *Counters
 	usage     *projectUsage // the project's emit count, added to when an emit is accepted
 	mailbox   *mailboxDepth
@@ -38,7 +41,7 @@ type channelActor struct {
 	now        func() time.Time
 }
 
-func newChannelActor(name string, cfg *Config, usage *projectUsage) *channelActor {
+func newChannelActor(project, name string, cfg *Config, usage *projectUsage, hooks channelHooks) *channelActor {
 	now := cfg.Now()
 	// seq starts from the clock (µs since the epoch, well inside 2^53), so it
 	// keeps increasing when a dormant channel is started again and a client's
@@ -46,6 +49,9 @@ func newChannelActor(name string, cfg *Config, usage *projectUsage) *channelActo
 	seq := uint64(now.UnixMicro())
 	return &channelActor{
 		name:    name,
+		project: project,
+		hooks:   hooks,
+		cfg:     cfg,
 		seq:     seq,
 		subs:    newSubscribers(),
 		members: newRoster(),
@@ -85,6 +91,9 @@ func (a *channelActor) Receive(ctx actor.Context) {
 	case *unsubscribe:
 		a.processed++
 		a.unsubscribe(m)
+	case *hooksChanged:
+		a.processed++
+		a.hooks.set(a.cfg, m.target)
 	case *inspectChannel:
 		a.inspect(m)
 	case *quietTick:
@@ -171,6 +180,9 @@ func (a *channelActor) subscribe(ctx actor.Context, m *subscribe) {
 		a.presenceEvent(proto.PresenceLeave, old.clientID, id)
 	}
 	a.subs.put(sub)
+	if !existed && len(a.subs.list) == 1 {
+		a.hooks.occupancy(a.cfg, a.project, a.name, true)
+	}
 	m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionSubscribe, a.name)))
 	if !sub.presence {
 		return
@@ -182,9 +194,11 @@ func (a *channelActor) subscribe(ctx actor.Context, m *subscribe) {
 }
 
 // presenceEvent sends one encoded join or leave to every presence subscriber
-// but the one it is about. A failed send is left to that connection's own
-// close, so no subscriber is removed while presence is being updated.
+// but the one it is about, and its webhook. A failed send is left to that
+// connection's own close, so no subscriber is removed while presence is
+// being updated.
 func (a *channelActor) presenceEvent(event, clientID string, except uint64) {
+	a.hooks.member(a.cfg, a.project, a.name, clientID, event == proto.PresenceJoin)
 	var frame []byte
 	for _, s := range a.subs.list {
 		if !s.presence || s.sink.ID() == except {
@@ -217,10 +231,14 @@ func (a *channelActor) unsubscribe(m *unsubscribe) {
 	}
 }
 
-// removeAt drops subs.list[i] and sends its presence leave.
+// removeAt drops subs.list[i] and sends its presence leave, and the
+// channel_vacated webhook when it was the last subscriber.
 func (a *channelActor) removeAt(i int) {
 	if gone := a.subs.removeAt(i); gone.presence && a.members.remove(gone.clientID) {
 		a.presenceEvent(proto.PresenceLeave, gone.clientID, gone.sink.ID())
+	}
+	if len(a.subs.list) == 0 {
+		a.hooks.occupancy(a.cfg, a.project, a.name, false)
 	}
 }
 

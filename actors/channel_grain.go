@@ -31,6 +31,7 @@ type channelGrain struct {
 	c        *Cluster
 	cfg      *Config
 	identity string // PROJECT_ID/CHANNEL
+	project  string
 	name     string // the channel
 
 	seq    uint64
@@ -39,6 +40,14 @@ type channelGrain struct {
 	relays map[string]*grainRelay // by Ref key
 
 	members roster // presence subscriptions of the whole cluster
+
+	// The channel and presence webhooks are decided here, for the whole
+	// cluster: subCount is the subscribers of every relay, occupied whether
+	// the channel was last said (or handed over) to be occupied. hooks is
+	// the project's target, from this node's project actor (watchHooks).
+	hooks    channelHooks
+	subCount int
+	occupied bool
 
 	answered answerMemory[*clusterpb.ChannelPublished] // publish id → its answer, for dedupeWindow
 	quiet    quietPeriod
@@ -128,9 +137,11 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *cluster.ClusterInit:
 		g.identity = m.Identity.Identity
 		g.born = g.cfg.Now()
-		var project string
-		project, g.name = splitIdentity(g.identity)
-		g.replay.project, g.replay.projectMax = g.c.replayBytes(project), int64(g.cfg.MaxReplayBytesPerProject)
+		g.project, g.name = splitIdentity(g.identity)
+		g.replay.project, g.replay.projectMax = g.c.replayBytes(g.project), int64(g.cfg.MaxReplayBytesPerProject)
+		// This node's project actor (started if need be) knows the project's
+		// webhook settings and tells the grain now and at every change.
+		g.c.sys.tell(g.project, &watchHooks{grain: ctx.Self()})
 		g.c.grains.Store(g.identity, ctx.Self())
 		if st, ok := claimHanded(&g.c.handoffs, g.identity, time.Now()); ok {
 			g.adopt(ctx, st.(*clusterpb.GrainState))
@@ -141,6 +152,9 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 			g.strayLater(ctx)
 		}
 	case *actor.Stopped:
+		if g.project != "" {
+			g.c.sys.tellRunning(g.project, &unwatchHooks{grain: ctx.Self()})
+		}
 		g.replay.release()
 		g.c.grainsLive.Add(-1)
 		g.c.grains.CompareAndDelete(g.identity, ctx.Self())
@@ -169,6 +183,8 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *rosterTick:
 		g.rosterDue = false
 		g.sendRoster(ctx)
+	case *hooksChanged:
+		g.hooks.set(g.cfg, m.target)
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
 	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
@@ -375,11 +391,18 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 		g.removeMember(ctx, old.ClientId, r, sub.Conn)
 	}
 	r.subs[sub.Conn] = sub
+	if !existed {
+		g.subCount++
+	}
 	if sub.Presence {
 		ans.Members = slices.Clone(g.members.others(sub.ClientId, same)) // the answer may stay in this process
 	}
 	ans.Seq = g.seq
 	g.c.send(ctx, r.pid, ans)
+	if g.subCount > 0 && !g.occupied {
+		g.occupied = true
+		g.hooks.occupancy(g.cfg, g.project, g.name, true)
+	}
 	if sub.Presence && !same {
 		g.addMember(ctx, sub.ClientId, r, sub.Conn)
 	}
@@ -391,8 +414,19 @@ func (g *channelGrain) remove(ctx actor.Context, r *grainRelay, conn uint64) {
 		return
 	}
 	delete(r.subs, conn)
+	g.subCount--
 	if sub.Presence {
 		g.removeMember(ctx, sub.ClientId, r, conn)
+	}
+	g.vacated()
+}
+
+// vacated sends channel_vacated when no relay has subscribers left and the
+// channel was occupied.
+func (g *channelGrain) vacated() {
+	if g.subCount == 0 && g.occupied {
+		g.occupied = false
+		g.hooks.occupancy(g.cfg, g.project, g.name, false)
 	}
 }
 
@@ -409,8 +443,9 @@ func (g *channelGrain) removeMember(ctx actor.Context, clientID string, from *gr
 }
 
 // presenceEvent goes to every relay, so that each keeps the roster its
-// presence subscribers have been told (see ChannelRoster).
+// presence subscribers have been told (see ChannelRoster), and to the webhook.
 func (g *channelGrain) presenceEvent(ctx actor.Context, event, clientID string, from *grainRelay, conn uint64) {
+	g.hooks.member(g.cfg, g.project, g.name, clientID, event == proto.PresenceJoin)
 	ev := &clusterpb.ChannelPresence{Event: event, ClientId: clientID}
 	for _, r := range g.relays {
 		e := ev
@@ -424,6 +459,12 @@ func (g *channelGrain) presenceEvent(ctx actor.Context, event, clientID string, 
 // register replaces what the grain held for a relay with its whole state,
 // without join or leave events; if the member list changed, every relay
 // gets the new roster and tells its presence subscribers the difference.
+//
+// Webhooks: the subscribers and members a register brings are not new (a
+// grain saw them join, perhaps one that crashed), so they send nothing;
+// those it takes away left while the relay was away (their leave went to a
+// grain that handed off or died), so they send member_removed and, for the
+// last subscriber, channel_vacated.
 func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister) {
 	if m.LastSeq > g.seq {
 		g.seq = m.LastSeq
@@ -436,8 +477,21 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 			g.members.remove(sub.ClientId)
 		}
 	}
+	g.subCount -= len(r.subs)
 	r.subs = make(map[uint64]*clusterpb.Subscriber, len(m.Subs))
 	g.addSubs(r, m.Subs)
+	g.subCount += len(r.subs)
+	if g.hooks.wantsPresence() {
+		for _, id := range before {
+			if g.members.counts[id] == 0 {
+				g.hooks.member(g.cfg, g.project, g.name, id, false)
+			}
+		}
+	}
+	if g.subCount > 0 {
+		g.occupied = true
+	}
+	g.vacated()
 	if g.rosterDue {
 		return // sent to every relay when the settle ends
 	}
@@ -521,7 +575,12 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 		if _, known := g.relays[refKey(rs.Relay)]; known {
 			continue
 		}
-		g.addSubs(g.relay(ctx, rs.Relay), rs.Subs)
+		r := g.relay(ctx, rs.Relay)
+		g.addSubs(r, rs.Subs)
+		g.subCount += len(r.subs)
+	}
+	if g.subCount > 0 { // the old owner said so (or its relays' joins will)
+		g.occupied = true
 	}
 }
 

@@ -44,6 +44,7 @@ type ProjectInfo struct {
 	ClientEmitWindows int           `json:"clientEmitWindows"`
 	ClientEmit        bool          `json:"clientEmitConfigured"`
 	Webhook           bool          `json:"webhookConfigured"`
+	WebhookEvents     []string      `json:"webhookEvents"` // opted in beyond connect and disconnect: "channel", "presence"
 	Mailbox           int64         `json:"mailbox"`
 	HeldEmits         int           `json:"heldEmits"` // emits waiting for the project's first settings load
 	ChannelList       []ChannelInfo `json:"channelList,omitempty"`
@@ -90,7 +91,15 @@ func (a *projectActor) inspect(m *inspectProject) {
 		Backstop: backstop, ChannelRateLimit: a.channelLimit(),
 		RevokedJTIs: len(a.revokedJTIs), RevokedClientIDs: len(a.revokedClients), ClientEmitWindows: len(a.clientWindows),
 		ClientEmit: a.settings.ClientEmitSecret != "", Webhook: a.settings.WebhookURL != "", Mailbox: a.mailbox.depth(),
-		HeldEmits: len(a.heldEmits),
+		HeldEmits: len(a.heldEmits), WebhookEvents: []string{},
+	}
+	if t := a.hooks; t != nil {
+		if t.channel {
+			info.WebhookEvents = append(info.WebhookEvents, "channel")
+		}
+		if t.presence {
+			info.WebhookEvents = append(info.WebhookEvents, "presence")
+		}
 	}
 	channels := map[string]*actor.PID{}
 	if m.channel != "" {

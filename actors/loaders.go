@@ -25,17 +25,21 @@ type CloseStatus struct {
 	Reason   string
 }
 
-// ConnEvent is a connect or disconnect, for the project's webhook.
-type ConnEvent struct {
-	Kind         string // "connect" or "disconnect"
+// WebhookEvent is one event for the project's webhook: a connect or
+// disconnect (ConnectionID, Status), a channel_occupied or channel_vacated
+// (Channel), a member_added or member_removed (Channel, ClientID).
+type WebhookEvent struct {
+	Kind         string // "connect", "disconnect" or one of the Hook… kinds
 	ProjectID    string
 	ConnectionID string
+	Channel      string
+	ClientID     string
 	At           time.Time
 	Status       CloseStatus // disconnect only
 }
 
 // WebhookSender hands an event to whatever delivers webhooks; it must not block.
-type WebhookSender func(url, secret string, ev ConnEvent)
+type WebhookSender func(url, secret string, ev WebhookEvent)
 
 // Settings are the per-project values the project actor applies.
 type Settings struct {
@@ -43,7 +47,11 @@ type Settings struct {
 	ClientEmitSecret string // "" until generated
 	WebhookURL       string // "" when none
 	WebhookSecret    string
-	Revocations      []Revocation
+	// The webhook events sent beyond connect and disconnect (opt-in):
+	// channel_occupied/channel_vacated and member_added/member_removed.
+	WebhookChannelEvents  bool
+	WebhookPresenceEvents bool
+	Revocations           []Revocation
 }
 
 // Revocation kinds.

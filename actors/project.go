@@ -51,6 +51,12 @@ type projectActor struct {
 	droppedHook int           // held webhooks dropped over maxHeld
 	heldEmits   []any         // *Publish and *clientEmit waiting for the first load
 
+	// hooks is the channel and presence webhook target of the settings
+	// (nil: none); the channel actors (one node) and the channel grains that
+	// watch it here (hookWatchers, a cluster) are told it when it changes.
+	hooks        *hookTarget
+	hookWatchers map[string]*actor.PID // by PID id (grains of this node)
+
 	backstop fixedWindow     // one node; in a cluster the project grain counts it (budgets)
 	budgets  *projectBudgets // nil on one node
 	channels map[string]*childChannel
@@ -112,6 +118,7 @@ func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *p
 		revokedJTIs:    map[string]time.Time{},
 		revokedClients: map[string]Revocation{},
 		clientWindows:  clientWindows{},
+		hookWatchers:   map[string]*actor.PID{},
 	}
 	if c := cfg.cluster.Load(); c != nil {
 		a.budgets = newProjectBudgets(c, id)
@@ -201,6 +208,15 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.loadSettings(ctx)
 	case *inspectProject:
 		a.inspect(m)
+	case *watchHooks:
+		a.hookWatchers[m.grain.Id] = m.grain
+		if a.isReady {
+			ctx.Send(m.grain, &hooksChanged{target: a.hooks})
+		}
+	case *unwatchHooks:
+		if w, ok := a.hookWatchers[m.grain.Id]; ok && w.Equal(m.grain) {
+			delete(a.hookWatchers, m.grain.Id)
+		}
 	case *revoked:
 		a.gen++
 		a.addRevocations(m.revs)
@@ -284,7 +300,7 @@ func (a *projectActor) common(ctx actor.Context) {
 // budget windows run out, no load under way.
 func (a *projectActor) dormant() bool {
 	now := a.cfg.Now()
-	if len(a.conns) > 0 || len(a.channels) > 0 || a.connects != 0 || a.usage.emits.Load() != 0 ||
+	if len(a.conns) > 0 || len(a.channels) > 0 || len(a.hookWatchers) > 0 || a.connects != 0 || a.usage.emits.Load() != 0 ||
 		a.loading || len(a.heldHooks) > 0 || len(a.heldEmits) > 0 || !a.backstop.idle(now) ||
 		(a.budgets != nil && len(a.budgets.queue) > 0) {
 		return false
@@ -304,6 +320,9 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 	a.refuseHeldBudgets(ctx)
 	for _, c := range a.conns {
 		c.sink.Close(proto.CloseProjectDeleted, reason)
+	}
+	for _, g := range a.hookWatchers { // no more webhooks for a project that is gone
+		ctx.Send(g, &hooksChanged{})
 	}
 	ctx.Stop(ctx.Self())
 }
@@ -356,10 +375,10 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 			a.refuseNewChannel(ctx, channel, msg)
 			return
 		}
-		cfg, usage, id := a.cfg, a.usage, a.id
+		cfg, usage, id, hooks := a.cfg, a.usage, a.id, knownHooks(a.isReady, a.hooks)
 		mb := &mailboxDepth{}
 		produce := func() actor.Actor {
-			c := newChannelActor(channel, cfg, usage)
+			c := newChannelActor(id, channel, cfg, usage, hooks)
 			c.mailbox = mb
 			return c
 		}
@@ -449,7 +468,28 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 	}
 	m.settings.Revocations = nil
 	a.settings = m.settings
+	a.setHooks(ctx, hookTargetOf(m.settings), !a.isReady)
 	a.becomeReady(ctx)
+}
+
+// setHooks tells the channel actors (one node) and the watching grains the
+// project's channel and presence webhook target: at the first load, when
+// they wait for it, and then whenever it changes. A project that never opts
+// in costs one message per channel at its first load, nothing after.
+func (a *projectActor) setHooks(ctx actor.Context, t *hookTarget, first bool) {
+	if !first && sameTarget(a.hooks, t) {
+		return
+	}
+	a.hooks = t
+	if a.cfg.cluster.Load() == nil { // in a cluster the children are relays: the grains decide
+		for _, c := range a.channels {
+			c.sent++
+			ctx.Send(c.pid, &hooksChanged{target: t})
+		}
+	}
+	for _, g := range a.hookWatchers {
+		ctx.Send(g, &hooksChanged{target: t})
+	}
 }
 
 // becomeReady leaves the loading or unavailable state: the held webhooks
@@ -499,7 +539,7 @@ func (a *projectActor) sendWebhook(h heldWebhook) {
 	if a.settings.WebhookURL == "" {
 		return
 	}
-	a.cfg.Webhooks(a.settings.WebhookURL, a.settings.WebhookSecret, ConnEvent{
+	a.cfg.Webhooks(a.settings.WebhookURL, a.settings.WebhookSecret, WebhookEvent{
 		Kind: h.kind, ProjectID: a.id, ConnectionID: a.cfg.NodeID + "-" + strconv.FormatUint(h.connID, 10),
 		At: h.at, Status: h.status,
 	})

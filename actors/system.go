@@ -30,7 +30,8 @@ type Config struct {
 	ClientEmitRatePerSecond int
 	TokenMaxTTL             time.Duration
 	LoadSettings            SettingsLoader
-	// Webhooks delivers connect/disconnect events; nil sends none.
+	// Webhooks delivers the webhook events (connect, disconnect, and the
+	// channel and presence events a project opted in to); nil sends none.
 	Webhooks WebhookSender
 	// NodeID prefixes connection ids so they are unique across nodes and restarts.
 	NodeID string
@@ -137,7 +138,7 @@ func NewSystem(cfg Config) *System {
 	}
 	cfg.counters = &Counters{}
 	if cfg.Webhooks == nil {
-		cfg.Webhooks = func(string, string, ConnEvent) {}
+		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
 	if cfg.NodeID == "" {
 		b := make([]byte, 4)

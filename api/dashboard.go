@@ -83,6 +83,7 @@ func (d dashboard) routes(mux *http.ServeMux) {
 	})
 	mux.Handle("/projects/{projectId}/webhook", methods{http.MethodPost: auth(d.handleSetWebhook)})
 	mux.Handle("/projects/{projectId}/webhook/remove", methods{http.MethodPost: auth(d.handleRemoveWebhook)})
+	mux.Handle("/projects/{projectId}/webhook/events", methods{http.MethodPost: auth(d.handleWebhookEvents)})
 	mux.Handle("/projects/{projectId}/webhook/secret", methods{
 		http.MethodGet: auth(d.handleRegenerateWebhookSecret), http.MethodPost: auth(d.handleRegenerateWebhookSecret),
 	})
@@ -176,6 +177,7 @@ var notices = map[string]string{
 	"webhook-saved":   "Webhook URL saved. Each connect and disconnect is now sent there, signed with the secret below.",
 	"webhook-removed": "Webhook removed, with its signing secret. No more webhooks are sent.",
 	"webhook-secret":  "New webhook signing secret generated. Update your receiver: the old secret no longer matches.",
+	"webhook-events":  "Webhook events saved.",
 	"budget-saved":    "Channel budget saved. The emit endpoint applies it within a moment.",
 	"budget-cleared":  "Channel budget override removed: the server default applies.",
 }

@@ -22,7 +22,9 @@ type projectView struct {
 
 	WebhookURL    string
 	WebhookSecret string
-	Budget        string // the override, "" when the server default applies
+	// The events sent beyond connect and disconnect (README.md › Webhooks and usage).
+	WebhookChannelEvents, WebhookPresenceEvents bool
+	Budget                                      string // the override, "" when the server default applies
 
 	// What the user typed, kept in the form that came back with an error
 	// (ErrorForm: rename, webhook or budget); the others show stored values.
@@ -96,6 +98,7 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	pv.ID, pv.Name, pv.Created = p.ID, p.Name, showTime(p.CreatedAt)
 	pv.ClientEmitSecret = p.ClientEmitSecret
 	pv.WebhookURL, pv.WebhookSecret = st.WebhookURL, st.WebhookSecret
+	pv.WebhookChannelEvents, pv.WebhookPresenceEvents = st.WebhookChannelEvents, st.WebhookPresenceEvents
 	if st.ChannelRateLimit != nil {
 		pv.Budget = strconv.Itoa(*st.ChannelRateLimit)
 	}

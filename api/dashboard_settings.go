@@ -38,6 +38,20 @@ func (d dashboard) handleRemoveWebhook(w http.ResponseWriter, r *http.Request, v
 	done(w, r, p.ID, "webhook-removed")
 }
 
+// handleWebhookEvents saves the checkboxes of the events sent beyond
+// connect and disconnect (an unchecked box is absent from the form).
+func (d dashboard) handleWebhookEvents(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok {
+		return
+	}
+	if err := p.setWebhookEvents(r.Context(), r.PostFormValue("channel") == "on", r.PostFormValue("presence") == "on"); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
+		return
+	}
+	done(w, r, p.ID, "webhook-events")
+}
+
 // handleRegenerateWebhookSecret offers a new signing secret only for a
 // project with a webhook URL, and asks for confirmation first.
 func (d dashboard) handleRegenerateWebhookSecret(w http.ResponseWriter, r *http.Request, v *viewer) {

@@ -239,10 +239,26 @@ func (p ownedProject) setWebhook(ctx context.Context, url string) error {
 	})
 }
 
-// removeWebhook clears the webhook URL and its secret.
+// removeWebhook clears the webhook URL and its secret, and the choice of
+// events beyond connect and disconnect: a URL set again starts without them.
 func (p ownedProject) removeWebhook(ctx context.Context) error {
 	return p.updateSettings(ctx, "remove webhook", func(st *store.Settings) error {
 		st.WebhookURL, st.WebhookSecret = "", ""
+		st.WebhookChannelEvents, st.WebhookPresenceEvents = false, false
+		return nil
+	})
+}
+
+// setWebhookEvents chooses the events sent beyond connect and disconnect:
+// channel_occupied/channel_vacated (channel) and member_added/member_removed
+// (presence). A project without a webhook URL (perhaps removed meanwhile) is
+// refused.
+func (p ownedProject) setWebhookEvents(ctx context.Context, channel, presence bool) error {
+	return p.updateSettings(ctx, "save webhook events", func(st *store.Settings) error {
+		if st.WebhookURL == "" {
+			return errNoWebhookURL
+		}
+		st.WebhookChannelEvents, st.WebhookPresenceEvents = channel, presence
 		return nil
 	})
 }

@@ -49,10 +49,14 @@ type Settings struct {
 
 	ProjectID string `bun:"project_id,pk"`
 	// ChannelRateLimit overrides EMIT_RATE_LIMIT_PER_MINUTE when set.
-	ChannelRateLimit *int      `bun:"channel_rate_limit"`
-	WebhookURL       string    `bun:"webhook_url"`
-	WebhookSecret    string    `bun:"webhook_secret"`
-	UpdatedAt        time.Time `bun:"updated_at"`
+	ChannelRateLimit *int   `bun:"channel_rate_limit"`
+	WebhookURL       string `bun:"webhook_url"`
+	WebhookSecret    string `bun:"webhook_secret"`
+	// WebhookChannelEvents and WebhookPresenceEvents opt in to
+	// channel_occupied/channel_vacated and member_added/member_removed.
+	WebhookChannelEvents  bool      `bun:"webhook_channel_events,notnull"`
+	WebhookPresenceEvents bool      `bun:"webhook_presence_events,notnull"`
+	UpdatedAt             time.Time `bun:"updated_at"`
 }
 
 // Usage is one project's counters for one UTC day.

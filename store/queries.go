@@ -272,6 +272,8 @@ func saveSettings(ctx context.Context, db bun.IDB, st Settings) error {
 		Set("channel_rate_limit = EXCLUDED.channel_rate_limit").
 		Set("webhook_url = EXCLUDED.webhook_url").
 		Set("webhook_secret = EXCLUDED.webhook_secret").
+		Set("webhook_channel_events = EXCLUDED.webhook_channel_events").
+		Set("webhook_presence_events = EXCLUDED.webhook_presence_events").
 		Set("updated_at = EXCLUDED.updated_at").
 		Exec(ctx)
 	return err

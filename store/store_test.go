@@ -274,13 +274,19 @@ func TestSettings(t *testing.T) {
 		}
 		limit := 10
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit}))
-		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit, WebhookURL: "https://h", WebhookSecret: "sec"}))
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, ChannelRateLimit: &limit, WebhookURL: "https://h", WebhookSecret: "sec",
+			WebhookPresenceEvents: true}))
 		st, err = s.Settings(ctx, p.ID)
-		if err != nil || st.ChannelRateLimit == nil || *st.ChannelRateLimit != 10 || st.WebhookURL != "https://h" || st.WebhookSecret != "sec" {
+		if err != nil || st.ChannelRateLimit == nil || *st.ChannelRateLimit != 10 || st.WebhookURL != "https://h" || st.WebhookSecret != "sec" ||
+			st.WebhookChannelEvents || !st.WebhookPresenceEvents {
 			t.Fatalf("settings = %+v, %v", st, err)
 		}
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, WebhookChannelEvents: true}))
+		if st, _ = s.Settings(ctx, p.ID); !st.WebhookChannelEvents || st.WebhookPresenceEvents {
+			t.Fatalf("event flags = %+v", st)
+		}
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID}))
-		if st, _ = s.Settings(ctx, p.ID); st.ChannelRateLimit != nil || st.WebhookURL != "" {
+		if st, _ = s.Settings(ctx, p.ID); st.ChannelRateLimit != nil || st.WebhookURL != "" || st.WebhookChannelEvents {
 			t.Fatalf("cleared settings = %+v", st)
 		}
 	})

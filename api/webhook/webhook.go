@@ -1,5 +1,6 @@
-// Package webhook delivers connect and disconnect events (README.md ›
-// Webhooks and usage) off the hot path: a bounded queue per project, workers shared
+// Package webhook delivers webhook events (README.md › Webhooks and usage:
+// connect and disconnect, and the channel and presence events a project
+// opted in to) off the hot path: a bounded queue per project, workers shared
 // fairly between projects, one attempt each, a timeout, and counters for
 // what was sent, failed or dropped.
 package webhook
@@ -24,12 +25,15 @@ import (
 )
 
 // Event is one webhook body, in README.md › Webhooks and usage's field
-// order: event, projectId, connectionId, timestamp, then the disconnect
-// status and reason.
+// order: event, projectId, then connectionId (connect and disconnect) or
+// channel (and clientId for member_added and member_removed), timestamp,
+// then the disconnect status and reason.
 type Event struct {
-	Event                string  `json:"event"` // "connect" or "disconnect"
+	Event                string  `json:"event"` // "connect", "disconnect", "channel_occupied", …
 	ProjectID            string  `json:"projectId"`
-	ConnectionID         string  `json:"connectionId"`
+	ConnectionID         string  `json:"connectionId,omitempty"` // connect and disconnect (never empty there)
+	Channel              string  `json:"channel,omitempty"`      // channel and presence events
+	ClientID             string  `json:"clientId,omitempty"`     // member_added and member_removed
 	Timestamp            string  `json:"timestamp"`
 	DisconnectStatusCode *int    `json:"disconnectStatusCode,omitempty"`
 	DisconnectReason     *string `json:"disconnectReason,omitempty"`

@@ -268,6 +268,17 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("webhook stored %+v, shown secret %q", st, hookSecret)
 	}
 	b.shot("webhook-set")
+	// The presence events only: the box stays ticked, the channel one not.
+	browserRun(b, chromedp.Click(chromedp.CSS("#webhook-presence-events"))) // ticks it: no page loads
+	b.click("#save-webhook-events")
+	b.expectPage(http.StatusOK, "#notice", "Webhook events saved")
+	if !b.has("#webhook-presence-events:checked") || b.has("#webhook-channel-events:checked") {
+		t.Fatal("the event boxes do not show presence only after saving it")
+	}
+	b.shot("webhook-events")
+	if st, err = ts.app.store.Settings(ctx, projectID); err != nil || st.WebhookChannelEvents || !st.WebhookPresenceEvents {
+		t.Fatalf("webhook events stored %+v, %v", st, err)
+	}
 
 	// 5. Channel budget override of 2: the third emit on a channel is refused.
 	b.fill("#budget-limit", "two")

@@ -399,7 +399,7 @@ func TestDashboardCSRF(t *testing.T) {
 		for _, path := range []string{
 			"/projects", page + "/delete", page + "/keys/rotate", page + "/keys/" + keys[0].ID + "/revoke",
 			page + "/client-emit-secret", page + "/client-emit-secret/regenerate", page + "/webhook",
-			page + "/webhook/remove", page + "/webhook/secret", page + "/budget",
+			page + "/webhook/remove", page + "/webhook/secret", page + "/webhook/events", page + "/budget",
 		} {
 			form := url.Values{"confirm": {"yes"}, "keyType": {"secret"}, "url": {"https://example.com/h"}, "limit": {"5"}, "name": {"x"}}
 			alice.post(path, form).expectError(t, http.StatusForbidden, "CSRF check failed")
@@ -450,6 +450,7 @@ func TestDashboardProjectErrors(t *testing.T) {
 		alice.submit(page, page+"/keys/00000000-0000-4000-8000-000000000000/revoke", nil).expectError(t, http.StatusNotFound, "Key not found")
 		alice.submit(page, page+"/keys/not-a-uuid/revoke", nil).expectError(t, http.StatusNotFound, "Key not found")
 		alice.submit(page, page+"/webhook/secret", url.Values{"confirm": {"yes"}}).expectError(t, http.StatusBadRequest, "no webhook URL")
+		alice.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}}).expectError(t, http.StatusBadRequest, "no webhook URL")
 
 		for _, bad := range []string{"", "example.com/hook", "ftp://example.com/hook", "javascript:alert(1)", "http://", "https://user:pw@example.com/h", "https://example.com/" + strings.Repeat("a", 2100)} {
 			r := alice.submit(page, page+"/webhook", url.Values{"url": {bad}})
@@ -483,7 +484,7 @@ func TestDashboardProjectErrors(t *testing.T) {
 		for _, path := range []string{
 			page + "/rename", page + "/delete", page + "/keys/rotate", page + "/keys/" + keys[0].ID + "/revoke",
 			page + "/client-emit-secret", page + "/client-emit-secret/regenerate", page + "/webhook",
-			page + "/webhook/remove", page + "/webhook/secret", page + "/budget",
+			page + "/webhook/remove", page + "/webhook/secret", page + "/webhook/events", page + "/budget",
 		} {
 			form := url.Values{"confirm": {"yes"}, "keyType": {"secret"}, "url": {"https://example.com/h"}, "limit": {"5"}, "name": {"Bob's"}}
 			bob.submit("/", path, form).expectError(t, http.StatusNotFound, "Project not found")
@@ -563,10 +564,31 @@ func TestDashboardSettings(t *testing.T) {
 			t.Fatalf("settings after regenerate: %+v", st)
 		}
 
-		// Remove: URL and secret go, the budget stays.
+		// Events beyond connect and disconnect: off until chosen; each box on its own.
+		events := func(channel, presence bool) {
+			t.Helper()
+			body := c.get(page).body
+			if strings.Contains(body, `id="webhook-channel-events" checked`) != channel || strings.Contains(body, `id="webhook-presence-events" checked`) != presence {
+				t.Fatalf("page shows event boxes other than channel %v presence %v", channel, presence)
+			}
+			if st := dashSettings(t, ts, p.id); st.WebhookChannelEvents != channel || st.WebhookPresenceEvents != presence {
+				t.Fatalf("stored events %+v, want channel %v presence %v", st, channel, presence)
+			}
+		}
+		events(false, false)
+		c.submit(page, page+"/webhook/events", url.Values{"presence": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
+		events(false, true)
+		c.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}, "presence": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
+		events(true, true)
+		if !strings.Contains(c.get(page+"?done=webhook-events").noticeText(), "Webhook events saved") {
+			t.Fatal("no notice after saving the events")
+		}
+
+		// Remove: URL, secret and the event choice go, the budget stays.
 		c.submit(page, page+"/webhook/remove", nil).expectRedirect(t, page+"?done=webhook-removed")
 		st = dashSettings(t, ts, p.id)
-		if st.WebhookURL != "" || st.WebhookSecret != "" || st.ChannelRateLimit == nil || *st.ChannelRateLimit != 25 {
+		if st.WebhookURL != "" || st.WebhookSecret != "" || st.WebhookChannelEvents || st.WebhookPresenceEvents ||
+			st.ChannelRateLimit == nil || *st.ChannelRateLimit != 25 {
 			t.Fatalf("settings after remove: %+v", st)
 		}
 		// Setting a URL again generates a fresh secret.

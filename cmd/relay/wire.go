@@ -30,7 +30,8 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 		if err != nil {
 			return actors.Settings{}, err
 		}
-		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret}
+		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret,
+			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents}
 		for _, r := range revs {
 			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
 		}
@@ -41,11 +42,11 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 	}
 }
 
-// webhookSender turns the actors' connection events into webhook deliveries.
+// webhookSender turns the actors' webhook events into deliveries.
 func webhookSender(d *webhook.Dispatcher) actors.WebhookSender {
-	return func(url, secret string, ev actors.ConnEvent) {
+	return func(url, secret string, ev actors.WebhookEvent) {
 		e := webhook.Event{Event: ev.Kind, ProjectID: ev.ProjectID, ConnectionID: ev.ConnectionID,
-			Timestamp: ev.At.UTC().Format("2006-01-02T15:04:05.000Z")}
+			Channel: ev.Channel, ClientID: ev.ClientID, Timestamp: ev.At.UTC().Format("2006-01-02T15:04:05.000Z")}
 		if ev.Status.Supplied {
 			code, reason := ev.Status.Code, ev.Status.Reason
 			e.DisconnectStatusCode, e.DisconnectReason = &code, &reason
