@@ -19,6 +19,10 @@ const keyUseFlushEvery = time.Minute
 // asks for the next ones when these have ended.
 const expiryBatch = 1000
 
+// expiryRetry is how soon a node asks again for the windows when the store
+// did not answer.
+const expiryRetry = 5 * time.Second
+
 // keyLife is the state of KeyTick, used by one goroutine at a time.
 type keyLife struct {
 	lastFlush time.Time // of the uses, by the server's clock
@@ -70,8 +74,10 @@ func (s *Server) expireKeys(ctx context.Context, now time.Time) {
 	if s.keys.changed.Swap(false) || !now.Before(l.reloadAt) || (l.full && len(l.pending) == 0) {
 		ks, err := s.store.KeysExpiringAfter(ctx, l.checked, expiryBatch)
 		if err != nil {
+			// Tried again in a few seconds (not every tick: one warning
+			// per try while the store is away).
 			s.log.Warn("list expiring keys", "err", err)
-			s.keys.changed.Store(true) // try again next tick
+			l.reloadAt = now.Add(expiryRetry)
 		} else {
 			l.pending, l.full, l.reloadAt = ks, len(ks) == expiryBatch, now.Add(time.Minute)
 		}
