@@ -77,7 +77,8 @@ func (a *Admin) RotateKey(ctx context.Context, projectID, keyType string) (store
 	if err != nil {
 		return store.APIKey{}, "", err
 	}
-	return p.rotateKey(ctx, keyType)
+	k, raw, _, err := p.rotateKey(ctx, keyType, 0)
+	return k, raw, err
 }
 
 // RevokeKey revokes one key of the project.
@@ -116,5 +117,15 @@ func CreatedProjectJSON(p store.Project, publicKey, secretKey string) any {
 // RotatedKeyJSON is a new key with its raw value, as POST …/keys/rotate
 // answers it.
 func RotatedKeyJSON(k store.APIKey, raw string) any {
-	return map[string]any{"key": rotatedKeyBody{ID: k.ID, KeyType: k.KeyType, KeyPrefix: k.KeyPrefix, Raw: raw}}
+	return rotatedJSON(k, raw, time.Time{})
+}
+
+// rotatedJSON is RotatedKeyJSON, with previousValidUntil when the rotation
+// left the keys it replaced valid until then (an overlap window).
+func rotatedJSON(k store.APIKey, raw string, until time.Time) any {
+	out := map[string]any{"key": rotatedKeyBody{ID: k.ID, KeyType: k.KeyType, KeyPrefix: k.KeyPrefix, Raw: raw}}
+	if !until.IsZero() {
+		out["previousValidUntil"] = timestamp(until)
+	}
+	return out
 }

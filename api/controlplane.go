@@ -1,8 +1,10 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,11 +34,15 @@ type (
 		CreatedAt   string `json:"createdAt"`
 	}
 	keyBody struct {
-		ID        string  `json:"id"`
-		KeyType   string  `json:"keyType"`
-		KeyPrefix string  `json:"keyPrefix"`
-		CreatedAt string  `json:"createdAt"`
-		RevokedAt *string `json:"revokedAt"`
+		ID        string `json:"id"`
+		KeyType   string `json:"keyType"`
+		KeyPrefix string `json:"keyPrefix"`
+		CreatedAt string `json:"createdAt"`
+		// RevokedAt is when the key stopped authenticating: revoked, or
+		// the end of its overlap window once that has passed.
+		RevokedAt  *string `json:"revokedAt"`
+		ExpiresAt  *string `json:"expiresAt"`  // the end of its overlap window, if it has one
+		LastUsedAt *string `json:"lastUsedAt"` // written at most once a minute
 	}
 	rotatedKeyBody struct {
 		ID        string `json:"id"`
@@ -52,11 +58,20 @@ func toProjectBody(p store.Project) projectBody {
 	return projectBody{ID: p.ID, Name: p.Name, OwnerUserID: p.OwnerUserID, CreatedAt: timestamp(p.CreatedAt)}
 }
 
-func toKeyBody(k store.APIKey) keyBody {
-	b := keyBody{ID: k.ID, KeyType: k.KeyType, KeyPrefix: k.KeyPrefix, CreatedAt: timestamp(k.CreatedAt)}
-	if k.RevokedAt != nil {
-		s := timestamp(*k.RevokedAt)
-		b.RevokedAt = &s
+func optTimestamp(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := timestamp(*t)
+	return &s
+}
+
+// toKeyBody is a key as listed at now.
+func toKeyBody(k store.APIKey, now time.Time) keyBody {
+	b := keyBody{ID: k.ID, KeyType: k.KeyType, KeyPrefix: k.KeyPrefix, CreatedAt: timestamp(k.CreatedAt),
+		RevokedAt: optTimestamp(k.RevokedAt), ExpiresAt: optTimestamp(k.ExpiresAt), LastUsedAt: optTimestamp(k.LastUsedAt)}
+	if k.RevokedAt == nil && !k.ValidAt(now) {
+		b.RevokedAt = b.ExpiresAt // refused since its window ended, as a revoked key is
 	}
 	return b
 }
@@ -264,14 +279,32 @@ func (c controlPlane) handleListKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := make([]keyBody, 0, len(keys))
+	now := c.now()
 	for _, k := range keys {
-		out = append(out, toKeyBody(k))
+		out = append(out, toKeyBody(k, now))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
 }
 
 type keyTypeBody struct {
 	KeyType string `json:"keyType"`
+	// OverlapSeconds keeps the replaced key valid that long (0 to 86400;
+	// absent or null: 0). Any other value is invalid_overlap.
+	OverlapSeconds json.RawMessage `json:"overlapSeconds"`
+}
+
+// overlapOf reads overlapSeconds: an integer from 0 to MaxKeyOverlap in
+// seconds, or errInvalidOverlap.
+func overlapOf(raw json.RawMessage) (time.Duration, error) {
+	v := strings.TrimSpace(string(raw))
+	if v == "" || v == "null" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > int64(MaxKeyOverlap/time.Second) {
+		return 0, errInvalidOverlap
+	}
+	return time.Duration(n) * time.Second, nil
 }
 
 func (c controlPlane) handleRotateKey(w http.ResponseWriter, r *http.Request) {
@@ -284,12 +317,20 @@ func (c controlPlane) handleRotateKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	k, raw, err := p.rotateKey(r.Context(), in.KeyType)
+	overlap, err := overlapOf(in.OverlapSeconds)
+	if err != nil && in.KeyType != "public" && in.KeyType != "secret" {
+		err = errInvalidKeyType // the key type is checked first
+	}
 	if err != nil {
 		c.writeOpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, RotatedKeyJSON(k, raw))
+	k, raw, until, err := p.rotateKey(r.Context(), in.KeyType, overlap)
+	if err != nil {
+		c.writeOpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, rotatedJSON(k, raw, until))
 }
 
 func (c controlPlane) handleRevokeKey(w http.ResponseWriter, r *http.Request) {

@@ -132,6 +132,7 @@ var codeMessages = map[proto.Code]string{
 	proto.CodeProjectNotFound:          "Project not found. It may have been deleted, or it belongs to another account.",
 	proto.CodeKeyNotFound:              "Key not found in this project.",
 	proto.CodeInvalidKeyType:           "Choose which key to rotate: public or secret.",
+	proto.CodeInvalidOverlap:           "The overlap must be a whole number of seconds from 0 (revoke the old key at once) to 86400 (24 hours).",
 }
 
 func codeErr(c proto.Code) pageErr { return pageErr{status: statusOf[c], msg: codeMessages[c]} }
@@ -336,3 +337,6 @@ func (d dashboard) handleProjectsRedirect(w http.ResponseWriter, r *http.Request
 
 // showTime is how the dashboard prints a moment.
 func showTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
+
+// showSeconds is showTime to the second: the end of an overlap window.
+func showSeconds(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }

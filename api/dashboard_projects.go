@@ -1,10 +1,13 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/relayhq/relay/store"
 )
@@ -36,7 +39,10 @@ type projectView struct {
 
 type keyRow struct {
 	ID, Type, Prefix, Created, Revoked string
-	Active                             bool
+	Active                             bool   // authenticates now (also in an overlap window)
+	Until                              string // the end of its overlap window, while in it
+	Expired                            bool   // refused since its window ended (Revoked says when)
+	LastUsed                           string // "" when never used
 }
 
 type newKey struct {
@@ -111,23 +117,40 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	if pv.ErrorForm != "budget" {
 		pv.BudgetInput = pv.Budget
 	}
-	// Active keys first (public, then secret), then the revoked history,
-	// most recently revoked first.
+	// Valid keys first (public, then secret; the active key before one in
+	// its overlap window), then the history, most recently ended first.
+	now := d.now()
+	ended := func(k store.APIKey) time.Time {
+		if k.RevokedAt != nil {
+			return *k.RevokedAt
+		}
+		return *k.ExpiresAt
+	}
 	sort.SliceStable(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
 		switch {
-		case a.Active() != b.Active():
-			return a.Active()
-		case a.Active():
+		case a.ValidAt(now) != b.ValidAt(now):
+			return a.ValidAt(now)
+		case a.ValidAt(now) && a.KeyType != b.KeyType:
 			return a.KeyType < b.KeyType
+		case a.ValidAt(now):
+			return a.ExpiresAt == nil && b.ExpiresAt != nil
 		default:
-			return a.RevokedAt.After(*b.RevokedAt)
+			return ended(a).After(ended(b))
 		}
 	})
 	for _, k := range keys {
-		row := keyRow{ID: k.ID, Type: k.KeyType, Prefix: k.KeyPrefix, Created: showTime(k.CreatedAt), Active: k.Active()}
-		if k.RevokedAt != nil {
+		row := keyRow{ID: k.ID, Type: k.KeyType, Prefix: k.KeyPrefix, Created: showTime(k.CreatedAt), Active: k.ValidAt(now)}
+		switch {
+		case k.RevokedAt != nil:
 			row.Revoked = showTime(*k.RevokedAt)
+		case row.Active && k.ExpiresAt != nil:
+			row.Until = showSeconds(*k.ExpiresAt)
+		case !row.Active:
+			row.Expired, row.Revoked = true, showSeconds(*k.ExpiresAt)
+		}
+		if k.LastUsedAt != nil {
+			row.LastUsed = showTime(*k.LastUsedAt)
 		}
 		pv.Keys = append(pv.Keys, row)
 	}
@@ -216,14 +239,26 @@ func (d dashboard) handleRotate(w http.ResponseWriter, r *http.Request, v *viewe
 	if !ok {
 		return
 	}
-	k, raw, err := p.rotateKey(r.Context(), r.PostFormValue("keyType"))
+	keyType := r.PostFormValue("keyType")
+	overlap, err := overlapOf(json.RawMessage(strings.TrimSpace(r.PostFormValue("overlapSeconds"))))
+	if err != nil && keyType != "public" && keyType != "secret" {
+		err = errInvalidKeyType // the key type is checked first
+	}
 	if err != nil {
 		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
-	d.showProject(w, r, v, p.Project, http.StatusCreated, nil,
-		"New "+k.KeyType+" key issued; the previous "+k.KeyType+" key is revoked and stopped working now. "+
-			"Copy the new key: it is shown only once.",
+	k, raw, until, err := p.rotateKey(r.Context(), keyType, overlap)
+	if err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
+		return
+	}
+	notice := "New " + k.KeyType + " key issued; the previous " + k.KeyType + " key is revoked and stopped working now. "
+	if !until.IsZero() {
+		notice = "New " + k.KeyType + " key issued; the previous " + k.KeyType + " key stays valid until " +
+			showSeconds(until) + ", then stops working. "
+	}
+	d.showProject(w, r, v, p.Project, http.StatusCreated, nil, notice+"Copy the new key: it is shown only once.",
 		&projectView{NewKeys: []newKey{{k.KeyType, raw}}})
 }
 

@@ -137,5 +137,6 @@ func (s *Server) secretKeyProject(w http.ResponseWriter, r *http.Request) (strin
 		writeError(w, proto.CodeInvalidSecretKey)
 		return "", false
 	}
+	s.keys.used(k) // an atomic load; the store hears of it within a minute
 	return k.ProjectID, true
 }

@@ -42,6 +42,8 @@ var statusOf = map[proto.Code]int{
 	proto.CodeTooManyChannels:    http.StatusTooManyRequests,
 	proto.CodeTooManyProjects:    http.StatusForbidden,
 	proto.CodeTooManyRevocations: http.StatusTooManyRequests,
+
+	proto.CodeInvalidOverlap: http.StatusBadRequest,
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

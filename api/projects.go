@@ -32,7 +32,12 @@ var (
 	errKeyNotFound     = &proto.Error{Code: proto.CodeKeyNotFound}
 	errNameRequired    = &proto.Error{Code: proto.CodeNameRequired}
 	errInvalidKeyType  = &proto.Error{Code: proto.CodeInvalidKeyType}
+	errInvalidOverlap  = &proto.Error{Code: proto.CodeInvalidOverlap}
 )
+
+// MaxKeyOverlap is the longest overlap window a rotation may leave the
+// replaced key valid for.
+const MaxKeyOverlap = 24 * time.Hour
 
 // Refusals of the dashboard-only settings (README.md › Dashboard:
 // the webhook URL and the channel budget override are set from the
@@ -159,26 +164,50 @@ func (p ownedProject) remove(ctx context.Context) error {
 	return nil
 }
 
-// rotateKey issues a new key of keyType ("public" or "secret"), revoking the
-// active one, and returns its row and the raw key, shown only once.
-func (p ownedProject) rotateKey(ctx context.Context, keyType string) (k store.APIKey, raw string, err error) {
+// rotateKey issues a new key of keyType ("public" or "secret") and returns
+// its row and the raw key, shown only once. With overlap 0 the key it
+// replaces is revoked at once; with an overlap (up to MaxKeyOverlap) that
+// key stays valid until now + overlap, beside the new one, and is refused
+// from then on, its sockets closed (KeyTick).
+//
+// until is the end of the window given to the keys it replaced; zero when
+// it revoked them, or replaced none.
+func (p ownedProject) rotateKey(ctx context.Context, keyType string, overlap time.Duration) (k store.APIKey, raw string, until time.Time, err error) {
 	switch keyType {
 	case "public":
 		raw = newRawKey(PublicKeyPrefix)
 	case "secret":
 		raw = newRawKey(SecretKeyPrefix)
 	default:
-		return k, "", errInvalidKeyType
+		return k, "", until, errInvalidKeyType
 	}
-	k, revoked, err := p.ops.store.RotateKey(ctx, p.ID, storedKey(keyType, raw))
+	if overlap < 0 || overlap > MaxKeyOverlap {
+		return k, "", until, errInvalidOverlap
+	}
+	if overlap == 0 {
+		k, revoked, err := p.ops.store.RotateKey(ctx, p.ID, storedKey(keyType, raw))
+		if err != nil {
+			return k, "", until, fmt.Errorf("rotate key: %w", err)
+		}
+		p.ops.keys.invalidate(p.ID)
+		// The sockets of the replaced key close (a secret key has none); other
+		// nodes drop their cached keys.
+		p.ops.live.KeysRevoked(p.ID, revoked)
+		return k, raw, until, nil
+	}
+	end := p.ops.now().UTC().Add(overlap).Truncate(time.Microsecond)
+	k, expiring, err := p.ops.store.RotateKeyUntil(ctx, p.ID, storedKey(keyType, raw), end)
 	if err != nil {
-		return k, "", fmt.Errorf("rotate key: %w", err)
+		return k, "", until, fmt.Errorf("rotate key: %w", err)
 	}
 	p.ops.keys.invalidate(p.ID)
-	// The sockets of the replaced key close (a secret key has none); other
-	// nodes drop their cached keys.
-	p.ops.live.KeysRevoked(p.ID, revoked)
-	return k, raw, nil
+	// No socket closes now; every node drops its cached keys of the project
+	// and caches them again with their end.
+	p.ops.live.KeysRevoked(p.ID, nil)
+	if len(expiring) > 0 {
+		until = end
+	}
+	return k, raw, until, nil
 }
 
 // revokeKey revokes one key of the project (again: no change).

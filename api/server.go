@@ -58,6 +58,7 @@ type Server struct {
 	handler       http.Handler
 
 	keys      *keyIndex // the API keys the connection plane authenticates
+	life      keyLife   // KeyTick's state
 	actors    *actors.System
 	transport *transport.Server
 	metrics   *Metrics
@@ -90,6 +91,8 @@ func New(o Options) *Server {
 		live = o.Actors
 	}
 	keys := newKeyIndex(storeKeys(o.Store), maxIndexedKeys)
+	keys.now = o.Now
+	keys.tick(o.Now())
 	sess := &sessions{key: o.SessionKey, secure: o.CookieSecure, now: o.Now, state: newSessionState(o.Store, o.Now), log: o.Logger}
 	s := &Server{
 		store:         o.Store,
@@ -112,6 +115,7 @@ func New(o Options) *Server {
 
 		trustedProxies: o.TrustedProxies,
 	}
+	s.life.lastFlush, s.life.checked = o.Now(), o.Now()
 	s.loginPerPair.failOpen = true // each address is still capped by loginPerIP
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)

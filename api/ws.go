@@ -47,6 +47,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeUnauthorized)
 		return
 	}
+	s.keys.used(k) // an atomic load; the store hears of it within a minute
+
 	ip := s.clientAddr(r) // parsed once: X-Forwarded-For may be long
 	addr := addrForLog(ip, r)
 	lease, ok := s.actors.Reserve(k.ProjectID, addrKey(ip))

@@ -50,6 +50,9 @@ const (
 	CodeTooManyChannels        Code = "too_many_channels"         // 429 / WebSocket: MAX_CHANNELS_PER_PROJECT
 	CodeTooManyProjects        Code = "too_many_projects"         // 403: MAX_PROJECTS_PER_USER
 	CodeTooManyRevocations     Code = "too_many_revocations"      // 429: MAX_REVOCATIONS_PER_PROJECT
+
+	// Key rotation with an overlap window (README › Keys).
+	CodeInvalidOverlap Code = "invalid_overlap" // 400: overlapSeconds not an integer from 0 to 86400
 )
 
 // CloseProjectDeleted is the WebSocket close code a connection gets when its

@@ -38,10 +38,23 @@ type APIKey struct {
 	KeyPrefix string     `bun:"key_prefix"` // masked, safe to show
 	CreatedAt time.Time  `bun:"created_at"`
 	RevokedAt *time.Time `bun:"revoked_at"`
+	// ExpiresAt is set on a key replaced by a rotation with an overlap: it
+	// authenticates until then, beside the new active key.
+	ExpiresAt *time.Time `bun:"expires_at"`
+	// LastUsedAt is when an emit or handshake last used the key, as the
+	// nodes write it (at most once a minute); nil when never used.
+	LastUsedAt *time.Time `bun:"last_used_at"`
 }
 
-// Active reports whether the key still authenticates.
+// Active reports whether the key is not revoked: it authenticates unless it
+// has also expired (ValidAt).
 func (k APIKey) Active() bool { return k.RevokedAt == nil }
+
+// ValidAt reports whether the key authenticates at t: not revoked, and not
+// past the end of its overlap window.
+func (k APIKey) ValidAt(t time.Time) bool {
+	return k.RevokedAt == nil && (k.ExpiresAt == nil || t.Before(*k.ExpiresAt))
+}
 
 // Settings are the per-project options the dashboard edits.
 type Settings struct {

@@ -13,9 +13,11 @@ func fixTime(t time.Time) time.Time { return t.UTC() }
 
 func fixKey(k *APIKey) {
 	k.CreatedAt = fixTime(k.CreatedAt)
-	if k.RevokedAt != nil {
-		t := fixTime(*k.RevokedAt)
-		k.RevokedAt = &t
+	for _, t := range []**time.Time{&k.RevokedAt, &k.ExpiresAt, &k.LastUsedAt} {
+		if *t != nil {
+			u := fixTime(**t)
+			*t = &u
+		}
 	}
 }
 
@@ -196,11 +198,24 @@ func (s *Store) KeyByHash(ctx context.Context, hash string) (APIKey, error) {
 	return k, notFound(err)
 }
 
-// RotateKey revokes the project's active keys of k.KeyType and inserts k as
+// RotateKey revokes the project's valid keys of k.KeyType and inserts k as
 // the new active one, atomically; revoked is the hashes of the keys it revoked.
 func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (_ APIKey, revoked []string, err error) {
+	return s.rotateKey(ctx, projectID, k, time.Time{})
+}
+
+// RotateKeyUntil inserts k as the new active key of its type and leaves the
+// project's valid keys of that type authenticating until until (an overlap
+// window), atomically: a key whose window already ends sooner keeps its
+// end. expiring is the hashes of the keys that now end at until. A zero
+// until is RotateKey.
+func (s *Store) RotateKeyUntil(ctx context.Context, projectID string, k APIKey, until time.Time) (_ APIKey, expiring []string, err error) {
+	return s.rotateKey(ctx, projectID, k, until)
+}
+
+func (s *Store) rotateKey(ctx context.Context, projectID string, k APIKey, until time.Time) (_ APIKey, changed []string, err error) {
 	at := now()
-	k.ID, k.ProjectID, k.CreatedAt, k.RevokedAt = uuid.NewString(), projectID, at, nil
+	k.ID, k.ProjectID, k.CreatedAt, k.RevokedAt, k.ExpiresAt, k.LastUsedAt = uuid.NewString(), projectID, at, nil, nil, nil
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Serialise rotations of one project: on PostgreSQL by locking its row
 		// (SQLite transactions already take the write lock at BEGIN).
@@ -209,10 +224,20 @@ func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (_ AP
 				return err
 			}
 		}
-		revoked = nil // a retried transaction starts again
-		if _, err := tx.NewUpdate().Model((*APIKey)(nil)).Set("revoked_at = ?", at).
-			Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).
-			Returning("key_hash").Exec(ctx, &revoked); err != nil {
+		changed = nil // a retried transaction starts again
+		q := tx.NewUpdate().Model((*APIKey)(nil))
+		if until.IsZero() {
+			// Keys already past their overlap window stay as they ended.
+			q = q.Set("revoked_at = ?", at).
+				Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).
+				Where("(expires_at IS NULL OR expires_at > ?)", at)
+		} else {
+			until = until.UTC().Truncate(time.Microsecond)
+			q = q.Set("expires_at = ?", until).
+				Where("project_id = ? AND key_type = ? AND revoked_at IS NULL", projectID, k.KeyType).
+				Where("(expires_at IS NULL OR expires_at > ?)", until)
+		}
+		if _, err := q.Returning("key_hash").Exec(ctx, &changed); err != nil {
 			return err
 		}
 		_, err := tx.NewInsert().Model(&k).Exec(ctx)
@@ -221,7 +246,54 @@ func (s *Store) RotateKey(ctx context.Context, projectID string, k APIKey) (_ AP
 	if err != nil {
 		return APIKey{}, nil, err
 	}
-	return k, revoked, nil
+	return k, changed, nil
+}
+
+// ExpiringKey is a key in its overlap window, as KeysExpiringAfter lists it.
+type ExpiringKey struct {
+	ProjectID string    `bun:"project_id"`
+	KeyType   string    `bun:"key_type"`
+	KeyHash   string    `bun:"key_hash"`
+	ExpiresAt time.Time `bun:"expires_at"`
+}
+
+// KeysExpiringAfter lists up to limit unrevoked keys whose overlap window
+// ends after t, soonest first.
+func (s *Store) KeysExpiringAfter(ctx context.Context, t time.Time, limit int) ([]ExpiringKey, error) {
+	var ks []ExpiringKey
+	err := s.db.NewSelect().Model((*APIKey)(nil)).Column("project_id", "key_type", "key_hash", "expires_at").
+		Where("expires_at IS NOT NULL AND revoked_at IS NULL AND expires_at > ?", t.UTC()).
+		Order("expires_at", "key_hash").Limit(int64(limit)).Scan(ctx, &ks)
+	for i := range ks {
+		ks[i].ExpiresAt = fixTime(ks[i].ExpiresAt)
+	}
+	return ks, err
+}
+
+// KeyUse is when a key, named by its hash, was last used.
+type KeyUse struct {
+	KeyHash string
+	At      time.Time
+}
+
+// RecordKeyUse moves the keys' last_used_at forward to the times given (a
+// time older than the stored one changes nothing, so nodes writing at once
+// cannot move it back), in one transaction. Unknown hashes are skipped.
+func (s *Store) RecordKeyUse(ctx context.Context, uses []KeyUse) error {
+	if len(uses) == 0 {
+		return nil
+	}
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		for _, u := range uses {
+			at := u.At.UTC().Truncate(time.Microsecond)
+			if _, err := tx.NewUpdate().Model((*APIKey)(nil)).Set("last_used_at = ?", at).
+				Where("key_hash = ? AND (last_used_at IS NULL OR last_used_at < ?)", u.KeyHash, at).
+				Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // RevokeKey revokes one key of a project. Revoking a revoked key is a no-op

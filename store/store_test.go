@@ -527,3 +527,120 @@ func TestConcurrentWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestRotateKeyUntil: a rotation with an overlap leaves the old key valid
+// until its end beside the new active one; a second rotation inside the
+// window only shortens it; one without overlap revokes every key still valid
+// and leaves an already expired one as it ended; last use only moves forward.
+func TestRotateKeyUntil(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, pub, sec := newProject(t, s, u.ID)
+		t0 := time.Now().UTC().Truncate(time.Microsecond)
+		until := t0.Add(time.Hour)
+
+		k1, expiring, err := s.RotateKeyUntil(ctx, p.ID, store.APIKey{KeyType: "public", KeyHash: "k1", KeyPrefix: "pk_live_k1**"}, until)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(expiring) != 1 || expiring[0] != pub.KeyHash {
+			t.Fatalf("expiring = %q, want [%q]", expiring, pub.KeyHash)
+		}
+		old, _ := s.KeyByHash(ctx, pub.KeyHash)
+		if !old.Active() || old.ExpiresAt == nil || !old.ExpiresAt.Equal(until) || old.ExpiresAt.Location() != time.UTC {
+			t.Fatalf("old key after an overlap rotation: %+v", old)
+		}
+		if !old.ValidAt(until.Add(-time.Second)) || old.ValidAt(until) {
+			t.Fatalf("old key valid before its end and not at it: %+v", old)
+		}
+		if nk, _ := s.KeyByHash(ctx, "k1"); nk.ExpiresAt != nil || !nk.ValidAt(until.Add(time.Hour)) || nk.ID != k1.ID {
+			t.Fatalf("new key: %+v", nk)
+		}
+
+		// A second rotation with a longer window keeps the first end; the
+		// key it replaces gets the new one.
+		_, expiring, err = s.RotateKeyUntil(ctx, p.ID, store.APIKey{KeyType: "public", KeyHash: "k2", KeyPrefix: "pk_live_k2**"}, t0.Add(2*time.Hour))
+		if err != nil || len(expiring) != 1 || expiring[0] != "k1" {
+			t.Fatalf("second rotation: %q, %v", expiring, err)
+		}
+		if old, _ := s.KeyByHash(ctx, pub.KeyHash); !old.ExpiresAt.Equal(until) {
+			t.Fatalf("a longer window moved the first end: %+v", old)
+		}
+		// A shorter one shortens both.
+		short := t0.Add(time.Minute)
+		_, expiring, err = s.RotateKeyUntil(ctx, p.ID, store.APIKey{KeyType: "public", KeyHash: "k3", KeyPrefix: "pk_live_k3**"}, short)
+		if err != nil || len(expiring) != 3 {
+			t.Fatalf("shorter rotation: %q, %v", expiring, err)
+		}
+		ks, err := s.KeysExpiringAfter(ctx, t0, 10)
+		if err != nil || len(ks) != 3 {
+			t.Fatalf("KeysExpiringAfter = %+v, %v", ks, err)
+		}
+		for _, k := range ks {
+			if !k.ExpiresAt.Equal(short) || k.ProjectID != p.ID || k.KeyType != "public" {
+				t.Fatalf("expiring key %+v", k)
+			}
+		}
+		if ks, _ := s.KeysExpiringAfter(ctx, short, 10); len(ks) != 0 {
+			t.Fatalf("nothing ends after %v: %+v", short, ks)
+		}
+		if ks, _ := s.KeysExpiringAfter(ctx, t0, 2); len(ks) != 2 {
+			t.Fatalf("limit 2: %+v", ks)
+		}
+
+		// The secret key's rotation is separate.
+		if k, _ := s.KeyByHash(ctx, sec.KeyHash); k.ExpiresAt != nil || !k.Active() {
+			t.Fatalf("secret key touched: %+v", k)
+		}
+
+		// A revoked key in its window is no longer listed as expiring.
+		if _, err := s.RevokeKey(ctx, p.ID, k1.ID); err != nil {
+			t.Fatal(err)
+		}
+		if ks, _ := s.KeysExpiringAfter(ctx, t0, 10); len(ks) != 2 {
+			t.Fatalf("after revoking one: %+v", ks)
+		}
+
+		// Without overlap: the keys still valid are revoked now (k3 and the
+		// keys whose window has not ended); an ended window stays as it ended.
+		past := t0.Add(-time.Minute)
+		q, _, err := s.RotateKeyUntil(ctx, p.ID, store.APIKey{KeyType: "secret", KeyHash: "s1", KeyPrefix: "sk_live_s1**"}, past)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, revoked, err := s.RotateKey(ctx, p.ID, store.APIKey{KeyType: "secret", KeyHash: "s2", KeyPrefix: "sk_live_s2**"})
+		if err != nil || len(revoked) != 1 || revoked[0] != "s1" {
+			t.Fatalf("rotation after an ended window revoked %q, %v; want [s1]", revoked, err)
+		}
+		if k, _ := s.KeyByHash(ctx, sec.KeyHash); k.RevokedAt != nil || !k.ExpiresAt.Equal(past) || k.ValidAt(t0) {
+			t.Fatalf("expired key: %+v", k)
+		}
+		if k, _ := s.KeyByHash(ctx, q.KeyHash); k.Active() {
+			t.Fatalf("s1 still active: %+v", k)
+		}
+
+		// Last use: moves forward only; unknown hashes are skipped.
+		if k, _ := s.KeyByHash(ctx, "k3"); k.LastUsedAt != nil {
+			t.Fatalf("never used: %+v", k)
+		}
+		used := t0.Add(5 * time.Second)
+		if err := s.RecordKeyUse(ctx, []store.KeyUse{{KeyHash: "k3", At: used}, {KeyHash: "nope", At: used}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordKeyUse(ctx, []store.KeyUse{{KeyHash: "k3", At: t0}}); err != nil {
+			t.Fatal(err)
+		}
+		k, _ := s.KeyByHash(ctx, "k3")
+		if k.LastUsedAt == nil || !k.LastUsedAt.Equal(used) || k.LastUsedAt.Location() != time.UTC {
+			t.Fatalf("last used %v, want %v", k.LastUsedAt, used)
+		}
+		keys, _ := s.Keys(ctx, p.ID)
+		for _, k := range keys {
+			if k.KeyHash == "k3" && (k.LastUsedAt == nil || !k.LastUsedAt.Equal(used)) {
+				t.Fatalf("Keys: %+v", k)
+			}
+		}
+	})
+}

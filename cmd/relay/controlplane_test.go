@@ -239,8 +239,8 @@ func (c *client) cpKeys(t testing.TB, projectID string) (keys []map[string]any, 
 			fields = append(fields, f)
 		}
 		sort.Strings(fields)
-		if got := strings.Join(fields, ","); got != "createdAt,id,keyPrefix,keyType,revokedAt" {
-			t.Fatalf("key fields %s, want createdAt,id,keyPrefix,keyType,revokedAt: %v", got, k)
+		if got := strings.Join(fields, ","); got != "createdAt,expiresAt,id,keyPrefix,keyType,lastUsedAt,revokedAt" {
+			t.Fatalf("key fields %s, want createdAt,expiresAt,id,keyPrefix,keyType,lastUsedAt,revokedAt: %v", got, k)
 		}
 		id, _ := k["id"].(string)
 		cpIsUUID(t, "key id", id)

@@ -212,6 +212,11 @@ func TestOpenAPI(t *testing.T) {
 		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"master"}`), 400)
 		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"type":"public"}`), 400)
 		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`), 201)
+		// Rotation with an overlap window: the answer says until when the old
+		// key stays valid, the list shows its expiresAt.
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public","overlapSeconds":86401}`), 400)
+		want(alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public","overlapSeconds":300}`), 201)
+		want(alice.do("GET", "/api/projects/"+p.id+"/keys", ""), 200)
 		want(alice.do("POST", "/api/projects/"+gone+"/keys", `{"keyType":"secret"}`), 404)
 		keyList, _ := keys.json["keys"].([]any)
 		var publicKeyID string

@@ -294,6 +294,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	a.every(jobs, 10*time.Minute, a.pruner("token revocations", a.store.PruneRevocations))
 	a.every(jobs, 10*time.Minute, a.pruner("session revocations", a.store.PruneSessionRevocations))
 	a.every(jobs, cfg.UsageRollup, a.usage.flush)
+	// Keys: last uses written once a minute, sockets of keys whose overlap
+	// window ended closed (README › Keys).
+	a.every(jobs, time.Second, a.api.KeyTick)
 	if cfg.DebugAddr != "" {
 		dln, err := net.Listen("tcp", cfg.DebugAddr)
 		if err != nil {
@@ -388,6 +391,7 @@ func (a *app) shutdown(ctx context.Context) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	a.usage.flush(fctx)
+	a.api.FlushKeyUse(fctx)
 	err = errors.Join(err, bounded("leaving the cluster", a.leaveCluster(ctx)))
 	err = errors.Join(err, bounded("stopping actors", a.actors.Shutdown(ctx)))
 	err = errors.Join(err, bounded("sending queued webhooks", a.webhooks.Close(ctx)))

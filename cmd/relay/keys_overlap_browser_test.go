@@ -1,0 +1,93 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// TestDashboardBrowserKeyOverlap: in Chromium, rotating the secret key with
+// "valid 5 more minutes" chosen shows the old key "valid until …" (both keys
+// emit meanwhile), the keys' last use appears once a minute of the server's
+// clock has passed, and after the window the old key shows "expired …" and
+// is refused.
+func TestDashboardBrowserKeyOverlap(t *testing.T) {
+	clock := newClock()
+	ts := startServerAt(t, storetest.SQLiteURL(t), nil, clock.Now)
+	b := newBrowser(t, ts.base)
+	emitter := ts.client()
+	emit := func(secret string) response { return emitter.emit(secret, `{"channel":"c","payload":1}`) }
+
+	b.open("/signup")
+	b.fill("#email", "alice@example.com")
+	b.fill("#password", "correct horse battery")
+	b.click("#submit")
+	b.fill("#name", "Overlap")
+	b.click("#create")
+	b.expectPage(http.StatusCreated, "#notice", "shown only once")
+	projectPath := "/projects/" + b.text("#project-id")
+	oldSecret := b.text("#raw-secret-key")
+	if r := emit(oldSecret); r.status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.status, r.raw)
+	}
+	used := clock.Now()
+	b.open(projectPath)
+	if n := b.count("#keys-table td.last-used"); n != 2 || b.text("#keys-table tr.key td.last-used") != "never" {
+		t.Fatalf("%d last-used cells, first %q; want 2, never (nothing written yet)", n, b.text("#keys-table tr.key td.last-used"))
+	}
+
+	// Rotate with a 5-minute overlap chosen in the select.
+	end := clock.Now().Add(5 * time.Minute).UTC().Format("2006-01-02 15:04:05 UTC")
+	browserRun(b, chromedp.Evaluate[chromedp.Void](`document.querySelector("#rotate-secret-overlap").value = "300"`))
+	if got := browserRun(b, chromedp.Evaluate[string](`document.querySelector("#rotate-secret-overlap").selectedOptions[0].textContent`)); got != "valid 5 more minutes" {
+		t.Fatalf("chosen overlap %q", got)
+	}
+	b.click("#rotate-secret")
+	b.expectPage(http.StatusCreated, "#notice", "previous secret key stays valid until "+end)
+	newSecret := b.text("#raw-secret-key")
+	if n := b.count("#keys-table tr.key.overlap"); n != 1 {
+		t.Fatalf("%d keys in their overlap window, want 1", n)
+	}
+	if got := b.text("#keys-table tr.key.overlap .badge"); got != "valid until "+end {
+		t.Fatalf("overlap badge %q, want valid until %s", got, end)
+	}
+	b.shot("secret-rotated-with-overlap")
+	for _, k := range []string{oldSecret, newSecret} {
+		if r := emit(k); r.status != http.StatusOK {
+			t.Fatalf("emit in the window: %d %s", r.status, r.raw)
+		}
+	}
+
+	// A minute of the clock later the uses are written: the old key's row
+	// shows the time of its last use.
+	clock.Advance(time.Minute)
+	deadline := time.Now().Add(5 * time.Second)
+	want := used.UTC().Format("2006-01-02 15:04 UTC")
+	for {
+		b.open(projectPath)
+		if b.text("#keys-table tr.key.overlap td.last-used") == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last used of the old secret key %q, want %q", b.text("#keys-table tr.key.overlap td.last-used"), want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.shot("last-used")
+
+	// After the window: expired, refused.
+	clock.Advance(4 * time.Minute)
+	emit(oldSecret).expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+	b.open(projectPath)
+	if b.has("#keys-table tr.key.overlap") || b.count("#keys-table tr.key.revoked") != 1 {
+		t.Fatalf("after the window: %d overlap rows, %d revoked rows", b.count("#keys-table tr.key.overlap"), b.count("#keys-table tr.key.revoked"))
+	}
+	if got := b.text("#keys-table tr.key.revoked .badge"); got != "expired "+end {
+		t.Fatalf("expired badge %q, want expired %s", got, end)
+	}
+	b.shot("old-key-expired")
+}
