@@ -330,6 +330,15 @@ func (s *System) KeysRevoked(projectID string, keyHashes []string) {
 	s.clusterKeysRevoked(projectID, keyHashes) // other nodes also drop their cached keys
 }
 
+// CloseKeySockets closes this node's sockets of a project opened with these
+// keys (4001), telling no other node: each node closes its own when a key's
+// overlap window ends.
+func (s *System) CloseKeySockets(projectID string, keyHashes []string) {
+	if len(keyHashes) > 0 {
+		s.tellRunning(projectID, &keysRevoked{hashes: keyHashes})
+	}
+}
+
 // DrainUsage collects every running project's usage counters since the last
 // drain (resetting them). Projects that do not answer before ctx ends keep
 // their counts for the next drain.

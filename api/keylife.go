@@ -103,18 +103,11 @@ func (s *Server) expireKeys(ctx context.Context, now time.Time) {
 	}
 }
 
-// closeKeySockets closes this node's sockets opened with these keys. Only a
-// node that has connections of the project acts: in a cluster each such
-// node closes its own (KeysRevoked also tells the others, who find none).
-func (s *Server) closeKeySockets(ctx context.Context, projectID string, hashes []string) {
-	if s.actors == nil {
-		return
+// closeKeySockets closes this node's sockets opened with these keys; every
+// node does the same for its own at the window's end, with no message
+// between nodes.
+func (s *Server) closeKeySockets(_ context.Context, projectID string, hashes []string) {
+	if s.actors != nil {
+		s.actors.CloseKeySockets(projectID, hashes)
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	st, running, err := s.actors.ProjectStats(ctx, projectID)
-	if err == nil && (!running || st.Connections == 0) {
-		return // (a project too busy to answer is told anyway)
-	}
-	s.actors.KeysRevoked(projectID, hashes)
 }
