@@ -87,6 +87,9 @@ func (a *channelActor) Receive(ctx actor.Context) {
 		a.unsubscribe(m)
 	case *inspectChannel:
 		a.inspect(m)
+	case *channelAsk:
+		a.processed++
+		a.answerQuery(m)
 	case *quietTick:
 		scheduleQuietTick(ctx, a.dormancy)
 		if a.quiet.dormantAgain(a.dormant()) {

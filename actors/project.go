@@ -201,6 +201,8 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.loadSettings(ctx)
 	case *inspectProject:
 		a.inspect(m)
+	case *channelQuery:
+		a.query(ctx, m)
 	case *revoked:
 		a.gen++
 		a.addRevocations(m.revs)

@@ -47,6 +47,7 @@ type Broadcast struct {
 	//	*Broadcast_SettingsChanged
 	//	*Broadcast_ClientEmitSecretChanged
 	//	*Broadcast_TokensRevoked
+	//	*Broadcast_ClientDisconnect
 	Change        isBroadcast_Change `protobuf_oneof:"change"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -155,6 +156,15 @@ func (x *Broadcast) GetTokensRevoked() *TokensRevoked {
 	return nil
 }
 
+func (x *Broadcast) GetClientDisconnect() *ClientDisconnect {
+	if x != nil {
+		if x, ok := x.Change.(*Broadcast_ClientDisconnect); ok {
+			return x.ClientDisconnect
+		}
+	}
+	return nil
+}
+
 type isBroadcast_Change interface {
 	isBroadcast_Change()
 }
@@ -179,6 +189,10 @@ type Broadcast_TokensRevoked struct {
 	TokensRevoked *TokensRevoked `protobuf:"bytes,14,opt,name=tokens_revoked,json=tokensRevoked,proto3,oneof"`
 }
 
+type Broadcast_ClientDisconnect struct {
+	ClientDisconnect *ClientDisconnect `protobuf:"bytes,15,opt,name=client_disconnect,json=clientDisconnect,proto3,oneof"`
+}
+
 func (*Broadcast_ProjectDeleted) isBroadcast_Change() {}
 
 func (*Broadcast_KeysRevoked) isBroadcast_Change() {}
@@ -188,6 +202,8 @@ func (*Broadcast_SettingsChanged) isBroadcast_Change() {}
 func (*Broadcast_ClientEmitSecretChanged) isBroadcast_Change() {}
 
 func (*Broadcast_TokensRevoked) isBroadcast_Change() {}
+
+func (*Broadcast_ClientDisconnect) isBroadcast_Change() {}
 
 // ProjectDeleted: close the project's sockets (4004) and stop its actors.
 type ProjectDeleted struct {
@@ -356,6 +372,53 @@ func (x *ClientEmitSecretChanged) GetSecret() string {
 	return ""
 }
 
+// ClientDisconnect: close every socket that holds a subscription under this
+// clientId (4003). The receiver acks once its sockets are closed, with how
+// many it closed (BroadcastAck.closed).
+type ClientDisconnect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientDisconnect) Reset() {
+	*x = ClientDisconnect{}
+	mi := &file_proto_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientDisconnect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientDisconnect) ProtoMessage() {}
+
+func (x *ClientDisconnect) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientDisconnect.ProtoReflect.Descriptor instead.
+func (*ClientDisconnect) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClientDisconnect) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
 // TokensRevoked: client-emit token revocations, already stored.
 type TokensRevoked struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -366,7 +429,7 @@ type TokensRevoked struct {
 
 func (x *TokensRevoked) Reset() {
 	*x = TokensRevoked{}
-	mi := &file_proto_cluster_proto_msgTypes[5]
+	mi := &file_proto_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +441,7 @@ func (x *TokensRevoked) String() string {
 func (*TokensRevoked) ProtoMessage() {}
 
 func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[5]
+	mi := &file_proto_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +454,7 @@ func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokensRevoked.ProtoReflect.Descriptor instead.
 func (*TokensRevoked) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{5}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TokensRevoked) GetRevocations() []*Revocation {
@@ -413,7 +476,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_proto_cluster_proto_msgTypes[6]
+	mi := &file_proto_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +488,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[6]
+	mi := &file_proto_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +501,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Revocation) GetKind() string {
@@ -473,14 +536,15 @@ func (x *Revocation) GetExpiresAtUnixNano() int64 {
 type BroadcastAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Member        string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"` // the receiver's member id
+	Member        string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`  // the receiver's member id
+	Closed        int32                  `protobuf:"varint,3,opt,name=closed,proto3" json:"closed,omitempty"` // ClientDisconnect: the sockets the receiver closed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BroadcastAck) Reset() {
 	*x = BroadcastAck{}
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +556,7 @@ func (x *BroadcastAck) String() string {
 func (*BroadcastAck) ProtoMessage() {}
 
 func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +569,7 @@ func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastAck.ProtoReflect.Descriptor instead.
 func (*BroadcastAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BroadcastAck) GetId() string {
@@ -522,6 +586,13 @@ func (x *BroadcastAck) GetMember() string {
 	return ""
 }
 
+func (x *BroadcastAck) GetClosed() int32 {
+	if x != nil {
+		return x.Closed
+	}
+	return 0
+}
+
 // Ref names an actor on some node: its remote address and process id.
 type Ref struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -533,7 +604,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +616,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +629,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ref) GetAddress() string {
@@ -587,7 +658,7 @@ type Subscriber struct {
 
 func (x *Subscriber) Reset() {
 	*x = Subscriber{}
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +670,7 @@ func (x *Subscriber) String() string {
 func (*Subscriber) ProtoMessage() {}
 
 func (x *Subscriber) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +683,7 @@ func (x *Subscriber) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscriber.ProtoReflect.Descriptor instead.
 func (*Subscriber) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Subscriber) GetConn() uint64 {
@@ -650,7 +721,7 @@ type ChannelRegister struct {
 
 func (x *ChannelRegister) Reset() {
 	*x = ChannelRegister{}
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +733,7 @@ func (x *ChannelRegister) String() string {
 func (*ChannelRegister) ProtoMessage() {}
 
 func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +746,7 @@ func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRegister.ProtoReflect.Descriptor instead.
 func (*ChannelRegister) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChannelRegister) GetRelay() *Ref {
@@ -712,7 +783,7 @@ type ChannelJoin struct {
 
 func (x *ChannelJoin) Reset() {
 	*x = ChannelJoin{}
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +795,7 @@ func (x *ChannelJoin) String() string {
 func (*ChannelJoin) ProtoMessage() {}
 
 func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +808,7 @@ func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoin.ProtoReflect.Descriptor instead.
 func (*ChannelJoin) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChannelJoin) GetRelay() *Ref {
@@ -786,7 +857,7 @@ type ChannelJoined struct {
 
 func (x *ChannelJoined) Reset() {
 	*x = ChannelJoined{}
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +869,7 @@ func (x *ChannelJoined) String() string {
 func (*ChannelJoined) ProtoMessage() {}
 
 func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +882,7 @@ func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoined.ProtoReflect.Descriptor instead.
 func (*ChannelJoined) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChannelJoined) GetConn() uint64 {
@@ -874,7 +945,7 @@ type ChannelLeave struct {
 
 func (x *ChannelLeave) Reset() {
 	*x = ChannelLeave{}
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +957,7 @@ func (x *ChannelLeave) String() string {
 func (*ChannelLeave) ProtoMessage() {}
 
 func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +970,7 @@ func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelLeave.ProtoReflect.Descriptor instead.
 func (*ChannelLeave) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ChannelLeave) GetRelay() *Ref {
@@ -939,7 +1010,7 @@ type ChannelPublish struct {
 
 func (x *ChannelPublish) Reset() {
 	*x = ChannelPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1022,7 @@ func (x *ChannelPublish) String() string {
 func (*ChannelPublish) ProtoMessage() {}
 
 func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1035,7 @@ func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublish.ProtoReflect.Descriptor instead.
 func (*ChannelPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChannelPublish) GetId() string {
@@ -1056,7 +1127,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1139,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1152,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Budget) GetLimit() int32 {
@@ -1123,7 +1194,7 @@ type ChannelPublished struct {
 
 func (x *ChannelPublished) Reset() {
 	*x = ChannelPublished{}
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1206,7 @@ func (x *ChannelPublished) String() string {
 func (*ChannelPublished) ProtoMessage() {}
 
 func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1219,7 @@ func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublished.ProtoReflect.Descriptor instead.
 func (*ChannelPublished) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChannelPublished) GetId() string {
@@ -1206,7 +1277,7 @@ type ChannelDeliver struct {
 
 func (x *ChannelDeliver) Reset() {
 	*x = ChannelDeliver{}
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1289,7 @@ func (x *ChannelDeliver) String() string {
 func (*ChannelDeliver) ProtoMessage() {}
 
 func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1302,7 @@ func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelDeliver.ProtoReflect.Descriptor instead.
 func (*ChannelDeliver) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChannelDeliver) GetSeq() uint64 {
@@ -1268,7 +1339,7 @@ type ChannelPresence struct {
 
 func (x *ChannelPresence) Reset() {
 	*x = ChannelPresence{}
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1351,7 @@ func (x *ChannelPresence) String() string {
 func (*ChannelPresence) ProtoMessage() {}
 
 func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1364,7 @@ func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPresence.ProtoReflect.Descriptor instead.
 func (*ChannelPresence) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChannelPresence) GetEvent() string {
@@ -1330,7 +1401,7 @@ type ChannelRoster struct {
 
 func (x *ChannelRoster) Reset() {
 	*x = ChannelRoster{}
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1413,7 @@ func (x *ChannelRoster) String() string {
 func (*ChannelRoster) ProtoMessage() {}
 
 func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1426,7 @@ func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRoster.ProtoReflect.Descriptor instead.
 func (*ChannelRoster) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChannelRoster) GetMembers() []string {
@@ -1381,7 +1452,7 @@ type GrainHandoff struct {
 
 func (x *GrainHandoff) Reset() {
 	*x = GrainHandoff{}
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1464,7 @@ func (x *GrainHandoff) String() string {
 func (*GrainHandoff) ProtoMessage() {}
 
 func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1477,7 @@ func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoff.ProtoReflect.Descriptor instead.
 func (*GrainHandoff) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GrainHandoff) GetFrom() string {
@@ -1445,7 +1516,7 @@ type ProjectState struct {
 
 func (x *ProjectState) Reset() {
 	*x = ProjectState{}
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1528,7 @@ func (x *ProjectState) String() string {
 func (*ProjectState) ProtoMessage() {}
 
 func (x *ProjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1541,7 @@ func (x *ProjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectState.ProtoReflect.Descriptor instead.
 func (*ProjectState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProjectState) GetProjectId() string {
@@ -1519,7 +1590,7 @@ type ClientWindow struct {
 
 func (x *ClientWindow) Reset() {
 	*x = ClientWindow{}
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1602,7 @@ func (x *ClientWindow) String() string {
 func (*ClientWindow) ProtoMessage() {}
 
 func (x *ClientWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1615,7 @@ func (x *ClientWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientWindow.ProtoReflect.Descriptor instead.
 func (*ClientWindow) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClientWindow) GetClientId() string {
@@ -1581,7 +1652,7 @@ type AnsweredTake struct {
 
 func (x *AnsweredTake) Reset() {
 	*x = AnsweredTake{}
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1664,7 @@ func (x *AnsweredTake) String() string {
 func (*AnsweredTake) ProtoMessage() {}
 
 func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1677,7 @@ func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredTake.ProtoReflect.Descriptor instead.
 func (*AnsweredTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AnsweredTake) GetId() string {
@@ -1653,7 +1724,7 @@ type GrainHandoffAck struct {
 
 func (x *GrainHandoffAck) Reset() {
 	*x = GrainHandoffAck{}
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1736,7 @@ func (x *GrainHandoffAck) String() string {
 func (*GrainHandoffAck) ProtoMessage() {}
 
 func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1749,7 @@ func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
 func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrainHandoffAck) GetTaken() int32 {
@@ -1705,7 +1776,7 @@ type GrainState struct {
 
 func (x *GrainState) Reset() {
 	*x = GrainState{}
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1788,7 @@ func (x *GrainState) String() string {
 func (*GrainState) ProtoMessage() {}
 
 func (x *GrainState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1801,7 @@ func (x *GrainState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
 func (*GrainState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GrainState) GetIdentity() string {
@@ -1800,7 +1871,7 @@ type ReplayEntry struct {
 
 func (x *ReplayEntry) Reset() {
 	*x = ReplayEntry{}
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1883,7 @@ func (x *ReplayEntry) String() string {
 func (*ReplayEntry) ProtoMessage() {}
 
 func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1896,7 @@ func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
 func (*ReplayEntry) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplayEntry) GetSeq() uint64 {
@@ -1859,7 +1930,7 @@ type RelaySubs struct {
 
 func (x *RelaySubs) Reset() {
 	*x = RelaySubs{}
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +1942,7 @@ func (x *RelaySubs) String() string {
 func (*RelaySubs) ProtoMessage() {}
 
 func (x *RelaySubs) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +1955,7 @@ func (x *RelaySubs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
 func (*RelaySubs) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RelaySubs) GetRelay() *Ref {
@@ -1912,7 +1983,7 @@ type AnsweredPublish struct {
 
 func (x *AnsweredPublish) Reset() {
 	*x = AnsweredPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +1995,7 @@ func (x *AnsweredPublish) String() string {
 func (*AnsweredPublish) ProtoMessage() {}
 
 func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2008,7 @@ func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
 func (*AnsweredPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AnsweredPublish) GetId() string {
@@ -1981,7 +2052,7 @@ type ProjectTake struct {
 
 func (x *ProjectTake) Reset() {
 	*x = ProjectTake{}
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2064,7 @@ func (x *ProjectTake) String() string {
 func (*ProjectTake) ProtoMessage() {}
 
 func (x *ProjectTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2077,7 @@ func (x *ProjectTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
 func (*ProjectTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProjectTake) GetId() string {
@@ -2066,7 +2137,7 @@ type ProjectTaken struct {
 
 func (x *ProjectTaken) Reset() {
 	*x = ProjectTaken{}
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2149,7 @@ func (x *ProjectTaken) String() string {
 func (*ProjectTaken) ProtoMessage() {}
 
 func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2162,7 @@ func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
 func (*ProjectTaken) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProjectTaken) GetId() string {
@@ -2140,7 +2211,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2223,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2236,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -2191,7 +2262,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2274,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2287,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2244,7 +2315,7 @@ var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xe2\x03\n" +
+	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xb2\x04\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x1d\n" +
@@ -2255,7 +2326,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\fkeys_revoked\x18\v \x01(\v2\x1a.relay.cluster.KeysRevokedH\x00R\vkeysRevoked\x12K\n" +
 	"\x10settings_changed\x18\f \x01(\v2\x1e.relay.cluster.SettingsChangedH\x00R\x0fsettingsChanged\x12e\n" +
 	"\x1aclient_emit_secret_changed\x18\r \x01(\v2&.relay.cluster.ClientEmitSecretChangedH\x00R\x17clientEmitSecretChanged\x12E\n" +
-	"\x0etokens_revoked\x18\x0e \x01(\v2\x1c.relay.cluster.TokensRevokedH\x00R\rtokensRevokedB\b\n" +
+	"\x0etokens_revoked\x18\x0e \x01(\v2\x1c.relay.cluster.TokensRevokedH\x00R\rtokensRevoked\x12N\n" +
+	"\x11client_disconnect\x18\x0f \x01(\v2\x1f.relay.cluster.ClientDisconnectH\x00R\x10clientDisconnectB\b\n" +
 	"\x06change\"\x10\n" +
 	"\x0eProjectDeleted\",\n" +
 	"\vKeysRevoked\x12\x1d\n" +
@@ -2263,7 +2335,9 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"key_hashes\x18\x01 \x03(\tR\tkeyHashes\"\x11\n" +
 	"\x0fSettingsChanged\"1\n" +
 	"\x17ClientEmitSecretChanged\x12\x16\n" +
-	"\x06secret\x18\x01 \x01(\tR\x06secret\"L\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\"/\n" +
+	"\x10ClientDisconnect\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"L\n" +
 	"\rTokensRevoked\x12;\n" +
 	"\vrevocations\x18\x01 \x03(\v2\x19.relay.cluster.RevocationR\vrevocations\"\x98\x01\n" +
 	"\n" +
@@ -2271,10 +2345,11 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12/\n" +
 	"\x14revoked_at_unix_nano\x18\x03 \x01(\x03R\x11revokedAtUnixNano\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"6\n" +
+	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"N\n" +
 	"\fBroadcastAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06member\x18\x02 \x01(\tR\x06member\"/\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
+	"\x06closed\x18\x03 \x01(\x05R\x06closed\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"Y\n" +
@@ -2423,76 +2498,78 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
 	(*KeysRevoked)(nil),             // 2: relay.cluster.KeysRevoked
 	(*SettingsChanged)(nil),         // 3: relay.cluster.SettingsChanged
 	(*ClientEmitSecretChanged)(nil), // 4: relay.cluster.ClientEmitSecretChanged
-	(*TokensRevoked)(nil),           // 5: relay.cluster.TokensRevoked
-	(*Revocation)(nil),              // 6: relay.cluster.Revocation
-	(*BroadcastAck)(nil),            // 7: relay.cluster.BroadcastAck
-	(*Ref)(nil),                     // 8: relay.cluster.Ref
-	(*Subscriber)(nil),              // 9: relay.cluster.Subscriber
-	(*ChannelRegister)(nil),         // 10: relay.cluster.ChannelRegister
-	(*ChannelJoin)(nil),             // 11: relay.cluster.ChannelJoin
-	(*ChannelJoined)(nil),           // 12: relay.cluster.ChannelJoined
-	(*ChannelLeave)(nil),            // 13: relay.cluster.ChannelLeave
-	(*ChannelPublish)(nil),          // 14: relay.cluster.ChannelPublish
-	(*Budget)(nil),                  // 15: relay.cluster.Budget
-	(*ChannelPublished)(nil),        // 16: relay.cluster.ChannelPublished
-	(*ChannelDeliver)(nil),          // 17: relay.cluster.ChannelDeliver
-	(*ChannelPresence)(nil),         // 18: relay.cluster.ChannelPresence
-	(*ChannelRoster)(nil),           // 19: relay.cluster.ChannelRoster
-	(*GrainHandoff)(nil),            // 20: relay.cluster.GrainHandoff
-	(*ProjectState)(nil),            // 21: relay.cluster.ProjectState
-	(*ClientWindow)(nil),            // 22: relay.cluster.ClientWindow
-	(*AnsweredTake)(nil),            // 23: relay.cluster.AnsweredTake
-	(*GrainHandoffAck)(nil),         // 24: relay.cluster.GrainHandoffAck
-	(*GrainState)(nil),              // 25: relay.cluster.GrainState
-	(*ReplayEntry)(nil),             // 26: relay.cluster.ReplayEntry
-	(*RelaySubs)(nil),               // 27: relay.cluster.RelaySubs
-	(*AnsweredPublish)(nil),         // 28: relay.cluster.AnsweredPublish
-	(*ProjectTake)(nil),             // 29: relay.cluster.ProjectTake
-	(*ProjectTaken)(nil),            // 30: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 31: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 32: relay.cluster.NodeConnections
-	nil,                             // 33: relay.cluster.NodeConnections.CountsEntry
+	(*ClientDisconnect)(nil),        // 5: relay.cluster.ClientDisconnect
+	(*TokensRevoked)(nil),           // 6: relay.cluster.TokensRevoked
+	(*Revocation)(nil),              // 7: relay.cluster.Revocation
+	(*BroadcastAck)(nil),            // 8: relay.cluster.BroadcastAck
+	(*Ref)(nil),                     // 9: relay.cluster.Ref
+	(*Subscriber)(nil),              // 10: relay.cluster.Subscriber
+	(*ChannelRegister)(nil),         // 11: relay.cluster.ChannelRegister
+	(*ChannelJoin)(nil),             // 12: relay.cluster.ChannelJoin
+	(*ChannelJoined)(nil),           // 13: relay.cluster.ChannelJoined
+	(*ChannelLeave)(nil),            // 14: relay.cluster.ChannelLeave
+	(*ChannelPublish)(nil),          // 15: relay.cluster.ChannelPublish
+	(*Budget)(nil),                  // 16: relay.cluster.Budget
+	(*ChannelPublished)(nil),        // 17: relay.cluster.ChannelPublished
+	(*ChannelDeliver)(nil),          // 18: relay.cluster.ChannelDeliver
+	(*ChannelPresence)(nil),         // 19: relay.cluster.ChannelPresence
+	(*ChannelRoster)(nil),           // 20: relay.cluster.ChannelRoster
+	(*GrainHandoff)(nil),            // 21: relay.cluster.GrainHandoff
+	(*ProjectState)(nil),            // 22: relay.cluster.ProjectState
+	(*ClientWindow)(nil),            // 23: relay.cluster.ClientWindow
+	(*AnsweredTake)(nil),            // 24: relay.cluster.AnsweredTake
+	(*GrainHandoffAck)(nil),         // 25: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 26: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 27: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 28: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 29: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 30: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 31: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 32: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 33: relay.cluster.NodeConnections
+	nil,                             // 34: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
 	2,  // 1: relay.cluster.Broadcast.keys_revoked:type_name -> relay.cluster.KeysRevoked
 	3,  // 2: relay.cluster.Broadcast.settings_changed:type_name -> relay.cluster.SettingsChanged
 	4,  // 3: relay.cluster.Broadcast.client_emit_secret_changed:type_name -> relay.cluster.ClientEmitSecretChanged
-	5,  // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
-	6,  // 5: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
-	8,  // 6: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
-	9,  // 7: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
-	8,  // 8: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
-	9,  // 9: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
-	8,  // 10: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
-	8,  // 11: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
-	15, // 12: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	25, // 13: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
-	21, // 14: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
-	22, // 15: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
-	23, // 16: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
-	30, // 17: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
-	26, // 18: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	27, // 19: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	28, // 20: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	8,  // 21: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	9,  // 22: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	16, // 23: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	8,  // 24: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	15, // 25: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	33, // 26: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	6,  // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
+	5,  // 5: relay.cluster.Broadcast.client_disconnect:type_name -> relay.cluster.ClientDisconnect
+	7,  // 6: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
+	9,  // 7: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
+	10, // 8: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
+	9,  // 9: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
+	10, // 10: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
+	9,  // 11: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
+	9,  // 12: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
+	16, // 13: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
+	26, // 14: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	22, // 15: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
+	23, // 16: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
+	24, // 17: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
+	31, // 18: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	27, // 19: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	28, // 20: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	29, // 21: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	9,  // 22: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	10, // 23: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	17, // 24: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	9,  // 25: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	16, // 26: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	34, // 27: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -2506,6 +2583,7 @@ func file_proto_cluster_proto_init() {
 		(*Broadcast_SettingsChanged)(nil),
 		(*Broadcast_ClientEmitSecretChanged)(nil),
 		(*Broadcast_TokensRevoked)(nil),
+		(*Broadcast_ClientDisconnect)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2513,7 +2591,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
