@@ -557,6 +557,12 @@ func (c *Cluster) broadcastTo(targets []*actor.PID, projectID string, b *cluster
 // broadcastCounting is broadcastTo that also sums the acks' closed counts
 // (ClientDisconnect).
 func (c *Cluster) broadcastCounting(targets []*actor.PID, projectID string, b *clusterpb.Broadcast) (acked, closed int) {
+	return c.broadcastCollect(targets, projectID, b, nil)
+}
+
+// broadcastCollect is broadcastCounting that also hands each ack to
+// collect (on the caller's goroutine).
+func (c *Cluster) broadcastCollect(targets []*actor.PID, projectID string, b *clusterpb.Broadcast, collect func(*clusterpb.BroadcastAck)) (acked, closed int) {
 	if len(targets) == 0 {
 		return 0, 0
 	}
@@ -591,6 +597,9 @@ wait:
 			if ack, ok := a.(*clusterpb.BroadcastAck); ok && ack.Id == b.Id {
 				if !ackedBy[ack.Member] {
 					closed += int(ack.Closed)
+					if collect != nil {
+						collect(ack)
+					}
 				}
 				ackedBy[ack.Member] = true
 			} else {
@@ -627,6 +636,22 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 	}
 	b, ok := ctx.Message().(*clusterpb.Broadcast)
 	if !ok {
+		return
+	}
+	if _, ok := b.Change.(*clusterpb.Broadcast_OccupancyQuery); ok {
+		// A query: answered beside Receive with this node's counts.
+		sender, root, sys, ack, bound := ctx.Sender(), ctx.ActorSystem().Root, n.c.sys, &clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self}, n.c.ackTimeout
+		go func() {
+			qctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			chans, _ := sys.occupancyHere(qctx, b.ProjectId)
+			for _, c := range chans {
+				ack.Channels = append(ack.Channels, &clusterpb.ChannelCount{Channel: c.Channel, Subscribers: int32(c.Subscribers)})
+			}
+			if sender != nil {
+				root.Send(sender, ack)
+			}
+		}()
 		return
 	}
 	n.c.received.Add(1)
@@ -688,6 +713,8 @@ func changeName(b *clusterpb.Broadcast) string {
 		return "tokens_revoked"
 	case *clusterpb.Broadcast_ClientDisconnect:
 		return "client_disconnect"
+	case *clusterpb.Broadcast_OccupancyQuery:
+		return "occupancy_query"
 	}
 	return "unknown"
 }

@@ -6,10 +6,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/proto/clusterpb"
 )
 
 // Server-side queries and actions (proto/PROTOCOL.md › Server-side queries):
@@ -143,8 +145,12 @@ func (s *System) ask(ctx context.Context, projectID string, q *channelQuery) ([]
 }
 
 // Channel answers a query about one channel; a channel with no live state
-// answers zeros (and no members or messages).
+// answers zeros (and no members or messages). In a cluster the channel's
+// grain, its single writer, answers.
 func (s *System) Channel(ctx context.Context, projectID, channel string, kind QueryKind, since uint64) (ChannelAnswer, error) {
+	if c := s.cluster.Load(); c != nil {
+		return c.askGrain(ctx, projectID, channel, kind, since)
+	}
 	answers, err := s.ask(ctx, projectID, &channelQuery{channel: channel, kind: kind, since: since})
 	if err != nil {
 		return ChannelAnswer{}, err
@@ -165,6 +171,32 @@ func (s *System) Channel(ctx context.Context, projectID, channel string, kind Qu
 // Occupancy lists the project's channels that have subscribers, sorted by
 // name, with their subscriber counts.
 func (s *System) Occupancy(ctx context.Context, projectID string) ([]ChannelAnswer, error) {
+	here, err := s.occupancyHere(ctx, projectID)
+	c := s.cluster.Load()
+	if err != nil || c == nil || c.leaving.Load() {
+		return here, err
+	}
+	// Every other member's sockets too, within the control-plane bound.
+	sum := map[string]int{}
+	for _, a := range here {
+		sum[a.Channel] += a.Subscribers
+	}
+	c.broadcastCollect(c.peers(), projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_OccupancyQuery{OccupancyQuery: &clusterpb.OccupancyQuery{}}},
+		func(ack *clusterpb.BroadcastAck) {
+			for _, ch := range ack.GetChannels() {
+				sum[ch.GetChannel()] += int(ch.GetSubscribers())
+			}
+		})
+	out := make([]ChannelAnswer, 0, len(sum))
+	for name, n := range sum {
+		out = append(out, ChannelAnswer{Channel: name, Subscribers: n})
+	}
+	slices.SortFunc(out, func(x, y ChannelAnswer) int { return strings.Compare(x.Channel, y.Channel) })
+	return out, nil
+}
+
+// occupancyHere is Occupancy of this node's sockets.
+func (s *System) occupancyHere(ctx context.Context, projectID string) ([]ChannelAnswer, error) {
 	answers, err := s.ask(ctx, projectID, &channelQuery{kind: QueryCount})
 	if err != nil {
 		return nil, err
@@ -224,4 +256,73 @@ func (r *channelRelay) answerQuery(m *channelAsk) {
 		}
 	}
 	m.answers <- out
+}
+
+// askGrain asks the channel's grain (starting it if none runs) and waits at
+// most until ctx ends. The grain answers to a future, so a query it holds
+// while it waits for its previous owner's state is answered after it.
+func (c *Cluster) askGrain(ctx context.Context, projectID, channel string, kind QueryKind, since uint64) (ChannelAnswer, error) {
+	identity := projectID + "/" + channel
+	found := make(chan *actor.PID, 1)
+	go func() { found <- c.pc.Get(identity, ChannelKind) }()
+	var pid *actor.PID
+	select {
+	case pid = <-found:
+	case <-ctx.Done():
+		return ChannelAnswer{}, ErrTimeout
+	}
+	if pid == nil {
+		return ChannelAnswer{}, ErrTimeout
+	}
+	bound := time.Until(deadlineOf(ctx))
+	if bound <= 0 {
+		return ChannelAnswer{}, ErrTimeout
+	}
+	f := actor.NewFuture(c.sys.as, bound)
+	c.sys.root.Send(pid, &clusterpb.ChannelQuery{Kind: int32(kind), Since: since,
+		ReplyTo: &clusterpb.Ref{Address: f.PID().Address, Id: f.PID().Id}})
+	res, err := f.Result()
+	a, ok := res.(*clusterpb.ChannelQueryAnswer)
+	if err != nil || !ok {
+		return ChannelAnswer{}, ErrTimeout
+	}
+	out := ChannelAnswer{Channel: channel, Subscribers: int(a.Subscribers), MemberCount: int(a.MemberCount), Gap: a.Gap}
+	switch kind {
+	case QueryMembers:
+		out.Members = a.Members
+		if out.Members == nil {
+			out.Members = []string{}
+		}
+	case QueryMessages:
+		out.Messages = make([]json.RawMessage, len(a.Messages))
+		for i, m := range a.Messages {
+			out.Messages[i] = m
+		}
+	}
+	return out, nil
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(5 * time.Second)
+}
+
+// answerQuery is the grain's answer: every node's subscribers, the
+// cluster's roster, the ring.
+func (g *channelGrain) answerQuery(ctx actor.Context, m *clusterpb.ChannelQuery) {
+	out := &clusterpb.ChannelQueryAnswer{MemberCount: int32(g.members.len())}
+	for _, r := range g.relays {
+		out.Subscribers += int32(len(r.subs))
+	}
+	switch QueryKind(m.Kind) {
+	case QueryMembers:
+		out.Members = g.members.list()
+	case QueryMessages:
+		g.replay.expire(g.cfg.Now())
+		out.Gap = m.Since > 0 && g.replay.gapAfter(float64(m.Since))
+		g.replay.each(float64(m.Since), func(msg []byte) { out.Messages = append(out.Messages, slices.Clone(msg)) })
+	}
+	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), out)
 }
