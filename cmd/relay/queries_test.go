@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -230,4 +232,51 @@ func TestQueriesEmitBatch(t *testing.T) {
 		owner.emit(p.secretKey, `{"channel":"other","payload":1}`).expect(t, 429,
 			`{"error":"project_rate_limited","rate_limit":`+budgetJSON(2, 2, reset)+`,"project_rate_limit":`+budgetJSON(4, 0, reset)+`}`)
 	})
+}
+
+// TestQueriesBackendSDK: the Go backend SDK's call for each query.
+func TestQueriesBackendSDK(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	p := ts.signup("alice@example.com").createProject("demo")
+	ctx := context.Background()
+	srv := backend.Server{EmitURL: ts.base + "/emit", SecretKey: p.secretKey}
+
+	ann := presenceSub(t, ts, p.publicKey, "room", "ann")
+	ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	subscribed(t, ts, p.publicKey, "lobby")
+
+	page, err := srv.Channels(ctx, "", 1)
+	if err != nil || fmt.Sprint(page) != "{[{lobby 1}] lobby}" {
+		t.Fatalf("Channels: %+v %v", page, err)
+	}
+	if page, err = srv.Channels(ctx, page.NextCursor, 0); err != nil || fmt.Sprint(page) != "{[{room 1}] }" {
+		t.Fatalf("Channels after lobby: %+v %v", page, err)
+	}
+	if st, err := srv.Channel(ctx, "room"); err != nil || st != (backend.ChannelState{Channel: "room", SubscriberCount: 1, PresenceMemberCount: 1}) {
+		t.Fatalf("Channel: %+v %v", st, err)
+	}
+	if m, err := srv.Members(ctx, "room"); err != nil || fmt.Sprint(m) != "[ann]" {
+		t.Fatalf("Members: %v %v", m, err)
+	}
+	res, err := srv.EmitBatch(ctx, []backend.BatchMessage{{Channel: "room", Payload: map[string]int{"n": 1}}, {Channel: "bad!", Payload: 1}})
+	if err != nil || len(res) != 2 || !res[0].OK || res[0].Delivered != 1 || res[1].OK || res[1].Error != "invalid_channel" {
+		t.Fatalf("EmitBatch: %+v %v", res, err)
+	}
+	ann.expect(fmt.Sprintf(`{"channel":"room","payload":{"n":1},"seq":%d}`, res[0].Seq))
+	h, err := srv.Messages(ctx, "room", res[0].Seq-1)
+	if err != nil || len(h.Messages) != 1 || h.Gap || string(h.Messages[0]) != fmt.Sprintf(`{"channel":"room","payload":{"n":1},"seq":%d}`, res[0].Seq) {
+		t.Fatalf("Messages: %+v %v", h, err)
+	}
+	if n, err := srv.DisconnectClient(ctx, "ann"); err != nil || n != 1 {
+		t.Fatalf("DisconnectClient: %d %v", n, err)
+	}
+	ann.expectClose(4003, 5*time.Second)
+	_, err = srv.Channel(ctx, "bad!")
+	if e, ok := err.(*backend.Error); !ok || e.Status != 400 || e.Code != "invalid_channel" {
+		t.Fatalf("Channel(bad!): %v", err)
+	}
+	_, err = backend.Server{EmitURL: ts.base + "/emit", SecretKey: "sk_nope"}.Members(ctx, "room")
+	if e, ok := err.(*backend.Error); !ok || e.Status != 401 || e.Code != "invalid_secret_key" {
+		t.Fatalf("Members with a wrong key: %v", err)
+	}
 }
