@@ -280,3 +280,59 @@ func TestQueriesBackendSDK(t *testing.T) {
 		t.Fatalf("Members with a wrong key: %v", err)
 	}
 }
+
+// BenchmarkQueriesHTTP: each call end to end over loopback HTTP on one node
+// (SQLite), and 100 emits as one batch against 100 POST /emit.
+func BenchmarkQueriesHTTP(b *testing.B) {
+	ts := startServer(b, storetest.SQLiteURL(b), map[string]string{
+		"EMIT_RATE_LIMIT_PER_MINUTE": "100000000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000000"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("bench")
+	c := ts.client()
+	key := map[string]string{"Authorization": "Bearer " + p.secretKey, "Content-Type": "application/json"}
+	for i := range 10 {
+		s := ts.dialWS(p.publicKey)
+		s.send(fmt.Sprintf(`{"action":"subscribe","channel":"room","presence":true,"clientId":"u%d"}`, i))
+	}
+	for range 100 {
+		c.send("POST", "/emit", `{"channel":"room","payload":{"text":"forty bytes of payload, more or less"}}`, "", key)
+	}
+	get := func(path string) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				if r := c.send("GET", path, "", "", key); r.status != 200 {
+					b.Fatal(r.raw)
+				}
+			}
+		}
+	}
+	b.Run("GET /channels", get("/channels"))
+	b.Run("GET /channels/room", get("/channels/room"))
+	b.Run("GET /channels/room/members", get("/channels/room/members"))
+	b.Run("GET /channels/room/messages (100)", get("/channels/room/messages"))
+	b.Run("POST /clients/x/disconnect", func(b *testing.B) {
+		for b.Loop() {
+			if r := c.send("POST", "/clients/x/disconnect", "", "", key); r.status != 200 {
+				b.Fatal(r.raw)
+			}
+		}
+	})
+	one := `{"channel":"room","payload":{"text":"forty bytes of payload, more or less"}}`
+	b.Run("100 x POST /emit", func(b *testing.B) {
+		for b.Loop() {
+			for range 100 {
+				if r := c.send("POST", "/emit", one, "", key); r.status != 200 {
+					b.Fatal(r.raw)
+				}
+			}
+		}
+	})
+	batch := `{"messages":[` + strings.TrimSuffix(strings.Repeat(one+",", 100), ",") + `]}`
+	b.Run("POST /emit/batch (100)", func(b *testing.B) {
+		for b.Loop() {
+			if r := c.send("POST", "/emit/batch", batch, "", key); r.status != 200 {
+				b.Fatal(r.raw)
+			}
+		}
+	})
+}
