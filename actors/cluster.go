@@ -634,6 +634,10 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
 		return
 	}
+	if q, ok := ctx.Message().(*clusterpb.ChannelQuery); ok {
+		n.c.routeQuery(ctx, q)
+		return
+	}
 	b, ok := ctx.Message().(*clusterpb.Broadcast)
 	if !ok {
 		return

@@ -258,28 +258,20 @@ func (r *channelRelay) answerQuery(m *channelAsk) {
 	m.answers <- out
 }
 
-// askGrain asks the channel's grain (starting it if none runs) and waits at
-// most until ctx ends. The grain answers to a future, so a query it holds
-// while it waits for its previous owner's state is answered after it.
+// askGrain asks the channel's grain through the node actor of the
+// channel's owner (which answers zeros when no grain runs: a query starts
+// none) and waits at most until ctx ends. The grain answers to a future, so
+// a query it holds while it waits for its previous owner's state is
+// answered after it.
 func (c *Cluster) askGrain(ctx context.Context, projectID, channel string, kind QueryKind, since uint64) (ChannelAnswer, error) {
 	identity := projectID + "/" + channel
-	found := make(chan *actor.PID, 1)
-	go func() { found <- c.pc.Get(identity, ChannelKind) }()
-	var pid *actor.PID
-	select {
-	case pid = <-found:
-	case <-ctx.Done():
-		return ChannelAnswer{}, ErrTimeout
-	}
-	if pid == nil {
-		return ChannelAnswer{}, ErrTimeout
-	}
+	owner := c.ownerAddress(ChannelKind, identity)
 	bound := time.Until(deadlineOf(ctx))
-	if bound <= 0 {
+	if owner == "" || bound <= 0 {
 		return ChannelAnswer{}, ErrTimeout
 	}
 	f := actor.NewFuture(c.sys.as, bound)
-	c.sys.root.Send(pid, &clusterpb.ChannelQuery{Kind: int32(kind), Since: since,
+	c.sys.root.Send(actor.NewPID(owner, NodeActorName), &clusterpb.ChannelQuery{Kind: int32(kind), Since: since, Identity: identity,
 		ReplyTo: &clusterpb.Ref{Address: f.PID().Address, Id: f.PID().Id}})
 	res, err := f.Result()
 	a, ok := res.(*clusterpb.ChannelQueryAnswer)
@@ -300,6 +292,16 @@ func (c *Cluster) askGrain(ctx context.Context, projectID, channel string, kind 
 		}
 	}
 	return out, nil
+}
+
+// routeQuery is the owner's node actor handing a query to the channel's
+// grain, or answering zeros when none runs here.
+func (c *Cluster) routeQuery(ctx actor.Context, m *clusterpb.ChannelQuery) {
+	if pid, ok := c.grains.Load(m.GetIdentity()); ok {
+		ctx.Send(pid.(*actor.PID), m)
+		return
+	}
+	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelQueryAnswer{})
 }
 
 func deadlineOf(ctx context.Context) time.Time {

@@ -39,6 +39,15 @@ func TestClusterQueries(t *testing.T) {
 		timed(n, "GET /channels/room/members", func() response { return hc.bearerGet("/channels/room/members", p.secretKey) }).expect(t, 200,
 			`{"channel":"room","members":["u1","u2","u3"]}`)
 		hc.bearerGet("/channels/nobody", p.secretKey).expect(t, 200, `{"channel":"nobody","subscriberCount":0,"presenceMemberCount":0}`)
+		hc.bearerGet("/channels/nobody/members", p.secretKey).expect(t, 200, `{"channel":"nobody","members":[]}`)
+		hc.bearerGet("/channels/nobody/messages?since=1", p.secretKey).expect(t, 200, `{"channel":"nobody","messages":[],"gap":false}`)
+	}
+	// A query never starts a grain (a tenant cannot make the cluster hold
+	// grains by asking about channels nobody uses).
+	for _, n := range cl.nodes {
+		if n.hostsGrain(t, p.id+"/nobody") {
+			t.Fatalf("%s started a grain for a query", n.name)
+		}
 	}
 
 	// History: the grain's ring, whichever node asks.

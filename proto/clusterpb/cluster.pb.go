@@ -2429,12 +2429,16 @@ func (x *NodeConnections) GetFull() bool {
 
 // ChannelQuery asks a channel grain, the channel's single writer, for its
 // state (proto/PROTOCOL.md › Server-side queries and actions); it answers
-// ChannelQueryAnswer to reply_to (the asking API call's future).
+// ChannelQueryAnswer to reply_to (the asking API call's future). It is sent
+// to the node actor of the channel's owner, which hands it to the grain if
+// one runs there and otherwise answers zeros itself: a query never starts a
+// grain.
 type ChannelQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          int32                  `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`   // 0 counts, 1 members, 2 messages
 	Since         uint64                 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"` // kind 2: messages after this seq
 	ReplyTo       *Ref                   `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"` // PROJECT_ID/CHANNEL
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2488,6 +2492,13 @@ func (x *ChannelQuery) GetReplyTo() *Ref {
 		return x.ReplyTo
 	}
 	return nil
+}
+
+func (x *ChannelQuery) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type ChannelQueryAnswer struct {
@@ -2745,11 +2756,12 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x04full\x18\x03 \x01(\bR\x04full\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"g\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x83\x01\n" +
 	"\fChannelQuery\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\x05R\x04kind\x12\x14\n" +
 	"\x05since\x18\x02 \x01(\x04R\x05since\x12-\n" +
-	"\breply_to\x18\x03 \x01(\v2\x12.relay.cluster.RefR\areplyTo\"\xa1\x01\n" +
+	"\breply_to\x18\x03 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"\xa1\x01\n" +
 	"\x12ChannelQueryAnswer\x12 \n" +
 	"\vsubscribers\x18\x01 \x01(\x05R\vsubscribers\x12!\n" +
 	"\fmember_count\x18\x02 \x01(\x05R\vmemberCount\x12\x18\n" +
