@@ -586,7 +586,12 @@ func (c *Cluster) broadcastCollect(targets []*actor.PID, projectID string, b *cl
 		}
 	}))
 	defer c.sys.root.Stop(collector)
-	c.sent.Add(int64(len(targets)))
+	// An occupancy query is not a change: the control-plane figures
+	// (relay_cluster_broadcasts_*) count changes only.
+	change := b.GetOccupancyQuery() == nil
+	if change {
+		c.sent.Add(int64(len(targets)))
+	}
 	ackedBy, failed := map[string]bool{}, 0
 	deadline := time.NewTimer(c.ackTimeout)
 	defer deadline.Stop()
@@ -609,9 +614,13 @@ wait:
 			break wait
 		}
 	}
-	c.acked.Add(int64(len(ackedBy)))
+	if change {
+		c.acked.Add(int64(len(ackedBy)))
+	}
 	if missing := len(targets) - len(ackedBy); missing > 0 {
-		c.timedOut.Add(int64(missing))
+		if change {
+			c.timedOut.Add(int64(missing))
+		}
 		c.log.Warn("control-plane change not acknowledged by every member", "change", changeName(b), "project", projectID,
 			"id", b.Id, "members", len(targets), "acked", len(ackedBy), "bound", c.ackTimeout)
 	}
