@@ -96,6 +96,9 @@ func (a *channelActor) Receive(ctx actor.Context) {
 		a.hooks.set(a.cfg, m.target)
 	case *inspectChannel:
 		a.inspect(m)
+	case *channelAsk:
+		a.processed++
+		a.answerQuery(m)
 	case *quietTick:
 		scheduleQuietTick(ctx, a.dormancy)
 		if a.quiet.dormantAgain(a.dormant()) {

@@ -187,6 +187,8 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.hooks.set(g.cfg, m.target)
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
+	case *clusterpb.ChannelQuery:
+		g.answerQuery(ctx, m)
 	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
 		if g.frozen {
 			return // handed off: the next owner has the subscribers; relays send these to it again
@@ -252,7 +254,7 @@ func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
 			return true
 		}
 		g.heldPubs++
-	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
+	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated, *clusterpb.ChannelQuery:
 	default:
 		return false
 	}

@@ -134,6 +134,9 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 	case *retryTick:
 		r.retrying = false
 		r.retry(ctx)
+	case *channelAsk:
+		r.processed++
+		r.answerQuery(m)
 	case *inspectChannel:
 		members := slices.Sorted(maps.Keys(r.roster)) // as a channel actor lists them
 		if members == nil {

@@ -553,8 +553,21 @@ func (c *Cluster) broadcast(projectID string, b *clusterpb.Broadcast) {
 
 // broadcastTo is broadcast to given node actors; it returns how many acked.
 func (c *Cluster) broadcastTo(targets []*actor.PID, projectID string, b *clusterpb.Broadcast) int {
+	acked, _ := c.broadcastCounting(targets, projectID, b)
+	return acked
+}
+
+// broadcastCounting is broadcastTo that also sums the acks' closed counts
+// (ClientDisconnect).
+func (c *Cluster) broadcastCounting(targets []*actor.PID, projectID string, b *clusterpb.Broadcast) (acked, closed int) {
+	return c.broadcastCollect(targets, projectID, b, nil)
+}
+
+// broadcastCollect is broadcastCounting that also hands each ack to
+// collect (on the caller's goroutine).
+func (c *Cluster) broadcastCollect(targets []*actor.PID, projectID string, b *clusterpb.Broadcast, collect func(*clusterpb.BroadcastAck)) (acked, closed int) {
 	if len(targets) == 0 {
-		return 0
+		return 0, 0
 	}
 	b.Id = c.self + "#" + strconv.FormatUint(c.seq.Add(1), 10)
 	b.Origin = c.self
@@ -576,16 +589,27 @@ func (c *Cluster) broadcastTo(targets []*actor.PID, projectID string, b *cluster
 		}
 	}))
 	defer c.sys.root.Stop(collector)
-	c.sent.Add(int64(len(targets)))
-	acked, failed := map[string]bool{}, 0
+	// An occupancy query is not a change: the control-plane figures
+	// (relay_cluster_broadcasts_*) count changes only.
+	change := b.GetOccupancyQuery() == nil
+	if change {
+		c.sent.Add(int64(len(targets)))
+	}
+	ackedBy, failed := map[string]bool{}, 0
 	deadline := time.NewTimer(c.ackTimeout)
 	defer deadline.Stop()
 wait:
-	for len(acked)+failed < len(targets) {
+	for len(ackedBy)+failed < len(targets) {
 		select {
 		case a := <-answers:
 			if ack, ok := a.(*clusterpb.BroadcastAck); ok && ack.Id == b.Id {
-				acked[ack.Member] = true
+				if !ackedBy[ack.Member] {
+					closed += int(ack.Closed)
+					if collect != nil {
+						collect(ack)
+					}
+				}
+				ackedBy[ack.Member] = true
 			} else {
 				failed++ // the member has no node actor (it is stopping)
 			}
@@ -593,13 +617,17 @@ wait:
 			break wait
 		}
 	}
-	c.acked.Add(int64(len(acked)))
-	if missing := len(targets) - len(acked); missing > 0 {
-		c.timedOut.Add(int64(missing))
-		c.log.Warn("control-plane change not acknowledged by every member", "change", changeName(b), "project", projectID,
-			"id", b.Id, "members", len(targets), "acked", len(acked), "bound", c.ackTimeout)
+	if change {
+		c.acked.Add(int64(len(ackedBy)))
 	}
-	return len(acked)
+	if missing := len(targets) - len(ackedBy); missing > 0 {
+		if change {
+			c.timedOut.Add(int64(missing))
+		}
+		c.log.Warn("control-plane change not acknowledged by every member", "change", changeName(b), "project", projectID,
+			"id", b.Id, "members", len(targets), "acked", len(ackedBy), "bound", c.ackTimeout)
+	}
+	return len(ackedBy), closed
 }
 
 // nodeActor applies the changes other members send, then acks them, and
@@ -618,11 +646,47 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
 		return
 	}
+	if q, ok := ctx.Message().(*clusterpb.ChannelQuery); ok {
+		n.c.routeQuery(ctx, q)
+		return
+	}
 	b, ok := ctx.Message().(*clusterpb.Broadcast)
 	if !ok {
 		return
 	}
+	if _, ok := b.Change.(*clusterpb.Broadcast_OccupancyQuery); ok {
+		// A query: answered beside Receive with this node's counts.
+		sender, root, sys, ack, bound := ctx.Sender(), ctx.ActorSystem().Root, n.c.sys, &clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self}, n.c.ackTimeout
+		go func() {
+			qctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			chans, _ := sys.occupancyHere(qctx, b.ProjectId)
+			for _, c := range chans {
+				ack.Channels = append(ack.Channels, &clusterpb.ChannelCount{Channel: c.Channel, Subscribers: int32(c.Subscribers)})
+			}
+			if sender != nil {
+				root.Send(sender, ack)
+			}
+		}()
+		return
+	}
 	n.c.received.Add(1)
+	if d, ok := b.Change.(*clusterpb.Broadcast_ClientDisconnect); ok {
+		// Acked once the sockets are closed: the sender answers its API
+		// call only then. Asked beside Receive, which never waits.
+		n.c.remoteChange(b.ProjectId)
+		sender, root, sys, ack, bound := ctx.Sender(), ctx.ActorSystem().Root, n.c.sys, &clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self}, n.c.ackTimeout
+		go func() {
+			qctx, cancel := context.WithTimeout(context.Background(), bound)
+			defer cancel()
+			closed, _ := sys.disconnectHere(qctx, b.ProjectId, d.ClientDisconnect.GetClientId())
+			ack.Closed = int32(closed)
+			if sender != nil {
+				root.Send(sender, ack)
+			}
+		}()
+		return
+	}
 	n.c.sys.applyRemote(b, n.c.log)
 	n.c.remoteChange(b.ProjectId)
 	ctx.Respond(&clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self})
@@ -663,6 +727,10 @@ func changeName(b *clusterpb.Broadcast) string {
 		return "client_emit_secret_changed"
 	case *clusterpb.Broadcast_TokensRevoked:
 		return "tokens_revoked"
+	case *clusterpb.Broadcast_ClientDisconnect:
+		return "client_disconnect"
+	case *clusterpb.Broadcast_OccupancyQuery:
+		return "occupancy_query"
 	}
 	return "unknown"
 }
@@ -694,6 +762,18 @@ func (s *System) clusterRevoke(id string, revs []Revocation) {
 	}
 	c.broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_TokensRevoked{TokensRevoked: &clusterpb.TokensRevoked{
 		Revocations: revocationsToProto(revs)}}})
+}
+
+// clusterDisconnect asks every other member to close the clientId's sockets
+// and returns how many they closed (0 on one node).
+func (s *System) clusterDisconnect(id, clientID string) int {
+	c := s.cluster.Load()
+	if c == nil || c.leaving.Load() {
+		return 0
+	}
+	_, closed := c.broadcastCounting(c.peers(), id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ClientDisconnect{
+		ClientDisconnect: &clusterpb.ClientDisconnect{ClientId: clientID}}})
+	return closed
 }
 
 func revocationsToProto(revs []Revocation) []*clusterpb.Revocation {

@@ -217,6 +217,8 @@ func (a *projectActor) common(ctx actor.Context) {
 		if w, ok := a.hookWatchers[m.grain.Id]; ok && w.Equal(m.grain) {
 			delete(a.hookWatchers, m.grain.Id)
 		}
+	case *channelQuery:
+		a.query(ctx, m)
 	case *revoked:
 		a.gen++
 		a.addRevocations(m.revs)

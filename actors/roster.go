@@ -50,6 +50,9 @@ func (r *roster) full(clientID string, leaving bool, max int) bool {
 }
 
 // only: clientID has exactly one presence subscription.
+// len is the number of distinct clientIds.
+func (r *roster) len() int { return len(r.counts) }
+
 func (r *roster) only(clientID string) bool { return r.counts[clientID] == 1 }
 
 // others lists the members a subscriber under clientID is told in its

@@ -29,6 +29,9 @@ var statusOf = map[proto.Code]int{
 	proto.CodeChannelRateLimited:       http.StatusTooManyRequests,
 	proto.CodeProjectRateLimited:       http.StatusTooManyRequests,
 	proto.CodeJTIOrClientIDRequired:    http.StatusBadRequest,
+	proto.CodeInvalidSince:             http.StatusBadRequest,
+	proto.CodeInvalidQuery:             http.StatusBadRequest,
+	proto.CodeInvalidBatch:             http.StatusBadRequest,
 
 	proto.CodeNotFound:             http.StatusNotFound,
 	proto.CodeMethodNotAllowed:     http.StatusMethodNotAllowed,

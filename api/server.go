@@ -125,6 +125,7 @@ func New(o Options) *Server {
 		mux.Handle("/emit", methods{http.MethodPost: s.handleEmit})
 		mux.Handle("/ws", methods{http.MethodGet: s.handleWS})
 		mux.Handle("/emit-tokens/revoke", methods{http.MethodPost: s.handleRevokeTokens})
+		s.queryRoutes(mux)
 	}
 	web.Routes(mux) // /client.js and /demo
 	dashboard{Server: s}.routes(mux)

@@ -53,12 +53,22 @@ const (
 
 	// Key rotation with an overlap window (README › Keys).
 	CodeInvalidOverlap Code = "invalid_overlap" // 400: overlapSeconds not an integer from 0 to 86400
+
+	// Server-side queries (PROTOCOL.md › Server-side queries and actions).
+	CodeInvalidQuery Code = "invalid_query" // 400: a query parameter (named by param) out of range
+	CodeInvalidBatch Code = "invalid_batch" // 400: POST /emit/batch with no messages or over 100
 )
 
 // CloseProjectDeleted is the WebSocket close code a connection gets when its
 // project is deleted (or found missing): reconnecting with the same key will
 // not work.
 const CloseProjectDeleted = 4004
+
+// CloseClientDisconnected is the close code of the connections of a
+// clientId that the project's backend disconnected (POST
+// /clients/{clientId}/disconnect): reconnecting works unless the backend
+// also stops the client from doing so.
+const CloseClientDisconnected = 4003
 
 // CloseKeyRevoked is the close code of the connections opened with a public
 // key that was revoked or rotated: reconnecting with that key will not work.

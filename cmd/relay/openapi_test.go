@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -337,6 +338,66 @@ func TestOpenAPI(t *testing.T) {
 				t.Errorf("%s: the validator found %q, want a route not in the document", path, msg)
 			}
 		}
+
+		var seen []string
+		for k := range st.seen {
+			seen = append(seen, k)
+		}
+		sort.Strings(seen)
+		t.Logf("validated %d route × status pairs:\n%s", len(seen), strings.Join(seen, "\n"))
+	})
+}
+
+// TestOpenAPIQueries: the server-side queries and actions against the
+// document, every status each can give.
+func TestOpenAPIQueries(t *testing.T) {
+	router := loadOpenAPI(t)
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServerAt(t, dbURL, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "1"}, newClock().Now)
+		st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
+		want := func(r response, status int, code ...string) response {
+			t.Helper()
+			if r.status != status || (len(code) > 0 && r.str("error") != code[0]) {
+				t.Fatalf("%d %s, want %d %v", r.status, r.raw, status, code)
+			}
+			return r
+		}
+		p := ts.signup("alice@example.com").createProject("q")
+		key := map[string]string{"Authorization": "Bearer " + p.secretKey}
+		anon := st.client(ts)
+		ann := presenceSub(t, ts, p.publicKey, "room", "ann")
+		ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+
+		for _, path := range []string{"/channels", "/channels/room", "/channels/room/members", "/channels/room/messages"} {
+			want(anon.send("GET", path, "", "", nil), 401, "missing_secret_key")
+			want(anon.send("GET", path, "", "", map[string]string{"Authorization": "Bearer sk_nope"}), 401, "invalid_secret_key")
+			want(anon.send("DELETE", path, "", "", key), 405)
+		}
+		want(anon.send("GET", "/channels", "", "", key), 200)
+		want(anon.send("GET", "/channels?limit=1&cursor=a", "", "", key), 200)
+		want(anon.send("GET", "/channels?limit=0", "", "", key), 400, "invalid_query")
+		want(anon.send("GET", "/channels?cursor=a%20b", "", "", key), 400, "invalid_query")
+		want(anon.send("GET", "/channels/room", "", "", key), 200)
+		want(anon.send("GET", "/channels/a!", "", "", key), 400, "invalid_channel")
+		want(anon.send("GET", "/channels/room/members", "", "", key), 200)
+		want(anon.send("GET", "/channels/a!/members", "", "", key), 400, "invalid_channel")
+		want(anon.send("POST", "/emit/batch", `{"messages":[{"channel":"room","payload":{"n":1}},{"channel":"room","payload":2},{"channel":"a b"},{"channel":"x","payload":"`+strings.Repeat("x", 130<<10)+`"},1]}`, "application/json", key), 200)
+		want(anon.send("GET", "/channels/room/messages", "", "", key), 200)
+		want(anon.send("GET", "/channels/room/messages?since=1", "", "", key), 200)
+		want(anon.send("GET", "/channels/room/messages?since=x", "", "", key), 400, "invalid_since")
+		want(anon.send("GET", "/channels/a!/messages", "", "", key), 400, "invalid_channel")
+
+		want(anon.send("POST", "/clients/ann/disconnect", "", "", nil), 401, "missing_secret_key")
+		want(anon.send("GET", "/clients/ann/disconnect", "", "", key), 405)
+		want(anon.send("POST", "/clients/ann/disconnect", "", "", key), 200)
+		ann.expectClose(4003, 5*time.Second)
+
+		want(anon.send("POST", "/emit/batch", `{"messages":[]}`, "application/json", nil), 401, "missing_secret_key")
+		want(anon.send("GET", "/emit/batch", "", "", key), 405)
+		want(anon.send("POST", "/emit/batch", `{"messages":[]}`, "application/json", key), 400, "invalid_batch")
+		want(anon.send("POST", "/emit/batch", `[`, "application/json", key), 400, "invalid_json")
+		want(anon.send("POST", "/emit/batch", `{"messages":[]}`, "text/plain", key), 415)
+		want(anon.send("POST", "/emit/batch", `{"messages":["`+strings.Repeat("x", 4<<20)+`"]}`, "application/json", key), 413)
 
 		var seen []string
 		for k := range st.seen {

@@ -47,6 +47,8 @@ type Broadcast struct {
 	//	*Broadcast_SettingsChanged
 	//	*Broadcast_ClientEmitSecretChanged
 	//	*Broadcast_TokensRevoked
+	//	*Broadcast_ClientDisconnect
+	//	*Broadcast_OccupancyQuery
 	Change        isBroadcast_Change `protobuf_oneof:"change"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -155,6 +157,24 @@ func (x *Broadcast) GetTokensRevoked() *TokensRevoked {
 	return nil
 }
 
+func (x *Broadcast) GetClientDisconnect() *ClientDisconnect {
+	if x != nil {
+		if x, ok := x.Change.(*Broadcast_ClientDisconnect); ok {
+			return x.ClientDisconnect
+		}
+	}
+	return nil
+}
+
+func (x *Broadcast) GetOccupancyQuery() *OccupancyQuery {
+	if x != nil {
+		if x, ok := x.Change.(*Broadcast_OccupancyQuery); ok {
+			return x.OccupancyQuery
+		}
+	}
+	return nil
+}
+
 type isBroadcast_Change interface {
 	isBroadcast_Change()
 }
@@ -179,6 +199,14 @@ type Broadcast_TokensRevoked struct {
 	TokensRevoked *TokensRevoked `protobuf:"bytes,14,opt,name=tokens_revoked,json=tokensRevoked,proto3,oneof"`
 }
 
+type Broadcast_ClientDisconnect struct {
+	ClientDisconnect *ClientDisconnect `protobuf:"bytes,15,opt,name=client_disconnect,json=clientDisconnect,proto3,oneof"`
+}
+
+type Broadcast_OccupancyQuery struct {
+	OccupancyQuery *OccupancyQuery `protobuf:"bytes,16,opt,name=occupancy_query,json=occupancyQuery,proto3,oneof"`
+}
+
 func (*Broadcast_ProjectDeleted) isBroadcast_Change() {}
 
 func (*Broadcast_KeysRevoked) isBroadcast_Change() {}
@@ -188,6 +216,10 @@ func (*Broadcast_SettingsChanged) isBroadcast_Change() {}
 func (*Broadcast_ClientEmitSecretChanged) isBroadcast_Change() {}
 
 func (*Broadcast_TokensRevoked) isBroadcast_Change() {}
+
+func (*Broadcast_ClientDisconnect) isBroadcast_Change() {}
+
+func (*Broadcast_OccupancyQuery) isBroadcast_Change() {}
 
 // ProjectDeleted: close the project's sockets (4004) and stop its actors.
 type ProjectDeleted struct {
@@ -356,6 +388,145 @@ func (x *ClientEmitSecretChanged) GetSecret() string {
 	return ""
 }
 
+// ClientDisconnect: close every socket that holds a subscription under this
+// clientId (4003). The receiver acks once its sockets are closed, with how
+// many it closed (BroadcastAck.closed).
+type ClientDisconnect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientDisconnect) Reset() {
+	*x = ClientDisconnect{}
+	mi := &file_proto_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientDisconnect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientDisconnect) ProtoMessage() {}
+
+func (x *ClientDisconnect) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientDisconnect.ProtoReflect.Descriptor instead.
+func (*ClientDisconnect) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClientDisconnect) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+// OccupancyQuery: a query, not a change. The receiver acks with its own
+// sockets' subscriber count of each of the project's channels
+// (BroadcastAck.channels); the asker sums every member's.
+type OccupancyQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OccupancyQuery) Reset() {
+	*x = OccupancyQuery{}
+	mi := &file_proto_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OccupancyQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OccupancyQuery) ProtoMessage() {}
+
+func (x *OccupancyQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OccupancyQuery.ProtoReflect.Descriptor instead.
+func (*OccupancyQuery) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+// ChannelCount is one channel's subscribers on one member.
+type ChannelCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Channel       string                 `protobuf:"bytes,1,opt,name=channel,proto3" json:"channel,omitempty"`
+	Subscribers   int32                  `protobuf:"varint,2,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelCount) Reset() {
+	*x = ChannelCount{}
+	mi := &file_proto_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelCount) ProtoMessage() {}
+
+func (x *ChannelCount) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelCount.ProtoReflect.Descriptor instead.
+func (*ChannelCount) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ChannelCount) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *ChannelCount) GetSubscribers() int32 {
+	if x != nil {
+		return x.Subscribers
+	}
+	return 0
+}
+
 // TokensRevoked: client-emit token revocations, already stored.
 type TokensRevoked struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -366,7 +537,7 @@ type TokensRevoked struct {
 
 func (x *TokensRevoked) Reset() {
 	*x = TokensRevoked{}
-	mi := &file_proto_cluster_proto_msgTypes[5]
+	mi := &file_proto_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +549,7 @@ func (x *TokensRevoked) String() string {
 func (*TokensRevoked) ProtoMessage() {}
 
 func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[5]
+	mi := &file_proto_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +562,7 @@ func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokensRevoked.ProtoReflect.Descriptor instead.
 func (*TokensRevoked) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{5}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TokensRevoked) GetRevocations() []*Revocation {
@@ -413,7 +584,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_proto_cluster_proto_msgTypes[6]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +596,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[6]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +609,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Revocation) GetKind() string {
@@ -473,14 +644,16 @@ func (x *Revocation) GetExpiresAtUnixNano() int64 {
 type BroadcastAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Member        string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"` // the receiver's member id
+	Member        string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`     // the receiver's member id
+	Closed        int32                  `protobuf:"varint,3,opt,name=closed,proto3" json:"closed,omitempty"`    // ClientDisconnect: the sockets the receiver closed
+	Channels      []*ChannelCount        `protobuf:"bytes,4,rep,name=channels,proto3" json:"channels,omitempty"` // OccupancyQuery: the receiver's counts
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BroadcastAck) Reset() {
 	*x = BroadcastAck{}
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +665,7 @@ func (x *BroadcastAck) String() string {
 func (*BroadcastAck) ProtoMessage() {}
 
 func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +678,7 @@ func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastAck.ProtoReflect.Descriptor instead.
 func (*BroadcastAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BroadcastAck) GetId() string {
@@ -522,6 +695,20 @@ func (x *BroadcastAck) GetMember() string {
 	return ""
 }
 
+func (x *BroadcastAck) GetClosed() int32 {
+	if x != nil {
+		return x.Closed
+	}
+	return 0
+}
+
+func (x *BroadcastAck) GetChannels() []*ChannelCount {
+	if x != nil {
+		return x.Channels
+	}
+	return nil
+}
+
 // Ref names an actor on some node: its remote address and process id.
 type Ref struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -533,7 +720,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +732,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +745,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Ref) GetAddress() string {
@@ -587,7 +774,7 @@ type Subscriber struct {
 
 func (x *Subscriber) Reset() {
 	*x = Subscriber{}
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +786,7 @@ func (x *Subscriber) String() string {
 func (*Subscriber) ProtoMessage() {}
 
 func (x *Subscriber) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +799,7 @@ func (x *Subscriber) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscriber.ProtoReflect.Descriptor instead.
 func (*Subscriber) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Subscriber) GetConn() uint64 {
@@ -650,7 +837,7 @@ type ChannelRegister struct {
 
 func (x *ChannelRegister) Reset() {
 	*x = ChannelRegister{}
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +849,7 @@ func (x *ChannelRegister) String() string {
 func (*ChannelRegister) ProtoMessage() {}
 
 func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +862,7 @@ func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRegister.ProtoReflect.Descriptor instead.
 func (*ChannelRegister) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChannelRegister) GetRelay() *Ref {
@@ -712,7 +899,7 @@ type ChannelJoin struct {
 
 func (x *ChannelJoin) Reset() {
 	*x = ChannelJoin{}
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +911,7 @@ func (x *ChannelJoin) String() string {
 func (*ChannelJoin) ProtoMessage() {}
 
 func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +924,7 @@ func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoin.ProtoReflect.Descriptor instead.
 func (*ChannelJoin) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ChannelJoin) GetRelay() *Ref {
@@ -786,7 +973,7 @@ type ChannelJoined struct {
 
 func (x *ChannelJoined) Reset() {
 	*x = ChannelJoined{}
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +985,7 @@ func (x *ChannelJoined) String() string {
 func (*ChannelJoined) ProtoMessage() {}
 
 func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +998,7 @@ func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoined.ProtoReflect.Descriptor instead.
 func (*ChannelJoined) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChannelJoined) GetConn() uint64 {
@@ -874,7 +1061,7 @@ type ChannelLeave struct {
 
 func (x *ChannelLeave) Reset() {
 	*x = ChannelLeave{}
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1073,7 @@ func (x *ChannelLeave) String() string {
 func (*ChannelLeave) ProtoMessage() {}
 
 func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1086,7 @@ func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelLeave.ProtoReflect.Descriptor instead.
 func (*ChannelLeave) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChannelLeave) GetRelay() *Ref {
@@ -939,7 +1126,7 @@ type ChannelPublish struct {
 
 func (x *ChannelPublish) Reset() {
 	*x = ChannelPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1138,7 @@ func (x *ChannelPublish) String() string {
 func (*ChannelPublish) ProtoMessage() {}
 
 func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1151,7 @@ func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublish.ProtoReflect.Descriptor instead.
 func (*ChannelPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChannelPublish) GetId() string {
@@ -1056,7 +1243,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1255,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1268,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Budget) GetLimit() int32 {
@@ -1123,7 +1310,7 @@ type ChannelPublished struct {
 
 func (x *ChannelPublished) Reset() {
 	*x = ChannelPublished{}
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1322,7 @@ func (x *ChannelPublished) String() string {
 func (*ChannelPublished) ProtoMessage() {}
 
 func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1335,7 @@ func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublished.ProtoReflect.Descriptor instead.
 func (*ChannelPublished) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChannelPublished) GetId() string {
@@ -1206,7 +1393,7 @@ type ChannelDeliver struct {
 
 func (x *ChannelDeliver) Reset() {
 	*x = ChannelDeliver{}
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1405,7 @@ func (x *ChannelDeliver) String() string {
 func (*ChannelDeliver) ProtoMessage() {}
 
 func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1418,7 @@ func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelDeliver.ProtoReflect.Descriptor instead.
 func (*ChannelDeliver) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChannelDeliver) GetSeq() uint64 {
@@ -1268,7 +1455,7 @@ type ChannelPresence struct {
 
 func (x *ChannelPresence) Reset() {
 	*x = ChannelPresence{}
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1467,7 @@ func (x *ChannelPresence) String() string {
 func (*ChannelPresence) ProtoMessage() {}
 
 func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1480,7 @@ func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPresence.ProtoReflect.Descriptor instead.
 func (*ChannelPresence) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChannelPresence) GetEvent() string {
@@ -1330,7 +1517,7 @@ type ChannelRoster struct {
 
 func (x *ChannelRoster) Reset() {
 	*x = ChannelRoster{}
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1529,7 @@ func (x *ChannelRoster) String() string {
 func (*ChannelRoster) ProtoMessage() {}
 
 func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1542,7 @@ func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRoster.ProtoReflect.Descriptor instead.
 func (*ChannelRoster) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChannelRoster) GetMembers() []string {
@@ -1381,7 +1568,7 @@ type GrainHandoff struct {
 
 func (x *GrainHandoff) Reset() {
 	*x = GrainHandoff{}
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1580,7 @@ func (x *GrainHandoff) String() string {
 func (*GrainHandoff) ProtoMessage() {}
 
 func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1593,7 @@ func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoff.ProtoReflect.Descriptor instead.
 func (*GrainHandoff) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GrainHandoff) GetFrom() string {
@@ -1445,7 +1632,7 @@ type ProjectState struct {
 
 func (x *ProjectState) Reset() {
 	*x = ProjectState{}
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1644,7 @@ func (x *ProjectState) String() string {
 func (*ProjectState) ProtoMessage() {}
 
 func (x *ProjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1657,7 @@ func (x *ProjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectState.ProtoReflect.Descriptor instead.
 func (*ProjectState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ProjectState) GetProjectId() string {
@@ -1519,7 +1706,7 @@ type ClientWindow struct {
 
 func (x *ClientWindow) Reset() {
 	*x = ClientWindow{}
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1718,7 @@ func (x *ClientWindow) String() string {
 func (*ClientWindow) ProtoMessage() {}
 
 func (x *ClientWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1731,7 @@ func (x *ClientWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientWindow.ProtoReflect.Descriptor instead.
 func (*ClientWindow) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClientWindow) GetClientId() string {
@@ -1581,7 +1768,7 @@ type AnsweredTake struct {
 
 func (x *AnsweredTake) Reset() {
 	*x = AnsweredTake{}
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1780,7 @@ func (x *AnsweredTake) String() string {
 func (*AnsweredTake) ProtoMessage() {}
 
 func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1793,7 @@ func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredTake.ProtoReflect.Descriptor instead.
 func (*AnsweredTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AnsweredTake) GetId() string {
@@ -1653,7 +1840,7 @@ type GrainHandoffAck struct {
 
 func (x *GrainHandoffAck) Reset() {
 	*x = GrainHandoffAck{}
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1852,7 @@ func (x *GrainHandoffAck) String() string {
 func (*GrainHandoffAck) ProtoMessage() {}
 
 func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1865,7 @@ func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
 func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GrainHandoffAck) GetTaken() int32 {
@@ -1705,7 +1892,7 @@ type GrainState struct {
 
 func (x *GrainState) Reset() {
 	*x = GrainState{}
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1904,7 @@ func (x *GrainState) String() string {
 func (*GrainState) ProtoMessage() {}
 
 func (x *GrainState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1917,7 @@ func (x *GrainState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
 func (*GrainState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GrainState) GetIdentity() string {
@@ -1800,7 +1987,7 @@ type ReplayEntry struct {
 
 func (x *ReplayEntry) Reset() {
 	*x = ReplayEntry{}
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1999,7 @@ func (x *ReplayEntry) String() string {
 func (*ReplayEntry) ProtoMessage() {}
 
 func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2012,7 @@ func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
 func (*ReplayEntry) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplayEntry) GetSeq() uint64 {
@@ -1859,7 +2046,7 @@ type RelaySubs struct {
 
 func (x *RelaySubs) Reset() {
 	*x = RelaySubs{}
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2058,7 @@ func (x *RelaySubs) String() string {
 func (*RelaySubs) ProtoMessage() {}
 
 func (x *RelaySubs) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2071,7 @@ func (x *RelaySubs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
 func (*RelaySubs) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RelaySubs) GetRelay() *Ref {
@@ -1912,7 +2099,7 @@ type AnsweredPublish struct {
 
 func (x *AnsweredPublish) Reset() {
 	*x = AnsweredPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2111,7 @@ func (x *AnsweredPublish) String() string {
 func (*AnsweredPublish) ProtoMessage() {}
 
 func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2124,7 @@ func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
 func (*AnsweredPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AnsweredPublish) GetId() string {
@@ -1981,7 +2168,7 @@ type ProjectTake struct {
 
 func (x *ProjectTake) Reset() {
 	*x = ProjectTake{}
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2180,7 @@ func (x *ProjectTake) String() string {
 func (*ProjectTake) ProtoMessage() {}
 
 func (x *ProjectTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2193,7 @@ func (x *ProjectTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
 func (*ProjectTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProjectTake) GetId() string {
@@ -2066,7 +2253,7 @@ type ProjectTaken struct {
 
 func (x *ProjectTaken) Reset() {
 	*x = ProjectTaken{}
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2265,7 @@ func (x *ProjectTaken) String() string {
 func (*ProjectTaken) ProtoMessage() {}
 
 func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2278,7 @@ func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
 func (*ProjectTaken) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ProjectTaken) GetId() string {
@@ -2140,7 +2327,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2339,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2352,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -2191,7 +2378,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2390,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2403,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2240,11 +2427,161 @@ func (x *NodeConnections) GetFull() bool {
 	return false
 }
 
+// ChannelQuery asks a channel grain, the channel's single writer, for its
+// state (proto/PROTOCOL.md › Server-side queries and actions); it answers
+// ChannelQueryAnswer to reply_to (the asking API call's future). It is sent
+// to the node actor of the channel's owner, which hands it to the grain if
+// one runs there and otherwise answers zeros itself: a query never starts a
+// grain.
+type ChannelQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          int32                  `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`   // 0 counts, 1 members, 2 messages
+	Since         uint64                 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"` // kind 2: messages after this seq
+	ReplyTo       *Ref                   `protobuf:"bytes,3,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	Identity      string                 `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"` // PROJECT_ID/CHANNEL
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelQuery) Reset() {
+	*x = ChannelQuery{}
+	mi := &file_proto_cluster_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelQuery) ProtoMessage() {}
+
+func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelQuery.ProtoReflect.Descriptor instead.
+func (*ChannelQuery) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ChannelQuery) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ChannelQuery) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *ChannelQuery) GetReplyTo() *Ref {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return nil
+}
+
+func (x *ChannelQuery) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+type ChannelQueryAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subscribers   int32                  `protobuf:"varint,1,opt,name=subscribers,proto3" json:"subscribers,omitempty"`                    // every node's
+	MemberCount   int32                  `protobuf:"varint,2,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"` // distinct presence clientIds
+	Members       []string               `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`                             // kind 1, sorted
+	Messages      [][]byte               `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`                           // kind 2: the replay ring's message objects after since, oldest first
+	Gap           bool                   `protobuf:"varint,5,opt,name=gap,proto3" json:"gap,omitempty"`                                    // kind 2: some of what followed since is no longer buffered
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelQueryAnswer) Reset() {
+	*x = ChannelQueryAnswer{}
+	mi := &file_proto_cluster_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelQueryAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelQueryAnswer) ProtoMessage() {}
+
+func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelQueryAnswer.ProtoReflect.Descriptor instead.
+func (*ChannelQueryAnswer) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ChannelQueryAnswer) GetSubscribers() int32 {
+	if x != nil {
+		return x.Subscribers
+	}
+	return 0
+}
+
+func (x *ChannelQueryAnswer) GetMemberCount() int32 {
+	if x != nil {
+		return x.MemberCount
+	}
+	return 0
+}
+
+func (x *ChannelQueryAnswer) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ChannelQueryAnswer) GetMessages() [][]byte {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ChannelQueryAnswer) GetGap() bool {
+	if x != nil {
+		return x.Gap
+	}
+	return false
+}
+
 var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xe2\x03\n" +
+	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xfc\x04\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x1d\n" +
@@ -2255,7 +2592,9 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\fkeys_revoked\x18\v \x01(\v2\x1a.relay.cluster.KeysRevokedH\x00R\vkeysRevoked\x12K\n" +
 	"\x10settings_changed\x18\f \x01(\v2\x1e.relay.cluster.SettingsChangedH\x00R\x0fsettingsChanged\x12e\n" +
 	"\x1aclient_emit_secret_changed\x18\r \x01(\v2&.relay.cluster.ClientEmitSecretChangedH\x00R\x17clientEmitSecretChanged\x12E\n" +
-	"\x0etokens_revoked\x18\x0e \x01(\v2\x1c.relay.cluster.TokensRevokedH\x00R\rtokensRevokedB\b\n" +
+	"\x0etokens_revoked\x18\x0e \x01(\v2\x1c.relay.cluster.TokensRevokedH\x00R\rtokensRevoked\x12N\n" +
+	"\x11client_disconnect\x18\x0f \x01(\v2\x1f.relay.cluster.ClientDisconnectH\x00R\x10clientDisconnect\x12H\n" +
+	"\x0foccupancy_query\x18\x10 \x01(\v2\x1d.relay.cluster.OccupancyQueryH\x00R\x0eoccupancyQueryB\b\n" +
 	"\x06change\"\x10\n" +
 	"\x0eProjectDeleted\",\n" +
 	"\vKeysRevoked\x12\x1d\n" +
@@ -2263,7 +2602,13 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"key_hashes\x18\x01 \x03(\tR\tkeyHashes\"\x11\n" +
 	"\x0fSettingsChanged\"1\n" +
 	"\x17ClientEmitSecretChanged\x12\x16\n" +
-	"\x06secret\x18\x01 \x01(\tR\x06secret\"L\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\"/\n" +
+	"\x10ClientDisconnect\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x10\n" +
+	"\x0eOccupancyQuery\"J\n" +
+	"\fChannelCount\x12\x18\n" +
+	"\achannel\x18\x01 \x01(\tR\achannel\x12 \n" +
+	"\vsubscribers\x18\x02 \x01(\x05R\vsubscribers\"L\n" +
 	"\rTokensRevoked\x12;\n" +
 	"\vrevocations\x18\x01 \x03(\v2\x19.relay.cluster.RevocationR\vrevocations\"\x98\x01\n" +
 	"\n" +
@@ -2271,10 +2616,12 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12/\n" +
 	"\x14revoked_at_unix_nano\x18\x03 \x01(\x03R\x11revokedAtUnixNano\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"6\n" +
+	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"\x87\x01\n" +
 	"\fBroadcastAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06member\x18\x02 \x01(\tR\x06member\"/\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
+	"\x06closed\x18\x03 \x01(\x05R\x06closed\x127\n" +
+	"\bchannels\x18\x04 \x03(\v2\x1b.relay.cluster.ChannelCountR\bchannels\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"Y\n" +
@@ -2409,7 +2756,18 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x04full\x18\x03 \x01(\bR\x04full\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x83\x01\n" +
+	"\fChannelQuery\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\x05R\x04kind\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x04R\x05since\x12-\n" +
+	"\breply_to\x18\x03 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"\xa1\x01\n" +
+	"\x12ChannelQueryAnswer\x12 \n" +
+	"\vsubscribers\x18\x01 \x01(\x05R\vsubscribers\x12!\n" +
+	"\fmember_count\x18\x02 \x01(\x05R\vmemberCount\x12\x18\n" +
+	"\amembers\x18\x03 \x03(\tR\amembers\x12\x1a\n" +
+	"\bmessages\x18\x04 \x03(\fR\bmessages\x12\x10\n" +
+	"\x03gap\x18\x05 \x01(\bR\x03gapB*Z(github.com/relayhq/relay/proto/clusterpbb\x06proto3"
 
 var (
 	file_proto_cluster_proto_rawDescOnce sync.Once
@@ -2423,76 +2781,85 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
 	(*KeysRevoked)(nil),             // 2: relay.cluster.KeysRevoked
 	(*SettingsChanged)(nil),         // 3: relay.cluster.SettingsChanged
 	(*ClientEmitSecretChanged)(nil), // 4: relay.cluster.ClientEmitSecretChanged
-	(*TokensRevoked)(nil),           // 5: relay.cluster.TokensRevoked
-	(*Revocation)(nil),              // 6: relay.cluster.Revocation
-	(*BroadcastAck)(nil),            // 7: relay.cluster.BroadcastAck
-	(*Ref)(nil),                     // 8: relay.cluster.Ref
-	(*Subscriber)(nil),              // 9: relay.cluster.Subscriber
-	(*ChannelRegister)(nil),         // 10: relay.cluster.ChannelRegister
-	(*ChannelJoin)(nil),             // 11: relay.cluster.ChannelJoin
-	(*ChannelJoined)(nil),           // 12: relay.cluster.ChannelJoined
-	(*ChannelLeave)(nil),            // 13: relay.cluster.ChannelLeave
-	(*ChannelPublish)(nil),          // 14: relay.cluster.ChannelPublish
-	(*Budget)(nil),                  // 15: relay.cluster.Budget
-	(*ChannelPublished)(nil),        // 16: relay.cluster.ChannelPublished
-	(*ChannelDeliver)(nil),          // 17: relay.cluster.ChannelDeliver
-	(*ChannelPresence)(nil),         // 18: relay.cluster.ChannelPresence
-	(*ChannelRoster)(nil),           // 19: relay.cluster.ChannelRoster
-	(*GrainHandoff)(nil),            // 20: relay.cluster.GrainHandoff
-	(*ProjectState)(nil),            // 21: relay.cluster.ProjectState
-	(*ClientWindow)(nil),            // 22: relay.cluster.ClientWindow
-	(*AnsweredTake)(nil),            // 23: relay.cluster.AnsweredTake
-	(*GrainHandoffAck)(nil),         // 24: relay.cluster.GrainHandoffAck
-	(*GrainState)(nil),              // 25: relay.cluster.GrainState
-	(*ReplayEntry)(nil),             // 26: relay.cluster.ReplayEntry
-	(*RelaySubs)(nil),               // 27: relay.cluster.RelaySubs
-	(*AnsweredPublish)(nil),         // 28: relay.cluster.AnsweredPublish
-	(*ProjectTake)(nil),             // 29: relay.cluster.ProjectTake
-	(*ProjectTaken)(nil),            // 30: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 31: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 32: relay.cluster.NodeConnections
-	nil,                             // 33: relay.cluster.NodeConnections.CountsEntry
+	(*ClientDisconnect)(nil),        // 5: relay.cluster.ClientDisconnect
+	(*OccupancyQuery)(nil),          // 6: relay.cluster.OccupancyQuery
+	(*ChannelCount)(nil),            // 7: relay.cluster.ChannelCount
+	(*TokensRevoked)(nil),           // 8: relay.cluster.TokensRevoked
+	(*Revocation)(nil),              // 9: relay.cluster.Revocation
+	(*BroadcastAck)(nil),            // 10: relay.cluster.BroadcastAck
+	(*Ref)(nil),                     // 11: relay.cluster.Ref
+	(*Subscriber)(nil),              // 12: relay.cluster.Subscriber
+	(*ChannelRegister)(nil),         // 13: relay.cluster.ChannelRegister
+	(*ChannelJoin)(nil),             // 14: relay.cluster.ChannelJoin
+	(*ChannelJoined)(nil),           // 15: relay.cluster.ChannelJoined
+	(*ChannelLeave)(nil),            // 16: relay.cluster.ChannelLeave
+	(*ChannelPublish)(nil),          // 17: relay.cluster.ChannelPublish
+	(*Budget)(nil),                  // 18: relay.cluster.Budget
+	(*ChannelPublished)(nil),        // 19: relay.cluster.ChannelPublished
+	(*ChannelDeliver)(nil),          // 20: relay.cluster.ChannelDeliver
+	(*ChannelPresence)(nil),         // 21: relay.cluster.ChannelPresence
+	(*ChannelRoster)(nil),           // 22: relay.cluster.ChannelRoster
+	(*GrainHandoff)(nil),            // 23: relay.cluster.GrainHandoff
+	(*ProjectState)(nil),            // 24: relay.cluster.ProjectState
+	(*ClientWindow)(nil),            // 25: relay.cluster.ClientWindow
+	(*AnsweredTake)(nil),            // 26: relay.cluster.AnsweredTake
+	(*GrainHandoffAck)(nil),         // 27: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 28: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 29: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 30: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 31: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 32: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 33: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 34: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 35: relay.cluster.NodeConnections
+	(*ChannelQuery)(nil),            // 36: relay.cluster.ChannelQuery
+	(*ChannelQueryAnswer)(nil),      // 37: relay.cluster.ChannelQueryAnswer
+	nil,                             // 38: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
 	2,  // 1: relay.cluster.Broadcast.keys_revoked:type_name -> relay.cluster.KeysRevoked
 	3,  // 2: relay.cluster.Broadcast.settings_changed:type_name -> relay.cluster.SettingsChanged
 	4,  // 3: relay.cluster.Broadcast.client_emit_secret_changed:type_name -> relay.cluster.ClientEmitSecretChanged
-	5,  // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
-	6,  // 5: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
-	8,  // 6: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
-	9,  // 7: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
-	8,  // 8: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
-	9,  // 9: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
-	8,  // 10: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
-	8,  // 11: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
-	15, // 12: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	25, // 13: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
-	21, // 14: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
-	22, // 15: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
-	23, // 16: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
-	30, // 17: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
-	26, // 18: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	27, // 19: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	28, // 20: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	8,  // 21: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	9,  // 22: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	16, // 23: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	8,  // 24: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	15, // 25: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	33, // 26: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	8,  // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
+	5,  // 5: relay.cluster.Broadcast.client_disconnect:type_name -> relay.cluster.ClientDisconnect
+	6,  // 6: relay.cluster.Broadcast.occupancy_query:type_name -> relay.cluster.OccupancyQuery
+	9,  // 7: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
+	7,  // 8: relay.cluster.BroadcastAck.channels:type_name -> relay.cluster.ChannelCount
+	11, // 9: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
+	12, // 10: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
+	11, // 11: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
+	12, // 12: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
+	11, // 13: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
+	11, // 14: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
+	18, // 15: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
+	28, // 16: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	24, // 17: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
+	25, // 18: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
+	26, // 19: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
+	33, // 20: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	29, // 21: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	30, // 22: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	31, // 23: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	11, // 24: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	12, // 25: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	19, // 26: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	11, // 27: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	18, // 28: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	38, // 29: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	11, // 30: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -2506,6 +2873,8 @@ func file_proto_cluster_proto_init() {
 		(*Broadcast_SettingsChanged)(nil),
 		(*Broadcast_ClientEmitSecretChanged)(nil),
 		(*Broadcast_TokensRevoked)(nil),
+		(*Broadcast_ClientDisconnect)(nil),
+		(*Broadcast_OccupancyQuery)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2513,7 +2882,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,277 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/proto"
+)
+
+// Server-side queries and actions (proto/PROTOCOL.md › Server-side queries
+// and actions): secret key, JSON, beside POST /emit.
+
+// queryTimeout bounds the wait for the actors (and, for a disconnect in a
+// cluster, the other members' acks, which have their own bound).
+const queryTimeout = 5 * time.Second
+
+// Occupancy pages: limit defaults to 100, at most 1000.
+const (
+	defaultOccupancyLimit = 100
+	maxOccupancyLimit     = 1000
+)
+
+// Batch emit: at most maxBatchMessages messages, maxBatchBody bytes in all.
+const (
+	maxBatchMessages = 100
+	maxBatchBody     = 4 << 20
+)
+
+func (s *Server) queryRoutes(mux *http.ServeMux) {
+	mux.Handle("/channels", methods{http.MethodGet: s.handleOccupancy})
+	mux.Handle("/channels/{channel}", methods{http.MethodGet: s.handleChannel})
+	mux.Handle("/channels/{channel}/members", methods{http.MethodGet: s.handleMembers})
+	mux.Handle("/channels/{channel}/messages", methods{http.MethodGet: s.handleMessages})
+	mux.Handle("/clients/{clientId}/disconnect", methods{http.MethodPost: s.handleDisconnect})
+	mux.Handle("/emit/batch", methods{http.MethodPost: s.handleEmitBatch})
+}
+
+// queryProject is the prologue of every query: the drain gate and the
+// secret key.
+func (s *Server) queryProject(w http.ResponseWriter, r *http.Request) (string, func(), bool) {
+	leave, ok := s.enter(w)
+	if !ok {
+		return "", nil, false
+	}
+	projectID, ok := s.secretKeyProject(w, r)
+	if !ok {
+		leave()
+		return "", nil, false
+	}
+	return projectID, leave, true
+}
+
+type occupancyChannel struct {
+	Channel         string `json:"channel"`
+	SubscriberCount int    `json:"subscriberCount"`
+}
+
+type occupancyPage struct {
+	Channels   []occupancyChannel `json:"channels"`
+	NextCursor *string            `json:"nextCursor"`
+}
+
+// handleOccupancy is GET /channels?cursor=&limit=.
+func (s *Server) handleOccupancy(w http.ResponseWriter, r *http.Request) {
+	projectID, leave, ok := s.queryProject(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
+	q := r.URL.Query()
+	limit := defaultOccupancyLimit
+	if v := q.Get("limit"); q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxOccupancyLimit {
+			writeError(w, proto.CodeInvalidQuery, "param", "limit")
+			return
+		}
+		limit = n
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" && !proto.ValidChannel(cursor) {
+		writeError(w, proto.CodeInvalidQuery, "param", "cursor")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	chans, err := s.actors.Occupancy(ctx, projectID)
+	if err != nil {
+		s.queryFailed(w, projectID, err)
+		return
+	}
+	out := occupancyPage{Channels: []occupancyChannel{}}
+	for _, c := range chans {
+		if c.Channel <= cursor {
+			continue
+		}
+		if len(out.Channels) == limit {
+			next := out.Channels[limit-1].Channel
+			out.NextCursor = &next
+			break
+		}
+		out.Channels = append(out.Channels, occupancyChannel{Channel: c.Channel, SubscriberCount: c.Subscribers})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) queryFailed(w http.ResponseWriter, projectID string, err error) {
+	s.log.Warn("query not answered", "project", projectID, "err", err)
+	writeError(w, proto.CodeUnavailable)
+}
+
+// channelQuery runs a query about the path's channel.
+func (s *Server) channelQuery(w http.ResponseWriter, r *http.Request, kind actors.QueryKind, since uint64) (actors.ChannelAnswer, bool) {
+	projectID, leave, ok := s.queryProject(w, r)
+	if !ok {
+		return actors.ChannelAnswer{}, false
+	}
+	defer leave()
+	channel := r.PathValue("channel")
+	if !proto.ValidChannel(channel) {
+		writeError(w, proto.CodeInvalidChannel, "channel", channel)
+		return actors.ChannelAnswer{}, false
+	}
+	if kind == actors.QueryMessages {
+		v := r.URL.Query().Get("since")
+		if r.URL.Query().Has("since") {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n > 1<<53 {
+				writeError(w, proto.CodeInvalidSince)
+				return actors.ChannelAnswer{}, false
+			}
+			since = n
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	a, err := s.actors.Channel(ctx, projectID, channel, kind, since)
+	if err != nil {
+		s.queryFailed(w, projectID, err)
+		return actors.ChannelAnswer{}, false
+	}
+	a.Channel = channel
+	return a, true
+}
+
+// handleChannel is GET /channels/{channel}.
+func (s *Server) handleChannel(w http.ResponseWriter, r *http.Request) {
+	if a, ok := s.channelQuery(w, r, actors.QueryCount, 0); ok {
+		writeJSON(w, http.StatusOK, struct {
+			Channel             string `json:"channel"`
+			SubscriberCount     int    `json:"subscriberCount"`
+			PresenceMemberCount int    `json:"presenceMemberCount"`
+		}{a.Channel, a.Subscribers, a.MemberCount})
+	}
+}
+
+// handleMembers is GET /channels/{channel}/members.
+func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
+	if a, ok := s.channelQuery(w, r, actors.QueryMembers, 0); ok {
+		writeJSON(w, http.StatusOK, struct {
+			Channel string   `json:"channel"`
+			Members []string `json:"members"`
+		}{a.Channel, a.Members})
+	}
+}
+
+// handleMessages is GET /channels/{channel}/messages?since=.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	if a, ok := s.channelQuery(w, r, actors.QueryMessages, 0); ok {
+		writeJSON(w, http.StatusOK, struct {
+			Channel  string            `json:"channel"`
+			Messages []json.RawMessage `json:"messages"`
+			Gap      bool              `json:"gap"`
+		}{a.Channel, a.Messages, a.Gap})
+	}
+}
+
+// handleDisconnect is POST /clients/{clientId}/disconnect.
+func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request) {
+	projectID, leave, ok := s.queryProject(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	n, err := s.actors.DisconnectClient(ctx, projectID, r.PathValue("clientId"))
+	if err != nil {
+		s.queryFailed(w, projectID, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		OK     bool `json:"ok"`
+		Closed int  `json:"closed"`
+	}{true, n})
+}
+
+// handleEmitBatch is POST /emit/batch: each message runs exactly as a POST
+// /emit would, in order, and is answered in the same place of results.
+func (s *Server) handleEmitBatch(w http.ResponseWriter, r *http.Request) {
+	projectID, leave, ok := s.queryProject(w, r)
+	if !ok {
+		return
+	}
+	defer leave()
+	body, err := readBody(w, r, maxBatchBody)
+	if errors.Is(err, errBodyTooLarge) {
+		writeError(w, proto.CodeBodyTooLarge, "max_bytes", maxBatchBody)
+		return
+	}
+	if err != nil {
+		writeError(w, proto.CodeInvalidJSON)
+		return
+	}
+	if declaredNonJSON(r, body) {
+		writeError(w, proto.CodeUnsupportedMediaType)
+		return
+	}
+	var in struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(body, &in) != nil || !isJSONObject(body) {
+		writeError(w, proto.CodeInvalidJSON)
+		return
+	}
+	if len(in.Messages) == 0 || len(in.Messages) > maxBatchMessages {
+		writeError(w, proto.CodeInvalidBatch, "max_messages", maxBatchMessages)
+		return
+	}
+	results := make([]any, 0, len(in.Messages))
+	for _, raw := range in.Messages {
+		results = append(results, s.emitOne(r.Context(), projectID, raw))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results})
+}
+
+// emitOne is one message of a batch: its POST /emit answer's body, with ok
+// false and the error code when it was refused.
+func (s *Server) emitOne(ctx context.Context, projectID string, raw []byte) any {
+	start := time.Now()
+	defer func() { s.metrics.emitted(time.Since(start)) }()
+	req, perr := proto.DecodeEmitRequest(raw)
+	if perr != nil {
+		out := map[string]any{"ok": false, "error": perr.Code}
+		switch perr.Code {
+		case proto.CodeInvalidChannel:
+			out["channel"] = perr.Channel
+		case proto.CodePayloadTooLarge:
+			out["max_bytes"] = proto.MaxMessageBytes
+		}
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, emitTimeout)
+	defer cancel()
+	res, err := s.actors.Publish(ctx, projectID, req.Channel, req.Payload)
+	if err != nil {
+		s.log.Warn("emit not answered", "project", projectID, "err", err)
+		return map[string]any{"ok": false, "error": proto.CodeUnavailable, "channel": req.Channel}
+	}
+	switch {
+	case res.Err == nil:
+		return emitOK{
+			OK: true, Channel: req.Channel, Seq: res.Seq, Delivered: res.Delivered, SubscriberCount: res.Subscribers,
+			RateLimit: toBudget(res.Channel), ProjectRateLimit: toBudget(res.Project),
+		}
+	case res.Err.Code == proto.CodeChannelRateLimited || res.Err.Code == proto.CodeProjectRateLimited:
+		return map[string]any{"ok": false, "error": res.Err.Code, "channel": req.Channel,
+			"rate_limit": toBudget(res.Channel), "project_rate_limit": toBudget(res.Project)}
+	default:
+		return map[string]any{"ok": false, "error": res.Err.Code, "channel": req.Channel}
+	}
+}
