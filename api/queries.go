@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -208,17 +207,8 @@ func (s *Server) handleEmitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer leave()
-	body, err := readBody(w, r, maxBatchBody)
-	if errors.Is(err, errBodyTooLarge) {
-		writeError(w, proto.CodeBodyTooLarge, "max_bytes", maxBatchBody)
-		return
-	}
-	if err != nil {
-		writeError(w, proto.CodeInvalidJSON)
-		return
-	}
-	if declaredNonJSON(r, body) {
-		writeError(w, proto.CodeUnsupportedMediaType)
+	body, ok := readSecretKeyBody(w, r, maxBatchBody)
+	if !ok {
 		return
 	}
 	var in struct {

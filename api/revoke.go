@@ -25,17 +25,8 @@ func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 		writeThrottled(w, retry)
 		return
 	}
-	body, err := readBody(w, r, maxControlBody)
-	if errors.Is(err, errBodyTooLarge) {
-		writeError(w, proto.CodeBodyTooLarge, "max_bytes", maxControlBody)
-		return
-	}
-	if err != nil {
-		writeError(w, proto.CodeInvalidJSON)
-		return
-	}
-	if declaredNonJSON(r, body) {
-		writeError(w, proto.CodeUnsupportedMediaType)
+	body, ok := readSecretKeyBody(w, r, maxControlBody)
+	if !ok {
 		return
 	}
 	in, perr := decodeRevokeRequest(body)

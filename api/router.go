@@ -113,6 +113,24 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
+// readSecretKeyBody reads the JSON body of a secret-key route (revoke, batch
+// emit) of at most limit bytes, answering body_too_large, invalid_json or
+// unsupported_media_type itself when it cannot (ok false).
+func readSecretKeyBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, ok bool) {
+	body, err := readBody(w, r, limit)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		writeError(w, proto.CodeBodyTooLarge, "max_bytes", limit)
+	case err != nil:
+		writeError(w, proto.CodeInvalidJSON)
+	case declaredNonJSON(r, body):
+		writeError(w, proto.CodeUnsupportedMediaType)
+	default:
+		return body, true
+	}
+	return nil, false
+}
+
 // declaredNonJSON reports a non-empty body declared with a Content-Type other
 // than JSON: /emit and /emit-tokens/revoke answer it 415 like /api/*. Unlike
 // /api/*, they read a body without Content-Type as JSON: their callers are
