@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -55,7 +54,9 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	defer func() { s.metrics.emitted(time.Since(start)) }()
-	body, err := readBody(w, r, maxEmitBody)
+	buf, err := readPooledBody(w, r, maxEmitBody)
+	defer putPooledBody(buf) // deferred: the decoded request owns copies, never these bytes
+	body := buf.Bytes()
 	if errors.Is(err, errBodyTooLarge) {
 		// Far over the message cap whatever its shape.
 		writeError(w, proto.CodePayloadTooLarge, "max_bytes", proto.MaxMessageBytes)
@@ -74,9 +75,7 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeSpecError(w, perr)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), emitTimeout)
-	defer cancel()
-	res, err := s.actors.Publish(ctx, projectID, req.Channel, req.Payload)
+	res, err := s.actors.PublishWithin(r.Context(), emitTimeout, projectID, req.Channel, req.Payload)
 	if err != nil {
 		s.log.Warn("emit not answered", "project", projectID, "err", err)
 		writeError(w, proto.CodeUnavailable)

@@ -245,9 +245,7 @@ func (s *Server) emitOne(ctx context.Context, projectID string, raw []byte) any 
 		}
 		return out
 	}
-	ctx, cancel := context.WithTimeout(ctx, emitTimeout)
-	defer cancel()
-	res, err := s.actors.Publish(ctx, projectID, req.Channel, req.Payload)
+	res, err := s.actors.PublishWithin(ctx, emitTimeout, projectID, req.Channel, req.Payload)
 	if err != nil {
 		s.log.Warn("emit not answered", "project", projectID, "err", err)
 		return map[string]any{"ok": false, "error": proto.CodeUnavailable, "channel": req.Channel}

@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/relayhq/relay/proto"
 )
@@ -93,6 +94,35 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, err
 }
 
+// emitBodies recycles POST /emit bodies: an emit keeps nothing of its body
+// (the decoder copies the channel and compacts the payload into new bytes).
+var emitBodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody: a buffer grown by a rare large body is left to the GC.
+const maxPooledBody = 64 << 10
+
+// readPooledBody is readBody into a buffer from emitBodies; give it back with
+// putPooledBody once nothing refers to its bytes.
+func readPooledBody(w http.ResponseWriter, r *http.Request, limit int64) (*bytes.Buffer, error) {
+	buf := emitBodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		buf.Grow(int(r.ContentLength) + 1) // +1: ReadFrom's final read finds EOF without growing
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		err = errBodyTooLarge
+	}
+	return buf, err
+}
+
+func putPooledBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		emitBodies.Put(buf)
+	}
+}
+
 // decodeControl decodes a control-plane JSON body into v. An empty body counts
 // as {}. A non-empty body must be declared JSON: besides being honest, this
 // keeps cross-site forms (text/plain, urlencoded) from reaching cookie routes.
@@ -142,6 +172,9 @@ func declaredNonJSON(r *http.Request, body []byte) bool {
 }
 
 func isJSONContentType(ct string) bool {
+	if strings.EqualFold(ct, "application/json") { // the usual header, without a parse
+		return true
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return false

@@ -75,6 +75,7 @@ type Server struct {
 	// the lock: a probe must neither wait for those requests nor, as a
 	// waiting writer, hold up new ones.
 	inflight sync.RWMutex
+	leave    func() // inflight.RUnlock, bound once: enter hands it to every request
 	draining atomic.Bool
 	now      func() time.Time
 
@@ -115,6 +116,7 @@ func New(o Options) *Server {
 
 		trustedProxies: o.TrustedProxies,
 	}
+	s.leave = s.inflight.RUnlock
 	s.life.lastFlush, s.life.checked = o.Now(), o.Now()
 	s.loginPerPair.failOpen = true // each address is still capped by loginPerIP
 	mux := http.NewServeMux()
@@ -154,7 +156,7 @@ func (s *Server) enter(w http.ResponseWriter) (leave func(), ok bool) {
 		writeError(w, proto.CodeUnavailable)
 		return nil, false
 	}
-	return s.inflight.RUnlock, true
+	return s.leave, true
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

@@ -108,6 +108,13 @@ func rawString(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", false
 	}
+	// The common case, a string with no escapes, needs no decoding (raw has
+	// been checked as JSON by the Unmarshal that produced it).
+	if len(raw) >= 2 && raw[len(raw)-1] == '"' {
+		if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			return string(inner), true
+		}
+	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
 		return "", false
