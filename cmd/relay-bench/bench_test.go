@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/gorilla/websocket"
 )
 
 // The scenarios run against the real relay binary (its in-process start lives
@@ -34,6 +35,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The suite starts the naive hub as `<this binary> naive`: in a test
+	// run this binary is the test binary.
+	if len(os.Args) > 1 && os.Args[1] == "naive" {
+		if err := runNaive(context.Background(), os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(runWithRelay(m))
 }
 
@@ -465,12 +475,12 @@ func TestEmitConn(t *testing.T) {
 func TestSuite(t *testing.T) {
 	out := captured(t, runSuite, []string{"-relay", relayBin, "-conns", "200", "-fanout-subs", "20",
 		"-deliveries", "2000,4000", "-growth", "10,20", "-duration", "1s", "-churn-duration", "1s",
-		"-ladder", "5,10", "-spread-channels", "5", "-spread-rate", "10"})
+		"-ladder", "5,10", "-spread-channels", "5", "-spread-rate", "10", "-naive-rounds", "1"})
 	table := out.String()[strings.Index(out.String(), "relay-bench suite,"):]
 	for _, want := range []string{"memory, 200 idle subscribed connections", "handshakes", "HTTP emit, no subscribers, 16 workers",
 		"HTTP emit, 100 subscribers", "fan-out, 1 channel, 20 subscribers, 100 B", "fan-out, 1 channel, 10 subscribers",
 		"growth, 20 vs 10 subscribers", "server CPU per delivery", "churn, 200 joins/s",
-		"latency, 5 emits/s to 20 subscribers", "latency, 10 emits/s to 20 subscribers", "latency, 10 emits/s over 5 channels × 2 subscribers"} {
+		"latency, 5 emits/s to 20 subscribers", "HTTP emit against the naive hub", "latency, 10 emits/s to 20 subscribers", "latency, 10 emits/s over 5 channels × 2 subscribers"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("the table has no row %q", want)
 		}
@@ -529,5 +539,76 @@ func TestCluster(t *testing.T) {
 	}
 	if hops, _ := runs[1].(map[string]any)["latency_by_hops_p50_p99_ms"].(map[string]any); len(hops) < 2 {
 		t.Errorf("latency by hops: %v, want at least two hop counts", hops)
+	}
+}
+
+// TestNaiveHub checks the comparison server does the work it is compared
+// on: a key check, a subscriber receiving the relay's message shape, and the
+// emit scenario driving it with -secret-key.
+func TestNaiveHub(t *testing.T) {
+	srv := httptest.NewServer(newNaiveHub())
+	defer srv.Close()
+	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/ws?channel=room"
+	c, _, err := websocket.DefaultDialer.Dial(wsURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	post := func(key, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/emit", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, strings.TrimSpace(string(b))
+	}
+	if code, body := post("wrong", `{"channel":"room","payload":1}`); code != http.StatusUnauthorized || body != `{"error":"invalid_secret_key"}` {
+		t.Errorf("wrong key: %d %s", code, body)
+	}
+	// The subscriber is registered once its handshake is answered; the
+	// first emit may still race it, so emit until it is counted.
+	var body string
+	for try := 0; try < 50; try++ {
+		var code int
+		if code, body = post(naiveSecretKey, `{"channel":"room","payload":{"n":1}}`); code != http.StatusOK {
+			t.Fatalf("emit: %d %s", code, body)
+		}
+		if strings.Contains(body, `"delivered":1`) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(body, `"channel":"room"`) || !strings.Contains(body, `"subscriberCount":1`) {
+		t.Fatalf("emit answer %s", body)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, msg, err := c.ReadMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Channel string          `json:"channel"`
+		Payload json.RawMessage `json:"payload"`
+		Seq     uint64          `json:"seq"`
+	}
+	if err := json.Unmarshal(msg, &got); err != nil || got.Channel != "room" || string(got.Payload) != `{"n":1}` || got.Seq == 0 {
+		t.Errorf("message %s (%v)", msg, err)
+	}
+
+	out := captured(t, runEmit, []string{"-base", srv.URL, "-secret-key", naiveSecretKey, "-subs", "0", "-workers", "2", "-duration", "500ms"})
+	line, _, _ := strings.Cut(out.String(), "\n")
+	var run map[string]any
+	if err := json.Unmarshal([]byte(line), &run); err != nil {
+		t.Fatalf("JSON line %q: %v", line, err)
+	}
+	if ok := field(t, run, "emits.ok"); ok < 10 {
+		t.Errorf("only %v emits to the hub", ok)
+	}
+	wantEq(t, run, "emits.failed", 0)
+	if err := runEmit(context.Background(), []string{"-base", srv.URL, "-secret-key", naiveSecretKey, "-subs", "1"}); err == nil {
+		t.Error("-secret-key with subscribers was accepted")
 	}
 }

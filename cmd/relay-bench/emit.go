@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ func runEmit(ctx context.Context, args []string) error {
 	payloadBytes := fs.Int("payload-bytes", 100, "size of the JSON payload of each message")
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… for the subscribers (0: kernel's choice)")
 	drain := fs.Duration("drain", 3*time.Second, "after the last emit, how long to wait for missing deliveries")
+	secretKey := fs.String("secret-key", "", "emit with this secret key instead of signing up and creating a project (e.g. to a naive hub: relay-bench naive); no subscribers then")
 	profile := cpuProfile(fs)
 	stopProfile, err := c.begin(fs, args, profile)
 	if err != nil {
@@ -43,7 +45,19 @@ func runEmit(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	p, em, b, err := emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes)
+	var p project
+	var em *emitters
+	var b budgets
+	if *secretKey != "" {
+		if slices.ContainsFunc(counts, func(n int) bool { return n > 0 }) {
+			return errors.New("-secret-key: only with -subs 0 (subscribers need a project's public key)")
+		}
+		p.SecretKey = *secretKey
+		em = newEmitters(c.bases, p.SecretKey, *workers, *payloadBytes)
+		b, err = em.nodes[0].preflight(ctx)
+	} else {
+		p, em, b, err = emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes)
+	}
 	if err != nil {
 		return err
 	}

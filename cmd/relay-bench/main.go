@@ -30,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|cluster|fanout|conns|emit|churn [flags] (-h for a scenario's flags)")
+		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|cluster|fanout|conns|emit|churn|naive [flags] (-h for a scenario's flags)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -49,6 +49,8 @@ func main() {
 		err = runSuite(ctx, os.Args[2:])
 	case "cluster":
 		err = runCluster(ctx, os.Args[2:])
+	case "naive":
+		err = runNaive(ctx, os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown scenario %q", os.Args[1])
 	}

@@ -35,12 +35,18 @@ type relayProcess struct {
 // startRelay starts bin serve with env added to the usual environment and
 // waits for its public listener's ready line.
 func startRelay(bin string, env ...string) (*relayProcess, error) {
+	return startServer(bin, []string{"serve"}, env...)
+}
+
+// startServer is startRelay for any command that logs the relay's ready
+// line (relay-bench naive does).
+func startServer(bin string, args []string, env ...string) (*relayProcess, error) {
 	dir, err := os.MkdirTemp("", "relay-bench")
 	if err != nil {
 		return nil, err
 	}
 	r := &relayProcess{dir: dir, done: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve")
+	r.cmd = exec.Command(bin, args...)
 	r.cmd.Env = append(os.Environ(),
 		"DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db"),
 		"RELAY_ADDR=127.0.0.1:0",

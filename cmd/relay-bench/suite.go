@@ -32,6 +32,7 @@ func runSuite(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 5*time.Second, "length of each emitting run")
 	emitWorkers := fs.Int("emit-workers", 16, "keep-alive workers of the HTTP emit target")
 	churnDuration := fs.Duration("churn-duration", 5*time.Second, "length of the churn run")
+	naiveRounds := fs.Int("naive-rounds", 3, "alternated HTTP emit runs (no subscribers) of the relay and of the naive hub, each")
 	ladder := fs.String("ladder", "25,100,300,500", "emits per second to the -fanout-subs subscribers of one channel, one latency row each")
 	spread := fs.Int("spread-channels", 1000, "channels of the spread latency row (2 subscribers each)")
 	spreadRate := fs.Float64("spread-rate", 1000, "emits per second over the spread row's channels")
@@ -97,6 +98,10 @@ func runSuite(ctx context.Context, args []string) error {
 					fmt.Sprintf("%.0f/s, p99 %s, lost %d", rate, fmtMS(p99), int(num(out, "subs.lost"))), ok, saturated(out),
 					s.cmd("emit", "-subs", fmt.Sprint(subs), "-workers", fmt.Sprint(*emitWorkers)))
 			}
+		}
+
+		if err := s.naiveComparison(*emitWorkers, *naiveRounds); err != nil {
+			return err
 		}
 
 		// Latency at a ladder of loads: what a message waits when the
@@ -409,4 +414,47 @@ func num(v map[string]any, path string) float64 {
 	}
 	f, _ := cur.(float64)
 	return f
+}
+
+// naiveComparison runs HTTP emit with no subscribers against the suite's
+// relay and against the naive hub (relay-bench naive, a child process)
+// alternately, rounds times each, and reports both: the target is the
+// relay's median rate at least the hub's and its median p99 no higher.
+func (s *suite) naiveComparison(workers, rounds int) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	hub, err := startServer(self, []string{"naive"})
+	if err != nil {
+		return fmt.Errorf("starting the naive hub: %w", err)
+	}
+	defer hub.stop()
+	relayBases, relayPIDs := s.bases, s.pids
+	defer func() { s.bases, s.pids = relayBases, relayPIDs }()
+	args := []string{"-subs", "0", "-workers", fmt.Sprint(workers), "-duration", s.dur}
+	var relayRate, relayP99, hubRate, hubP99 []float64
+	for range rounds {
+		s.bases, s.pids = relayBases, relayPIDs
+		out, err := s.run(runEmit, args...)
+		if err != nil {
+			return err
+		}
+		relayRate, relayP99 = append(relayRate, num(out, "emits_per_sec")), append(relayP99, num(out, "emits.http_latency.p99_ms"))
+		s.bases, s.pids = []string{hub.base}, []int{hub.pid}
+		if out, err = s.run(runEmit, append(args, "-secret-key", naiveSecretKey)...); err != nil {
+			return err
+		}
+		hubRate, hubP99 = append(hubRate, num(out, "emits_per_sec")), append(hubP99, num(out, "emits.http_latency.p99_ms"))
+	}
+	rate := func(v float64) string { return fmt.Sprintf("%.0f/s", v) }
+	rrSpan, rr := spanOf(relayRate, rate)
+	rpSpan, rp := spanOf(relayP99, fmtMS)
+	hrSpan, hr := spanOf(hubRate, rate)
+	hpSpan, hp := spanOf(hubP99, fmtMS)
+	s.row(fmt.Sprintf("HTTP emit against the naive hub, no subscribers, %d workers, %d alternated runs each", workers, rounds),
+		"rate ≥ the hub's, p99 ≤ the hub's (medians)",
+		fmt.Sprintf("relay %s p99 %s (medians %.0f/s, %s), hub %s p99 %s (%.0f/s, %s)", rrSpan, rpSpan, rr, fmtMS(rp), hrSpan, hpSpan, hr, fmtMS(hp)),
+		rr >= hr && rp <= hp, "", s.cmd("emit", "-subs", "0", "-workers", fmt.Sprint(workers))+"; relay-bench naive & relay-bench emit -secret-key "+naiveSecretKey)
+	return nil
 }
