@@ -52,7 +52,10 @@ type (
 	}
 )
 
-func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+func timestamp(t time.Time) string { return t.UTC().Format(timestampLayout) }
+
+// timestampLayout: UTC with milliseconds, as every timestamp in the API.
+const timestampLayout = "2006-01-02T15:04:05.000Z"
 
 func toProjectBody(p store.Project) projectBody {
 	return projectBody{ID: p.ID, Name: p.Name, OwnerUserID: p.OwnerUserID, CreatedAt: timestamp(p.CreatedAt)}

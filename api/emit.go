@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,10 +94,52 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, res.Err.Code)
 		return
 	}
-	writeJSON(w, http.StatusOK, emitOK{
-		OK: true, Channel: req.Channel, Seq: res.Seq, Delivered: res.Delivered, SubscriberCount: res.Subscribers,
-		RateLimit: toBudget(res.Channel), ProjectRateLimit: toBudget(res.Project),
-	})
+	// By hand: encoding/json's reflection was a tenth of an emit's CPU.
+	// TestAppendEmitOK holds it to what json.Marshal makes of emitOK.
+	// The body's buffer is free again: the request holds copies.
+	buf.Reset()
+	out := appendEmitOK(buf.AvailableBuffer(), req.Channel, res)
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
+	h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	w.WriteHeader(http.StatusOK)
+	w.Write(out)
+}
+
+// Header values shared by every answer (net/http copies them before writing).
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
+// appendEmitOK appends the 200 body of POST /emit: emitOK as json.Marshal
+// writes it, plus the newline json.Encoder ends with. Channel names need no
+// escaping (ValidChannel).
+func appendEmitOK(dst []byte, channel string, res actors.PublishResult) []byte {
+	dst = append(dst, `{"ok":true,"channel":"`...)
+	dst = append(dst, channel...)
+	dst = append(dst, `","seq":`...)
+	dst = strconv.AppendUint(dst, res.Seq, 10)
+	dst = append(dst, `,"delivered":`...)
+	dst = strconv.AppendInt(dst, int64(res.Delivered), 10)
+	dst = append(dst, `,"subscriberCount":`...)
+	dst = strconv.AppendInt(dst, int64(res.Subscribers), 10)
+	dst = append(dst, `,"rate_limit":`...)
+	dst = appendBudget(dst, res.Channel)
+	dst = append(dst, `,"project_rate_limit":`...)
+	dst = appendBudget(dst, res.Project)
+	return append(dst, "}\n"...)
+}
+
+func appendBudget(dst []byte, b actors.Budget) []byte {
+	dst = append(dst, `{"limit":`...)
+	dst = strconv.AppendInt(dst, int64(b.Limit), 10)
+	dst = append(dst, `,"remaining":`...)
+	dst = strconv.AppendInt(dst, int64(b.Remaining), 10)
+	dst = append(dst, `,"resetAt":"`...)
+	dst = b.ResetAt.UTC().AppendFormat(dst, timestampLayout)
+	return append(dst, `"}`...)
 }
 
 // writeSpecError writes a proto.Error with the fields its code carries.

@@ -31,6 +31,17 @@ func FuzzDecodeEmitRequest(f *testing.F) {
 		`{"channel":"room","payload":1`,
 		`{"channel":"room","payload":1} trailing`,
 		"{\"channel\":\"room\",\"payload\":\"\xff\"}",
+		// The usual-shape reader's edges (decodeEmitUsual): each must fall
+		// back to, or agree with, the general reading.
+		`{"channel":"room","payload":{"k":1},"channel":"b"}`,
+		`{"channel":"room","payload":1}}`,
+		`{ "channel" : "ro\u006fm" , "payload" : 2 }`,
+		`{"channel":"bad room","payload":{"x":}}`,
+		`{"channel":"bad room","payload":1}`,
+		`{"channel":"room","payload":}`,
+		`{"channel":"room","payload":"}"}`,
+		"{\"channel\":\"ro\x01om\",\"payload\":1}",
+		` {"channel":"room","payload":[1, 2]} `,
 	} {
 		f.Add([]byte(s))
 	}
