@@ -36,6 +36,8 @@ func (s *sink) Send(f []byte) bool {
 	return true
 }
 
+func (s *sink) SendAt(f []byte, _ int64) bool { return s.Send(f) }
+
 func (s *sink) Close(code transport.CloseCode, _ string) { s.closed.Store(int32(code)) }
 
 // messages decodes the JSON of every frame received so far.

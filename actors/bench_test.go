@@ -20,6 +20,7 @@ type nullSink struct {
 
 func (s *nullSink) ID() uint64                        { return s.id }
 func (s *nullSink) Send(f []byte) bool                { s.n++; return true }
+func (s *nullSink) SendAt(f []byte, _ int64) bool     { return s.Send(f) }
 func (s *nullSink) Close(transport.CloseCode, string) {}
 
 // BenchmarkFanout measures one emit delivered to N subscribers through the
@@ -69,6 +70,7 @@ type signalSink struct {
 
 func (s *signalSink) ID() uint64                        { return s.id }
 func (s *signalSink) Send([]byte) bool                  { s.ch <- struct{}{}; return true }
+func (s *signalSink) SendAt(f []byte, _ int64) bool     { return s.Send(f) }
 func (s *signalSink) Close(transport.CloseCode, string) {}
 
 // BenchmarkSubscribeUnsubscribe measures one subscribe and one unsubscribe,
@@ -147,6 +149,8 @@ var (
 )
 
 func (s *presenceSink) ID() uint64 { return s.id }
+
+func (s *presenceSink) SendAt(f []byte, _ int64) bool { return s.Send(f) }
 
 // Send classifies by the byte after presencePrefix (the prefix itself is
 // checked on syncs only: comparing it on all million frames of a round would
@@ -231,6 +235,7 @@ func (s *countingSink) Send([]byte) bool {
 	}
 	return true
 }
+func (s *countingSink) SendAt(f []byte, _ int64) bool     { return s.Send(f) }
 func (s *countingSink) Close(transport.CloseCode, string) {}
 
 // BenchmarkIdleProjects touches 100 000 distinct projects once each (an

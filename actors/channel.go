@@ -113,6 +113,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	if m.projectDenied {
 		a.counters.RateLimitedProject.Add(1)
+		a.usage.health.add(hLimitedProject, 1, m.At.UnixNano())
 		return PublishResult{
 			Channel: a.window.peek(m.At, m.channelLimit), Project: m.projectBudget,
 			Err: &proto.Error{Code: proto.CodeProjectRateLimited},
@@ -121,6 +122,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	budget, ok := a.window.take(m.At, m.channelLimit)
 	if !ok {
 		a.counters.RateLimitedChannel.Add(1)
+		a.usage.health.add(hLimitedChannel, 1, m.At.UnixNano())
 		refundProject(ctx, m)
 		project := m.projectBudget
 		project.Remaining = min(project.Remaining+1, project.Limit)
@@ -137,13 +139,14 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		skip = m.origin.ID()
 	}
 	res := PublishResult{Seq: a.seq, Subscribers: len(a.subs.list), Channel: budget, Project: m.projectBudget}
+	at := m.At.UnixNano()
 	for i := 0; i < len(a.subs.list); {
 		s := a.subs.list[i].sink
 		if s.ID() == skip {
 			i++
 			continue
 		}
-		if s.Send(frame) {
+		if s.SendAt(frame, at) {
 			res.Delivered++
 			i++
 			continue
@@ -157,9 +160,11 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		a.counters.EmittedHTTP.Add(1)
 	}
 	a.counters.Deliveries.Add(int64(res.Delivered))
-	if dropped := res.Subscribers - res.Delivered - boolInt(m.origin != nil); dropped > 0 {
+	dropped := res.Subscribers - res.Delivered - boolInt(m.origin != nil)
+	if dropped > 0 {
 		a.counters.Drops.Add(int64(dropped))
 	}
+	a.usage.health.published(m.origin != nil, res.Delivered, dropped, at)
 	return res
 }
 

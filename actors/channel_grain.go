@@ -331,7 +331,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	if m.Client {
 		origin = g.relays[refKey(m.ReplyTo)]
 	}
-	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg}
+	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, AcceptedUnixNano: m.AtUnixNano}
 	for _, r := range g.relays {
 		if len(r.subs) == 0 {
 			continue
@@ -342,7 +342,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 			if _, subscribed := r.subs[m.OriginConn]; subscribed {
 				res.Delivered-- // the emitter is skipped
 			}
-			d = &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, SkipConn: m.OriginConn}
+			d = &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, SkipConn: m.OriginConn, AcceptedUnixNano: m.AtUnixNano}
 		}
 		res.Delivered += int32(len(r.subs))
 		g.c.send(ctx, r.pid, d)

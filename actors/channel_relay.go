@@ -292,13 +292,21 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 	default:
 		perr = &proto.Error{Code: proto.Code(m.Error)}
 	}
-	if perr == nil {
+	at := p.pub.At.UnixNano()
+	switch {
+	case perr == nil:
 		r.usage.emits.Add(1)
 		if p.pub.Reply == nil {
 			r.counters.EmittedClient.Add(1)
 		} else {
 			r.counters.EmittedHTTP.Add(1)
 		}
+		// Its deliveries count on each node that makes them (deliver).
+		r.usage.health.published(p.pub.Reply == nil, 0, 0, at)
+	case perr.Code == proto.CodeChannelRateLimited:
+		r.usage.health.add(hLimitedChannel, 1, at)
+	case perr.Code == proto.CodeProjectRateLimited:
+		r.usage.health.add(hLimitedProject, 1, at)
 	}
 	if perr != nil {
 		refundProject(ctx, p.pub) // the grain did not stamp it
@@ -354,6 +362,12 @@ func (r *channelRelay) flushAnswers(conn uint64) {
 func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 	r.lastSeq = max(r.lastSeq, m.Seq)
 	frame := transport.TextFrame(m.Message)
+	// The emitting edge's clock: across nodes, latency is as good as their
+	// clocks agree (0 from a member that sends no time: now).
+	at := m.AcceptedUnixNano
+	if at == 0 {
+		at = r.cfg.Now().UnixNano()
+	}
 	delivered := 0
 	var gone []uint64
 	for i := 0; i < len(r.subs.list); {
@@ -362,7 +376,7 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 			i++
 			continue
 		}
-		if s.Send(frame) {
+		if s.SendAt(frame, at) {
 			delivered++
 			i++
 			continue
@@ -371,6 +385,7 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 		r.subs.removeAt(i)
 	}
 	r.counters.Deliveries.Add(int64(delivered))
+	r.usage.health.delivered(delivered, len(gone), r.cfg.Now().UnixNano())
 	if len(gone) > 0 {
 		r.counters.Drops.Add(int64(len(gone)))
 		r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: gone})

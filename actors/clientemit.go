@@ -43,6 +43,7 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 	}
 	if !a.clientWindows.take(claims.clientID, now, a.cfg.ClientEmitRatePerSecond) { // 6
 		a.cfg.counters.RateLimitedClient.Add(1)
+		a.usage.health.add(hLimitedClient, 1, now.UnixNano())
 		fail(proto.CodeClientEmitRateLimited)
 		return
 	}

@@ -591,7 +591,7 @@ func (c *Cluster) broadcastCollect(targets []*actor.PID, projectID string, b *cl
 	defer c.sys.root.Stop(collector)
 	// An occupancy query is not a change: the control-plane figures
 	// (relay_cluster_broadcasts_*) count changes only.
-	change := b.GetOccupancyQuery() == nil
+	change := b.GetOccupancyQuery() == nil && b.GetHealthQuery() == nil
 	if change {
 		c.sent.Add(int64(len(targets)))
 	}
@@ -654,6 +654,14 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 	if !ok {
 		return
 	}
+	if _, ok := b.Change.(*clusterpb.Broadcast_HealthQuery); ok {
+		h := n.c.sys.healthHere(b.ProjectId)
+		ctx.Respond(&clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self, Health: &clusterpb.HealthFigures{
+			MinuteCounts: h.Minute.counts[:], MinuteLatency: h.Minute.latency[:],
+			HourCounts: h.Hour.counts[:], HourLatency: h.Hour.latency[:], Connections: int32(h.Connections),
+		}})
+		return
+	}
 	if _, ok := b.Change.(*clusterpb.Broadcast_OccupancyQuery); ok {
 		// A query: answered beside Receive with this node's counts.
 		sender, root, sys, ack, bound := ctx.Sender(), ctx.ActorSystem().Root, n.c.sys, &clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self}, n.c.ackTimeout
@@ -700,6 +708,7 @@ func (s *System) applyRemote(b *clusterpb.Broadcast, log *slog.Logger) {
 	switch ch := b.Change.(type) {
 	case *clusterpb.Broadcast_ProjectDeleted:
 		s.tellRunning(id, &projectDeleted{})
+		s.cfg.health.forget(id)
 	case *clusterpb.Broadcast_KeysRevoked:
 		if h := ch.KeysRevoked.GetKeyHashes(); len(h) > 0 {
 			s.tellRunning(id, &keysRevoked{hashes: h})
@@ -731,6 +740,8 @@ func changeName(b *clusterpb.Broadcast) string {
 		return "client_disconnect"
 	case *clusterpb.Broadcast_OccupancyQuery:
 		return "occupancy_query"
+	case *clusterpb.Broadcast_HealthQuery:
+		return "health_query"
 	}
 	return "unknown"
 }

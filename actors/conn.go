@@ -110,10 +110,11 @@ var pongFrame = transport.TextFrame(proto.Pong)
 // HandleMessage from a read worker (one call at a time per socket) and
 // HandleClose once when the socket is gone.
 type Session struct {
-	sys   *System
-	sink  Sink
-	pid   *actor.PID
-	lease *Lease
+	sys    *System
+	sink   Sink
+	pid    *actor.PID
+	lease  *Lease
+	health *projectHealth // the project's live figures (health.go)
 }
 
 // HandleMessage decodes one client frame at the edge; pings and malformed
@@ -129,6 +130,18 @@ func (s *Session) HandleMessage(payload []byte) {
 		return
 	}
 	s.sys.root.Send(s.pid, &clientFrame{msg: m})
+}
+
+// HandleWritten takes the transport's report of a write that sent a
+// message accepted at accepted (unix nanos) by written: the fan-out latency.
+func (s *Session) HandleWritten(accepted, written int64) {
+	s.health.written(accepted, written)
+}
+
+// ClosedSlow counts the socket as closed for not reading fast enough; the
+// transport's adapter calls it before HandleClose.
+func (s *Session) ClosedSlow() {
+	s.health.add(hSlowClosed, 1, s.sys.cfg.Now().UnixNano())
 }
 
 // HandleClose removes the connection from all its channels at once; status

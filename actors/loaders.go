@@ -14,6 +14,9 @@ import (
 type Sink interface {
 	ID() uint64
 	Send(frame []byte) bool
+	// SendAt is Send for a message accepted at the given time (unix nanos):
+	// its age when written counts in the project's fan-out latency.
+	SendAt(frame []byte, accepted int64) bool
 	Close(code transport.CloseCode, reason string)
 }
 

@@ -87,7 +87,8 @@ type liveConn struct {
 // counted and a count can never go negative.
 type projectUsage struct {
 	emits       atomic.Int64
-	replayBytes atomic.Int64 // held by the channels' replay rings together
+	replayBytes atomic.Int64   // held by the channels' replay rings together
+	health      *projectHealth // the live figures (health.go)
 }
 
 // heldWebhook is a connect or disconnect waiting for the first settings load.
@@ -113,7 +114,7 @@ func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *p
 		backstop: fixedWindow{size: time.Minute},
 		channels: map[string]*childChannel{},
 		conns:    map[uint64]liveConn{},
-		usage:    &projectUsage{},
+		usage:    &projectUsage{health: cfg.health.of(id)},
 
 		revokedJTIs:    map[string]time.Time{},
 		revokedClients: map[string]Revocation{},

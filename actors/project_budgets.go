@@ -195,6 +195,7 @@ func (a *projectActor) budgeted(ctx actor.Context, ask *budgetAsk) {
 		a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeUnavailable)
 	case ans.ClientDenied: // 6
 		a.cfg.counters.RateLimitedClient.Add(1)
+		a.usage.health.add(hLimitedClient, 1, ask.came.UnixNano())
 		a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeClientEmitRateLimited)
 	case m.msg.PayloadErr != nil: // 7
 		a.refuseEmit(ctx, m.msg.Channel, m.sink, m.msg.PayloadErr.Code)

@@ -48,6 +48,7 @@ type Config struct {
 	MaxConnectionsPerAddress int // live connections of one project from one client address
 
 	counters *Counters
+	health   *healthBook              // delivery health per project (health.go)
 	cluster  *atomic.Pointer[Cluster] // the System's, set by NewSystem: channels become relays in a cluster
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -137,6 +138,7 @@ func NewSystem(cfg Config) *System {
 		cfg.Logger = slog.Default()
 	}
 	cfg.counters = &Counters{}
+	cfg.health = &healthBook{}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
@@ -334,7 +336,7 @@ func (s *System) Open(l *Lease, keyHash string, sink Sink) *Session {
 	project := s.tell(l.projectID, &connOpened{sink: sink, keyHash: keyHash})
 	pid := s.root.Spawn(s.connProps)
 	s.root.Send(pid, &connInit{sink: sink, project: project, cfg: s.cfg}) // its first message
-	return &Session{sys: s, sink: sink, pid: pid, lease: l}
+	return &Session{sys: s, sink: sink, pid: pid, lease: l, health: s.cfg.health.of(l.projectID)}
 }
 
 // KeysRevoked closes, on every running project actor that has them, the
@@ -360,6 +362,11 @@ func (s *System) CloseKeySockets(projectID string, keyHashes []string) {
 // drain (resetting them). Projects that do not answer before ctx ends keep
 // their counts for the next drain.
 func (s *System) DrainUsage(ctx context.Context) []Usage {
+	s.cfg.health.evict(s.cfg.Now().UnixNano(), func(id string) bool {
+		s.liveMu.Lock()
+		defer s.liveMu.Unlock()
+		return s.live[id] > 0
+	})
 	var ids []string
 	s.projects.Range(func(id, _ any) bool {
 		ids = append(ids, id.(string))
@@ -395,6 +402,7 @@ func (s *System) eachProject(msg edgeMessage) {
 // ProjectDeleted closes the project's connections and stops its actors.
 func (s *System) ProjectDeleted(id string) {
 	s.tellRunning(id, &projectDeleted{})
+	s.cfg.health.forget(id)
 	s.clusterProjectDeleted(id)
 }
 

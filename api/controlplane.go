@@ -100,6 +100,9 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.Handle("/api/projects/{projectId}/keys/{keyId}/revoke", methods{
 		http.MethodPost: auth(c.handleRevokeKey),
 	})
+	mux.Handle("/api/projects/{projectId}/health", methods{
+		http.MethodGet: auth(c.handleHealth),
+	})
 	mux.Handle("/api/projects/{projectId}/client-emit-secret", methods{
 		http.MethodPatch: auth(c.handleClientEmitSecret),
 	})

@@ -41,7 +41,8 @@ var cssVersion = func() string {
 
 const cssPath = "/static/dashboard.css"
 
-// pages are parsed once: each page file with the shared layout.
+// pages are parsed once: each page file with the shared layout and the
+// sections (*.part.html) pages include.
 var pages = func() map[string]*template.Template {
 	names, err := fs.Glob(templateFS, "templates/*.html")
 	if err != nil {
@@ -50,10 +51,11 @@ var pages = func() map[string]*template.Template {
 	out := map[string]*template.Template{}
 	for _, n := range names {
 		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if base == "layout" {
+		if base == "layout" || strings.HasSuffix(base, ".part") {
 			continue
 		}
-		out[base] = template.Must(template.New(base).ParseFS(templateFS, "templates/layout.html", n))
+		t := template.Must(template.New(base).ParseFS(templateFS, "templates/layout.html", n))
+		out[base] = template.Must(t.ParseFS(templateFS, "templates/*.part.html"))
 	}
 	return out
 }()
@@ -108,6 +110,7 @@ type view struct {
 	Project  *projectView
 	Confirm  *confirmView
 	Usage    *usageView
+	Health   *healthView // the project page's live figures
 }
 
 type projectRow struct {

@@ -156,6 +156,7 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	pg := d.page(r, v, p.Name)
 	pg.Project = pv
+	pg.Health = d.healthView(p.ID)
 	if pe != nil {
 		pg.Error = pe.msg
 	}

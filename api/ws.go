@@ -125,6 +125,9 @@ func writeNotWebSocket(w http.ResponseWriter) {
 type wsSession struct{ *actors.Session }
 
 func (h wsSession) HandleClose(info transport.CloseInfo) {
+	if info.Cause == transport.CauseSlowConsumer {
+		h.Session.ClosedSlow()
+	}
 	status := actors.CloseStatus{}
 	if info.ByPeer && info.Code != 1005 { // 1005: the close frame had no status
 		status = actors.CloseStatus{Supplied: true, Code: int(info.Code), Reason: info.Reason}

@@ -39,17 +39,29 @@ type Conn struct {
 	messageOp ws.OpCode // its opcode, 0 when none
 	readDone  bool      // a close frame or protocol error ended reading
 
-	// Write state.
+	// Write state, under mu (the flags sit beside the read ones, where the
+	// struct had padding: a Conn stays in the 352-byte size class).
+	writing    bool // a worker or drain goroutine owns the flush
+	closing    bool // close frame queued: nothing more is accepted
+	closed     bool // torn down
+	registered bool // in the epoll set
 	mu         sync.Mutex
 	inline     [4][]byte // the queue's backing array while it is short
 	queue      [][]byte  // frames waiting to be written, oldest first
 	head       int       // bytes of queue[0] already written
 	queued     int       // bytes in queue
-	writing    bool      // a worker or drain goroutine owns the flush
-	closing    bool      // close frame queued: nothing more is accepted
-	closeInfo  CloseInfo // what HandleClose will be told
-	closed     bool      // torn down
-	registered bool      // in the epoll set
+	// stamp is the accepted time (unix nanos) of the oldest queued frame
+	// given one by SendAt and not yet taken by a write, 0 when none: a
+	// write that sends it reports its age (WriteObserver).
+	stamp     int64
+	closeInfo CloseInfo // what HandleClose will be told
+}
+
+// WriteObserver is an optional method of a Handler: after a write sent
+// every frame it took, it is told the accepted time (SendAt) of the oldest
+// stamped frame among them, and the time the write ended, both unix nanos.
+type WriteObserver interface {
+	HandleWritten(accepted, written int64)
 }
 
 // ID is unique among the server's connections for its lifetime.
@@ -58,14 +70,24 @@ func (c *Conn) ID() uint64 { return c.id }
 // RemoteAddr is the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
-func (c *Conn) touch() { c.lastActive.Store(time.Now().UnixNano()) }
+// touch records activity now, and returns the time (unix nanos).
+func (c *Conn) touch() int64 {
+	now := time.Now().UnixNano()
+	c.lastActive.Store(now)
+	return now
+}
 
 // Send queues a complete, already framed message (server frames are unmasked,
 // so the same bytes may be queued on many connections; they are never
 // modified). It never blocks. It reports false if the connection is closing
 // or gone, or if the queue overflowed, in which case the connection is closed
 // as a slow consumer.
-func (c *Conn) Send(frame []byte) bool {
+func (c *Conn) Send(frame []byte) bool { return c.SendAt(frame, 0) }
+
+// SendAt is Send for a frame accepted at the given time (unix nanos, 0 for
+// none), whose age at the write that sends it goes to the handler's
+// WriteObserver.
+func (c *Conn) SendAt(frame []byte, accepted int64) bool {
 	c.mu.Lock()
 	if c.closing || c.closed {
 		c.mu.Unlock()
@@ -78,6 +100,9 @@ func (c *Conn) Send(frame []byte) bool {
 	}
 	c.queue = append(c.queue, frame)
 	c.queued += len(frame)
+	if c.stamp == 0 {
+		c.stamp = accepted
+	}
 	start := !c.writing
 	c.writing = true
 	c.mu.Unlock()
@@ -199,8 +224,13 @@ const maxIovecs = 1024
 var iovecPool = sync.Pool{New: func() any { s := make([][]byte, 0, maxIovecs); return &s }}
 
 // take copies up to maxIovecs queued frames into iov (the first one minus the
-// bytes already written). Caller holds mu.
-func (c *Conn) take(iov [][]byte) ([][]byte, int) {
+// bytes already written), with the stamp they carry. Frames it leaves keep
+// the stamp too (an age reported twice errs on the old side). Caller holds mu.
+func (c *Conn) take(iov [][]byte) ([][]byte, int, int64) {
+	stamp := c.stamp
+	if len(c.queue) <= maxIovecs {
+		c.stamp = 0
+	}
 	total := 0
 	for i, f := range c.queue {
 		if i == maxIovecs {
@@ -212,7 +242,25 @@ func (c *Conn) take(iov [][]byte) ([][]byte, int) {
 		iov = append(iov, f)
 		total += len(f)
 	}
-	return iov, total
+	return iov, total, stamp
+}
+
+// unsent gives back the stamp of a write that did not send all it took:
+// older than any frame queued since, it is again the oldest. Caller holds mu.
+func (c *Conn) unsent(stamp int64) {
+	if stamp != 0 {
+		c.stamp = stamp
+	}
+}
+
+// written reports a finished write's stamp to the handler's WriteObserver.
+func (c *Conn) written(stamp, now int64) {
+	if stamp == 0 {
+		return
+	}
+	if o, ok := c.handler.(WriteObserver); ok {
+		o.HandleWritten(stamp, now)
+	}
 }
 
 // consumed drops n written bytes from the head of the queue. Caller holds mu.
@@ -257,7 +305,7 @@ func (c *Conn) flush() {
 			}
 			return
 		}
-		iov, total := c.take((*iovp)[:0])
+		iov, total, stamp := c.take((*iovp)[:0])
 		frames := len(iov)
 		c.mu.Unlock()
 
@@ -276,7 +324,7 @@ func (c *Conn) flush() {
 		}
 		c.srv.writeCalls.Add(1)
 		if n > 0 {
-			c.touch()
+			now := c.touch()
 			c.mu.Lock()
 			if c.closed { // torn down meanwhile; the queue is gone
 				c.writing = false
@@ -284,10 +332,18 @@ func (c *Conn) flush() {
 				return
 			}
 			c.consumed(n)
+			if n < total {
+				c.unsent(stamp)
+			}
 			c.mu.Unlock()
 			if n == total {
 				c.srv.framesSent.Add(int64(frames))
+				c.written(stamp, now)
 			}
+		} else {
+			c.mu.Lock()
+			c.unsent(stamp)
+			c.mu.Unlock()
 		}
 		switch {
 		case err == nil && n == total:
@@ -321,7 +377,7 @@ func (c *Conn) drain() {
 			}
 			return
 		}
-		iov, _ := c.take(nil)
+		iov, total, stamp := c.take(nil)
 		frames := len(iov)
 		c.mu.Unlock()
 
@@ -330,12 +386,18 @@ func (c *Conn) drain() {
 		n, err := bufs.WriteTo(c.nc)
 		c.srv.writeCalls.Add(1)
 		if n > 0 {
-			c.touch()
+			now := c.touch()
 			c.mu.Lock()
 			if !c.closed {
 				c.consumed(int(n))
+				if int(n) < total {
+					c.unsent(stamp)
+				}
 			}
 			c.mu.Unlock()
+			if int(n) == total {
+				c.written(stamp, now)
+			}
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {

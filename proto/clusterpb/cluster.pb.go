@@ -49,6 +49,7 @@ type Broadcast struct {
 	//	*Broadcast_TokensRevoked
 	//	*Broadcast_ClientDisconnect
 	//	*Broadcast_OccupancyQuery
+	//	*Broadcast_HealthQuery
 	Change        isBroadcast_Change `protobuf_oneof:"change"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -175,6 +176,15 @@ func (x *Broadcast) GetOccupancyQuery() *OccupancyQuery {
 	return nil
 }
 
+func (x *Broadcast) GetHealthQuery() *HealthQuery {
+	if x != nil {
+		if x, ok := x.Change.(*Broadcast_HealthQuery); ok {
+			return x.HealthQuery
+		}
+	}
+	return nil
+}
+
 type isBroadcast_Change interface {
 	isBroadcast_Change()
 }
@@ -207,6 +217,10 @@ type Broadcast_OccupancyQuery struct {
 	OccupancyQuery *OccupancyQuery `protobuf:"bytes,16,opt,name=occupancy_query,json=occupancyQuery,proto3,oneof"`
 }
 
+type Broadcast_HealthQuery struct {
+	HealthQuery *HealthQuery `protobuf:"bytes,17,opt,name=health_query,json=healthQuery,proto3,oneof"`
+}
+
 func (*Broadcast_ProjectDeleted) isBroadcast_Change() {}
 
 func (*Broadcast_KeysRevoked) isBroadcast_Change() {}
@@ -220,6 +234,8 @@ func (*Broadcast_TokensRevoked) isBroadcast_Change() {}
 func (*Broadcast_ClientDisconnect) isBroadcast_Change() {}
 
 func (*Broadcast_OccupancyQuery) isBroadcast_Change() {}
+
+func (*Broadcast_HealthQuery) isBroadcast_Change() {}
 
 // ProjectDeleted: close the project's sockets (4004) and stop its actors.
 type ProjectDeleted struct {
@@ -474,6 +490,123 @@ func (*OccupancyQuery) Descriptor() ([]byte, []int) {
 	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
 }
 
+// HealthQuery: a query, not a change. The receiver acks with its own live
+// delivery figures of the project (BroadcastAck.health); the asker sums them.
+type HealthQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthQuery) Reset() {
+	*x = HealthQuery{}
+	mi := &file_proto_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthQuery) ProtoMessage() {}
+
+func (x *HealthQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthQuery.ProtoReflect.Descriptor instead.
+func (*HealthQuery) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+// HealthFigures is one member's delivery health of a project: the raw sums
+// of its last-minute and last-hour windows (counts in the order of the
+// actors package's healthCounter, latency per bucket) and its sockets.
+type HealthFigures struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MinuteCounts  []int64                `protobuf:"varint,1,rep,packed,name=minute_counts,json=minuteCounts,proto3" json:"minute_counts,omitempty"`
+	MinuteLatency []int64                `protobuf:"varint,2,rep,packed,name=minute_latency,json=minuteLatency,proto3" json:"minute_latency,omitempty"`
+	HourCounts    []int64                `protobuf:"varint,3,rep,packed,name=hour_counts,json=hourCounts,proto3" json:"hour_counts,omitempty"`
+	HourLatency   []int64                `protobuf:"varint,4,rep,packed,name=hour_latency,json=hourLatency,proto3" json:"hour_latency,omitempty"`
+	Connections   int32                  `protobuf:"varint,5,opt,name=connections,proto3" json:"connections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthFigures) Reset() {
+	*x = HealthFigures{}
+	mi := &file_proto_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthFigures) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthFigures) ProtoMessage() {}
+
+func (x *HealthFigures) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthFigures.ProtoReflect.Descriptor instead.
+func (*HealthFigures) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HealthFigures) GetMinuteCounts() []int64 {
+	if x != nil {
+		return x.MinuteCounts
+	}
+	return nil
+}
+
+func (x *HealthFigures) GetMinuteLatency() []int64 {
+	if x != nil {
+		return x.MinuteLatency
+	}
+	return nil
+}
+
+func (x *HealthFigures) GetHourCounts() []int64 {
+	if x != nil {
+		return x.HourCounts
+	}
+	return nil
+}
+
+func (x *HealthFigures) GetHourLatency() []int64 {
+	if x != nil {
+		return x.HourLatency
+	}
+	return nil
+}
+
+func (x *HealthFigures) GetConnections() int32 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
 // ChannelCount is one channel's subscribers on one member.
 type ChannelCount struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -485,7 +618,7 @@ type ChannelCount struct {
 
 func (x *ChannelCount) Reset() {
 	*x = ChannelCount{}
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +630,7 @@ func (x *ChannelCount) String() string {
 func (*ChannelCount) ProtoMessage() {}
 
 func (x *ChannelCount) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +643,7 @@ func (x *ChannelCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelCount.ProtoReflect.Descriptor instead.
 func (*ChannelCount) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ChannelCount) GetChannel() string {
@@ -537,7 +670,7 @@ type TokensRevoked struct {
 
 func (x *TokensRevoked) Reset() {
 	*x = TokensRevoked{}
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +682,7 @@ func (x *TokensRevoked) String() string {
 func (*TokensRevoked) ProtoMessage() {}
 
 func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +695,7 @@ func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokensRevoked.ProtoReflect.Descriptor instead.
 func (*TokensRevoked) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TokensRevoked) GetRevocations() []*Revocation {
@@ -584,7 +717,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +729,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +742,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Revocation) GetKind() string {
@@ -647,13 +780,14 @@ type BroadcastAck struct {
 	Member        string                 `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`     // the receiver's member id
 	Closed        int32                  `protobuf:"varint,3,opt,name=closed,proto3" json:"closed,omitempty"`    // ClientDisconnect: the sockets the receiver closed
 	Channels      []*ChannelCount        `protobuf:"bytes,4,rep,name=channels,proto3" json:"channels,omitempty"` // OccupancyQuery: the receiver's counts
+	Health        *HealthFigures         `protobuf:"bytes,5,opt,name=health,proto3" json:"health,omitempty"`     // HealthQuery: the receiver's figures
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BroadcastAck) Reset() {
 	*x = BroadcastAck{}
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +799,7 @@ func (x *BroadcastAck) String() string {
 func (*BroadcastAck) ProtoMessage() {}
 
 func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +812,7 @@ func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastAck.ProtoReflect.Descriptor instead.
 func (*BroadcastAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BroadcastAck) GetId() string {
@@ -709,6 +843,13 @@ func (x *BroadcastAck) GetChannels() []*ChannelCount {
 	return nil
 }
 
+func (x *BroadcastAck) GetHealth() *HealthFigures {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
 // Ref names an actor on some node: its remote address and process id.
 type Ref struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -720,7 +861,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +873,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +886,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ref) GetAddress() string {
@@ -774,7 +915,7 @@ type Subscriber struct {
 
 func (x *Subscriber) Reset() {
 	*x = Subscriber{}
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +927,7 @@ func (x *Subscriber) String() string {
 func (*Subscriber) ProtoMessage() {}
 
 func (x *Subscriber) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +940,7 @@ func (x *Subscriber) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscriber.ProtoReflect.Descriptor instead.
 func (*Subscriber) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Subscriber) GetConn() uint64 {
@@ -837,7 +978,7 @@ type ChannelRegister struct {
 
 func (x *ChannelRegister) Reset() {
 	*x = ChannelRegister{}
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +990,7 @@ func (x *ChannelRegister) String() string {
 func (*ChannelRegister) ProtoMessage() {}
 
 func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1003,7 @@ func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRegister.ProtoReflect.Descriptor instead.
 func (*ChannelRegister) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChannelRegister) GetRelay() *Ref {
@@ -899,7 +1040,7 @@ type ChannelJoin struct {
 
 func (x *ChannelJoin) Reset() {
 	*x = ChannelJoin{}
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1052,7 @@ func (x *ChannelJoin) String() string {
 func (*ChannelJoin) ProtoMessage() {}
 
 func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1065,7 @@ func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoin.ProtoReflect.Descriptor instead.
 func (*ChannelJoin) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChannelJoin) GetRelay() *Ref {
@@ -973,7 +1114,7 @@ type ChannelJoined struct {
 
 func (x *ChannelJoined) Reset() {
 	*x = ChannelJoined{}
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1126,7 @@ func (x *ChannelJoined) String() string {
 func (*ChannelJoined) ProtoMessage() {}
 
 func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1139,7 @@ func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoined.ProtoReflect.Descriptor instead.
 func (*ChannelJoined) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChannelJoined) GetConn() uint64 {
@@ -1061,7 +1202,7 @@ type ChannelLeave struct {
 
 func (x *ChannelLeave) Reset() {
 	*x = ChannelLeave{}
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1214,7 @@ func (x *ChannelLeave) String() string {
 func (*ChannelLeave) ProtoMessage() {}
 
 func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1227,7 @@ func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelLeave.ProtoReflect.Descriptor instead.
 func (*ChannelLeave) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChannelLeave) GetRelay() *Ref {
@@ -1126,7 +1267,7 @@ type ChannelPublish struct {
 
 func (x *ChannelPublish) Reset() {
 	*x = ChannelPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1279,7 @@ func (x *ChannelPublish) String() string {
 func (*ChannelPublish) ProtoMessage() {}
 
 func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1292,7 @@ func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublish.ProtoReflect.Descriptor instead.
 func (*ChannelPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChannelPublish) GetId() string {
@@ -1243,7 +1384,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1396,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1409,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Budget) GetLimit() int32 {
@@ -1310,7 +1451,7 @@ type ChannelPublished struct {
 
 func (x *ChannelPublished) Reset() {
 	*x = ChannelPublished{}
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1463,7 @@ func (x *ChannelPublished) String() string {
 func (*ChannelPublished) ProtoMessage() {}
 
 func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1476,7 @@ func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublished.ProtoReflect.Descriptor instead.
 func (*ChannelPublished) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChannelPublished) GetId() string {
@@ -1383,17 +1524,18 @@ func (x *ChannelPublished) GetChannel() *Budget {
 // ChannelDeliver is one stamped message for a relay's sockets: the message
 // object, sent once per node; skip_conn is the emitter of a client emit.
 type ChannelDeliver struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Message       []byte                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	SkipConn      uint64                 `protobuf:"varint,3,opt,name=skip_conn,json=skipConn,proto3" json:"skip_conn,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Seq              uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Message          []byte                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	SkipConn         uint64                 `protobuf:"varint,3,opt,name=skip_conn,json=skipConn,proto3" json:"skip_conn,omitempty"`
+	AcceptedUnixNano int64                  `protobuf:"varint,4,opt,name=accepted_unix_nano,json=acceptedUnixNano,proto3" json:"accepted_unix_nano,omitempty"` // when the emitting edge accepted it (fan-out latency)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ChannelDeliver) Reset() {
 	*x = ChannelDeliver{}
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1547,7 @@ func (x *ChannelDeliver) String() string {
 func (*ChannelDeliver) ProtoMessage() {}
 
 func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1560,7 @@ func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelDeliver.ProtoReflect.Descriptor instead.
 func (*ChannelDeliver) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChannelDeliver) GetSeq() uint64 {
@@ -1442,6 +1584,13 @@ func (x *ChannelDeliver) GetSkipConn() uint64 {
 	return 0
 }
 
+func (x *ChannelDeliver) GetAcceptedUnixNano() int64 {
+	if x != nil {
+		return x.AcceptedUnixNano
+	}
+	return 0
+}
+
 // ChannelPresence is a join or leave for a relay's presence subscribers
 // (but except_conn, the socket it is about).
 type ChannelPresence struct {
@@ -1455,7 +1604,7 @@ type ChannelPresence struct {
 
 func (x *ChannelPresence) Reset() {
 	*x = ChannelPresence{}
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1616,7 @@ func (x *ChannelPresence) String() string {
 func (*ChannelPresence) ProtoMessage() {}
 
 func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1629,7 @@ func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPresence.ProtoReflect.Descriptor instead.
 func (*ChannelPresence) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ChannelPresence) GetEvent() string {
@@ -1517,7 +1666,7 @@ type ChannelRoster struct {
 
 func (x *ChannelRoster) Reset() {
 	*x = ChannelRoster{}
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1678,7 @@ func (x *ChannelRoster) String() string {
 func (*ChannelRoster) ProtoMessage() {}
 
 func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1691,7 @@ func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRoster.ProtoReflect.Descriptor instead.
 func (*ChannelRoster) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChannelRoster) GetMembers() []string {
@@ -1568,7 +1717,7 @@ type GrainHandoff struct {
 
 func (x *GrainHandoff) Reset() {
 	*x = GrainHandoff{}
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1729,7 @@ func (x *GrainHandoff) String() string {
 func (*GrainHandoff) ProtoMessage() {}
 
 func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1742,7 @@ func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoff.ProtoReflect.Descriptor instead.
 func (*GrainHandoff) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrainHandoff) GetFrom() string {
@@ -1632,7 +1781,7 @@ type ProjectState struct {
 
 func (x *ProjectState) Reset() {
 	*x = ProjectState{}
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1793,7 @@ func (x *ProjectState) String() string {
 func (*ProjectState) ProtoMessage() {}
 
 func (x *ProjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1806,7 @@ func (x *ProjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectState.ProtoReflect.Descriptor instead.
 func (*ProjectState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProjectState) GetProjectId() string {
@@ -1706,7 +1855,7 @@ type ClientWindow struct {
 
 func (x *ClientWindow) Reset() {
 	*x = ClientWindow{}
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1867,7 @@ func (x *ClientWindow) String() string {
 func (*ClientWindow) ProtoMessage() {}
 
 func (x *ClientWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1880,7 @@ func (x *ClientWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientWindow.ProtoReflect.Descriptor instead.
 func (*ClientWindow) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ClientWindow) GetClientId() string {
@@ -1768,7 +1917,7 @@ type AnsweredTake struct {
 
 func (x *AnsweredTake) Reset() {
 	*x = AnsweredTake{}
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1929,7 @@ func (x *AnsweredTake) String() string {
 func (*AnsweredTake) ProtoMessage() {}
 
 func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1942,7 @@ func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredTake.ProtoReflect.Descriptor instead.
 func (*AnsweredTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AnsweredTake) GetId() string {
@@ -1840,7 +1989,7 @@ type GrainHandoffAck struct {
 
 func (x *GrainHandoffAck) Reset() {
 	*x = GrainHandoffAck{}
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2001,7 @@ func (x *GrainHandoffAck) String() string {
 func (*GrainHandoffAck) ProtoMessage() {}
 
 func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2014,7 @@ func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
 func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GrainHandoffAck) GetTaken() int32 {
@@ -1892,7 +2041,7 @@ type GrainState struct {
 
 func (x *GrainState) Reset() {
 	*x = GrainState{}
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2053,7 @@ func (x *GrainState) String() string {
 func (*GrainState) ProtoMessage() {}
 
 func (x *GrainState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2066,7 @@ func (x *GrainState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
 func (*GrainState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GrainState) GetIdentity() string {
@@ -1987,7 +2136,7 @@ type ReplayEntry struct {
 
 func (x *ReplayEntry) Reset() {
 	*x = ReplayEntry{}
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2148,7 @@ func (x *ReplayEntry) String() string {
 func (*ReplayEntry) ProtoMessage() {}
 
 func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2161,7 @@ func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
 func (*ReplayEntry) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplayEntry) GetSeq() uint64 {
@@ -2046,7 +2195,7 @@ type RelaySubs struct {
 
 func (x *RelaySubs) Reset() {
 	*x = RelaySubs{}
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2207,7 @@ func (x *RelaySubs) String() string {
 func (*RelaySubs) ProtoMessage() {}
 
 func (x *RelaySubs) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2220,7 @@ func (x *RelaySubs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
 func (*RelaySubs) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RelaySubs) GetRelay() *Ref {
@@ -2099,7 +2248,7 @@ type AnsweredPublish struct {
 
 func (x *AnsweredPublish) Reset() {
 	*x = AnsweredPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2260,7 @@ func (x *AnsweredPublish) String() string {
 func (*AnsweredPublish) ProtoMessage() {}
 
 func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2273,7 @@ func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
 func (*AnsweredPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AnsweredPublish) GetId() string {
@@ -2168,7 +2317,7 @@ type ProjectTake struct {
 
 func (x *ProjectTake) Reset() {
 	*x = ProjectTake{}
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2329,7 @@ func (x *ProjectTake) String() string {
 func (*ProjectTake) ProtoMessage() {}
 
 func (x *ProjectTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2342,7 @@ func (x *ProjectTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
 func (*ProjectTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProjectTake) GetId() string {
@@ -2253,7 +2402,7 @@ type ProjectTaken struct {
 
 func (x *ProjectTaken) Reset() {
 	*x = ProjectTaken{}
-	mi := &file_proto_cluster_proto_msgTypes[33]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2414,7 @@ func (x *ProjectTaken) String() string {
 func (*ProjectTaken) ProtoMessage() {}
 
 func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[33]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2427,7 @@ func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
 func (*ProjectTaken) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProjectTaken) GetId() string {
@@ -2327,7 +2476,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[34]
+	mi := &file_proto_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2488,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[34]
+	mi := &file_proto_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2501,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -2378,7 +2527,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[35]
+	mi := &file_proto_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2539,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[35]
+	mi := &file_proto_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2552,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2445,7 +2594,7 @@ type ChannelQuery struct {
 
 func (x *ChannelQuery) Reset() {
 	*x = ChannelQuery{}
-	mi := &file_proto_cluster_proto_msgTypes[36]
+	mi := &file_proto_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2606,7 @@ func (x *ChannelQuery) String() string {
 func (*ChannelQuery) ProtoMessage() {}
 
 func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[36]
+	mi := &file_proto_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2619,7 @@ func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQuery.ProtoReflect.Descriptor instead.
 func (*ChannelQuery) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ChannelQuery) GetKind() int32 {
@@ -2514,7 +2663,7 @@ type ChannelQueryAnswer struct {
 
 func (x *ChannelQueryAnswer) Reset() {
 	*x = ChannelQueryAnswer{}
-	mi := &file_proto_cluster_proto_msgTypes[37]
+	mi := &file_proto_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2526,7 +2675,7 @@ func (x *ChannelQueryAnswer) String() string {
 func (*ChannelQueryAnswer) ProtoMessage() {}
 
 func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[37]
+	mi := &file_proto_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2539,7 +2688,7 @@ func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQueryAnswer.ProtoReflect.Descriptor instead.
 func (*ChannelQueryAnswer) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ChannelQueryAnswer) GetSubscribers() int32 {
@@ -2581,7 +2730,7 @@ var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xfc\x04\n" +
+	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xbd\x05\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x1d\n" +
@@ -2594,7 +2743,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x1aclient_emit_secret_changed\x18\r \x01(\v2&.relay.cluster.ClientEmitSecretChangedH\x00R\x17clientEmitSecretChanged\x12E\n" +
 	"\x0etokens_revoked\x18\x0e \x01(\v2\x1c.relay.cluster.TokensRevokedH\x00R\rtokensRevoked\x12N\n" +
 	"\x11client_disconnect\x18\x0f \x01(\v2\x1f.relay.cluster.ClientDisconnectH\x00R\x10clientDisconnect\x12H\n" +
-	"\x0foccupancy_query\x18\x10 \x01(\v2\x1d.relay.cluster.OccupancyQueryH\x00R\x0eoccupancyQueryB\b\n" +
+	"\x0foccupancy_query\x18\x10 \x01(\v2\x1d.relay.cluster.OccupancyQueryH\x00R\x0eoccupancyQuery\x12?\n" +
+	"\fhealth_query\x18\x11 \x01(\v2\x1a.relay.cluster.HealthQueryH\x00R\vhealthQueryB\b\n" +
 	"\x06change\"\x10\n" +
 	"\x0eProjectDeleted\",\n" +
 	"\vKeysRevoked\x12\x1d\n" +
@@ -2605,7 +2755,15 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\"/\n" +
 	"\x10ClientDisconnect\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x10\n" +
-	"\x0eOccupancyQuery\"J\n" +
+	"\x0eOccupancyQuery\"\r\n" +
+	"\vHealthQuery\"\xc1\x01\n" +
+	"\rHealthFigures\x12#\n" +
+	"\rminute_counts\x18\x01 \x03(\x03R\fminuteCounts\x12%\n" +
+	"\x0eminute_latency\x18\x02 \x03(\x03R\rminuteLatency\x12\x1f\n" +
+	"\vhour_counts\x18\x03 \x03(\x03R\n" +
+	"hourCounts\x12!\n" +
+	"\fhour_latency\x18\x04 \x03(\x03R\vhourLatency\x12 \n" +
+	"\vconnections\x18\x05 \x01(\x05R\vconnections\"J\n" +
 	"\fChannelCount\x12\x18\n" +
 	"\achannel\x18\x01 \x01(\tR\achannel\x12 \n" +
 	"\vsubscribers\x18\x02 \x01(\x05R\vsubscribers\"L\n" +
@@ -2616,12 +2774,13 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12/\n" +
 	"\x14revoked_at_unix_nano\x18\x03 \x01(\x03R\x11revokedAtUnixNano\x12/\n" +
-	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"\x87\x01\n" +
+	"\x14expires_at_unix_nano\x18\x04 \x01(\x03R\x11expiresAtUnixNano\"\xbd\x01\n" +
 	"\fBroadcastAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
 	"\x06closed\x18\x03 \x01(\x05R\x06closed\x127\n" +
-	"\bchannels\x18\x04 \x03(\v2\x1b.relay.cluster.ChannelCountR\bchannels\"/\n" +
+	"\bchannels\x18\x04 \x03(\v2\x1b.relay.cluster.ChannelCountR\bchannels\x124\n" +
+	"\x06health\x18\x05 \x01(\v2\x1c.relay.cluster.HealthFiguresR\x06health\"/\n" +
 	"\x03Ref\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"Y\n" +
@@ -2675,11 +2834,12 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12 \n" +
 	"\vsubscribers\x18\x04 \x01(\x05R\vsubscribers\x12\x1c\n" +
 	"\tdelivered\x18\x05 \x01(\x05R\tdelivered\x12/\n" +
-	"\achannel\x18\x06 \x01(\v2\x15.relay.cluster.BudgetR\achannel\"Y\n" +
+	"\achannel\x18\x06 \x01(\v2\x15.relay.cluster.BudgetR\achannel\"\x87\x01\n" +
 	"\x0eChannelDeliver\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\fR\amessage\x12\x1b\n" +
-	"\tskip_conn\x18\x03 \x01(\x04R\bskipConn\"e\n" +
+	"\tskip_conn\x18\x03 \x01(\x04R\bskipConn\x12,\n" +
+	"\x12accepted_unix_nano\x18\x04 \x01(\x03R\x10acceptedUnixNano\"e\n" +
 	"\x0fChannelPresence\x12\x14\n" +
 	"\x05event\x18\x01 \x01(\tR\x05event\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1f\n" +
@@ -2781,7 +2941,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -2790,76 +2950,80 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*ClientEmitSecretChanged)(nil), // 4: relay.cluster.ClientEmitSecretChanged
 	(*ClientDisconnect)(nil),        // 5: relay.cluster.ClientDisconnect
 	(*OccupancyQuery)(nil),          // 6: relay.cluster.OccupancyQuery
-	(*ChannelCount)(nil),            // 7: relay.cluster.ChannelCount
-	(*TokensRevoked)(nil),           // 8: relay.cluster.TokensRevoked
-	(*Revocation)(nil),              // 9: relay.cluster.Revocation
-	(*BroadcastAck)(nil),            // 10: relay.cluster.BroadcastAck
-	(*Ref)(nil),                     // 11: relay.cluster.Ref
-	(*Subscriber)(nil),              // 12: relay.cluster.Subscriber
-	(*ChannelRegister)(nil),         // 13: relay.cluster.ChannelRegister
-	(*ChannelJoin)(nil),             // 14: relay.cluster.ChannelJoin
-	(*ChannelJoined)(nil),           // 15: relay.cluster.ChannelJoined
-	(*ChannelLeave)(nil),            // 16: relay.cluster.ChannelLeave
-	(*ChannelPublish)(nil),          // 17: relay.cluster.ChannelPublish
-	(*Budget)(nil),                  // 18: relay.cluster.Budget
-	(*ChannelPublished)(nil),        // 19: relay.cluster.ChannelPublished
-	(*ChannelDeliver)(nil),          // 20: relay.cluster.ChannelDeliver
-	(*ChannelPresence)(nil),         // 21: relay.cluster.ChannelPresence
-	(*ChannelRoster)(nil),           // 22: relay.cluster.ChannelRoster
-	(*GrainHandoff)(nil),            // 23: relay.cluster.GrainHandoff
-	(*ProjectState)(nil),            // 24: relay.cluster.ProjectState
-	(*ClientWindow)(nil),            // 25: relay.cluster.ClientWindow
-	(*AnsweredTake)(nil),            // 26: relay.cluster.AnsweredTake
-	(*GrainHandoffAck)(nil),         // 27: relay.cluster.GrainHandoffAck
-	(*GrainState)(nil),              // 28: relay.cluster.GrainState
-	(*ReplayEntry)(nil),             // 29: relay.cluster.ReplayEntry
-	(*RelaySubs)(nil),               // 30: relay.cluster.RelaySubs
-	(*AnsweredPublish)(nil),         // 31: relay.cluster.AnsweredPublish
-	(*ProjectTake)(nil),             // 32: relay.cluster.ProjectTake
-	(*ProjectTaken)(nil),            // 33: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 34: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 35: relay.cluster.NodeConnections
-	(*ChannelQuery)(nil),            // 36: relay.cluster.ChannelQuery
-	(*ChannelQueryAnswer)(nil),      // 37: relay.cluster.ChannelQueryAnswer
-	nil,                             // 38: relay.cluster.NodeConnections.CountsEntry
+	(*HealthQuery)(nil),             // 7: relay.cluster.HealthQuery
+	(*HealthFigures)(nil),           // 8: relay.cluster.HealthFigures
+	(*ChannelCount)(nil),            // 9: relay.cluster.ChannelCount
+	(*TokensRevoked)(nil),           // 10: relay.cluster.TokensRevoked
+	(*Revocation)(nil),              // 11: relay.cluster.Revocation
+	(*BroadcastAck)(nil),            // 12: relay.cluster.BroadcastAck
+	(*Ref)(nil),                     // 13: relay.cluster.Ref
+	(*Subscriber)(nil),              // 14: relay.cluster.Subscriber
+	(*ChannelRegister)(nil),         // 15: relay.cluster.ChannelRegister
+	(*ChannelJoin)(nil),             // 16: relay.cluster.ChannelJoin
+	(*ChannelJoined)(nil),           // 17: relay.cluster.ChannelJoined
+	(*ChannelLeave)(nil),            // 18: relay.cluster.ChannelLeave
+	(*ChannelPublish)(nil),          // 19: relay.cluster.ChannelPublish
+	(*Budget)(nil),                  // 20: relay.cluster.Budget
+	(*ChannelPublished)(nil),        // 21: relay.cluster.ChannelPublished
+	(*ChannelDeliver)(nil),          // 22: relay.cluster.ChannelDeliver
+	(*ChannelPresence)(nil),         // 23: relay.cluster.ChannelPresence
+	(*ChannelRoster)(nil),           // 24: relay.cluster.ChannelRoster
+	(*GrainHandoff)(nil),            // 25: relay.cluster.GrainHandoff
+	(*ProjectState)(nil),            // 26: relay.cluster.ProjectState
+	(*ClientWindow)(nil),            // 27: relay.cluster.ClientWindow
+	(*AnsweredTake)(nil),            // 28: relay.cluster.AnsweredTake
+	(*GrainHandoffAck)(nil),         // 29: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 30: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 31: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 32: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 33: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 34: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 35: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 36: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 37: relay.cluster.NodeConnections
+	(*ChannelQuery)(nil),            // 38: relay.cluster.ChannelQuery
+	(*ChannelQueryAnswer)(nil),      // 39: relay.cluster.ChannelQueryAnswer
+	nil,                             // 40: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
 	2,  // 1: relay.cluster.Broadcast.keys_revoked:type_name -> relay.cluster.KeysRevoked
 	3,  // 2: relay.cluster.Broadcast.settings_changed:type_name -> relay.cluster.SettingsChanged
 	4,  // 3: relay.cluster.Broadcast.client_emit_secret_changed:type_name -> relay.cluster.ClientEmitSecretChanged
-	8,  // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
+	10, // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
 	5,  // 5: relay.cluster.Broadcast.client_disconnect:type_name -> relay.cluster.ClientDisconnect
 	6,  // 6: relay.cluster.Broadcast.occupancy_query:type_name -> relay.cluster.OccupancyQuery
-	9,  // 7: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
-	7,  // 8: relay.cluster.BroadcastAck.channels:type_name -> relay.cluster.ChannelCount
-	11, // 9: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
-	12, // 10: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
-	11, // 11: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
-	12, // 12: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
-	11, // 13: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
-	11, // 14: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
-	18, // 15: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	28, // 16: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
-	24, // 17: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
-	25, // 18: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
-	26, // 19: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
-	33, // 20: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
-	29, // 21: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	30, // 22: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	31, // 23: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	11, // 24: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	12, // 25: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	19, // 26: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	11, // 27: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	18, // 28: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	38, // 29: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	11, // 30: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	7,  // 7: relay.cluster.Broadcast.health_query:type_name -> relay.cluster.HealthQuery
+	11, // 8: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
+	9,  // 9: relay.cluster.BroadcastAck.channels:type_name -> relay.cluster.ChannelCount
+	8,  // 10: relay.cluster.BroadcastAck.health:type_name -> relay.cluster.HealthFigures
+	13, // 11: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
+	14, // 12: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
+	13, // 13: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
+	14, // 14: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
+	13, // 15: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
+	13, // 16: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
+	20, // 17: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
+	30, // 18: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	26, // 19: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
+	27, // 20: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
+	28, // 21: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
+	35, // 22: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	31, // 23: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	32, // 24: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	33, // 25: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	13, // 26: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	14, // 27: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	21, // 28: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	13, // 29: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	20, // 30: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	40, // 31: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	13, // 32: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -2875,6 +3039,7 @@ func file_proto_cluster_proto_init() {
 		(*Broadcast_TokensRevoked)(nil),
 		(*Broadcast_ClientDisconnect)(nil),
 		(*Broadcast_OccupancyQuery)(nil),
+		(*Broadcast_HealthQuery)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2882,7 +3047,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,98 @@
+package actors
+
+import (
+	"testing"
+	"time"
+)
+
+func TestLatencyBuckets(t *testing.T) {
+	for _, c := range []struct {
+		micros int64
+		bucket int
+	}{
+		{-5, 0}, {0, 0}, {1, 0}, {2, 2}, {3, 3}, {4, 4}, {5, 4}, {6, 5}, {7, 5}, {8, 6},
+		{1000, 19}, {1 << 23, 46}, {3 << 22, 47}, {1 << 40, latencyBuckets - 1},
+	} {
+		if got := latencyBucket(c.micros); got != c.bucket {
+			t.Errorf("latencyBucket(%d) = %d, want %d", c.micros, got, c.bucket)
+		}
+		// Every value is below its bucket's upper edge (but the last, open one).
+		if b := latencyBucket(c.micros); b < latencyBuckets-1 && float64(max(c.micros, 1)) >= latencyBound(b) {
+			t.Errorf("%d µs at or above bucket %d's edge %v", c.micros, b, latencyBound(b))
+		}
+	}
+}
+
+func TestHealthWindows(t *testing.T) {
+	h := newProjectHealth()
+	start := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC).UnixNano()
+	at := func(d time.Duration) int64 { return start + int64(d) }
+
+	h.published(false, 10, 1, at(0))
+	h.published(true, 5, 0, at(2*time.Second))
+	h.add(hLimitedChannel, 2, at(3*time.Second))
+	h.delivered(4, 0, at(4*time.Second))
+	for range 98 {
+		h.written(at(0), at(3*time.Millisecond)) // 3 ms: bucket [2048, 3072) µs
+	}
+	h.written(at(0), at(40*time.Millisecond))
+	h.written(at(0), at(900*time.Millisecond))
+
+	read := func(now time.Duration) Health {
+		var out Health
+		h.minute.sum(at(now), &out.Minute)
+		h.hour.sum(at(now), &out.Hour)
+		return out
+	}
+	got := read(10 * time.Second)
+	for name, w := range map[string]HealthWindow{"minute": got.Minute, "hour": got.Hour} {
+		f := w.Figures()
+		if f.Emits != 2 || f.EmitsHTTP != 1 || f.EmitsClient != 1 || f.Deliveries != 19 || f.Dropped != 1 || f.ChannelRateLimited != 2 || f.Writes != 100 {
+			t.Errorf("%s: %+v", name, f)
+		}
+		if f.P50Ms == nil || *f.P50Ms != 3.072 || f.P99Ms == nil || *f.P99Ms != 49.152 {
+			t.Errorf("%s quantiles: p50 %v p99 %v", name, f.P50Ms, f.P99Ms)
+		}
+	}
+	// 61 s on: out of the minute, still in the hour.
+	got = read(61 * time.Second)
+	if f := got.Minute.Figures(); f.Emits != 0 || f.Writes != 0 || f.P50Ms != nil {
+		t.Errorf("minute after 61 s: %+v", f)
+	}
+	if f := got.Hour.Figures(); f.Emits != 2 || f.Deliveries != 19 {
+		t.Errorf("hour after 61 s: %+v", f)
+	}
+	// A new add an hour on reuses the slot, cleared.
+	h.published(false, 1, 0, at(time.Hour+time.Second))
+	got = read(time.Hour + 2*time.Second)
+	if f := got.Hour.Figures(); f.Emits != 1 || f.Deliveries != 1 || f.Writes != 0 {
+		t.Errorf("hour an hour on: %+v", f)
+	}
+	if f := got.Minute.Figures(); f.Emits != 1 {
+		t.Errorf("minute an hour on: %+v", f)
+	}
+}
+
+func TestHealthBookEviction(t *testing.T) {
+	var b healthBook
+	if b.peek("p") != nil {
+		t.Fatal("peek made a record")
+	}
+	h := b.of("p")
+	if b.of("p") != h || b.peek("p") != h {
+		t.Fatal("a second record for one project")
+	}
+	now := h.last.Load()
+	b.evict(now+int64(30*time.Minute), func(string) bool { return false })
+	if b.peek("p") == nil {
+		t.Fatal("evicted while recent")
+	}
+	b.evict(now+int64(2*time.Hour), func(string) bool { return true })
+	if b.peek("p") == nil {
+		t.Fatal("evicted with sockets open")
+	}
+	b.evict(now+int64(2*time.Hour), func(string) bool { return false })
+	if b.peek("p") != nil {
+		t.Fatal("kept an hour idle")
+	}
+}
