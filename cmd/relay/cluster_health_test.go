@@ -1,0 +1,54 @@
+//go:build cluster
+
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+)
+
+// TestClusterHealth: a project's delivery health read through one node sums
+// every member's: its sockets, the emits each edge accepted, the deliveries
+// each node made, and a latency for the writes on each.
+func TestClusterHealth(t *testing.T) {
+	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"})
+	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
+	owner := a.on(t).signup("alice@example.com")
+	p := owner.createProject("health")
+
+	subs := []*wsClient{
+		subscribed(t, a.on(t), p.publicKey, "room"),
+		subscribed(t, b.on(t), p.publicKey, "room"),
+		subscribed(t, b.on(t), p.publicKey, "room"),
+		subscribed(t, c.on(t), p.publicKey, "room"),
+	}
+	for i := range 5 {
+		via := a
+		if i >= 3 {
+			via = c
+		}
+		e := expectEmitted(t, via.on(t).client().emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i)), "room")
+		if e.delivered != 4 {
+			t.Fatalf("emit %d through %s delivered %d, want 4", i, via.name, e.delivered)
+		}
+		for _, s := range subs {
+			s.expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, e.seq))
+		}
+	}
+	var h healthReply
+	relaytest.Eventually(t, 5*time.Second, func() bool {
+		h = owner.health(p.id)
+		return h.LastMinute.LatencySamples >= 4
+	}, "a latency sample from each socket")
+	for name, w := range map[string]healthFigures{"lastMinute": h.LastMinute, "lastHour": h.LastHour} {
+		if w.Emits != 5 || w.EmitsHTTP != 5 || w.Deliveries != 20 || w.Dropped != 0 || w.P99 == nil || *w.P99 > 5000 {
+			t.Errorf("%s through A: %+v", name, w)
+		}
+	}
+	if h.Connections != 4 {
+		t.Errorf("connections %d, want 4", h.Connections)
+	}
+}
