@@ -124,7 +124,15 @@ const (
 // projectHealth is one project's figures on this node.
 type projectHealth struct {
 	minute, hour healthRing
-	last         atomic.Int64 // unix nanos of the last add, for eviction
+	// undrained is what the usage rollup has not taken yet (DrainHealth).
+	undrained healthSlot
+	last      atomic.Int64 // unix nanos of the last add, for eviction
+}
+
+// slots are the three places each add goes: the minute ring's and the hour
+// ring's current slot, and the rollup's.
+func (h *projectHealth) slots(now int64) [3]*healthSlot {
+	return [3]*healthSlot{h.minute.at(now), h.hour.at(now), &h.undrained}
 }
 
 func newProjectHealth() *projectHealth {
@@ -139,8 +147,9 @@ func (h *projectHealth) add(c healthCounter, n int64, now int64) {
 	if h == nil || n == 0 {
 		return
 	}
-	h.minute.at(now).counts[c].Add(n)
-	h.hour.at(now).counts[c].Add(n)
+	for _, s := range h.slots(now) {
+		s.counts[c].Add(n)
+	}
 	h.touch(now)
 }
 
@@ -153,16 +162,14 @@ func (h *projectHealth) published(client bool, delivered, dropped int, now int64
 	if client {
 		kind = hEmitsClient
 	}
-	m, hr := h.minute.at(now), h.hour.at(now)
-	m.counts[kind].Add(1)
-	hr.counts[kind].Add(1)
-	if delivered > 0 {
-		m.counts[hDeliveries].Add(int64(delivered))
-		hr.counts[hDeliveries].Add(int64(delivered))
-	}
-	if dropped > 0 {
-		m.counts[hDrops].Add(int64(dropped))
-		hr.counts[hDrops].Add(int64(dropped))
+	for _, s := range h.slots(now) {
+		s.counts[kind].Add(1)
+		if delivered > 0 {
+			s.counts[hDeliveries].Add(int64(delivered))
+		}
+		if dropped > 0 {
+			s.counts[hDrops].Add(int64(dropped))
+		}
 	}
 	h.touch(now)
 }
@@ -173,12 +180,11 @@ func (h *projectHealth) delivered(delivered, dropped int, now int64) {
 	if h == nil || delivered+dropped == 0 {
 		return
 	}
-	m, hr := h.minute.at(now), h.hour.at(now)
-	m.counts[hDeliveries].Add(int64(delivered))
-	hr.counts[hDeliveries].Add(int64(delivered))
-	if dropped > 0 {
-		m.counts[hDrops].Add(int64(dropped))
-		hr.counts[hDrops].Add(int64(dropped))
+	for _, s := range h.slots(now) {
+		s.counts[hDeliveries].Add(int64(delivered))
+		if dropped > 0 {
+			s.counts[hDrops].Add(int64(dropped))
+		}
 	}
 	h.touch(now)
 }
@@ -189,14 +195,11 @@ func (h *projectHealth) written(accepted, now int64) {
 		return
 	}
 	b := latencyBucket((now - accepted) / int64(time.Microsecond))
-	m, hr := h.minute.at(now), h.hour.at(now)
-	m.latency[b].Add(1)
-	hr.latency[b].Add(1)
-	if !m.observed.Load() {
-		m.observed.Store(true)
-	}
-	if !hr.observed.Load() {
-		hr.observed.Store(true)
+	for _, s := range h.slots(now) {
+		s.latency[b].Add(1)
+		if !s.observed.Load() {
+			s.observed.Store(true)
+		}
 	}
 }
 
@@ -248,6 +251,37 @@ func (b *healthBook) evict(now int64, keep func(project string) bool) {
 			delete(b.m, id)
 		}
 	}
+}
+
+// HealthDrain is one project's figures since the last DrainHealth.
+type HealthDrain struct {
+	ProjectID string
+	Window    HealthWindow
+}
+
+// DrainHealth takes every project's figures counted since the last call
+// (the usage rollup's daily columns), resetting them.
+func (s *System) DrainHealth() []HealthDrain {
+	b := s.cfg.health
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []HealthDrain
+	for id, h := range b.m {
+		d := HealthDrain{ProjectID: id}
+		any := false
+		for i := range h.undrained.counts {
+			d.Window.counts[i] = h.undrained.counts[i].Swap(0)
+			any = any || d.Window.counts[i] != 0
+		}
+		for i := range h.undrained.latency {
+			d.Window.latency[i] = h.undrained.latency[i].Swap(0)
+			any = any || d.Window.latency[i] != 0
+		}
+		if any {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // forget drops a deleted project's record.

@@ -27,8 +27,11 @@ type usageView struct {
 
 type usageRow struct {
 	Day                            string
-	Connections, Messages, Peak    int64
 	ConnectionsS, MessagesS, PeakS string
+	// Delivery health (README.md › Delivery health).
+	DeliveriesS, DroppedS, SlowS     string
+	ChannelLimitedS, ProjectLimitedS string
+	ClientLimitedS, P99S             string
 }
 
 func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer) {
@@ -45,21 +48,28 @@ func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	uv := &usageView{ProjectID: p.ID, ProjectName: p.Name, From: from.Format(time.DateOnly), To: today.Format(time.DateOnly)}
 	var shown []store.Usage
+	var total store.Usage // sums, and the max of the peak and the p99
 	for _, u := range rows {
 		if u.Day > uv.To {
 			continue // a row from a node whose clock runs ahead: not in the window
 		}
 		shown = append(shown, u)
-		uv.Total.Connections += u.ConnectionCount
-		uv.Total.Messages += u.MessageCount
-		uv.Total.Peak = max(uv.Total.Peak, u.PeakConcurrentConnections)
+		total.ConnectionCount += u.ConnectionCount
+		total.MessageCount += u.MessageCount
+		total.PeakConcurrentConnections = max(total.PeakConcurrentConnections, u.PeakConcurrentConnections)
+		total.Deliveries += u.Deliveries
+		total.Dropped += u.Dropped
+		total.SlowConsumersClosed += u.SlowConsumersClosed
+		total.ChannelRateLimited += u.ChannelRateLimited
+		total.ProjectRateLimited += u.ProjectRateLimited
+		total.ClientEmitRateLimited += u.ClientEmitRateLimited
+		total.LatencyP99Ms = max(total.LatencyP99Ms, u.LatencyP99Ms)
 	}
 	// The table lists the newest day first; the chart runs left to right.
 	for i := len(shown) - 1; i >= 0; i-- {
-		u := shown[i]
-		uv.Rows = append(uv.Rows, newUsageRow(u.Day, u.ConnectionCount, u.MessageCount, u.PeakConcurrentConnections))
+		uv.Rows = append(uv.Rows, newUsageRow(shown[i]))
 	}
-	uv.Total = newUsageRow("", uv.Total.Connections, uv.Total.Messages, uv.Total.Peak)
+	uv.Total = newUsageRow(total)
 	if len(shown) > 0 {
 		uv.Chart = newUsageChart(from, shown)
 	}
@@ -68,9 +78,16 @@ func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer
 	d.render(w, r, v, http.StatusOK, "usage", pg)
 }
 
-func newUsageRow(day string, conns, msgs, peak int64) usageRow {
-	return usageRow{Day: day, Connections: conns, Messages: msgs, Peak: peak,
-		ConnectionsS: groupDigits(conns), MessagesS: groupDigits(msgs), PeakS: groupDigits(peak)}
+func newUsageRow(u store.Usage) usageRow {
+	p99 := "–"
+	if u.LatencyP99Ms > 0 {
+		p99 = showMs(&u.LatencyP99Ms)
+	}
+	return usageRow{Day: u.Day,
+		ConnectionsS: groupDigits(u.ConnectionCount), MessagesS: groupDigits(u.MessageCount), PeakS: groupDigits(u.PeakConcurrentConnections),
+		DeliveriesS: groupDigits(u.Deliveries), DroppedS: groupDigits(u.Dropped), SlowS: groupDigits(u.SlowConsumersClosed),
+		ChannelLimitedS: groupDigits(u.ChannelRateLimited), ProjectLimitedS: groupDigits(u.ProjectRateLimited),
+		ClientLimitedS: groupDigits(u.ClientEmitRateLimited), P99S: p99}
 }
 
 // groupDigits prints n with thousands separators: 1234567 → 1,234,567.

@@ -81,6 +81,17 @@ type Usage struct {
 	ConnectionCount           int64  `bun:"connection_count"`
 	MessageCount              int64  `bun:"message_count"`
 	PeakConcurrentConnections int64  `bun:"peak_concurrent_connections"`
+
+	// Delivery health (summed over the day, each node's counts added).
+	Deliveries            int64 `bun:"deliveries"`
+	Dropped               int64 `bun:"dropped"`
+	SlowConsumersClosed   int64 `bun:"slow_consumers_closed"`
+	ChannelRateLimited    int64 `bun:"channel_rate_limited"`
+	ProjectRateLimited    int64 `bun:"project_rate_limited"`
+	ClientEmitRateLimited int64 `bun:"client_emit_rate_limited"`
+	// LatencyP99Ms is the day's worst fan-out latency p99 of one rollup
+	// interval on one node, in ms (0: no sample).
+	LatencyP99Ms float64 `bun:"latency_p99_ms"`
 }
 
 // Revocation kinds.

@@ -455,6 +455,13 @@ func (s *Store) AddUsage(ctx context.Context, u Usage) error {
 		Set("connection_count = ?TableAlias.connection_count + EXCLUDED.connection_count").
 		Set("message_count = ?TableAlias.message_count + EXCLUDED.message_count").
 		Set("peak_concurrent_connections = " + greatest + "(?TableAlias.peak_concurrent_connections, EXCLUDED.peak_concurrent_connections)").
+		Set("deliveries = ?TableAlias.deliveries + EXCLUDED.deliveries").
+		Set("dropped = ?TableAlias.dropped + EXCLUDED.dropped").
+		Set("slow_consumers_closed = ?TableAlias.slow_consumers_closed + EXCLUDED.slow_consumers_closed").
+		Set("channel_rate_limited = ?TableAlias.channel_rate_limited + EXCLUDED.channel_rate_limited").
+		Set("project_rate_limited = ?TableAlias.project_rate_limited + EXCLUDED.project_rate_limited").
+		Set("client_emit_rate_limited = ?TableAlias.client_emit_rate_limited + EXCLUDED.client_emit_rate_limited").
+		Set("latency_p99_ms = " + greatest + "(?TableAlias.latency_p99_ms, EXCLUDED.latency_p99_ms)").
 		Exec(ctx)
 	if isForeignKey(err) {
 		return ErrNotFound // the project was deleted meanwhile; its counts go with it

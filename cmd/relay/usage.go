@@ -28,7 +28,9 @@ func newUsageRollup(st *store.Store, sys *actors.System, log *slog.Logger) *usag
 }
 
 // flush drains the counters into rows for today (UTC) and writes every
-// pending row; the live connection count is the peak sample.
+// pending row; the live connection count is the peak sample. The delivery
+// health columns come from the live figures' undrained counts; the latency
+// column keeps the worst p99 of one interval.
 func (u *usageRollup) flush(ctx context.Context) {
 	day := u.now().UTC().Format(time.DateOnly)
 	for _, d := range u.actors.DrainUsage(ctx) {
@@ -41,6 +43,22 @@ func (u *usageRollup) flush(ctx context.Context) {
 		row.ConnectionCount += d.Connects
 		row.MessageCount += d.Emits
 		row.PeakConcurrentConnections = max(row.PeakConcurrentConnections, int64(d.Connections))
+		u.pending[k] = row
+	}
+	for _, d := range u.actors.DrainHealth() {
+		k := usageKey{d.ProjectID, day}
+		row := u.pending[k]
+		row.ProjectID, row.Day = d.ProjectID, day
+		f := d.Window.Figures()
+		row.Deliveries += f.Deliveries
+		row.Dropped += f.Dropped
+		row.SlowConsumersClosed += f.SlowClosed
+		row.ChannelRateLimited += f.ChannelRateLimited
+		row.ProjectRateLimited += f.ProjectRateLimited
+		row.ClientEmitRateLimited += f.ClientEmitRateLimited
+		if f.P99Ms != nil {
+			row.LatencyP99Ms = max(row.LatencyP99Ms, *f.P99Ms)
+		}
 		u.pending[k] = row
 	}
 	failed := 0

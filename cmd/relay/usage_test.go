@@ -17,6 +17,8 @@ func TestUsageRowsExact(t *testing.T) {
 		p := owner.createProject("demo")
 		other := owner.createProject("quiet")
 		conns := []*wsClient{ts.dialWS(p.publicKey), ts.dialWS(p.publicKey), ts.dialWS(p.publicKey)}
+		conns[2].send(`{"action":"subscribe","channel":"a"}`)
+		conns[2].expect(`{"action":"subscribe","channel":"a","ok":true}`)
 		for range 6 { // the 6th is refused by the channel budget and is not counted
 			owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
 		}
@@ -28,7 +30,10 @@ func TestUsageRowsExact(t *testing.T) {
 				return false
 			}
 			rows = append(rows[:0], struct{ c, m, peak int64 }{us[0].ConnectionCount, us[0].MessageCount, us[0].PeakConcurrentConnections})
-			return us[0].ConnectionCount == 3 && us[0].MessageCount == 5
+			// The delivery-health columns: 5 deliveries to the one
+			// subscriber, the refused 6th, and a latency measured.
+			return us[0].ConnectionCount == 3 && us[0].MessageCount == 5 && us[0].Deliveries == 5 &&
+				us[0].ChannelRateLimited == 1 && us[0].ProjectRateLimited == 0 && us[0].Dropped == 0 && us[0].LatencyP99Ms > 0
 		}, "usage rows of the traffic")
 		if rows[0].peak != 3 {
 			t.Fatalf("peak %d, want 3 live connections at the rollup", rows[0].peak)
@@ -40,7 +45,8 @@ func TestUsageRowsExact(t *testing.T) {
 		ts.stop()
 		ts2 := startServer(t, url, nil) // read back through a fresh process core
 		us, err := ts2.app.store.Usage(context.Background(), p.id, day)
-		if err != nil || len(us) != 1 || us[0].ConnectionCount != 4 || us[0].MessageCount != 6 || us[0].PeakConcurrentConnections != 3 {
+		if err != nil || len(us) != 1 || us[0].ConnectionCount != 4 || us[0].MessageCount != 6 || us[0].PeakConcurrentConnections != 3 ||
+			us[0].Deliveries != 5 || us[0].ChannelRateLimited != 1 {
 			t.Fatalf("after shutdown: %+v, %v; want 4 connects, 6 messages, peak 3", us, err)
 		}
 		if q, _ := ts2.app.store.Usage(context.Background(), other.id, day); len(q) != 0 {
