@@ -345,9 +345,9 @@ func TestDashboardBrowser(t *testing.T) {
 	b.expectPage(http.StatusOK, "", "")
 	table := browserRun(b, chromedp.Evaluate[[][]string](`[...document.querySelectorAll("#usage-table tbody tr")].map(tr => [...tr.cells].map(td => td.textContent.trim()))`))
 	want := [][]string{
-		{day(1), "1", "7", "1"},
-		{day(3), "9", "2,048", "5"},
-		{day(6), "4", "120", "3"},
+		{day(1), "1", "7", "1", "0", "0", "0", "0", "0", "0", "–"},
+		{day(3), "9", "2,048", "5", "0", "0", "0", "0", "0", "0", "–"},
+		{day(6), "4", "120", "3", "0", "0", "0", "0", "0", "0", "–"},
 	}
 	if fmt.Sprint(table) != fmt.Sprint(want) {
 		t.Fatalf("usage table %v, want %v", table, want)

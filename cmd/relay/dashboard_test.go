@@ -731,8 +731,9 @@ func TestDashboardUsage(t *testing.T) {
 		today := time.Now().UTC()
 		day := func(n int) string { return today.AddDate(0, 0, -n).Format(time.DateOnly) }
 		rows := []store.Usage{
-			{ProjectID: p.id, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7},
-			{ProjectID: p.id, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0},
+			{ProjectID: p.id, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7,
+				Deliveries: 40000, Dropped: 3, SlowConsumersClosed: 1, ChannelRateLimited: 2, ClientEmitRateLimited: 5, LatencyP99Ms: 12.288},
+			{ProjectID: p.id, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536},
 			{ProjectID: p.id, Day: day(29), ConnectionCount: 2, MessageCount: 1234567, PeakConcurrentConnections: 2},
 			{ProjectID: p.id, Day: day(30), ConnectionCount: 99, MessageCount: 99, PeakConcurrentConnections: 99}, // outside the 30 days
 		}
@@ -746,11 +747,11 @@ func TestDashboardUsage(t *testing.T) {
 			t.Fatalf("usage page: %d", view.status)
 		}
 		want := []string{
-			day(1) + "|12|3,400|7",
-			day(4) + "|0|5|0",
-			day(29) + "|2|1,234,567|2",
+			day(1) + "|12|3,400|7|40,000|3|1|2|0|5|12 ms",
+			day(4) + "|0|5|0|0|0|0|0|1,234|0|1.54 ms",
+			day(29) + "|2|1,234,567|2|0|0|0|0|0|0|–",
 		}
-		rowRe := regexp.MustCompile(`<tr data-day="([^"]+)"><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td></tr>`)
+		rowRe := regexp.MustCompile(`<tr data-day="([^"]+)"><td>[^<]*</td>` + strings.Repeat(`<td[^>]*>([^<]*)</td>`, 10) + `</tr>`)
 		var got []string
 		for _, m := range rowRe.FindAllStringSubmatch(view.body, -1) {
 			got = append(got, strings.Join(m[1:], "|"))
