@@ -3,8 +3,9 @@ package api
 // The dashboard: server-rendered HTML pages under / for project owners
 // (what is "dashboard only", README.md › Dashboard: webhook configuration, the per-project channel
 // budget override, usage), plus the account, project and key operations of
-// the control plane. It needs no JavaScript and works under the CSP that
-// securityHeaders sets (no inline script or style: one stylesheet of ours).
+// the control plane. It works without JavaScript and under the CSP that
+// securityHeaders sets (no inline script or style: one stylesheet and one
+// small script of ours, which only adds copy buttons).
 //
 // Every POST carries a CSRF token (dashboard_csrf.go); pages answer with the
 // status a JSON route would have for the same failure, and say in words what
@@ -32,14 +33,25 @@ var templateFS embed.FS
 //go:embed static/dashboard.css
 var dashboardCSS []byte
 
-// cssVersion is a content hash put in the stylesheet's URL, so it can be
-// cached for a long time and still change with each build that changes it.
-var cssVersion = func() string {
-	sum := sha256.Sum256(dashboardCSS)
-	return hex.EncodeToString(sum[:8])
-}()
+//go:embed static/dashboard.js
+var dashboardJS []byte
 
-const cssPath = "/static/dashboard.css"
+// contentVersion is a content hash put in a static file's URL, so it can be
+// cached for a long time and still change with each build that changes it.
+func contentVersion(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+var (
+	cssVersion = contentVersion(dashboardCSS)
+	jsVersion  = contentVersion(dashboardJS)
+)
+
+const (
+	cssPath = "/static/dashboard.css"
+	jsPath  = "/static/dashboard.js"
+)
 
 // pages are parsed once: each page file with the shared layout and the
 // sections (*.part.html) pages include.
@@ -68,7 +80,8 @@ type dashboard struct {
 func (d dashboard) routes(mux *http.ServeMux) {
 	auth := d.authed
 	mux.Handle("/{$}", methods{http.MethodGet: auth(d.handleHome)})
-	mux.Handle(cssPath, methods{http.MethodGet: d.handleCSS})
+	mux.Handle(cssPath, methods{http.MethodGet: staticFile("dashboard.css", "text/css; charset=utf-8", cssVersion, dashboardCSS)})
+	mux.Handle(jsPath, methods{http.MethodGet: staticFile("dashboard.js", "text/javascript; charset=utf-8", jsVersion, dashboardJS)})
 	mux.Handle("/signup", methods{http.MethodGet: d.handleSignupPage, http.MethodPost: d.handleSignup})
 	mux.Handle("/login", methods{http.MethodGet: d.handleLoginPage, http.MethodPost: d.handleLogin})
 	mux.Handle("/logout", methods{http.MethodPost: d.handleLogout})
@@ -100,6 +113,7 @@ type view struct {
 	Email  string // the signed-in user; "" on logged-out pages
 	CSRF   string // the token every form carries
 	CSS    string
+	JS     string
 	Error  string
 	Notice string
 
@@ -176,6 +190,7 @@ var notices = map[string]string{
 	"deleted":         "Project deleted, with its keys and usage.",
 	"renamed":         "Project renamed.",
 	"key-revoked":     "Key revoked. It stopped working immediately.",
+	"keys-shown":      "New keys are shown only once, on the first view after they were created or rotated, and cannot be shown again. If you did not copy one, rotate that key to get a new one.",
 	"ces-generated":   "Client-emit secret generated.",
 	"ces-regenerated": "New client-emit secret generated. Tokens signed with the old one stopped working.",
 	"webhook-saved":   "Webhook URL saved. Each connect and disconnect is now sent there, signed with the secret below.",
@@ -277,6 +292,7 @@ func (d dashboard) page(r *http.Request, v *viewer, title string) *view {
 // secrets: never stored by caches.
 func (d dashboard) render(w http.ResponseWriter, r *http.Request, v *viewer, status int, name string, pg *view) {
 	pg.CSS = cssPath + "?v=" + cssVersion
+	pg.JS = jsPath + "?v=" + jsVersion
 	var buf bytes.Buffer
 	if err := pages[name].ExecuteTemplate(&buf, "layout", pg); err != nil {
 		d.log.Error("render dashboard page", "page", name, "err", err)
@@ -304,16 +320,21 @@ func (d dashboard) internal(w http.ResponseWriter, r *http.Request, v *viewer, m
 	d.fail(w, r, v, errInternal)
 }
 
-func (d dashboard) handleCSS(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	h.Set("Content-Type", "text/css; charset=utf-8")
-	h.Set("ETag", `"`+cssVersion+`"`)
-	if r.URL.Query().Get("v") == cssVersion {
-		h.Set("Cache-Control", "public, max-age=31536000, immutable")
-	} else {
-		h.Set("Cache-Control", "public, max-age=300")
+// staticFile serves one embedded file of the dashboard (its stylesheet,
+// its script): immutable under the URL with its version, briefly cached
+// under any other.
+func staticFile(name, contentType, version string, body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", contentType)
+		h.Set("ETag", `"`+version+`"`)
+		if r.URL.Query().Get("v") == version {
+			h.Set("Cache-Control", "public, max-age=31536000, immutable")
+		} else {
+			h.Set("Cache-Control", "public, max-age=300")
+		}
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(body))
 	}
-	http.ServeContent(w, r, "dashboard.css", time.Time{}, bytes.NewReader(dashboardCSS))
 }
 
 func (d dashboard) handleHome(w http.ResponseWriter, r *http.Request, v *viewer) {

@@ -19,7 +19,12 @@ import (
 type projectView struct {
 	ID, Name, Created string
 	Keys              []keyRow
-	NewKeys           []newKey // raw keys, shown on this one page only
+	NewKeys           []newKey // raw keys, shown on this one view only (dashboard_newkeys.go)
+
+	// Code to start with, the project's values filled in (dashboard_snippets.go);
+	// KeyHint says which key a placeholder stands for.
+	Snippets []snippet
+	KeyHint  string
 
 	ClientEmitSecret string
 
@@ -46,7 +51,8 @@ type keyRow struct {
 }
 
 type newKey struct {
-	Type, Raw string
+	Type string `json:"t"`
+	Raw  string `json:"r"`
 }
 
 // confirmView is the confirmation step before an action that cannot be
@@ -154,6 +160,7 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 		}
 		pv.Keys = append(pv.Keys, row)
 	}
+	pv.fillSnippets(requestOrigin(r), keys, now)
 	pg := d.page(r, v, p.Name)
 	pg.Project = pv
 	pg.Health = d.healthView(p.ID)
@@ -166,10 +173,20 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	d.render(w, r, v, status, "project", pg)
 }
 
+// handleProject shows the project page, with the raw keys of a creation or
+// rotation that just redirected here, once.
 func (d dashboard) handleProject(w http.ResponseWriter, r *http.Request, v *viewer) {
-	if p, ok := d.project(w, r, v); ok {
-		d.showProject(w, r, v, p.Project, http.StatusOK, nil, "", nil)
+	p, ok := d.project(w, r, v)
+	if !ok {
+		return
 	}
+	if r.Method == http.MethodGet { // not HEAD: that would use up the one view
+		if sk, ok := d.takeKeys(w, r, v, p.ID); ok {
+			d.showProject(w, r, v, p.Project, http.StatusOK, nil, sk.Notice, &projectView{NewKeys: sk.Keys})
+			return
+		}
+	}
+	d.showProject(w, r, v, p.Project, http.StatusOK, nil, "", nil)
 }
 
 // done redirects to the project page with a notice (Post/Redirect/Get).
@@ -187,10 +204,11 @@ func (d dashboard) handleCreate(w http.ResponseWriter, r *http.Request, v *viewe
 		d.internal(w, r, v, "project operation", err)
 		return
 	}
-	// The raw keys exist only in this response: rendered here, not redirected.
-	d.showProject(w, r, v, p, http.StatusCreated, nil,
+	// Post/Redirect/Get: the raw keys go along sealed in a cookie, so that
+	// reloading the page shows them no more and creates nothing.
+	d.showKeysNext(w, r, v, p.ID,
 		"Project created. Copy both keys now: they are shown only once and cannot be shown again.",
-		&projectView{NewKeys: []newKey{{"public", pub}, {"secret", sec}}})
+		[]newKey{{"public", pub}, {"secret", sec}})
 }
 
 func (d dashboard) handleRename(w http.ResponseWriter, r *http.Request, v *viewer) {
@@ -259,8 +277,7 @@ func (d dashboard) handleRotate(w http.ResponseWriter, r *http.Request, v *viewe
 		notice = "New " + k.KeyType + " key issued; the previous " + k.KeyType + " key stays valid until " +
 			showSeconds(until) + ", then stops working. "
 	}
-	d.showProject(w, r, v, p.Project, http.StatusCreated, nil, notice+"Copy the new key: it is shown only once.",
-		&projectView{NewKeys: []newKey{{k.KeyType, raw}}})
+	d.showKeysNext(w, r, v, p.ID, notice+"Copy the new key: it is shown only once.", []newKey{{k.KeyType, raw}})
 }
 
 func (d dashboard) handleRevoke(w http.ResponseWriter, r *http.Request, v *viewer) {

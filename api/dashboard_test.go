@@ -1,8 +1,11 @@
 package api
 
 import (
+	"go/parser"
+	"go/token"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +92,75 @@ func TestUsageChartGeometry(t *testing.T) {
 	}
 	if conns := c.Panels[1]; conns.Bars[0].H != "0.0" || conns.Bars[1].H != "120.0" || conns.Top <= msgs.Bottom {
 		t.Fatalf("connection panel %+v", conns)
+	}
+}
+
+func TestRequestOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		url, proto, host, want string
+	}{
+		{"http://relay.test:8080/projects/x", "", "", "http://relay.test:8080"},
+		{"https://relay.test/projects/x", "", "", "https://relay.test"}, // TLS
+		{"http://10.0.0.5:8080/projects/x", "https", "relay.example.com", "https://relay.example.com"},
+		{"http://10.0.0.5:8080/projects/x", "HTTPS, http", "relay.example.com, 10.0.0.5", "https://relay.example.com"},
+		{"http://10.0.0.5:8080/projects/x", "http", "", "http://10.0.0.5:8080"},
+		{"http://relay.test/projects/x", "", "evil.test/path", "http://relay.test"},
+		{"http://relay.test/projects/x", "", "a'b", "http://relay.test"},
+		{"http://[::1]:8080/projects/x", "", "", "http://[::1]:8080"},
+	} {
+		r := httptest.NewRequest("GET", tc.url, nil)
+		if tc.proto != "" {
+			r.Header.Set("X-Forwarded-Proto", tc.proto)
+		}
+		if tc.host != "" {
+			r.Header.Set("X-Forwarded-Host", tc.host)
+		}
+		if got := requestOrigin(r); got != tc.want {
+			t.Errorf("%s (proto %q, host %q): %q, want %q", tc.url, tc.proto, tc.host, got, tc.want)
+		}
+	}
+}
+
+// TestSnippets: the project page's code with raw keys and with placeholders;
+// the Go one is a Go file.
+func TestSnippets(t *testing.T) {
+	active := store.APIKey{KeyType: "secret", KeyPrefix: "sk_live_abcd************"}
+	for _, tc := range []struct {
+		name    string
+		newKeys []newKey
+		public  string
+		secret  string
+		hint    []string
+	}{
+		{"both raw", []newKey{{"public", "pk_live_PUB"}, {"secret", "sk_live_SEC"}}, "pk_live_PUB", "sk_live_SEC", nil},
+		{"none raw", nil, "<your public key>", "<your secret key>", []string{"<your public key>: your public key;", "<your secret key>: your secret key (sk_live_abcd…)"}},
+		{"public raw", []newKey{{"public", "pk_live_PUB"}}, "pk_live_PUB", "<your secret key>", []string{"placeholders: <your secret key>: your secret key (sk_live_abcd…)."}},
+	} {
+		pv := &projectView{NewKeys: tc.newKeys}
+		pv.fillSnippets("https://relay.example.com", []store.APIKey{active}, time.Now())
+		text := map[string]string{}
+		for _, s := range pv.Snippets {
+			text[s.ID] = s.Text
+		}
+		for id, want := range map[string]string{
+			"snippet-browser": `new Relay({ url: "https://relay.example.com", publicKey: "` + tc.public + `" })`,
+			"snippet-curl":    `-H 'Authorization: Bearer ` + tc.secret + `'`,
+			"snippet-go":      `"` + tc.secret + `", "demo", map[string]any{"text": "hello"})`,
+		} {
+			if !strings.Contains(text[id], want) {
+				t.Errorf("%s: %s lacks %q:\n%s", tc.name, id, want, text[id])
+			}
+		}
+		if _, err := parser.ParseFile(token.NewFileSet(), "snippet.go", text["snippet-go"], 0); err != nil {
+			t.Errorf("%s: the Go snippet does not parse: %v", tc.name, err)
+		}
+		if (pv.KeyHint == "") != (tc.hint == nil) {
+			t.Errorf("%s: key hint %q", tc.name, pv.KeyHint)
+		}
+		for _, h := range tc.hint {
+			if !strings.Contains(pv.KeyHint, h) {
+				t.Errorf("%s: key hint %q lacks %q", tc.name, pv.KeyHint, h)
+			}
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 // The dashboard in a real headless Chromium (chromedp), walked as a new user
-// would: sign up, create a project, copy its keys, rotate one, set a webhook,
+// would: sign up, create a project, copy its keys (the copy buttons put them
+// on the clipboard), read the code snippets, reload without creating a second
+// project, follow the link to /demo, reveal the client-emit secret, rotate a key, set a webhook,
 // set a channel budget that the emit endpoint then enforces, read the usage
 // table and chart, log out; and what must not work: a form without its CSRF
 // token, another user opening the project. A screenshot per step is saved
@@ -20,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/relayhq/relay/store"
@@ -168,6 +172,45 @@ func (b *browser) expectPage(status int, sel, want string) {
 	}
 }
 
+// visible reports whether sel is rendered (not hidden, not in a closed
+// <details>, not display: none).
+func (b *browser) visible(sel string) bool {
+	b.t.Helper()
+	return browserRun(b, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); return !!e && e.checkVisibility(); })()`, sel)))
+}
+
+// grantClipboard lets the pages of the test server write and read the
+// clipboard, and has the tab behave as focused (the clipboard API needs
+// both, and a headless tab has no focus of its own).
+func (b *browser) grantClipboard() {
+	b.t.Helper()
+	for _, name := range []string{"clipboard-read", "clipboard-write"} {
+		p := cdpbrowser.SetPermissionParams{Permission: &cdpbrowser.PermissionDescriptor{Name: name, AllowWithoutSanitization: true},
+			Setting: cdpbrowser.PermissionSettingGranted, Origin: b.base}
+		if _, err := chromedp.CallBrowser(b.ctx, cdpbrowser.SetPermission, p); err != nil {
+			b.t.Fatalf("grant %s: %v", name, err)
+		}
+	}
+	if _, err := chromedp.Call(b.ctx, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true}); err != nil {
+		b.t.Fatalf("focus emulation: %v", err)
+	}
+}
+
+// copies clicks the copy button sel and checks that it says "Copied" and put
+// want on the clipboard.
+func (b *browser) copies(sel, want string) {
+	b.t.Helper()
+	if !b.visible(sel) {
+		b.t.Fatalf("copy button %s is not shown on %s", sel, b.path())
+	}
+	browserRun(b, chromedp.Evaluate[chromedp.Void](`navigator.clipboard.writeText("(nothing copied yet)")`, chromedp.EvalAwaitPromise))
+	browserRun(b, chromedp.Click(chromedp.CSS(sel)))
+	browserRun(b, chromedp.Poll[bool](fmt.Sprintf(`document.querySelector(%q).textContent === "Copied"`, sel), chromedp.WithPollingTimeout(5*time.Second)))
+	if got := browserRun(b, chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise)); got != want {
+		b.t.Fatalf("%s copied %q, want %q", sel, got, want)
+	}
+}
+
 // shot saves a full-page screenshot named after the step.
 func (b *browser) shot(step string) {
 	b.t.Helper()
@@ -210,19 +253,69 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	b.shot("signed-up")
 
-	// 2. Create a project: both raw keys are shown, once.
+	// 2. Create a project: the form redirects to the project page, which
+	// shows both raw keys, once, with buttons that copy them.
 	b.click("#create")
 	b.expectPage(http.StatusBadRequest, "#error", "Enter a project name")
 	b.fill("#name", "Browser demo")
 	b.click("#create")
-	b.expectPage(http.StatusCreated, "#notice", "shown only once")
+	b.expectPage(http.StatusOK, "#notice", "Project created. Copy both keys now")
 	projectID := b.text("#project-id")
 	publicKey, secretKey := b.text("#raw-public-key"), b.text("#raw-secret-key")
 	if !cpUUIDRe.MatchString(projectID) || !cpPublicKeyRe.MatchString(publicKey) || !cpSecretKeyRe.MatchString(secretKey) {
 		t.Fatalf("created project: id %q keys %q %q", projectID, publicKey, secretKey)
 	}
-	b.shot("project-created")
 	projectPath := "/projects/" + projectID
+	if p := b.path(); p != projectPath+"?done=keys-shown" {
+		t.Fatalf("after create the browser is at %s, want the project page", p)
+	}
+	b.grantClipboard()
+	b.copies("#copy-raw-secret-key", secretKey)
+	b.copies("#copy-raw-public-key", publicKey)
+	b.copies("#copy-project-id", projectID)
+	// The snippets carry this server's address, the project's keys and
+	// channel; each has its copy button.
+	for sel, want := range map[string][]string{
+		"#snippet-browser": {`new Relay({ url: "` + ts.base + `", publicKey: "` + publicKey + `" })`, `relay.subscribe("demo"`},
+		"#snippet-curl":    {"curl -X POST '" + ts.base + "/emit'", "'Authorization: Bearer " + secretKey + "'", `{"channel":"demo","payload":{"text":"hello"}}`},
+		"#snippet-go":      {`"github.com/relayhq/relay/api/backend"`, `"` + ts.base + `/emit"`, `"` + secretKey + `", "demo"`},
+	} {
+		got := browserRun(b, chromedp.TextContent(chromedp.CSS(sel)))
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Fatalf("%s lacks %q:\n%s", sel, w, got)
+			}
+		}
+	}
+	curlSnippet := browserRun(b, chromedp.TextContent(chromedp.CSS("#snippet-curl")))
+	b.copies("#copy-snippet-curl", curlSnippet)
+	b.shot("project-created")
+	// Reload the page that showed the keys: they are gone (the snippets
+	// have placeholders), and no second project was created.
+	b.load(chromedp.Reload())
+	b.expectPage(http.StatusOK, "#notice", "shown only once")
+	if b.has("#new-keys") || b.has("#raw-secret-key") || strings.Contains(b.text("#snippet-curl"), secretKey) {
+		t.Fatal("the reload shows the raw keys again")
+	}
+	if got := b.text("#snippet-curl"); !strings.Contains(got, "Bearer <your secret key>") || !strings.Contains(b.text("#key-hint"), secretKey[:12]+"…") {
+		t.Fatalf("snippet after reload %q, hint %q", got, b.text("#key-hint"))
+	}
+	b.shot("project-reloaded")
+	b.open("/")
+	if n := b.count(`#projects a[href^="/projects/"]`); n != 1 {
+		t.Fatalf("%d projects listed after the reload, want 1", n)
+	}
+	if ps, err := ts.app.store.ProjectsByOwner(ctx, mustUserID(t, ts, "alice@example.com")); err != nil || len(ps) != 1 {
+		t.Fatalf("%d projects stored after the reload, want 1 (%v)", len(ps), err)
+	}
+
+	// The project page links to the demo.
+	b.open(projectPath)
+	b.click("#demo-link")
+	b.expectPage(http.StatusOK, "h1", "Demo")
+	if p := b.path(); p != "/demo" || !b.has("#client-emit #emit") {
+		t.Fatalf("the demo link led to %s", p)
+	}
 	emit := func(secret, channel string) response {
 		return emitter.emit(secret, `{"channel":"`+channel+`","payload":{"n":1}}`)
 	}
@@ -234,9 +327,28 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatal("the raw keys are shown again on a later visit")
 	}
 
+	// The client-emit secret: generated, then masked until revealed.
+	b.open(projectPath)
+	b.click("#generate-client-emit")
+	b.expectPage(http.StatusOK, "#notice", "Client-emit secret generated")
+	cesStored, err := ts.app.store.Project(ctx, projectID)
+	if err != nil || cesStored.ClientEmitSecret == "" {
+		t.Fatalf("client-emit secret stored %q, %v", cesStored.ClientEmitSecret, err)
+	}
+	if b.visible("#client-emit-secret") || b.visible("#copy-client-emit-secret") || !b.visible("#reveal-client-emit") {
+		t.Fatal("the client-emit secret is shown before it is revealed")
+	}
+	b.shot("client-emit-masked")
+	browserRun(b, chromedp.Click(chromedp.CSS("#reveal-client-emit"))) // opens the <details>: no page loads
+	if !b.visible("#client-emit-secret") || b.text("#client-emit-secret") != cesStored.ClientEmitSecret {
+		t.Fatalf("revealed client-emit secret %q, want %q", b.text("#client-emit-secret"), cesStored.ClientEmitSecret)
+	}
+	b.copies("#copy-client-emit-secret", cesStored.ClientEmitSecret)
+	b.shot("client-emit-revealed")
+
 	// 3. Rotate the secret key: the new one is shown once, the old one fails.
 	b.click("#rotate-secret")
-	b.expectPage(http.StatusCreated, "#notice", "previous secret key is revoked")
+	b.expectPage(http.StatusOK, "#notice", "previous secret key is revoked")
 	newSecret := b.text("#raw-secret-key")
 	if !cpSecretKeyRe.MatchString(newSecret) || newSecret == secretKey || b.has("#raw-public-key") {
 		t.Fatalf("rotation showed %q", newSecret)
@@ -260,6 +372,7 @@ func TestDashboardBrowser(t *testing.T) {
 	b.click("#save-webhook")
 	b.expectPage(http.StatusOK, "#notice", "Webhook URL saved")
 	hookSecret := b.text("#webhook-secret")
+	b.copies("#copy-webhook-secret", hookSecret)
 	st, err := ts.app.store.Settings(ctx, projectID)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +488,7 @@ func TestDashboardBrowser(t *testing.T) {
 	b.open("/")
 	b.fill("#name", "Temporary")
 	b.click("#create")
-	b.expectPage(http.StatusCreated, "", "")
+	b.expectPage(http.StatusOK, "#raw-public-key", "pk_live_")
 	tempID := b.text("#project-id")
 	b.click("#delete-project")
 	b.expectPage(http.StatusOK, "h1", "Delete project")

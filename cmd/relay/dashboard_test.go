@@ -7,7 +7,9 @@ package main
 // pages in a real browser.
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"html"
 	"net/http"
 	"net/http/cookiejar"
@@ -147,12 +149,28 @@ type dashProject struct {
 	id, publicKey, secretKey string
 }
 
+// dashKeysShownRe is where a create or a rotation redirects: the project
+// page, which shows the new raw keys once.
+var dashKeysShownRe = regexp.MustCompile(`^/projects/([0-9a-f-]{36})\?done=keys-shown$`)
+
+// shown follows the 303 that answers a create or a rotation to the project
+// page, and returns that page (the one view that shows the raw keys).
+func (c *dashClient) shown(r dashPage) dashPage {
+	c.t.Helper()
+	loc := r.header.Get("Location")
+	if r.status != http.StatusSeeOther || !dashKeysShownRe.MatchString(loc) {
+		c.t.Fatalf("got %d Location %q, want 303 to the project page; body:\n%s", r.status, loc, r.body)
+	}
+	p := c.get(loc)
+	if p.status != http.StatusOK {
+		c.t.Fatalf("GET %s after the redirect: %d\n%s", loc, p.status, p.body)
+	}
+	return p
+}
+
 func (c *dashClient) create(name string) dashProject {
 	c.t.Helper()
-	p := c.submit("/", "/projects", url.Values{"name": {name}})
-	if p.status != http.StatusCreated {
-		c.t.Fatalf("create project: %d\n%s", p.status, p.body)
-	}
+	p := c.shown(c.submit("/", "/projects", url.Values{"name": {name}}))
 	dp := dashProject{id: p.byID("project-id"), publicKey: p.byID("raw-public-key"), secretKey: p.byID("raw-secret-key")}
 	if !cpUUIDRe.MatchString(dp.id) || !cpPublicKeyRe.MatchString(dp.publicKey) || !cpSecretKeyRe.MatchString(dp.secretKey) {
 		c.t.Fatalf("created project page lacks id or raw keys: %+v", dp)
@@ -210,11 +228,17 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 				t.Errorf("%s: %q, want %q", k, h.Get(k), want)
 			}
 		}
-		// Nothing inline that the CSP would block.
-		for _, bad := range []string{"<script", "<style", " style=", "javascript:"} {
+		// Nothing inline that the CSP would block: the one script is ours,
+		// from a file.
+		for _, bad := range []string{"<style", " style=", "javascript:"} {
 			if strings.Contains(login.body, bad) {
 				t.Errorf("login page contains %q", bad)
 			}
+		}
+		scripts := regexp.MustCompile(`<script[^>]*>`).FindAllString(login.body, -1)
+		js := regexp.MustCompile(`^<script src="(/static/dashboard\.js\?v=[0-9a-f]+)" defer>$`).FindStringSubmatch(strings.Join(scripts, ""))
+		if len(scripts) != 1 || js == nil || strings.Count(login.body, "</script>") != 1 || !strings.Contains(login.body, scripts[0]+"</script>") {
+			t.Fatalf("scripts in the login page: %q, want one empty <script src=/static/dashboard.js?v=… defer>", scripts)
 		}
 
 		// The stylesheet: ours, versioned, cacheable.
@@ -229,6 +253,19 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 		}
 		if nm := c.send("GET", css[1], "", http.Header{"If-None-Match": {s.header.Get("ETag")}}); nm.status != http.StatusNotModified {
 			t.Fatalf("conditional GET of the stylesheet: %d", nm.status)
+		}
+		// The script likewise, and the headers that let it run: the CSP's
+		// default-src 'self' covers scripts of this origin.
+		j := c.get(js[1])
+		if j.status != http.StatusOK || j.header.Get("Content-Type") != "text/javascript; charset=utf-8" ||
+			j.header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(j.body, "data-copy") {
+			t.Fatalf("script: %d %v", j.status, j.header)
+		}
+		if nm := c.send("GET", js[1], "", http.Header{"If-None-Match": {j.header.Get("ETag")}}); nm.status != http.StatusNotModified {
+			t.Fatalf("conditional GET of the script: %d", nm.status)
+		}
+		if old := c.get("/static/dashboard.js?v=0000"); old.status != http.StatusOK || old.header.Get("Cache-Control") != "public, max-age=300" {
+			t.Fatalf("script under another version: %d %v", old.status, old.header)
 		}
 	})
 }
@@ -656,9 +693,9 @@ func TestDashboardKeysRenameDelete(t *testing.T) {
 
 		// Rotate the secret key: the new raw key is on the answer page only;
 		// the old one fails at once.
-		rot := c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}})
+		rot := c.shown(c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}))
 		newSecret := rot.byID("raw-secret-key")
-		if rot.status != http.StatusCreated || !cpSecretKeyRe.MatchString(newSecret) || newSecret == p.secretKey || rot.byID("raw-public-key") != "" {
+		if rot.status != http.StatusOK || !cpSecretKeyRe.MatchString(newSecret) || newSecret == p.secretKey || rot.byID("raw-public-key") != "" {
 			t.Fatalf("rotation page: %d new %q", rot.status, newSecret)
 		}
 		if !strings.Contains(rot.noticeText(), "shown only once") {
@@ -684,7 +721,7 @@ func TestDashboardKeysRenameDelete(t *testing.T) {
 		if n := strings.Count(view.body, `class="key revoked"`); n != 2 || !strings.Contains(view.noticeText(), "Key revoked") {
 			t.Fatalf("after revoke: %d revoked keys, notice %q", n, view.noticeText())
 		}
-		last := c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).byID("raw-secret-key")
+		last := c.shown(c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}})).byID("raw-secret-key")
 		emitOK(last)
 
 		// Rename.
@@ -782,6 +819,158 @@ func TestDashboardUsage(t *testing.T) {
 		}
 		if strings.Contains(view.body, " style=") || strings.Contains(view.body, "<style") {
 			t.Fatal("inline styles in the usage page: the CSP blocks them")
+		}
+	})
+}
+
+// dashNewKeysCookie returns the sealed-keys cookie a page sets.
+func dashNewKeysCookie(t testing.TB, p dashPage) *http.Cookie {
+	t.Helper()
+	for _, line := range p.header.Values("Set-Cookie") {
+		c, err := http.ParseSetCookie(line)
+		if err == nil && c.Name == "relay_new_keys" {
+			return c
+		}
+	}
+	t.Fatalf("no relay_new_keys cookie set; Set-Cookie %q", p.header.Values("Set-Cookie"))
+	return nil
+}
+
+// TestDashboardNewKeysOnce: creating a project and rotating a key answer 303
+// (Post/Redirect/Get). The raw keys ride in a short-lived cookie sealed to
+// the session, which the next GET of the project page opens (on any node),
+// shows once and clears: a reload shows no key and creates nothing. The
+// cookie opens for no other session, project or time, nor once tampered.
+func TestDashboardNewKeysOnce(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		nodeA := startServerAt(t, dbURL, nil, clock.Now)
+		nodeB := startServerAt(t, dbURL, nil, clock.Now) // behind the same load balancer
+		c := nodeA.dash(t)
+		c.signup("alice@example.com")
+		emitter := nodeA.client()
+
+		created := c.submit("/", "/projects", url.Values{"name": {"Once"}})
+		m := dashKeysShownRe.FindStringSubmatch(created.header.Get("Location"))
+		if created.status != http.StatusSeeOther || m == nil {
+			t.Fatalf("create: %d Location %q, want 303 to the project page", created.status, created.header.Get("Location"))
+		}
+		page, shownAt := "/projects/"+m[1], m[0]
+		if created.header.Get("Cache-Control") != "no-store" || strings.Contains(created.body, "_live_") {
+			t.Fatalf("the redirect is cacheable or carries a key: %v\n%s", created.header, created.body)
+		}
+		ck := dashNewKeysCookie(t, created)
+		if ck.Path != page || ck.MaxAge != 120 || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Secure {
+			t.Fatalf("sealed keys cookie %+v: want Path=%s Max-Age=120 HttpOnly SameSite=Strict, not Secure over http", ck, page)
+		}
+		if sealed, err := base64.RawURLEncoding.DecodeString(ck.Value); err != nil || bytes.Contains(sealed, []byte("_live_")) {
+			t.Fatalf("the cookie is not sealed: %v %q", err, sealed)
+		}
+
+		// The GET, answered by the other node: the keys, once, with the notice.
+		b := nodeB.dash(t)
+		b.http.Jar = c.http.Jar // one browser: the cookie jar does not tell ports apart
+		view := b.get(shownAt)
+		pk, sk := view.byID("raw-public-key"), view.byID("raw-secret-key")
+		if view.status != http.StatusOK || !cpPublicKeyRe.MatchString(pk) || !cpSecretKeyRe.MatchString(sk) {
+			t.Fatalf("project page after create: %d keys %q %q\n%s", view.status, pk, sk, view.body)
+		}
+		if n := view.noticeText(); !strings.HasPrefix(n, "Project created. Copy both keys now") {
+			t.Fatalf("notice %q", n)
+		}
+		if cl := dashNewKeysCookie(t, view); cl.MaxAge >= 0 || cl.Path != page || cl.Value != "" {
+			t.Fatalf("the page does not clear the cookie: %+v", cl)
+		}
+		// The snippets carry this server's address and the keys.
+		for id, want := range map[string][]string{
+			"snippet-browser": {`url: "` + nodeB.base + `"`, `publicKey: "` + pk + `"`, `relay.subscribe("demo"`},
+			"snippet-curl":    {"curl -X POST '" + nodeB.base + "/emit'", "'Authorization: Bearer " + sk + "'", `"channel":"demo"`},
+			"snippet-go":      {`backend.Emit(context.Background(), nil, "` + nodeB.base + `/emit",`, `"` + sk + `", "demo"`},
+		} {
+			for _, w := range want {
+				if got := view.byID(id); !strings.Contains(got, w) {
+					t.Errorf("%s lacks %q:\n%s", id, w, got)
+				}
+			}
+		}
+		if view.byID("key-hint") != "" {
+			t.Error("a key hint beside both raw keys")
+		}
+		if r := emitter.emit(sk, `{"channel":"c","payload":1}`); r.status != http.StatusOK {
+			t.Fatalf("emit with the key shown: %d %s", r.status, r.raw)
+		}
+
+		// Reload: no key, no second project; the notice says why.
+		again := c.get(shownAt)
+		if again.status != http.StatusOK || strings.Contains(again.body, pk) || strings.Contains(again.body, sk) || again.byID("new-keys") != "" {
+			t.Fatalf("the reload shows a raw key again: %d", again.status)
+		}
+		if !strings.Contains(again.noticeText(), "shown only once") || len(again.header.Values("Set-Cookie")) != 0 {
+			t.Fatalf("reload: notice %q, Set-Cookie %q", again.noticeText(), again.header.Values("Set-Cookie"))
+		}
+		if hint := again.byID("key-hint"); !strings.Contains(hint, "<your public key>: your public key ("+pk[:12]+"…)") ||
+			!strings.Contains(hint, "<your secret key>: your secret key ("+sk[:12]+"…)") {
+			t.Fatalf("key hint %q", hint)
+		}
+		if !strings.Contains(again.byID("snippet-curl"), "Bearer <your secret key>") || !strings.Contains(again.byID("snippet-browser"), `publicKey: "<your public key>"`) {
+			t.Fatalf("snippets without the raw keys:\n%s\n%s", again.byID("snippet-curl"), again.byID("snippet-browser"))
+		}
+		if ps, _ := nodeA.app.store.ProjectsByOwner(context.Background(), mustUserID(t, nodeA, "alice@example.com")); len(ps) != 1 {
+			t.Fatalf("%d projects after the reload, want 1", len(ps))
+		}
+
+		// Rotate: the same way, with the new key only.
+		two := c.create("Two")
+		u, _ := url.Parse(nodeA.base + page)
+		rot := c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"public"}})
+		rot.expectRedirect(t, shownAt)
+		value := dashNewKeysCookie(t, rot).Value
+		withCookie := func(c *dashClient, path, v string) dashPage {
+			t.Helper()
+			return c.send("GET", path, "", http.Header{"Cookie": {"relay_new_keys=" + v}})
+		}
+		// Another session of the same user cannot open it...
+		other := nodeA.dash(t)
+		other.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
+		if p := withCookie(other, page, value); p.status != http.StatusOK || p.byID("new-keys") != "" || strings.Contains(p.body, "raw-public-key") {
+			t.Fatalf("another session opened the sealed keys: %d", p.status)
+		}
+		// ...nor does another project's page.
+		if p := withCookie(c, "/projects/"+two.id, value); p.status != http.StatusOK || p.byID("new-keys") != "" {
+			t.Fatalf("another project's page opened the sealed keys: %d", p.status)
+		}
+		view = c.get(shownAt)
+		newPK := view.byID("raw-public-key")
+		if !cpPublicKeyRe.MatchString(newPK) || newPK == pk || view.byID("raw-secret-key") != "" ||
+			!strings.Contains(view.noticeText(), "New public key issued") {
+			t.Fatalf("after rotate: public %q, secret %q, notice %q", newPK, view.byID("raw-secret-key"), view.noticeText())
+		}
+		if !strings.Contains(view.byID("snippet-browser"), `publicKey: "`+newPK+`"`) || !strings.Contains(view.byID("snippet-curl"), "Bearer <your secret key>") ||
+			!strings.Contains(view.byID("key-hint"), "<your secret key>") || strings.Contains(view.byID("key-hint"), "<your public key>") {
+			t.Fatalf("snippets after a public key rotation:\n%s\n%s\n%s", view.byID("snippet-browser"), view.byID("snippet-curl"), view.byID("key-hint"))
+		}
+
+		// Tampered: shown nothing, cleared.
+		c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).expectRedirect(t, shownAt)
+		for _, ck := range c.http.Jar.Cookies(u) {
+			if ck.Name == "relay_new_keys" {
+				flipped := []byte(ck.Value)
+				flipped[len(flipped)/2] ^= 1
+				c.http.Jar.SetCookies(u, []*http.Cookie{{Name: ck.Name, Value: string(flipped), Path: page}})
+			}
+		}
+		if p := c.get(shownAt); p.status != http.StatusOK || p.byID("new-keys") != "" {
+			t.Fatalf("a tampered cookie showed keys: %d", p.status)
+		}
+
+		// Expired on the server's clock, whatever the browser keeps.
+		c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).expectRedirect(t, shownAt)
+		clock.Advance(121 * time.Second)
+		if p := c.get(shownAt); p.status != http.StatusOK || p.byID("new-keys") != "" {
+			t.Fatalf("an expired cookie showed keys: %d", p.status)
+		}
+		if p := c.get(shownAt); len(p.header.Values("Set-Cookie")) != 0 {
+			t.Fatalf("the cookie was not cleared: %q", p.header.Values("Set-Cookie"))
 		}
 	})
 }
