@@ -27,7 +27,13 @@ func newRawKey(prefix string) string {
 // (HashKey); the key index keys its maps by the raw digest, half the size.
 type keyDigest [sha256.Size]byte
 
-func digestKey(raw string) keyDigest { return sha256.Sum256([]byte(raw)) }
+func digestKey(raw string) keyDigest {
+	var buf [128]byte // keys are far shorter: hashed from the stack, no copy on the heap
+	if len(raw) <= len(buf) {
+		return sha256.Sum256(buf[:copy(buf[:], raw)])
+	}
+	return sha256.Sum256([]byte(raw))
+}
 
 // HashKey is the SHA-256 hex digest under which a raw key is stored and looked up.
 func HashKey(raw string) string {
