@@ -54,16 +54,7 @@ func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer
 			continue // a row from a node whose clock runs ahead: not in the window
 		}
 		shown = append(shown, u)
-		total.ConnectionCount += u.ConnectionCount
-		total.MessageCount += u.MessageCount
-		total.PeakConcurrentConnections = max(total.PeakConcurrentConnections, u.PeakConcurrentConnections)
-		total.Deliveries += u.Deliveries
-		total.Dropped += u.Dropped
-		total.SlowConsumersClosed += u.SlowConsumersClosed
-		total.ChannelRateLimited += u.ChannelRateLimited
-		total.ProjectRateLimited += u.ProjectRateLimited
-		total.ClientEmitRateLimited += u.ClientEmitRateLimited
-		total.LatencyP99Ms = max(total.LatencyP99Ms, u.LatencyP99Ms)
+		total.Merge(u)
 	}
 	// The table lists the newest day first; the chart runs left to right.
 	for i := len(shown) - 1; i >= 0; i-- {

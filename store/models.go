@@ -94,6 +94,21 @@ type Usage struct {
 	LatencyP99Ms float64 `bun:"latency_p99_ms"`
 }
 
+// Merge adds o's counts to u's and keeps the larger peak and p99, as
+// AddUsage does in the database.
+func (u *Usage) Merge(o Usage) {
+	u.ConnectionCount += o.ConnectionCount
+	u.MessageCount += o.MessageCount
+	u.PeakConcurrentConnections = max(u.PeakConcurrentConnections, o.PeakConcurrentConnections)
+	u.Deliveries += o.Deliveries
+	u.Dropped += o.Dropped
+	u.SlowConsumersClosed += o.SlowConsumersClosed
+	u.ChannelRateLimited += o.ChannelRateLimited
+	u.ProjectRateLimited += o.ProjectRateLimited
+	u.ClientEmitRateLimited += o.ClientEmitRateLimited
+	u.LatencyP99Ms = max(u.LatencyP99Ms, o.LatencyP99Ms)
+}
+
 // Revocation kinds.
 const (
 	RevokeJTI    = "jti"

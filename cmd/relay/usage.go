@@ -27,6 +27,15 @@ func newUsageRollup(st *store.Store, sys *actors.System, log *slog.Logger) *usag
 	return &usageRollup{store: st, actors: sys, log: log, now: time.Now, pending: map[usageKey]store.Usage{}}
 }
 
+// add merges counts into the day's pending row of their project.
+func (u *usageRollup) add(day string, counts store.Usage) {
+	k := usageKey{counts.ProjectID, day}
+	row := u.pending[k]
+	row.ProjectID, row.Day = counts.ProjectID, day
+	row.Merge(counts)
+	u.pending[k] = row
+}
+
 // flush drains the counters into rows for today (UTC) and writes every
 // pending row; the live connection count is the peak sample. The delivery
 // health columns come from the live figures' undrained counts; the latency
@@ -37,29 +46,17 @@ func (u *usageRollup) flush(ctx context.Context) {
 		if d.Connects == 0 && d.Emits == 0 && d.Connections == 0 {
 			continue
 		}
-		k := usageKey{d.ProjectID, day}
-		row := u.pending[k]
-		row.ProjectID, row.Day = d.ProjectID, day
-		row.ConnectionCount += d.Connects
-		row.MessageCount += d.Emits
-		row.PeakConcurrentConnections = max(row.PeakConcurrentConnections, int64(d.Connections))
-		u.pending[k] = row
+		u.add(day, store.Usage{ProjectID: d.ProjectID, ConnectionCount: d.Connects, MessageCount: d.Emits,
+			PeakConcurrentConnections: int64(d.Connections)})
 	}
 	for _, d := range u.actors.DrainHealth() {
-		k := usageKey{d.ProjectID, day}
-		row := u.pending[k]
-		row.ProjectID, row.Day = d.ProjectID, day
 		f := d.Window.Figures()
-		row.Deliveries += f.Deliveries
-		row.Dropped += f.Dropped
-		row.SlowConsumersClosed += f.SlowClosed
-		row.ChannelRateLimited += f.ChannelRateLimited
-		row.ProjectRateLimited += f.ProjectRateLimited
-		row.ClientEmitRateLimited += f.ClientEmitRateLimited
+		row := store.Usage{ProjectID: d.ProjectID, Deliveries: f.Deliveries, Dropped: f.Dropped, SlowConsumersClosed: f.SlowClosed,
+			ChannelRateLimited: f.ChannelRateLimited, ProjectRateLimited: f.ProjectRateLimited, ClientEmitRateLimited: f.ClientEmitRateLimited}
 		if f.P99Ms != nil {
-			row.LatencyP99Ms = max(row.LatencyP99Ms, *f.P99Ms)
+			row.LatencyP99Ms = *f.P99Ms
 		}
-		u.pending[k] = row
+		u.add(day, row)
 	}
 	failed := 0
 	var lastErr error
