@@ -477,7 +477,7 @@ func TestSuite(t *testing.T) {
 		"-deliveries", "2000,4000", "-growth", "10,20", "-duration", "1s", "-churn-duration", "1s",
 		"-ladder", "5,10", "-spread-channels", "5", "-spread-rate", "10", "-naive-rounds", "1"})
 	table := out.String()[strings.Index(out.String(), "relay-bench suite,"):]
-	for _, want := range []string{"memory, 200 idle subscribed connections", "handshakes", "HTTP emit, no subscribers, 16 workers",
+	for _, want := range []string{"memory, 180 idle subscribed connections", "handshakes", "HTTP emit, no subscribers, 16 workers",
 		"HTTP emit, 100 subscribers", "fan-out, 1 channel, 20 subscribers, 100 B", "fan-out, 1 channel, 10 subscribers",
 		"growth, 20 vs 10 subscribers", "server CPU per delivery", "churn, 200 joins/s",
 		"latency, 5 emits/s to 20 subscribers", "HTTP emit against the naive hub", "latency, 10 emits/s to 20 subscribers", "latency, 10 emits/s over 5 channels × 2 subscribers"} {
