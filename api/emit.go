@@ -138,8 +138,44 @@ func appendBudget(dst []byte, b actors.Budget) []byte {
 	dst = append(dst, `,"remaining":`...)
 	dst = strconv.AppendInt(dst, int64(b.Remaining), 10)
 	dst = append(dst, `,"resetAt":"`...)
-	dst = b.ResetAt.UTC().AppendFormat(dst, timestampLayout)
+	dst = appendTimestamp(dst, b.ResetAt)
 	return append(dst, `"}`...)
+}
+
+// appendTimestamp appends t as timestampLayout does (UTC, milliseconds),
+// digit by digit: the layout interpreter was a thirtieth of an emit's CPU.
+// TestAppendTimestamp holds the two to the same text.
+func appendTimestamp(dst []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	hour, minute, second := t.Clock()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(dst, timestampLayout)
+	}
+	dst = appendDigits(dst, year, 4)
+	dst = append(dst, '-')
+	dst = appendDigits(dst, int(month), 2)
+	dst = append(dst, '-')
+	dst = appendDigits(dst, day, 2)
+	dst = append(dst, 'T')
+	dst = appendDigits(dst, hour, 2)
+	dst = append(dst, ':')
+	dst = appendDigits(dst, minute, 2)
+	dst = append(dst, ':')
+	dst = appendDigits(dst, second, 2)
+	dst = append(dst, '.')
+	dst = appendDigits(dst, t.Nanosecond()/int(time.Millisecond), 3)
+	return append(dst, 'Z')
+}
+
+// appendDigits appends n (0 <= n < 10^width) zero-padded to width digits.
+func appendDigits(dst []byte, n, width int) []byte {
+	var b [4]byte
+	for i := width - 1; i >= 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return append(dst, b[:width]...)
 }
 
 // writeSpecError writes a proto.Error with the fields its code carries.

@@ -32,3 +32,26 @@ func TestAppendEmitOK(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendTimestamp: the digit-by-digit timestamp is timestampLayout's
+// text, across zones, the year's edges, leap days and sub-millisecond times.
+func TestAppendTimestamp(t *testing.T) {
+	times := []time.Time{
+		{},
+		time.Unix(0, 0),
+		time.Date(2026, 11, 24, 1, 2, 3, 456_789_000, time.FixedZone("x", 3600)),
+		time.Date(2024, 2, 29, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(1999, 12, 31, 23, 59, 59, 0, time.FixedZone("y", -5*3600)),
+		time.Date(9999, 12, 31, 23, 59, 59, 1_000_000, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	for i := range 1000 {
+		times = append(times, time.Unix(int64(i)*7_777_777, int64(i)*999_983).In(time.FixedZone("z", (i%25-12)*3600)))
+	}
+	for _, tm := range times {
+		if got, want := string(appendTimestamp(nil, tm)), tm.UTC().Format(timestampLayout); got != want {
+			t.Errorf("%v: %s, want %s", tm, got, want)
+		}
+	}
+}

@@ -24,7 +24,7 @@ type healthBody struct {
 func (s *Server) health(projectID string) healthBody {
 	h := s.actors.ProjectHealth(projectID)
 	return healthBody{
-		ProjectID: projectID, At: s.now().UTC().Format(timestampLayout), Connections: h.Connections,
+		ProjectID: projectID, At: timestamp(s.now()), Connections: h.Connections,
 		LastMinute: h.Minute.Figures(), LastHour: h.Hour.Figures(),
 	}
 }
