@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// TestDashboardBrowserHealth: in Chromium, the project page's delivery-health
+// card shows the figures of the page load, then, with no reload, the
+// subscribers and emits made after it (the card reads the owner's JSON
+// route every 5 seconds).
+func TestDashboardBrowserHealth(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	b := newBrowser(t, ts.base)
+	b.open("/signup")
+	b.fill("#email", "alice@example.com")
+	b.fill("#password", "correct horse battery")
+	b.click("#submit")
+	b.fill("#name", "Health")
+	b.click("#create")
+	b.expectPage(http.StatusOK, "#notice", "shown only once")
+	publicKey, secretKey := b.text("#raw-public-key"), b.text("#raw-secret-key")
+	projectPath := "/projects/" + b.text("#project-id")
+
+	b.open(projectPath)
+	for id, want := range map[string]string{"#health-connections": "0", "#health-minute-emits": "0", "#health-hour-deliveries": "0", "#health-minute-p99": "–"} {
+		if got := b.text(id); got != want {
+			t.Fatalf("%s = %q on a fresh project, want %q", id, got, want)
+		}
+	}
+
+	// After the page loaded: two subscribers, three emits they read.
+	subs := []*wsClient{subscribed(t, ts, publicKey, "room"), subscribed(t, ts, publicKey, "room")}
+	emitter := ts.client()
+	for i := range 3 {
+		r := emitter.emit(secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
+		if r.status != http.StatusOK {
+			t.Fatalf("emit: %d %s", r.status, r.raw)
+		}
+		for _, s := range subs {
+			s.expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, int64(num(r.json, "seq"))))
+		}
+	}
+	want := map[string]string{
+		"#health-connections": "2", "#health-minute-emits": "3", "#health-hour-emits": "3",
+		"#health-minute-deliveries": "6", "#health-hour-deliveries": "6", "#health-minute-dropped": "0",
+	}
+	var got map[string]string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		got = map[string]string{}
+		same := true
+		for id, w := range want {
+			got[id] = b.text(id)
+			same = same && got[id] == w
+		}
+		p99 := b.text("#health-minute-p99")
+		if same && strings.HasSuffix(p99, " ms") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health card without a reload: %v, p99 %q; want %v and a latency", got, p99, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if b.path() != projectPath {
+		t.Fatalf("the page moved to %s", b.path())
+	}
+	b.shot("health-refreshed")
+}
