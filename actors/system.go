@@ -154,8 +154,12 @@ func NewSystem(cfg Config) *System {
 	)
 	// One Props for every connection actor (a Props per connection cost about
 	// 300 bytes of every idle connection); each learns its socket from connInit.
+	// Its mailbox is the lock-free one: an idle connection holds no ring
+	// buffer (10 slots, the default's), 190 bytes less of its live heap
+	// (relay-bench conns, 15 000 sockets: 1.70 against 1.89 KiB), for one
+	// 24-byte allocation per message, of which a socket gets few.
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
-		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()))
+		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()), actor.WithMailbox(actor.UnboundedLockfree()))
 	s := &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}, elsewhere: map[string]int{}}
 	s.cfg.cluster = &s.cluster
 	return s
