@@ -1,11 +1,13 @@
 package relaytest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,28 +28,47 @@ type Etcd struct {
 	cleanupSet bool
 }
 
-// StartEtcd starts etcd and returns once it answers /health.
+// StartEtcd starts etcd and returns once it answers /health. Its ports are
+// chosen free a moment before etcd binds them; when another process took one
+// meanwhile (etcd exits with "address already in use"), it tries new ones,
+// three times in all.
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Fatalf("etcd not found (apt-get install etcd-server): %v", err)
 	}
-	e := &Etcd{t: t, dir: t.TempDir(), client: FreeAddr(t), peer: FreeAddr(t), Logs: &Buffer{}}
-	e.Endpoint = "http://" + e.client
-	e.Start()
-	return e
+	e := &Etcd{t: t}
+	for attempt := 1; ; attempt++ {
+		// A fresh data dir too: a member keeps the peer address it began with.
+		e.dir, e.client, e.peer, e.Logs = t.TempDir(), FreeAddr(t), FreeAddr(t), &Buffer{}
+		e.Endpoint = "http://" + e.client
+		err := e.start()
+		if err == nil {
+			return e
+		}
+		if attempt == 3 || !strings.Contains(e.Logs.String(), "address already in use") {
+			t.Fatalf("%v:\n%s", err, e.Logs)
+		}
+		t.Logf("etcd lost a port to another process, trying new ones: %v", err)
+	}
 }
 
 // Start starts etcd again after Stop, on the same ports and data.
 func (e *Etcd) Start() {
 	e.t.Helper()
+	if err := e.start(); err != nil {
+		e.t.Fatalf("%v:\n%s", err, e.Logs)
+	}
+}
+
+func (e *Etcd) start() error {
 	e.cmd = exec.Command("etcd", "--name", "relaytest", "--data-dir", filepath.Join(e.dir, "data"),
 		"--listen-client-urls", "http://"+e.client, "--advertise-client-urls", "http://"+e.client,
 		"--listen-peer-urls", "http://"+e.peer, "--initial-advertise-peer-urls", "http://"+e.peer,
 		"--initial-cluster", "relaytest=http://"+e.peer)
 	e.cmd.Stdout, e.cmd.Stderr = e.Logs, e.Logs
 	if err := e.cmd.Start(); err != nil {
-		e.t.Fatalf("start etcd: %v", err)
+		return fmt.Errorf("start etcd: %w", err)
 	}
 	e.exited = make(chan struct{})
 	cmd, exited := e.cmd, e.exited
@@ -62,16 +83,17 @@ func (e *Etcd) Start() {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-exited:
-			e.t.Fatalf("etcd exited at start:\n%s", e.Logs)
+			return errors.New("etcd exited at start")
 		default:
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("etcd did not answer within 20 s:\n%s", e.Logs)
+			e.Stop()
+			return errors.New("etcd did not answer within 20 s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
