@@ -211,6 +211,20 @@ func (b *browser) copies(sel, want string) {
 	}
 }
 
+// signUpWithProject signs up as email, creates a project called name and
+// returns its page's path, on the one view that shows its raw keys.
+func (b *browser) signUpWithProject(email, name string) (projectPath string) {
+	b.t.Helper()
+	b.open("/signup")
+	b.fill("#email", email)
+	b.fill("#password", "correct horse battery")
+	b.click("#submit")
+	b.fill("#name", name)
+	b.click("#create")
+	b.expectPage(http.StatusOK, "#notice", "shown only once")
+	return "/projects/" + b.text("#project-id")
+}
+
 // shot saves a full-page screenshot named after the step.
 func (b *browser) shot(step string) {
 	b.t.Helper()

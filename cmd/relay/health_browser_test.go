@@ -17,15 +17,8 @@ import (
 func TestDashboardBrowserHealth(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	b := newBrowser(t, ts.base)
-	b.open("/signup")
-	b.fill("#email", "alice@example.com")
-	b.fill("#password", "correct horse battery")
-	b.click("#submit")
-	b.fill("#name", "Health")
-	b.click("#create")
-	b.expectPage(http.StatusOK, "#notice", "shown only once")
+	projectPath := b.signUpWithProject("alice@example.com", "Health")
 	publicKey, secretKey := b.text("#raw-public-key"), b.text("#raw-secret-key")
-	projectPath := "/projects/" + b.text("#project-id")
 
 	b.open(projectPath)
 	for id, want := range map[string]string{"#health-connections": "0", "#health-minute-emits": "0", "#health-hour-deliveries": "0", "#health-minute-p99": "–"} {

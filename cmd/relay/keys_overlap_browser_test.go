@@ -22,14 +22,7 @@ func TestDashboardBrowserKeyOverlap(t *testing.T) {
 	emitter := ts.client()
 	emit := func(secret string) response { return emitter.emit(secret, `{"channel":"c","payload":1}`) }
 
-	b.open("/signup")
-	b.fill("#email", "alice@example.com")
-	b.fill("#password", "correct horse battery")
-	b.click("#submit")
-	b.fill("#name", "Overlap")
-	b.click("#create")
-	b.expectPage(http.StatusOK, "#notice", "shown only once")
-	projectPath := "/projects/" + b.text("#project-id")
+	projectPath := b.signUpWithProject("alice@example.com", "Overlap")
 	oldSecret := b.text("#raw-secret-key")
 	if r := emit(oldSecret); r.status != http.StatusOK {
 		t.Fatalf("emit: %d %s", r.status, r.raw)
