@@ -1,0 +1,129 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// observed is a Handler that records what its WriteObserver is told.
+type observed struct {
+	mu      sync.Mutex
+	reports [][2]int64 // accepted, written
+}
+
+func (o *observed) HandleMessage([]byte)  {}
+func (o *observed) HandleClose(CloseInfo) {}
+func (o *observed) HandleWritten(accepted, written int64) {
+	o.mu.Lock()
+	o.reports = append(o.reports, [2]int64{accepted, written})
+	o.mu.Unlock()
+}
+
+func (o *observed) snapshot() [][2]int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([][2]int64(nil), o.reports...)
+}
+
+// observedConn opens one connection whose handler observes its writes.
+func observedConn(t *testing.T) (*Conn, *observed, *bufio.Reader, func(time.Time)) {
+	t.Helper()
+	srv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan *Conn, 1)
+	o := &observed{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.Upgrade(w, r, func(c *Conn) Handler { conns <- c; return o })
+	}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+	})
+	nc, br, _, err := ws.Dial(context.Background(), "ws://"+strings.TrimPrefix(hs.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	if br == nil {
+		br = bufio.NewReader(nc)
+	}
+	return <-conns, o, br, func(d time.Time) { nc.SetReadDeadline(d) }
+}
+
+// TestWriteObserverStampedFrames: a write reports the oldest stamp it sent
+// and when it ended; unstamped frames report nothing; under a reader that
+// lags (partial writes), every stamp reported is one that was sent, in
+// order, the first one first.
+func TestWriteObserverStampedFrames(t *testing.T) {
+	c, o, br, deadline := observedConn(t)
+	read := func(n int) {
+		t.Helper()
+		deadline(time.Now().Add(10 * time.Second))
+		for range n {
+			if _, err := ws.ReadFrame(br); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitReports := func(n int) [][2]int64 {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if r := o.snapshot(); len(r) >= n {
+				return r
+			}
+		}
+		t.Fatalf("%d write reports, want at least %d", len(o.snapshot()), n)
+		return nil
+	}
+
+	c.Send(TextFrame([]byte(`"unstamped"`)))
+	read(1)
+	time.Sleep(50 * time.Millisecond)
+	if r := o.snapshot(); len(r) != 0 {
+		t.Fatalf("unstamped frame reported: %v", r)
+	}
+
+	accepted := time.Now().UnixNano()
+	c.SendAt(TextFrame([]byte(`1`)), accepted)
+	read(1)
+	r := waitReports(1)
+	if r[0][0] != accepted || r[0][1] < accepted {
+		t.Fatalf("report %v, want accepted %d and a later write", r[0], accepted)
+	}
+
+	// A burst far beyond the socket buffers while the client does not read:
+	// the first write ends short and hands its stamp back, so the write that
+	// finishes the burst (the drain's) reports the first frame's stamp.
+	const frames = 100 // 6.4 MiB: beyond loopback socket buffers, within the 8 MiB queue
+	big := TextFrame([]byte(`"` + strings.Repeat("x", 64<<10) + `"`))
+	base := time.Now().UnixNano()
+	for i := range frames {
+		if !c.SendAt(big, base+int64(i)) {
+			t.Fatalf("frame %d refused", i)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	read(frames)
+	r = waitReports(2)[1:]
+	t.Logf("the burst went out in %d reported writes", len(r))
+	if r[0][0] != base {
+		t.Fatalf("first report of the burst has stamp %d, want the first frame's %d", r[0][0]-base, 0)
+	}
+	for i, rep := range r {
+		if rep[0] < base || rep[0] >= base+frames || rep[1] < rep[0] || (i > 0 && rep[0] < r[i-1][0]) {
+			t.Fatalf("report %d of the burst: stamp %+d, written %+d (reports %d)", i, rep[0]-base, rep[1]-base, len(r))
+		}
+	}
+}
