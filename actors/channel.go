@@ -164,7 +164,7 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	if dropped > 0 {
 		a.counters.Drops.Add(int64(dropped))
 	}
-	a.usage.health.published(m.origin != nil, res.Delivered, dropped, at)
+	a.usage.health.fanout(emitKind(m.origin != nil), res.Delivered, dropped, at)
 	return res
 }
 

@@ -302,7 +302,7 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 			r.counters.EmittedHTTP.Add(1)
 		}
 		// Its deliveries count on each node that makes them (deliver).
-		r.usage.health.published(p.pub.Reply == nil, 0, 0, at)
+		r.usage.health.add(emitKind(p.pub.Reply == nil), 1, at)
 	case perr.Code == proto.CodeChannelRateLimited:
 		r.usage.health.add(hLimitedChannel, 1, at)
 	case perr.Code == proto.CodeProjectRateLimited:
@@ -364,9 +364,10 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 	frame := transport.TextFrame(m.Message)
 	// The emitting edge's clock: across nodes, latency is as good as their
 	// clocks agree (0 from a member that sends no time: now).
+	now := r.cfg.Now().UnixNano()
 	at := m.AcceptedUnixNano
 	if at == 0 {
-		at = r.cfg.Now().UnixNano()
+		at = now
 	}
 	delivered := 0
 	var gone []uint64
@@ -385,7 +386,7 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 		r.subs.removeAt(i)
 	}
 	r.counters.Deliveries.Add(int64(delivered))
-	r.usage.health.delivered(delivered, len(gone), r.cfg.Now().UnixNano())
+	r.usage.health.fanout(noEmit, delivered, len(gone), now)
 	if len(gone) > 0 {
 		r.counters.Drops.Add(int64(len(gone)))
 		r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: gone})

@@ -61,10 +61,9 @@ func latencyBound(i int) float64 {
 }
 
 type healthSlot struct {
-	period   atomic.Int64 // which period (unix time / slot width) the counts are of
-	counts   [numHealthCounters]atomic.Int64
-	latency  [latencyBuckets]atomic.Int64
-	observed atomic.Bool // some latency was added
+	period  atomic.Int64 // which period (unix time / slot width) the counts are of
+	counts  [numHealthCounters]atomic.Int64
+	latency [latencyBuckets]atomic.Int64
 }
 
 // healthRing is a ring of slots of one width; a slot is cleared when the
@@ -89,7 +88,6 @@ func (r *healthRing) at(now int64) *healthSlot {
 		for i := range s.latency {
 			s.latency[i].Store(0)
 		}
-		s.observed.Store(false)
 		s.period.Store(period)
 	}
 	r.mu.Unlock()
@@ -108,10 +106,8 @@ func (r *healthRing) sum(now int64, into *HealthWindow) {
 		for c := range s.counts {
 			into.counts[c] += s.counts[c].Load()
 		}
-		if s.observed.Load() {
-			for b := range s.latency {
-				into.latency[b] += s.latency[b].Load()
-			}
+		for b := range s.latency {
+			into.latency[b] += s.latency[b].Load()
 		}
 	}
 }
@@ -153,35 +149,31 @@ func (h *projectHealth) add(c healthCounter, n int64, now int64) {
 	h.touch(now)
 }
 
-// published counts one accepted emit and its fan-out.
-func (h *projectHealth) published(client bool, delivered, dropped int, now int64) {
-	if h == nil {
+// noEmit is fanout's emit kind for deliveries of an emit counted elsewhere
+// (a cluster relay writing what another node accepted).
+const noEmit healthCounter = -1
+
+// emitKind is the counter of an accepted emit: a client's or an HTTP one.
+func emitKind(client bool) healthCounter {
+	if client {
+		return hEmitsClient
+	}
+	return hEmitsHTTP
+}
+
+// fanout counts one accepted emit of kind (noEmit: none) and the deliveries
+// and drops of its fan-out on this node.
+func (h *projectHealth) fanout(kind healthCounter, delivered, dropped int, now int64) {
+	if h == nil || (kind == noEmit && delivered+dropped == 0) {
 		return
 	}
-	kind := hEmitsHTTP
-	if client {
-		kind = hEmitsClient
-	}
 	for _, s := range h.slots(now) {
-		s.counts[kind].Add(1)
+		if kind != noEmit {
+			s.counts[kind].Add(1)
+		}
 		if delivered > 0 {
 			s.counts[hDeliveries].Add(int64(delivered))
 		}
-		if dropped > 0 {
-			s.counts[hDrops].Add(int64(dropped))
-		}
-	}
-	h.touch(now)
-}
-
-// delivered counts a fan-out made on this node of an emit accepted on
-// another (cluster relays).
-func (h *projectHealth) delivered(delivered, dropped int, now int64) {
-	if h == nil || delivered+dropped == 0 {
-		return
-	}
-	for _, s := range h.slots(now) {
-		s.counts[hDeliveries].Add(int64(delivered))
 		if dropped > 0 {
 			s.counts[hDrops].Add(int64(dropped))
 		}
@@ -197,9 +189,6 @@ func (h *projectHealth) written(accepted, now int64) {
 	b := latencyBucket((now - accepted) / int64(time.Microsecond))
 	for _, s := range h.slots(now) {
 		s.latency[b].Add(1)
-		if !s.observed.Load() {
-			s.observed.Store(true)
-		}
 	}
 }
 
@@ -222,9 +211,6 @@ func (b *healthBook) of(project string) *projectHealth {
 	defer b.mu.Unlock()
 	h := b.m[project]
 	if h == nil {
-		if b.m == nil {
-			b.m = map[string]*projectHealth{}
-		}
 		h = newProjectHealth()
 		h.last.Store(time.Now().UnixNano())
 		b.m[project] = h
@@ -260,27 +246,33 @@ type HealthDrain struct {
 }
 
 // DrainHealth takes every project's figures counted since the last call
-// (the usage rollup's daily columns), resetting them.
+// (the usage rollup's daily columns), resetting them, then drops the records
+// of projects gone quiet (evict).
 func (s *System) DrainHealth() []HealthDrain {
 	b := s.cfg.health
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []HealthDrain
+	b.mu.Lock()
 	for id, h := range b.m {
 		d := HealthDrain{ProjectID: id}
-		any := false
+		counted := false
 		for i := range h.undrained.counts {
 			d.Window.counts[i] = h.undrained.counts[i].Swap(0)
-			any = any || d.Window.counts[i] != 0
+			counted = counted || d.Window.counts[i] != 0
 		}
 		for i := range h.undrained.latency {
 			d.Window.latency[i] = h.undrained.latency[i].Swap(0)
-			any = any || d.Window.latency[i] != 0
+			counted = counted || d.Window.latency[i] != 0
 		}
-		if any {
+		if counted {
 			out = append(out, d)
 		}
 	}
+	b.mu.Unlock()
+	b.evict(s.cfg.Now().UnixNano(), func(id string) bool {
+		s.liveMu.Lock()
+		defer s.liveMu.Unlock()
+		return s.live[id] > 0
+	})
 	return out
 }
 

@@ -138,7 +138,7 @@ func NewSystem(cfg Config) *System {
 		cfg.Logger = slog.Default()
 	}
 	cfg.counters = &Counters{}
-	cfg.health = &healthBook{}
+	cfg.health = &healthBook{m: map[string]*projectHealth{}}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
@@ -366,11 +366,6 @@ func (s *System) CloseKeySockets(projectID string, keyHashes []string) {
 // drain (resetting them). Projects that do not answer before ctx ends keep
 // their counts for the next drain.
 func (s *System) DrainUsage(ctx context.Context) []Usage {
-	s.cfg.health.evict(s.cfg.Now().UnixNano(), func(id string) bool {
-		s.liveMu.Lock()
-		defer s.liveMu.Unlock()
-		return s.live[id] > 0
-	})
 	var ids []string
 	s.projects.Range(func(id, _ any) bool {
 		ids = append(ids, id.(string))
