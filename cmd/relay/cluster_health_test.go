@@ -12,9 +12,10 @@ import (
 
 // TestClusterHealth: a project's delivery health read through one node sums
 // every member's: its sockets, the emits each edge accepted, the deliveries
-// each node made, and a latency for the writes on each.
+// each node made, the 429 the channel grain answered another edge, and a
+// latency for the writes on each.
 func TestClusterHealth(t *testing.T) {
-	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"})
+	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"}, "EMIT_RATE_LIMIT_PER_MINUTE=5")
 	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
 	owner := a.on(t).signup("alice@example.com")
 	p := owner.createProject("health")
@@ -38,13 +39,19 @@ func TestClusterHealth(t *testing.T) {
 			s.expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, e.seq))
 		}
 	}
+	// The channel's budget of 5 is spent: a sixth, through B, is refused by
+	// the grain and counted by B.
+	if r := b.on(t).client().emit(p.secretKey, `{"channel":"room","payload":5}`); r.status != 429 || r.json["error"] != "channel_rate_limited" {
+		t.Fatalf("sixth emit through B: %d %s", r.status, r.raw)
+	}
 	var h healthReply
 	relaytest.Eventually(t, 5*time.Second, func() bool {
 		h = owner.health(p.id)
 		return h.LastMinute.LatencySamples >= 4
 	}, "a latency sample from each socket")
 	for name, w := range map[string]healthFigures{"lastMinute": h.LastMinute, "lastHour": h.LastHour} {
-		if w.Emits != 5 || w.EmitsHTTP != 5 || w.Deliveries != 20 || w.Dropped != 0 || w.P99 == nil || *w.P99 > 5000 {
+		if w.Emits != 5 || w.EmitsHTTP != 5 || w.Deliveries != 20 || w.Dropped != 0 || w.ChannelRateLimited != 1 ||
+			w.ProjectRateLimited != 0 || w.P99 == nil || *w.P99 > 5000 {
 			t.Errorf("%s through A: %+v", name, w)
 		}
 	}

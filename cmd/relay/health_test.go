@@ -183,3 +183,32 @@ func TestDeliveryHealthSlowConsumer(t *testing.T) {
 		t.Fatalf("after %d emits and one slow close: %+v", emitted, h)
 	}
 }
+
+// TestDeliveryHealthClientEmit: a client emit counts as a client emit and
+// its fan-out (the emitter skipped), and the per-clientId window's refusal
+// counts as client_emit_rate_limited, apart from HTTP emits.
+func TestDeliveryHealthClientEmit(t *testing.T) {
+	clock := newClock() // the clientId window does not roll over between the two emits
+	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
+		"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1",
+	}, clock.Now))
+	s.enable(t)
+	tok := s.token(t, nil)
+	s.ann.send(emitFrame(tok, "msg", "1"))
+	ack := s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	s.listener.expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":1,"seq":%d,"clientId":"ann"}`, int64(num(ack, "seq"))))
+	s.ann.send(emitFrame(tok, "msg", "2"))
+	s.ann.expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
+
+	h := s.owner.health(s.p.id)
+	want := healthFigures{Emits: 1, EmitsClient: 1, Deliveries: 1, ClientEmitRateLimited: 1}
+	for name, w := range map[string]healthFigures{"lastMinute": h.LastMinute, "lastHour": h.LastHour} {
+		w.LatencySamples, w.P50, w.P99 = 0, nil, nil // written on the wall clock, not the test's
+		if w != want {
+			t.Errorf("%s: %+v, want %+v", name, w, want)
+		}
+	}
+	if h.Connections != 2 {
+		t.Errorf("connections %d, want 2", h.Connections)
+	}
+}
