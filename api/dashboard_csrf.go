@@ -79,8 +79,8 @@ func sameOrigin(r *http.Request) bool {
 	if strings.EqualFold(u.Host, r.Host) {
 		return true
 	}
-	fwd, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ",")
-	return fwd != "" && strings.EqualFold(u.Host, strings.TrimSpace(fwd))
+	fwd := forwardedHost(r)
+	return fwd != "" && strings.EqualFold(u.Host, fwd)
 }
 
 // preSessionToken returns the token for the logged-out forms, setting the

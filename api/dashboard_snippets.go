@@ -32,19 +32,17 @@ const (
 const snippetChannel = "demo"
 
 // requestOrigin is the address this request reached, as a browser would
-// write it: https when the connection is TLS or a proxy says so with
-// X-Forwarded-Proto (the test the session cookie's Secure flag makes), and
-// the host the proxy forwarded (X-Forwarded-Host, as sameOrigin reads it)
-// or else Host. A value that is not a plain host[:port] is ignored.
+// write it: https when viaHTTPS (the session cookie's Secure flag asks the
+// same), and the host the proxy forwarded (as sameOrigin reads it) or else
+// Host. A value that is not a plain host[:port] is ignored.
 func requestOrigin(r *http.Request) string {
 	scheme := "http"
-	proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
-	if r.TLS != nil || strings.EqualFold(strings.TrimSpace(proto), "https") {
+	if viaHTTPS(r) {
 		scheme = "https"
 	}
 	host := r.Host
-	if fwd, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ","); plainHost(strings.TrimSpace(fwd)) {
-		host = strings.TrimSpace(fwd)
+	if fwd := forwardedHost(r); plainHost(fwd) {
+		host = fwd
 	}
 	if !plainHost(host) {
 		host = "localhost"

@@ -164,3 +164,24 @@ func TestSnippets(t *testing.T) {
 		}
 	}
 }
+
+// TestViaHTTPS: the first hop of X-Forwarded-Proto decides (a chain of
+// proxies appends), as a TLS connection does; the cookie's Secure flag and
+// the snippets' scheme both ask it.
+func TestViaHTTPS(t *testing.T) {
+	for proto, want := range map[string]bool{
+		"": false, "http": false, "https": true, "HTTPS": true, " https ": true, "https, http": true, "http, https": false,
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if proto != "" {
+			r.Header.Set("X-Forwarded-Proto", proto)
+		}
+		if got := viaHTTPS(r); got != want {
+			t.Errorf("X-Forwarded-Proto %q: viaHTTPS %v, want %v", proto, got, want)
+		}
+	}
+	r := httptest.NewRequest("GET", "https://example.com/", nil) // TLS
+	if !viaHTTPS(r) {
+		t.Error("a TLS request is not HTTPS")
+	}
+}

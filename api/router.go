@@ -193,3 +193,17 @@ func writeDecodeError(w http.ResponseWriter, err error) {
 		writeError(w, proto.CodeInvalidJSON)
 	}
 }
+
+// viaHTTPS reports whether the browser reached us over HTTPS: a TLS
+// connection, or a reverse proxy's X-Forwarded-Proto (its first hop) says so.
+func viaHTTPS(r *http.Request) bool {
+	proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(proto), "https")
+}
+
+// forwardedHost is the host a reverse proxy says the browser asked for
+// (X-Forwarded-Host, its first hop), "" when it says none.
+func forwardedHost(r *http.Request) string {
+	fwd, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ",")
+	return strings.TrimSpace(fwd)
+}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -175,7 +174,7 @@ func (s *sessions) secureFor(r *http.Request) bool {
 	case "false":
 		return false
 	}
-	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	return viaHTTPS(r)
 }
 
 func (s *sessions) setCookie(w http.ResponseWriter, r *http.Request, token string) {
