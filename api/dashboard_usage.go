@@ -70,15 +70,15 @@ func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer
 }
 
 func newUsageRow(u store.Usage) usageRow {
-	p99 := "–"
+	var p99 *float64 // none that day
 	if u.LatencyP99Ms > 0 {
-		p99 = showMs(&u.LatencyP99Ms)
+		p99 = &u.LatencyP99Ms
 	}
 	return usageRow{Day: u.Day,
 		ConnectionsS: groupDigits(u.ConnectionCount), MessagesS: groupDigits(u.MessageCount), PeakS: groupDigits(u.PeakConcurrentConnections),
 		DeliveriesS: groupDigits(u.Deliveries), DroppedS: groupDigits(u.Dropped), SlowS: groupDigits(u.SlowConsumersClosed),
 		ChannelLimitedS: groupDigits(u.ChannelRateLimited), ProjectLimitedS: groupDigits(u.ProjectRateLimited),
-		ClientLimitedS: groupDigits(u.ClientEmitRateLimited), P99S: p99}
+		ClientLimitedS: groupDigits(u.ClientEmitRateLimited), P99S: showMs(p99)}
 }
 
 // groupDigits prints n with thousands separators: 1234567 → 1,234,567.

@@ -21,36 +21,41 @@ type healthBody struct {
 	LastHour    actors.HealthFigures `json:"lastHour"`
 }
 
-func (s *Server) health(projectID string) healthBody {
+func (s *Server) health(projectID string, now time.Time) healthBody {
 	h := s.actors.ProjectHealth(projectID)
 	return healthBody{
-		ProjectID: projectID, At: timestamp(s.now()), Connections: h.Connections,
+		ProjectID: projectID, At: timestamp(now), Connections: h.Connections,
 		LastMinute: h.Minute.Figures(), LastHour: h.Hour.Figures(),
 	}
 }
 
 func (c controlPlane) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if p, ok := c.owned(w, r); ok {
-		writeJSON(w, http.StatusOK, c.health(p.ID))
+		writeJSON(w, http.StatusOK, c.health(p.ID, c.now()))
 	}
 }
 
-// healthView is the project page's section.
+// healthView is the project page's section: the JSON route's figures, with
+// the quantiles written out.
 type healthView struct {
-	Connections                            int
-	Minute, Hour                           actors.HealthFigures
-	MinuteP50, MinuteP99, HourP50, HourP99 string
-	At                                     string
+	Connections  int
+	Minute, Hour healthWindowView
+	At           string // time of day, UTC
+}
+
+type healthWindowView struct {
+	actors.HealthFigures
+	P50, P99 string
 }
 
 func (s *Server) healthView(projectID string) *healthView {
-	b := s.health(projectID)
-	return &healthView{
-		Connections: b.Connections, Minute: b.LastMinute, Hour: b.LastHour,
-		MinuteP50: showMs(b.LastMinute.P50Ms), MinuteP99: showMs(b.LastMinute.P99Ms),
-		HourP50: showMs(b.LastHour.P50Ms), HourP99: showMs(b.LastHour.P99Ms),
-		At: s.now().UTC().Format(time.TimeOnly),
+	now := s.now()
+	b := s.health(projectID, now)
+	window := func(f actors.HealthFigures) healthWindowView {
+		return healthWindowView{HealthFigures: f, P50: showMs(f.P50Ms), P99: showMs(f.P99Ms)}
 	}
+	return &healthView{Connections: b.Connections, Minute: window(b.LastMinute), Hour: window(b.LastHour),
+		At: now.UTC().Format(time.TimeOnly)}
 }
 
 // showMs shows a latency quantile, "–" with no sample.
