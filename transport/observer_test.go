@@ -2,9 +2,7 @@ package transport
 
 import (
 	"bufio"
-	"context"
-	"net/http"
-	"net/http/httptest"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -34,32 +32,13 @@ func (o *observed) snapshot() [][2]int64 {
 }
 
 // observedConn opens one connection whose handler observes its writes.
-func observedConn(t *testing.T) (*Conn, *observed, *bufio.Reader, func(time.Time)) {
+func observedConn(t *testing.T) (*Conn, *observed, net.Conn, *bufio.Reader) {
 	t.Helper()
-	srv, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	conns := make(chan *Conn, 1)
 	o := &observed{}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		srv.Upgrade(w, r, func(c *Conn) Handler { conns <- c; return o })
-	}))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
-	})
-	nc, br, _, err := ws.Dial(context.Background(), "ws://"+strings.TrimPrefix(hs.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	if br == nil {
-		br = bufio.NewReader(nc)
-	}
-	return <-conns, o, br, func(d time.Time) { nc.SetReadDeadline(d) }
+	_, url := serveWS(t, Config{}, func(c *Conn) Handler { conns <- c; return o })
+	nc, br := dialWS(t, url)
+	return <-conns, o, nc, br
 }
 
 // TestWriteObserverStampedFrames: a write reports the oldest stamp it sent
@@ -67,10 +46,10 @@ func observedConn(t *testing.T) (*Conn, *observed, *bufio.Reader, func(time.Time
 // lags (partial writes), every stamp reported is one that was sent, in
 // order, the first one first.
 func TestWriteObserverStampedFrames(t *testing.T) {
-	c, o, br, deadline := observedConn(t)
+	c, o, nc, br := observedConn(t)
 	read := func(n int) {
 		t.Helper()
-		deadline(time.Now().Add(10 * time.Second))
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 		for range n {
 			if _, err := ws.ReadFrame(br); err != nil {
 				t.Fatal(err)

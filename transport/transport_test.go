@@ -38,31 +38,40 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	f := &fixture{handles: make(chan *echo, 100)}
+	f.srv, f.url = serveWS(t, cfg, func(c *Conn) Handler {
+		e := &echo{conn: c, closed: make(chan CloseInfo, 1)}
+		f.handles <- e
+		return e
+	})
+	return f
+}
+
+// serveWS serves WebSocket upgrades on a loopback HTTP server with a
+// transport of cfg, each connection handled by open's handler; both stop
+// when the test ends. It returns the transport and the ws:// URL.
+func serveWS(t *testing.T, cfg Config, open func(*Conn) Handler) (*Server, string) {
+	t.Helper()
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{srv: srv, handles: make(chan *echo, 100)}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		srv.Upgrade(w, r, func(c *Conn) Handler {
-			e := &echo{conn: c, closed: make(chan CloseInfo, 1)}
-			f.handles <- e
-			return e
-		})
+		srv.Upgrade(w, r, open)
 	}))
-	f.url = "ws://" + strings.TrimPrefix(hs.URL, "http://")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
 	})
-	return f
+	return srv, "ws://" + strings.TrimPrefix(hs.URL, "http://")
 }
 
-func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader, *echo) {
+// dialWS opens a client connection to url, closed when the test ends.
+func dialWS(t *testing.T, url string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	conn, br, _, err := ws.Dial(context.Background(), f.url)
+	conn, br, _, err := ws.Dial(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +79,12 @@ func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader, *echo) {
 	if br == nil {
 		br = bufio.NewReader(conn)
 	}
+	return conn, br
+}
+
+func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader, *echo) {
+	t.Helper()
+	conn, br := dialWS(t, f.url)
 	select {
 	case e := <-f.handles:
 		return conn, br, e
