@@ -198,6 +198,11 @@ func (s *suite) withRelay(bin string, env []string, body func() error) error {
 		return err
 	}
 	defer r.stop()
+	return s.against(r, body)
+}
+
+// against points the scenarios at r while body runs; a failure carries r's log.
+func (s *suite) against(r *relayProcess, body func() error) error {
 	s.bases, s.pids = []string{r.base}, []int{r.pid}
 	if err := body(); err != nil {
 		return fmt.Errorf("%w\nrelay log:\n%s", err, r.logText())
@@ -219,12 +224,9 @@ func (s *suite) withMeasuredRelay(bin string, env []string, body func(debug stri
 		return err
 	}
 	defer prov.stop()
-	s.bases, s.pids, s.provisionVia = []string{r.base}, []int{r.pid}, prov.base
+	s.provisionVia = prov.base
 	defer func() { s.provisionVia = "" }()
-	if err := body(r.debug); err != nil {
-		return fmt.Errorf("%w\nrelay log:\n%s", err, r.logText())
-	}
-	return nil
+	return s.against(r, func() error { return body(r.debug) })
 }
 
 // runAll runs one scenario against the suite's relay and returns its JSON lines.
