@@ -246,26 +246,25 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 		if css == nil {
 			t.Fatalf("no stylesheet link in\n%s", login.body)
 		}
-		s := c.get(css[1])
-		if s.status != http.StatusOK || s.header.Get("Content-Type") != "text/css; charset=utf-8" ||
-			s.header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(s.body, "svg.chart") {
-			t.Fatalf("stylesheet: %d %v", s.status, s.header)
-		}
-		if nm := c.send("GET", css[1], "", http.Header{"If-None-Match": {s.header.Get("ETag")}}); nm.status != http.StatusNotModified {
-			t.Fatalf("conditional GET of the stylesheet: %d", nm.status)
-		}
-		// The script likewise, and the headers that let it run: the CSP's
-		// default-src 'self' covers scripts of this origin.
-		j := c.get(js[1])
-		if j.status != http.StatusOK || j.header.Get("Content-Type") != "text/javascript; charset=utf-8" ||
-			j.header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(j.body, "data-copy") {
-			t.Fatalf("script: %d %v", j.status, j.header)
-		}
-		if nm := c.send("GET", js[1], "", http.Header{"If-None-Match": {j.header.Get("ETag")}}); nm.status != http.StatusNotModified {
-			t.Fatalf("conditional GET of the script: %d", nm.status)
-		}
-		if old := c.get("/static/dashboard.js?v=0000"); old.status != http.StatusOK || old.header.Get("Cache-Control") != "public, max-age=300" {
-			t.Fatalf("script under another version: %d %v", old.status, old.header)
+		// Each is versioned and cacheable, answers a conditional GET, and is
+		// briefly cacheable under any other version. The script's CSP is the
+		// page's: default-src 'self' covers scripts of this origin.
+		for _, f := range []struct{ what, url, contentType, marker string }{
+			{"stylesheet", css[1], "text/css; charset=utf-8", "svg.chart"},
+			{"script", js[1], "text/javascript; charset=utf-8", "data-copy"},
+		} {
+			got := c.get(f.url)
+			if got.status != http.StatusOK || got.header.Get("Content-Type") != f.contentType ||
+				got.header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(got.body, f.marker) {
+				t.Fatalf("%s: %d %v", f.what, got.status, got.header)
+			}
+			if nm := c.send("GET", f.url, "", http.Header{"If-None-Match": {got.header.Get("ETag")}}); nm.status != http.StatusNotModified {
+				t.Fatalf("conditional GET of the %s: %d", f.what, nm.status)
+			}
+			other, _, _ := strings.Cut(f.url, "?")
+			if old := c.get(other + "?v=0000"); old.status != http.StatusOK || old.header.Get("Cache-Control") != "public, max-age=300" {
+				t.Fatalf("%s under another version: %d %v", f.what, old.status, old.header)
+			}
 		}
 	})
 }
