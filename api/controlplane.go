@@ -52,7 +52,7 @@ type (
 	}
 )
 
-func timestamp(t time.Time) string { return t.UTC().Format(timestampLayout) }
+func timestamp(t time.Time) string { return string(appendTimestamp(nil, t)) }
 
 // timestampLayout: UTC with milliseconds, as every timestamp in the API.
 const timestampLayout = "2006-01-02T15:04:05.000Z"
