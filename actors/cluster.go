@@ -589,9 +589,9 @@ func (c *Cluster) broadcastCollect(targets []*actor.PID, projectID string, b *cl
 		}
 	}))
 	defer c.sys.root.Stop(collector)
-	// An occupancy query is not a change: the control-plane figures
+	// A query is not a change: the control-plane figures
 	// (relay_cluster_broadcasts_*) count changes only.
-	change := b.GetOccupancyQuery() == nil && b.GetHealthQuery() == nil
+	change := !isQuery(b)
 	if change {
 		c.sent.Add(int64(len(targets)))
 	}
@@ -722,6 +722,15 @@ func (s *System) applyRemote(b *clusterpb.Broadcast, log *slog.Logger) {
 	default: // a newer member's change this version does not know
 		log.Warn("control-plane change of an unknown kind ignored", "id", b.Id, "from", b.Origin, "project", id)
 	}
+}
+
+// isQuery: the broadcast asks each member for its figures and changes nothing.
+func isQuery(b *clusterpb.Broadcast) bool {
+	switch b.Change.(type) {
+	case *clusterpb.Broadcast_OccupancyQuery, *clusterpb.Broadcast_HealthQuery:
+		return true
+	}
+	return false
 }
 
 func changeName(b *clusterpb.Broadcast) string {
