@@ -31,7 +31,7 @@ type channelActor struct {
 	cfg       *Config
 	counters  *Counters
 	usage     *projectUsage // the project's emit count, added to when an emit is accepted
-	mailbox   *mailboxDepth
+	mailbox   *mailboxState
 	processed uint64 // messages had from the project actor (see mayStop)
 	dormancy  time.Duration
 	quiet     quietPeriod

@@ -47,7 +47,7 @@ type channelRelay struct {
 
 	usage     *projectUsage
 	counters  *Counters
-	mailbox   *mailboxDepth
+	mailbox   *mailboxState
 	processed uint64
 	quiet     quietPeriod
 }

@@ -19,17 +19,6 @@ type Counters struct {
 	ReplayRequests, ReplayGaps                                atomic.Int64
 }
 
-// mailboxDepth counts messages posted to and taken from one actor's mailbox
-// (protoactor's default mailbox has no length of its own to ask).
-type mailboxDepth struct{ posted, received atomic.Int64 }
-
-func (m *mailboxDepth) MailboxStarted()          {}
-func (m *mailboxDepth) MessagePosted(any)        { m.posted.Add(1) }
-func (m *mailboxDepth) MessageReceived(any)      { m.received.Add(1) }
-func (m *mailboxDepth) MailboxEmpty()            {}
-func (m *mailboxDepth) depth() int64             { return max(m.posted.Load()-m.received.Load(), 0) }
-func (m *mailboxDepth) props() actor.PropsOption { return actor.WithMailbox(actor.Unbounded(m)) }
-
 // ProjectInfo is a project actor's state for /debug/actors.
 type ProjectInfo struct {
 	ID                string        `json:"id"`

@@ -48,6 +48,10 @@ type Publish struct {
 	channelLimit  int
 	takeID        string // in a cluster, the project grain's take (a refund names it)
 
+	// posterRuns asks the actor's mailbox to run the turn on the posting
+	// goroutine if the actor is idle (mailbox.runHere); the mailbox clears it.
+	posterRuns bool
+
 	// notAfter: in a cluster, the channel grain does not stamp the emit
 	// after this (its edge has stopped waiting by then); zero for none.
 	notAfter time.Time

@@ -68,7 +68,7 @@ type projectActor struct {
 	clientWindows  clientWindows         // clientId → 1-second window (one node)
 	gen            uint64                // bumped by every change applied by message
 	processed      uint64                // edge messages processed (projectRef's count)
-	mailbox        *mailboxDepth
+	mailbox        *mailboxState
 
 	quiet quietPeriod
 
@@ -379,7 +379,7 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 			return
 		}
 		cfg, usage, id, hooks := a.cfg, a.usage, a.id, knownHooks(a.isReady, a.hooks)
-		mb := &mailboxDepth{}
+		mb := &mailboxState{}
 		produce := func() actor.Actor {
 			c := newChannelActor(id, channel, cfg, usage, hooks)
 			c.mailbox = mb
@@ -397,6 +397,10 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 		a.channels[channel] = c
 	}
 	c.sent++
+	if p, ok := msg.(*Publish); ok {
+		// On an HTTP handler's goroutine, the channel's turn runs there too.
+		p.posterRuns = a.mailbox.posterRunning
+	}
 	ctx.Send(c.pid, msg)
 }
 

@@ -200,7 +200,7 @@ func (s *System) spawnProject(id string) {
 	s.spawned++
 	cfg, ref := s.cfg, &projectRef{}
 	retired := func() { s.projects.CompareAndDelete(id, ref) }
-	mb := &mailboxDepth{}
+	mb := &mailboxState{}
 	props := actor.PropsFromProducer(func() actor.Actor {
 		p := newProjectActor(id, cfg, ref, retired)
 		p.mailbox = mb
@@ -232,15 +232,24 @@ func (s *System) Publish(ctx context.Context, projectID, channel string, payload
 // objects.
 func (s *System) PublishWithin(ctx context.Context, timeout time.Duration, projectID, channel string, payload []byte) (PublishResult, error) {
 	reply := make(chan PublishResult, 1)
-	m := &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply}
+	// The handler runs the project's and the channel's turns itself when they
+	// are idle (mailbox.runHere): most emits are answered before tell returns.
+	m := &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply, posterRuns: true}
+	if timeout >= 0 {
+		m.notAfter = m.At.Add(timeout - notAfterMargin)
+	}
+	s.tell(projectID, m)
+	select {
+	case r := <-reply:
+		return r, nil
+	default:
+	}
 	var expired <-chan time.Time
 	if timeout >= 0 {
-		m.notAfter = time.Now().Add(timeout - notAfterMargin)
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		expired = t.C
 	}
-	s.tell(projectID, m)
 	select {
 	case r := <-reply:
 		return r, nil
