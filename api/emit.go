@@ -102,7 +102,8 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h["Cache-Control"] = noStore
-	h["Content-Length"] = []string{strconv.Itoa(len(out))}
+	// No Content-Length: net/http counts the body, which it holds whole when
+	// the handler returns, without a string and a header entry per emit.
 	w.WriteHeader(http.StatusOK)
 	w.Write(out)
 }

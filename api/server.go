@@ -133,7 +133,24 @@ func New(o Options) *Server {
 	dashboard{Server: s}.routes(mux)
 	mux.HandleFunc("/", notFound)
 	s.handler = securityHeaders(cleanPaths(mux))
+	if s.actors != nil {
+		s.handler = emitFirst(s.handler, s.handleEmit)
+	}
 	return s
+}
+
+// emitFirst sends POST /emit, most of the requests a relay serves, straight to
+// emit, past the route table (its lookup was 2% of an emit's CPU). Any other
+// form of the path (a query aside) takes the table, as before.
+func emitFirst(routed http.Handler, emit http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/emit" && r.URL.RawPath == "" {
+			setSecurityHeaders(w.Header())
+			emit(w, r)
+			return
+		}
+		routed.ServeHTTP(w, r)
+	})
 }
 
 // Drain makes the connection plane (emit, revoke, WebSocket handshakes)
@@ -184,16 +201,19 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // securityHeaders sets the headers every response carries.
 func securityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The canonical keys and shared values are assigned, not Set: Set
-		// allocates a slice per header per response. The slices are never
-		// written to (Add would append to a copy: their capacity is 1).
-		h := w.Header()
-		h["X-Content-Type-Options"] = nosniff
-		h["Referrer-Policy"] = referrerSameOrigin
-		h["X-Frame-Options"] = frameDeny
-		h["Content-Security-Policy"] = csp
+		setSecurityHeaders(w.Header())
 		next.ServeHTTP(w, r)
 	})
+}
+
+func setSecurityHeaders(h http.Header) {
+	// The canonical keys and shared values are assigned, not Set: Set
+	// allocates a slice per header per response. The slices are never
+	// written to (Add would append to a copy: their capacity is 1).
+	h["X-Content-Type-Options"] = nosniff
+	h["Referrer-Policy"] = referrerSameOrigin
+	h["X-Frame-Options"] = frameDeny
+	h["Content-Security-Policy"] = csp
 }
 
 var (
