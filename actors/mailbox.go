@@ -16,7 +16,9 @@ import (
 // answer while a pool goroutine woke to do the work: two hand-offs between
 // threads per hop, which profiles showed costing more than the turn itself.
 // A poster runs at most posterTurns messages, so a busy actor's queue goes
-// back to the pool and never holds one emit's answer for long.
+// back to the pool and never holds one emit's answer for long. A
+// MessageBatch is not unpacked as protoactor's mailbox does: the relay sends
+// none.
 type mailbox struct {
 	mu        sync.Mutex
 	user, sys fifo
@@ -204,10 +206,16 @@ func (q *fifo) pop() (any, bool) {
 	m := q.items[q.head]
 	q.items[q.head] = nil
 	q.head++
-	if q.head == len(q.items) {
+	if q.head == len(q.items) { // empty: start again at the front
 		q.items, q.head = q.items[:0], 0
+		if cap(q.items) > fifoKeep {
+			q.items = nil // a burst's backlog is not kept for the actor's life
+		}
 	}
 	return m, true
 }
+
+// fifoKeep is the capacity an emptied queue keeps.
+const fifoKeep = 256
 
 var _ actor.Mailbox = (*mailbox)(nil)

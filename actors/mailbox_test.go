@@ -196,6 +196,16 @@ func TestFIFOReusesItsFront(t *testing.T) {
 	if _, ok := q.pop(); ok {
 		t.Fatal("pop from an empty queue")
 	}
+	// A burst's backlog is let go once it drains.
+	for i := range 10 * fifoKeep {
+		q.push(i)
+	}
+	for q.len() > 0 {
+		q.pop()
+	}
+	if c := cap(q.items); c > fifoKeep {
+		t.Fatalf("capacity %d kept after a burst drained, want at most %d", c, fifoKeep)
+	}
 }
 
 // TestPublishAnsweredOnTheEdge: an HTTP emit to idle project and channel
