@@ -36,6 +36,20 @@ type mailboxState struct {
 	// the message (mailbox.runHere). Written only by the holder of the turn,
 	// read only inside Receive: the turn's own goroutine.
 	posterRunning bool
+	// posterForwards is how many more Publishes a project actor running on a
+	// poster may forward to be run there too (a turn that releases a backlog
+	// of held emits sends the rest the usual way).
+	posterForwards int
+}
+
+// forwardHere reports whether a Publish forwarded now may ask to be run on
+// the poster's goroutine, and counts it.
+func (s *mailboxState) forwardHere() bool {
+	if !s.posterRunning || s.posterForwards <= 0 {
+		return false
+	}
+	s.posterForwards--
+	return true
 }
 
 // depth is the messages posted and not yet handled (/debug/actors).
@@ -120,13 +134,15 @@ func (m *mailbox) runHere() {
 	if !m.running.CompareAndSwap(false, true) {
 		return // the holder runs it
 	}
-	m.state.posterRunning = true
+	m.state.posterRunning, m.state.posterForwards = true, posterTurns
+	defer func() { // deferred: nothing that escapes run may leave the turn held
+		m.state.posterRunning = false
+		m.running.Store(false)
+		if m.pending() {
+			m.schedule()
+		}
+	}()
 	m.run(posterTurns)
-	m.state.posterRunning = false
-	m.running.Store(false)
-	if m.pending() {
-		m.schedule()
-	}
 }
 
 // pending reports whether a message is waiting that the actor may take now.
@@ -148,7 +164,7 @@ func (m *mailbox) run(limit int) {
 	}()
 	throughput := m.dispatch.Throughput()
 	for i := 1; limit <= 0 || i <= limit; i++ {
-		if limit <= 0 && i%throughput == 0 {
+		if limit <= 0 && throughput > 0 && i%throughput == 0 {
 			runtime.Gosched() // a long queue still lets other goroutines run
 		}
 		var system, ok bool
@@ -191,7 +207,10 @@ type fifo struct {
 func (q *fifo) len() int { return len(q.items) - q.head }
 
 func (q *fifo) push(m any) {
-	if q.head > 0 && len(q.items) == cap(q.items) {
+	// Full with a consumed front of at least half: move the rest down
+	// rather than grow. Under half, growing keeps each push O(1) on average
+	// (moving a long backlog for a short front on every push would not).
+	if q.head > 0 && q.head >= len(q.items)/2 && len(q.items) == cap(q.items) {
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
 		q.items, q.head = q.items[:n], 0

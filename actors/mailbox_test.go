@@ -208,6 +208,41 @@ func TestFIFOReusesItsFront(t *testing.T) {
 	}
 }
 
+func TestFIFOLongBacklog(t *testing.T) {
+	var q fifo
+	const backlog = 1000
+	for i := range backlog {
+		q.push(i)
+	}
+	next := 0
+	for i := backlog; i < 50*backlog; i++ {
+		q.push(i)
+		if v, _ := q.pop(); v != next {
+			t.Fatalf("pop %v, want %d", v, next)
+		}
+		next++
+	}
+	if c := cap(q.items); c > 4*backlog {
+		t.Fatalf("capacity %d for a standing backlog of %d", c, backlog)
+	}
+}
+
+func TestPosterForwardsBounded(t *testing.T) {
+	s := &mailboxState{}
+	if s.forwardHere() {
+		t.Fatal("a pool turn forwarded a Publish to run on a poster")
+	}
+	s.posterRunning, s.posterForwards = true, posterTurns
+	for i := range posterTurns {
+		if !s.forwardHere() {
+			t.Fatalf("forward %d refused within the budget", i)
+		}
+	}
+	if s.forwardHere() {
+		t.Fatal("a poster's turn forwarded past its budget")
+	}
+}
+
 // TestPublishAnsweredOnTheEdge: an HTTP emit to idle project and channel
 // actors is answered on the caller's goroutine, before tell returns: both
 // turns ran there, with no pool goroutine to wait for.
@@ -229,4 +264,24 @@ func TestPublishAnsweredOnTheEdge(t *testing.T) {
 		}
 	}
 	waitFor(t, "the 20 messages", func() bool { return len(k.messages(t)) == 21 })
+}
+
+// panickyInvoker fails in Receive and again in EscalateFailure, as a broken
+// supervisor would: the panic escapes run.
+type panickyInvoker struct{ recordingInvoker }
+
+func (p *panickyInvoker) EscalateFailure(reason, _ any) { panic(reason) }
+
+func TestMailboxPosterReleasesOnEscapingPanic(t *testing.T) {
+	inv, disp := &panickyInvoker{}, &heldDispatcher{}
+	m := &mailbox{state: &mailboxState{}}
+	m.RegisterHandlers(inv, disp)
+	inv.onUser = func(any) { panic("receive failed") }
+	func() {
+		defer func() { recover() }() // net/http would recover it on the handler's goroutine
+		m.PostUserMessage(&Publish{posterRuns: true})
+	}()
+	if m.running.Load() || m.state.posterRunning {
+		t.Fatal("a panic that escaped run left the turn held")
+	}
 }

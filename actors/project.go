@@ -399,7 +399,7 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 	c.sent++
 	if p, ok := msg.(*Publish); ok {
 		// On an HTTP handler's goroutine, the channel's turn runs there too.
-		p.posterRuns = a.mailbox.posterRunning
+		p.posterRuns = a.mailbox.forwardHere()
 	}
 	ctx.Send(c.pid, msg)
 }

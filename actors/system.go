@@ -235,8 +235,10 @@ func (s *System) PublishWithin(ctx context.Context, timeout time.Duration, proje
 	// The handler runs the project's and the channel's turns itself when they
 	// are idle (mailbox.runHere): most emits are answered before tell returns.
 	m := &Publish{Channel: channel, Payload: payload, At: s.cfg.Now(), Reply: reply, posterRuns: true}
+	var deadline time.Time
 	if timeout >= 0 {
 		m.notAfter = m.At.Add(timeout - notAfterMargin)
+		deadline = time.Now().Add(timeout) // from now: tell may run turns
 	}
 	s.tell(projectID, m)
 	select {
@@ -246,7 +248,7 @@ func (s *System) PublishWithin(ctx context.Context, timeout time.Duration, proje
 	}
 	var expired <-chan time.Time
 	if timeout >= 0 {
-		t := time.NewTimer(timeout)
+		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
 		expired = t.C
 	}
