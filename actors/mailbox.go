@@ -32,20 +32,19 @@ type mailbox struct {
 // mailboxState is what an actor reads of its own mailbox.
 type mailboxState struct {
 	posted, received atomic.Int64
-	// posterRunning is true while the turn runs on the goroutine that posted
-	// the message (mailbox.runHere). Written only by the holder of the turn,
-	// read only inside Receive: the turn's own goroutine.
-	posterRunning bool
-	// posterForwards is how many more Publishes a project actor running on a
-	// poster may forward to be run there too (a turn that releases a backlog
-	// of held emits sends the rest the usual way).
+	// posterForwards is how many more Publishes the actor may forward to be
+	// run on the goroutine running this turn: posterTurns while the turn runs
+	// on the goroutine that posted its message (mailbox.runHere), else 0 (a
+	// turn that releases a backlog of held emits sends the rest the usual
+	// way). Written only by the holder of the turn, read only inside Receive:
+	// the turn's own goroutine.
 	posterForwards int
 }
 
 // forwardHere reports whether a Publish forwarded now may ask to be run on
 // the poster's goroutine, and counts it.
 func (s *mailboxState) forwardHere() bool {
-	if !s.posterRunning || s.posterForwards <= 0 {
+	if s.posterForwards <= 0 {
 		return false
 	}
 	s.posterForwards--
@@ -134,9 +133,9 @@ func (m *mailbox) runHere() {
 	if !m.running.CompareAndSwap(false, true) {
 		return // the holder runs it
 	}
-	m.state.posterRunning, m.state.posterForwards = true, posterTurns
+	m.state.posterForwards = posterTurns
 	defer func() { // deferred: nothing that escapes run may leave the turn held
-		m.state.posterRunning = false
+		m.state.posterForwards = 0
 		m.running.Store(false)
 		if m.pending() {
 			m.schedule()
@@ -178,23 +177,20 @@ func (m *mailbox) run(limit int) {
 		if !ok {
 			return
 		}
-		switch {
-		case !system:
+		if !system {
 			m.invoker.InvokeUserMessage(msg)
-		case isMessage[*actor.SuspendMailbox](msg):
-			m.suspended.Store(true)
-		case isMessage[*actor.ResumeMailbox](msg):
-			m.suspended.Store(false)
-		default:
-			m.invoker.InvokeSystemMessage(msg)
+		} else {
+			switch msg.(type) {
+			case *actor.SuspendMailbox:
+				m.suspended.Store(true)
+			case *actor.ResumeMailbox:
+				m.suspended.Store(false)
+			default:
+				m.invoker.InvokeSystemMessage(msg)
+			}
 		}
 		m.state.received.Add(1)
 	}
-}
-
-func isMessage[T any](msg any) bool {
-	_, ok := msg.(T)
-	return ok
 }
 
 // fifo is a queue on one slice that reuses its consumed front before it

@@ -75,7 +75,7 @@ func TestMailboxOrderSystemFirst(t *testing.T) {
 func TestMailboxPosterRunsIdleActor(t *testing.T) {
 	m, inv, disp := newTestMailbox()
 	var sawPoster bool
-	inv.onUser = func(any) { sawPoster = m.state.posterRunning }
+	inv.onUser = func(any) { sawPoster = m.state.posterForwards == posterTurns }
 	p := &Publish{Channel: "c", posterRuns: true}
 	m.PostUserMessage(p)
 	if len(disp.turns) != 0 {
@@ -85,9 +85,9 @@ func TestMailboxPosterRunsIdleActor(t *testing.T) {
 		t.Fatalf("handled %v, want the Publish, on the poster's goroutine", inv.got)
 	}
 	if !sawPoster {
-		t.Fatal("Receive did not see posterRunning during the poster's turn")
+		t.Fatal("Receive did not see its forwards during the poster's turn")
 	}
-	if m.state.posterRunning || m.running.Load() {
+	if m.state.posterForwards != 0 || m.running.Load() {
 		t.Fatal("the poster's turn left the mailbox held or marked")
 	}
 	if p.posterRuns {
@@ -232,7 +232,7 @@ func TestPosterForwardsBounded(t *testing.T) {
 	if s.forwardHere() {
 		t.Fatal("a pool turn forwarded a Publish to run on a poster")
 	}
-	s.posterRunning, s.posterForwards = true, posterTurns
+	s.posterForwards = posterTurns
 	for i := range posterTurns {
 		if !s.forwardHere() {
 			t.Fatalf("forward %d refused within the budget", i)
@@ -281,7 +281,7 @@ func TestMailboxPosterReleasesOnEscapingPanic(t *testing.T) {
 		defer func() { recover() }() // net/http would recover it on the handler's goroutine
 		m.PostUserMessage(&Publish{posterRuns: true})
 	}()
-	if m.running.Load() || m.state.posterRunning {
+	if m.running.Load() || m.state.posterForwards != 0 {
 		t.Fatal("a panic that escaped run left the turn held")
 	}
 }
