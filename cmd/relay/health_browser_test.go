@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -43,23 +44,18 @@ func TestDashboardBrowserHealth(t *testing.T) {
 		"#health-connections": "2", "#health-minute-emits": "3", "#health-hour-emits": "3",
 		"#health-minute-deliveries": "6", "#health-hour-deliveries": "6", "#health-minute-dropped": "0",
 	}
-	var got map[string]string
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		got = map[string]string{}
+	relaytest.EventuallyNil(t, 15*time.Second, func() error {
+		got := map[string]string{}
 		same := true
 		for id, w := range want {
 			got[id] = b.text(id)
 			same = same && got[id] == w
 		}
-		p99 := b.text("#health-minute-p99")
-		if same && strings.HasSuffix(p99, " ms") {
-			break
+		if p99 := b.text("#health-minute-p99"); !same || !strings.HasSuffix(p99, " ms") {
+			return fmt.Errorf("health card without a reload: %v, p99 %q; want %v and a latency", got, p99, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health card without a reload: %v, p99 %q; want %v and a latency", got, p99, want)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 	if b.path() != projectPath {
 		t.Fatalf("the page moved to %s", b.path())
 	}
