@@ -76,12 +76,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 			refundProject(ctx, m)
 			return
 		}
-		res := a.publish(ctx, m)
-		if m.Reply != nil {
-			m.Reply <- res
-		} else if res.Err != nil {
-			m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.name}))
-		}
+		a.publishTaken(ctx, m)
 	case *refuseEmit:
 		a.processed++
 		m.sink.Send(errorFrame(&proto.Error{Code: m.code, Channel: a.name}))
@@ -105,6 +100,27 @@ func (a *channelActor) Receive(ctx actor.Context) {
 			ctx.Send(ctx.Parent(), &mayStop{channel: a.name, processed: a.processed, pid: ctx.Self()})
 		}
 	}
+}
+
+// publishTaken publishes an emit its edge can no longer abandon and answers
+// it. An HTTP edge stops counting its timeout once the emit is taken, so a
+// panic in publish (a bug, resumed by the supervisor) must still answer it:
+// service_unavailable, sent as the panic goes on to the supervisor.
+func (a *channelActor) publishTaken(ctx actor.Context, m *Publish) {
+	if m.Reply == nil {
+		if res := a.publish(ctx, m); res.Err != nil {
+			m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.name}))
+		}
+		return
+	}
+	answered := false
+	defer func() {
+		if !answered {
+			m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeUnavailable}}
+		}
+	}()
+	m.Reply <- a.publish(ctx, m)
+	answered = true
 }
 
 // publish applies the budgets, stamps seq, encodes the message once and hands

@@ -270,3 +270,52 @@ func TestUsageNeverNegative(t *testing.T) {
 		t.Errorf("stats emits %d", st.Emits)
 	}
 }
+
+// panickySink fails in SendAt while armed, as a broken sink would.
+type panickySink struct {
+	sink
+	armed atomic.Bool
+}
+
+func (s *panickySink) SendAt(f []byte, at int64) bool {
+	if s.armed.Load() {
+		panic("sink failed")
+	}
+	return s.sink.SendAt(f, at)
+}
+
+// An HTTP emit whose channel actor panics after taking it is answered
+// service_unavailable at once: its edge has stopped counting the timeout by
+// then, and used to wait for the answer for ever. The channel carries on.
+func TestPublishAnsweredWhenTheChannelPanics(t *testing.T) {
+	sys := newTestSystem(t, Config{})
+	k := &panickySink{sink: sink{id: 1}}
+	sess := openConn(sys, "p", k)
+	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
+	waitFor(t, "subscribe ack", func() bool { return len(k.messages(t)) == 1 })
+
+	k.armed.Store(true)
+	type answer struct {
+		res PublishResult
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := sys.PublishWithin(context.Background(), 100*time.Millisecond, "p", "c", []byte(`"boom"`))
+		answered <- answer{res, err}
+	}()
+	select {
+	case a := <-answered:
+		if a.err != nil || a.res.Err == nil || a.res.Err.Code != proto.CodeUnavailable {
+			t.Fatalf("emit through a panicking fan-out: %+v, %v; want service_unavailable", a.res, a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the emit was never answered")
+	}
+
+	k.armed.Store(false)
+	res, err := sys.PublishWithin(context.Background(), time.Second, "p", "c", []byte(`"after"`))
+	if err != nil || res.Err != nil || res.Delivered != 1 {
+		t.Fatalf("emit after the panic: %+v, %v; want delivered to the one subscriber", res, err)
+	}
+}
