@@ -319,3 +319,48 @@ func TestPublishAnsweredWhenTheChannelPanics(t *testing.T) {
 		t.Fatalf("emit after the panic: %+v, %v; want delivered to the one subscriber", res, err)
 	}
 }
+
+// Emits held while the project loads are applied in the order they came
+// when the load ends: seqs and deliveries follow it, more of them than a
+// poster runs in one turn (posterTurns).
+func TestHeldEmitsKeepTheirOrder(t *testing.T) {
+	l := newGatedLoader()
+	sys := newTestSystem(t, Config{LoadSettings: l.load})
+	k := &sink{id: 1}
+	sess := openConn(sys, "p", k)
+	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
+	waitFor(t, "subscribe ack while loading", func() bool { return len(k.messages(t)) == 1 })
+
+	const n = 3*posterTurns + 1
+	seqs := make([]uint64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := sys.PublishWithin(context.Background(), 5*time.Second, "p", "c", []byte(fmt.Sprint(i)))
+			if err != nil || r.Err != nil {
+				t.Errorf("held emit %d: %+v, %v", i, r, err)
+			}
+			seqs[i] = r.Seq
+		}()
+		// The next is posted only once this one is held: the order is known.
+		waitFor(t, "the emit held", func() bool {
+			in, err := sys.Inspect(context.Background(), "p", "", 0, 0)
+			return err == nil && len(in.Projects) == 1 && in.Projects[0].HeldEmits == i+1
+		})
+	}
+	l.release()
+	wg.Wait()
+	for i := 1; i < n; i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("seqs %v: not in the order the emits came", seqs)
+		}
+	}
+	waitFor(t, "every held emit delivered", func() bool { return len(k.messages(t)) == 1+n })
+	for i, m := range k.messages(t)[1:] {
+		if m["payload"] != float64(i) {
+			t.Fatalf("delivery %d has payload %v, want %d", i, m["payload"], i)
+		}
+	}
+}
