@@ -3,7 +3,7 @@ package transport
 import (
 	"bytes"
 	"errors"
-	"net"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -21,9 +21,6 @@ import (
 type Conn struct {
 	id      uint64
 	srv     *Server
-	nc      net.Conn
-	rc      syscall.RawConn
-	fd      int // used for epoll only, and only while registered (under mu)
 	handler Handler
 	created int64 // unix nanos
 
@@ -39,17 +36,29 @@ type Conn struct {
 	messageOp ws.OpCode // its opcode, 0 when none
 	readDone  bool      // a close frame or protocol error ended reading
 
-	// Write state, under mu (the flags sit beside the read ones, where the
-	// struct had padding: a Conn stays in the 352-byte size class).
+	// Write state, under mu (the flags and the descriptor sit beside the
+	// read ones, where the struct had padding: a Conn is in the 320-byte
+	// size class).
 	writing    bool // a worker or drain goroutine owns the flush
 	closing    bool // close frame queued: nothing more is accepted
 	closed     bool // torn down
 	registered bool // in the epoll set
-	mu         sync.Mutex
-	inline     [4][]byte // the queue's backing array while it is short
-	queue      [][]byte  // frames waiting to be written, oldest first
-	head       int       // bytes of queue[0] already written
-	queued     int       // bytes in queue
+	// fd is the socket, owned by the Conn alone (Server.Upgrade lets go of
+	// net/http's net.Conn and its entry in Go's poller). Reads and writes
+	// run outside mu, so each holds a reference (beginIO), and the socket
+	// is closed by the last of teardown and the syscalls in flight: never
+	// while one may still use the number, which the kernel gives to the
+	// next socket opened. -1 once closed.
+	fd     int32
+	ioRefs int32 // syscalls in flight on fd
+	mu     sync.Mutex
+	// drainFile is a duplicate of fd in Go's poller while a drain waits on
+	// a slow peer; teardown closes it, which ends the wait.
+	drainFile *os.File
+	inline    [4][]byte // the queue's backing array while it is short
+	queue     [][]byte  // frames waiting to be written, oldest first
+	head      int       // bytes of queue[0] already written
+	queued    int       // bytes in queue
 	// stamp is the accepted time (unix nanos) of the oldest queued frame
 	// given one by SendAt and not yet taken by a write, 0 when none: a
 	// write that sends it reports its age (WriteObserver).
@@ -67,8 +76,40 @@ type WriteObserver interface {
 // ID is unique among the server's connections for its lifetime.
 func (c *Conn) ID() uint64 { return c.id }
 
-// RemoteAddr is the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+// beginIO takes a reference on the socket for a syscall made outside mu and
+// returns its number; false once the connection is torn down. Caller holds mu.
+func (c *Conn) beginIO() (int, bool) {
+	if c.closed {
+		return -1, false
+	}
+	c.ioRefs++
+	return int(c.fd), true
+}
+
+// endIO gives back beginIO's reference: the last one out of a torn-down
+// connection closes the socket. Caller holds mu.
+func (c *Conn) endIO() {
+	c.ioRefs--
+	if c.closed && c.ioRefs == 0 {
+		c.closeFD()
+	}
+}
+
+// tornDown reports whether teardown has run: a read that holds the socket
+// open stops there, as a read on the closed socket did.
+func (c *Conn) tornDown() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// closeFD closes the socket once. Caller holds mu.
+func (c *Conn) closeFD() {
+	if c.fd >= 0 {
+		unix.Close(int(c.fd))
+		c.fd = -1
+	}
+}
 
 // touch records activity now, and returns the time (unix nanos).
 func (c *Conn) touch() int64 {
@@ -160,7 +201,7 @@ func (c *Conn) abort(info CloseInfo) {
 	c.closing = true
 	if !info.Abrupt && !c.writing { // never interleave with a writev in flight
 		frame := compile(ws.NewCloseFrame(closeBody(info.Code, info.Reason)))
-		c.rc.Write(func(fd uintptr) bool { unix.Write(int(fd), frame); return true })
+		unix.Write(int(c.fd), frame) // under mu, before teardown: the socket is open
 	}
 	c.mu.Unlock()
 	c.teardown(info)
@@ -176,10 +217,15 @@ func (c *Conn) teardown(info CloseInfo) {
 	c.closed, c.closing = true, true
 	if c.registered {
 		// Remove before closing: afterwards the fd number may belong to a new socket.
-		c.srv.poll.remove(c.fd)
+		c.srv.poll.remove(int(c.fd))
 		c.registered = false
 	}
-	c.nc.Close()
+	if c.drainFile != nil {
+		c.drainFile.Close() // ends a drain's wait on the peer
+	}
+	if c.ioRefs == 0 {
+		c.closeFD()
+	} // else the last syscall in flight closes it (endIO)
 	for i := range c.queue {
 		c.queue[i] = nil
 	}
@@ -195,7 +241,7 @@ func (c *Conn) register() error {
 		c.mu.Unlock()
 		return nil
 	}
-	err := c.srv.poll.add(c.fd, c.id)
+	err := c.srv.poll.add(int(c.fd), c.id)
 	c.registered = err == nil
 	c.mu.Unlock()
 	if err != nil {
@@ -207,7 +253,7 @@ func (c *Conn) register() error {
 func (c *Conn) rearm() {
 	c.mu.Lock()
 	if !c.closed && c.registered {
-		if err := c.srv.poll.rearm(c.fd, c.id); err != nil {
+		if err := c.srv.poll.rearm(int(c.fd), c.id); err != nil {
 			c.mu.Unlock()
 			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseInternalError, Abrupt: true})
 			return
@@ -307,43 +353,36 @@ func (c *Conn) flush() {
 		}
 		iov, total, stamp := c.take((*iovp)[:0])
 		frames := len(iov)
+		fd, _ := c.beginIO() // not closed: checked above, under the same lock
 		c.mu.Unlock()
 
-		var n int
-		var werr error
-		err := c.rc.Write(func(fd uintptr) bool {
-			n, werr = unix.Writev(int(fd), iov)
-			return true
-		})
+		n, err := unix.Writev(fd, iov)
 		clear(iov)
-		if err == nil {
-			err = werr
-		}
 		if n < 0 {
 			n = 0
 		}
 		c.srv.writeCalls.Add(1)
+		var now int64
 		if n > 0 {
-			now := c.touch()
-			c.mu.Lock()
-			if c.closed { // torn down meanwhile; the queue is gone
-				c.writing = false
-				c.mu.Unlock()
-				return
-			}
+			now = c.touch()
+		}
+		c.mu.Lock()
+		c.endIO()
+		if c.closed { // torn down meanwhile; the queue is gone
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		if n > 0 {
 			c.consumed(n)
-			if n < total {
-				c.unsent(stamp)
-			}
-			c.mu.Unlock()
-			if n == total {
-				c.srv.framesSent.Add(int64(frames))
-				c.written(stamp, now)
-			}
-		} else {
-			c.mu.Lock()
+		}
+		if n < total {
 			c.unsent(stamp)
-			c.mu.Unlock()
+		}
+		c.mu.Unlock()
+		if n > 0 && n == total {
+			c.srv.framesSent.Add(int64(frames))
+			c.written(stamp, now)
 		}
 		switch {
 		case err == nil && n == total:
@@ -358,9 +397,26 @@ func (c *Conn) flush() {
 	}
 }
 
-// drain is flush for a peer that is not reading fast enough: it blocks (in
-// Go's netpoller) up to WriteTimeout per write, and drops the peer after that.
+// drain is flush for a peer that is not reading fast enough: it waits (in
+// Go's netpoller, on a duplicate of the socket) up to WriteTimeout per batch,
+// and drops the peer after that.
 func (c *Conn) drain() {
+	f, err := c.openDrain()
+	if f == nil {
+		if err != nil { // no descriptor to wait with (EMFILE): the peer is too slow to wait for
+			c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
+		}
+		c.mu.Lock()
+		c.writing = false
+		c.mu.Unlock()
+		return
+	}
+	defer c.closeDrain(f)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
+		return
+	}
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -381,21 +437,23 @@ func (c *Conn) drain() {
 		frames := len(iov)
 		c.mu.Unlock()
 
-		c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-		bufs := net.Buffers(iov)
-		n, err := bufs.WriteTo(c.nc)
+		err := f.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+		n := 0
+		if err == nil {
+			n, err = writeAll(rc, iov)
+		}
 		c.srv.writeCalls.Add(1)
 		if n > 0 {
 			now := c.touch()
 			c.mu.Lock()
 			if !c.closed {
-				c.consumed(int(n))
-				if int(n) < total {
+				c.consumed(n)
+				if n < total {
 					c.unsent(stamp)
 				}
 			}
 			c.mu.Unlock()
-			if int(n) == total {
+			if n == total {
 				c.written(stamp, now)
 			}
 		}
@@ -409,6 +467,77 @@ func (c *Conn) drain() {
 		}
 		c.srv.framesSent.Add(int64(frames))
 	}
+}
+
+// openDrain puts a duplicate of the socket in Go's poller, where a drain
+// waits for a slow peer without holding a thread; nil, nil once the
+// connection is torn down.
+func (c *Conn) openDrain() (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil
+	}
+	dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	c.drainFile = os.NewFile(uintptr(dup), "websocket") // non-blocking: Go's poller takes it
+	return c.drainFile, nil
+}
+
+func (c *Conn) closeDrain(f *os.File) {
+	c.mu.Lock()
+	if c.drainFile == f {
+		c.drainFile = nil
+	}
+	c.mu.Unlock()
+	f.Close() // a second Close after teardown's is harmless
+}
+
+// writeAll writes iov whole with writev, waiting in Go's poller (up to the
+// file's write deadline) whenever the socket buffer is full. iov's slice
+// headers are consumed; the frames' bytes are never written to.
+func writeAll(rc syscall.RawConn, iov [][]byte) (int, error) {
+	n := 0
+	var werr error
+	err := rc.Write(func(fd uintptr) bool {
+		for len(iov) > 0 {
+			m, err := unix.Writev(int(fd), iov)
+			if m > 0 {
+				n += m
+				iov = advance(iov, m)
+			}
+			switch {
+			case errors.Is(err, unix.EAGAIN):
+				return false // wait until the peer makes room
+			case err != nil:
+				werr = err
+				return true
+			case m == 0:
+				werr = io.ErrShortWrite
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// advance drops n written bytes from the front of iov.
+func advance(iov [][]byte, n int) [][]byte {
+	for n > 0 && len(iov) > 0 {
+		if n < len(iov[0]) {
+			iov[0] = iov[0][n:]
+			return iov
+		}
+		n -= len(iov[0])
+		iov = iov[1:]
+	}
+	return iov
 }
 
 // ---- reading ----
@@ -427,24 +556,22 @@ const maxReadsPerEvent = 8
 func (c *Conn) onReadable(events uint32) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.mu.Lock()
+	fd, ok := c.beginIO()
+	c.mu.Unlock()
+	if !ok {
+		return // torn down since the event
+	}
 	bp := readPool.Get().(*[]byte)
 	buf := *bp
 	eof := false
 	for range maxReadsPerEvent {
-		var n int
-		var rerr error
-		err := c.rc.Read(func(fd uintptr) bool {
-			n, rerr = unix.Read(int(fd), buf)
-			return true
-		})
-		if err == nil {
-			err = rerr
-		}
+		n, err := unix.Read(fd, buf)
 		if n > 0 {
 			c.touch()
 			c.consume(buf[:n])
-			if n < len(buf) {
-				break // drained what the kernel had
+			if n < len(buf) || c.tornDown() {
+				break // drained what the kernel had, or the connection is over
 			}
 			continue
 		}
@@ -454,6 +581,9 @@ func (c *Conn) onReadable(events uint32) {
 		break
 	}
 	readPool.Put(bp)
+	c.mu.Lock()
+	c.endIO()
+	c.mu.Unlock()
 	if eof || events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
 		return

@@ -5,6 +5,13 @@
 // flushes per-connection write queues with writev. Idle and lifetime limits
 // are enforced by one sweeper, not a timer per connection.
 //
+// An upgraded socket leaves net/http and Go's poller: the Conn keeps a
+// duplicate of its descriptor in the epoll set and closes the net.Conn,
+// whose poller entry (512 bytes outside the heap), state and addresses were
+// more than half of an idle connection's memory. Only a peer too slow to
+// take its queue gets a second duplicate in Go's poller, for as long as the
+// write waits on it.
+//
 // The package knows sockets and frames only: what a message means is the
 // Handler's business.
 package transport

@@ -1,0 +1,212 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gobwas/ws"
+)
+
+// socketOf names the socket behind c's descriptor ("socket:[inode]").
+func socketOf(t *testing.T, c *Conn) string {
+	t.Helper()
+	c.mu.Lock()
+	fd := c.fd
+	c.mu.Unlock()
+	name, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil || !strings.HasPrefix(name, "socket:") {
+		t.Fatalf("descriptor %d: %q, %v", fd, name, err)
+	}
+	return name
+}
+
+// descriptorsOf counts this process's descriptors open on socket: other
+// tests' sockets, closing in the background, do not count.
+func descriptorsOf(t *testing.T, socket string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if name, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && name == socket {
+			n++
+		}
+	}
+	return n
+}
+
+// waitDescriptors waits until want descriptors are open on socket.
+func waitDescriptors(t *testing.T, socket string, want int, within time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := descriptorsOf(t, socket)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d descriptors open on the connection's socket, want %d", what, got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stall queues far more on c than a peer that does not read can take into
+// the socket buffers (32 MiB), so that a drain waits on the peer.
+func stall(t *testing.T, c *Conn) {
+	t.Helper()
+	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("s"), 64<<10)))
+	for i := 0; i < stallFrames; i++ {
+		if !c.Send(frame) {
+			t.Fatalf("send %d refused", i)
+		}
+	}
+}
+
+const stallFrames = 512
+
+// An upgraded connection holds one descriptor on its socket (net/http's is
+// closed, no duplicate is left behind), and none once it is closed.
+func TestUpgradedConnHoldsOneDescriptor(t *testing.T) {
+	f := newFixture(t, Config{})
+	conn, br, e := f.dial(t)
+	socket := socketOf(t, e.conn)
+	waitDescriptors(t, socket, 1, 2*time.Second, "after the upgrade")
+
+	e.conn.Send(ws.MustCompileFrame(ws.NewTextFrame([]byte("hello"))))
+	expectText(t, conn, br, "hello")
+	e.conn.Close(CloseGoingAway, "bye")
+	expectClose(t, conn, br, ws.StatusGoingAway)
+	select {
+	case <-e.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no close reported")
+	}
+	waitDescriptors(t, socket, 0, 2*time.Second, "after the close")
+}
+
+// A peer that stops reading is dropped as a slow consumer once a write has
+// waited WriteTimeout, and its socket and the drain's duplicate are closed.
+func TestStalledPeerDroppedAfterWriteTimeout(t *testing.T) {
+	f := newFixture(t, Config{WriteTimeout: 300 * time.Millisecond, QueueBytes: 64 << 20, QueueFrames: 1 << 20})
+	conn, _, e := f.dial(t)
+	socket := socketOf(t, e.conn)
+	stall(t, e.conn)
+	select {
+	case info := <-e.closed:
+		if info.Cause != CauseSlowConsumer || info.Code != CloseTryAgainLater {
+			t.Fatalf("closed with %+v, want a slow consumer's 1013", info)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled peer was not dropped")
+	}
+	waitDescriptors(t, socket, 0, 2*time.Second, "after the drop")
+	// The peer finds its connection gone once it reads what reached it.
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var buf [64 << 10]byte
+	for {
+		if _, err := conn.Read(buf[:]); err != nil {
+			if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+				t.Fatal("the peer's socket is still open")
+			}
+			break
+		}
+	}
+}
+
+// Tearing a connection down while its drain waits on the peer ends the
+// wait at once (long before WriteTimeout) and closes the duplicate.
+func TestTeardownEndsAWaitingDrain(t *testing.T) {
+	f := newFixture(t, Config{WriteTimeout: time.Minute, QueueBytes: 64 << 20, QueueFrames: stallFrames + 10})
+	_, _, e := f.dial(t)
+	socket := socketOf(t, e.conn)
+	stall(t, e.conn)
+	// The drain's duplicate of the socket is open beside the connection's.
+	waitDescriptors(t, socket, 2, 5*time.Second, "while the drain waits")
+	// Over the queue's bound in frames: dropped at once as a slow consumer.
+	frame := ws.MustCompileFrame(ws.NewTextFrame([]byte("over")))
+	for i := 0; e.conn.Send(frame); i++ {
+		if i > stallFrames {
+			t.Fatal("sends over the queue's bound were accepted")
+		}
+	}
+	select {
+	case info := <-e.closed:
+		if info.Cause != CauseSlowConsumer {
+			t.Fatalf("closed with %+v, want a slow consumer", info)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no close reported")
+	}
+	waitDescriptors(t, socket, 0, 2*time.Second, "after the teardown")
+}
+
+// A handler that closes its connection stops the reading at once: no message
+// of the ones already buffered after it reaches the handler once
+// HandleClose has run, though the read holds the socket open until it ends.
+func TestNoMessageAfterTeardown(t *testing.T) {
+	closed := make(chan struct{})
+	var mu sync.Mutex
+	var afterClose, seen int
+	_, url := serveWS(t, Config{QueueBytes: 1 << 10}, func(c *Conn) Handler {
+		return handlerFuncs{
+			message: func([]byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				seen++
+				select {
+				case <-closed:
+					afterClose++
+				default:
+				}
+				if seen == 1 { // over the queue's bound: torn down at once
+					c.Send(ws.MustCompileFrame(ws.NewTextFrame(make([]byte, 2<<10))))
+				}
+			},
+			close: func(CloseInfo) { close(closed) },
+		}
+	})
+	conn, _ := dialWS(t, url)
+	var burst []byte
+	for i := 0; i < 20000; i++ { // several read buffers' worth
+		burst = append(burst, masked(ws.OpText, true, []byte("m"))...)
+	}
+	conn.Write(burst)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no close reported")
+	}
+	time.Sleep(50 * time.Millisecond) // a worker still reading would deliver meanwhile
+	mu.Lock()
+	defer mu.Unlock()
+	// What one read buffer held may still be parsed (a read ends at the
+	// buffer); nothing read after the teardown is.
+	if max := readBufSize / len(masked(ws.OpText, true, []byte("m"))); afterClose > max {
+		t.Fatalf("%d messages after HandleClose (seen %d), want at most one read buffer's %d", afterClose, seen, max)
+	}
+}
+
+type handlerFuncs struct {
+	message func([]byte)
+	close   func(CloseInfo)
+}
+
+func (h handlerFuncs) HandleMessage(p []byte)     { h.message(p) }
+func (h handlerFuncs) HandleClose(info CloseInfo) { h.close(info) }
+
+// A Conn fits the 320-byte size class: it is most of an idle connection's
+// transport memory (relay-bench conns), so growing it shows there first.
+func TestConnSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(Conn{}); n > 320 {
+		t.Fatalf("Conn is %d bytes: over the 320-byte size class", n)
+	}
+}
