@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
@@ -53,5 +54,23 @@ func TestAppendTimestamp(t *testing.T) {
 		if got, want := string(appendTimestamp(nil, tm)), tm.UTC().Format(timestampLayout); got != want {
 			t.Errorf("%v: %s, want %s", tm, got, want)
 		}
+	}
+}
+
+// TestHTTPDate: POST /emit's Date is net/http's format of the second, made
+// once per second.
+func TestHTTPDate(t *testing.T) {
+	var d httpDate
+	t0 := time.Date(2026, 11, 25, 22, 40, 5, 100_000_000, time.FixedZone("x", 3600))
+	first := d.at(t0)
+	if want := t0.UTC().Format(http.TimeFormat); len(first) != 1 || first[0] != want {
+		t.Fatalf("Date %q, want %q", first, want)
+	}
+	if same := d.at(t0.Add(800 * time.Millisecond)); &same[0] != &first[0] {
+		t.Error("a second Date made within the same second")
+	}
+	next := d.at(t0.Add(time.Second))
+	if want := t0.Add(time.Second).UTC().Format(http.TimeFormat); next[0] != want {
+		t.Errorf("next second's Date %q, want %q", next[0], want)
 	}
 }

@@ -62,6 +62,7 @@ type Server struct {
 	actors    *actors.System
 	transport *transport.Server
 	metrics   *Metrics
+	date      httpDate // POST /emit's Date header
 
 	loginPerEmail, loginPerIP, signupPerIP *throttle
 	revokesPerProject                      *throttle // the revoke endpoint's budget

@@ -72,6 +72,12 @@ func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 		t.Fatalf("emit: %d %s", ok.status, ok.raw)
 	}
 	hdrCheck(t, "emit 200", ok.header, true)
+	// Its Date is the relay's own (one per second), in place of net/http's.
+	if dates := ok.header.Values("Date"); len(dates) != 1 {
+		t.Errorf("emit 200: Date %q, want exactly one", dates)
+	} else if at, err := http.ParseTime(dates[0]); err != nil || time.Since(at).Abs() > 5*time.Second {
+		t.Errorf("emit 200: Date %q (%v), want now in HTTP's format", dates[0], err)
+	}
 	// The channel budget is one a minute: the next emit on a is refused
 	// (unless the minute just turned, then the one after).
 	for i := 0; ; i++ {
