@@ -210,3 +210,36 @@ func TestConnSizeClass(t *testing.T) {
 		t.Fatalf("Conn is %d bytes: over the 320-byte size class", n)
 	}
 }
+
+// Teardown while a read or write holds the socket (beginIO) leaves it open
+// for that syscall, whose end closes it: the number is never reused under it.
+func TestTeardownWaitsForSyscallsInFlight(t *testing.T) {
+	f := newFixture(t, Config{})
+	_, _, e := f.dial(t)
+	c := e.conn
+	socket := socketOf(t, c)
+	c.mu.Lock()
+	fd, ok := c.beginIO()
+	c.mu.Unlock()
+	if !ok {
+		t.Fatal("beginIO refused on an open connection")
+	}
+	c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
+	if n := descriptorsOf(t, socket); n != 1 {
+		t.Fatalf("%d descriptors on the socket with a syscall in flight, want 1", n)
+	}
+	c.mu.Lock()
+	if _, ok := c.beginIO(); ok {
+		t.Error("beginIO granted after teardown")
+	}
+	if int(c.fd) != fd {
+		t.Errorf("fd %d changed to %d under a syscall in flight", fd, c.fd)
+	}
+	c.endIO()
+	closedFD := c.fd
+	c.mu.Unlock()
+	if closedFD != -1 {
+		t.Errorf("fd %d after the last syscall ended, want -1", closedFD)
+	}
+	waitDescriptors(t, socket, 0, time.Second, "after the last syscall ended")
+}
