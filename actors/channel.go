@@ -105,7 +105,9 @@ func (a *channelActor) Receive(ctx actor.Context) {
 // publishTaken publishes an emit its edge can no longer abandon and answers
 // it. An HTTP edge stops counting its timeout once the emit is taken, so a
 // panic in publish (a bug, resumed by the supervisor) must still answer it:
-// service_unavailable, sent as the panic goes on to the supervisor.
+// service_unavailable, sent as the panic goes on to the supervisor. Such an
+// emit may have been stamped, buffered for replay and handed to some
+// subscribers before the panic: the 503 says it failed, not that nobody got it.
 func (a *channelActor) publishTaken(ctx actor.Context, m *Publish) {
 	if m.Reply == nil {
 		if res := a.publish(ctx, m); res.Err != nil {

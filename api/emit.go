@@ -103,7 +103,7 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h["Cache-Control"] = noStore
-	h["Date"] = s.date.at(start)
+	h["Date"] = s.date.at(time.Now()) // now, not start: an emit may wait while its project loads
 	// No Content-Length: net/http counts the body, which it holds whole when
 	// the handler returns, without a string and a header entry per emit.
 	w.WriteHeader(http.StatusOK)

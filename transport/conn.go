@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -36,9 +37,9 @@ type Conn struct {
 	messageOp ws.OpCode // its opcode, 0 when none
 	readDone  bool      // a close frame or protocol error ended reading
 
-	// Write state, under mu (the flags and the descriptor sit beside the
-	// read ones, where the struct had padding: a Conn is in the 320-byte
-	// size class).
+	// Write state, under mu (the flags sit beside the read ones, where the
+	// struct had padding; a Conn is 320 bytes, a size class of its own:
+	// TestConnSizeClass).
 	writing    bool // a worker or drain goroutine owns the flush
 	closing    bool // close frame queued: nothing more is accepted
 	closed     bool // torn down
@@ -207,7 +208,9 @@ func (c *Conn) abort(info CloseInfo) {
 	c.teardown(info)
 }
 
-// teardown closes the socket once and tells the handler.
+// teardown ends the connection once and tells the handler: the socket
+// leaves the epoll set and is closed now, or by the last read or write still
+// under way (endIO).
 func (c *Conn) teardown(info CloseInfo) {
 	c.mu.Lock()
 	if c.closed {
@@ -403,7 +406,8 @@ func (c *Conn) flush() {
 func (c *Conn) drain() {
 	f, err := c.openDrain()
 	if f == nil {
-		if err != nil { // no descriptor to wait with (EMFILE): the peer is too slow to wait for
+		if err != nil { // no descriptor to wait with (EMFILE, say): the peer is too slow to wait for
+			c.srv.log.Warn("slow peer dropped without waiting", "conn", c.id, "err", err)
 			c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
 		}
 		c.mu.Lock()
@@ -414,7 +418,8 @@ func (c *Conn) drain() {
 	defer c.closeDrain(f)
 	rc, err := f.SyscallConn()
 	if err != nil {
-		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
+		c.srv.log.Warn("slow peer dropped without waiting", "conn", c.id, "err", err)
+		c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
 		return
 	}
 	for {
@@ -480,12 +485,14 @@ func (c *Conn) openDrain() (*os.File, error) {
 	}
 	dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("transport: duplicating a slow peer's socket: %w", err)
 	}
 	c.drainFile = os.NewFile(uintptr(dup), "websocket") // non-blocking: Go's poller takes it
 	return c.drainFile, nil
 }
 
+// closeDrain ends a drain's hold on its duplicate (teardown may have closed
+// it already).
 func (c *Conn) closeDrain(f *os.File) {
 	c.mu.Lock()
 	if c.drainFile == f {

@@ -59,8 +59,9 @@ func waitDescriptors(t *testing.T, socket string, want int, within time.Duration
 	}
 }
 
-// stall queues far more on c than a peer that does not read can take into
-// the socket buffers (32 MiB), so that a drain waits on the peer.
+// stall queues 32 MiB on c, far more than the loopback socket buffers of a
+// peer that does not read take (a few MiB with Linux's defaults), so that a
+// drain waits on the peer.
 func stall(t *testing.T, c *Conn) {
 	t.Helper()
 	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("s"), 64<<10)))
@@ -149,9 +150,10 @@ func TestTeardownEndsAWaitingDrain(t *testing.T) {
 	waitDescriptors(t, socket, 0, 2*time.Second, "after the teardown")
 }
 
-// A handler that closes its connection stops the reading at once: no message
-// of the ones already buffered after it reaches the handler once
-// HandleClose has run, though the read holds the socket open until it ends.
+// A handler that tears its connection down stops the reading: after
+// HandleClose, the handler gets at most the rest of the read buffer being
+// parsed, never what a further read would bring (the read under way holds
+// the socket open, so a further read would still succeed).
 func TestNoMessageAfterTeardown(t *testing.T) {
 	closed := make(chan struct{})
 	var mu sync.Mutex
@@ -185,13 +187,13 @@ func TestNoMessageAfterTeardown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no close reported")
 	}
-	time.Sleep(50 * time.Millisecond) // a worker still reading would deliver meanwhile
+	time.Sleep(50 * time.Millisecond) // time for a read loop that went on to deliver more
 	mu.Lock()
 	defer mu.Unlock()
 	// What one read buffer held may still be parsed (a read ends at the
 	// buffer); nothing read after the teardown is.
-	if max := readBufSize / len(masked(ws.OpText, true, []byte("m"))); afterClose > max {
-		t.Fatalf("%d messages after HandleClose (seen %d), want at most one read buffer's %d", afterClose, seen, max)
+	if perBuffer := readBufSize / len(masked(ws.OpText, true, []byte("m"))); afterClose > perBuffer {
+		t.Fatalf("%d messages after HandleClose (seen %d), want at most one read buffer's %d", afterClose, seen, perBuffer)
 	}
 }
 

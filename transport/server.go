@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -333,6 +334,7 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	}
 	fd, err := detach(nc)
 	if err != nil {
+		s.log.Warn("upgraded socket not taken over", "err", err)
 		return err
 	}
 	now := time.Now().UnixNano()
@@ -342,7 +344,12 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	opened := false
 	defer func() {
 		if !opened { // open panicked: nobody else will close the socket
-			unix.Close(fd)
+			c.mu.Lock()
+			c.closed = true
+			if c.ioRefs == 0 {
+				c.closeFD()
+			} // else a write open started closes it when it ends
+			c.mu.Unlock()
 		}
 	}()
 	c.handler = open(c)
@@ -381,13 +388,16 @@ func detach(nc net.Conn) (int, error) {
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return -1, err
+		return -1, fmt.Errorf("transport: upgraded socket: %w", err)
 	}
 	fd, dupErr := -1, error(nil)
 	if err := rc.Control(func(f uintptr) { fd, dupErr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return -1, err
+		return -1, fmt.Errorf("transport: upgraded socket: %w", err)
 	}
-	return fd, dupErr
+	if dupErr != nil {
+		return -1, fmt.Errorf("transport: duplicating the upgraded socket: %w", dupErr)
+	}
+	return fd, nil
 }
 
 // Len is the number of live connections.

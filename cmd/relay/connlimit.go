@@ -83,7 +83,8 @@ func (l *connLimit) connState(c net.Conn, s http.ConnState) {
 // limitedConn is an accepted connection holding a slot until it is closed or
 // hijacked. It passes on what net/http looks for in the connection it is
 // given (CloseWrite, ReadFrom), and the socket itself to the transport
-// (NetConn), which registers its file descriptor with epoll.
+// (NetConn), which takes a duplicate of its descriptor into its epoll set
+// and closes the rest.
 type limitedConn struct {
 	net.Conn
 	limit    *connLimit
@@ -101,8 +102,8 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// NetConn is the connection itself: the transport keeps it, not this
-// wrapper, once a WebSocket upgrade has given the slot back.
+// NetConn is the connection itself, whose descriptor the transport takes
+// over once a WebSocket upgrade has given the slot back.
 func (c *limitedConn) NetConn() net.Conn { return c.Conn }
 
 // ReadFrom is the underlying connection's, so static files still go out by
