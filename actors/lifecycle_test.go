@@ -41,6 +41,20 @@ func (l *gatedLoader) load(ctx context.Context, _ string) (Settings, error) {
 
 func (l *gatedLoader) release() { close(l.gate) }
 
+// loadingSubscribed is a System whose project "p" is still loading its
+// settings (until l.release), with one subscriber k on channel "c", acked:
+// a subscribe does not wait for the load.
+func loadingSubscribed(t *testing.T) (l *gatedLoader, sys *System, k *sink) {
+	t.Helper()
+	l = newGatedLoader()
+	sys = newTestSystem(t, Config{LoadSettings: l.load})
+	k = &sink{id: 1}
+	sess := openConn(sys, "p", k)
+	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
+	waitFor(t, "subscribe ack while loading", func() bool { return len(k.messages(t)) == 1 })
+	return l, sys, k
+}
+
 // runningProjects is what /debug/actors counts.
 func runningProjects(t *testing.T, sys *System) int {
 	t.Helper()
@@ -55,12 +69,7 @@ func runningProjects(t *testing.T, sys *System) int {
 // ErrTimeout (the client gets a 503) and is never delivered afterwards; an
 // emit still waiting when the load finishes runs.
 func TestPublishWhileLoadingIsNeverDeliveredLate(t *testing.T) {
-	l := newGatedLoader()
-	sys := newTestSystem(t, Config{LoadSettings: l.load})
-	k := &sink{id: 1}
-	sess := openConn(sys, "p", k)
-	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
-	waitFor(t, "subscribe ack while loading", func() bool { return len(k.messages(t)) == 1 })
+	l, sys, k := loadingSubscribed(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -324,12 +333,7 @@ func TestPublishAnsweredWhenTheChannelPanics(t *testing.T) {
 // when the load ends: seqs and deliveries follow it, more of them than a
 // poster runs in one turn (posterTurns).
 func TestHeldEmitsKeepTheirOrder(t *testing.T) {
-	l := newGatedLoader()
-	sys := newTestSystem(t, Config{LoadSettings: l.load})
-	k := &sink{id: 1}
-	sess := openConn(sys, "p", k)
-	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
-	waitFor(t, "subscribe ack while loading", func() bool { return len(k.messages(t)) == 1 })
+	l, sys, k := loadingSubscribed(t)
 
 	const n = 3*posterTurns + 1
 	seqs := make([]uint64, n)
