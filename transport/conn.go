@@ -404,24 +404,18 @@ func (c *Conn) flush() {
 // Go's netpoller, on a duplicate of the socket) up to WriteTimeout per batch,
 // and drops the peer after that.
 func (c *Conn) drain() {
-	f, err := c.openDrain()
-	if f == nil {
-		if err != nil { // no descriptor to wait with (EMFILE, say): the peer is too slow to wait for
-			c.srv.log.Warn("slow peer dropped without waiting", "conn", c.id, "err", err)
-			c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
-		}
+	f, rc, err := c.openDrain()
+	if err != nil { // no descriptor to wait with (EMFILE, say): the peer is too slow to wait for
+		c.srv.log.Warn("slow peer dropped without waiting", "conn", c.id, "err", err)
+		c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
+	}
+	if f == nil { // torn down
 		c.mu.Lock()
 		c.writing = false
 		c.mu.Unlock()
 		return
 	}
 	defer c.closeDrain(f)
-	rc, err := f.SyscallConn()
-	if err != nil {
-		c.srv.log.Warn("slow peer dropped without waiting", "conn", c.id, "err", err)
-		c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
-		return
-	}
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -475,20 +469,32 @@ func (c *Conn) drain() {
 }
 
 // openDrain puts a duplicate of the socket in Go's poller, where a drain
-// waits for a slow peer without holding a thread; nil, nil once the
-// connection is torn down.
-func (c *Conn) openDrain() (*os.File, error) {
+// waits for a slow peer without holding a thread; a nil file once the
+// connection is torn down, or when it cannot (the error says why).
+func (c *Conn) openDrain() (*os.File, syscall.RawConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, nil
+		return nil, nil, nil
 	}
-	dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
+	dup, err := dupSocket(uintptr(c.fd))
 	if err != nil {
-		return nil, fmt.Errorf("transport: duplicating a slow peer's socket: %w", err)
+		return nil, nil, fmt.Errorf("transport: a slow peer's socket: %w", err)
 	}
-	c.drainFile = os.NewFile(uintptr(dup), "websocket") // non-blocking: Go's poller takes it
-	return c.drainFile, nil
+	f := os.NewFile(uintptr(dup), "websocket") // non-blocking: Go's poller takes it
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("transport: a slow peer's socket: %w", err)
+	}
+	c.drainFile = f
+	return f, rc, nil
+}
+
+// dupSocket duplicates a socket's descriptor, close-on-exec; the duplicate
+// shares the original's non-blocking flag.
+func dupSocket(fd uintptr) (int, error) {
+	return unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
 }
 
 // closeDrain ends a drain's hold on its duplicate (teardown may have closed

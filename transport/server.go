@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
-	"golang.org/x/sys/unix"
 )
 
 // Handler is the upper layer's side of one connection.
@@ -370,8 +369,7 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 }
 
 // detach takes the socket out of net/http and Go's poller: it returns a
-// duplicate of nc's descriptor (close-on-exec, and non-blocking like the
-// original, which it shares that flag with) and closes nc, a listener
+// duplicate of nc's descriptor (dupSocket) and closes nc, a listener
 // wrapper's (a connection cap's) included. Go keeps 512 bytes outside the
 // heap for each socket in its poller, and the net.Conn's own state and
 // addresses another 290 on it: together more than half of an idle
@@ -391,7 +389,7 @@ func detach(nc net.Conn) (int, error) {
 		return -1, fmt.Errorf("transport: upgraded socket: %w", err)
 	}
 	fd, dupErr := -1, error(nil)
-	if err := rc.Control(func(f uintptr) { fd, dupErr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+	if err := rc.Control(func(f uintptr) { fd, dupErr = dupSocket(f) }); err != nil {
 		return -1, fmt.Errorf("transport: upgraded socket: %w", err)
 	}
 	if dupErr != nil {
