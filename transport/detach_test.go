@@ -43,20 +43,36 @@ func descriptorsOf(t *testing.T, socket string) int {
 	return n
 }
 
-// waitDescriptors waits until want descriptors are open on socket.
-func waitDescriptors(t *testing.T, socket string, want int, within time.Duration, what string) {
+// descriptorsAre is a waitFor condition: n descriptors open on socket.
+func descriptorsAre(t *testing.T, socket string, n int) func() bool {
+	return func() bool { return descriptorsOf(t, socket) == n }
+}
+
+// epollsWatching counts the epoll instances of this process that watch
+// socket ("socket:[inode]"): the transport's own, and Go's poller if a
+// net.Conn or *os.File still holds it.
+func epollsWatching(t *testing.T, socket string) int {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := descriptorsOf(t, socket)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d descriptors open on the connection's socket, want %d", what, got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var inode uint64
+	if _, err := fmt.Sscanf(socket, "socket:[%d]", &inode); err != nil {
+		t.Fatalf("%q: %v", socket, err)
 	}
+	watched := fmt.Sprintf(" ino:%x ", inode)
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if name, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || name != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err == nil && strings.Contains(string(info), watched) {
+			n++
+		}
+	}
+	return n
 }
 
 // stall queues 32 MiB on c, far more than the loopback socket buffers of a
@@ -74,24 +90,24 @@ func stall(t *testing.T, c *Conn) {
 
 const stallFrames = 512
 
-// An upgraded connection holds one descriptor on its socket (net/http's is
-// closed, no duplicate is left behind), and none once it is closed.
-func TestUpgradedConnHoldsOneDescriptor(t *testing.T) {
+// An upgraded socket leaves net/http and Go's poller: one descriptor is
+// open on it (net/http's is closed, no duplicate is left behind), only the
+// transport's epoll set watches it, and nothing is left once it is closed.
+func TestUpgradedSocketLeavesGosPoller(t *testing.T) {
 	f := newFixture(t, Config{})
 	conn, br, e := f.dial(t)
 	socket := socketOf(t, e.conn)
-	waitDescriptors(t, socket, 1, 2*time.Second, "after the upgrade")
+	waitFor(t, "one descriptor after the upgrade", descriptorsAre(t, socket, 1))
+	if n := epollsWatching(t, socket); n != 1 {
+		t.Fatalf("%d epoll sets watch the upgraded socket, want the transport's alone", n)
+	}
 
 	e.conn.Send(ws.MustCompileFrame(ws.NewTextFrame([]byte("hello"))))
 	expectText(t, conn, br, "hello")
 	e.conn.Close(CloseGoingAway, "bye")
 	expectClose(t, conn, br, ws.StatusGoingAway)
-	select {
-	case <-e.closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no close reported")
-	}
-	waitDescriptors(t, socket, 0, 2*time.Second, "after the close")
+	e.closeInfo(t)
+	waitFor(t, "no descriptor after the close", descriptorsAre(t, socket, 0))
 }
 
 // A peer that stops reading is dropped as a slow consumer once a write has
@@ -101,15 +117,10 @@ func TestStalledPeerDroppedAfterWriteTimeout(t *testing.T) {
 	conn, _, e := f.dial(t)
 	socket := socketOf(t, e.conn)
 	stall(t, e.conn)
-	select {
-	case info := <-e.closed:
-		if info.Cause != CauseSlowConsumer || info.Code != CloseTryAgainLater {
-			t.Fatalf("closed with %+v, want a slow consumer's 1013", info)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the stalled peer was not dropped")
+	if info := e.closeInfo(t); info.Cause != CauseSlowConsumer || info.Code != CloseTryAgainLater {
+		t.Fatalf("closed with %+v, want a slow consumer's 1013", info)
 	}
-	waitDescriptors(t, socket, 0, 2*time.Second, "after the drop")
+	waitFor(t, "no descriptor after the drop", descriptorsAre(t, socket, 0))
 	// The peer finds its connection gone once it reads what reached it.
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var buf [64 << 10]byte
@@ -130,8 +141,12 @@ func TestTeardownEndsAWaitingDrain(t *testing.T) {
 	_, _, e := f.dial(t)
 	socket := socketOf(t, e.conn)
 	stall(t, e.conn)
-	// The drain's duplicate of the socket is open beside the connection's.
-	waitDescriptors(t, socket, 2, 5*time.Second, "while the drain waits")
+	// The drain's duplicate of the socket is open beside the connection's,
+	// in Go's poller.
+	waitFor(t, "the drain's duplicate", descriptorsAre(t, socket, 2))
+	if n := epollsWatching(t, socket); n != 2 {
+		t.Fatalf("%d epoll sets watch the draining socket, want the transport's and Go's", n)
+	}
 	// Over the queue's bound in frames: dropped at once as a slow consumer.
 	frame := ws.MustCompileFrame(ws.NewTextFrame([]byte("over")))
 	for i := 0; e.conn.Send(frame); i++ {
@@ -139,15 +154,11 @@ func TestTeardownEndsAWaitingDrain(t *testing.T) {
 			t.Fatal("sends over the queue's bound were accepted")
 		}
 	}
-	select {
-	case info := <-e.closed:
-		if info.Cause != CauseSlowConsumer {
-			t.Fatalf("closed with %+v, want a slow consumer", info)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no close reported")
+	if info := e.closeInfo(t); info.Cause != CauseSlowConsumer {
+		t.Fatalf("closed with %+v, want a slow consumer", info)
 	}
-	waitDescriptors(t, socket, 0, 2*time.Second, "after the teardown")
+	// 5 s at most: far less than WriteTimeout, which alone would end the wait.
+	waitFor(t, "no descriptor after the teardown", descriptorsAre(t, socket, 0))
 }
 
 // A handler that tears its connection down stops the reading: after
@@ -243,5 +254,7 @@ func TestTeardownWaitsForSyscallsInFlight(t *testing.T) {
 	if closedFD != -1 {
 		t.Errorf("fd %d after the last syscall ended, want -1", closedFD)
 	}
-	waitDescriptors(t, socket, 0, time.Second, "after the last syscall ended")
+	if n := descriptorsOf(t, socket); n != 0 { // closed by endIO itself
+		t.Fatalf("%d descriptors on the socket after the last syscall ended, want 0", n)
+	}
 }

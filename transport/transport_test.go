@@ -30,6 +30,18 @@ func (e *echo) HandleMessage(p []byte) {
 
 func (e *echo) HandleClose(info CloseInfo) { e.closed <- info }
 
+// closeInfo waits (5 s at most) for HandleClose and returns what it was told.
+func (e *echo) closeInfo(t *testing.T) CloseInfo {
+	t.Helper()
+	select {
+	case info := <-e.closed:
+		return info
+	case <-time.After(5 * time.Second):
+		t.Fatal("HandleClose not called")
+	}
+	return CloseInfo{}
+}
+
 type fixture struct {
 	srv     *Server
 	url     string
@@ -182,7 +194,7 @@ func TestOversizeFrameClosed1009BeforeBuffering(t *testing.T) {
 	hdr := ws.Header{Fin: true, OpCode: ws.OpText, Length: 1 << 30, Masked: true, Mask: ws.NewMask()}
 	ws.WriteHeader(conn, hdr)
 	expectClose(t, conn, br, ws.StatusMessageTooBig)
-	if info := <-e.closed; info.Code != CloseCode(ws.StatusMessageTooBig) || info.ByPeer || info.Cause != CauseTooBig {
+	if info := e.closeInfo(t); info.Code != CloseCode(ws.StatusMessageTooBig) || info.ByPeer || info.Cause != CauseTooBig {
 		t.Fatalf("close info %+v", info)
 	}
 	if n := f.srv.Stats().ClosedBy["too_big"]; n != 1 {
@@ -225,7 +237,7 @@ func TestCloseHandshakeEchoesCode(t *testing.T) {
 	conn, br, e := f.dial(t)
 	conn.Write(masked(ws.OpClose, true, ws.NewCloseFrameBody(4321, "bye")))
 	expectClose(t, conn, br, 4321)
-	info := <-e.closed
+	info := e.closeInfo(t)
 	if !info.ByPeer || info.Code != 4321 || info.Reason != "bye" || info.Cause != CausePeerClosed {
 		t.Fatalf("close info %+v", info)
 	}
@@ -244,7 +256,7 @@ func TestEmptyCloseEchoedEmpty(t *testing.T) {
 	if fr.Header.OpCode != ws.OpClose || len(fr.Payload) != 0 {
 		t.Fatalf("want empty close, got %d %q", fr.Header.OpCode, fr.Payload)
 	}
-	if info := <-e.closed; info.Code != CloseNoStatus || !info.ByPeer {
+	if info := e.closeInfo(t); info.Code != CloseNoStatus || !info.ByPeer {
 		t.Fatalf("close info %+v", info)
 	}
 }
@@ -253,23 +265,18 @@ func TestAbruptDisconnectReported(t *testing.T) {
 	f := newFixture(t, Config{})
 	conn, _, e := f.dial(t)
 	conn.Close()
-	select {
-	case info := <-e.closed:
-		if !info.Abrupt {
-			t.Fatalf("close info %+v", info)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("HandleClose not called")
+	if info := e.closeInfo(t); !info.Abrupt {
+		t.Fatalf("close info %+v", info)
 	}
-	waitFor(t, func() bool { return f.srv.Len() == 0 })
+	waitFor(t, "the connection forgotten", func() bool { return f.srv.Len() == 0 })
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
+			t.Fatalf("%s: not in 5 s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -283,7 +290,7 @@ func TestIdleTimeout(t *testing.T) {
 	if reason != "idle timeout" || time.Since(start) > 4*time.Second {
 		t.Fatalf("reason %q after %v", reason, time.Since(start))
 	}
-	waitFor(t, func() bool { return f.srv.Stats().ClosedBy["idle"] == 1 })
+	waitFor(t, "an idle close counted", func() bool { return f.srv.Stats().ClosedBy["idle"] == 1 })
 }
 
 func TestActivityDefersIdleTimeout(t *testing.T) {
@@ -344,13 +351,8 @@ func TestSlowConsumerClosedOthersUnaffected(t *testing.T) {
 	if slowOK {
 		t.Fatal("slow consumer never refused")
 	}
-	select {
-	case info := <-slow.closed:
-		if info.Code != CloseTryAgainLater {
-			t.Fatalf("slow close %+v", info)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("slow consumer not closed")
+	if info := slow.closeInfo(t); info.Code != CloseTryAgainLater {
+		t.Fatalf("slow close %+v", info)
 	}
 	if c := <-got; c != n {
 		t.Fatalf("fast reader got %d of %d", c, n)
