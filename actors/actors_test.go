@@ -22,6 +22,7 @@ type sink struct {
 	frames [][]byte
 	closed atomic.Int32 // close code, 0 while open
 	refuse atomic.Bool  // Send reports the socket gone
+	panics atomic.Bool  // SendAt panics, as a broken sink would
 }
 
 func (s *sink) ID() uint64 { return s.id }
@@ -36,7 +37,12 @@ func (s *sink) Send(f []byte) bool {
 	return true
 }
 
-func (s *sink) SendAt(f []byte, _ int64) bool { return s.Send(f) }
+func (s *sink) SendAt(f []byte, _ int64) bool {
+	if s.panics.Load() {
+		panic("sink failed")
+	}
+	return s.Send(f)
+}
 
 func (s *sink) Close(code transport.CloseCode, _ string) { s.closed.Store(int32(code)) }
 

@@ -48,11 +48,7 @@ func loadingSubscribed(t *testing.T) (l *gatedLoader, sys *System, k *sink) {
 	t.Helper()
 	l = newGatedLoader()
 	sys = newTestSystem(t, Config{LoadSettings: l.load})
-	k = &sink{id: 1}
-	sess := openConn(sys, "p", k)
-	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
-	waitFor(t, "subscribe ack while loading", func() bool { return len(k.messages(t)) == 1 })
-	return l, sys, k
+	return l, sys, subscribeOne(t, sys, "p", "c", 1)
 }
 
 // runningProjects is what /debug/actors counts.
@@ -280,30 +276,14 @@ func TestUsageNeverNegative(t *testing.T) {
 	}
 }
 
-// panickySink fails in SendAt while armed, as a broken sink would.
-type panickySink struct {
-	sink
-	armed atomic.Bool
-}
-
-func (s *panickySink) SendAt(f []byte, at int64) bool {
-	if s.armed.Load() {
-		panic("sink failed")
-	}
-	return s.sink.SendAt(f, at)
-}
-
 // An HTTP emit whose channel actor panics after taking it is answered
 // service_unavailable at once: its edge has stopped counting the timeout by
 // then, and used to wait for the answer for ever. The channel carries on.
 func TestPublishAnsweredWhenTheChannelPanics(t *testing.T) {
 	sys := newTestSystem(t, Config{})
-	k := &panickySink{sink: sink{id: 1}}
-	sess := openConn(sys, "p", k)
-	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"c"}`))
-	waitFor(t, "subscribe ack", func() bool { return len(k.messages(t)) == 1 })
+	k := subscribeOne(t, sys, "p", "c", 1)
 
-	k.armed.Store(true)
+	k.panics.Store(true)
 	type answer struct {
 		res PublishResult
 		err error
@@ -322,7 +302,7 @@ func TestPublishAnsweredWhenTheChannelPanics(t *testing.T) {
 		t.Fatal("the emit was never answered")
 	}
 
-	k.armed.Store(false)
+	k.panics.Store(false)
 	res, err := sys.PublishWithin(context.Background(), time.Second, "p", "c", []byte(`"after"`))
 	if err != nil || res.Err != nil || res.Delivered != 1 {
 		t.Fatalf("emit after the panic: %+v, %v; want delivered to the one subscriber", res, err)
