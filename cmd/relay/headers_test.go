@@ -72,7 +72,8 @@ func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 		t.Fatalf("emit: %d %s", ok.status, ok.raw)
 	}
 	hdrCheck(t, "emit 200", ok.header, true)
-	// Its Date is the relay's own (one per second), in place of net/http's.
+	// One Date, of now: the relay sets its own (api's httpDate), which must
+	// replace net/http's, not stand beside it.
 	if dates := ok.header.Values("Date"); len(dates) != 1 {
 		t.Errorf("emit 200: Date %q, want exactly one", dates)
 	} else if at, err := http.ParseTime(dates[0]); err != nil || time.Since(at).Abs() > 5*time.Second {
