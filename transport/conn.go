@@ -247,7 +247,14 @@ func (c *Conn) register() error {
 	err := c.srv.poll.add(int(c.fd), c.id)
 	c.registered = err == nil
 	c.mu.Unlock()
-	if err != nil {
+	switch {
+	case errors.Is(err, errPollerClosed):
+		// The handshake outlived Shutdown's deadline: the 1001 every other
+		// connection got. The upgrade itself succeeded (the handler hears of
+		// the close), so it is no error for the caller, who must not answer.
+		c.abort(CloseInfo{Cause: CauseShutdown, Code: CloseGoingAway, Reason: "server shutting down"})
+		return nil
+	case err != nil:
 		c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseInternalError, Abrupt: true})
 	}
 	return err

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +14,16 @@ import (
 type poller struct {
 	epfd int
 	wake int // eventfd that interrupts EpollWait at shutdown
+
+	// mu makes close wait for an epoll_ctl under way, and closed refuses
+	// later ones: after close the descriptor number may name another file.
+	// (An upgrade that outlives Shutdown's deadline registers afterwards.)
+	mu     sync.RWMutex
+	closed bool
 }
+
+// errPollerClosed: the server has shut down; the connection cannot be watched.
+var errPollerClosed = errors.New("transport: poller closed")
 
 const (
 	readEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
@@ -47,15 +57,24 @@ func eventID(ev *unix.EpollEvent) uint64 {
 }
 
 func (p *poller) add(fd int, id uint64) error {
-	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, event(id, readEvents))
+	return p.ctl(unix.EPOLL_CTL_ADD, fd, event(id, readEvents))
 }
 
 func (p *poller) rearm(fd int, id uint64) error {
-	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, fd, event(id, readEvents))
+	return p.ctl(unix.EPOLL_CTL_MOD, fd, event(id, readEvents))
 }
 
 func (p *poller) remove(fd int) error {
-	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	return p.ctl(unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+func (p *poller) ctl(op, fd int, ev *unix.EpollEvent) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return errPollerClosed
+	}
+	return unix.EpollCtl(p.epfd, op, fd, ev)
 }
 
 // wait blocks until events arrive and calls fn for each connection event. It
@@ -86,6 +105,9 @@ func (p *poller) interrupt() {
 }
 
 func (p *poller) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
 	unix.Close(p.wake)
 	unix.Close(p.epfd)
 }

@@ -499,8 +499,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	s.each(func(c *Conn) { c.closeFor(CauseShutdown, CloseGoingAway, "server shutting down") })
 	var err error
+	if s.upgrading.Load() > 0 {
+		// Given up on: it registers after the poller is closed, which answers
+		// it with the 1001 (Conn.register).
+		err = ctx.Err()
+	}
+	s.each(func(c *Conn) { c.closeFor(CauseShutdown, CloseGoingAway, "server shutting down") })
 wait:
 	for s.Len() > 0 {
 		select {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -454,6 +455,53 @@ func TestShutdownWaitsForAnUpgradeUnderWay(t *testing.T) {
 	expectClose(t, conn, br, ws.StatusGoingAway)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUpgradeOutlivingShutdownGetsGoingAway: a handshake still under way when
+// Shutdown's deadline ends registers after the poller is closed. It gets the
+// 1001 the others got and its socket is closed; it used to try the closed
+// epoll descriptor (whose number another file may hold by then) and vanish
+// without a close frame, reported as an internal error.
+func TestUpgradeOutlivingShutdownGetsGoingAway(t *testing.T) {
+	srv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOpen, release := make(chan struct{}), make(chan struct{})
+	handler := &echo{closed: make(chan CloseInfo, 1)}
+	conns, upgraded := make(chan *Conn, 1), make(chan error, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upgraded <- srv.Upgrade(w, r, func(c *Conn) Handler {
+			handler.conn = c
+			conns <- c
+			close(inOpen)
+			<-release
+			return handler
+		})
+	}))
+	defer hs.Close()
+	conn, br := dialWS(t, "ws://"+strings.TrimPrefix(hs.URL, "http://"))
+	<-inOpen
+	socket := socketOf(t, <-conns)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want its deadline", err)
+	}
+	close(release)
+	if err := <-upgraded; err != nil {
+		t.Fatalf("Upgrade: %v; the upgrade succeeded, and its close goes to the handler", err)
+	}
+	if reason := expectClose(t, conn, br, ws.StatusGoingAway); reason != "server shutting down" {
+		t.Fatalf("close reason %q", reason)
+	}
+	if info := handler.closeInfo(t); info.Cause != CauseShutdown || info.Code != CloseGoingAway {
+		t.Fatalf("HandleClose %+v", info)
+	}
+	waitFor(t, "the socket closed", descriptorsAre(t, socket, 0))
+	if srv.Len() != 0 {
+		t.Fatalf("%d connections left", srv.Len())
 	}
 }
 
