@@ -200,7 +200,11 @@ func (c *Conn) abort(info CloseInfo) {
 		return
 	}
 	c.closing = true
-	if !info.Abrupt && !c.writing { // never interleave with a writev in flight
+	switch {
+	case info.Abrupt:
+	case c.writing: // never interleave with a writev in flight
+		info.Abrupt = true // so the peer gets no close frame
+	default:
 		frame := compile(ws.NewCloseFrame(closeBody(info.Code, info.Reason)))
 		unix.Write(int(c.fd), frame) // under mu, before teardown: the socket is open
 	}

@@ -522,6 +522,12 @@ wait:
 	s.poll.interrupt()
 	s.wg.Wait()
 	s.poll.close()
+	// An upgrade given up on above may have registered after the last sweep,
+	// while the workers finished: nothing would read or close it now. One
+	// registering later finds the poller closed (Conn.register).
+	s.each(func(c *Conn) {
+		c.abort(CloseInfo{Cause: CauseShutdown, Code: CloseGoingAway, Reason: "server shutting down"})
+	})
 	return err
 }
 

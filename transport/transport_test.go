@@ -505,6 +505,66 @@ func TestUpgradeOutlivingShutdownGetsGoingAway(t *testing.T) {
 	}
 }
 
+// TestUpgradeRegisteredAsShutdownEndsGetsGoingAway: a handshake Shutdown gave
+// up on that registers while Shutdown waits for a busy worker, before the
+// poller closes, is closed by Shutdown's last sweep. It used to stay open
+// with nothing reading it.
+func TestUpgradeRegisteredAsShutdownEndsGetsGoingAway(t *testing.T) {
+	srv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, release := make(chan struct{}), make(chan struct{})
+	keepsWorker := handlerFuncs{ // holds the worker that reads its message
+		message: func([]byte) { close(busy); <-release },
+		close:   func(CloseInfo) {},
+	}
+	late := &echo{closed: make(chan CloseInfo, 1)}
+	upgraded := make(chan error, 2)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upgraded <- srv.Upgrade(w, r, func(c *Conn) Handler {
+			if r.URL.Path == "/busy" {
+				return keepsWorker
+			}
+			<-srv.stop // Shutdown has given up on this upgrade and swept
+			late.conn = c
+			return late
+		})
+	}))
+	defer hs.Close()
+	url := "ws://" + strings.TrimPrefix(hs.URL, "http://")
+	busyConn, _ := dialWS(t, url+"/busy")
+	if err := <-upgraded; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busyConn.Write(masked(ws.OpText, true, []byte("hold"))); err != nil {
+		t.Fatal(err)
+	}
+	<-busy
+	lateConn, lateBr := dialWS(t, url+"/late")
+	for srv.upgrading.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	if err := <-upgraded; err != nil { // registered: the poller is still open
+		t.Fatalf("late Upgrade: %v", err)
+	}
+	close(release) // the worker ends; Shutdown closes the poller
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v, want its deadline", err)
+	}
+	expectClose(t, lateConn, lateBr, ws.StatusGoingAway)
+	if info := late.closeInfo(t); info.Cause != CauseShutdown {
+		t.Fatalf("HandleClose %+v", info)
+	}
+	if srv.Len() != 0 {
+		t.Fatalf("%d connections left", srv.Len())
+	}
+}
+
 // A flush pass under way when the server stops must not hold up Shutdown:
 // the workers leave with the pass's jobs still queued, and the flush loop
 // stops waiting for them (it used to wait forever).
