@@ -3,12 +3,8 @@ package transport
 import (
 	"bytes"
 	"errors"
-	"fmt"
-	"io"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -40,7 +36,7 @@ type Conn struct {
 	// Write state, under mu (the flags sit beside the read ones, where the
 	// struct had padding; a Conn is 320 bytes, a size class of its own:
 	// TestConnSizeClass).
-	writing    bool // a worker or drain goroutine owns the flush
+	writing    bool // a flush owns the writes (on a worker, or waiting for room)
 	closing    bool // close frame queued: nothing more is accepted
 	closed     bool // torn down
 	registered bool // in the epoll set
@@ -53,13 +49,13 @@ type Conn struct {
 	fd     int32
 	ioRefs int32 // syscalls in flight on fd
 	mu     sync.Mutex
-	// drainFile is a duplicate of fd in Go's poller while a drain waits on
-	// a slow peer; teardown closes it, which ends the wait.
-	drainFile *os.File
-	inline    [4][]byte // the queue's backing array while it is short
-	queue     [][]byte  // frames waiting to be written, oldest first
-	head      int       // bytes of queue[0] already written
-	queued    int       // bytes in queue
+	// drain is a slow peer's wait for room (waitWritable), from its first
+	// stall on.
+	drain  *drainWait
+	inline [4][]byte // the queue's backing array while it is short
+	queue  [][]byte  // frames waiting to be written, oldest first
+	head   int       // bytes of queue[0] already written
+	queued int       // bytes in queue
 	// stamp is the accepted time (unix nanos) of the oldest queued frame
 	// given one by SendAt and not yet taken by a write, 0 when none: a
 	// write that sends it reports its age (WriteObserver).
@@ -227,8 +223,12 @@ func (c *Conn) teardown(info CloseInfo) {
 		c.srv.poll.remove(int(c.fd))
 		c.registered = false
 	}
-	if c.drainFile != nil {
-		c.drainFile.Close() // ends a drain's wait on the peer
+	if d := c.drain; d != nil {
+		if d.inSet {
+			c.srv.wpoll.remove(int(c.fd))
+			d.inSet = false
+		}
+		d.timer.Stop()
 	}
 	if c.ioRefs == 0 {
 		c.closeFD()
@@ -323,28 +323,31 @@ func (c *Conn) written(stamp, now int64) {
 	}
 }
 
-// consumed drops n written bytes from the head of the queue. Caller holds mu.
-func (c *Conn) consumed(n int) {
+// consumed drops n written bytes from the head of the queue and returns how
+// many frames they completed. Caller holds mu.
+func (c *Conn) consumed(n int) (frames int) {
 	c.queued -= n
 	for n > 0 {
 		rest := len(c.queue[0]) - c.head
 		if n < rest {
 			c.head += n
-			return
+			return frames
 		}
 		n -= rest
 		c.queue[0] = nil
 		c.queue = c.queue[1:]
 		c.head = 0
+		frames++
 	}
 	if len(c.queue) == 0 {
 		c.queue = c.inline[:0] // back to the inline array: no allocation while short
 	}
+	return frames
 }
 
 // flush writes queued frames with non-blocking writev calls until the queue
-// is empty. If the socket buffer fills, a drain goroutine takes over and
-// waits for it (bounded by WriteTimeout), so workers never block on a peer.
+// is empty. If the socket buffer fills, it waits for room without holding
+// the worker (waitWritable), so workers never block on a peer.
 func (c *Conn) flush() {
 	iovp := iovecPool.Get().(*[][]byte)
 	defer iovecPool.Put(iovp)
@@ -366,7 +369,6 @@ func (c *Conn) flush() {
 			return
 		}
 		iov, total, stamp := c.take((*iovp)[:0])
-		frames := len(iov)
 		fd, _ := c.beginIO() // not closed: checked above, under the same lock
 		c.mu.Unlock()
 
@@ -375,6 +377,7 @@ func (c *Conn) flush() {
 		if n < 0 {
 			n = 0
 		}
+		stalled := n < total && (err == nil || errors.Is(err, unix.EAGAIN))
 		c.srv.writeCalls.Add(1)
 		var now int64
 		if n > 0 {
@@ -387,22 +390,31 @@ func (c *Conn) flush() {
 			c.mu.Unlock()
 			return
 		}
-		if n > 0 {
-			c.consumed(n)
-		}
+		frames := c.consumed(n)
 		if n < total {
 			c.unsent(stamp)
 		}
+		c.drain.wrote(n)
+		var waitErr error
+		if stalled {
+			waitErr = c.waitWritable(total - n)
+		}
 		c.mu.Unlock()
-		if n > 0 && n == total {
-			c.srv.framesSent.Add(int64(frames))
+		c.srv.framesSent.Add(int64(frames))
+		if n == total {
 			c.written(stamp, now)
 		}
 		switch {
 		case err == nil && n == total:
 			continue
-		case err == nil || errors.Is(err, unix.EAGAIN):
-			go c.drain()
+		case stalled && waitErr == nil:
+			return // the writable event hands c to a worker again
+		case errors.Is(waitErr, errPollerClosed):
+			c.teardown(CloseInfo{Cause: CauseShutdown, Code: CloseGoingAway, Reason: "server shutting down", Abrupt: true})
+			return
+		case stalled:
+			c.srv.log.Warn("slow peer dropped: cannot wait for room", "conn", c.id, "err", waitErr)
+			c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
 			return
 		default:
 			c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
@@ -411,157 +423,67 @@ func (c *Conn) flush() {
 	}
 }
 
-// drain is flush for a peer that is not reading fast enough: it waits (in
-// Go's netpoller, on a duplicate of the socket) up to WriteTimeout per batch,
-// and drops the peer after that.
-func (c *Conn) drain() {
-	f, rc, err := c.openDrain()
-	if err != nil { // no descriptor to wait with (EMFILE, say): the peer is too slow to wait for
-		c.srv.log.Warn("slow peer dropped without waiting", "conn", c.id, "err", err)
-		c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
+// drainWait is a slow peer's wait for room in its socket buffer. What a
+// stalled write took and did not send is a batch that must go out within
+// WriteTimeout of the stall, or the peer is dropped; the next stall after
+// it starts a new batch. Under mu.
+type drainWait struct {
+	inSet    bool  // registered in the server's writable set (wpoll)
+	left     int   // bytes of the batch still to write; 0 when none
+	deadline int64 // unix nanos by which the batch must be written
+	timer    *time.Timer
+}
+
+// waitWritable puts a stalled flush to sleep until the peer makes room:
+// the socket is armed (one-shot) in the server's writable set, whose event
+// hands the connection to a worker again, and c.writing stays set so that
+// nothing else flushes meanwhile. left is what the write took and did not
+// send. Caller holds mu; the connection is not torn down.
+func (c *Conn) waitWritable(left int) error {
+	d := c.drain
+	if d == nil {
+		d = &drainWait{}
+		c.drain = d
 	}
-	if f == nil { // torn down
-		c.mu.Lock()
-		c.writing = false
-		c.mu.Unlock()
+	if d.left == 0 { // a new batch
+		d.left = left
+		d.deadline = time.Now().Add(c.srv.cfg.WriteTimeout).UnixNano()
+		if d.timer == nil {
+			d.timer = time.AfterFunc(c.srv.cfg.WriteTimeout, c.writeTimedOut)
+		} else {
+			d.timer.Reset(c.srv.cfg.WriteTimeout)
+		}
+	}
+	if d.inSet {
+		return c.srv.wpoll.rearm(int(c.fd), c.id)
+	}
+	err := c.srv.wpoll.add(int(c.fd), c.id)
+	d.inSet = err == nil
+	return err
+}
+
+// wrote counts n written bytes against the batch, if one is waiting. Caller
+// holds mu.
+func (d *drainWait) wrote(n int) {
+	if d == nil || d.left == 0 {
 		return
 	}
-	defer c.closeDrain(f)
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.writing = false
-			c.mu.Unlock()
-			return
-		}
-		if len(c.queue) == 0 {
-			c.writing = false
-			done, info := c.closing, c.closeInfo
-			c.mu.Unlock()
-			if done {
-				c.teardown(info)
-			}
-			return
-		}
-		iov, total, stamp := c.take(nil)
-		frames := len(iov)
-		c.mu.Unlock()
-
-		err := f.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-		n := 0
-		if err == nil {
-			n, err = writeAll(rc, iov)
-		}
-		c.srv.writeCalls.Add(1)
-		if n > 0 {
-			now := c.touch()
-			c.mu.Lock()
-			if !c.closed {
-				c.consumed(n)
-				if n < total {
-					c.unsent(stamp)
-				}
-			}
-			c.mu.Unlock()
-			if n == total {
-				c.written(stamp, now)
-			}
-		}
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
-			} else {
-				c.teardown(CloseInfo{Cause: CausePeerGone, Code: CloseAbnormal, Abrupt: true})
-			}
-			return
-		}
-		c.srv.framesSent.Add(int64(frames))
+	d.left = max(d.left-n, 0)
+	if d.left == 0 {
+		d.timer.Stop() // written in time
 	}
 }
 
-// openDrain puts a duplicate of the socket in Go's poller, where a drain
-// waits for a slow peer without holding a thread; a nil file once the
-// connection is torn down, or when it cannot (the error says why).
-func (c *Conn) openDrain() (*os.File, syscall.RawConn, error) {
+// writeTimedOut drops a peer whose batch is still unwritten at its deadline
+// (a timer that fired as a new batch began finds a later deadline).
+func (c *Conn) writeTimedOut() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, nil, nil
-	}
-	dup, err := dupSocket(uintptr(c.fd))
-	if err != nil {
-		return nil, nil, fmt.Errorf("transport: a slow peer's socket: %w", err)
-	}
-	f := os.NewFile(uintptr(dup), "websocket") // non-blocking: Go's poller takes it
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("transport: a slow peer's socket: %w", err)
-	}
-	c.drainFile = f
-	return f, rc, nil
-}
-
-// dupSocket duplicates a socket's descriptor, close-on-exec; the duplicate
-// shares the original's non-blocking flag.
-func dupSocket(fd uintptr) (int, error) {
-	return unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-}
-
-// closeDrain ends a drain's hold on its duplicate (teardown may have closed
-// it already).
-func (c *Conn) closeDrain(f *os.File) {
-	c.mu.Lock()
-	if c.drainFile == f {
-		c.drainFile = nil
-	}
+	d := c.drain
+	late := !c.closed && d.left > 0 && time.Now().UnixNano() >= d.deadline
 	c.mu.Unlock()
-	f.Close() // a second Close after teardown's is harmless
-}
-
-// writeAll writes iov whole with writev, waiting in Go's poller (up to the
-// file's write deadline) whenever the socket buffer is full. iov's slice
-// headers are consumed; the frames' bytes are never written to.
-func writeAll(rc syscall.RawConn, iov [][]byte) (int, error) {
-	n := 0
-	var werr error
-	err := rc.Write(func(fd uintptr) bool {
-		for len(iov) > 0 {
-			m, err := unix.Writev(int(fd), iov)
-			if m > 0 {
-				n += m
-				iov = advance(iov, m)
-			}
-			switch {
-			case errors.Is(err, unix.EAGAIN):
-				return false // wait until the peer makes room
-			case err != nil:
-				werr = err
-				return true
-			case m == 0:
-				werr = io.ErrShortWrite
-				return true
-			}
-		}
-		return true
-	})
-	if err == nil {
-		err = werr
+	if late {
+		c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})
 	}
-	return n, err
-}
-
-// advance drops n written bytes from the front of iov.
-func advance(iov [][]byte, n int) [][]byte {
-	for n > 0 && len(iov) > 0 {
-		if n < len(iov[0]) {
-			iov[0] = iov[0][n:]
-			return iov
-		}
-		n -= len(iov[0])
-		iov = iov[1:]
-	}
-	return iov
 }
 
 // ---- reading ----

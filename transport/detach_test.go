@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
 )
 
 // socketOf names the socket behind c's descriptor ("socket:[inode]").
@@ -49,8 +51,9 @@ func descriptorsAre(t *testing.T, socket string, n int) func() bool {
 }
 
 // epollsWatching counts the epoll instances of this process that watch
-// socket ("socket:[inode]"): the transport's own, and Go's poller if a
-// net.Conn or *os.File still holds it.
+// socket ("socket:[inode]"): the transport's (its readable set, and its
+// writable set while a flush waits for room), and Go's poller if a net.Conn
+// or *os.File still holds it.
 func epollsWatching(t *testing.T, socket string) int {
 	t.Helper()
 	var inode uint64
@@ -77,7 +80,7 @@ func epollsWatching(t *testing.T, socket string) int {
 
 // stall queues 32 MiB on c, far more than the loopback socket buffers of a
 // peer that does not read take (a few MiB with Linux's defaults), so that a
-// drain waits on the peer.
+// flush waits for room.
 func stall(t *testing.T, c *Conn) {
 	t.Helper()
 	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("s"), 64<<10)))
@@ -111,7 +114,7 @@ func TestUpgradedSocketLeavesGosPoller(t *testing.T) {
 }
 
 // A peer that stops reading is dropped as a slow consumer once a write has
-// waited WriteTimeout, and its socket and the drain's duplicate are closed.
+// waited WriteTimeout, and its socket is closed.
 func TestStalledPeerDroppedAfterWriteTimeout(t *testing.T) {
 	f := newFixture(t, Config{WriteTimeout: 300 * time.Millisecond, QueueBytes: 64 << 20, QueueFrames: 1 << 20})
 	conn, _, e := f.dial(t)
@@ -134,18 +137,25 @@ func TestStalledPeerDroppedAfterWriteTimeout(t *testing.T) {
 	}
 }
 
-// Tearing a connection down while its drain waits on the peer ends the
-// wait at once (long before WriteTimeout) and closes the duplicate.
-func TestTeardownEndsAWaitingDrain(t *testing.T) {
+// A flush waiting for a slow peer holds nothing but its registration in the
+// transport's writable set: no duplicate descriptor, nothing in Go's poller
+// (and so no goroutine). Tearing the connection down ends the wait at once,
+// long before WriteTimeout, and leaves nothing behind.
+func TestWaitingFlushHoldsOnlyItsSocket(t *testing.T) {
 	f := newFixture(t, Config{WriteTimeout: time.Minute, QueueBytes: 64 << 20, QueueFrames: stallFrames + 10})
 	_, _, e := f.dial(t)
 	socket := socketOf(t, e.conn)
 	stall(t, e.conn)
-	// The drain's duplicate of the socket is open beside the connection's,
-	// in Go's poller.
-	waitFor(t, "the drain's duplicate", descriptorsAre(t, socket, 2))
+	waitFor(t, "the flush waiting for room", func() bool {
+		e.conn.mu.Lock()
+		defer e.conn.mu.Unlock()
+		return e.conn.drain != nil && e.conn.drain.inSet && e.conn.drain.left > 0
+	})
+	if n := descriptorsOf(t, socket); n != 1 {
+		t.Fatalf("%d descriptors on the waiting socket, want 1", n)
+	}
 	if n := epollsWatching(t, socket); n != 2 {
-		t.Fatalf("%d epoll sets watch the draining socket, want the transport's and Go's", n)
+		t.Fatalf("%d epoll sets watch the waiting socket, want the transport's two", n)
 	}
 	// Over the queue's bound in frames: dropped at once as a slow consumer.
 	frame := ws.MustCompileFrame(ws.NewTextFrame([]byte("over")))
@@ -159,6 +169,59 @@ func TestTeardownEndsAWaitingDrain(t *testing.T) {
 	}
 	// 5 s at most: far less than WriteTimeout, which alone would end the wait.
 	waitFor(t, "no descriptor after the teardown", descriptorsAre(t, socket, 0))
+	e.conn.mu.Lock()
+	inSet, stopped := e.conn.drain.inSet, !e.conn.drain.timer.Stop()
+	e.conn.mu.Unlock()
+	if inSet || !stopped {
+		t.Fatalf("after the teardown: in the writable set %v, write timer stopped %v", inSet, stopped)
+	}
+}
+
+// A peer that reads slowly but writes off each stalled batch (what one
+// writev took: at most maxIovecs frames) within WriteTimeout is kept, however
+// long the whole queue takes: the timer counts a batch, not the backlog.
+func TestSlowButSteadyPeerKept(t *testing.T) {
+	f := newFixture(t, Config{WriteTimeout: 400 * time.Millisecond, QueueBytes: 64 << 20, QueueFrames: 1 << 20})
+	conn, br, e := f.dial(t)
+	// Small socket buffers on both sides, so that what the kernel holds
+	// ahead of a stalled batch is read in a fraction of WriteTimeout.
+	if err := conn.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	e.conn.mu.Lock()
+	err := unix.SetsockoptInt(int(e.conn.fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 64<<10)
+	e.conn.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("s"), 1<<10)))
+	const frames = 12 << 10 // 12 MiB: about 2 s at the pace below
+	for i := range frames {
+		if !e.conn.Send(frame) {
+			t.Fatalf("send %d refused", i)
+		}
+	}
+	start := time.Now()
+	buf := make([]byte, 64<<10)
+	for got := 0; got < frames*len(frame); {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := br.Read(buf)
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", got, err)
+		}
+		got += n
+		time.Sleep(10 * time.Millisecond) // at most 6 MiB/s
+	}
+	if took := time.Since(start); took < 3*400*time.Millisecond {
+		t.Fatalf("read it all in %v: too fast to span several WriteTimeouts", took)
+	}
+	select {
+	case info := <-e.closed:
+		t.Fatalf("closed with %+v while the peer kept reading", info)
+	default:
+	}
+	e.conn.Send(ws.MustCompileFrame(ws.NewTextFrame([]byte("still here"))))
+	expectText(t, conn, br, "still here")
 }
 
 // A handler that tears its connection down stops the reading: after

@@ -12,8 +12,9 @@ import (
 // worker reads a connection at a time. Events carry the connection id, never
 // the fd, because fd numbers are reused as soon as a socket closes.
 type poller struct {
-	epfd int
-	wake int // eventfd that interrupts EpollWait at shutdown
+	epfd   int
+	wake   int    // eventfd that interrupts EpollWait at shutdown
+	events uint32 // what a registration waits for
 
 	// mu makes close wait for an epoll_ctl under way, and closed refuses
 	// later ones: after close the descriptor number may name another file.
@@ -27,10 +28,13 @@ var errPollerClosed = errors.New("transport: poller closed")
 
 const (
 	readEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
-	wakeID     = 0 // connection ids start at 1
+	// writeEvents: a slow peer's socket has room again (Conn.waitWritable).
+	writeEvents = unix.EPOLLOUT | unix.EPOLLONESHOT
+	wakeID      = 0 // connection ids start at 1
 )
 
-func newPoller() (*poller, error) {
+// newPoller makes an epoll set whose registrations wait for events.
+func newPoller(events uint32) (*poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -40,7 +44,7 @@ func newPoller() (*poller, error) {
 		unix.Close(epfd)
 		return nil, err
 	}
-	p := &poller{epfd: epfd, wake: wake}
+	p := &poller{epfd: epfd, wake: wake, events: events}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
 		p.close()
 		return nil, err
@@ -57,11 +61,11 @@ func eventID(ev *unix.EpollEvent) uint64 {
 }
 
 func (p *poller) add(fd int, id uint64) error {
-	return p.ctl(unix.EPOLL_CTL_ADD, fd, event(id, readEvents))
+	return p.ctl(unix.EPOLL_CTL_ADD, fd, event(id, p.events))
 }
 
 func (p *poller) rearm(fd int, id uint64) error {
-	return p.ctl(unix.EPOLL_CTL_MOD, fd, event(id, readEvents))
+	return p.ctl(unix.EPOLL_CTL_MOD, fd, event(id, p.events))
 }
 
 func (p *poller) remove(fd int) error {

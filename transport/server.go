@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
 )
 
 // Handler is the upper layer's side of one connection.
@@ -107,9 +108,12 @@ type Stats struct {
 
 // Server owns the poller, the worker pool and every live connection.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	poll   *poller
+	cfg  Config
+	log  *slog.Logger
+	poll *poller // readable sockets
+	// wpoll holds the sockets of slow peers whose flush waits for room
+	// (Conn.waitWritable): the wait costs neither a goroutine nor a descriptor.
+	wpoll  *poller
 	jobs   chan job
 	nextID atomic.Uint64
 
@@ -169,17 +173,23 @@ func (j job) flush() {
 // New starts the poller, the workers and the sweeper.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
-	p, err := newPoller()
+	p, err := newPoller(readEvents)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, jobs: make(chan job, 4096), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	wp, err := newPoller(writeEvents)
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, wpoll: wp, jobs: make(chan job, 4096), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	for i := range s.shards {
 		s.shards[i].conns = map[uint64]*Conn{}
 	}
-	s.wg.Add(3 + cfg.Workers)
+	s.wg.Add(4 + cfg.Workers)
 	go s.flushLoop()
 	go s.pollLoop()
+	go s.writableLoop()
 	go s.sweepLoop()
 	for range cfg.Workers {
 		go s.worker()
@@ -209,6 +219,20 @@ func (s *Server) pollLoop() {
 	})
 	if err != nil {
 		s.log.Error("epoll wait failed; no further reads", "err", err)
+	}
+}
+
+// writableLoop hands each slow peer whose socket has room again to a
+// worker, which goes on with the flush that waited (Conn.waitWritable).
+func (s *Server) writableLoop() {
+	defer s.wg.Done()
+	err := s.wpoll.wait(func(id uint64, _ uint32) {
+		if c := s.lookup(id); c != nil {
+			s.dispatchFlush(c, nil)
+		}
+	})
+	if err != nil {
+		s.log.Error("epoll wait failed; slow peers are written no more", "err", err)
 	}
 }
 
@@ -398,6 +422,12 @@ func detach(nc net.Conn) (int, error) {
 	return fd, nil
 }
 
+// dupSocket duplicates a socket's descriptor, close-on-exec; the duplicate
+// shares the original's non-blocking flag.
+func dupSocket(fd uintptr) (int, error) {
+	return unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+}
+
 // Len is the number of live connections.
 func (s *Server) Len() int {
 	n := 0
@@ -520,8 +550,10 @@ wait:
 	}
 	close(s.stop)
 	s.poll.interrupt()
+	s.wpoll.interrupt()
 	s.wg.Wait()
 	s.poll.close()
+	s.wpoll.close()
 	// An upgrade given up on above may have registered after the last sweep,
 	// while the workers finished: nothing would read or close it now. One
 	// registering later finds the poller closed (Conn.register).
