@@ -8,9 +8,10 @@
 // An upgraded socket leaves net/http and Go's poller: the Conn keeps a
 // duplicate of its descriptor in the epoll set and closes the net.Conn,
 // whose poller entry (512 bytes outside the heap), state and addresses were
-// more than half of an idle connection's memory. Only a peer too slow to
-// take its queue gets a second duplicate in Go's poller, for as long as the
-// write waits on it.
+// more than half of an idle connection's memory. A write that finds a slow
+// peer's socket buffer full waits without a goroutine either: the socket is
+// armed in a second epoll set for writability, and a timer per stalled batch
+// drops the peer after WriteTimeout.
 //
 // The package knows sockets and frames only: what a message means is the
 // Handler's business.
