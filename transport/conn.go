@@ -226,6 +226,7 @@ func (c *Conn) teardown(info CloseInfo) {
 	if d := c.drain; d != nil {
 		if d.inSet {
 			c.srv.wpoll.remove(int(c.fd))
+			c.srv.writers.remove(c.id)
 			d.inSet = false
 		}
 		d.timer.Stop()
@@ -428,9 +429,9 @@ func (c *Conn) flush() {
 // WriteTimeout of the stall, or the peer is dropped; the next stall after
 // it starts a new batch. Under mu.
 type drainWait struct {
-	inSet    bool  // registered in the server's writable set (wpoll)
-	left     int   // bytes of the batch still to write; 0 when none
-	deadline int64 // unix nanos by which the batch must be written
+	inSet    bool      // registered in the server's writable set (wpoll)
+	left     int       // bytes of the batch still to write; 0 when none
+	deadline time.Time // by which the batch must be written (monotonic)
 	timer    *time.Timer
 }
 
@@ -447,7 +448,7 @@ func (c *Conn) waitWritable(left int) error {
 	}
 	if d.left == 0 { // a new batch
 		d.left = left
-		d.deadline = time.Now().Add(c.srv.cfg.WriteTimeout).UnixNano()
+		d.deadline = time.Now().Add(c.srv.cfg.WriteTimeout)
 		if d.timer == nil {
 			d.timer = time.AfterFunc(c.srv.cfg.WriteTimeout, c.writeTimedOut)
 		} else {
@@ -457,9 +458,12 @@ func (c *Conn) waitWritable(left int) error {
 	if d.inSet {
 		return c.srv.wpoll.rearm(int(c.fd), c.id)
 	}
-	err := c.srv.wpoll.add(int(c.fd), c.id)
-	d.inSet = err == nil
-	return err
+	if err := c.srv.wpoll.add(int(c.fd), c.id); err != nil {
+		return err
+	}
+	d.inSet = true
+	c.srv.writers.add(c) // the event finds c by id even before Upgrade lists it
+	return nil
 }
 
 // wrote counts n written bytes against the batch, if one is waiting. Caller
@@ -474,12 +478,20 @@ func (d *drainWait) wrote(n int) {
 	}
 }
 
-// writeTimedOut drops a peer whose batch is still unwritten at its deadline
-// (a timer that fired as a new batch began finds a later deadline).
+// writeTimedOut drops a peer whose batch is still unwritten at its deadline.
+// A timer that fired for a batch since written, as the next one began,
+// waits again for the next one's deadline.
 func (c *Conn) writeTimedOut() {
 	c.mu.Lock()
 	d := c.drain
-	late := !c.closed && d.left > 0 && time.Now().UnixNano() >= d.deadline
+	late := false
+	if !c.closed && d.left > 0 {
+		if wait := time.Until(d.deadline); wait > 0 {
+			d.timer.Reset(wait)
+		} else {
+			late = true
+		}
+	}
 	c.mu.Unlock()
 	if late {
 		c.teardown(CloseInfo{Cause: CauseSlowConsumer, Code: CloseTryAgainLater, Reason: "slow consumer", Abrupt: true})

@@ -194,8 +194,10 @@ func TestSlowButSteadyPeerKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("s"), 1<<10)))
-	const frames = 12 << 10 // 12 MiB: about 2 s at the pace below
+	// 256-byte frames: a batch (at most maxIovecs frames) is a quarter MiB,
+	// read in a tenth of WriteTimeout at the pace below.
+	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("s"), 256)))
+	const frames = 48 << 10 // 12 MiB: 2 s or more at the pace below
 	for i := range frames {
 		if !e.conn.Send(frame) {
 			t.Fatalf("send %d refused", i)
@@ -222,6 +224,33 @@ func TestSlowButSteadyPeerKept(t *testing.T) {
 	}
 	e.conn.Send(ws.MustCompileFrame(ws.NewTextFrame([]byte("still here"))))
 	expectText(t, conn, br, "still here")
+}
+
+// A connection whose first writes stall while its handler's open still runs
+// (before Upgrade lists it) is written on once the peer makes room: the
+// writable event finds it all the same.
+func TestStallDuringOpenResumes(t *testing.T) {
+	frame := ws.MustCompileFrame(ws.NewTextFrame(bytes.Repeat([]byte("o"), 64<<10)))
+	const frames = 128 // 8 MiB: more than the socket buffers hold
+	release := make(chan struct{})
+	defer close(release)
+	_, url := serveWS(t, Config{WriteTimeout: time.Minute, QueueBytes: 64 << 20, QueueFrames: 1 << 20}, func(c *Conn) Handler {
+		for range frames {
+			c.Send(frame)
+		}
+		<-release // open is still running while the peer reads
+		return handlerFuncs{message: func([]byte) {}, close: func(CloseInfo) {}}
+	})
+	conn, br := dialWS(t, url)
+	buf := make([]byte, 64<<10)
+	for got := 0; got < frames*len(frame); {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := br.Read(buf)
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", got, frames*len(frame), err)
+		}
+		got += n
+	}
 }
 
 // A handler that tears its connection down stops the reading: after

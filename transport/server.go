@@ -113,9 +113,10 @@ type Server struct {
 	poll *poller // readable sockets
 	// wpoll holds the sockets of slow peers whose flush waits for room
 	// (Conn.waitWritable): the wait costs neither a goroutine nor a descriptor.
-	wpoll  *poller
-	jobs   chan job
-	nextID atomic.Uint64
+	wpoll   *poller
+	writers connSet // the connections in wpoll
+	jobs    chan job
+	nextID  atomic.Uint64
 
 	shards [connShards]connShard
 
@@ -136,6 +137,32 @@ type Server struct {
 }
 
 const connShards = 64
+
+// connSet is a set of connections by id. The writable set's events look
+// their connection up in one of their own: a connection can stall while its
+// handler's open still runs, before Upgrade puts it in the shards.
+type connSet struct {
+	mu sync.Mutex
+	m  map[uint64]*Conn
+}
+
+func (s *connSet) add(c *Conn) {
+	s.mu.Lock()
+	s.m[c.id] = c
+	s.mu.Unlock()
+}
+
+func (s *connSet) remove(id uint64) {
+	s.mu.Lock()
+	delete(s.m, id)
+	s.mu.Unlock()
+}
+
+func (s *connSet) get(id uint64) *Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
+}
 
 type connShard struct {
 	mu    sync.RWMutex
@@ -182,7 +209,8 @@ func New(cfg Config) (*Server, error) {
 		p.close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, wpoll: wp, jobs: make(chan job, 4096), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, wpoll: wp, writers: connSet{m: map[uint64]*Conn{}},
+		jobs: make(chan job, 4096), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	for i := range s.shards {
 		s.shards[i].conns = map[uint64]*Conn{}
 	}
@@ -227,7 +255,7 @@ func (s *Server) pollLoop() {
 func (s *Server) writableLoop() {
 	defer s.wg.Done()
 	err := s.wpoll.wait(func(id uint64, _ uint32) {
-		if c := s.lookup(id); c != nil {
+		if c := s.writers.get(id); c != nil {
 			s.dispatchFlush(c, nil)
 		}
 	})
