@@ -196,11 +196,7 @@ func (c *Conn) abort(info CloseInfo) {
 		return
 	}
 	c.closing = true
-	switch {
-	case info.Abrupt:
-	case c.writing: // never interleave with a writev in flight
-		info.Abrupt = true // so the peer gets no close frame
-	default:
+	if !info.Abrupt && !c.writing { // never interleave with a writev in flight
 		frame := compile(ws.NewCloseFrame(closeBody(info.Code, info.Reason)))
 		unix.Write(int(c.fd), frame) // under mu, before teardown: the socket is open
 	}

@@ -38,7 +38,11 @@ type CloseInfo struct {
 	Code   CloseCode
 	Reason string
 	ByPeer bool
-	// Abrupt: the TCP connection dropped without a close handshake.
+	// Abrupt: no close frame of ours was attempted: the peer dropped the
+	// connection, a write failed or timed out, or a close handshake or
+	// Shutdown ran out of time. Otherwise the close was decided here, and its
+	// frame went out unless it cut a write short (abort, a slow consumer's
+	// queue overflowing).
 	Abrupt bool
 }
 
