@@ -17,8 +17,14 @@ type fixedWindow struct {
 	count int
 }
 
+// roll moves the window to now's when now is past it. An event timed a
+// little before the window (an HTTP emit is timed on its way in, so two
+// racing a boundary can arrive in the other order) counts in it: going back
+// would start an empty window, and the next event a second empty one, so
+// the current window's count would be lost. Only a clock stepped back by
+// more than a window starts over.
 func (w *fixedWindow) roll(now time.Time) {
-	if now.Before(w.start) || !now.Before(w.start.Add(w.size)) {
+	if !now.Before(w.start.Add(w.size)) || now.Before(w.start.Add(-w.size)) {
 		w.start = now.Truncate(w.size)
 		w.count = 0
 	}

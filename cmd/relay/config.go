@@ -105,9 +105,9 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 
 		AllowedSignupEmails: p.emails("ALLOWED_SIGNUP_EMAILS"),
 
-		EmitRatePerMinute:       p.positive("EMIT_RATE_LIMIT_PER_MINUTE", 600),
-		ProjectRatePerMinute:    p.positive("PROJECT_RATE_LIMIT_PER_MINUTE", 6000),
-		ClientEmitRatePerSecond: p.positive("CLIENT_EMIT_RATE_LIMIT_PER_SECOND", 15),
+		EmitRatePerMinute:       p.budget("EMIT_RATE_LIMIT_PER_MINUTE", 600),
+		ProjectRatePerMinute:    p.budget("PROJECT_RATE_LIMIT_PER_MINUTE", 6000),
+		ClientEmitRatePerSecond: p.budget("CLIENT_EMIT_RATE_LIMIT_PER_SECOND", 15),
 		ClientEmitTokenMaxTTL:   p.duration("CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", 600, time.Second),
 		ReplayTTL:               p.duration("REPLAY_BUFFER_TTL_SECONDS", 20, time.Second),
 		IdleTimeout:             p.duration("IDLE_TIMEOUT_SECONDS", 600, time.Second),
@@ -205,6 +205,22 @@ func (p *envParser) positive(name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n <= 0 {
 		p.fail(name, v, "want a whole number greater than 0")
+		return def
+	}
+	return n
+}
+
+// maxBudget bounds the emit budgets: a cluster's members send them to each
+// other as 32-bit integers, and the dashboard's per-project override has
+// the same bound.
+const maxBudget = 1_000_000_000
+
+// budget is a rate limit: a whole number from 1 to maxBudget.
+func (p *envParser) budget(name string, def int) int {
+	n := p.positive(name, def)
+	if n > maxBudget {
+		v, _ := p.get(name)
+		p.fail(name, v, fmt.Sprintf("want a whole number from 1 to %d", maxBudget))
 		return def
 	}
 	return n

@@ -355,6 +355,10 @@ func TestLoadConfigRejects(t *testing.T) {
 			cases = append(cases, bad{name, v})
 		}
 	}
+	// The budgets travel between a cluster's members as 32-bit integers.
+	for _, name := range []string{"EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND"} {
+		cases = append(cases, bad{name, "1000000001"}, bad{name, "3000000000"})
+	}
 	cases = append(cases,
 		bad{"DATABASE_URL", "mysql://u:p@localhost/relay"},
 		bad{"DATABASE_URL", "http://localhost/relay"},

@@ -1,0 +1,71 @@
+package actors
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// An emit timed just before a minute's start that reaches the actors after
+// that minute's first emits (two handlers racing the boundary: an HTTP emit
+// is timed on its way in) counts in the new minute. It used to start an
+// empty window for the old minute, and the next emit another empty one for
+// the new minute: a whole budget more got through.
+func TestLateEmitKeepsTheWindows(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		channel, proj  int
+		channelOfEmits func(i int) string
+	}{
+		{"channel budget", 3, 1000, func(int) string { return "c" }},
+		{"project backstop", 1000, 3, func(i int) string { return string(rune('a' + i)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			boundary := time.Now().Truncate(time.Minute).Add(time.Minute)
+			var clock atomic.Int64
+			clock.Store(boundary.Add(time.Millisecond).UnixNano())
+			sys := newTestSystem(t, Config{EmitRatePerMinute: tc.channel, ProjectRatePerMinute: tc.proj,
+				Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+			ctx := context.Background()
+			emit := func(i int) *PublishResult {
+				res, err := sys.Publish(ctx, "p", tc.channelOfEmits(i), []byte(`1`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &res
+			}
+			for i := range 3 {
+				if res := emit(i); res.Err != nil {
+					t.Fatalf("emit %d: %v", i, res.Err)
+				}
+			}
+			clock.Store(boundary.Add(-time.Millisecond).UnixNano()) // timed in the minute before
+			if res := emit(3); res.Err == nil {
+				t.Fatal("the late emit was counted in a fresh window")
+			}
+			clock.Store(boundary.Add(2 * time.Millisecond).UnixNano())
+			for i := 4; i < 7; i++ {
+				if res := emit(i); res.Err == nil {
+					t.Fatalf("emit %d accepted in a minute whose budget of 3 is spent", i)
+				}
+			}
+		})
+	}
+}
+
+// A window goes back only for a clock stepped back by more than a window.
+func TestWindowAfterAClockStep(t *testing.T) {
+	w := fixedWindow{size: time.Minute}
+	start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for range 3 {
+		w.take(start.Add(time.Second), 3)
+	}
+	if _, ok := w.take(start.Add(-time.Second), 3); ok {
+		t.Fatal("an event a second before the window opened a fresh one")
+	}
+	b, ok := w.take(start.Add(-2*time.Minute), 3) // the clock went back two minutes
+	if !ok || b.Remaining != 2 || !b.ResetAt.Equal(start.Add(-time.Minute)) {
+		t.Fatalf("after the clock went back: %+v %v, want a fresh window ending %v", b, ok, start.Add(-time.Minute))
+	}
+}
