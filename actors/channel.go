@@ -129,6 +129,10 @@ func (a *channelActor) publishTaken(ctx actor.Context, m *Publish) {
 // the same bytes to every subscriber (proto/PROTOCOL.md › POST /emit), or, for a
 // client-emit, to every subscriber but the emitter, which gets the emit ack.
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
+	if m.origin != nil && !a.emitterSubscribed(m) {
+		refundProject(ctx, m)
+		return PublishResult{Err: &proto.Error{Code: proto.CodeEmitIdentityMismatch}}
+	}
 	if m.projectDenied {
 		a.counters.RateLimitedProject.Add(1)
 		a.usage.health.add(hLimitedProject, 1, m.At.UnixNano())
@@ -186,21 +190,30 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	return res
 }
 
+// emitterSubscribed is client-emit rule 4 again, where subscriptions are
+// decided: the connection checked its own record, which holds a presence
+// subscribe from the moment it is sent, so one this channel refused a moment
+// ago still passed there. (The emit's per-clientId unit stays spent.)
+func (a *channelActor) emitterSubscribed(m *Publish) bool {
+	s, ok := a.subs.get(m.origin.ID())
+	return ok && s.presence && s.clientID == m.clientID
+}
+
 // subscribe replays what the client missed (before the ack), adds or updates
 // the subscription, acks, and runs presence: sync to the newcomer, join to
 // the other presence subscribers.
 func (a *channelActor) subscribe(ctx actor.Context, m *subscribe) {
-	if m.hasSince {
-		a.sendReplay(m.sink, m.since)
-	}
 	id := m.sink.ID()
 	sub := channelSub{sink: m.sink, presence: m.presence, clientID: m.clientID}
 	old, existed := a.subs.get(id)
 	wasMember := existed && old.presence
 	same := wasMember && sub.presence && old.clientID == sub.clientID // a repeated subscribe
 	if sub.presence && !same && a.members.full(sub.clientID, wasMember && a.members.only(old.clientID), a.maxMembers) {
-		m.refuse(ctx, proto.CodeTooManyPresenceMembers)
+		m.refuse(ctx, proto.CodeTooManyPresenceMembers, old, existed) // no replay: it is not subscribed by this
 		return
+	}
+	if m.hasSince {
+		a.sendReplay(m.sink, m.since)
 	}
 	if wasMember && !same && a.members.remove(old.clientID) { // presence switched off, or a new clientId
 		a.presenceEvent(proto.PresenceLeave, old.clientID, id)

@@ -309,6 +309,11 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	limit := int(m.ChannelLimit)
 	res := &clusterpb.ChannelPublished{}
 	g.answered.remember(m.Id, now, res)
+	if m.Client && !g.emitterSubscribed(m) { // rule 4, as the channel actor checks it
+		res.Error = string(proto.CodeEmitIdentityMismatch)
+		answer(res)
+		return
+	}
 	if m.ProjectDenied {
 		g.cfg.counters.RateLimitedProject.Add(1)
 		res.Error, res.Channel = string(proto.CodeProjectRateLimited), budgetToProto(g.window.peek(at, limit))
@@ -350,6 +355,17 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	answer(res)
 }
 
+// emitterSubscribed: a client emit's connection holds a presence
+// subscription under the token's clientId (channelActor.emitterSubscribed).
+func (g *channelGrain) emitterSubscribed(m *clusterpb.ChannelPublish) bool {
+	r := g.relays[refKey(m.ReplyTo)]
+	if r == nil {
+		return false
+	}
+	s := r.subs[m.OriginConn]
+	return s != nil && s.Presence && s.ClientId == m.ClientId
+}
+
 const (
 	errNotOwner = "not_owner"
 	errExpired  = "expired"
@@ -374,12 +390,6 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	r := g.relay(ctx, m.Relay)
 	sub := m.Sub
 	ans := &clusterpb.ChannelJoined{Conn: sub.Conn}
-	if m.HasSince {
-		if g.replay.request(m.Since, g.cfg.Now(), g.cfg.counters) {
-			ans.Gap, ans.GapSince = true, m.Since
-		}
-		g.replay.each(m.Since, func(msg []byte) { ans.Replay = append(ans.Replay, msg) })
-	}
 	old, existed := r.subs[sub.Conn]
 	wasMember := existed && old.Presence
 	same := wasMember && sub.Presence && old.ClientId == sub.ClientId
@@ -388,6 +398,12 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 		ans.Seq = g.seq
 		g.c.send(ctx, r.pid, ans)
 		return
+	}
+	if m.HasSince {
+		if g.replay.request(m.Since, g.cfg.Now(), g.cfg.counters) {
+			ans.Gap, ans.GapSince = true, m.Since
+		}
+		g.replay.each(m.Since, func(msg []byte) { ans.Replay = append(ans.Replay, msg) })
 	}
 	if wasMember && !same {
 		g.removeMember(ctx, old.ClientId, r, sub.Conn)

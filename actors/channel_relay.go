@@ -428,7 +428,8 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 	ops = ops[1:]
 	r.lastSeq = max(r.lastSeq, m.Seq)
 	if m.Refused != "" {
-		sub.refuse(ctx, proto.Code(m.Refused))
+		kept, subscribed := r.subs.get(m.Conn) // the grain keeps what it had, which the relay holds too
+		sub.refuse(ctx, proto.Code(m.Refused), kept, subscribed)
 	} else {
 		if m.Gap {
 			sub.sink.Send(transport.TextFrame(proto.AppendReplayGap(nil, r.name, m.GapSince)))

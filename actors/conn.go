@@ -7,10 +7,13 @@ import (
 	"github.com/relayhq/relay/transport"
 )
 
-// connSub is what a connection knows of one of its subscriptions.
+// connSub is what a connection knows of one of its subscriptions. The
+// connection records a subscribe when it sends it; the channel may refuse
+// it (a cap), and the refusal brings back what the channel kept.
 type connSub struct {
 	channel  string
 	presence bool
+	n        uint32 // the number of the subscribe that recorded it
 	clientID string
 }
 
@@ -22,8 +25,9 @@ type connActor struct {
 	// subs is a slice, not a map: most connections hold one or a few
 	// channels (at most MAX_SUBSCRIPTIONS_PER_CONNECTION), and a one-entry
 	// map costs about 300 bytes more per idle connection.
-	subs []connSub
-	cfg  *Config
+	subs       []connSub
+	subscribes uint32 // subscribes sent, numbering them
+	cfg        *Config
 }
 
 // removeSub drops subs[i], moving the last one into its place.
@@ -50,9 +54,14 @@ func (a *connActor) Receive(ctx actor.Context) {
 	case *clientFrame:
 		a.handleFrame(ctx, &m.msg)
 	case *subscribeRefused:
-		// Forget it unless the client has since subscribed differently.
-		if i := a.find(m.channel); i >= 0 && a.subs[i].presence == m.presence && a.subs[i].clientID == m.clientID {
-			a.removeSub(i)
+		// Back to what the channel kept, unless the client has subscribed
+		// again since (that subscribe's outcome decides) or unsubscribed.
+		if i := a.find(m.channel); i >= 0 && a.subs[i].n == m.n {
+			if m.subscribed {
+				a.subs[i].presence, a.subs[i].clientID = m.presence, m.clientID
+			} else {
+				a.removeSub(i)
+			}
 		}
 	case *socketClosed:
 		channels := make([]string, 0, len(a.subs))
@@ -68,7 +77,8 @@ func (a *connActor) Receive(ctx actor.Context) {
 func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 	switch m.Action {
 	case proto.ActionSubscribe:
-		sub := connSub{channel: m.Channel, presence: m.Presence, clientID: m.ClientID}
+		a.subscribes++
+		sub := connSub{channel: m.Channel, presence: m.Presence, clientID: m.ClientID, n: a.subscribes}
 		if max := a.cfg.MaxClientIDBytes; max > 0 && len(m.ClientID) > max {
 			a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeClientIDTooLong, Channel: m.Channel}))
 			return
@@ -81,7 +91,7 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 		} else {
 			a.subs = append(a.subs, sub)
 		}
-		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, conn: ctx.Self(), presence: m.Presence, clientID: m.ClientID,
+		ctx.Send(a.project, &subscribe{channel: m.Channel, sink: a.sink, conn: ctx.Self(), n: sub.n, presence: m.Presence, clientID: m.ClientID,
 			hasSince: m.HasSince, since: m.Since})
 	case proto.ActionUnsubscribe:
 		i := a.find(m.Channel)

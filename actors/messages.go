@@ -89,6 +89,7 @@ type subscribe struct {
 	channel  string
 	sink     Sink
 	conn     *actor.PID // the connection actor, told when the subscribe is refused
+	n        uint32     // its number among the connection's subscribes
 	presence bool
 	clientID string
 	hasSince bool
@@ -96,11 +97,15 @@ type subscribe struct {
 }
 
 // subscribeRefused tells a connection actor that its project or channel
-// refused a subscribe (a cap), so it forgets the subscription it recorded.
+// refused a subscribe (a cap), and what the channel kept for the connection
+// instead (a refused re-subscribe leaves the earlier subscription as it
+// was), so that the connection's record matches it again.
 type subscribeRefused struct {
-	channel  string
-	presence bool
-	clientID string
+	channel    string
+	n          uint32 // the refused subscribe's number (connActor.subscribes)
+	subscribed bool   // the channel still holds an earlier subscription…
+	presence   bool   // …with presence…
+	clientID   string // …under this clientId
 }
 
 // unsubscribe removes a connection from a channel; silent skips the ack (the
@@ -255,11 +260,12 @@ func (q *quietPeriod) dormantAgain(dormant bool) bool {
 }
 
 // refuse answers a refused subscribe with the error frame and tells the
-// connection actor to forget the subscription.
-func (m *subscribe) refuse(ctx actor.Context, code proto.Code) {
+// connection actor what the channel holds for it instead: kept, when
+// subscribed.
+func (m *subscribe) refuse(ctx actor.Context, code proto.Code, kept channelSub, subscribed bool) {
 	m.sink.Send(errorFrame(&proto.Error{Code: code, Channel: m.channel}))
 	if m.conn != nil {
-		ctx.Send(m.conn, &subscribeRefused{channel: m.channel, presence: m.presence, clientID: m.clientID})
+		ctx.Send(m.conn, &subscribeRefused{channel: m.channel, n: m.n, subscribed: subscribed, presence: kept.presence, clientID: kept.clientID})
 	}
 }
 

@@ -419,7 +419,7 @@ func (a *projectActor) refuseNewChannel(ctx actor.Context, channel string, msg a
 			m.origin.Send(errorFrame(e))
 		}
 	case *subscribe:
-		m.refuse(ctx, proto.CodeTooManyChannels)
+		m.refuse(ctx, proto.CodeTooManyChannels, channelSub{}, false) // a new channel: nothing to keep
 	}
 }
 

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// A re-subscribe refused by the presence cap leaves the earlier subscription
+// as it was, on the channel and on the connection alike: the unsubscribe
+// that follows ends it. (The connection used to forget the channel while the
+// channel kept it: the unsubscribe was acked without reaching the channel,
+// and messages kept coming.)
+func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("a")
+	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"room"}`)
+	c.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"second"}`)
+	c.expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	c.send(`{"action":"unsubscribe","channel":"room"}`)
+	c.expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
+
+	r := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.status, r.raw)
+	}
+	if n := num(r.json, "subscriberCount"); n != 1 {
+		t.Errorf("subscriberCount %v after unsubscribe, want 1 (the presence member only)", n)
+	}
+	c.expectSilence(300 * time.Millisecond) // unsubscribed: nothing may arrive
+}
+
+// The same refusal leaves no ghost presence member: once every socket of
+// clientId "x" has closed, "x" is no longer listed. (It used to stay, with no
+// leave sent: the closing connection did not name the channel.)
+func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("a")
+	a := presenceSub(t, ts, p.publicKey, "room", "x")
+	a.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	b := presenceSub(t, ts, p.publicKey, "room", "x")
+	b.expect(`{"type":"presence","channel":"room","event":"sync","members":["x"]}`)
+	a.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"y"}`)
+	a.expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	a.conn.Close()
+	b.conn.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	var last response
+	for time.Now().Before(deadline) {
+		last = owner.bearerGet("/channels/room/members", p.secretKey)
+		if strings.TrimSpace(last.raw) == `{"channel":"room","members":[]}` {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("after every socket closed, members: %s", last.raw)
+}
+
+// Client-emit rule 4 holds for an emit sent right behind a presence
+// subscribe the channel refuses: emit_identity_mismatch, nothing relayed.
+// (The connection checks its own record, which holds the subscribe from the
+// moment it is sent; the channel now checks again.)
+func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
+	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	s.enable(t)
+	for i := 0; i < 10; i++ {
+		bob := s.ts.dialWS(s.p.publicKey)
+		bob.send(`{"action":"subscribe","channel":"chat","presence":true,"clientId":"bob"}`)
+		bob.send(emitFrame(s.tokenFor("bob"), "msg", "1"))
+		bob.expect(`{"error":"too_many_presence_members","channel":"chat"}`)
+		f, ok := bob.next(2 * time.Second)
+		if !ok || f.text != `{"error":"emit_identity_mismatch","channel":"chat"}` {
+			t.Fatalf("round %d: emit by a refused subscriber answered %+v (ok=%v), want emit_identity_mismatch", i, f, ok)
+		}
+		s.listener.expectSilence(100 * time.Millisecond)
+		bob.conn.Close()
+	}
+}
+
+// A presence subscribe refused by the cap gets its error and nothing of the
+// replay (nor a replay_gap) a subscribe would have had.
+func TestRefusedSubscribeGetsNoReplay(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("a")
+	presenceSub(t, ts, p.publicKey, "room", "x").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	if r := owner.emit(p.secretKey, `{"channel":"room","payload":"secret-ish"}`); r.status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.status, r.raw)
+	}
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"y","since":0}`)
+	c.expect(`{"error":"too_many_presence_members","channel":"room"}`)
+}
