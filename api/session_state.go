@@ -77,11 +77,9 @@ func (st *sessionState) epoch(ctx context.Context, userID string) (int64, error)
 
 // revoke stores the end of one session, then caches it.
 func (st *sessionState) revoke(ctx context.Context, sess session) error {
-	if err := st.store.RevokeSession(ctx, sess.id, sess.ends); err != nil {
-		return err
-	}
-	st.put(st.revoked, sess.id, 1)
-	return nil
+	err := st.store.RevokeSession(ctx, sess.id, sess.ends)
+	st.put(st.revoked, sess.id, 1) // unstored, this node still refuses it while it caches it
+	return err
 }
 
 // nextEpoch starts a new epoch for the user in the store, then caches it.

@@ -6,6 +6,7 @@ package main
 // Each on SQLite and on PostgreSQL.
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -109,6 +111,34 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 		sessRefused(t, ts, handMade, "a hand-made cookie after its logout")
 		sessAccepted(t, ts, fresh, "the session of the new login")
 	})
+}
+
+// TestLogoutWithTheStoreFailing: POST /api/auth/logout is always 200 and
+// clears the cookie, even when the session's end cannot be stored; this node
+// refuses the session meanwhile, and the failure is logged. (It used to
+// answer 500 and keep the cookie.)
+func TestLogoutWithTheStoreFailing(t *testing.T) {
+	dbURL := storetest.SQLiteURL(t)
+	ts := startServer(t, dbURL, nil)
+	c, _ := ts.cpSignup(t, "alice@example.com")
+	saved := sessCookie(t, ts, c.http.Jar)
+	st, err := store.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.DB().ExecContext(context.Background(), "ALTER TABLE session_revocations RENAME TO session_revocations_gone"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.do("POST", "/api/auth/logout", "")
+	r.expect(t, http.StatusOK, `{"ok":true}`)
+	if ck := r.header.Get("Set-Cookie"); !strings.HasPrefix(ck, api.CookieName+"=;") || !strings.Contains(ck, "Max-Age=0") {
+		t.Fatalf("Set-Cookie %q, want the cookie cleared", ck)
+	}
+	sessRefused(t, ts, saved, "on this node after a logout the store did not take")
+	if !strings.Contains(ts.logs.String(), "the session's end was not stored") {
+		t.Fatalf("the failure is not logged:\n%s", ts.logs)
+	}
 }
 
 // TestLogoutEndsSessionDashboard: the same through the dashboard's POST
