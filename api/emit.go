@@ -68,10 +68,6 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, proto.CodeInvalidJSON)
 		return
 	}
-	if declaredNonJSON(r, body) {
-		writeError(w, proto.CodeUnsupportedMediaType)
-		return
-	}
 	req, perr := proto.DecodeEmitRequest(body)
 	if perr != nil {
 		writeSpecError(w, perr)

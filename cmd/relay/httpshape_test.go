@@ -33,27 +33,31 @@ func TestMalformedPathsAnswerJSON404(t *testing.T) {
 	}
 }
 
-// /emit and /emit-tokens/revoke refuse a body declared other than JSON with
-// 415, like /api/*; a body without Content-Type is read as JSON (README ›
-// Endpoints, api/openapi.yaml).
+// /emit, /emit-tokens/revoke and /emit/batch read their body as JSON
+// whatever its Content-Type says (curl -d declares a form): the protocol
+// defines those bodies as JSON and lists no 415 (README › HTTP choices).
 func TestConnectionPlaneContentType(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	c := ts.signup("alice@example.com")
 	p := c.createProject("a")
 	auth := map[string]string{"Authorization": "Bearer " + p.secretKey}
-	for _, path := range []string{"/emit", "/emit-tokens/revoke"} {
+	for _, path := range []string{"/emit", "/emit-tokens/revoke", "/emit/batch"} {
 		body := `{"channel":"a","payload":1}`
-		if path != "/emit" {
+		switch path {
+		case "/emit-tokens/revoke":
 			body = `{"jti":"x"}`
+		case "/emit/batch":
+			body = `{"messages":[{"channel":"a","payload":1}]}`
 		}
-		for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx", "bogus"} {
-			c.send("POST", path, body, ct, auth).expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
-		}
-		for _, ct := range []string{"", "application/json", "application/json; charset=utf-8", "application/merge-patch+json"} {
-			if r := c.send("POST", path, body, ct, auth); r.status != http.StatusOK || r.json["ok"] != true {
+		for _, ct := range []string{"", "application/json", "application/json; charset=utf-8", "application/merge-patch+json",
+			"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx", "bogus"} {
+			r := c.send("POST", path, body, ct, auth)
+			if ok := r.json["ok"] == true || r.json["results"] != nil; r.status != http.StatusOK || !ok {
 				t.Errorf("%s with Content-Type %q: %d %s", path, ct, r.status, r.raw)
 			}
 		}
+		// Whatever it declares, a body that is not JSON is invalid_json.
+		c.send("POST", path, "channel=a&payload=1", "application/x-www-form-urlencoded", auth).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 		// The secret key is checked first, as the session is on /api/*.
 		c.send("POST", path, body, "text/plain", nil).expect(t, http.StatusUnauthorized, `{"error":"missing_secret_key"}`)
 	}

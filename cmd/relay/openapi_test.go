@@ -242,7 +242,7 @@ func TestOpenAPI(t *testing.T) {
 		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "application/json", bearer(e.publicKey)), 401)
 		want(anon.send("POST", "/emit", `{"channel":`, "application/json", bearer(e.secretKey)), 400)
 		want(anon.send("POST", "/emit", `{"channel":"a b","payload":1}`, "application/json", bearer(e.secretKey)), 400, "invalid_channel")
-		want(anon.send("POST", "/emit", `{"channel":"a","payload":1}`, "text/plain", bearer(e.secretKey)), 415)
+		want(anon.send("POST", "/emit", `channel=a&payload=1`, "application/x-www-form-urlencoded", bearer(e.secretKey)), 400, "invalid_json")
 		want(anon.send("POST", "/emit", `{"channel":"a","payload":"`+strings.Repeat("x", 140<<10)+`"}`, "application/json", bearer(e.secretKey)), 413)
 		want(anon.send("POST", "/emit", `{"channel":"a","payload":{"n":1}}`, "application/json", bearer(e.secretKey)), 200)
 		want(anon.send("POST", "/emit", `{"channel":"a"}`, "application/json", bearer(e.secretKey)), 200)
@@ -265,7 +265,7 @@ func TestOpenAPI(t *testing.T) {
 		pr = want(alice.do("POST", "/api/projects", `{"name":"revoke"}`), 201)
 		rk, rpk := pr.str("keys", "secretKey"), pr.str("keys", "publicKey")
 		want(revoke(`[]`, "application/json", rk), 400)
-		want(revoke(`{"clientId":"u"}`, "text/plain", rk), 415)
+		want(revoke(`clientId=u`, "application/x-www-form-urlencoded", rk), 400, "invalid_json")
 		want(st.client(ts).send("POST", "/emit-tokens/revoke", `{"clientId":"`+strings.Repeat("u", 70<<10)+`"}`, "application/json", bearer(rk)), 413)
 
 		// The WebSocket handshake.
@@ -396,7 +396,7 @@ func TestOpenAPIQueries(t *testing.T) {
 		want(anon.send("GET", "/emit/batch", "", "", key), 405)
 		want(anon.send("POST", "/emit/batch", `{"messages":[]}`, "application/json", key), 400, "invalid_batch")
 		want(anon.send("POST", "/emit/batch", `[`, "application/json", key), 400, "invalid_json")
-		want(anon.send("POST", "/emit/batch", `{"messages":[]}`, "text/plain", key), 415)
+		want(anon.send("POST", "/emit/batch", `{"messages":[]}`, "text/plain", key), 400, "invalid_batch") // read as JSON whatever it declares
 		want(anon.send("POST", "/emit/batch", `{"messages":["`+strings.Repeat("x", 4<<20)+`"]}`, "application/json", key), 413)
 
 		var seen []string
