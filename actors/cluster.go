@@ -138,7 +138,7 @@ type Cluster struct {
 	projectHandoffs sync.Map // project id → *handed: states handed to this node for project grains not started yet
 	handoffs        sync.Map // identity → *handed: states handed to this node for grains not started yet
 	moves           moves    // grains moving because a node joined (cluster_handoff.go)
-	projectReplay   sync.Map // project id → *atomic.Int64: replay bytes of its grains here
+	projectReplay   sync.Map // project id → *replayBudget: replay bytes of its grains here
 	grainsLive      atomic.Int64
 	firstSendDelay  time.Duration
 	publishes       atomic.Uint64 // publish ids
@@ -405,12 +405,12 @@ func (c *Cluster) send(ctx actor.Context, to *actor.PID, msg any) {
 
 // replayBytes is the count of replay bytes held by a project's channel
 // grains on this node (MAX_REPLAY_BYTES_PER_PROJECT applies per node).
-func (c *Cluster) replayBytes(project string) *atomic.Int64 {
+func (c *Cluster) replayBytes(project string) *replayBudget {
 	if v, ok := c.projectReplay.Load(project); ok {
-		return v.(*atomic.Int64)
+		return v.(*replayBudget)
 	}
-	v, _ := c.projectReplay.LoadOrStore(project, &atomic.Int64{})
-	return v.(*atomic.Int64)
+	v, _ := c.projectReplay.LoadOrStore(project, &replayBudget{})
+	return v.(*replayBudget)
 }
 
 // publishID is unique in the cluster: this member's id and a counter.

@@ -87,7 +87,7 @@ type liveConn struct {
 // counted and a count can never go negative.
 type projectUsage struct {
 	emits       atomic.Int64
-	replayBytes atomic.Int64   // held by the channels' replay rings together
+	replayBytes replayBudget   // held by the channels' replay rings together
 	health      *projectHealth // the live figures (health.go)
 }
 

@@ -1,7 +1,7 @@
 package actors
 
 import (
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -17,7 +17,7 @@ type replayRing struct {
 	maxBytes int
 	// project counts the bytes of every ring of the project; over
 	// projectMax (when set) each ring gives up its oldest messages.
-	project    *atomic.Int64
+	project    *replayBudget
 	projectMax int64
 
 	entries []replayEntry // oldest first; entries[head:] are live
@@ -39,7 +39,7 @@ func (r *replayRing) add(seq uint64, at time.Time, msg []byte) {
 	r.entries = append(r.entries, replayEntry{seq: seq, at: at, msg: msg})
 	r.bytes += len(msg)
 	if r.project != nil {
-		r.project.Add(int64(len(msg)))
+		r.project.add(at, len(msg))
 	}
 	r.expire(at)
 }
@@ -51,12 +51,12 @@ func (r *replayRing) expire(now time.Time) {
 	cutoff := now.Add(-r.ttl)
 	for r.head < len(r.entries) {
 		e := &r.entries[r.head]
-		if !e.at.Before(cutoff) && r.bytes <= r.maxBytes && !r.projectOver() {
+		if !e.at.Before(cutoff) && r.bytes <= r.maxBytes && !r.projectOver(now) {
 			break
 		}
 		r.bytes -= len(e.msg)
 		if r.project != nil {
-			r.project.Add(-int64(len(e.msg)))
+			r.project.remove(e.at, len(e.msg))
 		}
 		r.lowWater = e.seq
 		*e = replayEntry{}
@@ -86,13 +86,11 @@ func (r *replayRing) live() []replayEntry { return r.entries[r.head:] }
 func (r *replayRing) prepend(older []replayEntry, lowWater, lastSeq uint64, fresh bool) {
 	switch {
 	case len(older) > 0 && (fresh || (!r.empty() && lastSeq < r.entries[r.head].seq)):
-		n := 0
 		for _, e := range older {
-			n += len(e.msg)
-		}
-		r.bytes += n
-		if r.project != nil {
-			r.project.Add(int64(n))
+			r.bytes += len(e.msg)
+			if r.project != nil {
+				r.project.add(e.at, len(e.msg))
+			}
 		}
 		r.entries = append(older, r.live()...)
 		r.head = 0
@@ -106,13 +104,80 @@ func (r *replayRing) prepend(older []replayEntry, lowWater, lastSeq uint64, fres
 // owner is stopping with messages still in it).
 func (r *replayRing) release() {
 	if r.project != nil {
-		r.project.Add(-int64(r.bytes))
+		for _, e := range r.live() {
+			r.project.remove(e.at, len(e.msg))
+		}
 	}
 	r.entries, r.head, r.bytes = nil, 0, 0
 }
 
-func (r *replayRing) projectOver() bool {
-	return r.projectMax > 0 && r.project.Load() > r.projectMax
+func (r *replayRing) projectOver(now time.Time) bool {
+	return r.projectMax > 0 && r.project.held(now, r.ttl) > r.projectMax
+}
+
+// replayBudget counts the bytes a project's rings hold together, by the
+// second their messages were emitted, so that what is past the TTL stops
+// counting at once rather than when its ring is next touched: an idle
+// channel's expired messages must not crowd out another channel's new ones
+// (MAX_REPLAY_BYTES_PER_PROJECT; the oldest go first).
+type replayBudget struct {
+	mu      sync.Mutex
+	total   int64           // bytes of the seconds still counted
+	seconds map[int64]int64 // those bytes by emit second (unix)
+	from    int64           // the first second still counted: earlier ones are past every TTL seen
+}
+
+func (b *replayBudget) add(at time.Time, n int) {
+	sec := at.Unix()
+	b.mu.Lock()
+	if sec >= b.from { // else expired already
+		if b.seconds == nil {
+			b.seconds = map[int64]int64{}
+		}
+		b.seconds[sec] += int64(n)
+		b.total += int64(n)
+	}
+	b.mu.Unlock()
+}
+
+// remove takes back a message's bytes, unless its second has stopped
+// counting already.
+func (b *replayBudget) remove(at time.Time, n int) {
+	sec := at.Unix()
+	b.mu.Lock()
+	if left, ok := b.seconds[sec]; ok {
+		if left -= int64(n); left > 0 {
+			b.seconds[sec] = left
+		} else {
+			delete(b.seconds, sec)
+		}
+		b.total -= int64(n)
+	}
+	b.mu.Unlock()
+}
+
+// held is the bytes of messages younger than ttl at now, give or take a
+// second: a second stops counting once all of it is past the TTL.
+func (b *replayBudget) held(now time.Time, ttl time.Duration) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cutoff := now.Add(-ttl).Unix(); cutoff > b.from {
+		for sec, n := range b.seconds {
+			if sec < cutoff {
+				delete(b.seconds, sec)
+				b.total -= n
+			}
+		}
+		b.from = cutoff
+	}
+	return b.total
+}
+
+// bytes is the count, expired seconds included until held drops them.
+func (b *replayBudget) bytes() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
 }
 
 // request answers a subscribe with since, counting it: true when some message

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,4 +138,67 @@ func canonicalJSON(t *testing.T, m map[string]any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A project's expired replay bytes stop counting against
+// MAX_REPLAY_BYTES_PER_PROJECT at once: channel a's messages aged out of
+// the window (its ring not touched since) no longer push out channel b's
+// new one. They did until a's ring was next touched, up to
+// ACTOR_DORMANCY_SECONDS later.
+func TestExpiredReplayBytesFreeTheProjectCap(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	payload := []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	sys := newTestSystem(t, Config{
+		MaxReplayBytesPerProject: 3 * 1100, // three messages
+		Now:                      func() time.Time { return time.Unix(0, clock.Load()) },
+	})
+	for range 3 {
+		if res, err := sys.Publish(context.Background(), "p", "a", payload); err != nil || res.Err != nil {
+			t.Fatalf("publish a: %v %v", err, res.Err)
+		}
+	}
+	clock.Add(int64(25 * time.Second)) // a's messages are past the 20 s window
+	res, err := sys.Publish(context.Background(), "p", "b", payload)
+	if err != nil || res.Err != nil {
+		t.Fatalf("publish b: %v %v", err, res.Err)
+	}
+	k := &sink{id: 1}
+	sess := openConn(sys, "p", k)
+	sess.HandleMessage(fmt.Appendf(nil, `{"action":"subscribe","channel":"b","since":%d}`, res.Seq-1))
+	waitFor(t, "ack", func() bool {
+		got := k.messages(t)
+		return len(got) > 0 && got[len(got)-1]["action"] == "subscribe"
+	})
+	if got := k.messages(t); len(got) != 2 || got[0]["replay"] != true {
+		t.Fatalf("subscribe b since=%d: frames %v; want the one buffered message (replay:true) then the ack", res.Seq-1, got)
+	}
+}
+
+// replayBudget counts by emit second; a second stops counting once all of it
+// is past the TTL, and a message removed after that is not taken off twice.
+func TestReplayBudget(t *testing.T) {
+	var b replayBudget
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	b.add(t0, 100)
+	b.add(t0.Add(500*time.Millisecond), 50)
+	b.add(t0.Add(2*time.Second), 10)
+	if n := b.held(t0.Add(2*time.Second), 20*time.Second); n != 160 {
+		t.Fatalf("held %d, want 160", n)
+	}
+	if n := b.held(t0.Add(20*time.Second+900*time.Millisecond), 20*time.Second); n != 160 {
+		t.Fatalf("held %d with second 0 not wholly past the TTL, want 160", n)
+	}
+	if n := b.held(t0.Add(21*time.Second), 20*time.Second); n != 10 {
+		t.Fatalf("held %d once second 0 is past the TTL, want 10", n)
+	}
+	b.remove(t0, 100) // its ring expires it later: already discounted
+	b.remove(t0.Add(2*time.Second), 10)
+	if n := b.bytes(); n != 0 {
+		t.Fatalf("bytes %d after every message left, want 0", n)
+	}
+	b.add(t0, 5) // a message from a second no longer counted
+	if n := b.bytes(); n != 0 {
+		t.Fatalf("bytes %d after adding an expired second's message, want 0", n)
+	}
 }
