@@ -68,8 +68,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opened := false
+	var conn *transport.Conn
 	err = s.transport.Upgrade(w, r, func(c *transport.Conn) transport.Handler {
-		opened = true
+		opened, conn = true, c
 		// The client address is logged here, once: the transport's
 		// "connection closed" line names the same conn.
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -80,6 +81,9 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if !opened {
 		s.actors.Release(lease)
 	}
+	if err == nil {
+		s.recheckKey(r, raw, conn)
+	}
 	switch {
 	case errors.Is(err, transport.ErrShuttingDown):
 		s.metrics.refused(refusedShuttingDown)
@@ -89,6 +93,21 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		// The upgrader has already answered (400 for a non-WebSocket request).
 		s.log.Debug("websocket upgrade failed", "addr", addr, "err", err)
 	}
+}
+
+// recheckKey closes a socket whose key was revoked (or rotated, or its
+// overlap window ended) while it was being opened. A revocation clears the
+// key cache and then tells the project actor to close that key's sockets;
+// a handshake that checked the key before the revocation but registered its
+// socket with the actor after that message would be missed, and would stay
+// open on a dead key. Looked up again once the socket is registered, the key
+// is seen revoked in every such case.
+func (s *Server) recheckKey(r *http.Request, raw string, c *transport.Conn) {
+	k, ok, err := s.keys.Lookup(r.Context(), raw)
+	if err != nil || (ok && !k.Revoked) {
+		return // the store is down: the revocation's own close is the answer then
+	}
+	c.Close(proto.CloseKeyRevoked, "key revoked")
 }
 
 // notWebSocket is the body of a GET /ws that asks for no WebSocket upgrade.

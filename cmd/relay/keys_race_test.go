@@ -1,0 +1,91 @@
+package main
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// TestRevokeRacingHandshakes: a rotation without overlap revokes the old
+// public key at once, with no grace period: once the rotation has answered,
+// no socket opened with the old key stays open. A handshake that checked the
+// key just before the revocation but registered its socket with the project
+// after the revocation's close used to stay open on the dead key (until its
+// lifetime cap); the key is now looked up again once the socket is
+// registered.
+func TestRevokeRacingHandshakes(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		survivors := 0
+		for round := 0; round < 8 && survivors == 0; round++ {
+			p, _ := alice.cpCreate(t, "Race", aliceID)
+			keep := ts.dialWS(p.publicKey) // the project actor runs
+			var (
+				mu     sync.Mutex
+				opened []*wsClient
+				stop   atomic.Bool
+				wg     sync.WaitGroup
+			)
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for !stop.Load() {
+						c, status, err := ts.tryDialWS(p.publicKey)
+						if err != nil {
+							if status == http.StatusUnauthorized {
+								return
+							}
+							continue
+						}
+						mu.Lock()
+						opened = append(opened, c)
+						mu.Unlock()
+					}
+				}()
+			}
+			time.Sleep(50 * time.Millisecond)
+			r := alice.cpRotate(p.id, `{"keyType":"public"}`)
+			if r.status != http.StatusCreated {
+				t.Fatalf("rotate: %d %s", r.status, r.raw)
+			}
+			stop.Store(true)
+			wg.Wait()
+			keep.expectClose(4001, 5*time.Second)
+			time.Sleep(500 * time.Millisecond)
+			mu.Lock()
+			for _, c := range opened {
+				closed := false
+			drain:
+				for {
+					f, ok := c.next(10 * time.Millisecond)
+					switch {
+					case !ok:
+						break drain
+					case f.closed || f.err != nil:
+						closed = true
+						break drain
+					}
+				}
+				if !closed {
+					// Still served: a ping gets its pong.
+					c.send(`{"action":"ping"}`)
+					if f, ok := c.next(2 * time.Second); ok && f.text != "" {
+						t.Logf("socket opened with the revoked key answers: %s", f.text)
+						survivors++
+					}
+				}
+			}
+			t.Logf("round %d: %d sockets opened with the old key, %d still open 0.5 s after the rotation", round, len(opened), survivors)
+			mu.Unlock()
+		}
+		if survivors > 0 {
+			t.Fatalf("%d sockets opened with a revoked public key stayed open after the revocation answered", survivors)
+		}
+	})
+}
