@@ -385,7 +385,8 @@ func (s *Store) UpdateSettings(ctx context.Context, projectID string, change fun
 // later one for the same key replaces the earlier (a clientId revocation
 // moves its cut-off forward). With maxHeld > 0 it refuses with
 // ErrLimitReached, storing none, when the project already holds that many
-// revocations unexpired at at: counted in the same transaction, serialised
+// other revocations unexpired at at (a value it holds already is revoked
+// again whatever the count): counted in the same transaction, serialised
 // per project, so concurrent calls (on any node) cannot pass it together.
 func (s *Store) AddRevocations(ctx context.Context, projectID string, at time.Time, maxHeld int, rs ...Revocation) error {
 	for i := range rs {
@@ -406,8 +407,23 @@ func (s *Store) AddRevocations(ctx context.Context, projectID string, at time.Ti
 			if err != nil {
 				return err
 			}
-			if n >= int64(maxHeld) { // a repeated value would replace its row, but keep it simple: refuse
-				return ErrLimitReached
+			if n >= int64(maxHeld) {
+				// Values the project holds already only replace their rows
+				// (revoking is idempotent): they take no further room.
+				again, err := tx.NewSelect().Model((*Revocation)(nil)).
+					Where("project_id = ? AND expires_at > ?", projectID, at.UTC()).
+					WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+						for _, r := range rs {
+							q = q.WhereOr("kind = ? AND value = ?", r.Kind, r.Value)
+						}
+						return q
+					}).Count(ctx)
+				if err != nil {
+					return err
+				}
+				if n-int64(again) >= int64(maxHeld) {
+					return ErrLimitReached
+				}
 			}
 		}
 		for i := range rs {
