@@ -224,8 +224,9 @@ func validate(channel string, opts SubscribeOptions) error {
 
 // pending is an operation waiting for its answer.
 type pending struct {
-	done chan error
-	seq  uint64 // emit ack
+	done  chan error
+	seq   uint64 // emit ack
+	order uint64 // when it was queued, among the client's operations (Client.queue)
 }
 
 func newPending() *pending { return &pending{done: make(chan error, 1)} }

@@ -43,6 +43,7 @@ type Client struct {
 	waitSub   map[string][]*pending
 	waitUnsub map[string][]*pending
 	waitEmit  map[string][]*pending
+	queued    uint64 // operations queued, numbering them (pending.order)
 	pong      chan struct{}
 	errs      chan error
 	states    chan State
@@ -195,7 +196,7 @@ func (c *Client) attach(conn net.Conn) {
 	for ch, s := range c.subs {
 		n := max(1, len(c.waitSub[ch]))
 		if len(c.waitSub[ch]) == 0 {
-			c.waitSub[ch] = append(c.waitSub[ch], newPending())
+			c.queue(c.waitSub, ch, newPending())
 		}
 		f := subscribeFrame(ch, s.opts, s.lastSeq, s.hasSeq)
 		for range n {
@@ -245,6 +246,7 @@ func (c *Client) shutdown() {
 		}
 	}
 	c.mu.Unlock()
+	c.cancel() // later calls answer ErrClosed rather than wait for a connection that will not come
 	c.setState(Closed)
 	close(c.states)
 }
@@ -372,10 +374,29 @@ type frame struct {
 }
 
 // subscribeErrors are the codes that answer a subscribe; the rest of the
-// channel-bound codes answer an emit.
+// channel-bound codes answer an emit, but too_many_channels, which answers
+// whichever of the two came first (a new channel).
 var subscribeErrors = map[string]bool{
 	string(proto.CodeClientIDRequired): true, string(proto.CodeInvalidSince): true, string(proto.CodeInvalidChannel): true,
-	string(proto.CodeTooManySubscriptions): true,
+	string(proto.CodeTooManySubscriptions): true, string(proto.CodeClientIDTooLong): true,
+	string(proto.CodeTooManyPresenceMembers): true,
+}
+
+// queue adds p to m's operations of ch. Caller holds mu.
+func (c *Client) queue(m map[string][]*pending, ch string, p *pending) {
+	c.queued++
+	p.order = c.queued
+	m[ch] = append(m[ch], p)
+}
+
+// answersSubscribe: an error frame answers the subscribe waiting on its
+// channel rather than an emit. Caller holds mu.
+func (c *Client) answersSubscribe(f *frame) bool {
+	if f.Error != string(proto.CodeTooManyChannels) {
+		return subscribeErrors[f.Error]
+	}
+	subs, emits := c.waitSub[f.Channel], c.waitEmit[f.Channel]
+	return len(subs) > 0 && (len(emits) == 0 || subs[0].order < emits[0].order)
 }
 
 func pop(m map[string][]*pending, ch string) *pending {
@@ -402,7 +423,7 @@ func (c *Client) dispatch(data []byte) {
 	case f.Error != "":
 		e := &Error{Code: f.Error, Channel: f.Channel}
 		var p *pending
-		if f.Channel != "" && subscribeErrors[f.Error] {
+		if f.Channel != "" && c.answersSubscribe(&f) {
 			p = pop(c.waitSub, f.Channel)
 			if p != nil && sub != nil && len(c.waitSub[f.Channel]) == 0 {
 				delete(c.subs, f.Channel) // the subscription was refused
@@ -438,6 +459,12 @@ func (c *Client) dispatch(data []byte) {
 			sub.lastSeq, sub.hasSeq = *f.Seq, true // our own message is not sent back to us
 		}
 	case sub == nil:
+	case f.Seq != nil: // a message (checked before type, which a client emit chooses)
+		if sub.hasSeq && *f.Seq <= sub.lastSeq {
+			break // already delivered before a reconnect
+		}
+		sub.lastSeq, sub.hasSeq = *f.Seq, true
+		ev = &Event{Message: &Message{Channel: f.Channel, Payload: f.Payload, Seq: *f.Seq, Type: f.Type, ClientID: f.ClientID, Replay: f.Replay}}
 	case f.Type == "presence":
 		switch f.Event {
 		case proto.PresenceSync:
@@ -455,12 +482,6 @@ func (c *Client) dispatch(data []byte) {
 		ev = &Event{Presence: &PresenceEvent{Event: f.Event, ClientID: f.ClientID, Members: append([]string(nil), sub.members...)}}
 	case f.Type == "replay_gap":
 		ev = &Event{Gap: &Gap{Since: parseSeq(f.Since)}}
-	case f.Seq != nil:
-		if sub.hasSeq && *f.Seq <= sub.lastSeq {
-			break // already delivered before a reconnect
-		}
-		sub.lastSeq, sub.hasSeq = *f.Seq, true
-		ev = &Event{Message: &Message{Channel: f.Channel, Payload: f.Payload, Seq: *f.Seq, Type: f.Type, ClientID: f.ClientID, Replay: f.Replay}}
 	}
 	c.mu.Unlock()
 	if ev != nil {
@@ -511,7 +532,7 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	if opts.Since != nil {
 		s.lastSeq, s.hasSeq = *opts.Since, true
 	}
-	c.waitSub[channel] = append(c.waitSub[channel], p)
+	c.queue(c.waitSub, channel, p)
 	conn, since, has := c.conn, s.lastSeq, s.hasSeq
 	c.mu.Unlock()
 	if conn != nil {
@@ -536,7 +557,7 @@ func (c *Client) Unsubscribe(ctx context.Context, s *Subscription) error {
 	s.end()
 	conn := c.conn
 	if conn != nil {
-		c.waitUnsub[s.channel] = append(c.waitUnsub[s.channel], p)
+		c.queue(c.waitUnsub, s.channel, p)
 	}
 	c.mu.Unlock()
 	if conn == nil {
@@ -566,7 +587,7 @@ func (c *Client) Emit(ctx context.Context, channel, msgType string, payload any,
 	c.mu.Lock()
 	conn := c.conn
 	if conn != nil {
-		c.waitEmit[channel] = append(c.waitEmit[channel], p)
+		c.queue(c.waitEmit, channel, p)
 	}
 	c.mu.Unlock()
 	if conn == nil {

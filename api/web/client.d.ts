@@ -28,7 +28,10 @@ export interface RelayOptions {
   url?: string | undefined;
   /** The project's public key (`pk_live_…`); the constructor throws without one. */
   publicKey: string;
-  /** Reconnect after an unexpected close (default `true`). */
+  /**
+   * Reconnect after an unexpected close (default `true`); never after 4004
+   * (project deleted) or 4001 (key revoked: connect again with the new key).
+   */
   reconnect?: boolean;
   /** Cap of the reconnect backoff, in ms (default 30000). */
   maxReconnectDelayMs?: number;

@@ -25,8 +25,10 @@ const DEFAULTS = {
 const HEALTHY_MS = 5000; // a connection open this long resets the backoff
 // Codes that answer a subscribe; the other channel-bound codes answer an emit
 // (the server answers one connection's emits on a channel in order, so the
-// oldest pending emit of that channel is the one answered).
-const SUBSCRIBE_ERRORS = new Set(["invalid_channel", "client_id_required", "invalid_since", "too_many_subscriptions"]);
+// oldest pending emit of that channel is the one answered), but
+// too_many_channels, which answers a subscribe not yet acked, else an emit.
+const SUBSCRIBE_ERRORS = new Set(["invalid_channel", "client_id_required", "invalid_since", "too_many_subscriptions",
+  "client_id_too_long", "too_many_presence_members"]);
 
 export function backoffDelay(attempt, maxMs, random = Math.random) {
   const base = Math.min(500 * 2 ** attempt, maxMs);
@@ -83,7 +85,9 @@ export class Relay {
     this.stopHeartbeat();
     this.failPending("emit", "disconnected");
     this.ws = null;
-    if (this.closedByUser || !this.options.reconnect || e.code === 4004) {
+    // 4004: the project is gone; 4001: the key was revoked, and a handshake
+    // with it can only fail (a browser cannot see that 401).
+    if (this.closedByUser || !this.options.reconnect || e.code === 4004 || e.code === 4001) {
       this.setState("closed");
       return;
     }
@@ -200,7 +204,9 @@ export class Relay {
     const sub = m.channel !== undefined ? this.subs.get(m.channel) : undefined;
     if (m.error) {
       const err = Object.assign(new Error(m.error), { code: m.error, channel: m.channel });
-      if (sub && SUBSCRIBE_ERRORS.has(m.error)) {
+      const answersSubscribe = SUBSCRIBE_ERRORS.has(m.error) || (m.error === "too_many_channels" && !sub?.acked);
+      if (sub && answersSubscribe) {
+        if (!sub.acked) this.subs.delete(m.channel); // refused: not subscribed, nor resubscribed on reconnect
         sub.rejectReady(err);
         sub.handlers.onError?.(err);
       } else {
@@ -216,6 +222,7 @@ export class Relay {
       return;
     }
     if (m.action === "subscribe") {
+      if (sub) sub.acked = true;
       sub?.resolveReady(sub);
       return;
     }
@@ -226,6 +233,13 @@ export class Relay {
       return;
     }
     if (!sub) return;
+    // A message has a seq; its type is the sender's, which may be "presence".
+    if (typeof m.seq === "number") {
+      if (sub.lastSeq !== undefined && m.seq <= sub.lastSeq) return; // seen before a reconnect
+      sub.lastSeq = m.seq;
+      sub.handlers.onMessage?.(m);
+      return;
+    }
     if (m.type === "presence") {
       if (m.event === "sync") sub.members = [...m.members];
       else if (m.event === "join") sub.members = [...sub.members, m.clientId];
@@ -233,15 +247,7 @@ export class Relay {
       sub.handlers.onPresence?.({ ...m, members: [...sub.members] });
       return;
     }
-    if (m.type === "replay_gap") {
-      sub.handlers.onGap?.(m);
-      return;
-    }
-    if (typeof m.seq === "number") {
-      if (sub.lastSeq !== undefined && m.seq <= sub.lastSeq) return; // seen before a reconnect
-      sub.lastSeq = m.seq;
-      sub.handlers.onMessage?.(m);
-    }
+    if (m.type === "replay_gap") sub.handlers.onGap?.(m);
   }
 
   close() {

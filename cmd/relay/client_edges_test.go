@@ -1,0 +1,199 @@
+package main
+
+// The Go client (api/client) and the browser client (api/web/client.js) at
+// the protocol's edges: subscribe refusals, client-emitted types named like
+// server frames, a client that gave up, a revoked key.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/api/backend"
+	relay "github.com/relayhq/relay/api/client"
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// client_id_too_long and too_many_presence_members answer a subscribe (not
+// subscribed): Subscribe returns the error. It used to know four codes only,
+// and waited for its context.
+func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	p := ts.signup("alice@example.com").createProject("demo")
+	c, err := relay.Dial(context.Background(), ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
+	var re *relay.Error
+	if !errors.As(err, &re) || re.Code != "client_id_too_long" {
+		t.Fatalf("Subscribe with a 129-byte clientId: %v, want the client_id_too_long error", err)
+	}
+}
+
+// The same refusal goes to the subscribe, not to an Emit waiting on that
+// channel (it used to: the emit got the subscribe's error and the subscribe
+// hung). A frozen proxy holds both frames so that both wait together.
+func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	ctx := context.Background()
+	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	px.frozen.Store(true)
+	subErr, emitErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := c.Subscribe(sctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
+		subErr <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	go func() {
+		_, err := c.Emit(sctx, "room", "chat", 1, tok)
+		emitErr <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	px.frozen.Store(false)
+	if err := <-emitErr; err != nil {
+		t.Errorf("Emit: %v, want its ack", err)
+	}
+	if err := <-subErr; err == nil || !strings.Contains(err.Error(), "client_id_too_long") {
+		t.Errorf("Subscribe: %v, want client_id_too_long", err)
+	}
+}
+
+// A client-emitted message's type is the sender's, "presence" or
+// "replay_gap" included: a frame with a seq is a message (proto/PROTOCOL.md ›
+// Server frames). It used to arrive as a presence event or a gap.
+func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	ctx := context.Background()
+	a, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := a.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := b.Subscribe(ctx, "room", relay.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"presence", "replay_gap"}, TTL: time.Minute})
+	for _, typ := range []string{"presence", "replay_gap"} {
+		seq, err := a.Emit(ctx, "room", typ, "hi", tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := nextEvent(t, sb)
+		if ev.Message == nil || ev.Message.Seq != seq || ev.Message.Type != typ {
+			t.Errorf("client-emitted message of type %q arrived as %+v (presence %+v, gap %+v), want a Message with seq %d", typ, ev, ev.Presence, ev.Gap, seq)
+		}
+		if last, _ := sb.LastSeq(); last != seq {
+			t.Errorf("LastSeq %d after type %q, want %d (a reconnect would replay it)", last, typ, seq)
+		}
+	}
+}
+
+// A client that gave up (NoReconnect and a drop) is Closed, and Subscribe
+// answers ErrClosed (it waited for a connection that never came).
+func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	p := ts.signup("alice@example.com").createProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	c, err := relay.Dial(context.Background(), px.base(), p.publicKey, relay.Options{NoReconnect: true, HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	px.cut()
+	waitState(t, c, relay.Closed)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{}); !errors.Is(err, relay.ErrClosed) {
+		t.Fatalf("Subscribe on a client that stopped: %v, want ErrClosed", err)
+	}
+}
+
+// TestBrowserClientProtocolEdges: client.js in Chromium.
+//  1. a client-emitted message of type "presence" reaches onMessage (a frame
+//     with a seq is a message);
+//  2. client_id_too_long refuses a subscribe: its onError and ready get it;
+//  3. after close 4001 (key revoked) the client stops, rather than retry a
+//     handshake that can only fail.
+func TestBrowserClientProtocolEdges(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	b := newBrowser(t, ts.base)
+	ann, bob := b.newTab(t), b.newTab(t)
+	ann.start(ts.base, p.publicKey, "room", "ann", "{}")
+	ann.waitFor(0, "state:open", "presence:sync:")
+	bob.start(ts.base, p.publicKey, "room", "bob", "{maxReconnectDelayMs: 300}")
+	bobAt := bob.waitFor(0, "state:open", "presence:sync:ann")
+
+	// 1.
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"presence"}, TTL: time.Minute})
+	ann.eval(fmt.Sprintf(`relay.emit("room", "presence", "hi", %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
+	ann.waitForPrefix(0, "emitted:")
+	time.Sleep(500 * time.Millisecond)
+	if bob.count(bobAt, "msg:") != 1 {
+		t.Errorf("1. bob's log after ann's client-emit of type presence: %q, want a msg: line", bob.log()[bobAt:])
+	}
+	bobAt = len(bob.log())
+
+	// 2.
+	bob.eval(`relay.subscribe("long", {presence: true, clientId: "x".repeat(129), onError: (e) => log.push("suberr:" + e.code)}).ready.catch((e) => log.push("readyfail:" + e.code))`)
+	time.Sleep(1 * time.Second)
+	if bob.count(bobAt, "suberr:client_id_too_long") != 1 || bob.count(bobAt, "readyfail:client_id_too_long") != 1 {
+		t.Errorf("2. bob's log after a refused subscribe: %q, want suberr: and readyfail:", bob.log()[bobAt:])
+	}
+	bob.eval(`relay.unsubscribe("long")`)
+	bobAt = len(bob.log())
+
+	// 3.
+	bob.eval(`{ const c = relay.connect.bind(relay); relay.connect = () => { log.push("connect"); c(); }; }`)
+	var keys struct {
+		Keys []struct{ ID, KeyType string } `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(owner.do("GET", "/api/projects/"+p.id+"/keys", "").raw), &keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys.Keys {
+		if k.KeyType == "public" {
+			owner.do("POST", "/api/projects/"+p.id+"/keys/"+k.ID+"/revoke", "")
+		}
+	}
+	time.Sleep(5 * time.Second)
+	if n := bob.count(bobAt, "connect"); n > 1 || !bob.check(`relay.state === "closed"`) {
+		t.Errorf("3. after 4001: %d connection attempts in 5 s, state not closed; log %q", n, bob.log()[bobAt:])
+	}
+}
