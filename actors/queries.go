@@ -41,6 +41,24 @@ type ChannelAnswer struct {
 	Closed      []uint64          // queryDisconnect: the connections closed
 }
 
+// NoSince is the since of a messages query that names none: every buffered
+// message, and no gap (a since names a seq below 2^53).
+const NoSince = ^uint64(0)
+
+// bufferedAfter is what a messages query answers from r: the messages after
+// since (every one for NoSince), and whether some after it are gone, as a
+// socket subscribing with that since would be told (replay_gap).
+func bufferedAfter(r *replayRing, since uint64) (msgs []json.RawMessage, gap bool) {
+	from := float64(0)
+	if since != NoSince {
+		from = float64(since)
+		gap = r.gapAfter(from)
+	}
+	msgs = []json.RawMessage{}
+	r.each(from, func(msg []byte) { msgs = append(msgs, json.RawMessage(slices.Clone(msg))) })
+	return msgs, gap
+}
+
 // channelQuery is the edge's question to a project actor: one channel
 // (channel set) or every one.
 type channelQuery struct {
@@ -95,13 +113,8 @@ func (a *channelActor) answerQuery(m *channelAsk) {
 	case QueryMembers:
 		out.Members = a.members.list()
 	case QueryMessages:
-		now := a.now()
-		a.replay.expire(now)
-		out.Gap = q.since > 0 && a.replay.gapAfter(float64(q.since))
-		out.Messages = []json.RawMessage{}
-		a.replay.each(float64(q.since), func(msg []byte) {
-			out.Messages = append(out.Messages, json.RawMessage(slices.Clone(msg)))
-		})
+		a.replay.expire(a.now())
+		out.Messages, out.Gap = bufferedAfter(&a.replay, q.since)
 	case queryDisconnect:
 		for i := 0; i < len(a.subs.list); {
 			s := a.subs.list[i]
@@ -323,8 +336,11 @@ func (g *channelGrain) answerQuery(ctx actor.Context, m *clusterpb.ChannelQuery)
 		out.Members = g.members.list()
 	case QueryMessages:
 		g.replay.expire(g.cfg.Now())
-		out.Gap = m.Since > 0 && g.replay.gapAfter(float64(m.Since))
-		g.replay.each(float64(m.Since), func(msg []byte) { out.Messages = append(out.Messages, slices.Clone(msg)) })
+		msgs, gap := bufferedAfter(&g.replay, m.Since)
+		out.Gap = gap
+		for _, msg := range msgs {
+			out.Messages = append(out.Messages, msg)
+		}
 	}
 	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), out)
 }

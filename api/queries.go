@@ -170,7 +170,7 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 
 // handleMessages is GET /channels/{channel}/messages?since=.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	if a, ok := s.channelQuery(w, r, actors.QueryMessages, 0); ok {
+	if a, ok := s.channelQuery(w, r, actors.QueryMessages, actors.NoSince); ok {
 		writeJSON(w, http.StatusOK, struct {
 			Channel  string            `json:"channel"`
 			Messages []json.RawMessage `json:"messages"`

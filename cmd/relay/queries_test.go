@@ -104,6 +104,9 @@ func TestQueriesChannels(t *testing.T) {
 		c.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", s2), p.secretKey).expect(t, 200, `{"channel":"room","messages":[],"gap":false}`)
 		// A since older than the ring's start: what followed may be gone.
 		c.bearerGet("/channels/room/messages?since=1", p.secretKey).expect(t, 200, `{"channel":"room","messages":[`+m1+`,`+m2+`],"gap":true}`)
+		// since=0 is a since like any other, older than the buffer (a socket
+		// subscribing with it gets replay_gap); none at all asks for no gap.
+		c.bearerGet("/channels/room/messages?since=0", p.secretKey).expect(t, 200, `{"channel":"room","messages":[`+m1+`,`+m2+`],"gap":true}`)
 		c.bearerGet("/channels/room/messages", other.secretKey).expect(t, 200, `{"channel":"room","messages":[],"gap":false}`)
 		for _, q := range []string{"since=x", "since=-1", "since=", "since=1.5", "since=9007199254740993"} {
 			c.bearerGet("/channels/room/messages?"+q, p.secretKey).expect(t, 400, `{"error":"invalid_since"}`)
