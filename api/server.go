@@ -1,10 +1,10 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,12 +71,14 @@ type Server struct {
 	trustedProxies                         []netip.Prefix
 
 	// draining refuses new connection-plane requests once shutdown begins;
-	// inflight is held (read-locked) by each emit, handshake and revoke in
-	// progress, so Drain can wait for them. /readyz reads draining without
-	// the lock: a probe must neither wait for those requests nor, as a
-	// waiting writer, hold up new ones.
-	inflight sync.RWMutex
-	leave    func() // inflight.RUnlock, bound once: enter hands it to every request
+	// inflight counts each emit, handshake and revoke in progress, so that
+	// Drain can wait for them (idle wakes it when the last one leaves). A
+	// count, not a lock: a drain waiting on a slow request must not hold up
+	// the 503s of the requests that come meanwhile. /readyz reads draining
+	// without touching either.
+	inflight atomic.Int64
+	idle     chan struct{} // capacity 1
+	leave    func()        // s.leaveOne, bound once: enter hands it to every request
 	draining atomic.Bool
 	now      func() time.Time
 
@@ -117,7 +119,8 @@ func New(o Options) *Server {
 
 		trustedProxies: o.TrustedProxies,
 	}
-	s.leave = s.inflight.RUnlock
+	s.idle = make(chan struct{}, 1)
+	s.leave = s.leaveOne
 	s.life.lastFlush, s.life.checked = o.Now(), o.Now()
 	s.loginPerPair.failOpen = true // each address is still capped by loginPerIP
 	mux := http.NewServeMux()
@@ -157,24 +160,41 @@ func emitFirst(routed http.Handler, emit http.HandlerFunc) http.Handler {
 // Drain makes the connection plane (emit, revoke, WebSocket handshakes)
 // answer 503 from now on and waits for the requests already past that check,
 // so that every emit answered 200 has been handed to its subscribers' queues
-// before the connections are closed.
-func (s *Server) Drain() {
+// before the connections are closed; or for ctx, whose error it returns (a
+// request whose body is still arriving may take up to the listener's
+// ReadTimeout).
+func (s *Server) Drain(ctx context.Context) error {
 	s.draining.Store(true) // /readyz answers 503 from now on
-	// Wait for the requests that found draining false: they hold inflight.
-	s.inflight.Lock()
-	s.inflight.Unlock()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-s.idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // enter admits a connection-plane request, or answers 503 while draining.
 // The caller must call the returned func when done.
 func (s *Server) enter(w http.ResponseWriter) (leave func(), ok bool) {
-	s.inflight.RLock()
+	s.inflight.Add(1) // before the check: a Drain that began counts it, or it sees draining
 	if s.draining.Load() {
-		s.inflight.RUnlock()
+		s.leaveOne()
 		writeError(w, proto.CodeUnavailable)
 		return nil, false
 	}
 	return s.leave, true
+}
+
+// leaveOne ends a request counted by enter; the last one out wakes a Drain.
+func (s *Server) leaveOne() {
+	if s.inflight.Add(-1) == 0 && s.draining.Load() {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }

@@ -61,7 +61,7 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 	}
 
 	drained := make(chan struct{})
-	go func() { s.Drain(); close(drained) }()
+	go func() { s.Drain(context.Background()); close(drained) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for readyz("draining") != http.StatusServiceUnavailable {
 		if time.Now().After(deadline) {

@@ -355,7 +355,6 @@ func (a *app) pruner(what string, prune func(context.Context, time.Time) (int64,
 // finish, stops the actors and closes the store.
 func (a *app) shutdown(ctx context.Context) error {
 	a.log.Info("shutting down", "connections", a.transport.Len())
-	a.api.Drain() // new emits and handshakes get 503; those in flight finish
 	// Reaching SHUTDOWN_TIMEOUT_SECONDS is not a failure: what had not
 	// finished by then (a peer that stopped reading, a slow webhook receiver)
 	// is dropped with a warning, and the process still exits 0 once the rest
@@ -367,10 +366,13 @@ func (a *app) shutdown(ctx context.Context) error {
 		}
 		return err
 	}
+	// New emits and handshakes get 503 at once; those in flight finish (an
+	// emit whose body is still arriving, up to the bound).
+	drained := bounded("finishing emits in flight", a.api.Drain(ctx))
 	// In a cluster: hand the channel grains to their next owners and
 	// deregister while the sockets are still open, so that the clients,
 	// closed next, resume elsewhere with nothing missing from the rings.
-	err := bounded("handing off channels", a.handOff(ctx))
+	err := errors.Join(drained, bounded("handing off channels", a.handOff(ctx)))
 	err = errors.Join(err, bounded("closing connections", a.transport.Shutdown(ctx)))
 	if a.debug != nil {
 		defer a.debug.Close() // operators can watch the shutdown to the end

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,7 +141,7 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 	if got := readyStatus(t, ts); got != 200 {
 		t.Fatalf("/readyz before draining: %d", got)
 	}
-	ts.app.api.Drain()
+	ts.app.api.Drain(context.Background())
 	if got := readyStatus(t, ts); got != 503 {
 		t.Fatalf("/readyz while draining: %d, want 503", got)
 	}
