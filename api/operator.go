@@ -7,8 +7,10 @@ import (
 	_ "embed"
 	"html/template"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -47,9 +49,29 @@ func NewOperator(o OperatorOptions) http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/", notFound)
 	if o.Token == "" {
-		return mux
+		return loopbackHost(mux)
 	}
 	return requireBearer(o.Token, mux)
+}
+
+// loopbackHost guards a listener without a token, which only a loopback
+// address may have: a request must name a loopback host (localhost, or a
+// loopback IP). A web page whose own name an attacker points at 127.0.0.1
+// (DNS rebinding) would otherwise read these pages from the operator's
+// browser; its requests carry its own name.
+func loopbackHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+		if !strings.EqualFold(host, "localhost") && (err != nil || !ip.IsLoopback()) {
+			writeError(w, proto.CodeUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // requireBearer answers 401 {error: unauthorized} unless the request carries

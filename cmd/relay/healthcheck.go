@@ -14,20 +14,24 @@ import (
 const healthcheckTimeout = 3 * time.Second
 
 // runHealthcheck is `relay healthcheck`: GET /healthz of the relay serving on
-// RELAY_ADDR's port of this host (the container's own), exit 0 on 200. It is
-// the container image's HEALTHCHECK, which has no shell or curl to run.
+// RELAY_ADDR (loopback when it names no host or every address: the
+// container's own), exit 0 on 200. It is the container image's HEALTHCHECK,
+// which has no shell or curl to run.
 func runHealthcheck(ctx context.Context, lookup func(string) (string, bool), out io.Writer) error {
 	addr, ok := lookup("RELAY_ADDR")
 	if !ok || addr == "" {
 		addr = ":8080"
 	}
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("healthcheck: RELAY_ADDR %q: %w", addr, err)
 	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1" // a relay on every address answers on loopback
+	}
 	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort("127.0.0.1", port) + "/healthz"
+	url := "http://" + net.JoinHostPort(host, port) + "/healthz"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

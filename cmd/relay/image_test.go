@@ -119,6 +119,13 @@ func TestHealthcheckCommand(t *testing.T) {
 	if err := runCommandTo(context.Background(), []string{"healthcheck"}, env(":"+port), &out, io.Discard); err != nil || out.String() != "ok\n" {
 		t.Fatalf("healthcheck of a serving relay: %v, printed %q", err, out.String())
 	}
+	// A relay on one address is asked there (on 127.0.0.2 here; a pod's IP
+	// in production), not on 127.0.0.1, where nothing answers.
+	one := startServer(t, storetest.SQLiteURL(t), map[string]string{"RELAY_ADDR": "127.0.0.2:0"})
+	out.Reset()
+	if err := runCommandTo(context.Background(), []string{"healthcheck"}, env(strings.TrimPrefix(one.base, "http://")), &out, io.Discard); err != nil || out.String() != "ok\n" {
+		t.Fatalf("healthcheck of a relay on %s: %v", one.base, err)
+	}
 	free := relaytest.FreeAddr(t)
 	_, freePort, _ := strings.Cut(free, ":")
 	err := runCommandTo(context.Background(), []string{"healthcheck"}, env("0.0.0.0:"+freePort), io.Discard, io.Discard)

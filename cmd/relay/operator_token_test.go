@@ -59,3 +59,33 @@ func TestOperatorToken(t *testing.T) {
 		t.Fatalf("/healthz: %d", status)
 	}
 }
+
+// TestOperatorWithoutTokenServesLoopbackNames: without RELAY_DEBUG_TOKEN
+// (loopback only), a request must name a loopback host; another name gets
+// 401. A web page that rebinds its own name to 127.0.0.1 (DNS rebinding)
+// used to read /debug/actors, pprof and /metrics from the operator's browser.
+func TestOperatorWithoutTokenServesLoopbackNames(t *testing.T) {
+	ts := debugServer(t, nil)
+	_, port, _ := strings.Cut(strings.TrimPrefix(ts.debug, "http://"), ":")
+	for _, path := range []string{"/debug/actors", "/debug/pprof/cmdline", "/metrics"} {
+		for host, want := range map[string]int{
+			"attacker.example:" + port: http.StatusUnauthorized, "attacker.example": http.StatusUnauthorized,
+			"127.0.0.1:" + port: http.StatusOK, "localhost:" + port: http.StatusOK, "LOCALHOST": http.StatusOK,
+			"[::1]:" + port: http.StatusOK, "127.0.0.2": http.StatusOK,
+		} {
+			req, err := http.NewRequest("GET", ts.debug+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = host
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != want {
+				t.Errorf("%s with Host %q: %d, want %d", path, host, res.StatusCode, want)
+			}
+		}
+	}
+}
