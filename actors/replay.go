@@ -2,6 +2,7 @@ package actors
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -112,15 +113,18 @@ func (r *replayRing) release() {
 }
 
 func (r *replayRing) projectOver(now time.Time) bool {
-	return r.projectMax > 0 && r.project.held(now, r.ttl) > r.projectMax
+	return r.projectMax > 0 && r.project.over(now, r.ttl, r.projectMax)
 }
 
 // replayBudget counts the bytes a project's rings hold together, by the
 // second their messages were emitted, so that what is past the TTL stops
 // counting at once rather than when its ring is next touched: an idle
 // channel's expired messages must not crowd out another channel's new ones
-// (MAX_REPLAY_BYTES_PER_PROJECT; the oldest go first).
+// (MAX_REPLAY_BYTES_PER_PROJECT; the oldest go first). What rings still hold
+// past the TTL is bounded too: with it, twice the cap at most.
 type replayBudget struct {
+	all atomic.Int64 // every byte held, past the TTL or not: the fast path and the hard bound
+
 	mu      sync.Mutex
 	total   int64           // bytes of the seconds still counted
 	seconds map[int64]int64 // those bytes by emit second (unix)
@@ -128,6 +132,7 @@ type replayBudget struct {
 }
 
 func (b *replayBudget) add(at time.Time, n int) {
+	b.all.Add(int64(n))
 	sec := at.Unix()
 	b.mu.Lock()
 	if sec >= b.from { // else expired already
@@ -143,6 +148,7 @@ func (b *replayBudget) add(at time.Time, n int) {
 // remove takes back a message's bytes, unless its second has stopped
 // counting already.
 func (b *replayBudget) remove(at time.Time, n int) {
+	b.all.Add(-int64(n))
 	sec := at.Unix()
 	b.mu.Lock()
 	if left, ok := b.seconds[sec]; ok {
@@ -154,6 +160,18 @@ func (b *replayBudget) remove(at time.Time, n int) {
 		b.total -= int64(n)
 	}
 	b.mu.Unlock()
+}
+
+// over: the rings hold more than max bytes of messages younger than ttl,
+// or more than twice max in all. Under max in all, no lock is taken.
+func (b *replayBudget) over(now time.Time, ttl time.Duration, max int64) bool {
+	switch all := b.all.Load(); {
+	case all <= max:
+		return false
+	case all > 2*max:
+		return true
+	}
+	return b.held(now, ttl) > max
 }
 
 // held is the bytes of messages younger than ttl at now, give or take a

@@ -201,4 +201,27 @@ func TestReplayBudget(t *testing.T) {
 	if n := b.bytes(); n != 0 {
 		t.Fatalf("bytes %d after adding an expired second's message, want 0", n)
 	}
+	b.remove(t0, 5)
+
+	// over: under the cap in all, no; expired bytes alone, no, up to twice
+	// the cap; live bytes over the cap, yes.
+	var c replayBudget
+	c.add(t0, 60)
+	now, ttl := t0.Add(30*time.Second), 20*time.Second
+	if c.over(now, ttl, 100) {
+		t.Fatal("over with 60 of 100")
+	}
+	c.add(t0, 100) // 160 held, all past the TTL at now
+	if c.over(now, ttl, 100) {
+		t.Fatal("over with nothing inside the window")
+	}
+	c.add(t0, 50) // 210 held: more than twice the cap, expired or not
+	if !c.over(now, ttl, 100) {
+		t.Fatal("not over with 210 held for a cap of 100")
+	}
+	var d replayBudget
+	d.add(now, 120)
+	if !d.over(now, ttl, 100) {
+		t.Fatal("not over with 120 live for a cap of 100")
+	}
 }

@@ -45,11 +45,6 @@ const emitTimeout = 5 * time.Second
 
 // handleEmit is POST /emit (proto/PROTOCOL.md › POST /emit).
 func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
-	leave, ok := s.enter(w)
-	if !ok {
-		return
-	}
-	defer leave()
 	projectID, ok := s.secretKeyProject(w, r)
 	if !ok {
 		return
@@ -73,6 +68,13 @@ func (s *Server) handleEmit(w http.ResponseWriter, r *http.Request) {
 		writeSpecError(w, perr)
 		return
 	}
+	// The drain gate once the body is in: a shutdown waits for the emits it
+	// admitted, not for an upload still under way (which then gets 503).
+	leave, ok := s.enter(w)
+	if !ok {
+		return
+	}
+	defer leave()
 	res, err := s.actors.PublishWithin(r.Context(), emitTimeout, projectID, req.Channel, req.Payload)
 	if err != nil {
 		s.log.Warn("emit not answered", "project", projectID, "err", err)

@@ -202,15 +202,19 @@ func (s *Server) handleDisconnect(w http.ResponseWriter, r *http.Request) {
 // handleEmitBatch is POST /emit/batch: each message runs exactly as a POST
 // /emit would, in order, and is answered in the same place of results.
 func (s *Server) handleEmitBatch(w http.ResponseWriter, r *http.Request) {
-	projectID, leave, ok := s.queryProject(w, r)
+	projectID, ok := s.secretKeyProject(w, r)
 	if !ok {
 		return
 	}
-	defer leave()
 	body, ok := readSecretKeyBody(w, r, maxBatchBody)
 	if !ok {
 		return
 	}
+	leave, ok := s.enter(w) // once the body is in, as for POST /emit
+	if !ok {
+		return
+	}
+	defer leave()
 	var in struct {
 		Messages []json.RawMessage `json:"messages"`
 	}

@@ -12,11 +12,6 @@ import (
 // revocation is stored before the answer (it survives a restart) and applied
 // to the live project at once (projectOps.revokeTokens).
 func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
-	leave, ok := s.enter(w)
-	if !ok {
-		return
-	}
-	defer leave()
 	projectID, ok := s.secretKeyProject(w, r)
 	if !ok {
 		return
@@ -34,6 +29,11 @@ func (s *Server) handleRevokeTokens(w http.ResponseWriter, r *http.Request) {
 		writeError(w, perr.Code)
 		return
 	}
+	leave, ok := s.enter(w) // once the body is in, as for POST /emit
+	if !ok {
+		return
+	}
+	defer leave()
 	if err := s.ops.revokeTokens(r.Context(), projectID, in); errors.Is(err, errTooManyRevocations) {
 		writeError(w, proto.CodeTooManyRevocations)
 		return

@@ -74,6 +74,24 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 		t.Fatal("Drain returned with a request in progress")
 	default:
 	}
+	// A request arriving while Drain waits is refused at once (a waiting
+	// writer on a read-write lock used to hold it until the drain ended).
+	refused := make(chan int, 1)
+	go func() {
+		w := httptest.NewRecorder()
+		if _, ok := s.enter(w); ok {
+			t.Error("admitted while draining")
+		}
+		refused <- w.Code
+	}()
+	select {
+	case code := <-refused:
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("a request during the drain: %d", code)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a request during the drain waited for it")
+	}
 	leave()
 	select {
 	case <-drained:

@@ -104,10 +104,13 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 // is seen revoked in every such case.
 func (s *Server) recheckKey(r *http.Request, raw string, c *transport.Conn) {
 	k, ok, err := s.keys.Lookup(r.Context(), raw)
-	if err != nil || (ok && !k.Revoked) {
-		return // the store is down: the revocation's own close is the answer then
+	switch {
+	case err != nil: // the store is down: the revocation's own close is the answer then
+	case !ok: // keys go only with their project
+		c.Close(proto.CloseProjectDeleted, "project deleted")
+	case k.Revoked:
+		c.Close(proto.CloseKeyRevoked, "key revoked")
 	}
-	c.Close(proto.CloseKeyRevoked, "key revoked")
 }
 
 // notWebSocket is the body of a GET /ws that asks for no WebSocket upgrade.

@@ -421,7 +421,7 @@ func (s *Store) AddRevocations(ctx context.Context, projectID string, at time.Ti
 				if err != nil {
 					return err
 				}
-				if n-int64(again) >= int64(maxHeld) {
+				if again < int64(len(rs)) { // a new value among them: no room for it
 					return ErrLimitReached
 				}
 			}

@@ -158,6 +158,7 @@ type Subscription struct {
 	lastSeq uint64
 	hasSeq  bool
 	members []string
+	acked   bool // the server has held it (a refused re-subscribe leaves it as it was)
 }
 
 // Events delivers the subscription's events in order. A consumer that falls
@@ -225,8 +226,9 @@ func validate(channel string, opts SubscribeOptions) error {
 // pending is an operation waiting for its answer.
 type pending struct {
 	done  chan error
-	seq   uint64 // emit ack
-	order uint64 // when it was queued, among the client's operations (Client.queue)
+	seq   uint64            // emit ack
+	order uint64            // when it was queued, among the client's operations (Client.queue)
+	prev  *SubscribeOptions // a re-subscribe: what the server keeps if it refuses this one
 }
 
 func newPending() *pending { return &pending{done: make(chan error, 1)} }

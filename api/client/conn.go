@@ -194,6 +194,7 @@ func (c *Client) attach(conn net.Conn) {
 	c.conn = conn
 	var frames [][]byte
 	for ch, s := range c.subs {
+		s.acked = false // a new connection holds none of them yet
 		n := max(1, len(c.waitSub[ch]))
 		if len(c.waitSub[ch]) == 0 {
 			c.queue(c.waitSub, ch, newPending())
@@ -232,6 +233,7 @@ func (c *Client) detach() {
 
 // shutdown ends every subscription and waiter once the client stops.
 func (c *Client) shutdown() {
+	c.cancel() // first: an operation that takes mu after the maps are cleared sees it (ErrClosed)
 	c.mu.Lock()
 	for ch, s := range c.subs {
 		s.end()
@@ -246,7 +248,6 @@ func (c *Client) shutdown() {
 		}
 	}
 	c.mu.Unlock()
-	c.cancel() // later calls answer ErrClosed rather than wait for a connection that will not come
 	c.setState(Closed)
 	close(c.states)
 }
@@ -425,7 +426,11 @@ func (c *Client) dispatch(data []byte) {
 		var p *pending
 		if f.Channel != "" && c.answersSubscribe(&f) {
 			p = pop(c.waitSub, f.Channel)
-			if p != nil && sub != nil && len(c.waitSub[f.Channel]) == 0 {
+			switch {
+			case p == nil || sub == nil || len(c.waitSub[f.Channel]) > 0:
+			case p.prev != nil:
+				sub.opts = *p.prev // refused: the server keeps the subscription as it was
+			default:
 				delete(c.subs, f.Channel) // the subscription was refused
 				sub.end()
 			}
@@ -443,6 +448,9 @@ func (c *Client) dispatch(data []byte) {
 		default:
 		}
 	case f.Action == proto.ActionSubscribe:
+		if sub != nil {
+			sub.acked = true
+		}
 		if p := pop(c.waitSub, f.Channel); p != nil {
 			p.done <- nil
 		}
@@ -523,10 +531,18 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	p := newPending()
 	c.writeMu.Lock()
 	c.mu.Lock()
+	if c.ctx.Err() != nil { // shut down meanwhile: nothing would answer
+		c.mu.Unlock()
+		c.writeMu.Unlock()
+		return nil, ErrClosed
+	}
 	s, ok := c.subs[channel]
 	if !ok {
 		s = &Subscription{c: c, channel: channel, opts: opts, events: make(chan Event, 1024), done: make(chan struct{})}
 		c.subs[channel] = s
+	} else if s.acked {
+		prev := s.opts
+		p.prev = &prev
 	}
 	s.opts = opts
 	if opts.Since != nil {
@@ -585,6 +601,11 @@ func (c *Client) Emit(ctx context.Context, channel, msgType string, payload any,
 	p := newPending()
 	c.writeMu.Lock()
 	c.mu.Lock()
+	if c.ctx.Err() != nil { // shut down meanwhile: nothing would answer
+		c.mu.Unlock()
+		c.writeMu.Unlock()
+		return 0, ErrClosed
+	}
 	conn := c.conn
 	if conn != nil {
 		c.queue(c.waitEmit, channel, p)

@@ -73,7 +73,11 @@ export class Relay {
     ws.onopen = () => {
       this.openedAt = Date.now();
       this.setState("open");
-      for (const sub of this.subs.values()) this.sendSubscribe(sub);
+      for (const sub of this.subs.values()) {
+        sub.acked = false; // a new connection holds none of them yet
+        sub.prev = undefined;
+        this.sendSubscribe(sub);
+      }
       this.startHeartbeat();
     };
     ws.onmessage = (e) => this.dispatch(e.data);
@@ -160,6 +164,8 @@ export class Relay {
       sub.rejectReady = reject;
     });
     sub.ready.catch(() => {});
+    const prev = this.subs.get(channel);
+    if (prev?.acked) sub.prev = prev; // kept by the server if it refuses this one
     this.subs.set(channel, sub);
     this.sendSubscribe(sub);
     return sub;
@@ -206,7 +212,14 @@ export class Relay {
       const err = Object.assign(new Error(m.error), { code: m.error, channel: m.channel });
       const answersSubscribe = SUBSCRIBE_ERRORS.has(m.error) || (m.error === "too_many_channels" && !sub?.acked);
       if (sub && answersSubscribe) {
-        if (!sub.acked) this.subs.delete(m.channel); // refused: not subscribed, nor resubscribed on reconnect
+        if (!sub.acked) {
+          // Refused: the server keeps an earlier subscription as it was, else
+          // there is none (nor is it resent on reconnect).
+          if (sub.prev) {
+            if (sub.lastSeq !== undefined && (sub.prev.lastSeq === undefined || sub.lastSeq > sub.prev.lastSeq)) sub.prev.lastSeq = sub.lastSeq;
+            this.subs.set(m.channel, sub.prev);
+          } else this.subs.delete(m.channel);
+        }
         sub.rejectReady(err);
         sub.handlers.onError?.(err);
       } else {

@@ -197,3 +197,35 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 		t.Errorf("3. after 4001: %d connection attempts in 5 s, state not closed; log %q", n, bob.log()[bobAt:])
 	}
 }
+
+// A re-subscribe the server refuses leaves the earlier subscription as it
+// was, on the server and in the Go client alike: its messages keep coming on
+// the same Subscription. (The client used to drop it, and with it every
+// message the server still sent.)
+func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	ctx := context.Background()
+	c, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *relay.Error
+	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "second"}); !errors.As(err, &re) || re.Code != "too_many_presence_members" {
+		t.Fatalf("re-subscribe over the cap: %v", err)
+	}
+	r := owner.emit(p.secretKey, `{"channel":"room","payload":7}`)
+	if r.status != 200 || num(r.json, "subscriberCount") != 2 {
+		t.Fatalf("emit: %d %s", r.status, r.raw)
+	}
+	if ev := nextEvent(t, s); ev.Message == nil || string(ev.Message.Payload) != "7" {
+		t.Fatalf("after the refused re-subscribe: %+v, want the message", ev)
+	}
+}

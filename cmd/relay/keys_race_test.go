@@ -104,8 +104,10 @@ func TestRevokeAgainAtTheCap(t *testing.T) {
 		}
 		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
 		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
-		if r := revoke(`{"jti":"two"}`); r.status != http.StatusTooManyRequests || r.json["error"] != "too_many_revocations" {
-			t.Fatalf("a new jti past the cap: %d %s", r.status, r.raw)
+		for _, body := range []string{`{"jti":"two"}`, `{"jti":"one","clientId":"new"}`} {
+			if r := revoke(body); r.status != http.StatusTooManyRequests || r.json["error"] != "too_many_revocations" {
+				t.Fatalf("%s past the cap: %d %s", body, r.status, r.raw)
+			}
 		}
 	})
 }
