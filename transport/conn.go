@@ -454,11 +454,14 @@ func (c *Conn) waitWritable(left int) error {
 	if d.inSet {
 		return c.srv.wpoll.rearm(int(c.fd), c.id)
 	}
+	// Listed before it is armed: the event may come at once, and finds c by
+	// id there (even before Upgrade lists it in the shards).
+	c.srv.writers.add(c)
 	if err := c.srv.wpoll.add(int(c.fd), c.id); err != nil {
+		c.srv.writers.remove(c.id)
 		return err
 	}
 	d.inSet = true
-	c.srv.writers.add(c) // the event finds c by id even before Upgrade lists it
 	return nil
 }
 
