@@ -456,7 +456,7 @@ func (c *Conn) waitWritable(left int) error {
 	}
 	// Listed before it is armed: the event may come at once, and finds c by
 	// id there (even before Upgrade lists it in the shards).
-	c.srv.writers.add(c)
+	c.srv.writers.put(c)
 	if err := c.srv.wpoll.add(int(c.fd), c.id); err != nil {
 		c.srv.writers.remove(c.id)
 		return err

@@ -117,8 +117,11 @@ type Server struct {
 	poll *poller // readable sockets
 	// wpoll holds the sockets of slow peers whose flush waits for room
 	// (Conn.waitWritable): the wait costs neither a goroutine nor a descriptor.
-	wpoll   *poller
-	writers connSet // the connections in wpoll
+	wpoll *poller
+	// writers are the connections in wpoll, found there by the writable
+	// events: a connection can stall while its handler's open still runs,
+	// before Upgrade puts it in the shards.
+	writers connShard
 	jobs    chan job
 	nextID  atomic.Uint64
 
@@ -142,35 +145,29 @@ type Server struct {
 
 const connShards = 64
 
-// connSet is a set of connections by id. The writable set's events look
-// their connection up in one of their own: a connection can stall while its
-// handler's open still runs, before Upgrade puts it in the shards.
-type connSet struct {
-	mu sync.Mutex
-	m  map[uint64]*Conn
-}
-
-func (s *connSet) add(c *Conn) {
-	s.mu.Lock()
-	s.m[c.id] = c
-	s.mu.Unlock()
-}
-
-func (s *connSet) remove(id uint64) {
-	s.mu.Lock()
-	delete(s.m, id)
-	s.mu.Unlock()
-}
-
-func (s *connSet) get(id uint64) *Conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[id]
-}
-
+// connShard is a set of connections by id: one of the server's shards, or
+// the connections waiting in the writable set (Server.writers).
 type connShard struct {
 	mu    sync.RWMutex
 	conns map[uint64]*Conn
+}
+
+func (sh *connShard) put(c *Conn) {
+	sh.mu.Lock()
+	sh.conns[c.id] = c
+	sh.mu.Unlock()
+}
+
+func (sh *connShard) remove(id uint64) {
+	sh.mu.Lock()
+	delete(sh.conns, id)
+	sh.mu.Unlock()
+}
+
+func (sh *connShard) get(id uint64) *Conn {
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.conns[id]
 }
 
 // job is one unit of worker time: read a readable connection, or flush one.
@@ -213,7 +210,7 @@ func New(cfg Config) (*Server, error) {
 		p.close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, wpoll: wp, writers: connSet{m: map[uint64]*Conn{}},
+	s := &Server{cfg: cfg, log: cfg.Logger, poll: p, wpoll: wp, writers: connShard{conns: map[uint64]*Conn{}},
 		jobs: make(chan job, 4096), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	for i := range s.shards {
 		s.shards[i].conns = map[uint64]*Conn{}
@@ -231,13 +228,7 @@ func New(cfg Config) (*Server, error) {
 
 func (s *Server) shard(id uint64) *connShard { return &s.shards[id%connShards] }
 
-func (s *Server) lookup(id uint64) *Conn {
-	sh := s.shard(id)
-	sh.mu.RLock()
-	c := sh.conns[id]
-	sh.mu.RUnlock()
-	return c
-}
+func (s *Server) lookup(id uint64) *Conn { return s.shard(id).get(id) }
 
 func (s *Server) pollLoop() {
 	defer s.wg.Done()
@@ -410,10 +401,7 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 	c.handler = open(c)
 	opened = true
 
-	sh := s.shard(c.id)
-	sh.mu.Lock()
-	sh.conns[c.id] = c
-	sh.mu.Unlock()
+	s.shard(c.id).put(c)
 	s.opened.Add(1)
 
 	if len(early) > 0 {
@@ -503,10 +491,7 @@ func (s *Server) each(fn func(*Conn)) {
 }
 
 func (s *Server) forget(c *Conn, info CloseInfo) {
-	sh := s.shard(c.id)
-	sh.mu.Lock()
-	delete(sh.conns, c.id)
-	sh.mu.Unlock()
+	s.shard(c.id).remove(c.id)
 	s.closed.Add(1)
 	s.closedBy[info.Cause].Add(1)
 	s.log.Debug("connection closed", "conn", c.id, "cause", info.Cause.String(), "code", int(info.Code),
