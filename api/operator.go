@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -55,23 +54,32 @@ func NewOperator(o OperatorOptions) http.Handler {
 }
 
 // loopbackHost guards a listener without a token, which only a loopback
-// address may have: a request must name a loopback host (localhost, or a
-// loopback IP). A web page whose own name an attacker points at 127.0.0.1
-// (DNS rebinding) would otherwise read these pages from the operator's
-// browser; its requests carry its own name.
+// address may have: a request must name a loopback host. A web page whose
+// own name an attacker points at 127.0.0.1 (DNS rebinding) would otherwise
+// read these pages from the operator's browser; its requests carry its own
+// name.
 func loopbackHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-		if !strings.EqualFold(host, "localhost") && (err != nil || !ip.IsLoopback()) {
+		if !IsLoopback(r.Host) {
 			writeError(w, proto.CodeUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// IsLoopback reports whether host (HOST or HOST:PORT: a Host header or a
+// listen address) names only this machine: localhost or a loopback IP. An
+// empty host (every interface) and any other name do not.
+func IsLoopback(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // requireBearer answers 401 {error: unauthorized} unless the request carries

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relayhq/relay/api"
 )
 
 // Config is every setting of README.md › Configuration, typed and validated.
@@ -148,7 +150,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		ClusterAddr: p.clusterAddr("RELAY_CLUSTER_ADDR"),
 		ClusterName: p.clusterName("RELAY_CLUSTER_NAME", "relay"),
 	}
-	if c.DebugAddr != "" && c.DebugToken == "" && !isLoopback(c.DebugAddr) {
+	if c.DebugAddr != "" && c.DebugToken == "" && !api.IsLoopback(c.DebugAddr) {
 		p.fail("RELAY_DEBUG_ADDR", c.DebugAddr, "not a loopback address, and RELAY_DEBUG_TOKEN is not set: "+
 			"set RELAY_DEBUG_TOKEN (the operator listener then requires it as a bearer token) or listen on 127.0.0.1")
 	}
@@ -162,20 +164,6 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 // minDebugToken is the shortest RELAY_DEBUG_TOKEN accepted: enough that it
 // cannot be guessed over the network.
 const minDebugToken = 16
-
-// isLoopback reports whether HOST:PORT names only this machine: localhost or
-// a loopback IP. An empty host (all interfaces) and any other name are not.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // envParser collects every problem so one start reports them all.
 type envParser struct {
