@@ -191,13 +191,6 @@ func (b *replayBudget) held(now time.Time, ttl time.Duration) int64 {
 	return b.total
 }
 
-// bytes is the count, expired seconds included until held drops them.
-func (b *replayBudget) bytes() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total
-}
-
 // request answers a subscribe with since, counting it: true when some message
 // after since is no longer buffered (a replay_gap goes first); then each
 // gives the buffered ones.

@@ -194,11 +194,11 @@ func TestReplayBudget(t *testing.T) {
 	}
 	b.remove(t0, 100) // its ring expires it later: already discounted
 	b.remove(t0.Add(2*time.Second), 10)
-	if n := b.bytes(); n != 0 {
+	if n := b.total; n != 0 {
 		t.Fatalf("bytes %d after every message left, want 0", n)
 	}
 	b.add(t0, 5) // a message from a second no longer counted
-	if n := b.bytes(); n != 0 {
+	if n := b.total; n != 0 {
 		t.Fatalf("bytes %d after adding an expired second's message, want 0", n)
 	}
 	b.remove(t0, 5)
