@@ -103,12 +103,11 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 // open on a dead key. Looked up again once the socket is registered, the key
 // is seen revoked in every such case.
 func (s *Server) recheckKey(r *http.Request, raw string, c *transport.Conn) {
-	k, ok, err := s.keys.Lookup(r.Context(), raw)
-	switch {
-	case err != nil: // the store is down: the revocation's own close is the answer then
-	case !ok: // keys go only with their project
-		c.Close(proto.CloseProjectDeleted, "project deleted")
-	case k.Revoked:
+	// Not found: the project was deleted meanwhile, and its actor closes the
+	// socket 4004 (a project actor that finds its project missing closes
+	// every socket it is given). The store down: the revocation's own close
+	// is the answer then.
+	if k, ok, err := s.keys.Lookup(r.Context(), raw); err == nil && ok && k.Revoked {
 		c.Close(proto.CloseKeyRevoked, "key revoked")
 	}
 }
