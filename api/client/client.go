@@ -225,10 +225,9 @@ func validate(channel string, opts SubscribeOptions) error {
 
 // pending is an operation waiting for its answer.
 type pending struct {
-	done  chan error
-	seq   uint64            // emit ack
-	order uint64            // when it was queued, among the client's operations (Client.queue)
-	prev  *SubscribeOptions // a re-subscribe: what the server keeps if it refuses this one
+	done chan error
+	seq  uint64            // emit ack
+	prev *SubscribeOptions // a re-subscribe: what the server keeps if it refuses this one
 }
 
 func newPending() *pending { return &pending{done: make(chan error, 1)} }

@@ -43,7 +43,6 @@ type Client struct {
 	waitSub   map[string][]*pending
 	waitUnsub map[string][]*pending
 	waitEmit  map[string][]*pending
-	queued    uint64 // operations queued, numbering them (pending.order)
 	pong      chan struct{}
 	errs      chan error
 	states    chan State
@@ -197,7 +196,7 @@ func (c *Client) attach(conn net.Conn) {
 		s.acked = false // a new connection holds none of them yet
 		n := max(1, len(c.waitSub[ch]))
 		if len(c.waitSub[ch]) == 0 {
-			c.queue(c.waitSub, ch, newPending())
+			c.waitSub[ch] = append(c.waitSub[ch], newPending())
 		}
 		f := subscribeFrame(ch, s.opts, s.lastSeq, s.hasSeq)
 		for range n {
@@ -383,21 +382,16 @@ var subscribeErrors = map[string]bool{
 	string(proto.CodeTooManyPresenceMembers): true,
 }
 
-// queue adds p to m's operations of ch. Caller holds mu.
-func (c *Client) queue(m map[string][]*pending, ch string, p *pending) {
-	c.queued++
-	p.order = c.queued
-	m[ch] = append(m[ch], p)
-}
-
 // answersSubscribe: an error frame answers the subscribe waiting on its
-// channel rather than an emit. Caller holds mu.
+// channel rather than an emit. too_many_channels refuses a new channel to
+// whichever came first, and a subscribe to it is sent before any emit that
+// can get that answer (rule 4 wants the emitter subscribed): while one
+// waits, it is the subscribe's. Caller holds mu.
 func (c *Client) answersSubscribe(f *frame) bool {
-	if f.Error != string(proto.CodeTooManyChannels) {
-		return subscribeErrors[f.Error]
+	if f.Error == string(proto.CodeTooManyChannels) {
+		return len(c.waitSub[f.Channel]) > 0
 	}
-	subs, emits := c.waitSub[f.Channel], c.waitEmit[f.Channel]
-	return len(subs) > 0 && (len(emits) == 0 || subs[0].order < emits[0].order)
+	return subscribeErrors[f.Error]
 }
 
 func pop(m map[string][]*pending, ch string) *pending {
@@ -548,7 +542,7 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	if opts.Since != nil {
 		s.lastSeq, s.hasSeq = *opts.Since, true
 	}
-	c.queue(c.waitSub, channel, p)
+	c.waitSub[channel] = append(c.waitSub[channel], p)
 	conn, since, has := c.conn, s.lastSeq, s.hasSeq
 	c.mu.Unlock()
 	if conn != nil {
@@ -573,7 +567,7 @@ func (c *Client) Unsubscribe(ctx context.Context, s *Subscription) error {
 	s.end()
 	conn := c.conn
 	if conn != nil {
-		c.queue(c.waitUnsub, s.channel, p)
+		c.waitUnsub[s.channel] = append(c.waitUnsub[s.channel], p)
 	}
 	c.mu.Unlock()
 	if conn == nil {
@@ -608,7 +602,7 @@ func (c *Client) Emit(ctx context.Context, channel, msgType string, payload any,
 	}
 	conn := c.conn
 	if conn != nil {
-		c.queue(c.waitEmit, channel, p)
+		c.waitEmit[channel] = append(c.waitEmit[channel], p)
 	}
 	c.mu.Unlock()
 	if conn == nil {

@@ -18,23 +18,49 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
+// goClient dials the Go client with no heartbeat (opts' other fields as
+// given), closed when the test ends.
+func goClient(t *testing.T, base, publicKey string, opts relay.Options) *relay.Client {
+	t.Helper()
+	opts.HeartbeatInterval = -1
+	c, err := relay.Dial(context.Background(), base, publicKey, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // client_id_too_long and too_many_presence_members answer a subscribe (not
 // subscribed): Subscribe returns the error. It used to know four codes only,
 // and waited for its context.
 func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	p := ts.signup("alice@example.com").createProject("demo")
-	c, err := relay.Dial(context.Background(), ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := goClient(t, ts.base, p.publicKey, relay.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err = c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
+	_, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
 	var re *relay.Error
 	if !errors.As(err, &re) || re.Code != "client_id_too_long" {
 		t.Fatalf("Subscribe with a 129-byte clientId: %v, want the client_id_too_long error", err)
+	}
+}
+
+// too_many_channels refuses a subscribe to a new channel past
+// MAX_CHANNELS_PER_PROJECT: Subscribe returns it (it waited for its context).
+func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "1"})
+	p := ts.signup("alice@example.com").createProject("demo")
+	c := goClient(t, ts.base, p.publicKey, relay.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := c.Subscribe(ctx, "a", relay.SubscribeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var re *relay.Error
+	if _, err := c.Subscribe(ctx, "b", relay.SubscribeOptions{}); !errors.As(err, &re) || re.Code != "too_many_channels" {
+		t.Fatalf("Subscribe to a second channel past the cap of one: %v, want too_many_channels", err)
 	}
 }
 
@@ -48,11 +74,7 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
 	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
 	ctx := context.Background()
-	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{HeartbeatInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := goClient(t, px.base(), p.publicKey, relay.Options{})
 	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,16 +111,8 @@ func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 	p := owner.createProject("demo")
 	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
 	ctx := context.Background()
-	a, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := goClient(t, ts.base, p.publicKey, relay.Options{})
+	b := goClient(t, ts.base, p.publicKey, relay.Options{})
 	if _, err := a.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
 		t.Fatal(err)
 	}
@@ -128,11 +142,7 @@ func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	p := ts.signup("alice@example.com").createProject("demo")
 	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
-	c, err := relay.Dial(context.Background(), px.base(), p.publicKey, relay.Options{NoReconnect: true, HeartbeatInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := goClient(t, px.base(), p.publicKey, relay.Options{NoReconnect: true})
 	px.cut()
 	waitState(t, c, relay.Closed)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -208,11 +218,7 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	p := owner.createProject("demo")
 	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 	ctx := context.Background()
-	c, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := goClient(t, ts.base, p.publicKey, relay.Options{})
 	s, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -228,4 +234,25 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	if ev := nextEvent(t, s); ev.Message == nil || string(ev.Message.Payload) != "7" {
 		t.Fatalf("after the refused re-subscribe: %+v, want the message", ev)
 	}
+}
+
+// The browser client, the same: a re-subscribe the server refuses rejects
+// its ready, and the earlier subscription (whose member stays, held by
+// another socket too) keeps its handlers and gets the channel's messages.
+func TestBrowserClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "2"})
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	presenceSub(t, ts, p.publicKey, "room", "other").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":["other"]}`)
+	tab := newBrowser(t, ts.base).newTab(t)
+	tab.start(ts.base, p.publicKey, "room", "first", "{}") // members: other, first (the cap)
+	at := tab.waitFor(0, "state:open", "presence:sync:first,other")
+	tab.eval(`relay.subscribe("room", {presence: true, clientId: "second"}).ready.catch((e) => log.push("readyfail:" + e.code))`)
+	at = tab.waitForPrefix(at, "readyfail:too_many_presence_members")
+	r := owner.emit(p.secretKey, `{"channel":"room","payload":7}`)
+	if r.status != 200 {
+		t.Fatalf("emit: %d %s", r.status, r.raw)
+	}
+	tab.waitForPrefix(at, fmt.Sprintf("msg:%d:7", int64(num(r.json, "seq"))))
 }
