@@ -164,10 +164,13 @@ func TestProjectsPerUser(t *testing.T) {
 }
 
 // MAX_REVOCATIONS_PER_PROJECT and REVOKE_REQUESTS_PER_MINUTE, on both stores.
+// Revoking is idempotent at the cap too: a value the project holds already
+// is revoked again (it takes no further room); one paired with a new value
+// is not.
 func TestRevocationBounds(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
-		ts := startServerAt(t, dbURL, map[string]string{"MAX_REVOCATIONS_PER_PROJECT": "2", "REVOKE_REQUESTS_PER_MINUTE": "4"}, clock.Now)
+		ts := startServerAt(t, dbURL, map[string]string{"MAX_REVOCATIONS_PER_PROJECT": "2", "REVOKE_REQUESTS_PER_MINUTE": "5"}, clock.Now)
 		owner := ts.signup("alice@example.com")
 		p := owner.createProject("a")
 		revoke := func(body string) response {
@@ -176,8 +179,9 @@ func TestRevocationBounds(t *testing.T) {
 		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
 		revoke(`{"jti":"two"}`).expect(t, http.StatusOK, `{"ok":true}`)
 		revoke(`{"jti":"three"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
-		revoke(`{"jti":"four"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
-		r := revoke(`{"jti":"five"}`) // the fifth request this minute
+		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"one","clientId":"new"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
+		r := revoke(`{"jti":"five"}`) // the sixth request this minute
 		r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
 		if r.header.Get("Retry-After") == "" {
 			t.Error("no Retry-After")
