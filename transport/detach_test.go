@@ -28,6 +28,20 @@ func socketOf(t *testing.T, c *Conn) string {
 	return name
 }
 
+// registered waits for Upgrade to put c in the transport's readable set. The
+// fixture hands a test its handler from open, which Upgrade calls (on the
+// HTTP server's goroutine) before it registers the socket, so until then no
+// epoll set watches it. None needs to: a socket added to an epoll set is
+// reported at once if it is already readable (TestMessageDuringOpenRead).
+func registered(t *testing.T, c *Conn) {
+	t.Helper()
+	waitFor(t, "the upgraded socket registered", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.registered
+	})
+}
+
 // descriptorsOf counts this process's descriptors open on socket: other
 // tests' sockets, closing in the background, do not count.
 func descriptorsOf(t *testing.T, socket string) int {
@@ -100,7 +114,10 @@ func TestUpgradedSocketLeavesGosPoller(t *testing.T) {
 	f := newFixture(t, Config{})
 	conn, br, e := f.dial(t)
 	socket := socketOf(t, e.conn)
-	waitFor(t, "one descriptor after the upgrade", descriptorsAre(t, socket, 1))
+	registered(t, e.conn)
+	if n := descriptorsOf(t, socket); n != 1 { // detach closed net/http's before open
+		t.Fatalf("%d descriptors on the upgraded socket, want 1", n)
+	}
 	if n := epollsWatching(t, socket); n != 1 {
 		t.Fatalf("%d epoll sets watch the upgraded socket, want the transport's alone", n)
 	}
@@ -145,6 +162,7 @@ func TestWaitingFlushHoldsOnlyItsSocket(t *testing.T) {
 	f := newFixture(t, Config{WriteTimeout: time.Minute, QueueBytes: 64 << 20, QueueFrames: stallFrames + 10})
 	_, _, e := f.dial(t)
 	socket := socketOf(t, e.conn)
+	registered(t, e.conn) // else the readable set may not watch it yet
 	stall(t, e.conn)
 	waitFor(t, "the flush waiting for room", func() bool {
 		e.conn.mu.Lock()
@@ -251,6 +269,34 @@ func TestStallDuringOpenResumes(t *testing.T) {
 		}
 		got += n
 	}
+}
+
+// A message that reaches the socket while open still runs, before Upgrade
+// registers it and so while no epoll set watches it, is read all the same:
+// the registration reports what is already readable.
+func TestMessageDuringOpenRead(t *testing.T) {
+	waited := make(chan int, 1)
+	_, url := serveWS(t, Config{}, func(c *Conn) Handler {
+		c.mu.Lock()
+		fd := int(c.fd)
+		c.mu.Unlock()
+		// Until the peer's frame is in the socket's receive queue.
+		n, deadline := 0, time.Now().Add(5*time.Second)
+		for n == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+			n, _ = unix.IoctlGetInt(fd, unix.SIOCINQ)
+		}
+		waited <- n
+		return &echo{conn: c, closed: make(chan CloseInfo, 1)}
+	})
+	conn, br := dialWS(t, url)
+	if _, err := conn.Write(masked(ws.OpText, true, []byte("early"))); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-waited; n == 0 {
+		t.Fatal("the frame did not reach the socket while open ran")
+	}
+	expectText(t, conn, br, "early")
 }
 
 // A handler that tears its connection down stops the reading: after
