@@ -63,7 +63,24 @@ type channelGrain struct {
 	waitStart time.Time
 	held      []any
 	heldPubs  int
+
+	// adopted: the grain took its predecessor's state (a handoff); a grain
+	// that did not (its owner crashed) holds publishes sent again after an
+	// earlier attempt (ChannelPublish.resent) for failoverSettle after its
+	// start, so that the relays' registers bring what the crashed grain
+	// stamped first and a retry is answered instead of stamped twice.
+	adopted   bool
+	resentDue bool
+	resent    []*clusterpb.ChannelPublish
 }
+
+// failoverSettle: how long a grain started without state holds resent
+// publishes (see adopted). Every node hears of the member list change at
+// about the same time, and its relays register as soon as they do.
+const failoverSettle = 500 * time.Millisecond
+
+// settleOver: failoverSettle has passed; the resent publishes go on.
+type settleOver struct{}
 
 // heldMax bounds the publishes a waiting grain holds; more are refused
 // not_owner (their relays send them again 300 ms later).
@@ -183,6 +200,12 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *rosterTick:
 		g.rosterDue = false
 		g.sendRoster(ctx)
+	case *settleOver:
+		held := g.resent
+		g.resent, g.resentDue = nil, false
+		for _, m := range held {
+			g.publish(ctx, m)
+		}
 	case *hooksChanged:
 		g.hooks.set(g.cfg, m.target)
 	case *clusterpb.ChannelPublish:
@@ -296,9 +319,12 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		a.Id = m.Id
 		ctx.Send(replyTo, a)
 	}
-	if g.frozen || !g.owner() {
+	if g.frozen || !g.owner() || g.c.fenced() {
 		g.c.ownerRefusals.Add(1)
 		answer(&clusterpb.ChannelPublished{Error: errNotOwner})
+		return
+	}
+	if g.holdResent(ctx, m, now) {
 		return
 	}
 	if m.NotAfterUnixNano != 0 && now.UnixNano() > m.NotAfterUnixNano {
@@ -336,7 +362,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	if m.Client {
 		origin = g.relays[refKey(m.ReplyTo)]
 	}
-	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, AcceptedUnixNano: m.AtUnixNano}
+	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, AcceptedUnixNano: m.AtUnixNano, PublishId: m.Id}
 	for _, r := range g.relays {
 		if len(r.subs) == 0 {
 			continue
@@ -347,12 +373,32 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 			if _, subscribed := r.subs[m.OriginConn]; subscribed {
 				res.Delivered-- // the emitter is skipped
 			}
-			d = &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, SkipConn: m.OriginConn, AcceptedUnixNano: m.AtUnixNano}
+			d = &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, SkipConn: m.OriginConn, AcceptedUnixNano: m.AtUnixNano, PublishId: m.Id}
 		}
 		res.Delivered += int32(len(r.subs))
 		g.c.send(ctx, r.pid, d)
 	}
 	answer(res)
+}
+
+// holdResent keeps a resent publish (and every publish after it, so that one
+// relay's stay in order) while a grain started without state settles.
+func (g *channelGrain) holdResent(ctx actor.Context, m *clusterpb.ChannelPublish, now time.Time) bool {
+	if len(g.resent) == 0 && (!m.Resent || g.adopted || now.Sub(g.born) >= failoverSettle) {
+		return false
+	}
+	if len(g.resent) >= heldMax {
+		g.c.ownerRefusals.Add(1) // its relay sends it again 300 ms later
+		ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelPublished{Id: m.Id, Error: errNotOwner})
+		return true
+	}
+	g.resent = append(g.resent, m)
+	if !g.resentDue {
+		g.resentDue = true
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(max(failoverSettle-now.Sub(g.born), 0), func() { root.Send(self, &settleOver{}) })
+	}
+	return true
 }
 
 // emitterSubscribed: a client emit's connection holds a presence
@@ -489,6 +535,7 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 		g.replay.lowWater = max(g.replay.lowWater, g.seq) // what came before it is not here
 	}
 	r := g.relay(ctx, m.Relay)
+	g.catchUp(ctx, r, m)
 	before := g.members.list()
 	for _, sub := range r.subs {
 		if sub.Presence {
@@ -524,6 +571,32 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 		return
 	}
 	g.sendRoster(ctx)
+}
+
+// catchUp sends a registering relay what the grain stamped after the last
+// seq the relay saw, after a gap when the ring no longer holds all of it, and
+// remembers what the relay delivered lately: a retry of one of those is
+// answered, not stamped again (a grain that started after a crash).
+func (g *channelGrain) catchUp(ctx actor.Context, r *grainRelay, m *clusterpb.ChannelRegister) {
+	now := g.cfg.Now()
+	for _, p := range m.Recent {
+		g.answered.adopt(p.Id, now, &clusterpb.ChannelPublished{Seq: p.Seq})
+	}
+	if m.LastSeq == 0 || len(m.Subs) == 0 || m.LastSeq >= g.seq {
+		return // nothing it missed, or nobody to give it to
+	}
+	g.replay.expire(now)
+	up := &clusterpb.ChannelCatchUp{}
+	if g.replay.gapAfter(float64(m.LastSeq)) {
+		up.Gap, up.GapSince = true, m.LastSeq
+		g.cfg.counters.ReplayGaps.Add(1)
+	}
+	for _, e := range g.replay.live() {
+		if e.seq > m.LastSeq {
+			up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: e.seq, Message: e.msg})
+		}
+	}
+	g.c.send(ctx, r.pid, up)
 }
 
 // settling: the grain started less than rosterSettle ago.
@@ -572,6 +645,7 @@ func (g *channelGrain) state() *clusterpb.GrainState {
 // before its own and seq stays the higher; relays it knows already keep
 // what they registered.
 func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
+	g.adopted = true
 	older := make([]replayEntry, 0, len(st.Replay))
 	for _, e := range st.Replay {
 		older = append(older, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
@@ -616,7 +690,7 @@ func (g *channelGrain) addSubs(r *grainRelay, subs []*clusterpb.Subscriber) {
 // dormant: no relay has subscribers, and the window, the ring and the
 // dedupe memory are empty.
 func (g *channelGrain) dormant() bool {
-	if g.waiting {
+	if g.waiting || len(g.resent) > 0 {
 		return false
 	}
 	now := g.cfg.Now()

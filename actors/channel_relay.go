@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/proto/clusterpb"
@@ -35,9 +36,13 @@ type channelRelay struct {
 
 	grain grainLookup // the channel's grain
 
-	subs    subscribers
-	roster  map[string]bool // the cluster's members, as this node's presence subscribers were told
+	subs   subscribers
+	roster map[string]bool // the cluster's members, as this node's presence subscribers were told
+	// lastSeq is the highest seq this relay has seen: every message the grain
+	// stamped up to it has been written to the sockets (or a replay_gap has
+	// covered it). A message at or below it is one seen already.
 	lastSeq uint64
+	recent  recentPublishes // what this relay delivered lately (ChannelRegister.recent)
 
 	ops      map[uint64][]relayOp // per socket: subscribes and unsubscribes whose local effect waits for the grain
 	pending  map[string]*pendingPublish
@@ -123,6 +128,8 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 		r.grain.terminated(ctx, m.Who)
 	case *clusterpb.ChannelDeliver:
 		r.deliver(ctx, m)
+	case *clusterpb.ChannelCatchUp:
+		r.caughtUp(ctx, m)
 	case *clusterpb.ChannelPublished:
 		r.published(ctx, m)
 	case *clusterpb.ChannelJoined:
@@ -154,7 +161,8 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 // registerAll gives a grain new to the relay this node's whole state, then
 // everything still unanswered again.
 func (r *channelRelay) registerAll(ctx actor.Context) {
-	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list))}
+	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list)),
+		Recent: r.recent.list(r.cfg.Now())}
 	for _, s := range r.subs.list {
 		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: s.sink.ID(), Presence: s.presence, ClientId: s.clientID})
 	}
@@ -225,6 +233,10 @@ func (r *channelRelay) sendPublish(ctx actor.Context, p *pendingPublish) {
 	}
 	p.sentAt = r.cfg.Now()
 	p.attempts++
+	if p.attempts == 2 { // from now on a grain may have stamped it (ChannelPublish.resent); a copy: the first may still be read in this process
+		p.msg = gproto.Clone(p.msg).(*clusterpb.ChannelPublish)
+		p.msg.Resent = true
+	}
 	if d := r.c.firstSendDelay; d > 0 && p.attempts == 1 { // test hook: the first attempt arrives late
 		grain, root, msg := r.grain.pid, ctx.ActorSystem().Root, p.msg
 		time.AfterFunc(d, func() { root.Send(grain, msg) })
@@ -358,9 +370,17 @@ func (r *channelRelay) flushAnswers(conn uint64) {
 	}
 }
 
-// deliver writes one stamped message to this node's subscribers.
+// deliver writes one stamped message to this node's subscribers, unless it
+// has seen it: a grain's catch-up, or a late message of a grain it left
+// (one that froze and came back), whose seq is below its successor's.
 func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
-	r.lastSeq = max(r.lastSeq, m.Seq)
+	if m.Seq <= r.lastSeq {
+		return
+	}
+	r.lastSeq = m.Seq
+	if m.PublishId != "" {
+		r.recent.add(m.PublishId, m.Seq, r.cfg.Now())
+	}
 	frame := transport.TextFrame(m.Message)
 	// The emitting edge's clock: across nodes, latency is as good as their
 	// clocks agree (0 from a member that sends no time: now).
@@ -390,6 +410,21 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 	if len(gone) > 0 {
 		r.counters.Drops.Add(int64(len(gone)))
 		r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: gone})
+	}
+}
+
+// caughtUp takes a grain's answer to a register: a replay_gap to every
+// subscriber when some of what followed lastSeq is gone, then what the
+// relay missed, as live messages.
+func (r *channelRelay) caughtUp(ctx actor.Context, m *clusterpb.ChannelCatchUp) {
+	if m.Gap && m.GapSince >= r.lastSeq && len(r.subs.list) > 0 {
+		frame := transport.TextFrame(proto.AppendReplayGap(nil, r.name, float64(m.GapSince)))
+		for _, s := range r.subs.list {
+			s.sink.Send(frame)
+		}
+	}
+	for _, d := range m.Messages {
+		r.deliver(ctx, d)
 	}
 }
 
@@ -508,4 +543,46 @@ func (r *channelRelay) newRoster(m *clusterpb.ChannelRoster) {
 		}
 	}
 	r.roster = now
+}
+
+// recentPublishes are the publish ids a relay delivered in the last
+// dedupeWindow, oldest first, with their seq.
+type recentPublishes struct {
+	entries []recentPublish
+}
+
+type recentPublish struct {
+	id  string
+	seq uint64
+	at  time.Time
+}
+
+// recentMax bounds the memory: a channel's budget allows 600 emits a minute.
+const recentMax = 4096
+
+func (p *recentPublishes) add(id string, seq uint64, now time.Time) {
+	p.expire(now)
+	if len(p.entries) >= recentMax {
+		p.entries = p.entries[1:]
+	}
+	p.entries = append(p.entries, recentPublish{id: id, seq: seq, at: now})
+}
+
+func (p *recentPublishes) expire(now time.Time) {
+	n := 0
+	for n < len(p.entries) && now.Sub(p.entries[n].at) > dedupeWindow {
+		n++
+	}
+	if n > 0 {
+		p.entries = append(p.entries[:0], p.entries[n:]...)
+	}
+}
+
+func (p *recentPublishes) list(now time.Time) []*clusterpb.RecentPublish {
+	p.expire(now)
+	out := make([]*clusterpb.RecentPublish, 0, len(p.entries))
+	for _, e := range p.entries {
+		out = append(out, &clusterpb.RecentPublish{Id: e.id, Seq: e.seq})
+	}
+	return out
 }

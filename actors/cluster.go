@@ -142,6 +142,7 @@ type Cluster struct {
 	grainsLive      atomic.Int64
 	firstSendDelay  time.Duration
 	publishes       atomic.Uint64 // publish ids
+	fence           pauseFence    // cluster_fence.go
 
 	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
 }
@@ -267,6 +268,9 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 		// What protoactor started stays until the process exits, which it
 		// does next; a registration it made lapses with its lease (3 s).
 		return fail(fmt.Errorf("join cluster %q at %s: %w", cfg.Name, cfg.Addr, err))
+	}
+	if err := c.startFence(); err != nil {
+		return fail(fmt.Errorf("join cluster %q at %s: read this node's registration: %w", cfg.Name, cfg.Addr, err))
 	}
 	go c.watchEtcd(cfg.Etcd)
 	go c.shareConnections()

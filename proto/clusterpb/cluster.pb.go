@@ -967,11 +967,18 @@ func (x *Subscriber) GetClientId() string {
 // ChannelRegister gives the grain a relay's whole state; it replaces what
 // the grain held for that relay. Sent when a relay finds (or finds again)
 // the grain: after a start, a move or a crash of the grain's node.
+//
+// The grain answers ChannelCatchUp: what it stamped after last_seq, so that
+// a relay that registers late (after a crash of the channel's owner) misses
+// nothing another node's subscribers got. recent lists the publishes this
+// relay delivered in the last 10 s, so that a grain started without its
+// predecessor's state answers their retries instead of stamping them again.
 type ChannelRegister struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Relay         *Ref                   `protobuf:"bytes,1,opt,name=relay,proto3" json:"relay,omitempty"`
 	LastSeq       uint64                 `protobuf:"varint,2,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"` // the highest seq this relay has seen: the grain's seq stays above it
 	Subs          []*Subscriber          `protobuf:"bytes,3,rep,name=subs,proto3" json:"subs,omitempty"`
+	Recent        []*RecentPublish       `protobuf:"bytes,4,rep,name=recent,proto3" json:"recent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1027,6 +1034,130 @@ func (x *ChannelRegister) GetSubs() []*Subscriber {
 	return nil
 }
 
+func (x *ChannelRegister) GetRecent() []*RecentPublish {
+	if x != nil {
+		return x.Recent
+	}
+	return nil
+}
+
+// RecentPublish is a publish id and the seq it was stamped with.
+type RecentPublish struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecentPublish) Reset() {
+	*x = RecentPublish{}
+	mi := &file_proto_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecentPublish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecentPublish) ProtoMessage() {}
+
+func (x *RecentPublish) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecentPublish.ProtoReflect.Descriptor instead.
+func (*RecentPublish) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RecentPublish) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RecentPublish) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// ChannelCatchUp answers ChannelRegister: the stamped messages after the
+// relay's last_seq, oldest first, after a gap when the grain no longer holds
+// all of them (it started after a crash, or they left the ring). The relay
+// writes them to its sockets as live messages, the gap as a replay_gap.
+type ChannelCatchUp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gap           bool                   `protobuf:"varint,1,opt,name=gap,proto3" json:"gap,omitempty"`
+	GapSince      uint64                 `protobuf:"varint,2,opt,name=gap_since,json=gapSince,proto3" json:"gap_since,omitempty"`
+	Messages      []*ChannelDeliver      `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelCatchUp) Reset() {
+	*x = ChannelCatchUp{}
+	mi := &file_proto_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelCatchUp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelCatchUp) ProtoMessage() {}
+
+func (x *ChannelCatchUp) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelCatchUp.ProtoReflect.Descriptor instead.
+func (*ChannelCatchUp) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ChannelCatchUp) GetGap() bool {
+	if x != nil {
+		return x.Gap
+	}
+	return false
+}
+
+func (x *ChannelCatchUp) GetGapSince() uint64 {
+	if x != nil {
+		return x.GapSince
+	}
+	return 0
+}
+
+func (x *ChannelCatchUp) GetMessages() []*ChannelDeliver {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 // ChannelJoin subscribes one socket; the grain answers ChannelJoined.
 type ChannelJoin struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1040,7 +1171,7 @@ type ChannelJoin struct {
 
 func (x *ChannelJoin) Reset() {
 	*x = ChannelJoin{}
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1183,7 @@ func (x *ChannelJoin) String() string {
 func (*ChannelJoin) ProtoMessage() {}
 
 func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1196,7 @@ func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoin.ProtoReflect.Descriptor instead.
 func (*ChannelJoin) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChannelJoin) GetRelay() *Ref {
@@ -1114,7 +1245,7 @@ type ChannelJoined struct {
 
 func (x *ChannelJoined) Reset() {
 	*x = ChannelJoined{}
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1257,7 @@ func (x *ChannelJoined) String() string {
 func (*ChannelJoined) ProtoMessage() {}
 
 func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1270,7 @@ func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoined.ProtoReflect.Descriptor instead.
 func (*ChannelJoined) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChannelJoined) GetConn() uint64 {
@@ -1202,7 +1333,7 @@ type ChannelLeave struct {
 
 func (x *ChannelLeave) Reset() {
 	*x = ChannelLeave{}
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1345,7 @@ func (x *ChannelLeave) String() string {
 func (*ChannelLeave) ProtoMessage() {}
 
 func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1358,7 @@ func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelLeave.ProtoReflect.Descriptor instead.
 func (*ChannelLeave) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChannelLeave) GetRelay() *Ref {
@@ -1257,17 +1388,21 @@ type ChannelPublish struct {
 	ChannelLimit     int32                  `protobuf:"varint,6,opt,name=channel_limit,json=channelLimit,proto3" json:"channel_limit,omitempty"`
 	ProjectDenied    bool                   `protobuf:"varint,7,opt,name=project_denied,json=projectDenied,proto3" json:"project_denied,omitempty"` // the project budget refused it: answer the channel budget only
 	// Client emits: the emitter (skipped in the fan-out), its clientId and type.
-	OriginConn    uint64 `protobuf:"varint,8,opt,name=origin_conn,json=originConn,proto3" json:"origin_conn,omitempty"`
-	ClientId      string `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	MsgType       string `protobuf:"bytes,10,opt,name=msg_type,json=msgType,proto3" json:"msg_type,omitempty"`
-	Client        bool   `protobuf:"varint,11,opt,name=client,proto3" json:"client,omitempty"`
+	OriginConn uint64 `protobuf:"varint,8,opt,name=origin_conn,json=originConn,proto3" json:"origin_conn,omitempty"`
+	ClientId   string `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	MsgType    string `protobuf:"bytes,10,opt,name=msg_type,json=msgType,proto3" json:"msg_type,omitempty"`
+	Client     bool   `protobuf:"varint,11,opt,name=client,proto3" json:"client,omitempty"`
+	// resent: an earlier attempt went to a grain that may have stamped it
+	// (and died before answering). A grain started without state holds such
+	// a publish until the relays have registered what they delivered.
+	Resent        bool `protobuf:"varint,12,opt,name=resent,proto3" json:"resent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChannelPublish) Reset() {
 	*x = ChannelPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1414,7 @@ func (x *ChannelPublish) String() string {
 func (*ChannelPublish) ProtoMessage() {}
 
 func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1427,7 @@ func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublish.ProtoReflect.Descriptor instead.
 func (*ChannelPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChannelPublish) GetId() string {
@@ -1372,6 +1507,13 @@ func (x *ChannelPublish) GetClient() bool {
 	return false
 }
 
+func (x *ChannelPublish) GetResent() bool {
+	if x != nil {
+		return x.Resent
+	}
+	return false
+}
+
 // Budget is one rate-limit window: {limit, remaining, resetAt}.
 type Budget struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1384,7 +1526,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1538,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1551,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Budget) GetLimit() int32 {
@@ -1451,7 +1593,7 @@ type ChannelPublished struct {
 
 func (x *ChannelPublished) Reset() {
 	*x = ChannelPublished{}
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1605,7 @@ func (x *ChannelPublished) String() string {
 func (*ChannelPublished) ProtoMessage() {}
 
 func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1618,7 @@ func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublished.ProtoReflect.Descriptor instead.
 func (*ChannelPublished) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ChannelPublished) GetId() string {
@@ -1529,13 +1671,14 @@ type ChannelDeliver struct {
 	Message          []byte                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	SkipConn         uint64                 `protobuf:"varint,3,opt,name=skip_conn,json=skipConn,proto3" json:"skip_conn,omitempty"`
 	AcceptedUnixNano int64                  `protobuf:"varint,4,opt,name=accepted_unix_nano,json=acceptedUnixNano,proto3" json:"accepted_unix_nano,omitempty"` // when the emitting edge accepted it (fan-out latency)
+	PublishId        string                 `protobuf:"bytes,5,opt,name=publish_id,json=publishId,proto3" json:"publish_id,omitempty"`                         // ChannelPublish.id (see ChannelRegister.recent)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ChannelDeliver) Reset() {
 	*x = ChannelDeliver{}
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1690,7 @@ func (x *ChannelDeliver) String() string {
 func (*ChannelDeliver) ProtoMessage() {}
 
 func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1703,7 @@ func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelDeliver.ProtoReflect.Descriptor instead.
 func (*ChannelDeliver) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChannelDeliver) GetSeq() uint64 {
@@ -1591,6 +1734,13 @@ func (x *ChannelDeliver) GetAcceptedUnixNano() int64 {
 	return 0
 }
 
+func (x *ChannelDeliver) GetPublishId() string {
+	if x != nil {
+		return x.PublishId
+	}
+	return ""
+}
+
 // ChannelPresence is a join or leave for a relay's presence subscribers
 // (but except_conn, the socket it is about).
 type ChannelPresence struct {
@@ -1604,7 +1754,7 @@ type ChannelPresence struct {
 
 func (x *ChannelPresence) Reset() {
 	*x = ChannelPresence{}
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1766,7 @@ func (x *ChannelPresence) String() string {
 func (*ChannelPresence) ProtoMessage() {}
 
 func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1779,7 @@ func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPresence.ProtoReflect.Descriptor instead.
 func (*ChannelPresence) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChannelPresence) GetEvent() string {
@@ -1666,7 +1816,7 @@ type ChannelRoster struct {
 
 func (x *ChannelRoster) Reset() {
 	*x = ChannelRoster{}
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1828,7 @@ func (x *ChannelRoster) String() string {
 func (*ChannelRoster) ProtoMessage() {}
 
 func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1841,7 @@ func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRoster.ProtoReflect.Descriptor instead.
 func (*ChannelRoster) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChannelRoster) GetMembers() []string {
@@ -1717,7 +1867,7 @@ type GrainHandoff struct {
 
 func (x *GrainHandoff) Reset() {
 	*x = GrainHandoff{}
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1879,7 @@ func (x *GrainHandoff) String() string {
 func (*GrainHandoff) ProtoMessage() {}
 
 func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1892,7 @@ func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoff.ProtoReflect.Descriptor instead.
 func (*GrainHandoff) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GrainHandoff) GetFrom() string {
@@ -1781,7 +1931,7 @@ type ProjectState struct {
 
 func (x *ProjectState) Reset() {
 	*x = ProjectState{}
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1943,7 @@ func (x *ProjectState) String() string {
 func (*ProjectState) ProtoMessage() {}
 
 func (x *ProjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1956,7 @@ func (x *ProjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectState.ProtoReflect.Descriptor instead.
 func (*ProjectState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProjectState) GetProjectId() string {
@@ -1855,7 +2005,7 @@ type ClientWindow struct {
 
 func (x *ClientWindow) Reset() {
 	*x = ClientWindow{}
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2017,7 @@ func (x *ClientWindow) String() string {
 func (*ClientWindow) ProtoMessage() {}
 
 func (x *ClientWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2030,7 @@ func (x *ClientWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientWindow.ProtoReflect.Descriptor instead.
 func (*ClientWindow) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClientWindow) GetClientId() string {
@@ -1917,7 +2067,7 @@ type AnsweredTake struct {
 
 func (x *AnsweredTake) Reset() {
 	*x = AnsweredTake{}
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2079,7 @@ func (x *AnsweredTake) String() string {
 func (*AnsweredTake) ProtoMessage() {}
 
 func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2092,7 @@ func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredTake.ProtoReflect.Descriptor instead.
 func (*AnsweredTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AnsweredTake) GetId() string {
@@ -1989,7 +2139,7 @@ type GrainHandoffAck struct {
 
 func (x *GrainHandoffAck) Reset() {
 	*x = GrainHandoffAck{}
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2151,7 @@ func (x *GrainHandoffAck) String() string {
 func (*GrainHandoffAck) ProtoMessage() {}
 
 func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2164,7 @@ func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
 func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GrainHandoffAck) GetTaken() int32 {
@@ -2041,7 +2191,7 @@ type GrainState struct {
 
 func (x *GrainState) Reset() {
 	*x = GrainState{}
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2203,7 @@ func (x *GrainState) String() string {
 func (*GrainState) ProtoMessage() {}
 
 func (x *GrainState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2216,7 @@ func (x *GrainState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
 func (*GrainState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrainState) GetIdentity() string {
@@ -2136,7 +2286,7 @@ type ReplayEntry struct {
 
 func (x *ReplayEntry) Reset() {
 	*x = ReplayEntry{}
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2298,7 @@ func (x *ReplayEntry) String() string {
 func (*ReplayEntry) ProtoMessage() {}
 
 func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2311,7 @@ func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
 func (*ReplayEntry) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplayEntry) GetSeq() uint64 {
@@ -2195,7 +2345,7 @@ type RelaySubs struct {
 
 func (x *RelaySubs) Reset() {
 	*x = RelaySubs{}
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2357,7 @@ func (x *RelaySubs) String() string {
 func (*RelaySubs) ProtoMessage() {}
 
 func (x *RelaySubs) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2370,7 @@ func (x *RelaySubs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
 func (*RelaySubs) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RelaySubs) GetRelay() *Ref {
@@ -2248,7 +2398,7 @@ type AnsweredPublish struct {
 
 func (x *AnsweredPublish) Reset() {
 	*x = AnsweredPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[33]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2410,7 @@ func (x *AnsweredPublish) String() string {
 func (*AnsweredPublish) ProtoMessage() {}
 
 func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[33]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2423,7 @@ func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
 func (*AnsweredPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AnsweredPublish) GetId() string {
@@ -2317,7 +2467,7 @@ type ProjectTake struct {
 
 func (x *ProjectTake) Reset() {
 	*x = ProjectTake{}
-	mi := &file_proto_cluster_proto_msgTypes[34]
+	mi := &file_proto_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2479,7 @@ func (x *ProjectTake) String() string {
 func (*ProjectTake) ProtoMessage() {}
 
 func (x *ProjectTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[34]
+	mi := &file_proto_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2492,7 @@ func (x *ProjectTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
 func (*ProjectTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProjectTake) GetId() string {
@@ -2402,7 +2552,7 @@ type ProjectTaken struct {
 
 func (x *ProjectTaken) Reset() {
 	*x = ProjectTaken{}
-	mi := &file_proto_cluster_proto_msgTypes[35]
+	mi := &file_proto_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2564,7 @@ func (x *ProjectTaken) String() string {
 func (*ProjectTaken) ProtoMessage() {}
 
 func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[35]
+	mi := &file_proto_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2577,7 @@ func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
 func (*ProjectTaken) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProjectTaken) GetId() string {
@@ -2476,7 +2626,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[36]
+	mi := &file_proto_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2638,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[36]
+	mi := &file_proto_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2651,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -2527,7 +2677,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[37]
+	mi := &file_proto_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2689,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[37]
+	mi := &file_proto_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2702,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2594,7 +2744,7 @@ type ChannelQuery struct {
 
 func (x *ChannelQuery) Reset() {
 	*x = ChannelQuery{}
-	mi := &file_proto_cluster_proto_msgTypes[38]
+	mi := &file_proto_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2756,7 @@ func (x *ChannelQuery) String() string {
 func (*ChannelQuery) ProtoMessage() {}
 
 func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[38]
+	mi := &file_proto_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2769,7 @@ func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQuery.ProtoReflect.Descriptor instead.
 func (*ChannelQuery) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{38}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ChannelQuery) GetKind() int32 {
@@ -2663,7 +2813,7 @@ type ChannelQueryAnswer struct {
 
 func (x *ChannelQueryAnswer) Reset() {
 	*x = ChannelQueryAnswer{}
-	mi := &file_proto_cluster_proto_msgTypes[39]
+	mi := &file_proto_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2825,7 @@ func (x *ChannelQueryAnswer) String() string {
 func (*ChannelQueryAnswer) ProtoMessage() {}
 
 func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[39]
+	mi := &file_proto_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2838,7 @@ func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQueryAnswer.ProtoReflect.Descriptor instead.
 func (*ChannelQueryAnswer) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ChannelQueryAnswer) GetSubscribers() int32 {
@@ -2788,11 +2938,19 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"Subscriber\x12\x12\n" +
 	"\x04conn\x18\x01 \x01(\x04R\x04conn\x12\x1a\n" +
 	"\bpresence\x18\x02 \x01(\bR\bpresence\x12\x1b\n" +
-	"\tclient_id\x18\x03 \x01(\tR\bclientId\"\x85\x01\n" +
+	"\tclient_id\x18\x03 \x01(\tR\bclientId\"\xbb\x01\n" +
 	"\x0fChannelRegister\x12(\n" +
 	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12-\n" +
-	"\x04subs\x18\x03 \x03(\v2\x19.relay.cluster.SubscriberR\x04subs\"\x97\x01\n" +
+	"\x04subs\x18\x03 \x03(\v2\x19.relay.cluster.SubscriberR\x04subs\x124\n" +
+	"\x06recent\x18\x04 \x03(\v2\x1c.relay.cluster.RecentPublishR\x06recent\"1\n" +
+	"\rRecentPublish\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"z\n" +
+	"\x0eChannelCatchUp\x12\x10\n" +
+	"\x03gap\x18\x01 \x01(\bR\x03gap\x12\x1b\n" +
+	"\tgap_since\x18\x02 \x01(\x04R\bgapSince\x129\n" +
+	"\bmessages\x18\x03 \x03(\v2\x1d.relay.cluster.ChannelDeliverR\bmessages\"\x97\x01\n" +
 	"\vChannelJoin\x12(\n" +
 	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12+\n" +
 	"\x03sub\x18\x02 \x01(\v2\x19.relay.cluster.SubscriberR\x03sub\x12\x1b\n" +
@@ -2808,7 +2966,7 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\"N\n" +
 	"\fChannelLeave\x12(\n" +
 	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12\x14\n" +
-	"\x05conns\x18\x02 \x03(\x04R\x05conns\"\xf7\x02\n" +
+	"\x05conns\x18\x02 \x03(\x04R\x05conns\"\x8f\x03\n" +
 	"\x0eChannelPublish\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\breply_to\x18\x02 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12\x18\n" +
@@ -2823,7 +2981,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\tclient_id\x18\t \x01(\tR\bclientId\x12\x19\n" +
 	"\bmsg_type\x18\n" +
 	" \x01(\tR\amsgType\x12\x16\n" +
-	"\x06client\x18\v \x01(\bR\x06client\"i\n" +
+	"\x06client\x18\v \x01(\bR\x06client\x12\x16\n" +
+	"\x06resent\x18\f \x01(\bR\x06resent\"i\n" +
 	"\x06Budget\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x05R\tremaining\x12+\n" +
@@ -2834,12 +2993,14 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12 \n" +
 	"\vsubscribers\x18\x04 \x01(\x05R\vsubscribers\x12\x1c\n" +
 	"\tdelivered\x18\x05 \x01(\x05R\tdelivered\x12/\n" +
-	"\achannel\x18\x06 \x01(\v2\x15.relay.cluster.BudgetR\achannel\"\x87\x01\n" +
+	"\achannel\x18\x06 \x01(\v2\x15.relay.cluster.BudgetR\achannel\"\xa6\x01\n" +
 	"\x0eChannelDeliver\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\fR\amessage\x12\x1b\n" +
 	"\tskip_conn\x18\x03 \x01(\x04R\bskipConn\x12,\n" +
-	"\x12accepted_unix_nano\x18\x04 \x01(\x03R\x10acceptedUnixNano\"e\n" +
+	"\x12accepted_unix_nano\x18\x04 \x01(\x03R\x10acceptedUnixNano\x12\x1d\n" +
+	"\n" +
+	"publish_id\x18\x05 \x01(\tR\tpublishId\"e\n" +
 	"\x0fChannelPresence\x12\x14\n" +
 	"\x05event\x18\x01 \x01(\tR\x05event\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1f\n" +
@@ -2941,7 +3102,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -2959,31 +3120,33 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*Ref)(nil),                     // 13: relay.cluster.Ref
 	(*Subscriber)(nil),              // 14: relay.cluster.Subscriber
 	(*ChannelRegister)(nil),         // 15: relay.cluster.ChannelRegister
-	(*ChannelJoin)(nil),             // 16: relay.cluster.ChannelJoin
-	(*ChannelJoined)(nil),           // 17: relay.cluster.ChannelJoined
-	(*ChannelLeave)(nil),            // 18: relay.cluster.ChannelLeave
-	(*ChannelPublish)(nil),          // 19: relay.cluster.ChannelPublish
-	(*Budget)(nil),                  // 20: relay.cluster.Budget
-	(*ChannelPublished)(nil),        // 21: relay.cluster.ChannelPublished
-	(*ChannelDeliver)(nil),          // 22: relay.cluster.ChannelDeliver
-	(*ChannelPresence)(nil),         // 23: relay.cluster.ChannelPresence
-	(*ChannelRoster)(nil),           // 24: relay.cluster.ChannelRoster
-	(*GrainHandoff)(nil),            // 25: relay.cluster.GrainHandoff
-	(*ProjectState)(nil),            // 26: relay.cluster.ProjectState
-	(*ClientWindow)(nil),            // 27: relay.cluster.ClientWindow
-	(*AnsweredTake)(nil),            // 28: relay.cluster.AnsweredTake
-	(*GrainHandoffAck)(nil),         // 29: relay.cluster.GrainHandoffAck
-	(*GrainState)(nil),              // 30: relay.cluster.GrainState
-	(*ReplayEntry)(nil),             // 31: relay.cluster.ReplayEntry
-	(*RelaySubs)(nil),               // 32: relay.cluster.RelaySubs
-	(*AnsweredPublish)(nil),         // 33: relay.cluster.AnsweredPublish
-	(*ProjectTake)(nil),             // 34: relay.cluster.ProjectTake
-	(*ProjectTaken)(nil),            // 35: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 36: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 37: relay.cluster.NodeConnections
-	(*ChannelQuery)(nil),            // 38: relay.cluster.ChannelQuery
-	(*ChannelQueryAnswer)(nil),      // 39: relay.cluster.ChannelQueryAnswer
-	nil,                             // 40: relay.cluster.NodeConnections.CountsEntry
+	(*RecentPublish)(nil),           // 16: relay.cluster.RecentPublish
+	(*ChannelCatchUp)(nil),          // 17: relay.cluster.ChannelCatchUp
+	(*ChannelJoin)(nil),             // 18: relay.cluster.ChannelJoin
+	(*ChannelJoined)(nil),           // 19: relay.cluster.ChannelJoined
+	(*ChannelLeave)(nil),            // 20: relay.cluster.ChannelLeave
+	(*ChannelPublish)(nil),          // 21: relay.cluster.ChannelPublish
+	(*Budget)(nil),                  // 22: relay.cluster.Budget
+	(*ChannelPublished)(nil),        // 23: relay.cluster.ChannelPublished
+	(*ChannelDeliver)(nil),          // 24: relay.cluster.ChannelDeliver
+	(*ChannelPresence)(nil),         // 25: relay.cluster.ChannelPresence
+	(*ChannelRoster)(nil),           // 26: relay.cluster.ChannelRoster
+	(*GrainHandoff)(nil),            // 27: relay.cluster.GrainHandoff
+	(*ProjectState)(nil),            // 28: relay.cluster.ProjectState
+	(*ClientWindow)(nil),            // 29: relay.cluster.ClientWindow
+	(*AnsweredTake)(nil),            // 30: relay.cluster.AnsweredTake
+	(*GrainHandoffAck)(nil),         // 31: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 32: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 33: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 34: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 35: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 36: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 37: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 38: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 39: relay.cluster.NodeConnections
+	(*ChannelQuery)(nil),            // 40: relay.cluster.ChannelQuery
+	(*ChannelQueryAnswer)(nil),      // 41: relay.cluster.ChannelQueryAnswer
+	nil,                             // 42: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
@@ -2999,31 +3162,33 @@ var file_proto_cluster_proto_depIdxs = []int32{
 	8,  // 10: relay.cluster.BroadcastAck.health:type_name -> relay.cluster.HealthFigures
 	13, // 11: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
 	14, // 12: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
-	13, // 13: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
-	14, // 14: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
-	13, // 15: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
-	13, // 16: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
-	20, // 17: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	30, // 18: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
-	26, // 19: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
-	27, // 20: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
-	28, // 21: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
-	35, // 22: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
-	31, // 23: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	32, // 24: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	33, // 25: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	13, // 26: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	14, // 27: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	21, // 28: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	13, // 29: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	20, // 30: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	40, // 31: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	13, // 32: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	16, // 13: relay.cluster.ChannelRegister.recent:type_name -> relay.cluster.RecentPublish
+	24, // 14: relay.cluster.ChannelCatchUp.messages:type_name -> relay.cluster.ChannelDeliver
+	13, // 15: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
+	14, // 16: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
+	13, // 17: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
+	13, // 18: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
+	22, // 19: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
+	32, // 20: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	28, // 21: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
+	29, // 22: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
+	30, // 23: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
+	37, // 24: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	33, // 25: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	34, // 26: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	35, // 27: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	13, // 28: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	14, // 29: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	23, // 30: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	13, // 31: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	22, // 32: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	42, // 33: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	13, // 34: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -3047,7 +3212,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,339 @@
+//go:build cluster
+
+package main
+
+// The owner of busy channels crashes (kill -9, then a restart on the same
+// cluster address) and freezes (SIGSTOP longer than its etcd lease) under
+// load, with subscribers on every node; a checker then reads every
+// subscriber's record message by message. What a subscriber may rely on
+// (proto/PROTOCOL.md › Several nodes): every acknowledged emit reaches it or
+// is covered by a replay_gap it got, no message twice, seq rising.
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+)
+
+// chaosRecord is what one subscriber saw, across its reconnects.
+type chaosRecord struct {
+	mu     sync.Mutex
+	events []chaosEvent
+	last   int64 // the last seq seen: a reconnect resumes with since=last
+}
+
+// chaosEvent is a message (id, seq) or a replay_gap (gap, since).
+type chaosEvent struct {
+	gap   bool
+	since int64
+	id    int64
+	seq   int64
+}
+
+// chaosSubscriber stays subscribed to ch until stop, on the node pick gives
+// it, reconnecting with since after any close.
+func chaosSubscriber(t *testing.T, publicKey, ch string, pick func(attempt int) string, rec *chaosRecord, stop <-chan struct{}, ready chan<- struct{}) {
+	first := true
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		base := pick(attempt)
+		d := websocket.Dialer{HandshakeTimeout: 2 * time.Second}
+		conn, _, err := d.Dial("ws://"+strings.TrimPrefix(base, "http://")+"/ws?publicKey="+publicKey, nil)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		rec.mu.Lock()
+		sub := fmt.Sprintf(`{"action":"subscribe","channel":%q}`, ch)
+		if rec.last > 0 {
+			sub = fmt.Sprintf(`{"action":"subscribe","channel":%q,"since":%d}`, ch, rec.last)
+		}
+		rec.mu.Unlock()
+		conn.WriteMessage(websocket.TextMessage, []byte(sub))
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-stop:
+			case <-done:
+			}
+			conn.Close()
+		}()
+		for {
+			conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			_, data, err := conn.ReadMessage()
+			if err != nil {
+				break
+			}
+			var f struct {
+				Action  string          `json:"action"`
+				Type    string          `json:"type"`
+				OK      bool            `json:"ok"`
+				Since   int64           `json:"since"`
+				Seq     int64           `json:"seq"`
+				Payload json.RawMessage `json:"payload"`
+			}
+			if err := json.Unmarshal(data, &f); err != nil {
+				t.Errorf("subscriber on %s: not JSON: %q", ch, data)
+				continue
+			}
+			rec.mu.Lock()
+			switch {
+			case f.Seq > 0:
+				var p struct{ ID int64 }
+				json.Unmarshal(f.Payload, &p)
+				rec.events = append(rec.events, chaosEvent{id: p.ID, seq: f.Seq})
+				rec.last = max(rec.last, f.Seq)
+			case f.Type == "replay_gap":
+				rec.events = append(rec.events, chaosEvent{gap: true, since: f.Since})
+			case f.Action == "subscribe" && f.OK && first:
+				first = false
+				ready <- struct{}{}
+			}
+			rec.mu.Unlock()
+		}
+		close(done)
+	}
+}
+
+// chaosAck is an acknowledged emit.
+type chaosAck struct {
+	id, seq int64
+	ch      string
+}
+
+func TestClusterChaos(t *testing.T) {
+	// Budgets out of the way: the load is what the test is about.
+	limits := []string{"EMIT_RATE_LIMIT_PER_MINUTE=1000000", "PROJECT_RATE_LIMIT_PER_MINUTE=1000000", "LOG_LEVEL=info"}
+	cl := startCluster(t, 30*time.Second, []string{"A", "B"}, limits...)
+	victimAddr := relaytest.FreeAddr(t)
+	victimEnv := append(slices.Clone(limits), "RELAY_CLUSTER_ADDR="+victimAddr)
+	victim := cl.node(t, "C", victimEnv...)
+	a, b := cl.nodes[0], cl.nodes[1]
+	for _, n := range []*clusterNode{a, b, victim} {
+		n.waitMembers(t, 3, 30*time.Second)
+	}
+	owner := a.on(t).signup("alice@example.com")
+	p := owner.createProject("chaos")
+	viaA := a.on(t).client()
+
+	// Channels whose grains live on the victim, and one that does not.
+	var chans []string
+	for i := range 4 {
+		chans = append(chans, channelHostedBy(t, victim, viaA, p, fmt.Sprintf("busy%d", i)))
+	}
+
+	// Where each node serves; the victim's changes when it restarts.
+	var bases sync.Map // name → base URL ("" while down)
+	bases.Store("A", a.proc.Base)
+	bases.Store("B", b.proc.Base)
+	bases.Store("C", victim.proc.Base)
+	names := []string{"A", "B", "C"}
+	baseOf := func(i int) string {
+		for k := range names {
+			if v, _ := bases.Load(names[(i+k)%3]); v != "" {
+				return v.(string)
+			}
+		}
+		return a.proc.Base
+	}
+
+	// Two subscribers per channel on every node.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	ready := make(chan struct{}, 64)
+	type subscriber struct {
+		ch   string
+		node int
+		rec  *chaosRecord
+	}
+	var subs []subscriber
+	for _, ch := range chans {
+		for node := range 3 {
+			for range 2 {
+				s := subscriber{ch: ch, node: node, rec: &chaosRecord{}}
+				subs = append(subs, s)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					chaosSubscriber(t, p.publicKey, s.ch, func(attempt int) string { return baseOf(s.node + attempt) }, s.rec, stop, ready)
+				}()
+			}
+		}
+	}
+	for range subs {
+		select {
+		case <-ready:
+		case <-time.After(20 * time.Second):
+			t.Fatal("subscribers not subscribed within 20 s")
+		}
+	}
+
+	// Emitters through every node, open loop (an emit waiting for a
+	// failover does not hold the next one back): about 150 emits a second.
+	var (
+		ackMu    sync.Mutex
+		acks     []chaosAck
+		ids      atomic.Int64
+		refused  atomic.Int64
+		emitStop = make(chan struct{})
+		ewg      sync.WaitGroup
+		inFlight = make(chan struct{}, 512)
+	)
+	hc := &http.Client{Timeout: 6 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	ewg.Add(1)
+	go func() {
+		defer ewg.Done()
+		tick := time.NewTicker(time.Second / 150)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-emitStop:
+				return
+			case <-tick.C:
+			}
+			select {
+			case inFlight <- struct{}{}:
+			default:
+				refused.Add(1) // 512 waiting already
+				continue
+			}
+			id := ids.Add(1)
+			ch := chans[rand.IntN(len(chans))]
+			base := baseOf(i)
+			ewg.Add(1)
+			go func() {
+				defer func() { <-inFlight; ewg.Done() }()
+				r, err := emitAt(hc, base, p.secretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
+				if err != nil || r.status != http.StatusOK {
+					refused.Add(1)
+					return
+				}
+				ackMu.Lock()
+				acks = append(acks, chaosAck{id: id, seq: int64(num(r.json, "seq")), ch: ch})
+				ackMu.Unlock()
+			}()
+		}
+	}()
+
+	time.Sleep(2 * time.Second) // load before the fault
+	// kill -9 of the channels' owner, restarted on the same address 4 s later.
+	if err := syscall.Kill(victim.pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	bases.Store("C", "")
+	<-victim.proc.Exited
+	time.Sleep(4 * time.Second)
+	victim = cl.node(t, "C", victimEnv...)
+	bases.Store("C", victim.proc.Base)
+	victim.waitMembers(t, 3, 30*time.Second)
+	t.Logf("victim restarted on %s", victimAddr)
+	time.Sleep(3 * time.Second)
+
+	// SIGSTOP of the owner for longer than its etcd lease (3 s): the others
+	// take its channels over, and it leaves once it runs again.
+	if err := syscall.Kill(victim.pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	bases.Store("C", "")
+	time.Sleep(7 * time.Second)
+	if err := syscall.Kill(victim.pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-victim.proc.Exited:
+		t.Logf("the frozen node left after it resumed (exit %d)", victim.proc.Cmd.ProcessState.ExitCode())
+	case <-time.After(20 * time.Second):
+		t.Error("the frozen node did not leave within 20 s of resuming")
+	}
+	time.Sleep(2 * time.Second) // load after the faults
+	close(emitStop)
+	ewg.Wait()
+	time.Sleep(3 * time.Second) // the last deliveries and reconnects
+	close(stop)
+	wg.Wait()
+
+	// The checker.
+	bySeq := map[string]map[int64]int64{} // channel → seq → id, of acknowledged emits
+	seqOf := map[int64]int64{}            // id → seq it was acknowledged with
+	for _, ack := range acks {
+		if bySeq[ack.ch] == nil {
+			bySeq[ack.ch] = map[int64]int64{}
+		}
+		if prev, dup := bySeq[ack.ch][ack.seq]; dup {
+			t.Errorf("seq conflict: %s seq %d acknowledged for ids %d and %d", ack.ch, ack.seq, prev, ack.id)
+		}
+		bySeq[ack.ch][ack.seq] = ack.id
+		seqOf[ack.id] = ack.seq
+	}
+	var lost, gaps, delivered, reported int
+	for i, s := range subs {
+		s.rec.mu.Lock()
+		events := s.rec.events
+		s.rec.mu.Unlock()
+		got := map[int64]bool{}
+		ids := map[int64]int64{}
+		var covered [][2]int64 // (since, next seq) of each gap
+		var prev int64
+		for k, e := range events {
+			if e.gap {
+				gaps++
+				next := int64(1 << 62)
+				for _, f := range events[k+1:] {
+					if !f.gap {
+						next = f.seq
+						break
+					}
+				}
+				covered = append(covered, [2]int64{e.since, next})
+				continue
+			}
+			delivered++
+			if e.seq <= prev {
+				if reported < 20 {
+					t.Errorf("subscriber %d (%s, node %d): seq %d after %d (a duplicate or out of order)", i, s.ch, s.node, e.seq, prev)
+				}
+				reported++
+			}
+			prev = max(prev, e.seq)
+			got[e.seq] = true
+			if other, twice := ids[e.id]; twice && other != e.seq {
+				t.Errorf("subscriber %d (%s): id %d stamped twice, seq %d and %d", i, s.ch, e.id, other, e.seq)
+			}
+			ids[e.id] = e.seq
+			if acked, ok := seqOf[e.id]; ok && acked != e.seq {
+				t.Errorf("subscriber %d (%s): id %d arrived with seq %d, acknowledged with %d", i, s.ch, e.id, e.seq, acked)
+			}
+		}
+		for seq, id := range bySeq[s.ch] {
+			if got[seq] || slices.ContainsFunc(covered, func(c [2]int64) bool { return c[0] < seq && seq < c[1] }) {
+				continue
+			}
+			lost++
+			if reported < 20 {
+				t.Errorf("subscriber %d (%s, node %d): acknowledged id %d (seq %d) silently lost", i, s.ch, s.node, id, seq)
+			}
+			reported++
+		}
+	}
+	t.Logf("%d emits acknowledged, %d refused or unanswered; %d subscribers: %d deliveries, %d replay_gaps, %d silently lost",
+		len(acks), refused.Load(), len(subs), delivered, gaps, lost)
+	if len(acks) < 500 {
+		t.Errorf("only %d emits acknowledged: the load did not run", len(acks))
+	}
+}
