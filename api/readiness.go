@@ -9,9 +9,12 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// Readiness (GET /readyz) is a committed write, not a ping: a database that
-// answers reads but cannot commit (a SQLite file deleted or made read-only,
-// a full disk, a PostgreSQL standby) must take the node out of rotation.
+// Readiness of the store (GET /readyz) is a committed write, not a ping: a
+// database that answers reads but cannot commit (a SQLite file deleted or
+// made read-only, a full disk, a PostgreSQL standby) must answer 503, for
+// whoever pages on it. Load balancers check GET /readyz/traffic instead
+// (Server.handleReadyzTraffic): with the store down the node still serves
+// known keys, and taking every node out at once would be a total outage.
 const (
 	readyTimeout  = time.Second // a slower commit counts as a failure
 	readyCacheFor = time.Second // one write per second at most, however often /readyz is polled

@@ -74,8 +74,8 @@ type Server struct {
 	// inflight counts each emit, handshake and revoke in progress, so that
 	// Drain can wait for them (idle wakes it when the last one leaves). A
 	// count, not a lock: a drain waiting on a slow request must not hold up
-	// the 503s of the requests that come meanwhile. /readyz reads draining
-	// without touching either.
+	// the 503s of the requests that come meanwhile. /readyz and
+	// /readyz/traffic read draining without touching either.
 	inflight atomic.Int64
 	idle     chan struct{} // capacity 1
 	leave    func()        // s.leaveOne, bound once: enter hands it to every request
@@ -127,6 +127,7 @@ func New(o Options) *Server {
 	controlPlane{s}.routes(mux)
 	mux.Handle("/healthz", methods{http.MethodGet: s.handleHealthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.handleReadyz})
+	mux.Handle("/readyz/traffic", methods{http.MethodGet: s.handleReadyzTraffic})
 	if s.actors != nil {
 		mux.Handle("/emit", methods{http.MethodPost: s.handleEmit})
 		mux.Handle("/ws", methods{http.MethodGet: s.handleWS})
@@ -164,7 +165,7 @@ func emitFirst(routed http.Handler, emit http.HandlerFunc) http.Handler {
 // request whose body is still arriving may take up to the listener's
 // ReadTimeout).
 func (s *Server) Drain(ctx context.Context) error {
-	s.draining.Store(true) // /readyz answers 503 from now on
+	s.draining.Store(true) // /readyz and /readyz/traffic answer 503 from now on
 	for s.inflight.Load() > 0 {
 		select {
 		case <-s.idle:
@@ -213,6 +214,21 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.ready.check(r.Context(), s.store, s.log); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReadyzTraffic is the load balancer's readiness: 200 while this node
+// takes emits and handshakes, 503 from the moment it drains. It does not ask
+// the store: with the database down, emits and handshakes with cached keys
+// still succeed, and a balancer checking /readyz would take every node out at
+// once (README › Abuse limits and faults). A cluster node that loses its
+// membership drains at once (cmd/relay run), so it answers 503 too until it
+// exits; before it joined, it did not listen.
+func (s *Server) handleReadyzTraffic(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return
 	}

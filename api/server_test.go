@@ -13,10 +13,10 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// TestReadyzDoesNotQueueBehindRequests: /readyz neither waits for the
-// connection-plane requests in progress nor, while waiting, holds up new
-// ones; once Drain begins it answers 503 at once, before those requests
-// finish, and Drain still waits for them.
+// TestReadyzDoesNotQueueBehindRequests: /readyz and /readyz/traffic neither
+// wait for the connection-plane requests in progress nor, while waiting, hold
+// up new ones; once Drain begins both answer 503 at once, before those
+// requests finish, and Drain still waits for them.
 func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
@@ -29,23 +29,24 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 	}
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionKey: []byte("k")})
 
-	// readyz answers within a second, or the test fails naming what.
-	readyz := func(what string) int {
+	// probe answers within a second, or the test fails naming what.
+	probe := func(path, what string) int {
 		t.Helper()
 		got := make(chan int, 1)
 		go func() {
 			w := httptest.NewRecorder()
-			s.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			s.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
 			got <- w.Code
 		}()
 		select {
 		case code := <-got:
 			return code
 		case <-time.After(time.Second):
-			t.Fatalf("%s: /readyz waited for a request in progress", what)
+			t.Fatalf("%s: %s waited for a request in progress", what, path)
 			return 0
 		}
 	}
+	readyz := func(what string) int { t.Helper(); return probe("/readyz", what) }
 
 	leave, ok := s.enter(httptest.NewRecorder()) // an emit in progress
 	if !ok {
@@ -53,6 +54,9 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 	}
 	if code := readyz("before draining"); code != http.StatusOK {
 		t.Fatalf("/readyz before draining: %d", code)
+	}
+	if code := probe("/readyz/traffic", "before draining"); code != http.StatusOK {
+		t.Fatalf("/readyz/traffic before draining: %d", code)
 	}
 	if leave2, ok := s.enter(httptest.NewRecorder()); !ok {
 		t.Fatal("a second request refused after /readyz")
@@ -68,6 +72,9 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 			t.Fatal("/readyz still 200 after Drain began")
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if code := probe("/readyz/traffic", "draining"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz/traffic while draining: %d, want 503", code)
 	}
 	select {
 	case <-drained:

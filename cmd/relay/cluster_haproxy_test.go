@@ -33,6 +33,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
 )
 
 // haproxyConfig is the file operators use, relative to cmd/relay (go test's
@@ -319,16 +320,16 @@ func TestClusterHAProxy(t *testing.T) {
 
 	t.Run("retries: a handshake refused with 503 goes to another node, an emit refused with 503 is not sent again", func(t *testing.T) {
 		// A stand-in for a node draining after SIGTERM that HAProxy's
-		// checks have not taken out yet: it passes /readyz and answers
+		// checks have not taken out yet: it passes /readyz/traffic and answers
 		// everything else 503 service_unavailable, as the relay does from
-		// api.Server.Drain (its /readyz fails from then on too, but HAProxy
-		// needs two failed checks to notice). It holds no connections, so
-		// leastconn sends it every new request first.
+		// api.Server.Drain (its /readyz/traffic fails from then on too, but
+		// HAProxy needs two failed checks to notice). It holds no connections,
+		// so leastconn sends it every new request first.
 		var mu sync.Mutex
 		asked := map[string]int{}
 		draining := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
-			if r.URL.Path == "/readyz" {
+			if r.URL.Path == "/readyz/traffic" {
 				w.Write([]byte(`{"status":"ok"}`))
 				return
 			}
@@ -471,6 +472,67 @@ func TestClusterHAProxy(t *testing.T) {
 			}
 			t.Logf("emit %d through haproxy answered in %v (seq %d), on all 6 sockets", i, answered.Round(time.Microsecond), e.seq)
 		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("database outage: every node stays in rotation and emits go on", func(t *testing.T) {
+		// Each node learns the secret key first: with the database down, a
+		// node serves only keys it has already seen (README › The database
+		// goes away).
+		for _, n := range nodes {
+			if r, err := emitAt(nil, n.proc.Base, p.secretKey, "outage", "0"); err != nil || r.status != http.StatusOK {
+				t.Fatalf("emit on %s before the outage: %d %s %v", n.name, r.status, r.raw, err)
+			}
+		}
+		storetest.StopPostgres(t)
+		stopped := time.Now()
+		down := true
+		defer func() {
+			if down {
+				storetest.StartPostgres(t)
+			}
+		}()
+		// /readyz (the store) fails on every node: the page-worthy signal.
+		for _, n := range nodes {
+			relaytest.EventuallyNil(t, 10*time.Second, func() error {
+				if s, body := getText(t, n.proc.Base+"/readyz"); s != http.StatusServiceUnavailable {
+					return fmt.Errorf("%s: /readyz %d %s with PostgreSQL stopped", n.name, s, body)
+				}
+				return nil
+			})
+		}
+		t.Logf("/readyz 503 on every node %v after PostgreSQL stopped", time.Since(stopped).Round(time.Millisecond))
+		// HAProxy checks /readyz/traffic every second and takes a node out
+		// after two failures: over four seconds, every node stays UP.
+		for until := time.Now().Add(4 * time.Second); time.Now().Before(until); time.Sleep(250 * time.Millisecond) {
+			states, err := h.states()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range nodes {
+				if sv := h.servers[n.name]; states[sv] != "UP" {
+					t.Fatalf("%s (%s) is %q in haproxy's stats with PostgreSQL stopped; want every node UP: %v", sv, n.name, states[sv], states)
+				}
+			}
+		}
+		viaFront.do("GET", "/readyz/traffic", "").expect(t, http.StatusOK, `{"status":"ok"}`)
+		for i := 1; i <= 6; i++ {
+			expectEmitted(t, viaFront.emit(p.secretKey, fmt.Sprintf(`{"channel":"outage","payload":%d}`, i)), "outage")
+		}
+		owner.do("GET", "/api/projects", "").expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+		storetest.StartPostgres(t)
+		down = false
+		for _, n := range nodes {
+			relaytest.EventuallyNil(t, 15*time.Second, func() error {
+				if s, body := getText(t, n.proc.Base+"/readyz"); s != http.StatusOK {
+					return fmt.Errorf("%s: /readyz %d %s with PostgreSQL back", n.name, s, body)
+				}
+				return nil
+			})
+		}
+		t.Logf("PostgreSQL down %v: every node stayed UP behind haproxy, emits through it answered 200", time.Since(stopped).Round(100*time.Millisecond))
 	})
 	if t.Failed() {
 		t.FailNow()

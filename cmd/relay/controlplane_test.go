@@ -1260,6 +1260,8 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"GET", "/definitely-not-a-page"},
 			{"POST", "/some/deep/path.txt"},
 			{"GET", "/.env"},
+			{"GET", "/readyz/store"},
+			{"GET", "/readyz/traffic/extra"},
 		}
 		for _, c := range []*client{anon, alice} {
 			for _, rt := range notFound {
@@ -1294,6 +1296,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"POST", base + "/client-emit-secret", []string{"PATCH"}},
 			{"POST", "/healthz", []string{"GET"}},
 			{"DELETE", "/readyz", []string{"GET"}},
+			{"POST", "/readyz/traffic", []string{"GET"}},
 		}
 		for _, c := range []*client{anon, alice} {
 			for _, rt := range wrongMethod {
@@ -1332,6 +1335,8 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 		healthz.expect(t, http.StatusOK, `{"status":"ok"}`)
 		readyz := c.do("GET", "/readyz", "")
 		readyz.expect(t, http.StatusOK, `{"status":"ok"}`)
+		traffic := c.do("GET", "/readyz/traffic", "")
+		traffic.expect(t, http.StatusOK, `{"status":"ok"}`)
 
 		signup := c.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
 		signup.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": signup.str("id"), "email": "alice@example.com"}))
@@ -1342,6 +1347,7 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 		responses := []named{
 			{"healthz", healthz},
 			{"readyz", readyz},
+			{"readyz/traffic", traffic},
 			{"signup 201", signup},
 			{"list 200", c.do("GET", "/api/projects", "")},
 			{"create 201", c.do("POST", "/api/projects", `{"name":"x"}`)},

@@ -59,6 +59,9 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	if status != 503 || !strings.Contains(body, `"unavailable"`) {
 		t.Fatalf("/readyz with the database down: %d %s", status, body)
 	}
+	if status, body := getText(t, ts.base+"/readyz/traffic"); status != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+		t.Fatalf("/readyz/traffic with the database down: %d %s; a load balancer would drop a node that serves", status, body)
+	}
 	owner.do("GET", "/api/projects", "").expect(t, 503, `{"error":"service_unavailable"}`)
 	ts.client().emit("sk_live_neverseen", `{"channel":"a","payload":1}`).expect(t, 503, `{"error":"service_unavailable"}`)
 	ts.handshake("/ws?publicKey=pk_live_neverseen").expect(t, 503, `{"error":"service_unavailable"}`)

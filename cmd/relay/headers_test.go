@@ -148,6 +148,8 @@ func TestSecurityHeadersOnOtherRoutes(t *testing.T) {
 	}{
 		{"GET", "/healthz", 200, `{"status":"ok"}`},
 		{"GET", "/readyz", 200, `{"status":"ok"}`},
+		{"GET", "/readyz/traffic", 200, `{"status":"ok"}`},
+		{"POST", "/readyz/traffic", 405, `{"error":"method_not_allowed"}`},
 		{"GET", "/no-such-page", 404, `{"error":"not_found"}`},
 		{"GET", "/api/no-such-route", 404, `{"error":"not_found"}`},
 		{"POST", "/emit-tokens/nope", 404, `{"error":"not_found"}`},

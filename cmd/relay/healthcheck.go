@@ -16,7 +16,9 @@ const healthcheckTimeout = 3 * time.Second
 // runHealthcheck is `relay healthcheck`: GET /healthz of the relay serving on
 // RELAY_ADDR (loopback when it names no host or every address: the
 // container's own), exit 0 on 200. It is the container image's HEALTHCHECK,
-// which has no shell or curl to run.
+// which has no shell or curl to run. Liveness, not a readiness: a runtime
+// that restarts unhealthy containers would restart every node during a
+// database outage on /readyz, and a draining node on /readyz/traffic.
 func runHealthcheck(ctx context.Context, lookup func(string) (string, bool), out io.Writer) error {
 	addr, ok := lookup("RELAY_ADDR")
 	if !ok || addr == "" {

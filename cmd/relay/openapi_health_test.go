@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,6 +40,46 @@ func TestOpenAPIHealth(t *testing.T) {
 	wantStatus(t, bob.do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`), 201)
 	bob.do("GET", path, "").expect(t, 404, `{"error":"project_not_found"}`)
 	wantStatus(t, owner.do("POST", path, ""), 405)
+}
+
+// TestOpenAPIReadiness: /readyz and /readyz/traffic through the validator
+// in each state a probe can find: both 200; the store gone (the SQLite
+// directory moved away), /readyz 503 and /readyz/traffic 200 while an emit
+// with a known key is still 200; draining, both 503; a wrong method, 405.
+func TestOpenAPIReadiness(t *testing.T) {
+	router := loadOpenAPI(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	ts := startServer(t, "sqlite:"+filepath.Join(dir, "relay.db"), nil)
+	st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
+	owner := st.client(ts)
+	anon := st.client(ts)
+	wantStatus(t, owner.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
+	p := owner.createProject("spec")
+	wantStatus(t, owner.emit(p.secretKey, `{"channel":"room","payload":1}`), 200) // the key is now cached
+	anon.do("GET", "/readyz", "").expect(t, 200, `{"status":"ok"}`)
+	anon.do("GET", "/readyz/traffic", "").expect(t, 200, `{"status":"ok"}`)
+
+	if err := os.Rename(dir, dir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.Eventually(t, 5*time.Second, func() bool { return anon.do("GET", "/readyz", "").status == 503 }, "/readyz 503 with the store gone")
+	anon.do("GET", "/readyz", "").expect(t, 503, `{"status":"unavailable"}`)
+	anon.do("GET", "/readyz/traffic", "").expect(t, 200, `{"status":"ok"}`)
+	wantStatus(t, owner.emit(p.secretKey, `{"channel":"room","payload":2}`), 200)
+	if err := os.Rename(dir+".moved", dir); err != nil {
+		t.Fatal(err)
+	}
+	relaytest.Eventually(t, 5*time.Second, func() bool { return anon.do("GET", "/readyz", "").status == 200 }, "/readyz 200 with the store back")
+
+	wantStatus(t, anon.do("POST", "/readyz/traffic", ""), 405)
+	ts.app.api.Drain(context.Background())
+	anon.do("GET", "/readyz", "").expect(t, 503, `{"status":"unavailable"}`)
+	anon.do("GET", "/readyz/traffic", "").expect(t, 503, `{"status":"unavailable"}`)
+	for _, k := range []string{"GET /readyz OK", "GET /readyz Service Unavailable", "GET /readyz/traffic OK", "GET /readyz/traffic Service Unavailable", "POST /readyz/traffic 405"} {
+		if !st.seen[k] {
+			t.Errorf("%s not validated; seen %v", k, st.seen)
+		}
+	}
 }
 
 func wantStatus(t *testing.T, r response, status int) {

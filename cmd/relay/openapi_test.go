@@ -313,6 +313,7 @@ func TestOpenAPI(t *testing.T) {
 		// Service routes.
 		want(anon.do("GET", "/healthz", ""), 200)
 		want(anon.do("GET", "/readyz", ""), 200)
+		want(anon.do("GET", "/readyz/traffic", ""), 200)
 		js := want(anon.do("GET", "/client.js", ""), 200)
 		want(anon.send("GET", "/client.js", "", "", map[string]string{"If-None-Match": js.header.Get("ETag")}), 304)
 		dts := want(anon.do("GET", "/client.d.ts", ""), 200)

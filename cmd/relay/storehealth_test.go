@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,10 +17,22 @@ import (
 // with it.
 func readyStatus(t *testing.T, ts *testServer) int {
 	t.Helper()
-	status, body := getText(t, ts.base+"/readyz")
+	return probeStatus(t, ts, "/readyz")
+}
+
+// trafficStatus is GET /readyz/traffic, the load balancer's readiness, as
+// readyStatus.
+func trafficStatus(t *testing.T, ts *testServer) int {
+	t.Helper()
+	return probeStatus(t, ts, "/readyz/traffic")
+}
+
+func probeStatus(t *testing.T, ts *testServer, path string) int {
+	t.Helper()
+	status, body := getText(t, ts.base+path)
 	want := map[int]string{200: `{"status":"ok"}`, 503: `{"status":"unavailable"}`}[status]
 	if want == "" || strings.TrimSpace(body) != want {
-		t.Fatalf("/readyz: %d %s", status, body)
+		t.Fatalf("%s: %d %s", path, status, body)
 	}
 	return status
 }
@@ -29,7 +42,8 @@ func readyStatus(t *testing.T, ts *testServer) int {
 // of root's): the directory is moved away and back, then removed. While the
 // database is not where it was opened, /readyz answers 503 and every write
 // 503 service_unavailable, nothing is created in its place, and the rest of
-// the process carries on (live sockets, emits with known keys, /healthz).
+// the process carries on (live sockets, emits with known keys, /healthz, and
+// /readyz/traffic 200: a load balancer keeps the node).
 // The files the relay created are its user's only.
 func TestSQLiteDirectoryGone(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
@@ -67,6 +81,9 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 		sub.expectExcept(body, "seq")
 		if s, _ := getText(t, ts.base+"/healthz"); s != 200 {
 			t.Fatalf("%s: /healthz %d", what, s)
+		}
+		if s := trafficStatus(t, ts); s != 200 {
+			t.Fatalf("%s: /readyz/traffic %d", what, s)
 		}
 	}
 	unavailable := func(what string) {
@@ -113,11 +130,27 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 }
 
 // TestReadyzPostgresStopped: /readyz is 503 while PostgreSQL is stopped and
-// 200 again once it is back.
+// 200 again once it is back; /readyz/traffic stays 200 all along, as emits
+// with a known key still succeed, so a load balancer checking it keeps every
+// node in rotation through the outage.
 func TestReadyzPostgresStopped(t *testing.T) {
 	ts := startServer(t, storetest.PostgresURL(t), nil)
-	if readyStatus(t, ts) != 200 {
-		t.Fatal("/readyz not 200 at start")
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	sub := subscribed(t, ts, p.publicKey, "a")
+	emits := 0
+	emit := func(what string) {
+		t.Helper()
+		emits++
+		body := fmt.Sprintf(`{"channel":"a","payload":%d}`, emits)
+		if r := owner.emit(p.secretKey, body); r.status != 200 {
+			t.Fatalf("%s: emit with a known key: %d %s", what, r.status, r.raw)
+		}
+		sub.expectExcept(body, "seq")
+	}
+	emit("before") // the secret key is now cached
+	if readyStatus(t, ts) != 200 || trafficStatus(t, ts) != 200 {
+		t.Fatal("/readyz or /readyz/traffic not 200 at start")
 	}
 	storetest.StopPostgres(t)
 	stopped := true
@@ -127,25 +160,41 @@ func TestReadyzPostgresStopped(t *testing.T) {
 		}
 	}()
 	relaytest.Eventually(t, 5*time.Second, func() bool { return readyStatus(t, ts) == 503 }, "/readyz 503 with PostgreSQL stopped")
+	if got := trafficStatus(t, ts); got != 200 {
+		t.Fatalf("/readyz/traffic with PostgreSQL stopped: %d, want 200", got)
+	}
+	emit("PostgreSQL stopped")
+	owner.do("POST", "/api/projects", `{"name":"during"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+	if got := trafficStatus(t, ts); got != 200 {
+		t.Fatalf("/readyz/traffic with PostgreSQL stopped, after an emit: %d, want 200", got)
+	}
 	storetest.StartPostgres(t)
 	stopped = false
 	relaytest.Eventually(t, 10*time.Second, func() bool { return readyStatus(t, ts) == 200 }, "/readyz 200 with PostgreSQL back")
+	if got := trafficStatus(t, ts); got != 200 {
+		t.Fatalf("/readyz/traffic with PostgreSQL back: %d", got)
+	}
 }
 
 // TestReadyzFailsWhileDraining: from the moment a node starts shutting down
-// (it refuses new emits and handshakes), /readyz answers 503, so a load
-// balancer's next check sends traffic elsewhere while the node hands off and
-// closes its sockets; /healthz stays 200.
+// (it refuses new emits and handshakes), /readyz and /readyz/traffic answer
+// 503, so a load balancer's next check sends traffic elsewhere while the node
+// hands off and closes its sockets; /healthz stays 200. On both databases.
 func TestReadyzFailsWhileDraining(t *testing.T) {
-	ts := startServer(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"), nil)
-	if got := readyStatus(t, ts); got != 200 {
-		t.Fatalf("/readyz before draining: %d", got)
-	}
-	ts.app.api.Drain(context.Background())
-	if got := readyStatus(t, ts); got != 503 {
-		t.Fatalf("/readyz while draining: %d, want 503", got)
-	}
-	if status, body := getText(t, ts.base+"/healthz"); status != 200 {
-		t.Fatalf("/healthz while draining: %d %s", status, body)
-	}
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ts := startServer(t, url, nil)
+		if readyStatus(t, ts) != 200 || trafficStatus(t, ts) != 200 {
+			t.Fatal("/readyz or /readyz/traffic not 200 before draining")
+		}
+		ts.app.api.Drain(context.Background())
+		if got := readyStatus(t, ts); got != 503 {
+			t.Fatalf("/readyz while draining: %d, want 503", got)
+		}
+		if got := trafficStatus(t, ts); got != 503 {
+			t.Fatalf("/readyz/traffic while draining: %d, want 503", got)
+		}
+		if status, body := getText(t, ts.base+"/healthz"); status != 200 {
+			t.Fatalf("/healthz while draining: %d %s", status, body)
+		}
+	})
 }
