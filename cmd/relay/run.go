@@ -174,7 +174,7 @@ type app struct {
 	debug     *http.Server // nil when RELAY_DEBUG_ADDR is empty
 	addr      net.Addr     // bound public address (useful when RELAY_ADDR ends in :0)
 	debugAddr net.Addr
-	httpConns *connLimit // the public listener's MAX_HTTP_CONNECTIONS
+	httpConns *connLimit // the public listener's MAX_HTTP_CONNECTIONS and its shares per address
 	served    chan error
 	stopJobs  context.CancelFunc
 	jobsDone  sync.WaitGroup
@@ -282,7 +282,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		a.shutdown(context.Background())
 		return nil, err
 	}
-	limited := newConnLimit(ln, cfg.MaxHTTPConns, log)
+	limited := newConnLimit(ln, cfg.MaxHTTPConns, cfg.MaxHTTPConnsPerAddr, cfg.TrustedProxies, log)
 	a.public.ConnState = limited.connState
 	a.httpConns = limited
 	go func() { a.served <- a.public.Serve(limited) }()
