@@ -13,9 +13,9 @@ import (
 
 // Admin is the project operations for the command line (`relay admin`): the
 // same code as the control plane and the dashboard, acting as the operator
-// (no owner check) and with no connection plane to tell. A running relay on
-// the same store learns of its changes only through its store reads (README ›
-// Version and admin command line).
+// (no owner check) and with no connection plane to tell: a running relay on
+// the same store learns of its key changes from the store within about a
+// second (WatchKeyChanges; README › Version and admin command line).
 type Admin struct {
 	ops *projectOps
 }

@@ -254,6 +254,19 @@ func (x *keyIndex) invalidate(projectID string) {
 	x.changed.Store(true)
 }
 
+// invalidateAll forgets every key, as if each project had changed.
+func (x *keyIndex) invalidateAll() {
+	x.mu.Lock()
+	for _, k := range x.byHash {
+		x.keepUnflushed(k)
+	}
+	clear(x.byHash)
+	clear(x.byProject)
+	x.gen++
+	x.mu.Unlock()
+	x.changed.Store(true)
+}
+
 // size is the number of cached keys.
 func (x *keyIndex) size() int {
 	x.mu.RLock()

@@ -46,6 +46,10 @@ type Options struct {
 	// TrustedProxies (TRUSTED_PROXIES): from a peer in them, the client
 	// address comes from X-Forwarded-For (clientAddr).
 	TrustedProxies []netip.Prefix
+	// KeyChangesSeen is the number of the last key change stored before the
+	// server started (store.LastKeyChange): WatchKeyChanges applies those
+	// after it.
+	KeyChangesSeen int64
 }
 
 // Server is the public HTTP surface.
@@ -59,6 +63,7 @@ type Server struct {
 
 	keys      *keyIndex // the API keys the connection plane authenticates
 	life      keyLife   // KeyTick's state
+	watch     keyWatch  // WatchKeyChanges' state
 	actors    *actors.System
 	transport *transport.Server
 	metrics   *Metrics
@@ -122,6 +127,7 @@ func New(o Options) *Server {
 	s.idle = make(chan struct{}, 1)
 	s.leave = s.leaveOne
 	s.life.lastFlush, s.life.checked = o.Now(), o.Now()
+	s.watch.last = o.KeyChangesSeen
 	s.loginPerPair.failOpen = true // each address is still capped by loginPerIP
 	mux := http.NewServeMux()
 	controlPlane{s}.routes(mux)

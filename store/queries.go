@@ -158,14 +158,16 @@ func (s *Store) DeleteProject(ctx context.Context, id, ownerID string) error {
 	if !ok {
 		return ErrNotFound
 	}
-	res, err := s.db.NewDelete().Model((*Project)(nil)).Where("id = ? AND owner_user_id = ?", id, ownerID).Exec(ctx)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ErrNotFound
-	}
-	return nil
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewDelete().Model((*Project)(nil)).Where("id = ? AND owner_user_id = ?", id, ownerID).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		return recordKeyChange(ctx, tx, id, nil) // its keys went with it
+	})
 }
 
 // SetClientEmitSecret stores a project's client-emit secret.
@@ -240,8 +242,14 @@ func (s *Store) rotateKey(ctx context.Context, projectID string, k APIKey, until
 		if _, err := q.Returning("key_hash").Exec(ctx, &changed); err != nil {
 			return err
 		}
-		_, err := tx.NewInsert().Model(&k).Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(&k).Exec(ctx); err != nil {
+			return err
+		}
+		var revoked []string
+		if until.IsZero() {
+			revoked = changed
+		}
+		return recordKeyChange(ctx, tx, projectID, revoked)
 	})
 	if err != nil {
 		return APIKey{}, nil, err
@@ -313,8 +321,10 @@ func (s *Store) RevokeKey(ctx context.Context, projectID, keyID string) (APIKey,
 		}
 		at := now()
 		k.RevokedAt = &at
-		_, err := tx.NewUpdate().Model(&k).Column("revoked_at").WherePK().Exec(ctx)
-		return err
+		if _, err := tx.NewUpdate().Model(&k).Column("revoked_at").WherePK().Exec(ctx); err != nil {
+			return err
+		}
+		return recordKeyChange(ctx, tx, k.ProjectID, []string{k.KeyHash})
 	})
 	fixKey(&k)
 	return k, err

@@ -26,7 +26,8 @@ commands:
   mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
                  a client-emit token signed with the project's client-emit secret
 
-A relay running on the same store sees key changes only as README › Version and admin command line says.`
+Every relay running on the same store refuses a revoked or rotated-out key, and closes its
+sockets (4001), within about 2 seconds (README › Version and admin command line).`
 
 // adminRun does an admin command with the store's operations; it returns
 // what to print as JSON.

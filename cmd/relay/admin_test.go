@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -16,6 +18,7 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -243,59 +246,103 @@ func TestVersionCommand(t *testing.T) {
 	}
 }
 
-// TestAdminChangesAndARunningRelay: what README › Version and admin command
-// line says of a relay running on the same store: a key it has not used is
-// refused at once after a revocation from the command line; a key it has used
-// stays in its key cache until it restarts.
-func TestAdminChangesAndARunningRelay(t *testing.T) {
-	dbURL := storetest.SQLiteURL(t)
-	adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
-	p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
-	pid := p["project"].(map[string]any)["id"].(string)
-	used := p["keys"].(map[string]any)["secretKey"].(string)
-	ts := startServer(t, dbURL, nil)
-	c := ts.client()
-	emit := func(key string) int { return c.emitNoFail(key, `{"channel":"c","payload":1}`).status }
-	if s := emit(used); s != 200 {
-		t.Fatalf("emit with the new key: %d", s)
-	}
-	// A second project's key, never used by the running relay.
-	q := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "other")
-	qid := q["project"].(map[string]any)["id"].(string)
-	unused := q["keys"].(map[string]any)["secretKey"].(string)
+// TestAdminKeyChangesReachRunningNodes: a key revoked or rotated with
+// `relay admin` (another process, its own store handle) is refused on every
+// running node on the same store within 2 s, also by a node that had it
+// cached, and the sockets opened with a revoked public key close with 4001
+// as after a dashboard revoke (README › Version and admin command line). Two
+// nodes on one database, each reading the store's key changes on its own.
+func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
+		p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
+		pid := p["project"].(map[string]any)["id"].(string)
+		keys := p["keys"].(map[string]any)
+		secret, public := keys["secretKey"].(string), keys["publicKey"].(string)
+		nodes := []*testServer{startServer(t, dbURL, nil), startServer(t, dbURL, nil)}
 
-	st, err := store.Open(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	secretKeyID := func(projectID string) string {
-		ks, err := st.Keys(context.Background(), projectID)
+		st, err := store.Open(context.Background(), dbURL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range ks {
-			if k.KeyType == "secret" && k.Active() {
-				return k.ID
+		defer st.Close()
+		keyID := func(keyType string) string {
+			ks, err := st.Keys(context.Background(), pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range ks {
+				if k.KeyType == keyType && k.Active() {
+					return k.ID
+				}
+			}
+			t.Fatalf("project %s has no active %s key", pid, keyType)
+			return ""
+		}
+		const body = `{"channel":"c","payload":1}`
+		// Every node has the keys cached, and a socket open on the public key
+		// (subscribed, so its project actor has it).
+		var socks []*wsClient
+		for _, ts := range nodes {
+			if r := ts.client().emit(secret, body); r.status != http.StatusOK {
+				t.Fatalf("emit before the revoke: %d %s", r.status, r.raw)
+			}
+			ws := ts.dialWS(public)
+			ws.send(`{"action":"subscribe","channel":"c"}`)
+			ws.expect(`{"action":"subscribe","channel":"c","ok":true}`)
+			socks = append(socks, ws)
+		}
+		// refused polls each node until the key is refused, and fails the
+		// test if that takes 2 s from the command's end.
+		refused := func(what string, done time.Time, try func(ts *testServer) response, status int, want string) {
+			t.Helper()
+			for i, ts := range nodes {
+				var last response
+				relaytest.EventuallyNil(t, time.Until(done.Add(2*time.Second)), func() error {
+					if last = try(ts); last.status != status {
+						return fmt.Errorf("node %d: %s still answered %d %s 2 s after the command", i, what, last.status, last.raw)
+					}
+					return nil
+				})
+				last.expect(t, status, want)
 			}
 		}
-		t.Fatalf("project %s has no active secret key", projectID)
-		return ""
-	}
-	adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", secretKeyID(pid))
-	adminOK(t, dbURL, "revoke-key", "--project", qid, "--key", secretKeyID(qid))
-	if s := emit(unused); s != 401 {
-		t.Fatalf("a revoked key the relay never used: %d, want 401", s)
-	}
-	if s := emit(used); s != 200 {
-		t.Fatalf("a revoked key in the running relay's cache: %d; README says it keeps working until a restart", s)
-	}
-	ts.stop()
-	ts = startServer(t, dbURL, nil)
-	c = ts.client()
-	if s := emit(used); s != 401 {
-		t.Fatalf("the revoked key after a restart: %d, want 401", s)
-	}
+		emitWith := func(key string) func(*testServer) response {
+			return func(ts *testServer) response { return ts.client().emitNoFail(key, body) }
+		}
+
+		adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", keyID("secret"))
+		done := time.Now()
+		refused("emit with the revoked secret key", done, emitWith(secret), http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+
+		adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", keyID("public"))
+		done = time.Now()
+		for i, ws := range socks {
+			if f := ws.expectClose(4001, time.Until(done.Add(2*time.Second))); f.reason != "key revoked" {
+				t.Fatalf("node %d: the revoked key's socket closed with 4001 %q, want \"key revoked\"", i, f.reason)
+			}
+		}
+		refused("handshake with the revoked public key", done, func(ts *testServer) response {
+			return ts.handshake("/ws?publicKey=" + public)
+		}, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+
+		// A rotation from the command line: the key it replaced is refused,
+		// the new one works, on every node.
+		r := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")
+		done = time.Now()
+		rotated := r["key"].(map[string]any)["raw"].(string)
+		if r := nodes[0].client().emit(rotated, body); r.status != http.StatusOK {
+			t.Fatalf("emit with the rotated-in key: %d %s", r.status, r.raw)
+		}
+		newest := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")["key"].(map[string]any)["raw"].(string)
+		done = time.Now()
+		refused("emit with the rotated-out secret key", done, emitWith(rotated), http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+		for i, ts := range nodes {
+			if r := ts.client().emit(newest, body); r.status != http.StatusOK {
+				t.Fatalf("node %d: emit with the new key: %d %s", i, r.status, r.raw)
+			}
+		}
+	})
 }
 
 // relay admin create-project keeps MAX_PROJECTS_PER_USER like the API.

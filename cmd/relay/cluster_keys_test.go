@@ -6,10 +6,13 @@ package main
 // `make test-cluster`, like cluster_test.go.
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
 
 // TestClusterKeyOverlap: two nodes (real binaries, PostgreSQL, etcd). Keys
@@ -72,4 +75,43 @@ func TestClusterKeyOverlap(t *testing.T) {
 		}
 	}
 	subscribed(t, tsB, rp.str("key", "raw"), "room") // the new key connects
+}
+
+// TestClusterAdminRevoke: keys revoked with `relay admin` (no node's API,
+// so no broadcast) are refused on both nodes of a cluster within 2 s, by
+// nodes that had them cached, and the sockets opened with the public key on
+// A and on B close with 4001, as after a dashboard revoke.
+func TestClusterAdminRevoke(t *testing.T) {
+	cl := startCluster(t, 5*time.Second, []string{"A", "B"})
+	tsA, tsB := cl.nodes[0].on(t), cl.nodes[1].on(t)
+	owner := tsA.signup("alice@example.com")
+	p := owner.createProject("admin-revoke")
+	nodes := []*testServer{tsA, tsB}
+	for _, ts := range nodes { // cached on both
+		if r := ts.client().emit(p.secretKey, `{"channel":"x","payload":1}`); r.status != http.StatusOK {
+			t.Fatalf("emit: %d %s", r.status, r.raw)
+		}
+	}
+	onA, onB := subscribed(t, tsA, p.publicKey, "room"), subscribed(t, tsB, p.publicKey, "room")
+	keys := owner.do("GET", "/api/projects/"+p.id+"/keys", "")
+	for _, k := range keys.json["keys"].([]any) {
+		adminOK(t, cl.dbURL, "revoke-key", "--project", p.id, "--key", k.(map[string]any)["id"].(string))
+	}
+	done := time.Now()
+	for i, ws := range []*wsClient{onA, onB} {
+		if f := ws.expectClose(4001, time.Until(done.Add(2*time.Second))); f.reason != "key revoked" {
+			t.Fatalf("node %d: closed with 4001 %q, want \"key revoked\"", i, f.reason)
+		}
+	}
+	for i, ts := range nodes {
+		var last response
+		relaytest.EventuallyNil(t, time.Until(done.Add(2*time.Second)), func() error {
+			if last = ts.client().emitNoFail(p.secretKey, `{"channel":"x","payload":1}`); last.status != http.StatusUnauthorized {
+				return fmt.Errorf("node %d: the revoked secret key still answered %d %s 2 s after relay admin", i, last.status, last.raw)
+			}
+			return nil
+		})
+		last.expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+		ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+	}
 }

@@ -57,9 +57,12 @@ type Config struct {
 	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
 	MaxQueuedBytes           int // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
 	// The public HTTP listener (README › Abuse limits).
-	HTTPIdleTimeout time.Duration  // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
-	MaxHTTPConns    int            // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
-	TrustedProxies  []netip.Prefix // TRUSTED_PROXIES: peers whose X-Forwarded-For names the client
+	HTTPIdleTimeout time.Duration // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
+	MaxHTTPConns    int           // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
+	// MAX_HTTP_CONNECTIONS_PER_ADDRESS: of those, from one TCP peer address
+	// (IPv6 by /64); a peer in TRUSTED_PROXIES has no share of its own.
+	MaxHTTPConnsPerAddr int
+	TrustedProxies      []netip.Prefix // TRUSTED_PROXIES: peers whose X-Forwarded-For names the client
 	// Webhook queues, fair between projects (README › Webhooks and usage).
 	WebhookWorkers         int // WEBHOOK_WORKERS: deliveries at once over all projects
 	WebhookQueueTotal      int // WEBHOOK_QUEUE_TOTAL: events waiting over all projects
@@ -89,7 +92,7 @@ var configVars = []string{
 	"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 	"LOG_FORMAT", "LOG_LEVEL",
 	"RELAY_DEBUG_TOKEN",
-	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
+	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS", "MAX_HTTP_CONNECTIONS_PER_ADDRESS",
 	"RELAY_CLUSTER_ETCD", "RELAY_CLUSTER_ADDR", "RELAY_CLUSTER_NAME",
 }
 
@@ -154,11 +157,31 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		p.fail("RELAY_DEBUG_ADDR", c.DebugAddr, "not a loopback address, and RELAY_DEBUG_TOKEN is not set: "+
 			"set RELAY_DEBUG_TOKEN (the operator listener then requires it as a bearer token) or listen on 127.0.0.1")
 	}
+	c.MaxHTTPConnsPerAddr = p.httpShare("MAX_HTTP_CONNECTIONS_PER_ADDRESS", c.MaxHTTPConns)
 	p.clusterNeeds(c) // cluster_config.go
 	if len(p.errs) > 0 {
 		return Config{}, fmt.Errorf("bad configuration: %s", strings.Join(p.errs, "; "))
 	}
 	return c, nil
+}
+
+// httpShareDivisor makes MAX_HTTP_CONNECTIONS_PER_ADDRESS's default: an
+// eighth of MAX_HTTP_CONNECTIONS, so that one address leaves most of the
+// listener to the others.
+const httpShareDivisor = 8
+
+// httpShare is one address's share of the total connections: at most total
+// (more could never be used, and is refused as a mistake), an eighth of it
+// by default.
+func (p *envParser) httpShare(name string, total int) int {
+	def := max(1, total/httpShareDivisor)
+	n := p.positive(name, def)
+	if n > total {
+		v, _ := p.get(name)
+		p.fail(name, v, fmt.Sprintf("want at most MAX_HTTP_CONNECTIONS (%d)", total))
+		return def
+	}
+	return n
 }
 
 // minDebugToken is the shortest RELAY_DEBUG_TOKEN accepted: enough that it
@@ -402,7 +425,7 @@ func (c Config) redacted() []any {
 		"max_connections_per_address", c.MaxConnectionsPerAddress, "max_projects_per_user", c.MaxProjectsPerUser,
 		"max_revocations_per_project", c.MaxRevocationsPerProject, "revoke_requests_per_minute", c.RevokesPerMinute,
 		"max_queued_bytes_per_connection", c.MaxQueuedBytes,
-		"http_idle_timeout", c.HTTPIdleTimeout, "max_http_connections", c.MaxHTTPConns, "trusted_proxies", prefixList(c.TrustedProxies),
+		"http_idle_timeout", c.HTTPIdleTimeout, "max_http_connections", c.MaxHTTPConns, "max_http_connections_per_address", c.MaxHTTPConnsPerAddr, "trusted_proxies", prefixList(c.TrustedProxies),
 		"webhook_workers", c.WebhookWorkers, "webhook_queue_total", c.WebhookQueueTotal,
 		"webhook_queue_per_project", c.WebhookQueuePerProject, "webhook_in_flight_per_project", c.WebhookInFlightPerProj,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,

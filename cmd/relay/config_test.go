@@ -74,6 +74,7 @@ func cfgFields(c Config) map[string]any {
 		"TRUSTED_PROXIES":                   prefixList(c.TrustedProxies),
 		"HTTP_IDLE_TIMEOUT_SECONDS":         c.HTTPIdleTimeout,
 		"MAX_HTTP_CONNECTIONS":              c.MaxHTTPConns,
+		"MAX_HTTP_CONNECTIONS_PER_ADDRESS":  c.MaxHTTPConnsPerAddr,
 		"RELAY_CLUSTER_ETCD":                strings.Join(c.ClusterEtcd, ","),
 		"RELAY_CLUSTER_ADDR":                c.ClusterAddr,
 		"RELAY_CLUSTER_NAME":                c.ClusterName,
@@ -123,7 +124,8 @@ var cfgDefaults = map[string]any{
 	"TRUSTED_PROXIES":                   "", // X-Forwarded-For ignored
 	"HTTP_IDLE_TIMEOUT_SECONDS":         60 * time.Second,
 	"MAX_HTTP_CONNECTIONS":              4096,
-	"RELAY_CLUSTER_ETCD":                "", // one node
+	"MAX_HTTP_CONNECTIONS_PER_ADDRESS":  512, // an eighth of MAX_HTTP_CONNECTIONS
+	"RELAY_CLUSTER_ETCD":                "",  // one node
 	"RELAY_CLUSTER_ADDR":                "",
 	"RELAY_CLUSTER_NAME":                "relay",
 }
@@ -317,6 +319,8 @@ func TestLoadConfigValues(t *testing.T) {
 		{"TRUSTED_PROXIES", "::ffff:10.0.0.0/104", "10.0.0.0/8"},
 		{"HTTP_IDLE_TIMEOUT_SECONDS", "5", 5 * time.Second},
 		{"MAX_HTTP_CONNECTIONS", "100", 100},
+		{"MAX_HTTP_CONNECTIONS_PER_ADDRESS", "1", 1},
+		{"MAX_HTTP_CONNECTIONS_PER_ADDRESS", "4096", 4096},
 		{"RELAY_CLUSTER_NAME", "eu-west_1.relay", "eu-west_1.relay"},
 	}
 	for _, tc := range cases {
@@ -330,8 +334,40 @@ func TestLoadConfigValues(t *testing.T) {
 				want[k] = v
 			}
 			want[tc.name] = tc.want
+			if tc.name == "MAX_HTTP_CONNECTIONS" { // the share's default follows it
+				want["MAX_HTTP_CONNECTIONS_PER_ADDRESS"] = tc.want.(int) / 8
+			}
 			cfgCheck(t, c, want)
 		})
+	}
+}
+
+// TestLoadConfigHTTPShare: MAX_HTTP_CONNECTIONS_PER_ADDRESS defaults to an
+// eighth of MAX_HTTP_CONNECTIONS (at least 1), and may not exceed it.
+func TestLoadConfigHTTPShare(t *testing.T) {
+	for _, tc := range []struct {
+		total, share string
+		want         int
+	}{
+		{"8", "", 1},
+		{"7", "", 1},
+		{"1", "", 1},
+		{"17", "", 2},
+		{"3", "3", 3},
+		{"100", "99", 99},
+	} {
+		c, err := LoadConfig(cfgEnv(map[string]string{"MAX_HTTP_CONNECTIONS": tc.total, "MAX_HTTP_CONNECTIONS_PER_ADDRESS": tc.share}))
+		if err != nil {
+			t.Fatalf("MAX_HTTP_CONNECTIONS=%s MAX_HTTP_CONNECTIONS_PER_ADDRESS=%q: %v", tc.total, tc.share, err)
+		}
+		if c.MaxHTTPConnsPerAddr != tc.want {
+			t.Errorf("MAX_HTTP_CONNECTIONS=%s MAX_HTTP_CONNECTIONS_PER_ADDRESS=%q: share %d, want %d", tc.total, tc.share, c.MaxHTTPConnsPerAddr, tc.want)
+		}
+	}
+	_, err := LoadConfig(cfgEnv(map[string]string{"MAX_HTTP_CONNECTIONS": "10", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "11"}))
+	want := `bad configuration: MAX_HTTP_CONNECTIONS_PER_ADDRESS="11": want at most MAX_HTTP_CONNECTIONS (10)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("a share over the total: %v, want %q", err, want)
 	}
 }
 
@@ -344,7 +380,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		"EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE", "CLIENT_EMIT_RATE_LIMIT_PER_SECOND",
 		"CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS", "REPLAY_BUFFER_TTL_SECONDS", "IDLE_TIMEOUT_SECONDS",
 		"CONNECTION_MAX_LIFETIME_SECONDS", "WEBHOOK_TIMEOUT_MS", "USAGE_ROLLUP_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS",
-		"HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS",
+		"HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS", "MAX_HTTP_CONNECTIONS_PER_ADDRESS",
 		"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 		"ACTOR_DORMANCY_SECONDS", "MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT",
 		"MAX_REPLAY_BYTES_PER_PROJECT", "MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT",
@@ -403,6 +439,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		bad{"TRUSTED_PROXIES", "2001:db8::/129"},
 		bad{"TRUSTED_PROXIES", "fe80::1%eth0"},
 		bad{"TRUSTED_PROXIES", "*"},
+		bad{"MAX_HTTP_CONNECTIONS_PER_ADDRESS", "4097"}, // over MAX_HTTP_CONNECTIONS
 		// Alone, RELAY_CLUSTER_ETCD is refused: the default store is SQLite,
 		// and RELAY_CLUSTER_ADDR is missing (TestLoadConfigCluster).
 		bad{"RELAY_CLUSTER_ETCD", "127.0.0.1:2379"},

@@ -1,63 +1,202 @@
 package main
 
 import (
+	"container/list"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// connLimit bounds the connections net/http holds on the public listener
-// (MAX_HTTP_CONNECTIONS): new, active and idle keep-alive ones. When all
-// slots are taken, Accept waits for one, so new connections queue in the
-// kernel's backlog instead of being refused, and are served as soon as a
-// connection closes (an idle one is closed after HTTP_IDLE_TIMEOUT_SECONDS,
-// one still sending its headers after ReadHeaderTimeout).
+// connLimit bounds the connections net/http holds on the public listener:
+// new, active and idle keep-alive ones.
+//
+//   - At most max in all (MAX_HTTP_CONNECTIONS). When they are all taken, the
+//     connection idle the longest between requests is closed to make way for a
+//     new one; when none is idle, Accept waits for a slot, so new connections
+//     queue (in the kernel's backlog beyond the one in hand) instead of being
+//     refused, and are served as soon as a connection closes or goes idle (a
+//     connection still sending its first headers is cut after
+//     ReadHeaderTimeout, a request after ReadTimeout).
+//   - At most perAddr from one TCP peer address, an IPv6 one by its /64
+//     (MAX_HTTP_CONNECTIONS_PER_ADDRESS), so one address cannot hold the
+//     listener and leave no slot to anyone else. A peer past it loses its own
+//     longest-idle connection to the new one, or, with none idle, the new one
+//     is closed at once unanswered. The limit is on the TCP peer, not on the
+//     client X-Forwarded-For names: the headers are not read yet. A peer in
+//     TRUSTED_PROXIES (a reverse proxy carrying everyone) has no share of its
+//     own, only the total.
 //
 // A WebSocket leaves net/http when it is upgraded (hijacked): its slot is
 // given back then (ConnState), so WebSockets are bounded by
-// MAX_CONNECTIONS_PER_PROJECT and never by this cap, and a handshake holds a
-// slot only while it is an HTTP request.
+// MAX_CONNECTIONS_PER_PROJECT and MAX_CONNECTIONS_PER_ADDRESS, never by these
+// caps, and a handshake holds a slot only while it is an HTTP request.
 type connLimit struct {
 	net.Listener
-	slots chan struct{}
-	done  chan struct{}
-	close sync.Once
-	log   *slog.Logger
+	max, perAddr int
+	trusted      []netip.Prefix
+	log          *slog.Logger
+	done         chan struct{}
+	close        sync.Once
+	// wake tells a waiting Accept that a slot was freed or a connection went
+	// idle (capacity 1: net/http runs one Accept at a time).
+	wake chan struct{}
 
-	warned atomic.Int64 // unix nanos of the last "full" warning
+	mu     sync.Mutex
+	open   int                // slots taken; guarded by mu
+	byAddr map[netip.Addr]int // slots taken by peer address (addrKey); guarded by mu
+	idle   list.List          // of *limitedConn idle between requests, longest idle first; guarded by mu
+	warned [2]atomic.Int64    // unix nanos of the last warning of each kind (warnFull, warnAddr)
 }
 
-func newConnLimit(ln net.Listener, max int, log *slog.Logger) *connLimit {
-	return &connLimit{Listener: ln, slots: make(chan struct{}, max), done: make(chan struct{}), log: log}
+func newConnLimit(ln net.Listener, max, perAddr int, trusted []netip.Prefix, log *slog.Logger) *connLimit {
+	return &connLimit{
+		Listener: ln, max: max, perAddr: perAddr, trusted: trusted, log: log,
+		done: make(chan struct{}), wake: make(chan struct{}, 1), byAddr: map[netip.Addr]int{},
+	}
 }
 
-// fullWarnEvery spaces the warnings that the cap is reached.
+// The warnings, each at most once per fullWarnEvery.
+const (
+	warnFull = iota
+	warnAddr
+)
+
+// fullWarnEvery spaces the warnings that a cap is reached.
 const fullWarnEvery = time.Minute
 
-// Accept waits for a free slot, then for a connection.
+func (l *connLimit) warn(kind int, msg string, args ...any) {
+	if now, last := time.Now().UnixNano(), l.warned[kind].Load(); now-last >= int64(fullWarnEvery) && l.warned[kind].CompareAndSwap(last, now) {
+		l.log.Warn(msg, args...)
+	}
+}
+
+// Accept takes the next connection that gets a slot; one from an address
+// past its share with nothing idle to give up is closed, and the next taken.
 func (l *connLimit) Accept() (net.Conn, error) {
-	select {
-	case l.slots <- struct{}{}:
-	default:
-		if now, last := time.Now().UnixNano(), l.warned.Load(); now-last >= int64(fullWarnEvery) && l.warned.CompareAndSwap(last, now) {
-			l.log.Warn("public listener at MAX_HTTP_CONNECTIONS: new connections wait", "max", cap(l.slots))
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
 		}
+		lc, err := l.admit(c)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		if lc != nil {
+			return lc, nil
+		}
+		c.Close() // its address is at its share, every one of them busy
+	}
+}
+
+// admit gives c a slot, waiting for one if need be: nil when c's address is
+// at its share with none of its connections idle; an error when the
+// listener is closed meanwhile.
+func (l *connLimit) admit(c net.Conn) (*limitedConn, error) {
+	addr := peerAddr(c.RemoteAddr())
+	shared := !l.isTrusted(addr)
+	for {
+		l.mu.Lock()
+		var evicted *limitedConn
+		if shared && l.byAddr[addr] >= l.perAddr {
+			evicted = l.oldestIdle(func(ic *limitedConn) bool { return ic.addr == addr })
+			if evicted == nil {
+				l.mu.Unlock()
+				l.warn(warnAddr, "an address holds MAX_HTTP_CONNECTIONS_PER_ADDRESS busy HTTP connections: its new ones are closed", "addr", addr, "max", l.perAddr)
+				return nil, nil
+			}
+		} else if l.open >= l.max {
+			evicted = l.oldestIdle(func(*limitedConn) bool { return true })
+		}
+		if evicted != nil {
+			l.releaseLocked(evicted)
+		}
+		if l.open < l.max {
+			l.open++
+			l.byAddr[addr]++
+			l.mu.Unlock()
+			if evicted != nil {
+				evicted.Conn.Close() // its goroutine in net/http ends on the failed read
+			}
+			return &limitedConn{Conn: c, limit: l, addr: addr}, nil
+		}
+		l.mu.Unlock()
+		l.warn(warnFull, "public listener at MAX_HTTP_CONNECTIONS, none idle: new connections wait", "max", l.max)
 		select {
-		case l.slots <- struct{}{}:
+		case <-l.wake:
 		case <-l.done:
 			return nil, net.ErrClosed
 		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
+}
+
+// oldestIdle is the connection idle the longest that ok accepts, or nil.
+// l.mu is held.
+func (l *connLimit) oldestIdle(ok func(*limitedConn) bool) *limitedConn {
+	for e := l.idle.Front(); e != nil; e = e.Next() {
+		if ic := e.Value.(*limitedConn); ok(ic) {
+			return ic
+		}
 	}
-	return &limitedConn{Conn: c, limit: l}, nil
+	return nil
+}
+
+// releaseLocked gives c's slot back, once. l.mu is held.
+func (l *connLimit) releaseLocked(c *limitedConn) {
+	if c.released {
+		return
+	}
+	c.released = true
+	if c.idleAt != nil {
+		l.idle.Remove(c.idleAt)
+		c.idleAt = nil
+	}
+	l.open--
+	if n := l.byAddr[c.addr]; n > 1 {
+		l.byAddr[c.addr] = n - 1
+	} else {
+		delete(l.byAddr, c.addr)
+	}
+	l.signal()
+}
+
+// signal wakes a waiting Accept, if any.
+func (l *connLimit) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *connLimit) isTrusted(a netip.Addr) bool {
+	for _, p := range l.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// peerAddr is the key of a TCP peer's share: an IPv4 address as it is, an
+// IPv6 address by its /64 (one subscriber usually holds a whole /64), as the
+// other per-address limits count.
+func peerAddr(a net.Addr) netip.Addr {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
+	}
+	ip := ta.AddrPort().Addr().Unmap().WithZone("")
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
 }
 
 // Close closes the listener and wakes an Accept waiting for a slot.
@@ -66,16 +205,38 @@ func (l *connLimit) Close() error {
 	return l.Listener.Close()
 }
 
-// open is the number of slots taken.
-func (l *connLimit) open() int { return len(l.slots) }
+// counts is the number of slots taken, those of idle connections, and those
+// taken by addr.
+func (l *connLimit) counts(addr string) (open, idle, ofAddr int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open, l.idle.Len(), l.byAddr[netip.MustParseAddr(addr)]
+}
 
-// connState is the http.Server's ConnState hook: a connection hijacked (a
-// WebSocket upgrade) or closed gives its slot back.
+// connState is the http.Server's ConnState hook: a connection between
+// requests may be closed to make way; one hijacked (a WebSocket upgrade) or
+// closed gives its slot back.
 func (l *connLimit) connState(c net.Conn, s http.ConnState) {
-	if s != http.StateHijacked && s != http.StateClosed {
+	lc, ok := c.(*limitedConn)
+	if !ok {
 		return
 	}
-	if lc, ok := c.(*limitedConn); ok {
+	switch s {
+	case http.StateIdle:
+		l.mu.Lock()
+		if !lc.released && lc.idleAt == nil {
+			lc.idleAt = l.idle.PushBack(lc)
+			l.signal()
+		}
+		l.mu.Unlock()
+	case http.StateActive:
+		l.mu.Lock()
+		if lc.idleAt != nil {
+			l.idle.Remove(lc.idleAt)
+			lc.idleAt = nil
+		}
+		l.mu.Unlock()
+	case http.StateHijacked, http.StateClosed:
 		lc.releaseSlot()
 	}
 }
@@ -87,14 +248,17 @@ func (l *connLimit) connState(c net.Conn, s http.ConnState) {
 // and closes the rest.
 type limitedConn struct {
 	net.Conn
-	limit    *connLimit
-	released atomic.Bool
+	limit *connLimit
+	addr  netip.Addr // its share's key (peerAddr)
+
+	released bool          // guarded by limit.mu
+	idleAt   *list.Element // in limit.idle while idle between requests; guarded by limit.mu
 }
 
 func (c *limitedConn) releaseSlot() {
-	if c.released.CompareAndSwap(false, true) {
-		<-c.limit.slots
-	}
+	c.limit.mu.Lock()
+	c.limit.releaseLocked(c)
+	c.limit.mu.Unlock()
 }
 
 func (c *limitedConn) Close() error {

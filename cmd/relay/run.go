@@ -174,7 +174,7 @@ type app struct {
 	debug     *http.Server // nil when RELAY_DEBUG_ADDR is empty
 	addr      net.Addr     // bound public address (useful when RELAY_ADDR ends in :0)
 	debugAddr net.Addr
-	httpConns *connLimit // the public listener's MAX_HTTP_CONNECTIONS
+	httpConns *connLimit // the public listener's MAX_HTTP_CONNECTIONS and its shares per address
 	served    chan error
 	stopJobs  context.CancelFunc
 	jobsDone  sync.WaitGroup
@@ -199,6 +199,13 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	// Key changes stored from now on are applied as they come
+	// (WatchKeyChanges); nothing is cached yet that older ones could touch.
+	keyChangesSeen, err := st.LastKeyChange(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("read key changes: %w", err)
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -261,6 +268,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		MaxRevocationsPerProject: cfg.MaxRevocationsPerProject,
 		RevokesPerMinute:         cfg.RevokesPerMinute,
 		TrustedProxies:           cfg.TrustedProxies,
+		KeyChangesSeen:           keyChangesSeen,
 		Now:                      now,
 	})
 	usage := newUsageRollup(st, sys, log)
@@ -282,7 +290,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		a.shutdown(context.Background())
 		return nil, err
 	}
-	limited := newConnLimit(ln, cfg.MaxHTTPConns, log)
+	limited := newConnLimit(ln, cfg.MaxHTTPConns, cfg.MaxHTTPConnsPerAddr, cfg.TrustedProxies, log)
 	a.public.ConnState = limited.connState
 	a.httpConns = limited
 	go func() { a.served <- a.public.Serve(limited) }()
@@ -297,6 +305,12 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	// Keys: last uses written once a minute, sockets of keys whose overlap
 	// window ended closed (README › Keys).
 	a.every(jobs, time.Second, a.api.KeyTick)
+	// Keys revoked or rotated by another process (relay admin, a node of
+	// another cluster) are refused here within about a second.
+	a.every(jobs, time.Second, a.api.WatchKeyChanges)
+	a.every(jobs, 10*time.Minute, a.pruner("key changes", func(ctx context.Context, now time.Time) (int64, error) {
+		return a.store.PruneKeyChanges(ctx, now.Add(-keyChangesKept))
+	}))
 	if cfg.DebugAddr != "" {
 		dln, err := net.Listen("tcp", cfg.DebugAddr)
 		if err != nil {
@@ -315,6 +329,11 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 
 	return a, nil
 }
+
+// keyChangesKept is how long the store keeps a key change for the nodes to
+// read: a node that cannot read the store for longer drops every cached key
+// when it can again (WatchKeyChanges).
+const keyChangesKept = 24 * time.Hour
 
 // every runs job every period until ctx is done.
 func (a *app) every(ctx context.Context, period time.Duration, job func(context.Context)) {
