@@ -121,6 +121,7 @@ func runCluster(ctx context.Context, args []string) error {
 			"PROJECT_RATE_LIMIT_PER_MINUTE=100000000",
 			fmt.Sprintf("MAX_CONNECTIONS_PER_PROJECT=%d", maxConns),
 			fmt.Sprintf("MAX_CONNECTIONS_PER_ADDRESS=%d", maxConns), // the tool's sockets come from 4 addresses
+			"MAX_HTTP_CONNECTIONS_PER_ADDRESS=4096",                 // handshake bursts from the tool's few addresses
 			"RELAY_DEBUG_ADDR=127.0.0.1:0",                          // the hop run asks where each channel's grain is
 			"SHUTDOWN_TIMEOUT_SECONDS=10",
 		},

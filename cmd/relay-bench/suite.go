@@ -61,6 +61,7 @@ func runSuite(ctx context.Context, args []string) error {
 		fmt.Sprintf("MAX_CONNECTIONS_PER_PROJECT=%d", max(*conns, 10000)+1000),
 		// Every load-tool socket comes from one loopback address.
 		fmt.Sprintf("MAX_CONNECTIONS_PER_ADDRESS=%d", max(*conns, 10000)+1000),
+		"MAX_HTTP_CONNECTIONS_PER_ADDRESS=4096", // handshake bursts from the tool's few addresses
 	}
 	s := &suite{ctx: ctx, dur: duration.String()}
 

@@ -57,6 +57,9 @@ func startServerAt(t testing.TB, dbURL string, env map[string]string, now func()
 		"SIGNUP_ATTEMPTS_PER_MINUTE": "100000",
 		// Every test socket comes from 127.0.0.1; the cap has its own test.
 		"MAX_CONNECTIONS_PER_ADDRESS": "100000",
+		// Nor may the share of HTTP slots refuse a test's burst of handshakes
+		// (TestHTTPShareOfAddress tests it).
+		"MAX_HTTP_CONNECTIONS_PER_ADDRESS": "4096",
 	}
 	for k, v := range env {
 		vars[k] = v
