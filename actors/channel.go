@@ -256,7 +256,7 @@ func (a *channelActor) sendReplay(sink Sink, since float64) {
 	if a.replay.request(since, a.now(), a.counters) {
 		sink.Send(transport.TextFrame(proto.AppendReplayGap(nil, a.name, since)))
 	}
-	a.replay.each(since, func(msg []byte) {
+	a.replay.each(since, func(_ uint64, msg []byte) {
 		sink.Send(transport.TextFrame(proto.AppendReplayed(nil, msg)))
 	})
 }

@@ -69,9 +69,8 @@ type channelGrain struct {
 	// earlier attempt (ChannelPublish.resent) for failoverSettle after its
 	// start, so that the relays' registers bring what the crashed grain
 	// stamped first and a retry is answered instead of stamped twice.
-	adopted   bool
-	resentDue bool
-	resent    []*clusterpb.ChannelPublish
+	adopted bool
+	resent  []*clusterpb.ChannelPublish // a settleOver is due while it holds any
 }
 
 // failoverSettle: how long a grain started without state holds resent
@@ -202,7 +201,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.sendRoster(ctx)
 	case *settleOver:
 		held := g.resent
-		g.resent, g.resentDue = nil, false
+		g.resent = nil
 		for _, m := range held {
 			g.publish(ctx, m)
 		}
@@ -272,8 +271,7 @@ func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
 	switch m := msg.(type) {
 	case *clusterpb.ChannelPublish:
 		if g.heldPubs >= heldMax {
-			g.c.ownerRefusals.Add(1)
-			ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelPublished{Id: m.Id, Error: errNotOwner})
+			g.refuseNotOwner(ctx, m)
 			return true
 		}
 		g.heldPubs++
@@ -312,6 +310,12 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
 	if prev, ok := g.answered.get(m.Id); ok {
 		g.c.duplicates.Add(1)
+		if prev.Channel == nil && prev.Error == "" {
+			// Stamped by a predecessor that died, known from a relay's
+			// register (catchUp): its counts and budget are this grain's now.
+			prev = &clusterpb.ChannelPublished{Id: m.Id, Seq: prev.Seq, Subscribers: int32(g.subCount), Delivered: int32(g.subCount),
+				Channel: budgetToProto(g.window.peek(now, int(m.ChannelLimit)))}
+		}
 		ctx.Send(replyTo, prev)
 		return
 	}
@@ -320,8 +324,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		ctx.Send(replyTo, a)
 	}
 	if g.frozen || !g.owner() || g.c.fenced() {
-		g.c.ownerRefusals.Add(1)
-		answer(&clusterpb.ChannelPublished{Error: errNotOwner})
+		g.refuseNotOwner(ctx, m)
 		return
 	}
 	if g.holdResent(ctx, m, now) {
@@ -388,17 +391,22 @@ func (g *channelGrain) holdResent(ctx actor.Context, m *clusterpb.ChannelPublish
 		return false
 	}
 	if len(g.resent) >= heldMax {
-		g.c.ownerRefusals.Add(1) // its relay sends it again 300 ms later
-		ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelPublished{Id: m.Id, Error: errNotOwner})
+		g.refuseNotOwner(ctx, m)
 		return true
 	}
-	g.resent = append(g.resent, m)
-	if !g.resentDue {
-		g.resentDue = true
+	if len(g.resent) == 0 {
 		self, root := ctx.Self(), ctx.ActorSystem().Root
 		time.AfterFunc(max(failoverSettle-now.Sub(g.born), 0), func() { root.Send(self, &settleOver{}) })
 	}
+	g.resent = append(g.resent, m)
 	return true
+}
+
+// refuseNotOwner answers a publish not_owner: its relay looks the grain up
+// again and sends it once more 300 ms later.
+func (g *channelGrain) refuseNotOwner(ctx actor.Context, m *clusterpb.ChannelPublish) {
+	g.c.ownerRefusals.Add(1)
+	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelPublished{Id: m.Id, Error: errNotOwner})
 }
 
 // emitterSubscribed: a client emit's connection holds a presence
@@ -449,7 +457,7 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 		if g.replay.request(m.Since, g.cfg.Now(), g.cfg.counters) {
 			ans.Gap, ans.GapSince = true, m.Since
 		}
-		g.replay.each(m.Since, func(msg []byte) { ans.Replay = append(ans.Replay, msg) })
+		g.replay.each(m.Since, func(_ uint64, msg []byte) { ans.Replay = append(ans.Replay, msg) })
 	}
 	if wasMember && !same {
 		g.removeMember(ctx, old.ClientId, r, sub.Conn)
@@ -579,8 +587,8 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 // answered, not stamped again (a grain that started after a crash).
 func (g *channelGrain) catchUp(ctx actor.Context, r *grainRelay, m *clusterpb.ChannelRegister) {
 	now := g.cfg.Now()
-	for _, p := range m.Recent {
-		g.answered.adopt(p.Id, now, &clusterpb.ChannelPublished{Seq: p.Seq})
+	for _, p := range m.Recent { // without counts or budget: publish fills them in
+		g.answered.adopt(p.Id, now, &clusterpb.ChannelPublished{Id: p.Id, Seq: p.Seq})
 	}
 	if m.LastSeq == 0 || len(m.Subs) == 0 || m.LastSeq >= g.seq {
 		return // nothing it missed, or nobody to give it to
@@ -591,11 +599,9 @@ func (g *channelGrain) catchUp(ctx actor.Context, r *grainRelay, m *clusterpb.Ch
 		up.Gap, up.GapSince = true, m.LastSeq
 		g.cfg.counters.ReplayGaps.Add(1)
 	}
-	for _, e := range g.replay.live() {
-		if e.seq > m.LastSeq {
-			up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: e.seq, Message: e.msg})
-		}
-	}
+	g.replay.each(float64(m.LastSeq), func(seq uint64, msg []byte) {
+		up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: seq, Message: msg})
+	})
 	g.c.send(ctx, r.pid, up)
 }
 

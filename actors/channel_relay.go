@@ -42,7 +42,7 @@ type channelRelay struct {
 	// stamped up to it has been written to the sockets (or a replay_gap has
 	// covered it). A message at or below it is one seen already.
 	lastSeq uint64
-	recent  recentPublishes // what this relay delivered lately (ChannelRegister.recent)
+	recent  answerMemory[uint64] // publish id → seq, of what this relay delivered in the last dedupeWindow (ChannelRegister.recent)
 
 	ops      map[uint64][]relayOp // per socket: subscribes and unsubscribes whose local effect waits for the grain
 	pending  map[string]*pendingPublish
@@ -89,7 +89,7 @@ func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *
 	return &channelRelay{
 		c: c, cfg: cfg, name: channel,
 		grain: grainLookup{c: c, kind: ChannelKind, identity: projectID + "/" + channel},
-		subs:  newSubscribers(), roster: map[string]bool{},
+		subs:  newSubscribers(), roster: map[string]bool{}, recent: newAnswerMemory[uint64](),
 		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{}, answers: map[uint64][]*pendingPublish{},
 		usage: usage, counters: cfg.counters,
 	}
@@ -161,8 +161,11 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 // registerAll gives a grain new to the relay this node's whole state, then
 // everything still unanswered again.
 func (r *channelRelay) registerAll(ctx actor.Context) {
-	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list)),
-		Recent: r.recent.list(r.cfg.Now())}
+	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list))}
+	r.recent.forget(r.cfg.Now())
+	r.recent.each(func(id string, _ time.Time, seq uint64) {
+		reg.Recent = append(reg.Recent, &clusterpb.RecentPublish{Id: id, Seq: seq})
+	})
 	for _, s := range r.subs.list {
 		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: s.sink.ID(), Presence: s.presence, ClientId: s.clientID})
 	}
@@ -378,13 +381,15 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 		return
 	}
 	r.lastSeq = m.Seq
-	if m.PublishId != "" {
-		r.recent.add(m.PublishId, m.Seq, r.cfg.Now())
+	wall := r.cfg.Now()
+	if m.PublishId != "" { // (a catch-up's messages have none: the grain sent them once already)
+		r.recent.forget(wall)
+		r.recent.remember(m.PublishId, wall, m.Seq)
 	}
 	frame := transport.TextFrame(m.Message)
 	// The emitting edge's clock: across nodes, latency is as good as their
 	// clocks agree (0 from a member that sends no time: now).
-	now := r.cfg.Now().UnixNano()
+	now := wall.UnixNano()
 	at := m.AcceptedUnixNano
 	if at == 0 {
 		at = now
@@ -414,11 +419,13 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 }
 
 // caughtUp takes a grain's answer to a register: a replay_gap to every
-// subscriber when some of what followed lastSeq is gone, then what the
-// relay missed, as live messages.
+// subscriber when some of what followed the relay's last seq is gone, then
+// what the relay missed, as live messages. The gap starts at the last seq
+// the sockets got, which a late message of the previous grain may have
+// raised past the one the register named.
 func (r *channelRelay) caughtUp(ctx actor.Context, m *clusterpb.ChannelCatchUp) {
-	if m.Gap && m.GapSince >= r.lastSeq && len(r.subs.list) > 0 {
-		frame := transport.TextFrame(proto.AppendReplayGap(nil, r.name, float64(m.GapSince)))
+	if m.Gap && len(r.subs.list) > 0 {
+		frame := transport.TextFrame(proto.AppendReplayGap(nil, r.name, float64(max(m.GapSince, r.lastSeq))))
 		for _, s := range r.subs.list {
 			s.sink.Send(frame)
 		}
@@ -543,46 +550,4 @@ func (r *channelRelay) newRoster(m *clusterpb.ChannelRoster) {
 		}
 	}
 	r.roster = now
-}
-
-// recentPublishes are the publish ids a relay delivered in the last
-// dedupeWindow, oldest first, with their seq.
-type recentPublishes struct {
-	entries []recentPublish
-}
-
-type recentPublish struct {
-	id  string
-	seq uint64
-	at  time.Time
-}
-
-// recentMax bounds the memory: a channel's budget allows 600 emits a minute.
-const recentMax = 4096
-
-func (p *recentPublishes) add(id string, seq uint64, now time.Time) {
-	p.expire(now)
-	if len(p.entries) >= recentMax {
-		p.entries = p.entries[1:]
-	}
-	p.entries = append(p.entries, recentPublish{id: id, seq: seq, at: now})
-}
-
-func (p *recentPublishes) expire(now time.Time) {
-	n := 0
-	for n < len(p.entries) && now.Sub(p.entries[n].at) > dedupeWindow {
-		n++
-	}
-	if n > 0 {
-		p.entries = append(p.entries[:0], p.entries[n:]...)
-	}
-}
-
-func (p *recentPublishes) list(now time.Time) []*clusterpb.RecentPublish {
-	p.expire(now)
-	out := make([]*clusterpb.RecentPublish, 0, len(p.entries))
-	for _, e := range p.entries {
-		out = append(out, &clusterpb.RecentPublish{Id: e.id, Seq: e.seq})
-	}
-	return out
 }

@@ -33,6 +33,9 @@ type pauseFence struct {
 	last   atomic.Int64 // when the pulse last ran, since start
 	fenced atomic.Bool
 	rev    int64 // the member key's create revision at join
+	// registration reads the member key's create revision from etcd (0: the
+	// key is gone).
+	registration func(context.Context) (int64, error)
 }
 
 // fenced: a grain here must not stamp now.
@@ -44,24 +47,33 @@ func (c *Cluster) fenced() bool {
 	return f.fenced.Load() || time.Since(f.start)-time.Duration(f.last.Load()) > pauseLimit
 }
 
-// memberKey is this node's registration in etcd, as protoactor's provider
-// writes it (base key, cluster name, member id).
-func (c *Cluster) memberKey() string {
-	return "/relay/" + c.name + "//" + c.name + "/" + c.self
+// beat records a pulse at now (since start): paused when it came more than
+// pauseLimit after the last, and the fence went up with it.
+func (f *pauseFence) beat(now time.Duration) (gap time.Duration, paused bool) {
+	gap = now - time.Duration(f.last.Swap(int64(now)))
+	return gap, gap > pauseLimit && !f.fenced.Swap(true)
 }
 
 // startFence records the registration just made and starts the pulse.
 func (c *Cluster) startFence() error {
+	key := "/relay/" + c.name + "//" + c.name + "/" + c.self // as protoactor's provider writes it (base, cluster, member)
+	c.fence.registration = func(ctx context.Context) (int64, error) {
+		resp, err := c.etcd.Get(ctx, key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return 0, err
+		}
+		return resp.Kvs[0].CreateRevision, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
 	defer cancel()
-	resp, err := c.etcd.Get(ctx, c.memberKey())
+	rev, err := c.fence.registration(ctx)
 	if err != nil {
 		return err
 	}
-	if len(resp.Kvs) == 0 {
-		return errors.New("registered, but etcd does not hold this node's key " + c.memberKey())
+	if rev == 0 {
+		return errors.New("registered, but etcd does not hold this node's key " + key)
 	}
-	c.fence.rev = resp.Kvs[0].CreateRevision
+	c.fence.rev = rev
 	c.fence.start = time.Now()
 	go c.pulse()
 	return nil
@@ -71,16 +83,13 @@ func (c *Cluster) startFence() error {
 func (c *Cluster) pulse() {
 	t := time.NewTicker(pulseEvery)
 	defer t.Stop()
-	f := &c.fence
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		now := time.Since(f.start)
-		gap := now - time.Duration(f.last.Swap(int64(now)))
-		if gap > pauseLimit && !f.fenced.Swap(true) {
+		if gap, paused := c.fence.beat(time.Since(c.fence.start)); paused {
 			c.log.Warn("this node was paused: its grains refuse to stamp until etcd confirms its membership", "paused", gap.Round(time.Millisecond))
 			go c.liftFence()
 		}
@@ -94,7 +103,7 @@ func (c *Cluster) pulse() {
 func (c *Cluster) liftFence() {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
-		resp, err := c.etcd.Get(ctx, c.memberKey())
+		rev, err := c.fence.registration(ctx)
 		cancel()
 		switch {
 		case err != nil:
@@ -104,7 +113,7 @@ func (c *Cluster) liftFence() {
 			case <-time.After(fenceRecheck):
 			}
 			continue
-		case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != c.fence.rev:
+		case rev != c.fence.rev:
 			c.lose(errors.New("this node was paused longer than its etcd lease; the other members have dropped it"))
 			return
 		}

@@ -28,14 +28,20 @@ func joinedNode(t *testing.T) (*Cluster, *actor.PID, chan any) {
 		{Id: c.self, Host: "127.0.0.1", Port: 1, Kinds: []string{ChannelKind}},
 		{Id: "t@other", Host: "127.0.0.1", Port: 2, Kinds: []string{ChannelKind}},
 	}})
+	relay, got := relayStub(c)
+	return c, relay, got
+}
+
+// relayStub stands for one node's relay: what a grain sends it.
+func relayStub(c *Cluster) (*actor.PID, chan any) {
 	got := make(chan any, 64)
-	relay := sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+	pid := c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
-		case *clusterpb.ChannelPublished, *clusterpb.ChannelJoined:
+		case *clusterpb.ChannelPublished, *clusterpb.ChannelJoined, *clusterpb.ChannelCatchUp, *clusterpb.ChannelDeliver:
 			got <- m
 		}
 	}))
-	return c, relay, got
+	return pid, got
 }
 
 // ownedChannel is a channel of project p this node owns (the other member
@@ -80,7 +86,7 @@ func silent(t *testing.T, got chan any, d time.Duration) {
 	t.Helper()
 	select {
 	case m := <-got:
-		t.Fatalf("answered while waiting for the state: %v", m)
+		t.Fatalf("got %T %v, want nothing yet", m, m)
 	case <-time.After(d):
 	}
 }

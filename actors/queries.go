@@ -55,7 +55,7 @@ func bufferedAfter(r *replayRing, since uint64) (msgs []json.RawMessage, gap boo
 		gap = r.gapAfter(from)
 	}
 	msgs = []json.RawMessage{}
-	r.each(from, func(msg []byte) { msgs = append(msgs, json.RawMessage(slices.Clone(msg))) })
+	r.each(from, func(_ uint64, msg []byte) { msgs = append(msgs, json.RawMessage(slices.Clone(msg))) })
 	return msgs, gap
 }
 

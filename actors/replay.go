@@ -207,10 +207,10 @@ func (r *replayRing) request(since float64, now time.Time, c *Counters) (gap boo
 func (r *replayRing) gapAfter(since float64) bool { return since < float64(r.lowWater) }
 
 // each calls fn for every buffered message with seq > since, in seq order.
-func (r *replayRing) each(since float64, fn func(msg []byte)) {
+func (r *replayRing) each(since float64, fn func(seq uint64, msg []byte)) {
 	for _, e := range r.entries[r.head:] {
 		if float64(e.seq) > since {
-			fn(e.msg)
+			fn(e.seq, e.msg)
 		}
 	}
 }

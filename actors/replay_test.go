@@ -38,7 +38,7 @@ func TestReplayRingByteCap(t *testing.T) {
 		}
 	}
 	n := 0
-	r.each(113, func([]byte) { n++ })
+	r.each(113, func(uint64, []byte) { n++ })
 	if n != 10 {
 		t.Errorf("each(113) gave %d messages, want the 10 kept", n)
 	}
