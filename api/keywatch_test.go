@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/relayhq/relay/store"
 )
 
 // TestWatchKeyChangesStoreAway: a key revoked through another store handle
@@ -20,18 +18,7 @@ import (
 func TestWatchKeyChangesStoreAway(t *testing.T) {
 	ctx := context.Background()
 	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "relay.db")
-	open := func() *store.Store {
-		st, err := store.Open(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		if err := st.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	st, other := open(), open() // other: as `relay admin` would
+	st, other := openStore(t, dbURL), openStore(t, dbURL) // other: as `relay admin` would
 	var logs bytes.Buffer
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil)), SessionKey: []byte("k")})
 
@@ -113,14 +100,7 @@ func TestWatchKeyChangesStoreAway(t *testing.T) {
 // warning.
 func TestWatchKeyChangesPruned(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st := openStore(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
 	var logs bytes.Buffer
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil)), SessionKey: []byte("k")})
 	u, err := st.CreateUser(ctx, "a@example.com", "h")

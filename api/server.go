@@ -215,15 +215,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	// A draining node tells its load balancer at once, so that emits go
 	// elsewhere while it hands off and closes its sockets.
-	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-		return
-	}
-	if err := s.ready.check(r.Context(), s.store, s.log); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	answerReady(w, !s.draining.Load() && s.ready.check(r.Context(), s.store, s.log) == nil)
 }
 
 // handleReadyzTraffic is the load balancer's readiness: 200 while this node
@@ -234,7 +226,13 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // membership drains at once (cmd/relay run), so it answers 503 too until it
 // exits; before it joined, it did not listen.
 func (s *Server) handleReadyzTraffic(w http.ResponseWriter, _ *http.Request) {
-	if s.draining.Load() {
+	answerReady(w, !s.draining.Load())
+}
+
+// answerReady writes a readiness answer: 200 {"status":"ok"}, or 503
+// {"status":"unavailable"}.
+func answerReady(w http.ResponseWriter, ready bool) {
+	if !ready {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		return
 	}
