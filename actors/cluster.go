@@ -218,6 +218,9 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err := probeEtcd(c.etcd, cfg.Etcd); err != nil {
 		return fail(err)
 	}
+	if err := c.awaitPreviousLife(cfg.Addr); err != nil {
+		return fail(fmt.Errorf("join cluster %q at %s: %w", cfg.Name, cfg.Addr, err))
+	}
 	// The provider watches the prefix BASE/NAME, so a cluster named "relay"
 	// would also see the members of "relay2": a base key that ends in the
 	// name and a slash keeps each name's members apart.
@@ -233,19 +236,13 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	// gRPC refuses messages over 4 MiB by default, and protoactor batches
 	// many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
 	const maxMsg = 64 << 20
-	// protoactor preallocates each peer's send queue at 1 000 000
-	// slots (16 MB of heap per member, which also raises how much freed
-	// memory the runtime keeps); the queue doubles when full, so start small.
-	remoteCfg := remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr), remote.WithEndpointWriterQueueSize(1024),
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)),
-		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
-	// A peer's writer that cannot connect sleeps 2 s after each attempt,
-	// holding every message for that address (5 attempts by default): a
-	// node restarted on the address of one that crashed waited up to 10 s
-	// for its peers. One attempt, then the writer ends and the next message
-	// starts a new one.
-	remoteCfg.MaxRetryCount = 1
-	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(), remoteCfg,
+	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
+		// protoactor preallocates each peer's send queue at 1 000 000
+		// slots (16 MB of heap per member, which also raises how much freed
+		// memory the runtime keeps); the queue doubles when full, so start small.
+		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr), remote.WithEndpointWriterQueueSize(1024),
+			remote.WithServerOptions(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)),
+			remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))),
 		cluster.WithKinds(channelKind, projectKind)))
 	s.as.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*cluster.ClusterTopology); ok {

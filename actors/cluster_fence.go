@@ -56,7 +56,7 @@ func (f *pauseFence) beat(now time.Duration) (gap time.Duration, paused bool) {
 
 // startFence records the registration just made and starts the pulse.
 func (c *Cluster) startFence() error {
-	key := "/relay/" + c.name + "//" + c.name + "/" + c.self // as protoactor's provider writes it (base, cluster, member)
+	key := c.memberPrefix() + c.self
 	c.fence.registration = func(ctx context.Context) (int64, error) {
 		resp, err := c.etcd.Get(ctx, key)
 		if err != nil || len(resp.Kvs) == 0 {

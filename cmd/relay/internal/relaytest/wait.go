@@ -11,15 +11,20 @@ import (
 // timeout passes first, saying what did not happen (format and args).
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
-	err := poll(timeout, func() error {
+	if !Within(timeout, cond) {
+		t.Fatalf("%s: not within %v", fmt.Sprintf(format, args...), timeout)
+	}
+}
+
+// Within calls cond every 10 ms until it holds (true), or until timeout
+// passes (false), for a test that goes on either way.
+func Within(timeout time.Duration, cond func() bool) bool {
+	return poll(timeout, func() error {
 		if cond() {
 			return nil
 		}
 		return errNotYet
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %v", fmt.Sprintf(format, args...), timeout)
-	}
+	}) == nil
 }
 
 // EventuallyNil calls check every 10 ms until it returns nil, and fails the
