@@ -174,14 +174,7 @@ const httpShareDivisor = 8
 // (more could never be used, and is refused as a mistake), an eighth of it
 // by default.
 func (p *envParser) httpShare(name string, total int) int {
-	def := max(1, total/httpShareDivisor)
-	n := p.positive(name, def)
-	if n > total {
-		v, _ := p.get(name)
-		p.fail(name, v, fmt.Sprintf("want at most MAX_HTTP_CONNECTIONS (%d)", total))
-		return def
-	}
-	return n
+	return p.positiveAtMost(name, max(1, total/httpShareDivisor), total, fmt.Sprintf("want at most MAX_HTTP_CONNECTIONS (%d)", total))
 }
 
 // minDebugToken is the shortest RELAY_DEBUG_TOKEN accepted: enough that it
@@ -228,10 +221,15 @@ const maxBudget = 1_000_000_000
 
 // budget is a rate limit: a whole number from 1 to maxBudget.
 func (p *envParser) budget(name string, def int) int {
+	return p.positiveAtMost(name, def, maxBudget, fmt.Sprintf("want a whole number from 1 to %d", maxBudget))
+}
+
+// positiveAtMost is positive, refused (why) above most.
+func (p *envParser) positiveAtMost(name string, def, most int, why string) int {
 	n := p.positive(name, def)
-	if n > maxBudget {
+	if n > most {
 		v, _ := p.get(name)
-		p.fail(name, v, fmt.Sprintf("want a whole number from 1 to %d", maxBudget))
+		p.fail(name, v, why)
 		return def
 	}
 	return n
