@@ -275,25 +275,26 @@ func TestStallDuringOpenResumes(t *testing.T) {
 // registers it and so while no epoll set watches it, is read all the same:
 // the registration reports what is already readable.
 func TestMessageDuringOpenRead(t *testing.T) {
-	waited := make(chan int, 1)
+	readable := make(chan bool, 1)
 	_, url := serveWS(t, Config{}, func(c *Conn) Handler {
 		c.mu.Lock()
-		fd := int(c.fd)
+		fd := int32(c.fd)
 		c.mu.Unlock()
-		// Until the peer's frame is in the socket's receive queue.
-		n, deadline := 0, time.Now().Add(5*time.Second)
-		for n == 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-			n, _ = unix.IoctlGetInt(fd, unix.SIOCINQ)
+		// Until the peer's frame is in the socket's receive queue (poll(2)
+		// on the descriptor: it leaves the epoll sets alone), 5 s at most.
+		fds := []unix.PollFd{{Fd: fd, Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 5000)
+		for err == unix.EINTR {
+			n, err = unix.Poll(fds, 5000)
 		}
-		waited <- n
+		readable <- err == nil && n == 1 && fds[0].Revents&unix.POLLIN != 0
 		return &echo{conn: c, closed: make(chan CloseInfo, 1)}
 	})
 	conn, br := dialWS(t, url)
 	if _, err := conn.Write(masked(ws.OpText, true, []byte("early"))); err != nil {
 		t.Fatal(err)
 	}
-	if n := <-waited; n == 0 {
+	if !<-readable {
 		t.Fatal("the frame did not reach the socket while open ran")
 	}
 	expectText(t, conn, br, "early")

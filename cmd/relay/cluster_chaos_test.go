@@ -56,7 +56,11 @@ func chaosSubscriber(t *testing.T, publicKey, ch string, pick func(attempt int) 
 		d := websocket.Dialer{HandshakeTimeout: 2 * time.Second}
 		conn, _, err := d.Dial("ws://"+strings.TrimPrefix(base, "http://")+"/ws?publicKey="+publicKey, nil)
 		if err != nil {
-			time.Sleep(100 * time.Millisecond)
+			select { // the node is down: try the next one shortly
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 			continue
 		}
 		rec.mu.Lock()

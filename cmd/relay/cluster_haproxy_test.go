@@ -506,16 +506,22 @@ func TestClusterHAProxy(t *testing.T) {
 		t.Logf("/readyz 503 on every node %v after PostgreSQL stopped", time.Since(stopped).Round(time.Millisecond))
 		// HAProxy checks /readyz/traffic every second and takes a node out
 		// after two failures: over four seconds, every node stays UP.
-		for until := time.Now().Add(4 * time.Second); time.Now().Before(until); time.Sleep(250 * time.Millisecond) {
+		var notUp string
+		if relaytest.Within(4*time.Second, func() bool {
 			states, err := h.states()
 			if err != nil {
-				t.Fatal(err)
+				notUp = err.Error()
+				return true
 			}
 			for _, n := range nodes {
 				if sv := h.servers[n.name]; states[sv] != "UP" {
-					t.Fatalf("%s (%s) is %q in haproxy's stats with PostgreSQL stopped; want every node UP: %v", sv, n.name, states[sv], states)
+					notUp = fmt.Sprintf("%s (%s) is %q in haproxy's stats: %v", sv, n.name, states[sv], states)
+					return true
 				}
 			}
+			return false
+		}) {
+			t.Fatalf("with PostgreSQL stopped, want every node UP for 4 s: %s", notUp)
 		}
 		viaFront.do("GET", "/readyz/traffic", "").expect(t, http.StatusOK, `{"status":"ok"}`)
 		for i := 1; i <= 6; i++ {
