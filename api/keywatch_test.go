@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/store/storetest"
 )
 
 // TestWatchKeyChangesStoreAway: a key revoked through another store handle
@@ -18,7 +20,7 @@ import (
 func TestWatchKeyChangesStoreAway(t *testing.T) {
 	ctx := context.Background()
 	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "relay.db")
-	st, other := openStore(t, dbURL), openStore(t, dbURL) // other: as `relay admin` would
+	st, other := storetest.Open(t, dbURL), storetest.Open(t, dbURL) // other: as `relay admin` would
 	var logs bytes.Buffer
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil)), SessionKey: []byte("k")})
 
@@ -100,7 +102,7 @@ func TestWatchKeyChangesStoreAway(t *testing.T) {
 // warning.
 func TestWatchKeyChangesPruned(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
+	st := storetest.Open(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
 	var logs bytes.Buffer
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(&logs, nil)), SessionKey: []byte("k")})
 	u, err := st.CreateUser(ctx, "a@example.com", "h")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayhq/relay/store"
+	"github.com/relayhq/relay/store/storetest"
 )
 
 // TestReadyzDoesNotQueueBehindRequests: /readyz and /readyz/traffic neither
@@ -18,7 +18,7 @@ import (
 // up new ones; once Drain begins both answer 503 at once, before those
 // requests finish, and Drain still waits for them.
 func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
-	st := openStore(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
+	st := storetest.Open(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionKey: []byte("k")})
 
 	// probe answers within a second, or the test fails naming what.
@@ -101,19 +101,4 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 	if _, ok := s.enter(w); ok || w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("a new request after Drain: admitted %v, status %d", ok, w.Code)
 	}
-}
-
-// openStore opens and migrates the store at url, closed when t ends.
-func openStore(t *testing.T, url string) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st
 }

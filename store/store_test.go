@@ -17,19 +17,7 @@ import (
 
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-func open(t *testing.T, url string) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+func open(t *testing.T, url string) *store.Store { return storetest.Open(t, url) }
 
 func TestOpenRejectsUnknownScheme(t *testing.T) {
 	_, err := store.Open(context.Background(), "mysql://u:hunter2@h/db")

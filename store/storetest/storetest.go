@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun/driver/pgdriver"
+
+	"github.com/relayhq/relay/store"
 )
 
 // EnvURL, when set, names an existing PostgreSQL server to use instead of
@@ -83,6 +85,21 @@ func SQLiteURL(t testing.TB) string {
 }
 
 // EachDB runs fn as a subtest once per store, with a fresh database each.
+// Open opens the store at url and migrates it; it is closed when t ends.
+func Open(t testing.TB, url string) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func EachDB(t *testing.T, fn func(t *testing.T, url string)) {
 	t.Run("sqlite", func(t *testing.T) { fn(t, SQLiteURL(t)) })
 	t.Run("postgres", func(t *testing.T) { fn(t, PostgresURL(t)) })
