@@ -426,3 +426,17 @@ func TestClusterChaos(t *testing.T) {
 		t.Errorf("only %d emits acknowledged: the load did not run", len(acks))
 	}
 }
+
+// A node started on the cluster address of a live member waits for that
+// registration to lapse, as after a crash, and gives up with an error that
+// names the address: two nodes configured with one address.
+func TestClusterAddressTaken(t *testing.T) {
+	addr := relaytest.FreeAddr(t)
+	cl := startCluster(t, 30*time.Second, []string{"A"}, "RELAY_CLUSTER_ADDR="+addr)
+	code, out := relaytest.RunBinary(t, 30*time.Second, "DATABASE_URL="+cl.dbURL, "RELAY_CLUSTER_ETCD="+cl.etcd.Endpoint,
+		"RELAY_CLUSTER_ADDR="+addr, "RELAY_CLUSTER_NAME=relaytest")
+	if code == 0 || !strings.Contains(out, "another member is registered at "+addr) || !strings.Contains(out, "two nodes with one RELAY_CLUSTER_ADDR?") {
+		t.Fatalf("a second node on %s: exit %d, output:\n%s", addr, code, out)
+	}
+	cl.nodes[0].waitMembers(t, 1, 5*time.Second) // A was left alone
+}
