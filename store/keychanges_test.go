@@ -93,6 +93,14 @@ func TestKeyChangesConcurrent(t *testing.T) {
 		go func() { // a poller, as a node runs it
 			defer close(polled)
 			for {
+				// Whether the changes were all made, asked before the read: a
+				// read that began before the last commit may miss it.
+				stopping := false
+				select {
+				case <-stop:
+					stopping = true
+				default:
+				}
 				cs, err := s2.KeyChangesAfter(ctx, last, 1000)
 				if err != nil {
 					polled <- err
@@ -105,12 +113,8 @@ func TestKeyChangesConcurrent(t *testing.T) {
 					}
 					seen[c.Seq], last = c.ProjectID, c.Seq
 				}
-				select {
-				case <-stop:
-					if len(cs) == 0 {
-						return
-					}
-				default:
+				if stopping && len(cs) == 0 {
+					return
 				}
 			}
 		}()
