@@ -106,6 +106,7 @@ func LoadNode(certFile, keyFile string, cas *x509.CertPool, now time.Time) (tls.
 	if !hasUsage(leaf, x509.ExtKeyUsageServerAuth) || !hasUsage(leaf, x509.ExtKeyUsageClientAuth) {
 		return tls.Certificate{}, fmt.Errorf("%s: a node certificate needs both server and client auth (make it with relay cert node)", certFile)
 	}
+	pair.Leaf = leaf
 	return pair, nil
 }
 
