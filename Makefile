@@ -102,7 +102,8 @@ soak:
 FUZZTIME ?= 60s
 
 FUZZ_TARGETS := transport:FuzzConsume proto:FuzzDecodeClientMessage proto:FuzzDecodeEmitRequest \
-	proto:FuzzValidChannel api:FuzzDecodeRevokeRequest api:FuzzSessionVerify actors:FuzzVerifyEmitToken
+	proto:FuzzValidChannel api:FuzzDecodeRevokeRequest api:FuzzSessionVerify actors:FuzzVerifyEmitToken \
+	actors:FuzzRemoteReceive
 
 # A duration -fuzztime can end with a bare "context deadline exceeded" and no
 # failing input: a race in Go's fuzz coordinator (golang/go#75804, fixed in

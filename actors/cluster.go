@@ -3,6 +3,7 @@ package actors
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/relayhq/relay/actors/clustertls"
 	"github.com/relayhq/relay/proto/clusterpb"
 )
 
@@ -50,6 +52,14 @@ type ClusterConfig struct {
 	Etcd []string // etcd client endpoints
 	Addr string   // HOST:PORT the actor remote listens on and advertises
 	Name string   // nodes with the same etcd and name form one cluster
+	// TLS is the actor remote's mutual TLS: this node's certificate and
+	// the cluster CA (cluster_wire.go). JoinCluster refuses nil unless Insecure.
+	TLS      *clustertls.Credentials
+	Insecure bool // a remote without TLS: loopback tests only
+	// EtcdTLS (nil: plain TCP) and the etcd user, for our etcd client and
+	// protoactor's provider alike.
+	EtcdTLS                    *tls.Config
+	EtcdUsername, EtcdPassword string
 	// AckTimeout bounds how long a control-plane change waits for the other
 	// members' acks; JoinTimeout bounds joining.
 	AckTimeout  time.Duration
@@ -191,6 +201,14 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster address %q: bad port", cfg.Addr)
 	}
+	guard := newRemoteGuard(cfg.Logger)
+	if guard.log == nil {
+		guard.log = s.cfg.Logger
+	}
+	remoteOpts, err := remoteOptions(cfg, guard)
+	if err != nil {
+		return nil, err
+	}
 	c, err := s.newCluster(cfg)
 	if err != nil {
 		return nil, err
@@ -204,6 +222,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	}
 	etcdCfg := clientv3.Config{
 		Endpoints: cfg.Etcd, DialTimeout: etcdProbeTimeout, Logger: etcdLogger(c.log),
+		TLS: etcdTLS(cfg), Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
 		// gRPC's default reconnect backoff grows to 2 minutes: after an etcd
 		// outage a client could come back later than its lease (3 s once
 		// etcd is up again), and its node would lapse. Retry every second at most.
@@ -233,16 +252,12 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 		actor.WithSupervisor(resumeOnPanic)))
 	projectKind := cluster.NewKind(ProjectKind, actor.PropsFromProducer(func() actor.Actor { return newProjectGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
-	// gRPC refuses messages over 4 MiB by default, and protoactor batches
-	// many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
-	const maxMsg = 64 << 20
+	etcdCfg.TLS = etcdTLS(cfg) // the provider's own copy
 	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
 		// protoactor preallocates each peer's send queue at 1 000 000
 		// slots (16 MB of heap per member, which also raises how much freed
 		// memory the runtime keeps); the queue doubles when full, so start small.
-		remote.Configure(host, port, remote.WithAdvertisedHost(cfg.Addr), remote.WithEndpointWriterQueueSize(1024),
-			remote.WithServerOptions(grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg)),
-			remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg))),
+		remote.Configure(host, port, append(remoteOpts, remote.WithAdvertisedHost(cfg.Addr), remote.WithEndpointWriterQueueSize(1024))...),
 		cluster.WithKinds(channelKind, projectKind)))
 	s.as.EventStream.Subscribe(func(evt any) {
 		if t, ok := evt.(*cluster.ClusterTopology); ok {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,10 +114,21 @@ func runCluster(ctx context.Context, args []string) error {
 	defer pg.stop()
 	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.pid(), pg.pid())
 
+	// The nodes' actor remotes speak mutual TLS, as in production: a CA
+	// made with the relay's own relay cert, and a certificate per node.
+	certs, err := os.MkdirTemp("", fmt.Sprintf("relay-bench-certs-%d-", os.Getpid()))
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(certs)
+	if out, err := exec.CommandContext(ctx, *bin, "cert", "ca", "--out", filepath.Join(certs, "ca")).CombinedOutput(); err != nil {
+		return fmt.Errorf("relay cert ca: %v: %s", err, out)
+	}
+
 	// MAX_CONNECTIONS_PER_PROJECT counts every node of a cluster.
 	maxConns := max(*connsPerNode**nodes, *fanoutSubs, 1000) + 1000
 	cb := &clusterBench{
-		ctx: ctx, bin: *bin, etcd: etcd, pg: pg,
+		ctx: ctx, bin: *bin, etcd: etcd, pg: pg, certs: certs,
 		env: []string{
 			"EMIT_RATE_LIMIT_PER_MINUTE=100000000",
 			"PROJECT_RATE_LIMIT_PER_MINUTE=100000000",
@@ -191,12 +204,24 @@ func runCluster(ctx context.Context, args []string) error {
 }
 
 type clusterBench struct {
-	ctx  context.Context
-	bin  string
-	etcd *etcdProcess
-	pg   *pgServer
-	env  []string
-	runs []topoRun
+	ctx   context.Context
+	bin   string
+	etcd  *etcdProcess
+	pg    *pgServer
+	certs string // the cluster CA in certs/ca, node certificates beside it
+	env   []string
+	runs  []topoRun
+}
+
+// nodeTLS makes a certificate for a node at addr with relay cert node and
+// returns the node's RELAY_CLUSTER_TLS_* variables.
+func (cb *clusterBench) nodeTLS(addr, name string) ([]string, error) {
+	ca, dir := filepath.Join(cb.certs, "ca"), filepath.Join(cb.certs, name)
+	if out, err := exec.CommandContext(cb.ctx, cb.bin, "cert", "node", "--ca", ca, "--addr", addr, "--out", dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("relay cert node: %v: %s", err, out)
+	}
+	return []string{"RELAY_CLUSTER_TLS_CA=" + filepath.Join(ca, "ca.pem"),
+		"RELAY_CLUSTER_TLS_CERT=" + filepath.Join(dir, "node.pem"), "RELAY_CLUSTER_TLS_KEY=" + filepath.Join(dir, "node-key.pem")}, nil
 }
 
 // topoRun is one topology's turn: the JSON lines of its runs.
@@ -258,7 +283,11 @@ func (cb *clusterBench) with(round, n int, run *topoRun, body func(s *suite, deb
 			if err != nil {
 				return err
 			}
-			nodeEnv = append(append([]string(nil), env...), "RELAY_CLUSTER_ADDR="+addr)
+			tlsEnv, err := cb.nodeTLS(addr, fmt.Sprintf("r%d-n%d-%d", round, n, i+1))
+			if err != nil {
+				return err
+			}
+			nodeEnv = append(append(append([]string(nil), env...), "RELAY_CLUSTER_ADDR="+addr), tlsEnv...)
 		}
 		r, err := startRelay(cb.bin, nodeEnv...)
 		if err != nil {

@@ -28,8 +28,17 @@ func (a *app) joinCluster(cfg Config, metrics *api.Metrics) error {
 	if delay > 0 {
 		a.log.Warn("test hook on: the first attempt of every publish to a channel grain is held back", "var", firstSendDelayVar, "delay", delay)
 	}
+	if cfg.ClusterInsecure {
+		a.log.Warn("RELAY_CLUSTER_INSECURE=true: the actor remote runs without TLS; anything that reaches RELAY_CLUSTER_ADDR "+
+			"can act as a member (read every message, change any project's state). Loopback tests only", "addr", cfg.ClusterAddr)
+	}
+	if cfg.EtcdPassword != "" && cfg.EtcdTLS == nil {
+		a.log.Warn("RELAY_CLUSTER_ETCD_PASSWORD goes to etcd without TLS: anyone on the path can read it (use https:// endpoints)")
+	}
 	c, err := a.actors.JoinCluster(actors.ClusterConfig{
 		Etcd: cfg.ClusterEtcd, Addr: cfg.ClusterAddr, Name: cfg.ClusterName, FirstSendDelay: delay,
+		TLS: cfg.ClusterTLS, Insecure: cfg.ClusterInsecure,
+		EtcdTLS: cfg.EtcdTLS, EtcdUsername: cfg.EtcdUsername, EtcdPassword: cfg.EtcdPassword,
 		// Another node changed a project's keys (or anything else of it):
 		// drop this node's cached keys of the project before acking.
 		RemoteChange: a.api.ForgetKeys,

@@ -433,8 +433,7 @@ func TestClusterChaos(t *testing.T) {
 func TestClusterAddressTaken(t *testing.T) {
 	addr := relaytest.FreeAddr(t)
 	cl := startCluster(t, 30*time.Second, []string{"A"}, "RELAY_CLUSTER_ADDR="+addr)
-	code, out := relaytest.RunBinary(t, 30*time.Second, "DATABASE_URL="+cl.dbURL, "RELAY_CLUSTER_ETCD="+cl.etcd.Endpoint,
-		"RELAY_CLUSTER_ADDR="+addr, "RELAY_CLUSTER_NAME=relaytest")
+	code, out := relaytest.RunBinary(t, 30*time.Second, append(cl.nodeEnv(t, addr), "DATABASE_URL="+cl.dbURL, "RELAY_CLUSTER_NAME=relaytest")...)
 	if code == 0 || !strings.Contains(out, "another member is registered at "+addr) || !strings.Contains(out, "two nodes with one RELAY_CLUSTER_ADDR?") {
 		t.Fatalf("a second node on %s: exit %d, output:\n%s", addr, code, out)
 	}

@@ -11,9 +11,8 @@ import (
 // The cluster settings (README.md › Configuration): parsed here, checked
 // together by clusterNeeds once every variable is read.
 
-// etcdEndpoints reads comma-separated etcd client endpoints, each HOST:PORT
-// or http://HOST:PORT. https is refused: the etcd client is not given TLS
-// settings, so it could not connect.
+// etcdEndpoints reads comma-separated etcd client endpoints, each HOST:PORT,
+// http://HOST:PORT or https://HOST:PORT (TLS: see clusterEtcdAccess).
 func (p *envParser) etcdEndpoints(name string) []string {
 	v, _ := p.get(name)
 	var out []string
@@ -26,18 +25,18 @@ func (p *envParser) etcdEndpoints(name string) []string {
 		if i := strings.Index(e, "://"); i >= 0 {
 			scheme, hostPort = strings.ToLower(e[:i]), e[i+3:]
 		}
-		if scheme != "" && scheme != "http" {
-			p.fail(name, e, "want HOST:PORT or http://HOST:PORT (TLS to etcd is not supported)")
+		if scheme != "" && scheme != "http" && scheme != "https" {
+			p.fail(name, e, "want HOST:PORT, http://HOST:PORT or https://HOST:PORT")
 			continue
 		}
 		if !validHostPort(hostPort, false) {
-			p.fail(name, e, "want HOST:PORT or http://HOST:PORT, comma-separated")
+			p.fail(name, e, "want HOST:PORT, http://HOST:PORT or https://HOST:PORT, comma-separated")
 			continue
 		}
 		out = append(out, e)
 	}
 	if v != "" && len(out) == 0 && strings.Trim(v, ", ") == "" {
-		p.fail(name, v, "no endpoint: want HOST:PORT or http://HOST:PORT, comma-separated")
+		p.fail(name, v, "no endpoint: want HOST:PORT, http://HOST:PORT or https://HOST:PORT, comma-separated")
 	}
 	return out
 }

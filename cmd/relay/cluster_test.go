@@ -15,7 +15,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +31,7 @@ import (
 // clusterNode is one relay process of the cluster.
 type clusterNode struct {
 	name string
+	addr string // RELAY_CLUSTER_ADDR: its actor remote
 	proc *relaytest.Process
 }
 
@@ -42,6 +45,7 @@ func (n *clusterNode) pid() int { return n.proc.Cmd.Process.Pid }
 type testCluster struct {
 	etcd  *relaytest.Etcd
 	dbURL string
+	ca    string // directory of the cluster CA (relay cert ca)
 	nodes []*clusterNode
 }
 
@@ -51,7 +55,10 @@ type testCluster struct {
 func startCluster(t *testing.T, within time.Duration, names []string, env ...string) *testCluster {
 	t.Helper()
 	began := time.Now()
-	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t)}
+	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t), ca: filepath.Join(t.TempDir(), "ca")}
+	if err := runCert([]string{"ca", "--out", c.ca}, io.Discard, io.Discard, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range names {
 		t0 := time.Now()
 		c.nodes = append(c.nodes, c.node(t, name, env...))
@@ -69,15 +76,24 @@ func startCluster(t *testing.T, within time.Duration, names []string, env ...str
 // serves (it joins before it listens). The node is killed when t ends.
 func (c *testCluster) node(t *testing.T, name string, env ...string) *clusterNode {
 	t.Helper()
-	proc := relaytest.StartBinary(t, append([]string{
-		"DATABASE_URL=" + c.dbURL,
-		"RELAY_CLUSTER_ETCD=" + c.etcd.Endpoint,
-		"RELAY_CLUSTER_ADDR=" + relaytest.FreeAddr(t),
-		"RELAY_CLUSTER_NAME=relaytest",
-		"MAX_CONNECTIONS_PER_ADDRESS=100000",
-		"SHUTDOWN_TIMEOUT_SECONDS=10",
-	}, env...)...)
-	return &clusterNode{name: name, proc: proc}
+	addr := relaytest.FreeAddr(t)
+	base := append(c.nodeEnv(t, addr), "DATABASE_URL="+c.dbURL, "RELAY_CLUSTER_NAME=relaytest",
+		"MAX_CONNECTIONS_PER_ADDRESS=100000", "SHUTDOWN_TIMEOUT_SECONDS=10")
+	proc := relaytest.StartBinary(t, append(base, env...)...)
+	return &clusterNode{name: name, addr: addr, proc: proc}
+}
+
+// nodeEnv is what a node at addr needs to join: etcd over TLS with its
+// client certificate, and its own certificate of the cluster CA (made as
+// an operator would, with relay cert node).
+func (c *testCluster) nodeEnv(t *testing.T, addr string) []string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "node")
+	if err := runCert([]string{"node", "--ca", c.ca, "--addr", addr, "--out", dir}, io.Discard, io.Discard, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return append(c.etcd.Env(), "RELAY_CLUSTER_ADDR="+addr, "RELAY_CLUSTER_TLS_CA="+filepath.Join(c.ca, "ca.pem"),
+		"RELAY_CLUSTER_TLS_CERT="+filepath.Join(dir, "node.pem"), "RELAY_CLUSTER_TLS_KEY="+filepath.Join(dir, "node-key.pem"))
 }
 
 type memberView struct {
@@ -556,8 +572,7 @@ func TestCluster(t *testing.T) {
 		if err := syscall.Kill(d.pid(), syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		code, out := relaytest.RunBinary(t, 20*time.Second, "DATABASE_URL="+cl.dbURL, "RELAY_CLUSTER_ETCD="+etcd.Endpoint,
-			"RELAY_CLUSTER_ADDR="+relaytest.FreeAddr(t))
+		code, out := relaytest.RunBinary(t, 20*time.Second, append(cl.nodeEnv(t, relaytest.FreeAddr(t)), "DATABASE_URL="+cl.dbURL)...)
 		if code == 0 || !strings.Contains(out, "does not answer") {
 			t.Fatalf("a node started with etcd down: exit %d:\n%s", code, out)
 		}
@@ -625,5 +640,7 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("D exited 0 %v after SIGTERM", time.Since(term).Round(10*time.Millisecond))
 	})
+	// Last, on the member left: hostile peers must not disturb the runs above.
+	t.Run("the actor remote takes only the cluster's certificates", func(t *testing.T) { checkRemoteWire(t, cl, a) })
 	t.Logf("cluster tests took %v", time.Since(began).Round(100*time.Millisecond))
 }

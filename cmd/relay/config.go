@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relayhq/relay/actors/clustertls"
 	"github.com/relayhq/relay/api"
 )
 
@@ -76,6 +78,13 @@ type Config struct {
 	ClusterEtcd []string // RELAY_CLUSTER_ETCD: etcd endpoints; empty: one node, no cluster code started
 	ClusterAddr string   // RELAY_CLUSTER_ADDR: host:port the actor remote listens on and advertises
 	ClusterName string   // RELAY_CLUSTER_NAME
+	// The cluster's wire (cluster_tls.go): file paths as given, and what was loaded from them.
+	ClusterTLSCA, ClusterTLSCert, ClusterTLSKey string                  // RELAY_CLUSTER_TLS_CA, _CERT, _KEY
+	ClusterInsecure                             bool                    // RELAY_CLUSTER_INSECURE: a remote without TLS (loopback tests)
+	ClusterTLS                                  *clustertls.Credentials // nil on one node and with ClusterInsecure
+	EtcdCA, EtcdCert, EtcdKey                   string                  // RELAY_CLUSTER_ETCD_CA, _CERT, _KEY
+	EtcdUsername, EtcdPassword                  string                  // RELAY_CLUSTER_ETCD_USERNAME, _PASSWORD
+	EtcdTLS                                     *tls.Config             // nil: plain TCP to etcd
 }
 
 // configVars lists every variable LoadConfig reads, for the README and the tests.
@@ -94,6 +103,8 @@ var configVars = []string{
 	"RELAY_DEBUG_TOKEN",
 	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS", "MAX_HTTP_CONNECTIONS_PER_ADDRESS",
 	"RELAY_CLUSTER_ETCD", "RELAY_CLUSTER_ADDR", "RELAY_CLUSTER_NAME",
+	"RELAY_CLUSTER_TLS_CA", "RELAY_CLUSTER_TLS_CERT", "RELAY_CLUSTER_TLS_KEY", "RELAY_CLUSTER_INSECURE",
+	"RELAY_CLUSTER_ETCD_CA", "RELAY_CLUSTER_ETCD_CERT", "RELAY_CLUSTER_ETCD_KEY", "RELAY_CLUSTER_ETCD_USERNAME", "RELAY_CLUSTER_ETCD_PASSWORD",
 }
 
 // LoadConfig reads the environment through lookup (os.LookupEnv in main) and
@@ -158,7 +169,8 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 			"set RELAY_DEBUG_TOKEN (the operator listener then requires it as a bearer token) or listen on 127.0.0.1")
 	}
 	c.MaxHTTPConnsPerAddr = p.httpShare("MAX_HTTP_CONNECTIONS_PER_ADDRESS", c.MaxHTTPConns)
-	p.clusterNeeds(c) // cluster_config.go
+	p.clusterNeeds(c)                 // cluster_config.go
+	p.clusterSecurity(&c, time.Now()) // cluster_tls.go
 	if len(p.errs) > 0 {
 		return Config{}, fmt.Errorf("bad configuration: %s", strings.Join(p.errs, "; "))
 	}
@@ -428,6 +440,8 @@ func (c Config) redacted() []any {
 		"webhook_queue_per_project", c.WebhookQueuePerProject, "webhook_in_flight_per_project", c.WebhookInFlightPerProj,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 		"cluster_etcd", strings.Join(c.ClusterEtcd, ","), "cluster_addr", c.ClusterAddr, "cluster_name", c.ClusterName,
+		"cluster_tls", c.ClusterTLS != nil, "cluster_insecure", c.ClusterInsecure,
+		"cluster_etcd_tls", c.EtcdTLS != nil, "cluster_etcd_user", c.EtcdUsername,
 	}
 }
 

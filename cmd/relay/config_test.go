@@ -78,6 +78,15 @@ func cfgFields(c Config) map[string]any {
 		"RELAY_CLUSTER_ETCD":                strings.Join(c.ClusterEtcd, ","),
 		"RELAY_CLUSTER_ADDR":                c.ClusterAddr,
 		"RELAY_CLUSTER_NAME":                c.ClusterName,
+		"RELAY_CLUSTER_TLS_CA":              c.ClusterTLSCA,
+		"RELAY_CLUSTER_TLS_CERT":            c.ClusterTLSCert,
+		"RELAY_CLUSTER_TLS_KEY":             c.ClusterTLSKey,
+		"RELAY_CLUSTER_INSECURE":            c.ClusterInsecure,
+		"RELAY_CLUSTER_ETCD_CA":             c.EtcdCA,
+		"RELAY_CLUSTER_ETCD_CERT":           c.EtcdCert,
+		"RELAY_CLUSTER_ETCD_KEY":            c.EtcdKey,
+		"RELAY_CLUSTER_ETCD_USERNAME":       c.EtcdUsername,
+		"RELAY_CLUSTER_ETCD_PASSWORD":       c.EtcdPassword,
 	}
 }
 
@@ -128,6 +137,15 @@ var cfgDefaults = map[string]any{
 	"RELAY_CLUSTER_ETCD":                "",  // one node
 	"RELAY_CLUSTER_ADDR":                "",
 	"RELAY_CLUSTER_NAME":                "relay",
+	"RELAY_CLUSTER_TLS_CA":              "", // required in a cluster
+	"RELAY_CLUSTER_TLS_CERT":            "",
+	"RELAY_CLUSTER_TLS_KEY":             "",
+	"RELAY_CLUSTER_INSECURE":            false,
+	"RELAY_CLUSTER_ETCD_CA":             "", // plain TCP to etcd
+	"RELAY_CLUSTER_ETCD_CERT":           "",
+	"RELAY_CLUSTER_ETCD_KEY":            "",
+	"RELAY_CLUSTER_ETCD_USERNAME":       "",
+	"RELAY_CLUSTER_ETCD_PASSWORD":       "",
 }
 
 func cfgCheck(t *testing.T, c Config, want map[string]any) {
@@ -752,10 +770,11 @@ func TestLoadConfigCluster(t *testing.T) {
 			addr string
 			name string
 		}{
-			{map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			{map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946",
+				"RELAY_CLUSTER_INSECURE": "true"},
 				[]string{"127.0.0.1:2379"}, "10.0.0.5:7946", "relay"},
 			{map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": " http://e1:2379, e2:2379 ,,http://10.0.0.3:2379",
-				"RELAY_CLUSTER_ADDR": "node-1.internal:7946", "RELAY_CLUSTER_NAME": "prod"},
+				"RELAY_CLUSTER_ADDR": "node-1.internal:7946", "RELAY_CLUSTER_NAME": "prod", "RELAY_CLUSTER_INSECURE": "true"},
 				[]string{"http://e1:2379", "e2:2379", "http://10.0.0.3:2379"}, "node-1.internal:7946", "prod"},
 		} {
 			c, err := LoadConfig(cfgEnv(tc.vars))
@@ -789,8 +808,11 @@ func TestLoadConfigCluster(t *testing.T) {
 			[]string{"RELAY_CLUSTER_ADDR"}, "not port 0"},
 		{"IPv6", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "127.0.0.1:2379", "RELAY_CLUSTER_ADDR": "[fd00::5]:7946"},
 			[]string{"RELAY_CLUSTER_ADDR"}, "IPv6"},
-		{"TLS to etcd", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "https://e1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
-			[]string{"RELAY_CLUSTER_ETCD"}, "TLS"},
+		{"no TLS on the remote", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "https://e1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
+			[]string{"RELAY_CLUSTER_TLS_CA", "RELAY_CLUSTER_TLS_CERT", "RELAY_CLUSTER_TLS_KEY", "RELAY_CLUSTER_INSECURE"}, "needs"},
+		{"unknown etcd scheme", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "unix://e1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946",
+			"RELAY_CLUSTER_INSECURE": "true"},
+			[]string{"RELAY_CLUSTER_ETCD"}, "https://HOST:PORT"},
 		{"bad endpoint", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "e1:2379,e2", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946"},
 			[]string{"RELAY_CLUSTER_ETCD"}, "HOST:PORT"},
 		{"name with a slash", map[string]string{"DATABASE_URL": pg, "RELAY_CLUSTER_ETCD": "e1:2379", "RELAY_CLUSTER_ADDR": "10.0.0.5:7946", "RELAY_CLUSTER_NAME": "eu/west"},

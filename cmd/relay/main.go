@@ -1,5 +1,6 @@
 // Command relay runs the pub/sub relay: `relay serve` (the default), `relay
-// migrate`, `relay version` and `relay admin …` (README › Version and admin command line).
+// migrate`, `relay version`, `relay admin …` (README › Version and admin command line)
+// and `relay cert …` (README › Running several nodes).
 package main
 
 import (

@@ -29,6 +29,7 @@ commands:
   migrate   apply the store's migrations and exit
   version   print the version, VCS revision and Go version
   admin     manage users, projects and keys on the configured store (relay admin -h)
+  cert      make the cluster's CA and node certificates (relay cert -h)
   healthcheck  GET /healthz of the relay on RELAY_ADDR's port here; exit 0 when it answers 200`
 
 // usageError is a command line that cannot run: main exits 2 with it.
@@ -59,6 +60,8 @@ func runCommandTo(ctx context.Context, args []string, lookup func(string) (strin
 		return printVersion(out, readBuildInfo())
 	case "admin":
 		return runAdmin(ctx, args[1:], lookup, out, logOut)
+	case "cert":
+		return runCert(args[1:], out, logOut, time.Now())
 	case "healthcheck":
 		if len(args) > 1 {
 			return usageError{usage}

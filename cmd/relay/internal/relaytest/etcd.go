@@ -1,26 +1,37 @@
 package relaytest
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/actors/clustertls"
 )
 
 // Etcd is a throwaway single-member etcd (Debian's etcd-server) on loopback,
 // its data in the test's temp dir. It is killed, by its pid, when the test ends.
+// Its clients speak TLS and must show a certificate of etcd's own CA
+// (--client-cert-auth), as in production; Env has what a node needs.
 type Etcd struct {
-	Endpoint string // http://127.0.0.1:PORT, for RELAY_CLUSTER_ETCD
-	Logs     *Buffer
+	Endpoint string // https://127.0.0.1:PORT, for RELAY_CLUSTER_ETCD
+	// PEM files for RELAY_CLUSTER_ETCD_CA, _CERT and _KEY: etcd's CA and a
+	// client certificate it signed.
+	CA, Cert, Key string
+	Logs          *Buffer
 
 	t          testing.TB
 	dir        string
+	serverCert string // etcd's own certificate and key
+	serverKey  string
 	client     string // 127.0.0.1:PORT
 	peer       string
 	cmd        *exec.Cmd
@@ -38,11 +49,18 @@ func StartEtcd(t testing.TB) *Etcd {
 		t.Fatalf("etcd not found (apt-get install etcd-server): %v", err)
 	}
 	e := &Etcd{t: t}
+	if err := e.makeCerts(t.TempDir()); err != nil {
+		t.Fatalf("etcd certificates: %v", err)
+	}
+	health, err := e.healthClient()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for attempt := 1; ; attempt++ {
 		// A fresh data dir too: a member keeps the peer address it began with.
 		e.dir, e.client, e.peer, e.Logs = t.TempDir(), FreeAddr(t), FreeAddr(t), &Buffer{}
-		e.Endpoint = "http://" + e.client
-		err := e.start()
+		e.Endpoint = "https://" + e.client
+		err := e.start(health)
 		if err == nil {
 			return e
 		}
@@ -53,17 +71,69 @@ func StartEtcd(t testing.TB) *Etcd {
 	}
 }
 
+// Env is what a relay node needs to reach this etcd.
+func (e *Etcd) Env() []string {
+	return []string{"RELAY_CLUSTER_ETCD=" + e.Endpoint, "RELAY_CLUSTER_ETCD_CA=" + e.CA,
+		"RELAY_CLUSTER_ETCD_CERT=" + e.Cert, "RELAY_CLUSTER_ETCD_KEY=" + e.Key}
+}
+
+// makeCerts writes etcd's CA, its server certificate for 127.0.0.1 and a
+// client certificate into dir.
+func (e *Etcd) makeCerts(dir string) error {
+	now := time.Now()
+	ca, err := clustertls.NewCA("relaytest etcd CA", now)
+	if err != nil {
+		return err
+	}
+	server, err := clustertls.NewNode(ca, []string{"127.0.0.1"}, now)
+	if err != nil {
+		return err
+	}
+	client, err := clustertls.NewNode(ca, []string{"relay"}, now)
+	if err != nil {
+		return err
+	}
+	e.CA, e.Cert, e.Key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	e.serverCert, e.serverKey = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	for path, b := range map[string][]byte{e.CA: ca.CertPEM, e.Cert: client.CertPEM, e.Key: client.KeyPEM,
+		e.serverCert: server.CertPEM, e.serverKey: server.KeyPEM} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Start starts etcd again after Stop, on the same ports and data.
 func (e *Etcd) Start() {
 	e.t.Helper()
-	if err := e.start(); err != nil {
+	health, err := e.healthClient()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.start(health); err != nil {
 		e.t.Fatalf("%v:\n%s", err, e.Logs)
 	}
 }
 
-func (e *Etcd) start() error {
+// healthClient is makeCerts's client again, from the files.
+func (e *Etcd) healthClient() (*http.Client, error) {
+	pair, err := tls.LoadX509KeyPair(e.Cert, e.Key)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := clustertls.LoadCA(e.CA)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}}}}, nil
+}
+
+func (e *Etcd) start(health *http.Client) error {
 	e.cmd = exec.Command("etcd", "--name", "relaytest", "--data-dir", filepath.Join(e.dir, "data"),
-		"--listen-client-urls", "http://"+e.client, "--advertise-client-urls", "http://"+e.client,
+		"--listen-client-urls", "https://"+e.client, "--advertise-client-urls", "https://"+e.client,
+		"--cert-file", e.serverCert, "--key-file", e.serverKey, "--trusted-ca-file", e.CA, "--client-cert-auth",
 		"--listen-peer-urls", "http://"+e.peer, "--initial-advertise-peer-urls", "http://"+e.peer,
 		"--initial-cluster", "relaytest=http://"+e.peer)
 	e.cmd.Stdout, e.cmd.Stderr = e.Logs, e.Logs
@@ -79,7 +149,7 @@ func (e *Etcd) start() error {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		res, err := http.Get(e.Endpoint + "/health")
+		res, err := health.Get(e.Endpoint + "/health")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {

@@ -1,0 +1,196 @@
+package actors
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// The cluster's own wire: the actor remote's gRPC server and dialer. Only a
+// peer with a certificate of the cluster CA opens a stream (mutual TLS), and
+// what a peer sends can fail, never crash the node: protoactor's endpoint
+// reader indexes a batch's tables with the peer's numbers and panics on a
+// bad one, in the gRPC stream's goroutine, which nothing recovers.
+
+// maxRemoteMsg: gRPC refuses messages over 4 MiB by default, and protoactor
+// batches many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
+const maxRemoteMsg = 64 << 20
+
+// ErrNoClusterTLS is JoinCluster's answer to a config with neither TLS nor Insecure.
+var ErrNoClusterTLS = errors.New("the actor remote needs TLS credentials (or Insecure, for loopback tests)")
+
+// remoteOptions are the actor remote's settings besides its address.
+func remoteOptions(cfg ClusterConfig, guard *remoteGuard) ([]remote.ConfigOption, error) {
+	server := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRemoteMsg), grpc.MaxSendMsgSize(maxRemoteMsg),
+		grpc.ChainStreamInterceptor(guard.stream), grpc.ChainUnaryInterceptor(guard.unary)}
+	// protoactor's default dial options are grpc.WithInsecure() alone, and
+	// WithDialOptions replaces them: the transport credentials are all we set.
+	var dial grpc.DialOption
+	switch {
+	case cfg.TLS != nil:
+		server = append(server, grpc.Creds(credentials.NewTLS(cfg.TLS.ServerConfig())))
+		dial = grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS.ClientConfig()))
+	case cfg.Insecure:
+		dial = grpc.WithTransportCredentials(insecure.NewCredentials())
+	default:
+		return nil, ErrNoClusterTLS
+	}
+	return []remote.ConfigOption{
+		remote.WithServerOptions(server...),
+		remote.WithDialOptions(dial),
+		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteMsg), grpc.MaxCallSendMsgSize(maxRemoteMsg)),
+	}, nil
+}
+
+// etcdTLS is cfg's etcd TLS, cloned: the etcd client and protoactor's
+// provider each get a copy they may change.
+func etcdTLS(cfg ClusterConfig) *tls.Config {
+	if cfg.EtcdTLS == nil {
+		return nil
+	}
+	return cfg.EtcdTLS.Clone()
+}
+
+// remoteGuard stands between gRPC and protoactor's endpoint reader: it
+// refuses a batch whose indexes or types protoactor would trip on, and
+// recovers whatever else panics in a peer's stream, ending that stream only.
+type remoteGuard struct {
+	log *slog.Logger
+
+	mu         sync.Mutex // guards the fields below
+	lastLog    time.Time
+	suppressed int
+	refused    int64 // batches refused and streams ended by a panic, for tests
+}
+
+// guardLogEvery bounds the guard's log lines: a peer that sends bad batches
+// in a loop must not flood the log.
+const guardLogEvery = time.Second
+
+func newRemoteGuard(log *slog.Logger) *remoteGuard { return &remoteGuard{log: log} }
+
+func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.refuse(ss.Context(), info.FullMethod, fmt.Errorf("panic: %v", r))
+			err = status.Error(codes.Internal, "the message could not be handled")
+		}
+	}()
+	return handler(srv, &checkedStream{ServerStream: ss, g: g, method: info.FullMethod})
+}
+
+// unary covers protoactor's other Remoting methods, which panic("implement me").
+func (g *remoteGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.refuse(ctx, info.FullMethod, fmt.Errorf("panic: %v", r))
+			resp, err = nil, status.Error(codes.Unimplemented, "not served")
+		}
+	}()
+	return handler(ctx, req)
+}
+
+// refuse counts and logs (throttled) one refused batch or recovered panic.
+func (g *remoteGuard) refuse(ctx context.Context, method string, err error) {
+	from := "unknown"
+	if p, ok := peer.FromContext(ctx); ok {
+		from = p.Addr.String()
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			from += " (" + ti.State.PeerCertificates[0].Subject.CommonName + ")"
+		}
+	}
+	g.mu.Lock()
+	g.refused++
+	now := time.Now()
+	if now.Sub(g.lastLog) < guardLogEvery {
+		g.suppressed++
+		g.mu.Unlock()
+		return
+	}
+	suppressed := g.suppressed
+	g.lastLog, g.suppressed = now, 0
+	g.mu.Unlock()
+	g.log.Warn("refused a message from a cluster peer; its stream is ended", "peer", from, "method", method, "err", err,
+		"suppressed_since_last", suppressed)
+}
+
+// refusedForTest is how many batches and panics the guard has refused.
+func (g *remoteGuard) refusedForTest() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.refused
+}
+
+// checkedStream hands protoactor only batches it can index.
+type checkedStream struct {
+	grpc.ServerStream
+	g      *remoteGuard
+	method string
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	msg, ok := m.(*remote.RemoteMessage)
+	if !ok {
+		return nil
+	}
+	if b := msg.GetMessageBatch(); b != nil {
+		if err := checkBatch(b); err != nil {
+			s.g.refuse(s.Context(), s.method, err)
+			return status.Error(codes.InvalidArgument, "bad message batch")
+		}
+	}
+	return nil
+}
+
+// checkBatch checks what protoactor's endpoint reader takes on trust: every
+// index into the batch's tables, that no PID in them is nil, and that every
+// type name is a registered protobuf message (its proto serializer
+// dereferences the lookup's nil otherwise). Serializer 0 (protobuf) is the
+// only one protoactor's writer uses.
+func checkBatch(b *remote.MessageBatch) error {
+	for i, p := range b.Targets {
+		if p == nil {
+			return fmt.Errorf("target %d is empty", i)
+		}
+	}
+	for i, p := range b.Senders {
+		if p == nil {
+			return fmt.Errorf("sender %d is empty", i)
+		}
+	}
+	for _, name := range b.TypeNames {
+		if _, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name)); err != nil {
+			return fmt.Errorf("unknown message type %.100q", name)
+		}
+	}
+	for i, e := range b.Envelopes {
+		switch {
+		case e.Target < 0 || int(e.Target) >= len(b.Targets):
+			return fmt.Errorf("envelope %d: target %d of %d", i, e.Target, len(b.Targets))
+		case e.Sender < 0 || int(e.Sender) > len(b.Senders): // 0 is no sender, n is Senders[n-1]
+			return fmt.Errorf("envelope %d: sender %d of %d", i, e.Sender, len(b.Senders))
+		case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
+			return fmt.Errorf("envelope %d: type %d of %d", i, e.TypeId, len(b.TypeNames))
+		case e.SerializerId != 0:
+			return fmt.Errorf("envelope %d: serializer %d", i, e.SerializerId)
+		}
+	}
+	return nil
+}
