@@ -29,8 +29,8 @@ import (
 
 // Several nodes as one relay: membership through etcd (protoactor's etcd
 // provider, disthash identity lookup); control-plane changes applied on
-// every member before the API answers; channels as grains (channel_grain.go)
-// that each node's relays (channel_relay.go) register with, so an emit made
+// every member before the API answers; channels as grains (cluster_channel_grain.go)
+// that each node's relays (cluster_channel_relay.go) register with, so an emit made
 // on any node reaches the subscribers of every node. Project actors are
 // still per node: the project backstop, client-emit windows and the
 // connection cap count what one node sees.
@@ -153,6 +153,8 @@ type Cluster struct {
 	firstSendDelay  time.Duration
 	publishes       atomic.Uint64 // publish ids
 	fence           pauseFence    // cluster_fence.go
+	badContent      atomic.Int64  // peers' messages refused for their content (refuseContent)
+	badContentLog   atomic.Int64  // when one was last logged (unix ns)
 
 	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
 }

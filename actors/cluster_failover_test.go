@@ -132,7 +132,7 @@ func TestRelayDeliversEachSeqOnce(t *testing.T) {
 	c := newTestCluster(t, sys, nil)
 	r := newChannelRelay(c, "p", "room", sys.cfg, &projectUsage{health: sys.cfg.health.of("p")})
 	k := &sink{id: 1}
-	r.subs.put(channelSub{sink: k})
+	r.fan.subs.put(channelSub{sink: k})
 	msg := func(seq uint64) []byte { return fmt.Appendf(nil, `{"seq":%d}`, seq) }
 
 	r.deliver(nil, &clusterpb.ChannelDeliver{Seq: 10, Message: msg(10), PublishId: "a"})

@@ -194,3 +194,22 @@ func checkBatch(b *remote.MessageBatch) error {
 	}
 	return nil
 }
+
+// refuseContent counts and logs (at most once per guardLogEvery) a message
+// from a peer whose content no member of this cluster sends: a payload that
+// is not JSON, a channel name no edge accepts. The node carries on.
+func (c *Cluster) refuseContent(what, value string) {
+	c.badContent.Add(1)
+	now, last := time.Now().UnixNano(), c.badContentLog.Load()
+	if now-last < int64(guardLogEvery) || !c.badContentLog.CompareAndSwap(last, now) {
+		return
+	}
+	c.log.Warn("refused a cluster peer's message", "what", what, "value", truncate(value, 64), "refused_so_far", c.badContent.Load())
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -109,11 +109,12 @@ func matches(name, filter string) bool {
 }
 
 func (a *channelActor) inspect(m *inspectChannel) {
-	a.replay.expire(a.now())
+	c, now := a.core, a.cfg.Now()
+	c.replay.expire(now)
 	m.reply <- ChannelInfo{
-		Name: a.name, Seq: a.seq, Subscribers: len(a.subs.list), PresenceMembers: a.members.list(),
-		ReplayLen: len(a.replay.entries) - a.replay.head, ReplayBytes: a.replay.bytes,
-		Window: a.window.peek(a.now(), m.limit), Mailbox: a.mailbox.depth(),
+		Name: c.name, Seq: c.seq, Subscribers: c.subCount, PresenceMembers: c.members.list(),
+		ReplayLen: len(c.replay.entries) - c.replay.head, ReplayBytes: c.replay.bytes,
+		Window: c.window.peek(now, m.limit), Mailbox: a.mailbox.depth(),
 	}
 }
 

@@ -335,7 +335,7 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 // 429 carries both budgets (proto/PROTOCOL.md › POST /emit: the 429 body).
 func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	m.channelLimit = a.channelLimit()
-	if a.budgets != nil { // the cluster's backstop: ask the project grain (project_budgets.go)
+	if a.budgets != nil { // the cluster's backstop: ask the project grain (cluster_project_budgets.go)
 		a.askBudgets(ctx, &budgetAsk{pub: m})
 		return
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/proto/clusterpb"
 )
 
@@ -44,20 +43,6 @@ type ChannelAnswer struct {
 // NoSince is the since of a messages query that names none: every buffered
 // message, and no gap (a since names a seq below 2^53).
 const NoSince = ^uint64(0)
-
-// bufferedAfter is what a messages query answers from r: the messages after
-// since (every one for NoSince), and whether some after it are gone, as a
-// socket subscribing with that since would be told (replay_gap).
-func bufferedAfter(r *replayRing, since uint64) (msgs []json.RawMessage, gap bool) {
-	from := float64(0)
-	if since != NoSince {
-		from = float64(since)
-		gap = r.gapAfter(from)
-	}
-	msgs = []json.RawMessage{}
-	r.each(from, func(_ uint64, msg []byte) { msgs = append(msgs, json.RawMessage(slices.Clone(msg))) })
-	return msgs, gap
-}
 
 // channelQuery is the edge's question to a project actor: one channel
 // (channel set) or every one.
@@ -108,26 +93,17 @@ const closeReasonDisconnected = "disconnected by the server"
 
 func (a *channelActor) answerQuery(m *channelAsk) {
 	q := m.q
-	out := ChannelAnswer{Channel: a.name, Subscribers: len(a.subs.list), MemberCount: a.members.len()}
-	switch q.kind {
-	case QueryMembers:
-		out.Members = a.members.list()
-	case QueryMessages:
-		a.replay.expire(a.now())
-		out.Messages, out.Gap = bufferedAfter(&a.replay, q.since)
-	case queryDisconnect:
-		for i := 0; i < len(a.subs.list); {
-			s := a.subs.list[i]
-			if s.clientID != q.clientID {
-				i++
-				continue
-			}
-			s.sink.Close(proto.CloseClientDisconnected, closeReasonDisconnected)
-			out.Closed = append(out.Closed, s.sink.ID())
-			a.removeAt(i) // its leave goes out now, before the edge answers
-		}
-		out.Subscribers, out.MemberCount = len(a.subs.list), a.members.len()
+	if q.kind != queryDisconnect {
+		m.answers <- a.core.answer(q.kind, q.since, a.cfg.Now())
+		return
 	}
+	closed := a.fan.closeClient(q.clientID)
+	for _, conn := range closed { // their leaves go out now, before the edge answers
+		a.fan.subs.remove(conn)
+		a.core.leave(localNode, conn)
+	}
+	out := a.core.answer(QueryCount, 0, a.cfg.Now())
+	out.Closed = closed
 	m.answers <- out
 }
 
@@ -251,7 +227,7 @@ func (s *System) disconnectHere(ctx context.Context, projectID, clientID string)
 // as this node was last told.
 func (r *channelRelay) answerQuery(m *channelAsk) {
 	q := m.q
-	out := ChannelAnswer{Channel: r.name, Subscribers: len(r.subs.list), MemberCount: len(r.roster)}
+	out := ChannelAnswer{Channel: r.name, Subscribers: len(r.fan.subs.list), MemberCount: len(r.roster)}
 	switch q.kind {
 	case QueryMembers:
 		out.Members = slices.Sorted(maps.Keys(r.roster))
@@ -261,12 +237,7 @@ func (r *channelRelay) answerQuery(m *channelAsk) {
 	case QueryMessages:
 		out.Messages = []json.RawMessage{}
 	case queryDisconnect:
-		for _, s := range r.subs.list {
-			if s.clientID == q.clientID {
-				s.sink.Close(proto.CloseClientDisconnected, closeReasonDisconnected)
-				out.Closed = append(out.Closed, s.sink.ID())
-			}
-		}
+		out.Closed = r.fan.closeClient(q.clientID)
 	}
 	m.answers <- out
 }
@@ -327,20 +298,10 @@ func deadlineOf(ctx context.Context) time.Time {
 // answerQuery is the grain's answer: every node's subscribers, the
 // cluster's roster, the ring.
 func (g *channelGrain) answerQuery(ctx actor.Context, m *clusterpb.ChannelQuery) {
-	out := &clusterpb.ChannelQueryAnswer{MemberCount: int32(g.members.len())}
-	for _, r := range g.relays {
-		out.Subscribers += int32(len(r.subs))
-	}
-	switch QueryKind(m.Kind) {
-	case QueryMembers:
-		out.Members = g.members.list()
-	case QueryMessages:
-		g.replay.expire(g.cfg.Now())
-		msgs, gap := bufferedAfter(&g.replay, m.Since)
-		out.Gap = gap
-		for _, msg := range msgs {
-			out.Messages = append(out.Messages, msg)
-		}
+	a := g.core.answer(QueryKind(m.Kind), m.Since, g.cfg.Now())
+	out := &clusterpb.ChannelQueryAnswer{Subscribers: int32(a.Subscribers), MemberCount: int32(a.MemberCount), Members: a.Members, Gap: a.Gap}
+	for _, msg := range a.Messages {
+		out.Messages = append(out.Messages, msg)
 	}
 	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), out)
 }

@@ -4,8 +4,7 @@ import "slices"
 
 // roster counts a channel's presence subscriptions by clientId: a clientId
 // is a member from its first subscription to its last (join and leave), and
-// the members are kept sorted for sync. The channel actor and, in a
-// cluster, the channel grain each own one.
+// the members are kept sorted for sync. The channel core owns one.
 type roster struct {
 	counts map[string]int // clientId → presence subscriptions
 	sorted []string       // the members
@@ -73,57 +72,4 @@ func (r *roster) list() []string {
 		return []string{}
 	}
 	return slices.Clone(r.sorted)
-}
-
-// subscribers are a channel's sockets on this node: a slice for the fan-out
-// loop, indexed by connection id.
-type subscribers struct {
-	list  []channelSub
-	index map[uint64]int // connection id → position in list
-}
-
-func newSubscribers() subscribers { return subscribers{index: map[uint64]int{}} }
-
-// get returns the subscription of connection id.
-func (s *subscribers) get(id uint64) (channelSub, bool) {
-	i, ok := s.index[id]
-	if !ok {
-		return channelSub{}, false
-	}
-	return s.list[i], true
-}
-
-// put adds sub, or replaces the subscription of the same connection.
-func (s *subscribers) put(sub channelSub) {
-	id := sub.sink.ID()
-	if i, ok := s.index[id]; ok {
-		s.list[i] = sub
-		return
-	}
-	s.index[id] = len(s.list)
-	s.list = append(s.list, sub)
-}
-
-// removeAt drops list[i] by moving the last subscriber into its place, and
-// returns it.
-func (s *subscribers) removeAt(i int) channelSub {
-	gone := s.list[i]
-	delete(s.index, gone.sink.ID())
-	last := len(s.list) - 1
-	if i != last {
-		s.list[i] = s.list[last]
-		s.index[s.list[i].sink.ID()] = i
-	}
-	s.list[last] = channelSub{}
-	s.list = s.list[:last]
-	return gone
-}
-
-// remove drops the subscription of connection id, if any.
-func (s *subscribers) remove(id uint64) (channelSub, bool) {
-	i, ok := s.index[id]
-	if !ok {
-		return channelSub{}, false
-	}
-	return s.removeAt(i), true
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"cmp"
+	"encoding/json"
 	"maps"
 	"slices"
 	"time"
@@ -16,7 +17,7 @@ import (
 
 // In a cluster a channel's project actor starts a channelRelay instead of a
 // channelActor: it holds this node's subscribers of the channel and carries
-// everything else to the channel's grain (channel_grain.go), wherever it
+// everything else to the channel's grain (cluster_channel_grain.go), wherever it
 // runs. It receives each message once and writes the same bytes to its
 // sockets.
 
@@ -36,7 +37,7 @@ type channelRelay struct {
 
 	grain grainLookup // the channel's grain
 
-	subs   subscribers
+	fan    channelFanout   // this node's sockets
 	roster map[string]bool // the cluster's members, as this node's presence subscribers were told
 	// lastSeq is the highest seq this relay has seen: every message the grain
 	// stamped up to it has been written to the sockets (or a replay_gap has
@@ -89,7 +90,7 @@ func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *
 	return &channelRelay{
 		c: c, cfg: cfg, name: channel,
 		grain: grainLookup{c: c, kind: ChannelKind, identity: projectID + "/" + channel},
-		subs:  newSubscribers(), roster: map[string]bool{}, recent: newAnswerMemory[uint64](),
+		fan:   newChannelFanout(channel, cfg, usage), roster: map[string]bool{}, recent: newAnswerMemory[uint64](),
 		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{}, answers: map[uint64][]*pendingPublish{},
 		usage: usage, counters: cfg.counters,
 	}
@@ -149,10 +150,10 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 		if members == nil {
 			members = []string{}
 		}
-		m.reply <- ChannelInfo{Name: r.name, Seq: r.lastSeq, Subscribers: len(r.subs.list), PresenceMembers: members, Mailbox: r.mailbox.depth()}
+		m.reply <- ChannelInfo{Name: r.name, Seq: r.lastSeq, Subscribers: len(r.fan.subs.list), PresenceMembers: members, Mailbox: r.mailbox.depth()}
 	case *quietTick:
 		scheduleQuietTick(ctx, r.cfg.ActorDormancy)
-		if r.quiet.dormantAgain(len(r.subs.list) == 0 && len(r.ops) == 0 && len(r.pending) == 0 && len(r.answers) == 0) {
+		if r.quiet.dormantAgain(len(r.fan.subs.list) == 0 && len(r.ops) == 0 && len(r.pending) == 0 && len(r.answers) == 0) {
 			ctx.Send(ctx.Parent(), &mayStop{channel: r.name, processed: r.processed, pid: ctx.Self()})
 		}
 	}
@@ -161,12 +162,12 @@ func (r *channelRelay) Receive(ctx actor.Context) {
 // registerAll gives a grain new to the relay this node's whole state, then
 // everything still unanswered again.
 func (r *channelRelay) registerAll(ctx actor.Context) {
-	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.subs.list))}
+	reg := &clusterpb.ChannelRegister{Relay: r.self, LastSeq: r.lastSeq, Subs: make([]*clusterpb.Subscriber, 0, len(r.fan.subs.list))}
 	r.recent.forget(r.cfg.Now())
 	r.recent.each(func(id string, _ time.Time, seq uint64) {
 		reg.Recent = append(reg.Recent, &clusterpb.RecentPublish{Id: id, Seq: seq})
 	})
-	for _, s := range r.subs.list {
+	for _, s := range r.fan.subs.list {
 		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: s.sink.ID(), Presence: s.presence, ClientId: s.clientID})
 	}
 	r.toGrain(ctx, reg)
@@ -380,40 +381,23 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 	if m.Seq <= r.lastSeq {
 		return
 	}
+	if !jsonObject(m.Message) { // written verbatim to every socket: a peer's bytes must not break a frame
+		r.c.refuseContent("message", string(m.Message))
+		return
+	}
 	r.lastSeq = m.Seq
 	wall := r.cfg.Now()
 	if m.PublishId != "" { // (a catch-up's messages have none: the grain sent them once already)
 		r.recent.forget(wall)
 		r.recent.remember(m.PublishId, wall, m.Seq)
 	}
-	frame := transport.TextFrame(m.Message)
 	// The emitting edge's clock: across nodes, latency is as good as their
 	// clocks agree (0 from a member that sends no time: now).
-	now := wall.UnixNano()
 	at := m.AcceptedUnixNano
 	if at == 0 {
-		at = now
+		at = wall.UnixNano()
 	}
-	delivered := 0
-	var gone []uint64
-	for i := 0; i < len(r.subs.list); {
-		s := r.subs.list[i].sink
-		if m.SkipConn != 0 && s.ID() == m.SkipConn {
-			i++
-			continue
-		}
-		if s.SendAt(frame, at) {
-			delivered++
-			i++
-			continue
-		}
-		gone = append(gone, s.ID())
-		r.subs.removeAt(i)
-	}
-	r.counters.Deliveries.Add(int64(delivered))
-	r.usage.health.fanout(noEmit, delivered, len(gone), now)
-	if len(gone) > 0 {
-		r.counters.Drops.Add(int64(len(gone)))
+	if gone := r.fan.deliver(transport.TextFrame(m.Message), m.SkipConn, at, wall.UnixNano()); len(gone) > 0 {
 		r.toGrain(ctx, &clusterpb.ChannelLeave{Relay: r.self, Conns: gone})
 	}
 }
@@ -424,11 +408,8 @@ func (r *channelRelay) deliver(ctx actor.Context, m *clusterpb.ChannelDeliver) {
 // the sockets got, which a late message of the previous grain may have
 // raised past the one the register named.
 func (r *channelRelay) caughtUp(ctx actor.Context, m *clusterpb.ChannelCatchUp) {
-	if m.Gap && len(r.subs.list) > 0 {
-		frame := transport.TextFrame(proto.AppendReplayGap(nil, r.name, float64(max(m.GapSince, r.lastSeq))))
-		for _, s := range r.subs.list {
-			s.sink.Send(frame)
-		}
+	if m.Gap {
+		r.fan.gap(max(m.GapSince, r.lastSeq))
 	}
 	for _, d := range m.Messages {
 		r.deliver(ctx, d)
@@ -449,14 +430,7 @@ func (r *channelRelay) unsubscribe(ctx actor.Context, m *unsubscribe) {
 		r.ops[m.connID] = append(r.ops[m.connID], relayOp{unsub: m})
 		return
 	}
-	r.applyUnsubscribe(m)
-}
-
-func (r *channelRelay) applyUnsubscribe(m *unsubscribe) {
-	r.subs.remove(m.connID)
-	if !m.silent {
-		m.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionUnsubscribe, r.name)))
-	}
+	r.fan.unsubscribed(m)
 }
 
 // joined applies a subscribe the grain answered: replay, ack, sync (the
@@ -470,22 +444,10 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 	ops = ops[1:]
 	r.lastSeq = max(r.lastSeq, m.Seq)
 	if m.Refused != "" {
-		kept, subscribed := r.subs.get(m.Conn) // the grain keeps what it had, which the relay holds too
+		kept, subscribed := r.fan.subs.get(m.Conn) // the grain keeps what it had, which the relay holds too
 		sub.refuse(ctx, proto.Code(m.Refused), kept, subscribed)
 	} else {
-		if m.Gap {
-			sub.sink.Send(transport.TextFrame(proto.AppendReplayGap(nil, r.name, m.GapSince)))
-		}
-		for _, msg := range m.Replay {
-			sub.sink.Send(transport.TextFrame(proto.AppendReplayed(nil, msg)))
-		}
-		s := channelSub{sink: sub.sink, presence: sub.presence, clientID: sub.clientID}
-		r.subs.put(s)
-		sub.sink.Send(transport.TextFrame(proto.AppendAck(nil, proto.ActionSubscribe, r.name)))
 		if sub.presence {
-			if m.Members == nil {
-				m.Members = []string{}
-			}
 			// What this subscriber is told joins the relay's view (later
 			// events come after this answer); a stale member in it leaves
 			// with the next roster.
@@ -493,11 +455,19 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 				r.roster[id] = true
 			}
 			r.roster[sub.clientID] = true
-			sub.sink.Send(transport.TextFrame(proto.AppendPresenceSync(nil, r.name, m.Members)))
 		}
+		replay := m.Replay
+		for _, msg := range replay {
+			if !jsonObject(msg) { // as deliver: a peer's bytes must not break a frame
+				r.c.refuseContent("replayed message", string(msg))
+				replay = slices.DeleteFunc(slices.Clone(replay), func(msg []byte) bool { return !jsonObject(msg) })
+				break
+			}
+		}
+		r.fan.subscribed(sub, &joinOutcome{gap: m.Gap, gapSince: m.GapSince, replay: replay, members: m.Members})
 	}
 	for len(ops) > 0 && ops[0].unsub != nil {
-		r.applyUnsubscribe(ops[0].unsub)
+		r.fan.unsubscribed(ops[0].unsub)
 		ops = ops[1:]
 	}
 	if len(ops) == 0 {
@@ -514,24 +484,7 @@ func (r *channelRelay) presence(m *clusterpb.ChannelPresence) {
 	} else {
 		delete(r.roster, m.ClientId)
 	}
-	r.tellPresence(m.Event, m.ClientId, m.ExceptConn, false)
-
-}
-
-// tellPresence sends a join or leave to the presence subscribers but the
-// socket it is about (except), and, for a roster difference, but those
-// subscribed under that clientId themselves.
-func (r *channelRelay) tellPresence(event, clientID string, except uint64, notSelf bool) {
-	var frame []byte
-	for _, s := range r.subs.list {
-		if !s.presence || s.sink.ID() == except || (notSelf && s.clientID == clientID) {
-			continue
-		}
-		if frame == nil {
-			frame = transport.TextFrame(proto.AppendPresenceEvent(nil, r.name, event, clientID))
-		}
-		s.sink.Send(frame)
-	}
+	r.fan.presence(m.Event, m.ClientId, m.ExceptConn, false)
 }
 
 // newRoster tells the presence subscribers how a fresh grain's member list
@@ -541,13 +494,18 @@ func (r *channelRelay) newRoster(m *clusterpb.ChannelRoster) {
 	for _, id := range m.Members {
 		now[id] = true
 		if !r.roster[id] {
-			r.tellPresence(proto.PresenceJoin, id, 0, true)
+			r.fan.presence(proto.PresenceJoin, id, 0, true)
 		}
 	}
 	for id := range r.roster {
 		if !now[id] {
-			r.tellPresence(proto.PresenceLeave, id, 0, true)
+			r.fan.presence(proto.PresenceLeave, id, 0, true)
 		}
 	}
 	r.roster = now
+}
+
+// jsonObject: msg is one JSON object, as every frame is.
+func jsonObject(msg []byte) bool {
+	return len(msg) > 0 && msg[0] == '{' && json.Valid(msg)
 }

@@ -16,7 +16,7 @@ const ProjectKind = "relay-project"
 // projectGrain counts, for the whole cluster, the budgets that belong to a
 // project rather than a channel: the emit backstop
 // (PROJECT_RATE_LIMIT_PER_MINUTE) and the per-clientId client-emit windows.
-// Every node's project actor asks it once per emit (project_budgets.go).
+// Every node's project actor asks it once per emit (cluster_project_budgets.go).
 // Everything else of a project (keys, settings, revocations, connections)
 // stays with each node's project actor, kept in step by control-plane
 // broadcasts. Its windows run on its own clock. Every field is owned by

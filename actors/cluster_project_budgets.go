@@ -11,7 +11,7 @@ import (
 
 // In a cluster, the project backstop and the per-clientId client-emit
 // windows are counted once for the whole cluster by the project's grain
-// (project_grain.go). A project actor asks it once per emit and holds the
+// (cluster_project_grain.go). A project actor asks it once per emit and holds the
 // emit meanwhile; answered emits go on in the order they came, so that a
 // socket's emits are still answered in order. An ask left unanswered for
 // publishRetryAfter is sent again with the same id (the grain answers a

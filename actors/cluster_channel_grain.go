@@ -1,7 +1,7 @@
 package actors
 
 import (
-	"slices"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -23,31 +23,20 @@ const ChannelKind = "relay-channel"
 // whole wait (the HTTP emit gives up after 5 s).
 const dedupeWindow = 10 * time.Second
 
-// channelGrain is a channel's single writer in a cluster: seq, the replay
-// ring, the emit window and the presence roster of every node. It sends each
-// stamped message once to every relay (one per node with subscribers), which
-// writes it to its sockets. Every field is owned by Receive.
+// channelGrain is a channel's single writer in a cluster: it hosts the
+// channel's core (seq, the replay ring, the emit window, the presence
+// roster and the subscribers of every node, each node's relay one node of
+// the core) and sends each stamped message once to every relay with
+// subscribers, which writes it to its sockets. Every field is owned by
+// Receive.
 type channelGrain struct {
 	c        *Cluster
 	cfg      *Config
 	identity string // PROJECT_ID/CHANNEL
-	project  string
-	name     string // the channel
-
-	seq    uint64
-	window fixedWindow
-	replay replayRing
-	relays map[string]*grainRelay // by Ref key
-
-	members roster // presence subscriptions of the whole cluster
-
-	// The channel and presence webhooks are decided here, for the whole
-	// cluster: subCount is the subscribers of every relay, occupied whether
-	// the channel was last said (or handed over) to be occupied. hooks is
-	// the project's target, from this node's project actor (watchHooks).
-	hooks    channelHooks
-	subCount int
-	occupied bool
+	core     *channelCore
+	relays   map[string]*actor.PID     // the core's nodes: relays by Ref key
+	ctx      actor.Context             // the grain's, for the core's output
+	lastSent *clusterpb.ChannelDeliver // the message being handed to every relay, built once
 
 	answered answerMemory[*clusterpb.ChannelPublished] // publish id → its answer, for dedupeWindow
 	quiet    quietPeriod
@@ -115,28 +104,16 @@ type freeze struct{ reply chan *clusterpb.GrainState }
 // rosterTick sends the roster once rosterSettle has passed.
 type rosterTick struct{}
 
-// grainRelay is one node's relay as the grain knows it.
-type grainRelay struct {
-	pid  *actor.PID
-	subs map[uint64]*clusterpb.Subscriber
-}
-
 func refKey(r *clusterpb.Ref) string { return r.GetAddress() + "/" + r.GetId() }
 
 func newChannelGrain(c *Cluster) *channelGrain {
-	cfg := c.sys.cfg
-	seq := uint64(cfg.Now().UnixMicro()) // see newChannelActor: seq keeps rising across lives
-	return &channelGrain{
-		c: c, cfg: cfg, seq: seq,
-		window:   fixedWindow{size: time.Minute},
-		replay:   replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq},
-		relays:   map[string]*grainRelay{},
-		members:  newRoster(),
-		answered: newAnswerMemory[*clusterpb.ChannelPublished](),
-	}
+	g := &channelGrain{c: c, cfg: c.sys.cfg, relays: map[string]*actor.PID{}, answered: newAnswerMemory[*clusterpb.ChannelPublished]()}
+	g.core = newChannelCore("", "", g.cfg, nil, channelHooks{}, g) // named at ClusterInit
+	return g
 }
 
 func (g *channelGrain) Receive(ctx actor.Context) {
+	g.ctx = ctx
 	msg := ctx.Message()
 	if g.waiting && g.hold(ctx, msg) {
 		return
@@ -153,11 +130,17 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *cluster.ClusterInit:
 		g.identity = m.Identity.Identity
 		g.born = g.cfg.Now()
-		g.project, g.name = splitIdentity(g.identity)
-		g.replay.project, g.replay.projectMax = g.c.replayBytes(g.project), int64(g.cfg.MaxReplayBytesPerProject)
+		g.core.project, g.core.name = splitIdentity(g.identity)
+		if !proto.ValidChannel(g.core.name) { // a peer activated a name no edge accepts: it would break frames
+			g.c.refuseContent("channel name", g.identity)
+			g.frozen = true
+			ctx.Poison(ctx.Self())
+			return
+		}
+		g.core.replay.project = g.c.replayBytes(g.core.project)
 		// This node's project actor (started if need be) knows the project's
 		// webhook settings and tells the grain now and at every change.
-		g.c.sys.tell(g.project, &watchHooks{grain: ctx.Self()})
+		g.c.sys.tell(g.core.project, &watchHooks{grain: ctx.Self()})
 		g.c.grains.Store(g.identity, ctx.Self())
 		if st, ok := claimHanded(&g.c.handoffs, g.identity, time.Now()); ok {
 			g.adopt(ctx, st.(*clusterpb.GrainState))
@@ -168,10 +151,10 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 			g.strayLater(ctx)
 		}
 	case *actor.Stopped:
-		if g.project != "" {
-			g.c.sys.tellRunning(g.project, &unwatchHooks{grain: ctx.Self()})
+		if g.core.project != "" {
+			g.c.sys.tellRunning(g.core.project, &unwatchHooks{grain: ctx.Self()})
 		}
-		g.replay.release()
+		g.core.replay.release()
 		g.c.grainsLive.Add(-1)
 		g.c.grains.CompareAndDelete(g.identity, ctx.Self())
 		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
@@ -191,7 +174,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *strayCheck:
 		switch {
 		case g.owner() || g.frozen: // the owner after all; or handed off and stopping
-		case g.replay.empty() && g.answered.len() == 0:
+		case g.core.replay.empty() && g.answered.len() == 0:
 			ctx.Poison(ctx.Self())
 		default:
 			g.strayLater(ctx)
@@ -206,7 +189,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 			g.publish(ctx, m)
 		}
 	case *hooksChanged:
-		g.hooks.set(g.cfg, m.target)
+		g.core.hooks.set(g.cfg, m.target)
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
 	case *clusterpb.ChannelQuery:
@@ -230,19 +213,15 @@ func (g *channelGrain) membership(ctx actor.Context, msg any) {
 	case *clusterpb.ChannelJoin:
 		g.join(ctx, m)
 	case *clusterpb.ChannelLeave:
-		if r := g.relays[refKey(m.Relay)]; r != nil {
-			for _, conn := range m.Conns {
-				g.remove(ctx, r, conn)
-			}
+		for _, conn := range m.Conns {
+			g.core.leave(refKey(m.Relay), conn)
 		}
 	case *clusterpb.ChannelRegister:
 		g.register(ctx, m)
 	case *actor.Terminated: // a relay stopped, or its node is gone
 		key := m.Who.Address + "/" + m.Who.Id
-		if r := g.relays[key]; r != nil {
-			for conn := range r.subs {
-				g.remove(ctx, r, conn)
-			}
+		if _, ok := g.relays[key]; ok {
+			g.core.dropNode(key)
 			delete(g.relays, key)
 		}
 	}
@@ -313,8 +292,9 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		if prev.Channel == nil && prev.Error == "" {
 			// Stamped by a predecessor that died, known from a relay's
 			// register (catchUp): its counts and budget are this grain's now.
-			prev = &clusterpb.ChannelPublished{Id: m.Id, Seq: prev.Seq, Subscribers: int32(g.subCount), Delivered: int32(g.subCount),
-				Channel: budgetToProto(g.window.peek(now, int(m.ChannelLimit)))}
+			n := int32(g.core.subCount)
+			prev = &clusterpb.ChannelPublished{Id: m.Id, Seq: prev.Seq, Subscribers: n, Delivered: n,
+				Channel: budgetToProto(g.core.window.peek(now, int(m.ChannelLimit)))}
 		}
 		ctx.Send(replyTo, prev)
 		return
@@ -330,58 +310,46 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	if g.holdResent(ctx, m, now) {
 		return
 	}
+	if !json.Valid(m.Payload) { // every subscriber's frame holds it: a peer's bytes must not break one
+		g.c.refuseContent("payload", string(m.Payload))
+		answer(&clusterpb.ChannelPublished{Error: string(proto.CodeInvalidJSON)})
+		return
+	}
 	if m.NotAfterUnixNano != 0 && now.UnixNano() > m.NotAfterUnixNano {
 		answer(&clusterpb.ChannelPublished{Error: errExpired})
 		return
 	}
-	at := now // the owner's clock: windows must not roll back and forth with the senders' clocks
-	limit := int(m.ChannelLimit)
 	res := &clusterpb.ChannelPublished{}
 	g.answered.remember(m.Id, now, res)
-	if m.Client && !g.emitterSubscribed(m) { // rule 4, as the channel actor checks it
-		res.Error = string(proto.CodeEmitIdentityMismatch)
-		answer(res)
-		return
-	}
-	if m.ProjectDenied {
-		g.cfg.counters.RateLimitedProject.Add(1)
-		res.Error, res.Channel = string(proto.CodeProjectRateLimited), budgetToProto(g.window.peek(at, limit))
-		answer(res)
-		return
-	}
-	budget, ok := g.window.take(at, limit)
-	res.Channel = budgetToProto(budget)
-	if !ok {
-		g.cfg.counters.RateLimitedChannel.Add(1)
-		res.Error = string(proto.CodeChannelRateLimited)
-		answer(res)
-		return
-	}
-	g.seq++
-	msg := transport.FramePayload(encodeMessage(g.name, m.Payload, g.seq, m.Client, m.MsgType, m.ClientId))
-	g.replay.add(g.seq, at, msg)
-	res.Seq = g.seq
-	var origin *grainRelay // a client emit's relay, whose emitter is skipped
-	if m.Client {
-		origin = g.relays[refKey(m.ReplyTo)]
-	}
-	deliver := &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, AcceptedUnixNano: m.AtUnixNano, PublishId: m.Id}
-	for _, r := range g.relays {
-		if len(r.subs) == 0 {
-			continue
-		}
-		res.Subscribers += int32(len(r.subs))
-		d := deliver
-		if r == origin {
-			if _, subscribed := r.subs[m.OriginConn]; subscribed {
-				res.Delivered-- // the emitter is skipped
-			}
-			d = &clusterpb.ChannelDeliver{Seq: g.seq, Message: msg, SkipConn: m.OriginConn, AcceptedUnixNano: m.AtUnixNano, PublishId: m.Id}
-		}
-		res.Delivered += int32(len(r.subs))
-		g.c.send(ctx, r.pid, d)
+	o := g.core.publish(&emitRequest{payload: m.Payload, at: now, limit: int(m.ChannelLimit), projectDenied: m.ProjectDenied,
+		client: m.Client, node: refKey(m.ReplyTo), conn: m.OriginConn, clientID: m.ClientId, msgType: m.MsgType,
+		accepted: m.AtUnixNano, publishID: m.Id})
+	g.lastSent = nil
+	res.Seq, res.Subscribers, res.Delivered, res.Error = o.seq, int32(o.subscribers), int32(o.delivered), string(o.err)
+	if o.err != proto.CodeEmitIdentityMismatch {
+		res.Channel = budgetToProto(o.channel)
 	}
 	answer(res)
+}
+
+// deliver is the core's output to a relay: one message for every relay but
+// a client emit's, whose emitter it skips.
+func (g *channelGrain) deliver(node string, m *stamped) int {
+	if g.lastSent == nil || g.lastSent.Seq != m.seq {
+		g.lastSent = &clusterpb.ChannelDeliver{Seq: m.seq, Message: transport.FramePayload(m.buf), AcceptedUnixNano: m.accepted, PublishId: m.publishID}
+	}
+	d := g.lastSent
+	if node == m.skipNode && m.client {
+		d = &clusterpb.ChannelDeliver{Seq: d.Seq, Message: d.Message, SkipConn: m.skipConn, AcceptedUnixNano: d.AcceptedUnixNano, PublishId: d.PublishId}
+	}
+	g.c.send(g.ctx, g.relays[node], d)
+	return 0 // its sockets are written there, after the answer
+}
+
+// presence goes to every relay, so that each keeps the roster its presence
+// subscribers have been told (see ChannelRoster).
+func (g *channelGrain) presence(node, event, clientID string, except uint64) {
+	g.c.send(g.ctx, g.relays[node], &clusterpb.ChannelPresence{Event: event, ClientId: clientID, ExceptConn: except})
 }
 
 // holdResent keeps a resent publish (and every publish after it, so that one
@@ -409,170 +377,53 @@ func (g *channelGrain) refuseNotOwner(ctx actor.Context, m *clusterpb.ChannelPub
 	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelPublished{Id: m.Id, Error: errNotOwner})
 }
 
-// emitterSubscribed: a client emit's connection holds a presence
-// subscription under the token's clientId (channelActor.emitterSubscribed).
-func (g *channelGrain) emitterSubscribed(m *clusterpb.ChannelPublish) bool {
-	r := g.relays[refKey(m.ReplyTo)]
-	if r == nil {
-		return false
-	}
-	s := r.subs[m.OriginConn]
-	return s != nil && s.Presence && s.ClientId == m.ClientId
-}
-
 const (
 	errNotOwner = "not_owner"
 	errExpired  = "expired"
 )
 
-// relay returns the grain's record of a relay, watching it when new: its
-// Terminated (it stopped, or its node went away) removes its subscribers.
-func (g *channelGrain) relay(ctx actor.Context, ref *clusterpb.Ref) *grainRelay {
+// relay returns the key of a relay as the core's node, watching it when
+// new: its Terminated (it stopped, or its node went away) removes its
+// subscribers.
+func (g *channelGrain) relay(ctx actor.Context, ref *clusterpb.Ref) string {
 	key := refKey(ref)
-	r := g.relays[key]
-	if r == nil {
-		r = &grainRelay{pid: actor.NewPID(ref.Address, ref.Id), subs: map[uint64]*clusterpb.Subscriber{}}
-		g.relays[key] = r
-		ctx.Watch(r.pid)
+	if g.relays[key] == nil {
+		pid := actor.NewPID(ref.Address, ref.Id)
+		g.relays[key] = pid
+		g.core.node(key)
+		ctx.Watch(pid)
 	}
-	return r
+	return key
 }
 
-// join subscribes one socket: replay, then the sync in the answer, then a
-// join to everyone else.
+// join subscribes one socket: the core's answer goes back to its relay.
 func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
-	r := g.relay(ctx, m.Relay)
-	sub := m.Sub
-	ans := &clusterpb.ChannelJoined{Conn: sub.Conn}
-	old, existed := r.subs[sub.Conn]
-	wasMember := existed && old.Presence
-	same := wasMember && sub.Presence && old.ClientId == sub.ClientId
-	if sub.Presence && !same && g.members.full(sub.ClientId, wasMember && g.members.only(old.ClientId), g.cfg.MaxPresenceMembers) {
-		ans.Refused = string(proto.CodeTooManyPresenceMembers)
-		ans.Seq = g.seq
-		g.c.send(ctx, r.pid, ans)
-		return
-	}
-	if m.HasSince {
-		if g.replay.request(m.Since, g.cfg.Now(), g.cfg.counters) {
-			ans.Gap, ans.GapSince = true, m.Since
-		}
-		g.replay.each(m.Since, func(_ uint64, msg []byte) { ans.Replay = append(ans.Replay, msg) })
-	}
-	if wasMember && !same {
-		g.removeMember(ctx, old.ClientId, r, sub.Conn)
-	}
-	r.subs[sub.Conn] = sub
-	if !existed {
-		g.subCount++
-	}
-	if sub.Presence {
-		ans.Members = slices.Clone(g.members.others(sub.ClientId, same)) // the answer may stay in this process
-	}
-	ans.Seq = g.seq
-	g.c.send(ctx, r.pid, ans)
-	if g.subCount > 0 && !g.occupied {
-		g.occupied = true
-		g.hooks.occupancy(g.cfg, g.project, g.name, true)
-	}
-	if sub.Presence && !same {
-		g.addMember(ctx, sub.ClientId, r, sub.Conn)
-	}
-}
-
-func (g *channelGrain) remove(ctx actor.Context, r *grainRelay, conn uint64) {
-	sub, ok := r.subs[conn]
-	if !ok {
-		return
-	}
-	delete(r.subs, conn)
-	g.subCount--
-	if sub.Presence {
-		g.removeMember(ctx, sub.ClientId, r, conn)
-	}
-	g.vacated()
-}
-
-// vacated sends channel_vacated when no relay has subscribers left and the
-// channel was occupied.
-func (g *channelGrain) vacated() {
-	if g.subCount == 0 && g.occupied {
-		g.occupied = false
-		g.hooks.occupancy(g.cfg, g.project, g.name, false)
-	}
-}
-
-func (g *channelGrain) addMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
-	if g.members.add(clientID) {
-		g.presenceEvent(ctx, proto.PresenceJoin, clientID, from, conn)
-	}
-}
-
-func (g *channelGrain) removeMember(ctx actor.Context, clientID string, from *grainRelay, conn uint64) {
-	if g.members.remove(clientID) {
-		g.presenceEvent(ctx, proto.PresenceLeave, clientID, from, conn)
-	}
-}
-
-// presenceEvent goes to every relay, so that each keeps the roster its
-// presence subscribers have been told (see ChannelRoster), and to the webhook.
-func (g *channelGrain) presenceEvent(ctx actor.Context, event, clientID string, from *grainRelay, conn uint64) {
-	g.hooks.member(g.cfg, g.project, g.name, clientID, event == proto.PresenceJoin)
-	ev := &clusterpb.ChannelPresence{Event: event, ClientId: clientID}
-	for _, r := range g.relays {
-		e := ev
-		if r == from {
-			e = &clusterpb.ChannelPresence{Event: event, ClientId: clientID, ExceptConn: conn}
-		}
-		g.c.send(ctx, r.pid, e)
-	}
+	node := g.relay(ctx, m.Relay)
+	o := g.core.join(&joinRequest{node: node, conn: m.Sub.Conn, sub: coreSub{presence: m.Sub.Presence, clientID: m.Sub.ClientId},
+		hasSince: m.HasSince, since: m.Since}, g.cfg.Now())
+	g.c.send(ctx, g.relays[node], &clusterpb.ChannelJoined{Conn: m.Sub.Conn, Refused: string(o.refused), Seq: o.seq,
+		Gap: o.gap, GapSince: o.gapSince, Replay: o.replay, Members: o.members})
 }
 
 // register replaces what the grain held for a relay with its whole state,
-// without join or leave events; if the member list changed, every relay
-// gets the new roster and tells its presence subscribers the difference.
-//
-// Webhooks: the subscribers and members a register brings are not new (a
-// grain saw them join, perhaps one that crashed), so they send nothing;
-// those it takes away left while the relay was away (their leave went to a
-// grain that handed off or died), so they send member_removed and, for the
-// last subscriber, channel_vacated.
+// without join or leave events (channelCore.replaceNode); if the member
+// list changed, every relay gets the new roster and tells its presence
+// subscribers the difference.
 func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister) {
-	if m.LastSeq > g.seq {
-		g.seq = m.LastSeq
-		g.replay.lowWater = max(g.replay.lowWater, g.seq) // what came before it is not here
+	if m.LastSeq > g.core.seq {
+		g.core.seq = m.LastSeq
+		g.core.replay.lowWater = max(g.core.replay.lowWater, g.core.seq) // what came before it is not here
 	}
-	r := g.relay(ctx, m.Relay)
-	g.catchUp(ctx, r, m)
-	before := g.members.list()
-	for _, sub := range r.subs {
-		if sub.Presence {
-			g.members.remove(sub.ClientId)
-		}
-	}
-	g.subCount -= len(r.subs)
-	r.subs = make(map[uint64]*clusterpb.Subscriber, len(m.Subs))
-	g.addSubs(r, m.Subs)
-	g.subCount += len(r.subs)
-	if g.hooks.wantsPresence() {
-		for _, id := range before {
-			if g.members.counts[id] == 0 {
-				g.hooks.member(g.cfg, g.project, g.name, id, false)
-			}
-		}
-	}
-	if g.subCount > 0 {
-		g.occupied = true
-	}
-	g.vacated()
-	if g.rosterDue {
-		return // sent to every relay when the settle ends
-	}
-	if slices.Equal(before, g.members.sorted) { // (nil and empty are equal)
-		if !g.settling() { // the relay may hold members that left while it was away
-			g.c.send(ctx, r.pid, &clusterpb.ChannelRoster{Members: g.members.list()})
+	node := g.relay(ctx, m.Relay)
+	g.catchUp(ctx, node, m)
+	if !g.core.replaceNode(node, subsOf(m.Subs)) {
+		if !g.rosterDue && !g.settling() { // the relay may hold members that left while it was away
+			g.c.send(ctx, g.relays[node], &clusterpb.ChannelRoster{Members: g.core.members.list()})
 		}
 		return
+	}
+	if g.rosterDue {
+		return // sent to every relay when the settle ends
 	}
 	if g.settling() {
 		g.rosterLater(ctx)
@@ -581,28 +432,35 @@ func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister)
 	g.sendRoster(ctx)
 }
 
+func subsOf(subs []*clusterpb.Subscriber) map[uint64]coreSub {
+	out := make(map[uint64]coreSub, len(subs))
+	for _, s := range subs {
+		out[s.Conn] = coreSub{presence: s.Presence, clientID: s.ClientId}
+	}
+	return out
+}
+
 // catchUp sends a registering relay what the grain stamped after the last
 // seq the relay saw, after a gap when the ring no longer holds all of it, and
 // remembers what the relay delivered lately: a retry of one of those is
 // answered, not stamped again (a grain that started after a crash).
-func (g *channelGrain) catchUp(ctx actor.Context, r *grainRelay, m *clusterpb.ChannelRegister) {
+func (g *channelGrain) catchUp(ctx actor.Context, node string, m *clusterpb.ChannelRegister) {
 	now := g.cfg.Now()
 	for _, p := range m.Recent { // without counts or budget: publish fills them in
 		g.answered.adopt(p.Id, now, &clusterpb.ChannelPublished{Id: p.Id, Seq: p.Seq})
 	}
-	if m.LastSeq == 0 || len(m.Subs) == 0 || m.LastSeq >= g.seq {
+	if m.LastSeq == 0 || len(m.Subs) == 0 || m.LastSeq >= g.core.seq {
 		return // nothing it missed, or nobody to give it to
 	}
-	g.replay.expire(now)
 	up := &clusterpb.ChannelCatchUp{}
-	if g.replay.gapAfter(float64(m.LastSeq)) {
+	gap, msgs := g.core.after(m.LastSeq, now)
+	if gap {
 		up.Gap, up.GapSince = true, m.LastSeq
-		g.cfg.counters.ReplayGaps.Add(1)
 	}
-	g.replay.each(float64(m.LastSeq), func(seq uint64, msg []byte) {
-		up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: seq, Message: msg})
-	})
-	g.c.send(ctx, r.pid, up)
+	for _, b := range msgs {
+		up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: b.seq, Message: b.msg})
+	}
+	g.c.send(ctx, g.relays[node], up)
 }
 
 // settling: the grain started less than rosterSettle ago.
@@ -619,24 +477,25 @@ func (g *channelGrain) rosterLater(ctx actor.Context) {
 }
 
 func (g *channelGrain) sendRoster(ctx actor.Context) {
-	roster := &clusterpb.ChannelRoster{Members: g.members.list()}
-	for _, r := range g.relays {
-		g.c.send(ctx, r.pid, roster)
+	roster := &clusterpb.ChannelRoster{Members: g.core.members.list()}
+	for _, pid := range g.relays {
+		g.c.send(ctx, pid, roster)
 	}
 }
 
 // state is what a grain hands to the channel's next owner.
 func (g *channelGrain) state() *clusterpb.GrainState {
-	g.replay.expire(g.cfg.Now())
-	st := &clusterpb.GrainState{Identity: g.identity, Seq: g.seq, LowWater: g.replay.lowWater,
-		WindowStartUnixNano: g.window.start.UnixNano(), WindowCount: int32(g.window.count)}
-	for _, e := range g.replay.live() {
+	c := g.core
+	c.replay.expire(g.cfg.Now())
+	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.seq, LowWater: c.replay.lowWater,
+		WindowStartUnixNano: c.window.start.UnixNano(), WindowCount: int32(c.window.count)}
+	for _, e := range c.replay.live() {
 		st.Replay = append(st.Replay, &clusterpb.ReplayEntry{Seq: e.seq, AtUnixNano: e.at.UnixNano(), Message: e.msg})
 	}
-	for _, r := range g.relays {
-		rs := &clusterpb.RelaySubs{Relay: &clusterpb.Ref{Address: r.pid.Address, Id: r.pid.Id}}
-		for _, sub := range r.subs {
-			rs.Subs = append(rs.Subs, sub)
+	for key, pid := range g.relays {
+		rs := &clusterpb.RelaySubs{Relay: &clusterpb.Ref{Address: pid.Address, Id: pid.Id}}
+		for conn, sub := range c.nodes[key] {
+			rs.Subs = append(rs.Subs, &clusterpb.Subscriber{Conn: conn, Presence: sub.presence, ClientId: sub.clientID})
 		}
 		st.Relays = append(st.Relays, rs)
 	}
@@ -656,9 +515,10 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	for _, e := range st.Replay {
 		older = append(older, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
 	}
-	g.replay.prepend(older, st.LowWater, st.Seq, g.replay.empty() && g.replay.lowWater == g.seq)
-	g.seq = max(g.seq, st.Seq)
-	g.window.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
+	c := g.core
+	c.replay.prepend(older, st.LowWater, st.Seq, c.replay.empty() && c.replay.lowWater == c.seq)
+	c.seq = max(c.seq, st.Seq)
+	c.window.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, a := range st.Answered {
 		if a.Answer != nil {
 			g.answered.adopt(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
@@ -670,25 +530,8 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	// is set right.
 	g.rosterLater(ctx)
 	for _, rs := range st.Relays {
-		if _, known := g.relays[refKey(rs.Relay)]; known {
-			continue
-		}
-		r := g.relay(ctx, rs.Relay)
-		g.addSubs(r, rs.Subs)
-		g.subCount += len(r.subs)
-	}
-	if g.subCount > 0 { // the old owner said so (or its relays' joins will)
-		g.occupied = true
-	}
-}
-
-// addSubs records a relay's subscribers, counting their presence without
-// join events (a register or a handoff: the members are not new).
-func (g *channelGrain) addSubs(r *grainRelay, subs []*clusterpb.Subscriber) {
-	for _, sub := range subs {
-		r.subs[sub.Conn] = sub
-		if sub.Presence {
-			g.members.add(sub.ClientId)
+		if _, known := g.relays[refKey(rs.Relay)]; !known {
+			c.addNode(g.relay(ctx, rs.Relay), subsOf(rs.Subs)) // the old owner said occupied (or its relays' joins will)
 		}
 	}
 }
@@ -700,14 +543,8 @@ func (g *channelGrain) dormant() bool {
 		return false
 	}
 	now := g.cfg.Now()
-	g.replay.expire(now)
 	g.answered.forget(now)
-	for _, r := range g.relays {
-		if len(r.subs) > 0 {
-			return false
-		}
-	}
-	return g.window.idle(now) && g.replay.empty() && g.answered.len() == 0
+	return g.core.idle(now) && g.answered.len() == 0
 }
 
 func budgetToProto(b Budget) *clusterpb.Budget {
