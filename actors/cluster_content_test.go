@@ -1,0 +1,65 @@
+package actors
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/proto/clusterpb"
+)
+
+// A peer with a valid certificate still cannot put bytes into a tenant's
+// frames: the grain refuses a payload that is not JSON and a channel name no
+// edge accepts, and a relay writes only messages that are one JSON object.
+func TestPeersContentIsChecked(t *testing.T) {
+	c := failoverNode(t)
+	grain := startGrain(c, ownedChannel(t, c, "guarded"))
+	emitter, fromEmitter := relayStub(c)
+	watcher, fromWatcher := relayStub(c)
+	c.sys.root.Send(grain, &clusterpb.ChannelJoin{Relay: ref(watcher), Sub: &clusterpb.Subscriber{Conn: 1}})
+	if j, ok := next(t, fromWatcher, time.Second).(*clusterpb.ChannelJoined); !ok || j.Refused != "" {
+		t.Fatalf("join answered %v", j)
+	}
+	for _, payload := range []string{`{"a":1}},"x":{`, `not json`, ``} {
+		c.sys.root.Send(grain, &clusterpb.ChannelPublish{Id: "bad" + payload, ReplyTo: ref(emitter), Payload: []byte(payload),
+			AtUnixNano: time.Now().UnixNano(), ChannelLimit: 100})
+		if p, ok := next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "invalid_json" || p.Seq != 0 {
+			t.Fatalf("payload %q answered %v, want invalid_json", payload, p)
+		}
+	}
+	silent(t, fromWatcher, 100*time.Millisecond) // nothing stamped, nothing delivered
+	publishTo(c, grain, emitter, "good")
+	if p, ok := next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "" || p.Seq == 0 {
+		t.Fatalf("a JSON payload answered %v", p)
+	}
+	if n := c.badContent.Load(); n != 3 {
+		t.Errorf("refusals counted %d, want 3", n)
+	}
+
+	// A grain activated for a name that is not a channel stops at once.
+	live := c.grainsLive.Load()
+	startGrain(c, `p/room","x":"y`)
+	waitFor(t, "the grain of a bad name to stop", func() bool { return c.grainsLive.Load() == live && c.badContent.Load() == 4 })
+}
+
+func TestRelayWritesOnlyJSONObjects(t *testing.T) {
+	sys := newTestSystem(t, Config{})
+	c := newTestCluster(t, sys, nil)
+	r := newChannelRelay(c, "p", "room", sys.cfg, &projectUsage{health: sys.cfg.health.of("p")})
+	k := &sink{id: 1}
+	r.fan.subs.put(channelSub{sink: k})
+	for i, msg := range []string{`{"a":1}}{"b":`, `[1]`, `"s"`, ``, `{"seq":4}`} {
+		r.deliver(nil, &clusterpb.ChannelDeliver{Seq: uint64(i + 1), Message: []byte(msg)})
+	}
+	var got []string
+	for _, m := range k.messages(t) {
+		got = append(got, fmt.Sprint(m))
+	}
+	if strings.Join(got, " ") != "map[seq:4]" {
+		t.Fatalf("the socket got %v, want only the JSON object", got)
+	}
+	if r.lastSeq != 5 {
+		t.Errorf("lastSeq %d, want 5 (refused messages do not move it)", r.lastSeq)
+	}
+}
