@@ -34,7 +34,14 @@ func sameTarget(a, b *hookTarget) bool {
 // hooksChanged tells a channel actor or a channel grain its project's
 // target: sent by the project actor when its settings are first loaded and
 // whenever the target changes (to a channel grain when it asks, watchHooks).
-type hooksChanged struct{ target *hookTarget }
+//
+// channelLimit goes with it to the grains, the project's channel emits per
+// minute as this node loaded it (0: not known), so that a grain applies its
+// own settings, not a number a peer put in a publish.
+type hooksChanged struct {
+	target       *hookTarget
+	channelLimit int
+}
 
 // watchHooks: a channel grain asks its node's project actor for the
 // project's target, now (once the settings are loaded) and at every change,

@@ -37,6 +37,7 @@ type channelGrain struct {
 	relays   map[string]*actor.PID     // the core's nodes: relays by Ref key
 	ctx      actor.Context             // the grain's, for the core's output
 	lastSent *clusterpb.ChannelDeliver // the message being handed to every relay, built once
+	limit    int                       // the project's channel emits per minute, from this node's project actor (0: not loaded yet)
 
 	answered answerMemory[*clusterpb.ChannelPublished] // publish id → its answer, for dedupeWindow
 	quiet    quietPeriod
@@ -190,6 +191,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		}
 	case *hooksChanged:
 		g.core.hooks.set(g.cfg, m.target)
+		g.limit = m.channelLimit
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
 	case *clusterpb.ChannelQuery:
@@ -294,7 +296,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 			// register (catchUp): its counts and budget are this grain's now.
 			n := int32(g.core.subCount)
 			prev = &clusterpb.ChannelPublished{Id: m.Id, Seq: prev.Seq, Subscribers: n, Delivered: n,
-				Channel: budgetToProto(g.core.window.peek(now, int(m.ChannelLimit)))}
+				Channel: budgetToProto(g.core.window.peek(now, g.channelLimit(m)))}
 		}
 		ctx.Send(replyTo, prev)
 		return
@@ -321,7 +323,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	}
 	res := &clusterpb.ChannelPublished{}
 	g.answered.remember(m.Id, now, res)
-	o := g.core.publish(&emitRequest{payload: m.Payload, at: now, limit: int(m.ChannelLimit), projectDenied: m.ProjectDenied,
+	o := g.core.publish(&emitRequest{payload: m.Payload, at: now, limit: g.channelLimit(m), projectDenied: m.ProjectDenied,
 		client: m.Client, node: refKey(m.ReplyTo), conn: m.OriginConn, clientID: m.ClientId, msgType: m.MsgType,
 		accepted: m.AtUnixNano, publishID: m.Id})
 	g.lastSent = nil
@@ -330,6 +332,16 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		res.Channel = budgetToProto(o.channel)
 	}
 	answer(res)
+}
+
+// channelLimit is the project's limit as this node loaded it; until it has
+// (a grain's first moments, or a store that does not answer a node that
+// never had the project), the one the emitting node read.
+func (g *channelGrain) channelLimit(m *clusterpb.ChannelPublish) int {
+	if g.limit > 0 {
+		return g.limit
+	}
+	return int(m.ChannelLimit)
 }
 
 // deliver is the core's output to a relay: one message for every relay but

@@ -63,3 +63,27 @@ func TestRelayWritesOnlyJSONObjects(t *testing.T) {
 		t.Errorf("lastSeq %d, want 5 (refused messages do not move it)", r.lastSeq)
 	}
 }
+
+// The channel limit a grain applies is its project's, as its own node
+// loaded it (this node's project actor tells it), not the one a publish
+// names.
+func TestGrainAppliesItsOwnChannelLimit(t *testing.T) {
+	c := failoverNode(t)
+	grain := startGrain(c, ownedChannel(t, c, "limited"))
+	emitter, fromEmitter := relayStub(c)
+	n := 0
+	send := func(limit int32) *clusterpb.ChannelPublished {
+		n++
+		c.sys.root.Send(grain, &clusterpb.ChannelPublish{Id: fmt.Sprint(n), ReplyTo: ref(emitter), Payload: []byte(`1`),
+			AtUnixNano: time.Now().UnixNano(), ChannelLimit: limit})
+		p, _ := next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished)
+		return p
+	}
+	own := int32(c.sys.cfg.EmitRatePerMinute)
+	waitFor(t, "the grain to apply its project's limit", func() bool { return send(1<<30).GetChannel().GetLimit() == own })
+	for _, named := range []int32{1, 1 << 30} {
+		if p := send(named); p.GetError() != "" || p.GetChannel().GetLimit() != own {
+			t.Fatalf("a publish naming limit %d answered %v, want the project's %d", named, p, own)
+		}
+	}
+}

@@ -55,6 +55,7 @@ type projectActor struct {
 	// (nil: none); the channel actors (one node) and the channel grains that
 	// watch it here (hookWatchers, a cluster) are told it when it changes.
 	hooks        *hookTarget
+	toldLimit    int                   // the channel limit the watching grains were last told (setHooks)
 	hookWatchers map[string]*actor.PID // by PID id (grains of this node)
 
 	backstop fixedWindow     // one node; in a cluster the project grain counts it (budgets)
@@ -212,7 +213,7 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *watchHooks:
 		a.hookWatchers[m.grain.Id] = m.grain
 		if a.isReady {
-			ctx.Send(m.grain, &hooksChanged{target: a.hooks})
+			ctx.Send(m.grain, &hooksChanged{target: a.hooks, channelLimit: a.channelLimit()})
 		}
 	case *unwatchHooks:
 		if w, ok := a.hookWatchers[m.grain.Id]; ok && w.Equal(m.grain) {
@@ -484,10 +485,11 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 // they wait for it, and then whenever it changes. A project that never opts
 // in costs one message per channel at its first load, nothing after.
 func (a *projectActor) setHooks(ctx actor.Context, t *hookTarget, first bool) {
-	if !first && sameTarget(a.hooks, t) {
+	limit := a.channelLimit()
+	if !first && sameTarget(a.hooks, t) && limit == a.toldLimit {
 		return
 	}
-	a.hooks = t
+	a.hooks, a.toldLimit = t, limit
 	if a.cfg.cluster.Load() == nil { // in a cluster the children are relays: the grains decide
 		for _, c := range a.channels {
 			c.sent++
@@ -495,7 +497,7 @@ func (a *projectActor) setHooks(ctx actor.Context, t *hookTarget, first bool) {
 		}
 	}
 	for _, g := range a.hookWatchers {
-		ctx.Send(g, &hooksChanged{target: t})
+		ctx.Send(g, &hooksChanged{target: t, channelLimit: limit})
 	}
 }
 
