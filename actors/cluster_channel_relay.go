@@ -306,7 +306,7 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 	case errExpired:
 		perr = &proto.Error{Code: proto.CodeUnavailable}
 	default:
-		perr = &proto.Error{Code: proto.Code(m.Error)}
+		perr = &proto.Error{Code: grainCode(m.Error)}
 	}
 	at := p.pub.At.UnixNano()
 	switch {
@@ -445,7 +445,7 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 	r.lastSeq = max(r.lastSeq, m.Seq)
 	if m.Refused != "" {
 		kept, subscribed := r.fan.subs.get(m.Conn) // the grain keeps what it had, which the relay holds too
-		sub.refuse(ctx, proto.Code(m.Refused), kept, subscribed)
+		sub.refuse(ctx, grainCode(m.Refused), kept, subscribed)
 	} else {
 		if sub.presence {
 			// What this subscriber is told joins the relay's view (later
@@ -479,10 +479,14 @@ func (r *channelRelay) joined(ctx actor.Context, m *clusterpb.ChannelJoined) {
 
 // presence passes a join or leave to this node's presence subscribers.
 func (r *channelRelay) presence(m *clusterpb.ChannelPresence) {
-	if m.Event == proto.PresenceJoin {
+	switch m.Event {
+	case proto.PresenceJoin:
 		r.roster[m.ClientId] = true
-	} else {
+	case proto.PresenceLeave:
 		delete(r.roster, m.ClientId)
+	default: // written raw into the frame: only the two events a grain sends
+		r.c.refuseContent("presence event", m.Event)
+		return
 	}
 	r.fan.presence(m.Event, m.ClientId, m.ExceptConn, false)
 }
@@ -505,7 +509,19 @@ func (r *channelRelay) newRoster(m *clusterpb.ChannelRoster) {
 	r.roster = now
 }
 
-// jsonObject: msg is one JSON object, as every frame is.
+// jsonObject: msg is one JSON object with nothing around it, as every
+// message a grain stamps is (AppendReplayed replaces its last byte).
 func jsonObject(msg []byte) bool {
-	return len(msg) > 0 && msg[0] == '{' && json.Valid(msg)
+	return len(msg) > 1 && msg[0] == '{' && msg[len(msg)-1] == '}' && json.Valid(msg)
+}
+
+// grainCode is an error a grain answered, as a code the edge may send: the
+// ones a grain gives, else service_unavailable (written raw into a frame).
+func grainCode(code string) proto.Code {
+	switch c := proto.Code(code); c {
+	case proto.CodeChannelRateLimited, proto.CodeProjectRateLimited, proto.CodeEmitIdentityMismatch,
+		proto.CodeInvalidJSON, proto.CodeTooManyPresenceMembers:
+		return c
+	}
+	return proto.CodeUnavailable
 }

@@ -49,18 +49,25 @@ func TestRelayWritesOnlyJSONObjects(t *testing.T) {
 	r := newChannelRelay(c, "p", "room", sys.cfg, &projectUsage{health: sys.cfg.health.of("p")})
 	k := &sink{id: 1}
 	r.fan.subs.put(channelSub{sink: k})
-	for i, msg := range []string{`{"a":1}}{"b":`, `[1]`, `"s"`, ``, `{"seq":4}`} {
+	for i, msg := range []string{`{"a":1}}{"b":`, `[1]`, `"s"`, ``, `{"a":1} `, `{"seq":6}`} {
 		r.deliver(nil, &clusterpb.ChannelDeliver{Seq: uint64(i + 1), Message: []byte(msg)})
 	}
 	var got []string
 	for _, m := range k.messages(t) {
 		got = append(got, fmt.Sprint(m))
 	}
-	if strings.Join(got, " ") != "map[seq:4]" {
+	if strings.Join(got, " ") != "map[seq:6]" {
 		t.Fatalf("the socket got %v, want only the JSON object", got)
 	}
-	if r.lastSeq != 5 {
-		t.Errorf("lastSeq %d, want 5 (refused messages do not move it)", r.lastSeq)
+	if r.lastSeq != 6 {
+		t.Errorf("lastSeq %d, want 6 (refused messages do not move it)", r.lastSeq)
+	}
+	r.presence(&clusterpb.ChannelPresence{Event: `join","x":"`, ClientId: "ann"})
+	if len(r.roster) != 0 {
+		t.Errorf("an unknown presence event changed the roster: %v", r.roster)
+	}
+	if got := grainCode(`x","y":"`); got != "service_unavailable" {
+		t.Errorf("a grain's unknown error code became %q", got)
 	}
 }
 
