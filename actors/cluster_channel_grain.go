@@ -138,6 +138,15 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 			ctx.Poison(ctx.Self())
 			return
 		}
+		if g.c.leaving.Load() {
+			// This node has handed its grains over: one started now would
+			// answer with a fresh ring (a replay_gap to the relays that
+			// register) while the channel's ring is on its next owner. Its
+			// relays get no answer and look it up again after the leave.
+			g.frozen = true
+			ctx.Poison(ctx.Self())
+			return
+		}
 		g.core.replay.project = g.c.replayBytes(g.core.project)
 		// This node's project actor (started if need be) knows the project's
 		// webhook settings and tells the grain now and at every change.
