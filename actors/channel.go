@@ -17,7 +17,6 @@ type channelActor struct {
 	fan  channelFanout
 
 	cfg       *Config
-	counters  *Counters
 	usage     *projectUsage // the project's emit count, added to when an emit is accepted
 	mailbox   *mailboxState
 	processed uint64 // messages had from the project actor (see mayStop)
@@ -26,7 +25,7 @@ type channelActor struct {
 }
 
 func newChannelActor(project, name string, cfg *Config, usage *projectUsage, hooks channelHooks) *channelActor {
-	a := &channelActor{fan: newChannelFanout(name, cfg, usage), cfg: cfg, counters: cfg.counters, usage: usage, dormancy: cfg.ActorDormancy}
+	a := &channelActor{fan: newChannelFanout(name, cfg, usage), cfg: cfg, usage: usage, dormancy: cfg.ActorDormancy}
 	a.core = newChannelCore(project, name, cfg, &usage.replayBytes, hooks, a)
 	return a
 }
@@ -105,36 +104,17 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		e.client, e.conn, e.clientID, e.msgType = true, m.origin.ID(), m.clientID, m.msgType
 	}
 	out := a.core.publish(e)
-	res := PublishResult{Seq: out.seq, Subscribers: out.subscribers, Delivered: out.delivered, Channel: out.channel, Project: m.projectBudget}
-	at := m.At.UnixNano()
-	switch out.err {
-	case "":
-		a.usage.emits.Add(1)
-		a.usage.health.add(emitKind(e.client), 1, at)
-		if e.client {
-			m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.core.name, out.seq)))
-			a.counters.EmittedClient.Add(1)
-		} else {
-			a.counters.EmittedHTTP.Add(1)
-		}
-		return res
-	case proto.CodeProjectRateLimited:
-		a.usage.health.add(hLimitedProject, 1, at)
-	case proto.CodeChannelRateLimited:
-		a.usage.health.add(hLimitedChannel, 1, at)
-		refundProject(ctx, m)
-		res.Project.Remaining = min(res.Project.Remaining+1, res.Project.Limit)
-	default: // emit_identity_mismatch
-		refundProject(ctx, m)
-		res = PublishResult{}
+	res := settleEmit(ctx, m, a.usage, a.cfg.counters, out.err,
+		PublishResult{Seq: out.seq, Subscribers: out.subscribers, Delivered: out.delivered, Channel: out.channel})
+	if out.err == "" && e.client {
+		m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.core.name, out.seq)))
 	}
-	res.Err = &proto.Error{Code: out.err}
 	return res
 }
 
 // deliver is the core's fan-out on this node: the sockets found closed
 // leave the channel now.
-func (a *channelActor) deliver(_ string, m *stamped) int {
+func (a *channelActor) deliver(m *stamped) int {
 	gone := a.fan.deliver(transport.Seal(m.buf), m.skipConn, m.accepted, a.cfg.Now().UnixNano())
 	for _, conn := range gone {
 		a.core.leave(localNode, conn)

@@ -44,13 +44,14 @@ type coreSub struct {
 // localNode names a single node's own sockets.
 const localNode = ""
 
-// channelOutput is the host's fan-out: each node's, for a stamped message
-// and a presence event. Every node the core knows gets every presence
-// event, so that each keeps the roster its sockets were told.
+// channelOutput is the host's fan-out, for a stamped message and a
+// presence event. Every node the core knows gets every presence event, so
+// that each keeps the roster its sockets were told.
 type channelOutput interface {
-	// deliver hands m to node's sockets; gone counts those it found closed
-	// while handing it over (0 where the fan-out runs later, on another node).
-	deliver(node string, m *stamped) (gone int)
+	// deliver hands m to every node with subscribers (c.nodes); gone counts
+	// the sockets found closed while handing it over (none on a node whose
+	// fan-out runs later).
+	deliver(m *stamped) (gone int)
 	// presence hands a join or leave to node's presence subscribers but
 	// connection except (0: none).
 	presence(node, event, clientID string, except uint64)
@@ -133,10 +134,8 @@ func (c *channelCore) publish(e *emitRequest) emitOutcome {
 		m.skipNode, m.skipConn = e.node, e.conn
 		res.delivered-- // rule 4: the emitter is a subscriber
 	}
-	for node, subs := range c.nodes {
-		if len(subs) > 0 {
-			res.delivered -= c.out.deliver(node, m)
-		}
+	if c.subCount > 0 {
+		res.delivered -= c.out.deliver(m)
 	}
 	return res
 }
@@ -326,6 +325,25 @@ func (c *channelCore) vacated() {
 		c.occupied = false
 		c.hooks.occupancy(c.cfg, c.project, c.name, false)
 	}
+}
+
+// raise: a node delivered up to seq, past this core's (an owner that
+// crashed stamped it): seq goes on from there, and what came before it is
+// not in the ring.
+func (c *channelCore) raise(seq uint64) {
+	if seq > c.seq {
+		c.seq = seq
+		c.replay.lowWater = max(c.replay.lowWater, seq)
+	}
+}
+
+// merge takes a previous owner's state (a handoff): its ring goes before
+// this one's (unless they could overlap: then a replay_gap is the honest
+// answer), seq stays the higher, and its window counts with this one's.
+func (c *channelCore) merge(older []replayEntry, lowWater, seq uint64, windowStart time.Time, windowCount int) {
+	c.replay.prepend(older, lowWater, seq, c.replay.empty() && c.replay.lowWater == c.seq)
+	c.seq = max(c.seq, seq)
+	c.window.merge(windowStart, windowCount)
 }
 
 // bufferedMsg is one message of the ring.

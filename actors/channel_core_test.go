@@ -20,15 +20,21 @@ type coreHarness struct {
 	gone   map[string]int // node → sockets its fan-out finds closed at the next delivery
 }
 
-func (h *coreHarness) deliver(node string, m *stamped) int {
-	skip := ""
-	if m.client && node == m.skipNode {
-		skip = fmt.Sprintf(" skip %d", m.skipConn)
+func (h *coreHarness) deliver(m *stamped) int {
+	gone := 0
+	for node, subs := range h.core.nodes {
+		if len(subs) == 0 {
+			continue
+		}
+		skip := ""
+		if m.client && node == m.skipNode {
+			skip = fmt.Sprintf(" skip %d", m.skipConn)
+		}
+		h.events = append(h.events, fmt.Sprintf("deliver %s #%d %s%s", node, m.seq-h.base, transport.FramePayload(m.buf), skip))
+		gone += h.gone[node]
+		delete(h.gone, node)
 	}
-	h.events = append(h.events, fmt.Sprintf("deliver %s #%d %s%s", node, m.seq-h.base, transport.FramePayload(m.buf), skip))
-	n := h.gone[node]
-	delete(h.gone, node)
-	return n
+	return gone
 }
 
 func (h *coreHarness) presence(node, event, clientID string, except uint64) {
@@ -139,6 +145,24 @@ func after(seq uint64) func(h *coreHarness) string {
 	}
 }
 
+// raise: a node reports it delivered up to base+seq.
+func raise(seq uint64) func(h *coreHarness) string {
+	return func(h *coreHarness) string { h.core.raise(h.base + seq); return "" }
+}
+
+// mergeState hands the core a previous owner's ring of msgs (seqs below
+// base, complete after the first's predecessor) and a window of count.
+func mergeState(count int, msgs ...uint64) func(h *coreHarness) string {
+	return func(h *coreHarness) string {
+		var older []replayEntry
+		for _, back := range msgs {
+			older = append(older, replayEntry{seq: h.base - back, at: h.now, msg: fmt.Appendf(nil, `{"old":%d}`, back)})
+		}
+		h.core.merge(older, h.base-msgs[0]-1, h.base-msgs[len(msgs)-1], h.now.Truncate(time.Minute), count)
+		return ""
+	}
+}
+
 func wait(d time.Duration) func(h *coreHarness) string {
 	return func(h *coreHarness) string { h.now = h.now.Add(d); return "" }
 }
@@ -243,6 +267,24 @@ func TestChannelCore(t *testing.T) {
 			{query(QueryMembers, 0), "subscribers 2 members 2 [ann bob] messages 0 gap false"},
 			{replaceNode("a", map[uint64]coreSub{}), "roster changed true | hook member_removed ann"},
 			{replaceNode("b", nil), "roster changed true | hook member_removed bob | hook channel_vacated"},
+		}},
+		{name: "a handed-over state: its ring before this one's, its window counted, seq from the higher", steps: []coreStep{
+			{mergeState(1, 3, 2, 1), ""}, // the previous owner stamped base-3, base-2, base-1
+			{joinSince("a", 1, 0), "replay 0 | hook channel_occupied"},
+			{func(h *coreHarness) string {
+				o := h.core.join(&joinRequest{node: "b", conn: 2, hasSince: true, since: float64(h.base - 3)}, h.now)
+				return fmt.Sprintf("gap %v replay %d", o.gap, len(o.replay))
+			}, "gap false replay 2"},
+			{emit(`1`), `#1 subscribers 2 delivered 2 remaining 0 | deliver a #1 {"channel":"room","payload":1,"seq":SEQ1} | deliver b #1 {"channel":"room","payload":1,"seq":SEQ1}`},
+			{emit(`2`), "channel_rate_limited remaining 0"}, // the handed-over emit counts in this window
+		}},
+		{name: "a node that delivered past this core's seq: seq goes on from there, with a gap before it", steps: []coreStep{
+			{emit(`1`), "#1 subscribers 0 delivered 0 remaining 1"},
+			{raise(10), ""},
+			{raise(5), ""},             // lower: nothing changes
+			{after(0), "gap true [1]"}, // #1 is still held, but what followed it up to #10 never was
+			{emit(`2`), "#11 subscribers 0 delivered 0 remaining 0"},
+			{after(10), "gap false [11]"},
 		}},
 		{name: "idle only when nobody listens, the window ran out and the ring is empty", steps: []coreStep{
 			{idle(), "idle true"},

@@ -34,10 +34,9 @@ type channelGrain struct {
 	cfg      *Config
 	identity string // PROJECT_ID/CHANNEL
 	core     *channelCore
-	relays   map[string]*actor.PID     // the core's nodes: relays by Ref key
-	ctx      actor.Context             // the grain's, for the core's output
-	lastSent *clusterpb.ChannelDeliver // the message being handed to every relay, built once
-	limit    int                       // the project's channel emits per minute, from this node's project actor (0: not loaded yet)
+	relays   map[string]*actor.PID // the core's nodes: relays by Ref key
+	ctx      actor.Context         // the grain's, for the core's output
+	limit    int                   // the project's channel emits per minute, from this node's project actor (0: not loaded yet)
 
 	answered answerMemory[*clusterpb.ChannelPublished] // publish id → its answer, for dedupeWindow
 	quiet    quietPeriod
@@ -335,7 +334,6 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	o := g.core.publish(&emitRequest{payload: m.Payload, at: now, limit: g.channelLimit(m), projectDenied: m.ProjectDenied,
 		client: m.Client, node: refKey(m.ReplyTo), conn: m.OriginConn, clientID: m.ClientId, msgType: m.MsgType,
 		accepted: m.AtUnixNano, publishID: m.Id})
-	g.lastSent = nil
 	res.Seq, res.Subscribers, res.Delivered, res.Error = o.seq, int32(o.subscribers), int32(o.delivered), string(o.err)
 	if o.err != proto.CodeEmitIdentityMismatch {
 		res.Channel = budgetToProto(o.channel)
@@ -353,18 +351,22 @@ func (g *channelGrain) channelLimit(m *clusterpb.ChannelPublish) int {
 	return int(m.ChannelLimit)
 }
 
-// deliver is the core's output to a relay: one message for every relay but
-// a client emit's, whose emitter it skips.
-func (g *channelGrain) deliver(node string, m *stamped) int {
-	if g.lastSent == nil || g.lastSent.Seq != m.seq {
-		g.lastSent = &clusterpb.ChannelDeliver{Seq: m.seq, Message: transport.FramePayload(m.buf), AcceptedUnixNano: m.accepted, PublishId: m.publishID}
+// deliver is the core's output: one message, the same for every relay with
+// subscribers but a client emit's, which skips the emitter.
+func (g *channelGrain) deliver(m *stamped) int {
+	d := &clusterpb.ChannelDeliver{Seq: m.seq, Message: transport.FramePayload(m.buf), AcceptedUnixNano: m.accepted, PublishId: m.publishID}
+	for node, subs := range g.core.nodes {
+		if len(subs) == 0 {
+			continue
+		}
+		if m.client && node == m.skipNode {
+			g.c.send(g.ctx, g.relays[node], &clusterpb.ChannelDeliver{Seq: d.Seq, Message: d.Message, SkipConn: m.skipConn,
+				AcceptedUnixNano: d.AcceptedUnixNano, PublishId: d.PublishId})
+			continue
+		}
+		g.c.send(g.ctx, g.relays[node], d)
 	}
-	d := g.lastSent
-	if node == m.skipNode && m.client {
-		d = &clusterpb.ChannelDeliver{Seq: d.Seq, Message: d.Message, SkipConn: m.skipConn, AcceptedUnixNano: d.AcceptedUnixNano, PublishId: d.PublishId}
-	}
-	g.c.send(g.ctx, g.relays[node], d)
-	return 0 // its sockets are written there, after the answer
+	return 0 // each node writes its sockets after the answer
 }
 
 // presence goes to every relay, so that each keeps the roster its presence
@@ -431,10 +433,7 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 // list changed, every relay gets the new roster and tells its presence
 // subscribers the difference.
 func (g *channelGrain) register(ctx actor.Context, m *clusterpb.ChannelRegister) {
-	if m.LastSeq > g.core.seq {
-		g.core.seq = m.LastSeq
-		g.core.replay.lowWater = max(g.core.replay.lowWater, g.core.seq) // what came before it is not here
-	}
+	g.core.raise(m.LastSeq)
 	node := g.relay(ctx, m.Relay)
 	g.catchUp(ctx, node, m)
 	if !g.core.replaceNode(node, subsOf(m.Subs)) {
@@ -536,10 +535,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	for _, e := range st.Replay {
 		older = append(older, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
 	}
-	c := g.core
-	c.replay.prepend(older, st.LowWater, st.Seq, c.replay.empty() && c.replay.lowWater == c.seq)
-	c.seq = max(c.seq, st.Seq)
-	c.window.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
+	g.core.merge(older, st.LowWater, st.Seq, time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, a := range st.Answered {
 		if a.Answer != nil {
 			g.answered.adopt(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
@@ -552,7 +548,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	g.rosterLater(ctx)
 	for _, rs := range st.Relays {
 		if _, known := g.relays[refKey(rs.Relay)]; !known {
-			c.addNode(g.relay(ctx, rs.Relay), subsOf(rs.Subs)) // the old owner said occupied (or its relays' joins will)
+			g.core.addNode(g.relay(ctx, rs.Relay), subsOf(rs.Subs)) // the old owner said occupied (or its relays' joins will)
 		}
 	}
 }

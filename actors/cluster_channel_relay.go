@@ -52,7 +52,6 @@ type channelRelay struct {
 	sent     uint64 // publishes taken, numbering pendingPublish.n
 
 	usage     *projectUsage
-	counters  *Counters
 	mailbox   *mailboxState
 	processed uint64
 	quiet     quietPeriod
@@ -92,7 +91,7 @@ func newChannelRelay(c *Cluster, projectID, channel string, cfg *Config, usage *
 		grain: grainLookup{c: c, kind: ChannelKind, identity: projectID + "/" + channel},
 		fan:   newChannelFanout(channel, cfg, usage), roster: map[string]bool{}, recent: newAnswerMemory[uint64](),
 		ops: map[uint64][]relayOp{}, pending: map[string]*pendingPublish{}, answers: map[uint64][]*pendingPublish{},
-		usage: usage, counters: cfg.counters,
+		usage: usage,
 	}
 }
 
@@ -300,49 +299,18 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 	}
 	delete(r.pending, m.Id)
 	r.lastSeq = max(r.lastSeq, m.Seq)
-	var perr *proto.Error
-	switch m.Error {
-	case "":
-	case errExpired:
-		perr = &proto.Error{Code: proto.CodeUnavailable}
-	default:
-		perr = &proto.Error{Code: grainCode(m.Error)}
-	}
-	at := p.pub.At.UnixNano()
-	switch {
-	case perr == nil:
-		r.usage.emits.Add(1)
-		if p.pub.Reply == nil {
-			r.counters.EmittedClient.Add(1)
-		} else {
-			r.counters.EmittedHTTP.Add(1)
-		}
-		// Its deliveries count on each node that makes them (deliver).
-		r.usage.health.add(emitKind(p.pub.Reply == nil), 1, at)
-	case perr.Code == proto.CodeChannelRateLimited:
-		r.usage.health.add(hLimitedChannel, 1, at)
-	case perr.Code == proto.CodeProjectRateLimited:
-		r.usage.health.add(hLimitedProject, 1, at)
-	}
-	if perr != nil {
-		refundProject(ctx, p.pub) // the grain did not stamp it
-	}
+	res := settleEmit(ctx, p.pub, r.usage, r.cfg.counters, grainCode(m.Error),
+		PublishResult{Seq: m.Seq, Subscribers: int(m.Subscribers), Delivered: int(m.Delivered), Channel: budgetFromProto(m.Channel)})
 	if p.pub.Reply != nil {
-		if !p.pub.take() {
-			return
+		if p.pub.take() {
+			p.pub.Reply <- res
 		}
-		res := PublishResult{Seq: m.Seq, Subscribers: int(m.Subscribers), Delivered: int(m.Delivered),
-			Channel: budgetFromProto(m.Channel), Project: p.pub.projectBudget, Err: perr}
-		if perr != nil && perr.Code == proto.CodeChannelRateLimited {
-			res.Project.Remaining = min(res.Project.Remaining+1, res.Project.Limit)
-		}
-		p.pub.Reply <- res
 		return
 	}
 	p.done = true
-	if perr != nil {
-		perr.Channel = r.name
-		p.frame = errorFrame(perr)
+	if res.Err != nil {
+		res.Err.Channel = r.name
+		p.frame = errorFrame(res.Err)
 	} else {
 		p.frame = transport.TextFrame(proto.AppendEmitAck(nil, r.name, m.Seq))
 	}
@@ -515,11 +483,12 @@ func jsonObject(msg []byte) bool {
 	return len(msg) > 1 && msg[0] == '{' && msg[len(msg)-1] == '}' && json.Valid(msg)
 }
 
-// grainCode is an error a grain answered, as a code the edge may send: the
-// ones a grain gives, else service_unavailable (written raw into a frame).
+// grainCode is a grain's answer as a code the edge may send ("": stamped):
+// the errors a grain gives, else service_unavailable (expired: not stamped before
+// the edge's deadline; anything else is written raw into a frame).
 func grainCode(code string) proto.Code {
 	switch c := proto.Code(code); c {
-	case proto.CodeChannelRateLimited, proto.CodeProjectRateLimited, proto.CodeEmitIdentityMismatch,
+	case "", proto.CodeChannelRateLimited, proto.CodeProjectRateLimited, proto.CodeEmitIdentityMismatch,
 		proto.CodeInvalidJSON, proto.CodeTooManyPresenceMembers:
 		return c
 	}

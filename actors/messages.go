@@ -168,6 +168,35 @@ func refundProject(ctx actor.Context, m *Publish) {
 	}
 }
 
+// settleEmit counts an emit its channel has decided (code "": stamped) for
+// the project, and gives the backstop its unit back when the channel did
+// not stamp it: the one account of an answer, for the channel actor and for
+// a cluster's relay. res is the channel's answer; it comes back with the
+// project budget (and that unit, for channel_rate_limited) and the error.
+func settleEmit(ctx actor.Context, m *Publish, usage *projectUsage, counters *Counters, code proto.Code, res PublishResult) PublishResult {
+	at, client := m.At.UnixNano(), m.origin != nil
+	res.Project = m.projectBudget
+	switch code {
+	case "":
+		usage.emits.Add(1)
+		usage.health.add(emitKind(client), 1, at) // its deliveries count where they are made (channelFanout)
+		if client {
+			counters.EmittedClient.Add(1)
+		} else {
+			counters.EmittedHTTP.Add(1)
+		}
+		return res
+	case proto.CodeChannelRateLimited:
+		usage.health.add(hLimitedChannel, 1, at)
+		res.Project.Remaining = min(res.Project.Remaining+1, res.Project.Limit)
+	case proto.CodeProjectRateLimited:
+		usage.health.add(hLimitedProject, 1, at)
+	}
+	refundProject(ctx, m)
+	res.Err = &proto.Error{Code: code}
+	return res
+}
+
 // mayStop is a dormant channel asking its project to stop it. processed is the
 // number of messages the channel has had from its project: if the project sent
 // more, one is in flight and the channel is not stopped.
