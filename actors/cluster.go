@@ -32,8 +32,10 @@ import (
 // every member before the API answers; channels as grains (cluster_channel_grain.go)
 // that each node's relays (cluster_channel_relay.go) register with, so an emit made
 // on any node reaches the subscribers of every node. Project actors are
-// still per node: the project backstop, client-emit windows and the
-// connection cap count what one node sees.
+// still per node, but what they count for the cluster is not: the project
+// backstop and the per-clientId client-emit windows are asked of the
+// project's grain (cluster_project_budgets.go), and the connection cap adds
+// the other nodes' counts, shared each second (cluster_conns.go).
 
 // NodeActorName is the fixed name of the per-node actor every member runs:
 // it applies the control-plane changes other members send it.
@@ -154,7 +156,7 @@ type Cluster struct {
 	publishes       atomic.Uint64 // publish ids
 	fence           pauseFence    // cluster_fence.go
 	badContent      atomic.Int64  // peers' messages refused for their content (refuseContent)
-	badContentLog   atomic.Int64  // when one was last logged (unix ns)
+	contentLogs     logLimit
 
 	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/remote"
@@ -69,17 +70,34 @@ func etcdTLS(cfg ClusterConfig) *tls.Config {
 // refuses a batch whose indexes or types protoactor would trip on, and
 // recovers whatever else panics in a peer's stream, ending that stream only.
 type remoteGuard struct {
-	log *slog.Logger
-
-	mu         sync.Mutex // guards the fields below
-	lastLog    time.Time
-	suppressed int
-	refused    int64 // batches refused and streams ended by a panic, for tests
+	log     *slog.Logger
+	logs    logLimit
+	refused atomic.Int64 // batches refused and streams ended by a panic, for tests
 }
 
-// guardLogEvery bounds the guard's log lines: a peer that sends bad batches
-// in a loop must not flood the log.
-const guardLogEvery = time.Second
+// peerLogEvery bounds the log lines about what peers send: a peer that
+// sends bad messages in a loop must not flood the log.
+const peerLogEvery = time.Second
+
+// logLimit lets a log line through at most once per peerLogEvery and counts
+// those it held back meanwhile.
+type logLimit struct {
+	mu   sync.Mutex
+	last time.Time
+	held int
+}
+
+// allow: log now, and held lines were held back since the last one.
+func (l *logLimit) allow() (held int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); now.Sub(l.last) >= peerLogEvery {
+		held, l.last, l.held = l.held, now, 0
+		return held, true
+	}
+	l.held++
+	return 0, false
+}
 
 func newRemoteGuard(log *slog.Logger) *remoteGuard { return &remoteGuard{log: log} }
 
@@ -113,26 +131,11 @@ func (g *remoteGuard) refuse(ctx context.Context, method string, err error) {
 			from += " (" + ti.State.PeerCertificates[0].Subject.CommonName + ")"
 		}
 	}
-	g.mu.Lock()
-	g.refused++
-	now := time.Now()
-	if now.Sub(g.lastLog) < guardLogEvery {
-		g.suppressed++
-		g.mu.Unlock()
-		return
+	g.refused.Add(1)
+	if held, ok := g.logs.allow(); ok {
+		g.log.Warn("refused a message from a cluster peer; its stream is ended", "peer", from, "method", method, "err", err,
+			"suppressed_since_last", held)
 	}
-	suppressed := g.suppressed
-	g.lastLog, g.suppressed = now, 0
-	g.mu.Unlock()
-	g.log.Warn("refused a message from a cluster peer; its stream is ended", "peer", from, "method", method, "err", err,
-		"suppressed_since_last", suppressed)
-}
-
-// refusedForTest is how many batches and panics the guard has refused.
-func (g *remoteGuard) refusedForTest() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.refused
 }
 
 // checkedStream hands protoactor only batches it can index.
@@ -195,16 +198,14 @@ func checkBatch(b *remote.MessageBatch) error {
 	return nil
 }
 
-// refuseContent counts and logs (at most once per guardLogEvery) a message
-// from a peer whose content no member of this cluster sends: a payload that
-// is not JSON, a channel name no edge accepts. The node carries on.
+// refuseContent counts and logs (logLimit) a message from a peer whose
+// content no member of this cluster sends: a payload that is not JSON, a
+// channel name no edge accepts. The node carries on.
 func (c *Cluster) refuseContent(what, value string) {
 	c.badContent.Add(1)
-	now, last := time.Now().UnixNano(), c.badContentLog.Load()
-	if now-last < int64(guardLogEvery) || !c.badContentLog.CompareAndSwap(last, now) {
-		return
+	if held, ok := c.contentLogs.allow(); ok {
+		c.log.Warn("refused a cluster peer's message", "what", what, "value", truncate(value, 64), "suppressed_since_last", held)
 	}
-	c.log.Warn("refused a cluster peer's message", "what", what, "value", truncate(value, 64), "refused_so_far", c.badContent.Load())
 }
 
 func truncate(s string, n int) string {

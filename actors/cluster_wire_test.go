@@ -261,12 +261,12 @@ func TestRemoteRefusesBadBatches(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b := good()
 			mutate(b)
-			before := n.guard.refusedForTest()
+			before := n.guard.refused.Load()
 			err := send(n.conn, &remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: b}})
 			if c := status.Code(err); c != codes.InvalidArgument && c != codes.Internal {
 				t.Fatalf("stream ended with %v, want InvalidArgument or Internal", err)
 			}
-			if got := n.guard.refusedForTest(); got != before+1 {
+			if got := n.guard.refused.Load(); got != before+1 {
 				t.Errorf("guard refused %d, want %d", got, before+1)
 			}
 			n.alive(t)
