@@ -1,8 +1,10 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,18 +46,11 @@ func TestPeersContentIsChecked(t *testing.T) {
 }
 
 func TestRelayWritesOnlyJSONObjects(t *testing.T) {
-	sys := newTestSystem(t, Config{})
-	c := newTestCluster(t, sys, nil)
-	r := newChannelRelay(c, "p", "room", sys.cfg, &projectUsage{health: sys.cfg.health.of("p")})
-	k := &sink{id: 1}
-	r.fan.subs.put(channelSub{sink: k})
+	r, k := relayWithSocket(t)
 	for i, msg := range []string{`{"a":1}}{"b":`, `[1]`, `"s"`, ``, `{"a":1} `, `{"seq":6}`} {
 		r.deliver(nil, &clusterpb.ChannelDeliver{Seq: uint64(i + 1), Message: []byte(msg)})
 	}
-	var got []string
-	for _, m := range k.messages(t) {
-		got = append(got, fmt.Sprint(m))
-	}
+	got := framesOf(t, k)
 	if strings.Join(got, " ") != "map[seq:6]" {
 		t.Fatalf("the socket got %v, want only the JSON object", got)
 	}
@@ -72,10 +67,14 @@ func TestRelayWritesOnlyJSONObjects(t *testing.T) {
 }
 
 // The channel limit a grain applies is its project's, as its own node
-// loaded it (this node's project actor tells it), not the one a publish
-// names.
+// loaded it (this node's project actor tells it, and again when it
+// changes), not the one a publish names.
 func TestGrainAppliesItsOwnChannelLimit(t *testing.T) {
-	c := failoverNode(t)
+	var project atomic.Int64 // the project's channel limit in the store
+	project.Store(40)
+	c := failoverNodeWith(t, Config{LoadSettings: func(context.Context, string) (Settings, error) {
+		return Settings{ChannelRateLimit: int(project.Load())}, nil
+	}})
 	grain := startGrain(c, ownedChannel(t, c, "limited"))
 	emitter, fromEmitter := relayStub(c)
 	n := 0
@@ -86,11 +85,13 @@ func TestGrainAppliesItsOwnChannelLimit(t *testing.T) {
 		p, _ := next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished)
 		return p
 	}
-	own := int32(c.sys.cfg.EmitRatePerMinute)
-	waitFor(t, "the grain to apply its project's limit", func() bool { return send(1<<30).GetChannel().GetLimit() == own })
+	waitFor(t, "the grain to apply its project's limit", func() bool { return send(1<<30).GetChannel().GetLimit() == 40 })
 	for _, named := range []int32{1, 1 << 30} {
-		if p := send(named); p.GetError() != "" || p.GetChannel().GetLimit() != own {
-			t.Fatalf("a publish naming limit %d answered %v, want the project's %d", named, p, own)
+		if p := send(named); p.GetError() != "" || p.GetChannel().GetLimit() != 40 {
+			t.Fatalf("a publish naming limit %d answered %v, want the project's 40", named, p)
 		}
 	}
+	project.Store(50) // changed, and the node told (a dashboard's change, or another node's broadcast)
+	c.sys.SettingsChanged("p")
+	waitFor(t, "the grain to apply the project's new limit", func() bool { return send(1<<30).GetChannel().GetLimit() == 50 })
 }

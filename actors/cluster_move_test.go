@@ -21,7 +21,13 @@ import (
 // grains send back.
 func joinedNode(t *testing.T) (*Cluster, *actor.PID, chan any) {
 	t.Helper()
-	sys := newTestSystem(t, Config{})
+	return joinedNodeWith(t, Config{})
+}
+
+// joinedNodeWith is joinedNode with cfg for its actor system.
+func joinedNodeWith(t *testing.T, cfg Config) (*Cluster, *actor.PID, chan any) {
+	t.Helper()
+	sys := newTestSystem(t, cfg)
 	sys.as.ProcessRegistry.Address = "127.0.0.1:1" // local PIDs are then at this member's address
 	c := newTestCluster(t, sys, nil)
 	c.topology(&pcluster.ClusterTopology{Members: []*pcluster.Member{

@@ -483,14 +483,17 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 // setHooks tells the channel actors (one node) and the watching grains the
 // project's channel and presence webhook target: at the first load, when
 // they wait for it, and then whenever it changes. A project that never opts
-// in costs one message per channel at its first load, nothing after.
+// in costs one message per channel at its first load, nothing after. The
+// grains get the channel limit with it (they apply it; a channel actor is
+// given it with each emit), so they are told when either changes.
 func (a *projectActor) setHooks(ctx actor.Context, t *hookTarget, first bool) {
 	limit := a.channelLimit()
-	if !first && sameTarget(a.hooks, t) && limit == a.toldLimit {
+	targetChanged := first || !sameTarget(a.hooks, t)
+	if !targetChanged && limit == a.toldLimit {
 		return
 	}
 	a.hooks, a.toldLimit = t, limit
-	if a.cfg.cluster.Load() == nil { // in a cluster the children are relays: the grains decide
+	if targetChanged && a.cfg.cluster.Load() == nil { // in a cluster the children are relays: the grains decide
 		for _, c := range a.channels {
 			c.sent++
 			ctx.Send(c.pid, &hooksChanged{target: t})
