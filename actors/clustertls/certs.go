@@ -31,31 +31,15 @@ type Pair struct {
 
 // NewCA makes a self-signed cluster CA (ECDSA P-256) named commonName.
 func NewCA(commonName string, now time.Time) (Pair, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return Pair{}, err
-	}
-	serial, err := serialNumber()
-	if err != nil {
-		return Pair{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"Relay cluster"}},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              now.Add(CAValidity),
+	return issue(&x509.Certificate{
+		Subject:               pkix.Name{CommonName: commonName},
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		// The CA signs node certificates only, never another CA.
 		MaxPathLen:     0,
 		MaxPathLenZero: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return Pair{}, err
-	}
-	return encode(der, key)
+	}, now, CAValidity, nil, nil)
 }
 
 // NewNode makes a node certificate for hosts (IP addresses or DNS names),
@@ -72,21 +56,10 @@ func NewNode(ca Pair, hosts []string, now time.Time) (Pair, error) {
 	if !caCert.IsCA {
 		return Pair{}, errors.New("CA: the certificate is not a CA's")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return Pair{}, err
-	}
-	serial, err := serialNumber()
-	if err != nil {
-		return Pair{}, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: hosts[0], Organization: []string{"Relay cluster"}},
-		NotBefore:    now.Add(-backdate),
-		NotAfter:     now.Add(NodeValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		Subject:     pkix.Name{CommonName: hosts[0]},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -95,10 +68,29 @@ func NewNode(ca Pair, hosts []string, now time.Time) (Pair, error) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	if tmpl.NotAfter.After(caCert.NotAfter) {
-		tmpl.NotAfter = caCert.NotAfter // a certificate cannot outlive its issuer
+	return issue(tmpl, now, NodeValidity, caCert, caKey)
+}
+
+// issue makes a new key and its certificate from tmpl, valid from a little
+// before now for validity (never past its issuer's end), signed by parent
+// and parentKey, or by itself when parent is nil.
+func issue(tmpl *x509.Certificate, now time.Time, validity time.Duration, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Pair{}, err
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	// Random, 128 bits: unique without a counter to keep.
+	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128)); err != nil {
+		return Pair{}, err
+	}
+	tmpl.Subject.Organization = []string{"Relay cluster"}
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-backdate), now.Add(validity)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	} else if tmpl.NotAfter.After(parent.NotAfter) {
+		tmpl.NotAfter = parent.NotAfter // a certificate cannot outlive its issuer
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		return Pair{}, err
 	}
@@ -138,9 +130,4 @@ func encode(der []byte, key *ecdsa.PrivateKey) (Pair, error) {
 		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
 	}, nil
-}
-
-// serialNumber is random, 128 bits: unique without a counter to keep.
-func serialNumber() (*big.Int, error) {
-	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,20 +115,11 @@ func nodeHosts(addr, extra string) ([]string, error) {
 		if strings.ContainsAny(h, " /:") && net.ParseIP(h) == nil {
 			return nil, fmt.Errorf("--host %q: want a host name or an IP address", h)
 		}
-		if !contains(names, h) {
+		if !slices.Contains(names, h) {
 			names = append(names, h)
 		}
 	}
 	return names, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // readCA reads the CA relay cert ca wrote in dir.

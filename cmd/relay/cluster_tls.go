@@ -114,22 +114,25 @@ func (p *envParser) remoteTLS(c *Config, now time.Time) {
 	c.ClusterTLS = &clustertls.Credentials{CAs: cas, Cert: cert}
 }
 
+// together fails the one of variables a and b left empty when the other is
+// set (why says more); false then.
+func (p *envParser) together(a, va, b, vb, why string) bool {
+	switch {
+	case va == "" && vb != "":
+		p.fail(a, "", "required with "+b+why)
+	case vb == "" && va != "":
+		p.fail(b, "", "required with "+a+why)
+	default:
+		return true
+	}
+	return false
+}
+
 // etcdAccess builds the etcd client's TLS (on with any of its files or an
 // https:// endpoint) and checks the user settings.
 func (p *envParser) etcdAccess(c *Config) {
-	if (c.EtcdUsername == "") != (c.EtcdPassword == "") {
-		if c.EtcdUsername == "" {
-			p.fail(etcdUserVar, "", "required with "+etcdPassVar)
-		} else {
-			p.fail(etcdPassVar, "", "required with "+etcdUserVar)
-		}
-	}
-	if (c.EtcdCert == "") != (c.EtcdKey == "") {
-		if c.EtcdCert == "" {
-			p.fail(etcdCertVar, "", "required with "+etcdKeyVar+": a client certificate and its key go together")
-		} else {
-			p.fail(etcdKeyVar, "", "required with "+etcdCertVar+": a client certificate and its key go together")
-		}
+	p.together(etcdUserVar, c.EtcdUsername, etcdPassVar, c.EtcdPassword, "")
+	if !p.together(etcdCertVar, c.EtcdCert, etcdKeyVar, c.EtcdKey, ": a client certificate and its key go together") {
 		return
 	}
 	https, plain := false, ""
