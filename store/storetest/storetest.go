@@ -84,7 +84,6 @@ func SQLiteURL(t testing.TB) string {
 	return "sqlite:" + filepath.Join(t.TempDir(), "relay.db")
 }
 
-// EachDB runs fn as a subtest once per store, with a fresh database each.
 // Open opens the store at url and migrates it; it is closed when t ends.
 func Open(t testing.TB, url string) *store.Store {
 	t.Helper()
@@ -100,6 +99,7 @@ func Open(t testing.TB, url string) *store.Store {
 	return s
 }
 
+// EachDB runs fn as a subtest once per store, with a fresh database each.
 func EachDB(t *testing.T, fn func(t *testing.T, url string)) {
 	t.Run("sqlite", func(t *testing.T) { fn(t, SQLiteURL(t)) })
 	t.Run("postgres", func(t *testing.T) { fn(t, PostgresURL(t)) })
