@@ -66,6 +66,7 @@ func runCluster(ctx context.Context, args []string) error {
 	only := fs.String("only", "conns,fanout,latency,emit", "the measurements to make, comma-separated")
 	connsSettle := fs.Duration("conns-settle", 3*time.Second, "idle time of the memory run before its last reading")
 	timeout := fs.Duration("timeout", 45*time.Minute, "hard bound on the whole run")
+	remoteTLS := fs.Bool("remote-tls", true, "the nodes' actor remotes speak mutual TLS (false: RELAY_CLUSTER_INSECURE=true, to measure what TLS costs)")
 	fs.Parse(args)
 	if *nodes < 2 || *rounds < 1 || *connsPerNode < 0 || *fanoutSubs < 1 || *latChannels < 1 || *emitChannels < 1 {
 		return errors.New("want -nodes ≥ 2, -rounds ≥ 1, -fanout-subs ≥ 1, -latency-channels ≥ 1, -emit-channels ≥ 1")
@@ -115,14 +116,19 @@ func runCluster(ctx context.Context, args []string) error {
 	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.pid(), pg.pid())
 
 	// The nodes' actor remotes speak mutual TLS, as in production: a CA
-	// made with the relay's own relay cert, and a certificate per node.
-	certs, err := os.MkdirTemp("", fmt.Sprintf("relay-bench-certs-%d-", os.Getpid()))
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(certs)
-	if out, err := exec.CommandContext(ctx, *bin, "cert", "ca", "--out", filepath.Join(certs, "ca")).CombinedOutput(); err != nil {
-		return fmt.Errorf("relay cert ca: %v: %s", err, out)
+	// made with the relay's own relay cert, and a certificate per node
+	// (-remote-tls=false: plain gRPC, no certificates).
+	var certs string
+	if *remoteTLS {
+		if certs, err = os.MkdirTemp("", fmt.Sprintf("relay-bench-certs-%d-", os.Getpid())); err != nil {
+			return err
+		}
+		defer os.RemoveAll(certs)
+		if out, err := exec.CommandContext(ctx, *bin, "cert", "ca", "--out", filepath.Join(certs, "ca")).CombinedOutput(); err != nil {
+			return fmt.Errorf("relay cert ca: %v: %s", err, out)
+		}
+	} else {
+		progress("-remote-tls=false: the nodes' actor remotes run without TLS (RELAY_CLUSTER_INSECURE=true)")
 	}
 
 	// MAX_CONNECTIONS_PER_PROJECT counts every node of a cluster.
@@ -197,7 +203,7 @@ func runCluster(ctx context.Context, args []string) error {
 	cb.summary(*nodes, *rounds, clusterSetup{
 		ConnsPerNode: *connsPerNode, FanoutSubs: *fanoutSubs, FanoutRates: fanoutRates,
 		LatencyChannels: *latChannels, LatencyRate: *latRate, EmitRate: *emitRate, EmitChannels: *emitChannels,
-		EmitSubs: *emitSubs, Duration: dur, LatencyDuration: latDuration.String(),
+		EmitSubs: *emitSubs, Duration: dur, LatencyDuration: latDuration.String(), RemoteTLS: *remoteTLS,
 	})
 	progress("done in %v", time.Since(began).Round(time.Second))
 	return nil
@@ -208,14 +214,18 @@ type clusterBench struct {
 	bin   string
 	etcd  *etcdProcess
 	pg    *pgServer
-	certs string // the cluster CA in certs/ca, node certificates beside it
+	certs string // the cluster CA in certs/ca, node certificates beside it; "" without TLS
 	env   []string
 	runs  []topoRun
 }
 
 // nodeTLS makes a certificate for a node at addr with relay cert node and
-// returns the node's RELAY_CLUSTER_TLS_* variables.
+// returns the node's RELAY_CLUSTER_TLS_* variables (without certs,
+// RELAY_CLUSTER_INSECURE=true instead).
 func (cb *clusterBench) nodeTLS(addr, name string) ([]string, error) {
+	if cb.certs == "" {
+		return []string{"RELAY_CLUSTER_INSECURE=true"}, nil
+	}
 	ca, dir := filepath.Join(cb.certs, "ca"), filepath.Join(cb.certs, name)
 	if out, err := exec.CommandContext(cb.ctx, cb.bin, "cert", "node", "--ca", ca, "--addr", addr, "--out", dir).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("relay cert node: %v: %s", err, out)
@@ -469,6 +479,7 @@ type clusterSetup struct {
 	EmitSubs        int       `json:"emit_subscribers"`
 	Duration        string    `json:"duration"`
 	LatencyDuration string    `json:"latency_duration"`
+	RemoteTLS       bool      `json:"remote_tls"`
 }
 
 // figures are one topology's numbers for the targets (0 when not measured).
@@ -812,8 +823,12 @@ func (cb *clusterBench) summary(nodes, rounds int, setup clusterSetup) {
 	report(out, fmt.Sprintf("cluster: %d nodes against one, %d round(s), lost %d, emits failed or refused %d; %s",
 		nodes, rounds, int(lost), int(failed), strings.Join(human, "; ")))
 
-	fmt.Printf("\nrelay-bench cluster, %s, %d cores, %d nodes against one node (both on PostgreSQL), %d round(s) alternated\n\n",
-		time.Now().UTC().Format("2006-01-02"), onlineCPUs(), nodes, rounds)
+	remote := "mutual TLS"
+	if !setup.RemoteTLS {
+		remote = "no TLS"
+	}
+	fmt.Printf("\nrelay-bench cluster, %s, %d cores, %d nodes (remote: %s) against one node (both on PostgreSQL), %d round(s) alternated\n\n",
+		time.Now().UTC().Format("2006-01-02"), onlineCPUs(), nodes, remote, rounds)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "target\tgoal\tone node\t%d nodes\tcompared\tmet\tnotes\tcommand\n", nodes)
 	for _, r := range rows {
