@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 
 	"github.com/relayhq/relay/actors/clustertls"
 	"github.com/relayhq/relay/proto/clusterpb"
@@ -205,7 +206,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster address %q: bad port", cfg.Addr)
 	}
-	guard := newRemoteGuard(cfg.Logger)
+	guard := newRemoteGuard(cfg.Logger, s.as)
 	if guard.log == nil {
 		guard.log = s.cfg.Logger
 	}
@@ -306,6 +307,12 @@ func probeEtcd(cli *clientv3.Client, endpoints []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
 	defer cancel()
 	if _, err := cli.Get(ctx, "/relay/probe", clientv3.WithCountOnly()); err != nil {
+		// etcd answered, but its authentication refuses this node's user (or,
+		// without one, the client certificate's CommonName).
+		var coded interface{ Code() codes.Code }
+		if errors.As(err, &coded) && (coded.Code() == codes.PermissionDenied || coded.Code() == codes.Unauthenticated) {
+			return fmt.Errorf("etcd at %v refuses this node (etcd authentication: its user, or without one the client certificate's CommonName, needs read-write permission): %w", endpoints, err)
+		}
 		return fmt.Errorf("etcd at %v does not answer within %v: %w", endpoints, etcdProbeTimeout, err)
 	}
 	return nil
@@ -421,12 +428,13 @@ func (c *Cluster) ownerAddress(kind, identity string) string {
 	return c.view.Load().owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
 }
 
-// send posts a channel message, counting those that leave this node.
+// send posts a channel message, counting those that leave this node. It
+// names the sending actor: a grain takes a Ref only from its node (sentBy).
 func (c *Cluster) send(ctx actor.Context, to *actor.PID, msg any) {
 	if to.Address != ctx.Self().Address {
 		c.crossNode.Add(1)
 	}
-	ctx.Send(to, msg)
+	ctx.Request(to, msg)
 }
 
 // replayBytes is the count of replay bytes held by a project's channel
@@ -668,6 +676,9 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 		return
 	}
 	if h, ok := ctx.Message().(*clusterpb.GrainHandoff); ok {
+		if !n.c.sentByMember(ctx, h.From) {
+			return // unanswered: a real member's handoff would time out and say so
+		}
 		n.c.takeHandoff(h)
 		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
 		return

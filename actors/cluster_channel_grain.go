@@ -115,6 +115,9 @@ func newChannelGrain(c *Cluster) *channelGrain {
 func (g *channelGrain) Receive(ctx actor.Context) {
 	g.ctx = ctx
 	msg := ctx.Message()
+	if !g.c.refsItsSender(ctx, msg) { // checked as it comes: a held message is handled later, without its sender
+		return
+	}
 	if g.waiting && g.hold(ctx, msg) {
 		return
 	}

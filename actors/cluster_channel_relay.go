@@ -241,8 +241,8 @@ func (r *channelRelay) sendPublish(ctx actor.Context, p *pendingPublish) {
 		p.msg.Resent = true
 	}
 	if d := r.c.firstSendDelay; d > 0 && p.attempts == 1 { // test hook: the first attempt arrives late
-		grain, root, msg := r.grain.pid, ctx.ActorSystem().Root, p.msg
-		time.AfterFunc(d, func() { root.Send(grain, msg) })
+		grain, root, msg, self := r.grain.pid, ctx.ActorSystem().Root, p.msg, ctx.Self()
+		time.AfterFunc(d, func() { root.RequestWithCustomSender(grain, msg, self) })
 		return
 	}
 	if p.attempts > 1 {

@@ -57,7 +57,7 @@ func (c *Cluster) shareConnections() {
 		}
 		sent = now
 		for _, to := range c.peers() {
-			c.sys.root.Send(to, msg)
+			c.sys.root.RequestWithCustomSender(to, msg, c.node)
 		}
 	}
 }
@@ -155,7 +155,7 @@ func (n *nodeActor) connsMessage(ctx actor.Context) bool {
 	}
 	switch m := ctx.Message().(type) {
 	case *clusterpb.NodeConnections:
-		if m.Member != n.c.self {
+		if m.Member != n.c.self && n.c.sentByMember(ctx, m.Member) {
 			n.c.sys.setElsewhere(n.conns, n.conns.take(m))
 		}
 	case *membersChanged:

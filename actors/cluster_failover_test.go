@@ -38,7 +38,7 @@ func register(c *Cluster, grain, relay *actor.PID, lastSeq uint64, conns ...uint
 	for _, conn := range conns {
 		reg.Subs = append(reg.Subs, &clusterpb.Subscriber{Conn: conn})
 	}
-	c.sys.root.Send(grain, reg)
+	sendFrom(c, grain, relay, reg)
 }
 
 func seqsOf(ds []*clusterpb.ChannelDeliver) []uint64 {
@@ -96,13 +96,13 @@ func TestRetryOfAStampedEmitIsAnswered(t *testing.T) {
 	started := time.Now()
 	emitter, fromEmitter := relayStub(c)
 	limit := int32(c.sys.cfg.EmitRatePerMinute) // the project's, as the edge and the grain's node read it
-	c.sys.root.Send(grain, &clusterpb.ChannelPublish{Id: "dead#1", ReplyTo: ref(emitter), Payload: []byte(`1`),
+	sendFrom(c, grain, emitter, &clusterpb.ChannelPublish{Id: "dead#1", ReplyTo: ref(emitter), Payload: []byte(`1`),
 		AtUnixNano: time.Now().UnixNano(), ChannelLimit: limit, Resent: true})
 	publishTo(c, grain, emitter, "new#1")
 	silent(t, fromEmitter, 100*time.Millisecond)
 
 	witness, fromWitness := relayStub(c) // its subscriber got dead#1 as seq 900
-	c.sys.root.Send(grain, &clusterpb.ChannelRegister{Relay: ref(witness), LastSeq: 900,
+	sendFrom(c, grain, witness, &clusterpb.ChannelRegister{Relay: ref(witness), LastSeq: 900,
 		Subs: []*clusterpb.Subscriber{{Conn: 5}}, Recent: []*clusterpb.RecentPublish{{Id: "dead#1", Seq: 900}}})
 
 	p, ok := next(t, fromEmitter, 2*time.Second).(*clusterpb.ChannelPublished)

@@ -72,8 +72,13 @@ func startGrain(c *Cluster, identity string) *actor.PID {
 
 func ref(pid *actor.PID) *clusterpb.Ref { return &clusterpb.Ref{Address: pid.Address, Id: pid.Id} }
 
+// sendFrom sends msg to pid as from would: grains take a Ref only from its sender's node.
+func sendFrom(c *Cluster, pid, from *actor.PID, msg any) {
+	c.sys.root.RequestWithCustomSender(pid, msg, from)
+}
+
 func publishTo(c *Cluster, grain, relay *actor.PID, id string) {
-	c.sys.root.Send(grain, &clusterpb.ChannelPublish{Id: id, ReplyTo: ref(relay), Payload: []byte(`1`),
+	sendFrom(c, grain, relay, &clusterpb.ChannelPublish{Id: id, ReplyTo: ref(relay), Payload: []byte(`1`),
 		AtUnixNano: time.Now().UnixNano(), ChannelLimit: 100})
 }
 
@@ -104,7 +109,7 @@ func TestNewOwnerWaitsForTheMovedState(t *testing.T) {
 
 	// Held: a publish, then a subscribe with since.
 	publishTo(c, grain, relay, "new#1")
-	c.sys.root.Send(grain, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 7}, HasSince: true, Since: 995})
+	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 7}, HasSince: true, Since: 995})
 	silent(t, got, 200*time.Millisecond)
 
 	// The previous owner's state: seq 1000, its ring from 991, and the

@@ -69,7 +69,9 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 	case *actor.Stopped:
 		g.c.projectGrains.CompareAndDelete(g.id, ctx.Self())
 	case *clusterpb.ProjectTake:
-		g.take(ctx, m)
+		if g.c.refsItsSender(ctx, m) {
+			g.take(ctx, m)
+		}
 	case *clusterpb.ProjectRefund:
 		if t, ok := g.answers.get(m.Id); ok && t.took && !t.refunded {
 			t.refunded = true

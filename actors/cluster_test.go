@@ -231,9 +231,19 @@ func TestConnectionCapCountsOtherMembers(t *testing.T) {
 			}
 		}
 	}
-	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{"p": 1, "q": 5}})
-	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m3", Full: true, Counts: map[string]int32{"p": 1}})
+	c.view.Store(newMemberView([]*pcluster.Member{{Id: "m2", Host: "10.0.0.2", Port: 7000}, {Id: "m3", Host: "10.0.0.3", Port: 7000}}, c.self))
+	m2, m3 := actor.NewPID("10.0.0.2:7000", NodeActorName), actor.NewPID("10.0.0.3:7000", NodeActorName)
+	// A member speaks only for itself: m3's node cannot send m2's counts,
+	// and a count without a sender, or from no member, is dropped.
+	sendFrom(c, c.node, m3, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{"p": 3}})
+	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{"p": 3}})
+	sendFrom(c, c.node, actor.NewPID("10.0.0.9:7000", NodeActorName), &clusterpb.NodeConnections{Member: "m9", Full: true, Counts: map[string]int32{"p": 3}})
+	sendFrom(c, c.node, m2, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{"p": 1, "q": 5}})
+	sendFrom(c, c.node, m3, &clusterpb.NodeConnections{Member: "m3", Full: true, Counts: map[string]int32{"p": 1}})
 	elsewhere("p", 2)
+	if n := c.badContent.Load(); n != 3 {
+		t.Errorf("refused %d counts, want 3", n)
+	}
 	elsewhere("q", 5)
 	if _, ok := sys.Reserve("p", "addr"); !ok {
 		t.Fatal("the 3rd connection of the cluster refused")
@@ -241,7 +251,7 @@ func TestConnectionCapCountsOtherMembers(t *testing.T) {
 	if _, ok := sys.Reserve("p", "addr"); ok {
 		t.Fatal("a 4th connection of the cluster accepted (cap 3)")
 	}
-	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Counts: map[string]int32{"p": 0}}) // m2 closed its one
+	sendFrom(c, c.node, m2, &clusterpb.NodeConnections{Member: "m2", Counts: map[string]int32{"p": 0}}) // m2 closed its one
 	elsewhere("p", 1)
 	elsewhere("q", 5) // not in the change: as it was
 	if _, ok := sys.Reserve("p", "addr"); !ok {
@@ -249,7 +259,7 @@ func TestConnectionCapCountsOtherMembers(t *testing.T) {
 	}
 	sys.root.Send(c.node, &membersChanged{ids: map[string]bool{"m2": true}}) // m3 is gone
 	elsewhere("p", 0)
-	sys.root.Send(c.node, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{}}) // nothing left
+	sendFrom(c, c.node, m2, &clusterpb.NodeConnections{Member: "m2", Full: true, Counts: map[string]int32{}}) // nothing left
 	elsewhere("q", 0)
 }
 

@@ -3,14 +3,20 @@ package actors
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/relayhq/relay/proto/clusterpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -70,6 +76,7 @@ func etcdTLS(cfg ClusterConfig) *tls.Config {
 // refuses a batch whose indexes or types protoactor would trip on, and
 // recovers whatever else panics in a peer's stream, ending that stream only.
 type remoteGuard struct {
+	self    func() string // this node's remote address: every target of a batch is here
 	log     *slog.Logger
 	logs    logLimit
 	refused atomic.Int64 // batches refused and streams ended by a panic, for tests
@@ -99,7 +106,9 @@ func (l *logLimit) allow() (held int, ok bool) {
 	return 0, false
 }
 
-func newRemoteGuard(log *slog.Logger) *remoteGuard { return &remoteGuard{log: log} }
+func newRemoteGuard(log *slog.Logger, as *actor.ActorSystem) *remoteGuard {
+	return &remoteGuard{log: log, self: as.Address}
+}
 
 func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 	defer func() {
@@ -108,7 +117,17 @@ func (g *remoteGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			err = status.Error(codes.Internal, "the message could not be handled")
 		}
 	}()
-	return handler(srv, &checkedStream{ServerStream: ss, g: g, method: info.FullMethod})
+	return handler(srv, &checkedStream{ServerStream: ss, g: g, method: info.FullMethod, cert: peerCert(ss.Context())})
+}
+
+// peerCert is the certificate a peer showed (nil without TLS: Insecure).
+func peerCert(ctx context.Context) *x509.Certificate {
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			return ti.State.PeerCertificates[0]
+		}
+	}
+	return nil
 }
 
 // unary covers protoactor's other Remoting methods, which panic("implement me").
@@ -127,8 +146,8 @@ func (g *remoteGuard) refuse(ctx context.Context, method string, err error) {
 	from := "unknown"
 	if p, ok := peer.FromContext(ctx); ok {
 		from = p.Addr.String()
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			from += " (" + ti.State.PeerCertificates[0].Subject.CommonName + ")"
+		if cert := peerCert(ctx); cert != nil {
+			from += " (" + cert.Subject.CommonName + ")"
 		}
 	}
 	g.refused.Add(1)
@@ -138,11 +157,15 @@ func (g *remoteGuard) refuse(ctx context.Context, method string, err error) {
 	}
 }
 
-// checkedStream hands protoactor only batches it can index.
+// checkedStream hands protoactor only batches it can index, whose senders
+// are at an address the peer's certificate names: a member acts only for
+// itself (the actors check that a Ref a message names is its sender's).
 type checkedStream struct {
 	grpc.ServerStream
 	g      *remoteGuard
 	method string
+	cert   *x509.Certificate // nil: no TLS (Insecure), no identity to check
+	named  map[string]bool   // sender addresses the certificate names, checked once
 }
 
 func (s *checkedStream) RecvMsg(m any) error {
@@ -154,9 +177,43 @@ func (s *checkedStream) RecvMsg(m any) error {
 		return nil
 	}
 	if b := msg.GetMessageBatch(); b != nil {
-		if err := checkBatch(b); err != nil {
+		err := checkBatch(b)
+		if err == nil {
+			err = s.checkIdentity(b)
+		}
+		if err != nil {
 			s.g.refuse(s.Context(), s.method, err)
 			return status.Error(codes.InvalidArgument, "bad message batch")
+		}
+	}
+	return nil
+}
+
+// checkIdentity refuses a batch with a sender at an address the peer's
+// certificate does not name, or a target on another node (which protoactor
+// would forward, under this node's identity).
+func (s *checkedStream) checkIdentity(b *remote.MessageBatch) error {
+	if s.cert == nil {
+		return nil
+	}
+	for _, p := range b.Targets {
+		if p.Address != s.g.self() {
+			return fmt.Errorf("target %.100q is not on this node", p.Address)
+		}
+	}
+	for _, p := range b.Senders {
+		if s.named[p.Address] {
+			continue
+		}
+		host, _, err := net.SplitHostPort(p.Address)
+		if err != nil || s.cert.VerifyHostname(host) != nil {
+			return fmt.Errorf("sender address %.100q is not one the peer's certificate names", p.Address)
+		}
+		if s.named == nil {
+			s.named = map[string]bool{}
+		}
+		if len(s.named) < 16 { // a node has one address; bounded all the same
+			s.named[p.Address] = true
 		}
 	}
 	return nil
@@ -206,6 +263,41 @@ func (c *Cluster) refuseContent(what, value string) {
 	if held, ok := c.contentLogs.allow(); ok {
 		c.log.Warn("refused a cluster peer's message", "what", what, "value", truncate(value, 64), "suppressed_since_last", held)
 	}
+}
+
+// refsItsSender: a message that names a relay or a reply-to (a Ref) came
+// from that Ref's node. The remote guard checked that a peer's sender
+// address is one its certificate names, so a member cannot subscribe,
+// register, publish or ask in another member's name (and have a tenant's
+// messages sent there). Such a message without a sender is refused: ours
+// are sent with one (Cluster.send). Other messages pass.
+func (c *Cluster) refsItsSender(ctx actor.Context, msg any) bool {
+	var ref *clusterpb.Ref
+	switch m := msg.(type) {
+	case interface{ GetRelay() *clusterpb.Ref }:
+		ref = m.GetRelay()
+	case interface{ GetReplyTo() *clusterpb.Ref }:
+		ref = m.GetReplyTo()
+	default:
+		return true
+	}
+	if s := ctx.Sender(); s != nil && ref != nil && s.Address == ref.Address {
+		return true
+	}
+	c.refuseContent("ref not at its sender's address", ref.GetAddress())
+	return false
+}
+
+// sentByMember: the message came from the node of member id in the latest
+// member list (a handoff, a connection count).
+func (c *Cluster) sentByMember(ctx actor.Context, id string) bool {
+	members := c.view.Load().members
+	i := slices.IndexFunc(members, func(m Member) bool { return m.ID == id })
+	if s := ctx.Sender(); s != nil && i >= 0 && members[i].Address == s.Address {
+		return true
+	}
+	c.refuseContent("member id not at its sender's address", id)
+	return false
 }
 
 func truncate(s string, n int) string {

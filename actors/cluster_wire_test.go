@@ -66,9 +66,10 @@ func newWireNode() (*wireNode, error) {
 		return nil, err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n := &wireNode{ca: ca, guard: newRemoteGuard(log)}
+	n := &wireNode{ca: ca}
 	n.sys = NewSystem(Config{EmitRatePerMinute: 600, ProjectRatePerMinute: 6000, Logger: log,
 		LoadSettings: func(context.Context, string) (Settings, error) { return Settings{}, nil }})
+	n.guard = newRemoteGuard(log, n.sys.as)
 	opts, err := remoteOptions(ClusterConfig{TLS: creds}, n.guard)
 	if err != nil {
 		return nil, err
@@ -251,6 +252,11 @@ func TestRemoteRefusesBadBatches(t *testing.T) {
 		"sender past the senders":     func(b *remote.MessageBatch) { b.Envelopes[0].Sender = 3 },
 		"unknown type name":           func(b *remote.MessageBatch) { b.TypeNames[0] = "no.such.Type" },
 		"serializer that is not ours": func(b *remote.MessageBatch) { b.Envelopes[0].SerializerId = 5 },
+		// The peer's certificate names 127.0.0.1 only: it cannot act for another member.
+		"sender the certificate does not name": func(b *remote.MessageBatch) {
+			b.Senders, b.Envelopes[0].Sender = []*actor.PID{actor.NewPID("10.1.2.3:7000", "relay")}, 1
+		},
+		"target on another node": func(b *remote.MessageBatch) { b.Targets[0] = actor.NewPID("127.0.0.1:1", pid.Id) },
 		// Passes the checks; protoactor dereferences the missing watchee.
 		"Terminated without a watchee": func(b *remote.MessageBatch) {
 			b.TypeNames[0] = "actor.Terminated"
@@ -278,6 +284,33 @@ func TestRemoteRefusesBadBatches(t *testing.T) {
 		t.Fatalf("ListProcesses: %v, want Unimplemented", err)
 	}
 	n.alive(t)
+}
+
+// A sender at an address the peer's certificate names (any port of its
+// host) is delivered, with its sender.
+func TestRemoteTakesSendersItsCertificateNames(t *testing.T) {
+	n := startWireNode(t)
+	got := make(chan *actor.PID, 1)
+	pid := n.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*wrapperspb.StringValue); ok {
+			got <- ctx.Sender()
+		}
+	}))
+	t.Cleanup(func() { n.sys.root.Stop(pid) })
+	msg := batchTo(t, pid, "from a member")
+	b := msg.GetMessageBatch()
+	b.Senders, b.Envelopes[0].Sender = []*actor.PID{actor.NewPID("127.0.0.1:4242", "relay")}, 1
+	if err := send(n.conn, msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s.GetAddress() != "127.0.0.1:4242" || s.GetId() != "relay" {
+			t.Fatalf("delivered with sender %v", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not delivered within 5 s")
+	}
 }
 
 // FuzzRemoteReceive sends whatever a peer with a valid certificate might:

@@ -255,8 +255,8 @@ func (c *Cluster) askGrain(ctx context.Context, projectID, channel string, kind 
 		return ChannelAnswer{}, ErrTimeout
 	}
 	f := actor.NewFuture(c.sys.as, bound)
-	c.sys.root.Send(actor.NewPID(owner, NodeActorName), &clusterpb.ChannelQuery{Kind: int32(kind), Since: since, Identity: identity,
-		ReplyTo: &clusterpb.Ref{Address: f.PID().Address, Id: f.PID().Id}})
+	c.sys.root.RequestWithCustomSender(actor.NewPID(owner, NodeActorName), &clusterpb.ChannelQuery{Kind: int32(kind), Since: since,
+		Identity: identity, ReplyTo: &clusterpb.Ref{Address: f.PID().Address, Id: f.PID().Id}}, f.PID())
 	res, err := f.Result()
 	a, ok := res.(*clusterpb.ChannelQueryAnswer)
 	if err != nil || !ok {
@@ -281,8 +281,11 @@ func (c *Cluster) askGrain(ctx context.Context, projectID, channel string, kind 
 // routeQuery is the owner's node actor handing a query to the channel's
 // grain, or answering zeros when none runs here.
 func (c *Cluster) routeQuery(ctx actor.Context, m *clusterpb.ChannelQuery) {
+	if !c.refsItsSender(ctx, m) {
+		return
+	}
 	if pid, ok := c.grains.Load(m.GetIdentity()); ok {
-		ctx.Send(pid.(*actor.PID), m)
+		ctx.Forward(pid.(*actor.PID)) // with its sender, which the grain checks too
 		return
 	}
 	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ChannelQueryAnswer{})
