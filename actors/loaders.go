@@ -55,6 +55,12 @@ type Settings struct {
 	WebhookChannelEvents  bool
 	WebhookPresenceEvents bool
 	Revocations           []Revocation
+	// Channel authorization (proto/PROTOCOL.md › Channel authorization), an
+	// extension off by default. AuthSecrets are the HS256 secrets a
+	// connection or subscribe token may be signed with: the current one
+	// first, then the previous one while its overlap lasts.
+	Authorization bool
+	AuthSecrets   []string
 }
 
 // Revocation kinds.
