@@ -31,6 +31,10 @@ func (c *Cluster) shareConnections() {
 	t := time.NewTicker(connShareEvery)
 	defer t.Stop()
 	var sent map[string]int32 // as last sent
+	// The node actor's PID at this member's address (c.node was spawned
+	// before the remote started, at protoactor's "nonhost"): the receiver
+	// checks that counts come from the member they name.
+	from := actor.NewPID(c.sys.as.Address(), NodeActorName)
 	for i := 0; ; i++ {
 		select {
 		case <-c.stop:
@@ -57,7 +61,7 @@ func (c *Cluster) shareConnections() {
 		}
 		sent = now
 		for _, to := range c.peers() {
-			c.sys.root.RequestWithCustomSender(to, msg, c.node)
+			c.sys.root.RequestWithCustomSender(to, msg, from)
 		}
 	}
 }

@@ -189,6 +189,11 @@ func (s *checkedStream) RecvMsg(m any) error {
 	return nil
 }
 
+// localAddress is protoactor's address of an actor spawned before its
+// remote started: such a sender names no member (nothing can answer it),
+// so it claims no identity; the actors refuse it where one is needed.
+const localAddress = "nonhost"
+
 // checkIdentity refuses a batch with a sender at an address the peer's
 // certificate does not name, or a target on another node (which protoactor
 // would forward, under this node's identity).
@@ -202,7 +207,7 @@ func (s *checkedStream) checkIdentity(b *remote.MessageBatch) error {
 		}
 	}
 	for _, p := range b.Senders {
-		if s.named[p.Address] {
+		if s.named[p.Address] || p.Address == localAddress {
 			continue
 		}
 		host, _, err := net.SplitHostPort(p.Address)

@@ -45,7 +45,10 @@ func peerCreds(t *testing.T, caDir, clusterCA string) credentials.TransportCrede
 	if err != nil {
 		t.Fatal(err)
 	}
-	return credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS13})
+	// Always shown (GetClientCertificate): Go's client sends one from Certificates
+	// only if it chains to a CA the server names as acceptable.
+	return credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }})
 }
 
 // openStream opens Remoting/Receive on addr, sends msg, and returns the
