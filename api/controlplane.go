@@ -106,6 +106,13 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.Handle("/api/projects/{projectId}/client-emit-secret", methods{
 		http.MethodPatch: auth(c.handleClientEmitSecret),
 	})
+	mux.Handle("/api/projects/{projectId}/authorization", methods{
+		http.MethodGet:   auth(c.handleGetAuthorization),
+		http.MethodPatch: auth(c.handleSetAuthorization),
+	})
+	mux.Handle("/api/projects/{projectId}/authorization/rotate-secret", methods{
+		http.MethodPost: auth(c.handleRotateAuthSecret),
+	})
 	mux.HandleFunc("/api/", notFound)
 }
 

@@ -103,6 +103,13 @@ func (d dashboard) routes(mux *http.ServeMux) {
 		http.MethodGet: auth(d.handleRegenerateWebhookSecret), http.MethodPost: auth(d.handleRegenerateWebhookSecret),
 	})
 	mux.Handle("/projects/{projectId}/budget", methods{http.MethodPost: auth(d.handleBudget)})
+	mux.Handle("/projects/{projectId}/authorization/on", methods{
+		http.MethodGet: auth(d.handleAuthorizationOn), http.MethodPost: auth(d.handleAuthorizationOn),
+	})
+	mux.Handle("/projects/{projectId}/authorization/off", methods{
+		http.MethodGet: auth(d.handleAuthorizationOff), http.MethodPost: auth(d.handleAuthorizationOff),
+	})
+	mux.Handle("/projects/{projectId}/authorization/rotate-secret", methods{http.MethodPost: auth(d.handleRotateAuthSecret)})
 	mux.Handle("/projects/{projectId}/usage", methods{http.MethodGet: auth(d.handleUsage)})
 }
 
@@ -199,6 +206,10 @@ var notices = map[string]string{
 	"webhook-events":  "Webhook events saved.",
 	"budget-saved":    "Channel budget saved. The emit endpoint applies it within a moment.",
 	"budget-cleared":  "Channel budget override removed: the server default applies.",
+	"auth-on":         "Channel authorization is on. Sign connection and subscribe tokens with the authorization secret below.",
+	"auth-off":        "Channel authorization is off: tokens are ignored, private- channels and presence are open as before. The secret is kept.",
+	"auth-rotated":    "New authorization secret made. Tokens signed with the previous one stopped working now.",
+	"auth-overlap":    "New authorization secret made. Tokens signed with the previous one are accepted until the time shown below, then stop working.",
 }
 
 // viewer is the signed-in user of a request.

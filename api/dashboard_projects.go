@@ -28,6 +28,12 @@ type projectView struct {
 
 	ClientEmitSecret string
 
+	// Channel authorization (authorization.go): on or off, its secret ("" if
+	// none yet) and, while the previous secret is still valid, its end.
+	Authorization     bool
+	AuthSecret        string
+	AuthPreviousUntil string
+
 	WebhookURL    string
 	WebhookSecret string
 	// The events sent beyond connect and disconnect (README.md › Webhooks and usage).
@@ -109,6 +115,10 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	pv.ID, pv.Name, pv.Created = p.ID, p.Name, showTime(p.CreatedAt)
 	pv.ClientEmitSecret = p.ClientEmitSecret
+	pv.Authorization, pv.AuthSecret = p.Authorization, p.AuthSecret
+	if p.PreviousAuthSecretValidAt(d.now()) {
+		pv.AuthPreviousUntil = showSeconds(*p.AuthSecretPreviousUntil)
+	}
 	pv.WebhookURL, pv.WebhookSecret = st.WebhookURL, st.WebhookSecret
 	pv.WebhookChannelEvents, pv.WebhookPresenceEvents = st.WebhookChannelEvents, st.WebhookPresenceEvents
 	if st.ChannelRateLimit != nil {

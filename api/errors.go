@@ -47,6 +47,8 @@ var statusOf = map[proto.Code]int{
 	proto.CodeTooManyRevocations: http.StatusTooManyRequests,
 
 	proto.CodeInvalidOverlap: http.StatusBadRequest,
+
+	codeAuthorizationRequired: http.StatusBadRequest, // api/authorization.go
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

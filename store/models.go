@@ -25,6 +25,36 @@ type Project struct {
 	Name             string    `bun:"name"`
 	ClientEmitSecret string    `bun:"client_emit_secret"` // "" until first generated
 	CreatedAt        time.Time `bun:"created_at"`
+
+	// Channel authorization (proto/PROTOCOL.md › Channel authorization), an
+	// extension off by default. AuthSecret signs the connection and
+	// subscribe tokens ("" until first made: SetAuthorization makes it);
+	// after RotateAuthSecret with an overlap, AuthSecretPrevious stays valid
+	// until AuthSecretPreviousUntil.
+	Authorization           bool       `bun:"authorization,notnull"`
+	AuthSecret              string     `bun:"auth_secret"`
+	AuthSecretPrevious      string     `bun:"auth_secret_previous"`
+	AuthSecretPreviousUntil *time.Time `bun:"auth_secret_previous_until"`
+}
+
+// AuthSecretsAt is the authorization secrets a token may be signed with at
+// t: the current one first, then the previous one while its overlap lasts
+// (t before AuthSecretPreviousUntil); nil when no secret was ever made.
+func (p Project) AuthSecretsAt(t time.Time) []string {
+	if p.AuthSecret == "" {
+		return nil
+	}
+	out := []string{p.AuthSecret}
+	if p.PreviousAuthSecretValidAt(t) {
+		out = append(out, p.AuthSecretPrevious)
+	}
+	return out
+}
+
+// PreviousAuthSecretValidAt reports whether the secret a rotation replaced
+// is still valid at t (its overlap has not ended).
+func (p Project) PreviousAuthSecretValidAt(t time.Time) bool {
+	return p.AuthSecretPrevious != "" && p.AuthSecretPreviousUntil != nil && t.Before(*p.AuthSecretPreviousUntil)
 }
 
 // APIKey is a project's public or secret key; only its SHA-256 hash is kept.

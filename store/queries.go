@@ -11,6 +11,14 @@ import (
 // fixTimes normalises times read back from SQLite (which returns time.Local).
 func fixTime(t time.Time) time.Time { return t.UTC() }
 
+func fixProject(p *Project) {
+	p.CreatedAt = fixTime(p.CreatedAt)
+	if p.AuthSecretPreviousUntil != nil {
+		u := fixTime(*p.AuthSecretPreviousUntil)
+		p.AuthSecretPreviousUntil = &u
+	}
+}
+
 func fixKey(k *APIKey) {
 	k.CreatedAt = fixTime(k.CreatedAt)
 	for _, t := range []**time.Time{&k.RevokedAt, &k.ExpiresAt, &k.LastUsedAt} {
@@ -109,7 +117,7 @@ func (s *Store) ProjectsByOwner(ctx context.Context, ownerID string) ([]Project,
 	var ps []Project
 	err := s.db.NewSelect().Model(&ps).Where("owner_user_id = ?", ownerID).Order("created_at", "id").Scan(ctx)
 	for i := range ps {
-		ps[i].CreatedAt = fixTime(ps[i].CreatedAt)
+		fixProject(&ps[i])
 	}
 	return ps, err
 }
@@ -122,7 +130,7 @@ func (s *Store) Project(ctx context.Context, id string) (Project, error) {
 	}
 	var p Project
 	err := s.db.NewSelect().Model(&p).Where("id = ?", id).Scan(ctx)
-	p.CreatedAt = fixTime(p.CreatedAt)
+	fixProject(&p)
 	return p, notFound(err)
 }
 
@@ -134,7 +142,7 @@ func (s *Store) ProjectOfOwner(ctx context.Context, id, ownerID string) (Project
 	}
 	var p Project
 	err := s.db.NewSelect().Model(&p).Where("id = ? AND owner_user_id = ?", id, ownerID).Scan(ctx)
-	p.CreatedAt = fixTime(p.CreatedAt)
+	fixProject(&p)
 	return p, notFound(err)
 }
 
@@ -147,7 +155,7 @@ func (s *Store) RenameProject(ctx context.Context, id, ownerID, name string) (Pr
 	var p Project
 	err := s.db.NewUpdate().Model(&p).Set("name = ?", name).
 		Where("id = ? AND owner_user_id = ?", id, ownerID).Returning("*").Scan(ctx)
-	p.CreatedAt = fixTime(p.CreatedAt)
+	fixProject(&p)
 	return p, notFound(err)
 }
 

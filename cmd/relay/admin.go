@@ -25,9 +25,15 @@ commands:
   revoke-key     --project ID --key KEYID
   mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
                  a client-emit token signed with the project's client-emit secret
+  project authorization --project ID [--on | --off | --rotate-secret [--overlap S]]
+                 channel authorization (off by default), printed as GET
+                 /api/projects/{id}/authorization answers it: --on makes its secret the
+                 first time, --off keeps the secret, --rotate-secret makes a new one (the
+                 old one valid S more seconds, 0 to 86400; 0: stops at once)
 
 Every relay running on the same store refuses a revoked or rotated-out key, and closes its
-sockets (4001), within about 2 seconds (README › Version and admin command line).`
+sockets (4001), within about 2 seconds (README › Version and admin command line); a change of
+channel authorization reaches their WebSocket handshakes in the same time.`
 
 // adminRun does an admin command with the store's operations; it returns
 // what to print as JSON.
@@ -48,6 +54,11 @@ func runAdmin(ctx context.Context, args []string, lookup func(string) (string, b
 	if name == "-h" || name == "--help" || name == "help" {
 		_, err := fmt.Fprintln(out, adminUsage)
 		return err
+	}
+	if len(args) > 1 { // a command of two words: project authorization
+		if _, ok := adminCommands[name+" "+args[1]]; ok {
+			name, args = name+" "+args[1], args[1:]
+		}
 	}
 	setup, ok := adminCommands[name]
 	if !ok {
@@ -132,6 +143,44 @@ var adminCommands = map[string]adminSetup{
 		key := fs.String("key", "", "the key's id (not the raw key)")
 		return []string{"project", "key"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
 			return map[string]bool{"ok": true}, a.RevokeKey(ctx, *project, *key)
+		}
+	},
+	"project authorization": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		on := fs.Bool("on", false, "turn channel authorization on (making its secret the first time)")
+		off := fs.Bool("off", false, "turn channel authorization off (the secret is kept)")
+		rotate := fs.Bool("rotate-secret", false, "replace the authorization secret")
+		overlap := fs.Int("overlap", 0, "with --rotate-secret: seconds the old secret stays valid (0 to 86400)")
+		check := func() error {
+			n, overlapSet := 0, false
+			fs.Visit(func(f *flag.Flag) {
+				switch f.Name {
+				case "on", "off", "rotate-secret":
+					if f.Value.String() == "true" {
+						n++
+					}
+				case "overlap":
+					overlapSet = true
+				}
+			})
+			switch max := int(api.MaxKeyOverlap / time.Second); {
+			case n > 1:
+				return errors.New("--on, --off and --rotate-secret exclude each other")
+			case overlapSet && !*rotate:
+				return errors.New("--overlap goes with --rotate-secret")
+			case *overlap < 0 || *overlap > max:
+				return fmt.Errorf("--overlap must be from 0 to %d seconds, not %d", max, *overlap)
+			}
+			return nil
+		}
+		return []string{"project"}, check, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			switch {
+			case *on, *off:
+				return a.SetAuthorization(ctx, *project, *on)
+			case *rotate:
+				return a.RotateAuthSecret(ctx, *project, time.Duration(*overlap)*time.Second)
+			}
+			return a.Authorization(ctx, *project)
 		}
 	},
 	"mint-token": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {

@@ -321,6 +321,10 @@ func cpProjectRoutes(projectID, keyID string) []cpRoute {
 		{"revoke", "POST", base + "/keys/" + keyID + "/revoke", ""},
 		{"client-emit-secret", "PATCH", base + "/client-emit-secret", `{}`},
 		{"client-emit-secret regenerate", "PATCH", base + "/client-emit-secret", `{"regenerate":true}`},
+		{"authorization", "GET", base + "/authorization", ""},
+		{"authorization on", "PATCH", base + "/authorization", `{"authorization":true}`},
+		{"authorization off", "PATCH", base + "/authorization", `{"authorization":false}`},
+		{"authorization rotate-secret", "POST", base + "/authorization/rotate-secret", `{"overlapSeconds":60}`},
 	}
 }
 
@@ -333,7 +337,11 @@ func (c *client) cpSnapshot(t testing.TB, projectID string) string {
 		t.Fatalf("get project: %d %s", get.status, get.raw)
 	}
 	_, keys := cc.cpKeys(t, projectID)
-	return get.raw + keys
+	authz := cc.do("GET", "/api/projects/"+projectID+"/authorization", "")
+	if authz.status != http.StatusOK {
+		t.Fatalf("get authorization: %d %s", authz.status, authz.raw)
+	}
+	return get.raw + keys + authz.raw
 }
 
 // ---------------------------------------------------------------------------
@@ -1176,6 +1184,10 @@ func TestMalformedRequestBodies(t *testing.T) {
 				[]string{`"public"`, `42`}},
 			{"client-emit-secret", alice, "PATCH", "/api/projects/" + p.id + "/client-emit-secret", `{"regenerate":true}`,
 				[]string{`{"regenerate":"yes"}`, `{"regenerate":1}`, `"regenerate"`}},
+			{"authorization", alice, "PATCH", "/api/projects/" + p.id + "/authorization", `{"authorization":true}`,
+				[]string{`{"authorization":"yes"}`, `{"authorization":1}`, `true`}},
+			{"authorization rotate-secret", alice, "POST", "/api/projects/" + p.id + "/authorization/rotate-secret", `{"overlapSeconds":60}`,
+				[]string{`"rotate"`, `60`}},
 		}
 		malformed := []string{`{"name":`, `{bad json}`, `<html><body>hi</body></html>`, `{"name":"x"}}`, `{"name":"x",}`, `{'name':'x'}`, "\x00\x01", `{"name":"x"`}
 		oversize := `{"name":"` + strings.Repeat("a", 70000) + `"}`
@@ -1253,6 +1265,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"GET", "/api/auth"},
 			{"POST", "/api/project"},
 			{"GET", "/api/projects/" + p.id + "/nope"},
+			{"GET", "/api/projects/" + p.id + "/authorization/nope"},
 			{"GET", "/api/projects/" + p.id + "/keys/" + kid},
 			{"POST", "/api/projects/" + p.id + "/keys/" + kid + "/unrevoke"},
 			{"GET", "/api/projects/" + p.id + "/keys/" + kid + "/revoke/extra"},
@@ -1294,6 +1307,10 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"DELETE", base + "/keys/" + kid + "/revoke", []string{"POST"}},
 			{"GET", base + "/client-emit-secret", []string{"PATCH"}},
 			{"POST", base + "/client-emit-secret", []string{"PATCH"}},
+			{"POST", base + "/authorization", []string{"GET", "PATCH"}},
+			{"DELETE", base + "/authorization", []string{"GET", "PATCH"}},
+			{"GET", base + "/authorization/rotate-secret", []string{"POST"}},
+			{"PATCH", base + "/authorization/rotate-secret", []string{"POST"}},
 			{"POST", "/healthz", []string{"GET"}},
 			{"DELETE", "/readyz", []string{"GET"}},
 			{"POST", "/readyz/traffic", []string{"GET"}},

@@ -232,6 +232,37 @@ func TestOpenAPI(t *testing.T) {
 		want(alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{"regenerate":true}`), 200)
 		want(alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `[`), 400)
 		want(alice.do("PATCH", "/api/projects/"+gone+"/client-emit-secret", ""), 404)
+		// Channel authorization: every status of its three routes.
+		authz := "/api/projects/" + p.id + "/authorization"
+		want(alice.do("GET", authz, ""), 200)
+		want(anon.do("GET", authz, ""), 401, "unauthorized")
+		want(alice.do("GET", "/api/projects/"+gone+"/authorization", ""), 404, "project_not_found")
+		want(alice.do("PATCH", authz, `{}`), 400, "authorization_required")
+		want(alice.do("PATCH", authz, `{"authorization":"yes"}`), 400, "invalid_json")
+		want(alice.send("PATCH", authz, `{"authorization":true}`, "text/plain", nil), 415, "unsupported_media_type")
+		want(alice.do("PATCH", "/api/projects/"+gone+"/authorization", `{"authorization":true}`), 404, "project_not_found")
+		want(anon.do("PATCH", authz, `{"authorization":true}`), 401, "unauthorized")
+		want(alice.do("PATCH", authz, `{"authorization":true}`), 200)
+		want(alice.do("POST", authz+"/rotate-secret", `{"overlapSeconds":86401}`), 400, "invalid_overlap")
+		want(alice.do("POST", authz+"/rotate-secret", `[`), 400, "invalid_json")
+		want(alice.send("POST", authz+"/rotate-secret", `{}`, "text/plain", nil), 415, "unsupported_media_type")
+		want(alice.do("POST", "/api/projects/"+gone+"/authorization/rotate-secret", ""), 404, "project_not_found")
+		want(anon.do("POST", authz+"/rotate-secret", ""), 401, "unauthorized")
+		if r := want(alice.do("POST", authz+"/rotate-secret", `{"overlapSeconds":300}`), 200); r.json["previousSecretExpiresAt"] == nil {
+			t.Fatalf("rotation with an overlap: %s", r.raw)
+		}
+		want(alice.do("GET", authz, ""), 200) // with the previous secret's end
+		want(alice.do("POST", authz+"/rotate-secret", ""), 200)
+		want(alice.do("PUT", authz, ""), 405)
+		want(alice.do("GET", authz+"/rotate-secret", ""), 405)
+		big := st.client(ts) // a body refused before it is read ends its connection
+		big.http.Jar = alice.http.Jar
+		want(big.do("PATCH", authz, `{"authorization":true,"x":"`+strings.Repeat("a", 70<<10)+`"}`), 413, "body_too_large")
+		big = st.client(ts)
+		big.http.Jar = alice.http.Jar
+		want(big.do("POST", authz+"/rotate-secret", `{"x":"`+strings.Repeat("a", 70<<10)+`"}`), 413, "body_too_large")
+		want(alice.do("PATCH", authz, `{"authorization":false}`), 200)
+
 		// The secret key was rotated: fetch a fresh pair.
 		pr = want(alice.do("POST", "/api/projects", `{"name":"emit"}`), 201)
 		e := project{id: pr.str("project", "id"), publicKey: pr.str("keys", "publicKey"), secretKey: pr.str("keys", "secretKey")}

@@ -30,8 +30,11 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 		if err != nil {
 			return actors.Settings{}, err
 		}
+		at := now()
 		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret,
-			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents}
+			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents,
+			// The current secret, and the previous one while its overlap lasts.
+			Authorization: p.Authorization, AuthSecrets: p.AuthSecretsAt(at)}
 		for _, r := range revs {
 			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
 		}

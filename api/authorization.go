@@ -1,0 +1,271 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
+)
+
+// Channel authorization (proto/PROTOCOL.md › Channel authorization), an
+// extension off by default: the project setting and its secret, one set of
+// operations for the JSON routes, the dashboard and `relay admin`. The
+// WebSocket handshake reads the project's authorization through the key
+// index, the project actor through its Settings: every change drops the
+// project's cached keys (here, and on the other nodes of a cluster) and
+// makes the running actors reload their settings.
+
+// codeAuthorizationRequired: PATCH …/authorization without a boolean
+// authorization (absent or null), named as name_required is.
+const codeAuthorizationRequired proto.Code = "authorization_required"
+
+var errAuthorizationRequired = &proto.Error{Code: codeAuthorizationRequired}
+
+// authorizationBody is the setting as the API answers it.
+type authorizationBody struct {
+	Authorization bool `json:"authorization"`
+	// Secret signs the tokens; null until it is first turned on (or a
+	// secret rotated).
+	Secret *string `json:"secret"`
+	// PreviousSecretExpiresAt is the end of the overlap of the secret the
+	// last rotation replaced, while it is still valid; null otherwise.
+	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt"`
+}
+
+// toAuthorizationBody is p's setting as shown at now.
+func toAuthorizationBody(p store.Project, now time.Time) authorizationBody {
+	b := authorizationBody{Authorization: p.Authorization}
+	if p.AuthSecret != "" {
+		s := p.AuthSecret
+		b.Secret = &s
+	}
+	if p.PreviousAuthSecretValidAt(now) {
+		b.PreviousSecretExpiresAt = optTimestamp(p.AuthSecretPreviousUntil)
+	}
+	return b
+}
+
+// setAuthorization turns channel authorization on or off; turning it on
+// makes the project's first authorization secret (newSecret, as the
+// client-emit secret) if it has none. It returns the project as stored.
+func (p ownedProject) setAuthorization(ctx context.Context, on bool) (store.Project, error) {
+	candidate := ""
+	if on {
+		candidate = newSecret()
+	}
+	q, err := p.ops.store.SetAuthorization(ctx, p.ID, on, candidate)
+	if errors.Is(err, store.ErrNotFound) { // deleted meanwhile
+		return q, errProjectNotFound
+	}
+	if err != nil {
+		return q, fmt.Errorf("set authorization: %w", err)
+	}
+	p.authorizationChanged()
+	return q, nil
+}
+
+// rotateAuthSecret replaces the authorization secret with a new one. With
+// overlap 0 the old one stops at once; with an overlap (up to MaxKeyOverlap,
+// as a key rotation's) tokens signed with it stay valid until now + overlap.
+// It returns the project as stored.
+func (p ownedProject) rotateAuthSecret(ctx context.Context, overlap time.Duration) (store.Project, error) {
+	if overlap < 0 || overlap > MaxKeyOverlap {
+		return store.Project{}, errInvalidOverlap
+	}
+	var until time.Time
+	if overlap > 0 {
+		until = p.ops.now().UTC().Add(overlap).Truncate(time.Microsecond)
+	}
+	q, err := p.ops.store.RotateAuthSecret(ctx, p.ID, newSecret(), until)
+	if errors.Is(err, store.ErrNotFound) {
+		return q, errProjectNotFound
+	}
+	if err != nil {
+		return q, fmt.Errorf("rotate authorization secret: %w", err)
+	}
+	p.authorizationChanged()
+	return q, nil
+}
+
+// authorizationChanged tells the live connection plane: this node's key
+// index drops the project's keys (the handshake reads the authorization
+// with them), the other nodes of a cluster drop theirs (no key is revoked),
+// and the running project actors, here and on the other nodes, reload their
+// settings. Nodes outside the cluster drop their cached keys when they read
+// the key change the store recorded with the change.
+func (p ownedProject) authorizationChanged() {
+	p.ops.keys.invalidate(p.ID)
+	p.ops.live.KeysRevoked(p.ID, nil)
+	p.ops.live.SettingsChanged(p.ID)
+}
+
+// The JSON routes.
+
+type authorizationPatch struct {
+	Authorization *bool `json:"authorization"`
+}
+
+type rotateAuthSecretBody struct {
+	// OverlapSeconds: as a key rotation's (overlapOf).
+	OverlapSeconds json.RawMessage `json:"overlapSeconds"`
+}
+
+func (c controlPlane) handleGetAuthorization(w http.ResponseWriter, r *http.Request) {
+	if p, ok := c.owned(w, r); ok {
+		writeJSON(w, http.StatusOK, toAuthorizationBody(p.Project, c.now()))
+	}
+}
+
+func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Request) {
+	var in authorizationPatch
+	if err := decodeControl(w, r, &in); err != nil {
+		writeDecodeError(w, err)
+		return
+	}
+	p, ok := c.owned(w, r)
+	if !ok {
+		return
+	}
+	if in.Authorization == nil {
+		c.writeOpError(w, errAuthorizationRequired)
+		return
+	}
+	q, err := p.setAuthorization(r.Context(), *in.Authorization)
+	if err != nil {
+		c.writeOpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAuthorizationBody(q, c.now()))
+}
+
+func (c controlPlane) handleRotateAuthSecret(w http.ResponseWriter, r *http.Request) {
+	var in rotateAuthSecretBody
+	if err := decodeControl(w, r, &in); err != nil {
+		writeDecodeError(w, err)
+		return
+	}
+	p, ok := c.owned(w, r)
+	if !ok {
+		return
+	}
+	overlap, err := overlapOf(in.OverlapSeconds)
+	if err != nil {
+		c.writeOpError(w, err)
+		return
+	}
+	q, err := p.rotateAuthSecret(r.Context(), overlap)
+	if err != nil {
+		c.writeOpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toAuthorizationBody(q, c.now()))
+}
+
+// The dashboard's forms (the project page's "Channel authorization").
+
+// handleAuthorizationOn turns it on, after a confirmation: presence then
+// needs a connection token, which pages that connect today do not send.
+func (d dashboard) handleAuthorizationOn(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok || !d.confirmed(w, r, v, p, confirmView{
+		Heading: "Turn on channel authorization?",
+		Message: "From now on private- channels need a grant from a token signed with the authorization secret, and presence needs a connection token " +
+			"whose sub is the clientId. Connections without a token can still subscribe to public channels, without presence.",
+		Button: "Turn on",
+	}) {
+		return
+	}
+	if _, err := p.setAuthorization(r.Context(), true); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
+		return
+	}
+	done(w, r, p.ID, "auth-on")
+}
+
+// handleAuthorizationOff turns it off, after a confirmation: private-
+// channels are then open to every connection. The secret is kept.
+func (d dashboard) handleAuthorizationOff(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok || !d.confirmed(w, r, v, p, confirmView{
+		Heading: "Turn off channel authorization?",
+		Message: "Tokens are then ignored: any connection with the public key can subscribe to private- channels and join presence with any clientId. " +
+			"The authorization secret is kept for when you turn it on again.",
+		Button: "Turn off", Danger: true,
+	}) {
+		return
+	}
+	if _, err := p.setAuthorization(r.Context(), false); err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
+		return
+	}
+	done(w, r, p.ID, "auth-off")
+}
+
+// handleRotateAuthSecret replaces the secret, the old one valid for the
+// overlap chosen (as a key rotation's form).
+func (d dashboard) handleRotateAuthSecret(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok {
+		return
+	}
+	overlap, err := overlapOf(json.RawMessage(strings.TrimSpace(r.PostFormValue("overlapSeconds"))))
+	if err == nil {
+		_, err = p.rotateAuthSecret(r.Context(), overlap)
+	}
+	if err != nil {
+		d.opFailed(w, r, v, p.Project, err, nil)
+		return
+	}
+	if overlap > 0 {
+		done(w, r, p.ID, "auth-overlap")
+		return
+	}
+	done(w, r, p.ID, "auth-rotated")
+}
+
+// The command line.
+
+// Authorization is the project's channel authorization, as GET
+// /api/projects/{id}/authorization answers it.
+func (a *Admin) Authorization(ctx context.Context, projectID string) (any, error) {
+	p, err := a.project(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	return toAuthorizationBody(p.Project, a.ops.now()), nil
+}
+
+// SetAuthorization turns channel authorization on or off, as PATCH
+// /api/projects/{id}/authorization does, and returns what it answers.
+func (a *Admin) SetAuthorization(ctx context.Context, projectID string, on bool) (any, error) {
+	p, err := a.project(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	q, err := p.setAuthorization(ctx, on)
+	if err != nil {
+		return nil, err
+	}
+	return toAuthorizationBody(q, a.ops.now()), nil
+}
+
+// RotateAuthSecret replaces the authorization secret, as POST
+// /api/projects/{id}/authorization/rotate-secret does, and returns what it
+// answers.
+func (a *Admin) RotateAuthSecret(ctx context.Context, projectID string, overlap time.Duration) (any, error) {
+	p, err := a.project(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	q, err := p.rotateAuthSecret(ctx, overlap)
+	if err != nil {
+		return nil, err
+	}
+	return toAuthorizationBody(q, a.ops.now()), nil
+}

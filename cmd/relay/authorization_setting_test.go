@@ -1,0 +1,333 @@
+package main
+
+// The project setting of channel authorization (proto/PROTOCOL.md › Channel
+// authorization): the JSON routes, the settings the actors load, the
+// dashboard's section and `relay admin project authorization`, each on
+// SQLite and on PostgreSQL. What a token does at the handshake and on the
+// socket is tested with the connection plane.
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// cpAuthorization is the exact body of the authorization routes.
+func cpAuthorization(on bool, secret, previousUntil any) string {
+	return cpJSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil})
+}
+
+// TestAuthorizationSettingAPI: off with no secret until turned on; on makes
+// the secret once; off keeps it; a rotation replaces it, the old one shown
+// as valid until the end of the overlap while it lasts; every refusal with
+// its exact body, changing nothing.
+func TestAuthorizationSettingAPI(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		ts := startServerAt(t, dbURL, nil, clock.Now)
+		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		p, pb := alice.cpCreate(t, "Private", aliceID)
+		q, _ := alice.cpCreate(t, "Other", aliceID)
+		path := "/api/projects/" + p.id + "/authorization"
+		rotate := path + "/rotate-secret"
+		off := cpAuthorization(false, nil, nil)
+
+		alice.do("GET", path, "").expect(t, http.StatusOK, off)
+		// Refusals before any secret exists: nothing made.
+		for _, body := range []string{"", `{}`, `{"authorization":null}`, `{"on":true}`} {
+			alice.do("PATCH", path, body).expect(t, http.StatusBadRequest, `{"error":"authorization_required"}`)
+		}
+		for _, body := range []string{`{"authorization":"true"}`, `{"authorization":1}`, `{"authorization":[true]}`, `[`, `true`} {
+			alice.do("PATCH", path, body).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+		}
+		alice.send("PATCH", path, `{"authorization":true}`, "text/plain", nil).expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+		alice.do("GET", path, "").expect(t, http.StatusOK, off)
+
+		// On: the secret is made, random and long enough to sign with.
+		on := alice.do("PATCH", path, `{"authorization":true}`)
+		secret := on.str("secret")
+		on.expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		if len(secret) < 43 || strings.ContainsAny(secret, "+/=") {
+			t.Fatalf("authorization secret %q: want 32 random bytes in base64url", secret)
+		}
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		// Off keeps the secret; on again brings it back.
+		alice.do("PATCH", path, `{"authorization":false}`).expect(t, http.StatusOK, cpAuthorization(false, secret, nil))
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(false, secret, nil))
+		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		// Another project stays as it was.
+		alice.do("GET", "/api/projects/"+q.id+"/authorization", "").expect(t, http.StatusOK, off)
+
+		// Rotation: refused overlaps, in the key rotation's words.
+		for _, body := range []string{`{"overlapSeconds":-1}`, `{"overlapSeconds":86401}`, `{"overlapSeconds":1.5}`, `{"overlapSeconds":"60"}`, `{"overlapSeconds":true}`, `{"overlapSeconds":{}}`} {
+			alice.do("POST", rotate, body).expect(t, http.StatusBadRequest, `{"error":"invalid_overlap"}`)
+		}
+		for _, body := range []string{`[`, `{"overlapSeconds":`, `"x"`} {
+			alice.do("POST", rotate, body).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+		}
+		alice.send("POST", rotate, `{}`, "application/x-www-form-urlencoded", nil).expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+
+		// Without overlap (empty body, {}, 0, null): a new secret, no previous.
+		seen := []string{secret}
+		for _, body := range []string{"", `{}`, `{"overlapSeconds":0}`, `{"overlapSeconds":null}`} {
+			r := alice.do("POST", rotate, body)
+			s := r.str("secret")
+			r.expect(t, http.StatusOK, cpAuthorization(true, s, nil))
+			if slices.Contains(seen, s) || len(s) < 43 {
+				t.Fatalf("rotation %q made secret %q (seen %q)", body, s, seen)
+			}
+			seen = append(seen, s)
+		}
+		// With an overlap: the previous one is valid until now + overlap.
+		prev := seen[len(seen)-1]
+		until := clock.Now().UTC().Add(300 * time.Second).Format("2006-01-02T15:04:05.000Z")
+		r := alice.do("POST", rotate, `{"overlapSeconds":300}`)
+		cur := r.str("secret")
+		r.expect(t, http.StatusOK, cpAuthorization(true, cur, until))
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, cur, until))
+		stored, err := ts.app.store.Project(context.Background(), p.id)
+		if err != nil || stored.AuthSecret != cur || stored.AuthSecretPrevious != prev {
+			t.Fatalf("stored: %+v, %v", stored, err)
+		}
+		// Turning it off and on leaves the overlap as it is.
+		alice.do("PATCH", path, `{"authorization":false}`).expect(t, http.StatusOK, cpAuthorization(false, cur, until))
+		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorization(true, cur, until))
+		// Once the overlap has ended, no previous secret is shown.
+		clock.Advance(300 * time.Second)
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, cur, nil))
+		// The longest overlap is the key rotation's.
+		r = alice.do("POST", rotate, `{"overlapSeconds":86400}`)
+		r.expect(t, http.StatusOK, cpAuthorization(true, r.str("secret"), clock.Now().UTC().Add(24*time.Hour).Format("2006-01-02T15:04:05.000Z")))
+
+		// The secret is shown only by these routes.
+		get := alice.do("GET", "/api/projects/"+p.id, "")
+		get.expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		list := alice.do("GET", "/api/projects", "")
+		_, keys := alice.cpKeys(t, p.id)
+		for _, body := range []string{get.raw, list.raw, keys} {
+			for _, s := range append(seen, cur) {
+				if strings.Contains(body, s) {
+					t.Fatalf("an authorization secret leaks outside its routes: %s", body)
+				}
+			}
+		}
+	})
+}
+
+// TestAuthorizationSettingsLoader: the settings the project actors load
+// carry the setting and the secrets a token may be signed with: the current
+// one, and the previous one until its overlap ends.
+func TestAuthorizationSettingsLoader(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ctx := context.Background()
+		st := storetest.Open(t, dbURL)
+		u, err := st.CreateUser(ctx, "a@example.com", "h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := st.CreateProject(ctx, u.ID, "demo", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := newClock()
+		load := settingsLoader(st, clock.Now)
+		s, err := load(ctx, p.ID)
+		if err != nil || s.Authorization || s.AuthSecrets != nil {
+			t.Fatalf("a project that never turned it on: %+v, %v", s, err)
+		}
+		if _, err := st.SetAuthorization(ctx, p.ID, true, "one"); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ = load(ctx, p.ID); !s.Authorization || !slices.Equal(s.AuthSecrets, []string{"one"}) {
+			t.Fatalf("on: %+v", s)
+		}
+		until := clock.Now().UTC().Add(time.Minute).Truncate(time.Microsecond)
+		if _, err := st.RotateAuthSecret(ctx, p.ID, "two", until); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two", "one"}) {
+			t.Fatalf("in the overlap: %+v", s)
+		}
+		clock.Advance(time.Minute)
+		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two"}) {
+			t.Fatalf("after the overlap: %+v", s)
+		}
+		if _, err := st.SetAuthorization(ctx, p.ID, false, ""); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ = load(ctx, p.ID); s.Authorization || !slices.Equal(s.AuthSecrets, []string{"two"}) {
+			t.Fatalf("off: %+v", s)
+		}
+	})
+}
+
+// TestAdminProjectAuthorization: `relay admin project authorization` prints
+// what the API answers, on and off, rotates with an overlap, refuses a bad
+// command line before opening the store, and a change reaches a relay
+// running on the same store.
+func TestAdminProjectAuthorization(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
+		p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
+		pid := p["project"].(map[string]any)["id"].(string)
+		show := func(args ...string) map[string]any {
+			t.Helper()
+			v := adminOK(t, dbURL, append([]string{"project", "authorization", "--project", pid}, args...)...)
+			if keysOf(v) != "authorization,previousSecretExpiresAt,secret" {
+				t.Fatalf("printed %v", v)
+			}
+			return v
+		}
+		if v := show(); v["authorization"] != false || v["secret"] != nil || v["previousSecretExpiresAt"] != nil {
+			t.Fatalf("a new project: %v", v)
+		}
+		v := show("--on")
+		secret, _ := v["secret"].(string)
+		if v["authorization"] != true || len(secret) < 43 || v["previousSecretExpiresAt"] != nil {
+			t.Fatalf("--on: %v", v)
+		}
+		if v := show("--off"); v["authorization"] != false || v["secret"] != secret {
+			t.Fatalf("--off: %v", v)
+		}
+		v = show("--rotate-secret", "--overlap", "60")
+		until, _ := time.Parse(time.RFC3339, v["previousSecretExpiresAt"].(string))
+		if v["authorization"] != false || v["secret"] == secret || v["secret"] == nil || time.Until(until) < 50*time.Second || time.Until(until) > 70*time.Second {
+			t.Fatalf("--rotate-secret --overlap 60: %v", v)
+		}
+		current := v["secret"].(string)
+		if v := show(); v["secret"] != current || v["previousSecretExpiresAt"] == nil {
+			t.Fatalf("after the rotation: %v", v)
+		}
+		if v := show("--rotate-secret"); v["secret"] == current || v["previousSecretExpiresAt"] != nil {
+			t.Fatalf("--rotate-secret: %v", v)
+		}
+
+		// A relay on the same store answers the same.
+		v = show("--on")
+		ts := startServer(t, dbURL, nil)
+		c := ts.client()
+		c.do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).expect(t, http.StatusOK,
+			cpJSON(map[string]string{"id": p["project"].(map[string]any)["ownerUserId"].(string), "email": "dana@example.com"}))
+		c.do("GET", "/api/projects/"+pid+"/authorization", "").expect(t, http.StatusOK, cpAuthorization(true, v["secret"], nil))
+
+		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "00000000-0000-0000-0000-000000000000", "--on")
+		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "nope")
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--on"}, "--project is required"},
+			{[]string{"--project", pid, "--on", "--off"}, "exclude each other"},
+			{[]string{"--project", pid, "--on", "--rotate-secret"}, "exclude each other"},
+			{[]string{"--project", pid, "--on", "--overlap", "5"}, "--overlap goes with --rotate-secret"},
+			{[]string{"--project", pid, "--rotate-secret", "--overlap", "86401"}, "--overlap must be from 0 to 86400 seconds"},
+			{[]string{"--project", pid, "--rotate-secret", "--overlap", "-1"}, "--overlap must be from 0 to 86400 seconds"},
+			{[]string{"--project", pid, "--rotate-secret", "--overlap", "1m"}, "invalid value"},
+			{[]string{"--project", pid, "extra"}, "unexpected argument"},
+		} {
+			adminFails(t, dbURL, 2, tc.want, append([]string{"project", "authorization"}, tc.args...)...)
+		}
+		adminFails(t, dbURL, 2, `unknown admin command "project"`, "project", "--project", pid)
+		if v := show(); v["authorization"] != true {
+			t.Fatalf("refused command lines changed the setting: %v", v)
+		}
+	})
+}
+
+// TestDashboardAuthorization: the project page's "Channel authorization":
+// off with no secret on a new project; turning it on or off asks first; the
+// secret shown is the API's; a rotation with an overlap shows until when the
+// old one stays valid; a refused overlap changes nothing.
+func TestDashboardAuthorization(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		c := ts.dash(t)
+		c.signup("alice@example.com")
+		p := c.create("Private")
+		page := "/projects/" + p.id
+		var api client = *ts.client()
+		api.http.Jar = c.http.Jar
+		apiPath := "/api/projects/" + p.id + "/authorization"
+
+		view := c.get(page)
+		if view.byID("authorization-state") != "off" || view.byID("no-authorization-secret") == "" || view.byID("authorization-secret") != "" ||
+			!strings.Contains(view.body, `href="/projects/`+p.id+`/authorization/on"`) || strings.Contains(view.body, "rotate-authorization") {
+			t.Fatalf("a new project's authorization section:\n%s", view.body)
+		}
+
+		// On: GET and an unconfirmed POST only ask.
+		if r := c.get(page + "/authorization/on"); r.status != http.StatusOK || !strings.Contains(r.body, `name="confirm" value="yes"`) {
+			t.Fatalf("confirmation page: %d\n%s", r.status, r.body)
+		}
+		if r := c.submit(page, page+"/authorization/on", nil); r.status != http.StatusOK || !strings.Contains(r.body, "Turn on channel authorization?") {
+			t.Fatalf("unconfirmed POST: %d", r.status)
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, nil, nil))
+		c.submit(page, page+"/authorization/on", url.Values{"confirm": {"yes"}}).expectRedirect(t, page+"?done=auth-on")
+		view = c.get(page + "?done=auth-on")
+		secret := view.byID("authorization-secret")
+		if view.byID("authorization-state") != "on" || len(secret) < 43 || !strings.Contains(view.noticeText(), "Channel authorization is on") {
+			t.Fatalf("after turning on: state %q secret %q notice %q", view.byID("authorization-state"), secret, view.noticeText())
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+
+		// Rotate: a refused overlap changes nothing; one with an overlap shows its end.
+		for _, bad := range []string{"-1", "86401", "abc", "1.5"} {
+			c.submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {bad}}).expectError(t, http.StatusBadRequest, "whole number of seconds")
+		}
+		if got := c.get(page).byID("authorization-secret"); got != secret {
+			t.Fatalf("refused rotations changed the secret: %q", got)
+		}
+		c.submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {"3600"}}).expectRedirect(t, page+"?done=auth-overlap")
+		view = c.get(page + "?done=auth-overlap")
+		rotated := view.byID("authorization-secret")
+		if rotated == secret || rotated == "" || !strings.HasPrefix(view.byID("authorization-previous-until"), "previous secret valid until ") ||
+			!strings.Contains(view.noticeText(), "accepted until") {
+			t.Fatalf("after a rotation with overlap: secret %q until %q notice %q", rotated, view.byID("authorization-previous-until"), view.noticeText())
+		}
+		r := api.do("GET", apiPath, "")
+		r.expect(t, http.StatusOK, cpAuthorization(true, rotated, r.json["previousSecretExpiresAt"]))
+		if r.json["previousSecretExpiresAt"] == nil {
+			t.Fatalf("the API shows no previous secret: %s", r.raw)
+		}
+		c.submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {"0"}}).expectRedirect(t, page+"?done=auth-rotated")
+		view = c.get(page)
+		if again := view.byID("authorization-secret"); again == rotated || again == "" || view.byID("authorization-previous-until") != "" {
+			t.Fatalf("after a rotation without overlap: %q, until %q", again, view.byID("authorization-previous-until"))
+		}
+		rotated = view.byID("authorization-secret")
+
+		// Off: asks first, keeps the secret.
+		if r := c.submit(page, page+"/authorization/off", nil); r.status != http.StatusOK || !strings.Contains(r.body, "Turn off channel authorization?") {
+			t.Fatalf("unconfirmed off: %d", r.status)
+		}
+		c.submit(page, page+"/authorization/off", url.Values{"confirm": {"yes"}}).expectRedirect(t, page+"?done=auth-off")
+		view = c.get(page)
+		if view.byID("authorization-state") != "off" || view.byID("authorization-secret") != rotated {
+			t.Fatalf("after turning off: state %q secret %q", view.byID("authorization-state"), view.byID("authorization-secret"))
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
+
+		// CSRF and someone else's project: refused, nothing changes.
+		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret"} {
+			c.post(path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).expectError(t, http.StatusForbidden, "CSRF check failed")
+		}
+		bob := ts.dash(t)
+		bob.signup("bob@example.com")
+		for _, path := range []string{page + "/authorization/on", page + "/authorization/off"} {
+			bob.get(path).expectError(t, http.StatusNotFound, "Project not found")
+		}
+		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret"} {
+			bob.submit("/", path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).expectError(t, http.StatusNotFound, "Project not found")
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
+	})
+}
