@@ -7,6 +7,8 @@
 package client
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -34,6 +36,16 @@ type Options struct {
 	Jitter func() float64
 	// OnState is called (in order, from one goroutine) on every state change.
 	OnState func(State)
+
+	// Token, for a project with channel authorization (proto/PROTOCOL.md),
+	// gives a connection token (a JWT from the application's backend). It
+	// is called on every connect and reconnect (sent as ?token=), and to
+	// refresh the token on the socket 30 s before its exp or when the
+	// server sends token_expiring; after a close 4011 or a refused refresh
+	// (an *Error invalid_token on Errors) the client reconnects at once
+	// with a fresh one. An error it returns fails Dial, or on a reconnect
+	// goes to Errors and the client retries with backoff. nil: no token.
+	Token func(ctx context.Context) (string, error)
 }
 
 func (o *Options) defaults() {
@@ -142,6 +154,11 @@ type SubscribeOptions struct {
 	// the subscription from there (replayed messages included), a nil one
 	// keeps its place.
 	Since *uint64
+	// Token gives a subscribe token for this channel (channel
+	// authorization), called on every subscribe and resubscribe of it and
+	// sent with the subscribe. An error it returns fails Subscribe; on a
+	// reconnect it ends the subscription and goes to Errors.
+	Token func(ctx context.Context) (string, error)
 }
 
 // Subscription is one channel's stream of events.
@@ -209,6 +226,41 @@ func wsURL(base, publicKey string) (string, error) {
 	q.Set("publicKey", publicKey)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// Channel authorization's error codes (proto/PROTOCOL.md › Channel
+// authorization): a refused subscribe, a refused refresh or handshake.
+const (
+	CodeTokenRequired         = "token_required"
+	CodeClientIDMismatch      = "client_id_mismatch"
+	CodeChannelForbidden      = "channel_forbidden"
+	CodeInvalidSubscribeToken = "invalid_subscribe_token"
+	CodeInvalidToken          = "invalid_token"
+	CodeTokenExpired          = "token_expired"
+)
+
+// CloseTokenExpired is the close code of a connection whose token expired
+// without a refresh: the client reconnects at once with a fresh token.
+const CloseTokenExpired = 4011
+
+// tokenExp reads a JWT's exp without verifying it (only to know when to
+// refresh); zero when it has none.
+func tokenExp(token string) time.Time {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}
+	}
+	var claims struct {
+		Exp *float64 `json:"exp"`
+	}
+	if json.Unmarshal(raw, &claims) != nil || claims.Exp == nil {
+		return time.Time{}
+	}
+	return time.Unix(int64(*claims.Exp), 0)
 }
 
 // validate checks what the server would refuse anyway, so that every error

@@ -1,14 +1,19 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -46,6 +51,21 @@ type Client struct {
 	pong      chan struct{}
 	errs      chan error
 	states    chan State
+	tok       *tokenState // the current connection's token, with Options.Token; nil otherwise
+}
+
+// tokenState is one connection's channel-authorization token: its exp, and
+// what dispatch hands the refresher (guarded by Client.mu but the channels).
+type tokenState struct {
+	exp      time.Time
+	expiring chan int64  // a token_expiring's exp
+	answer   chan string // the answer to the refresh sent: "ok", invalid_token or unknown_action
+	waiting  bool        // a refresh was sent and not answered
+	restart  atomic.Bool // a refused refresh: reconnect at once
+}
+
+func newTokenState(token string) *tokenState {
+	return &tokenState{exp: tokenExp(token), expiring: make(chan int64, 1), answer: make(chan string, 1)}
 }
 
 // Dial connects to base (http://host:port, or the ws:// address) with a
@@ -66,7 +86,7 @@ func Dial(ctx context.Context, base, publicKey string, opts Options) (*Client, e
 	c.wg.Add(1)
 	go c.notifyStates()
 	c.setState(Connecting)
-	conn, err := c.dial(ctx)
+	conn, tok, err := c.dial(ctx)
 	if err != nil {
 		c.setState(Closed)
 		cancel()
@@ -75,7 +95,7 @@ func Dial(ctx context.Context, base, publicKey string, opts Options) (*Client, e
 		return nil, err
 	}
 	c.wg.Add(1)
-	go c.run(conn)
+	go c.run(conn, tok)
 	return c, nil
 }
 
@@ -109,28 +129,59 @@ func (c *Client) State() State {
 	return c.state
 }
 
-// HandshakeError is a refused connect (401 for a bad key, 503 while the
-// server shuts down).
-type HandshakeError struct{ Status int }
+// HandshakeError is a refused connect (401 for a bad key or, with channel
+// authorization, a bad or expired token; 503 while the server shuts down).
+type HandshakeError struct {
+	Status int
+	Code   string // the answer's error code (invalid_public_key, invalid_token, token_expired, …), if it had one
+}
 
 func (e *HandshakeError) Error() string {
+	if e.Code != "" {
+		return "relay client: handshake refused: " + http.StatusText(e.Status) + " (" + e.Code + ")"
+	}
 	return "relay client: handshake refused: " + http.StatusText(e.Status)
 }
 
-func (c *Client) dial(ctx context.Context) (net.Conn, error) {
-	d := ws.Dialer{Timeout: 10 * time.Second}
-	conn, br, _, err := d.Dial(ctx, c.url)
+// dial connects, with a fresh connection token when Options.Token is set
+// (returned, for its exp).
+func (c *Client) dial(ctx context.Context) (net.Conn, string, error) {
+	u, token := c.url, ""
+	if c.opts.Token != nil {
+		var err error
+		if token, err = c.opts.Token(ctx); err != nil {
+			return nil, "", fmt.Errorf("relay client: connection token: %w", err)
+		}
+		u += "&token=" + url.QueryEscape(token)
+	}
+	var code string
+	d := ws.Dialer{Timeout: 10 * time.Second, OnStatusError: func(_ int, _ []byte, resp io.Reader) {
+		var b struct {
+			Error string `json:"error"`
+		}
+		if res, err := http.ReadResponse(bufio.NewReader(io.LimitReader(resp, 64<<10)), nil); err == nil {
+			json.NewDecoder(io.LimitReader(res.Body, 4<<10)).Decode(&b)
+			res.Body.Close()
+		}
+		code = b.Error
+	}}
+	conn, br, _, err := d.Dial(ctx, u)
 	var se ws.StatusError
 	if errors.As(err, &se) {
-		return nil, &HandshakeError{Status: int(se)}
+		return nil, "", &HandshakeError{Status: int(se), Code: code}
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if br != nil && br.Buffered() > 0 {
 		conn = &bufferedConn{Conn: conn, r: br}
 	}
-	return conn, nil
+	return conn, token, nil
+}
+
+// retryable: a handshake refused for its token, which a fresh one may pass.
+func (c *Client) retryable(he *HandshakeError) bool {
+	return c.opts.Token != nil && (he.Code == CodeInvalidToken || he.Code == CodeTokenExpired)
 }
 
 type bufferedConn struct {
@@ -142,14 +193,18 @@ func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // run owns the connection cycle: serve a connection, then reconnect with
 // backoff, resubscribing, until Close or a reason not to.
-func (c *Client) run(conn net.Conn) {
+func (c *Client) run(conn net.Conn, token string) {
 	defer c.wg.Done()
 	defer c.shutdown()
 	attempt := 0
 	for {
 		healthy := c.opts.Clock(HealthyConnection) // on the injected clock, like the backoff
-		c.attach(conn)
-		code := c.serve(conn)
+		var tok *tokenState
+		if c.opts.Token != nil {
+			tok = newTokenState(token)
+		}
+		c.attach(conn, tok)
+		code := c.serve(conn, tok)
 		c.detach()
 		if c.ctx.Err() != nil {
 			return
@@ -163,42 +218,62 @@ func (c *Client) run(conn net.Conn) {
 		default:
 		}
 		c.setState(Reconnecting)
+		// 4011: the token expired (or a refresh was refused): a fresh token, at once.
+		now := code == CloseTokenExpired || tok != nil && tok.restart.Load()
 		for {
-			select {
-			case <-c.opts.Clock(Backoff(attempt, c.opts.MaxReconnectDelay, c.opts.Jitter())):
-			case <-c.ctx.Done():
-				return
+			if !now {
+				select {
+				case <-c.opts.Clock(Backoff(attempt, c.opts.MaxReconnectDelay, c.opts.Jitter())):
+				case <-c.ctx.Done():
+					return
+				}
+				attempt++
 			}
-			attempt++
+			now = false
 			var err error
-			conn, err = c.dial(c.ctx)
+			conn, token, err = c.dial(c.ctx)
 			var he *HandshakeError
-			if errors.As(err, &he) && he.Status == http.StatusUnauthorized {
+			if errors.As(err, &he) && he.Status == http.StatusUnauthorized && !c.retryable(he) {
 				c.report(err)
 				return // the key was revoked: retrying cannot help
 			}
 			if err == nil {
 				break
 			}
+			if c.opts.Token != nil && c.ctx.Err() == nil {
+				c.report(err) // the token callback's error, or a token refused: the application may want to know
+			}
 		}
 	}
 }
 
 // attach makes conn current and resubscribes every subscription, asking for
-// replay from the last seq seen.
-func (c *Client) attach(conn net.Conn) {
-	c.writeMu.Lock()
+// replay from the last seq seen (with a fresh subscribe token for those that
+// have a Token: one whose Token fails ends, its error on Errors).
+func (c *Client) attach(conn net.Conn, tok *tokenState) {
+	c.writeMu.Lock() // held while the tokens are fetched: no Subscribe changes opts meanwhile
 	defer c.writeMu.Unlock()
+	tokens := c.subscribeTokens(c.ctx)
 	c.mu.Lock()
-	c.conn = conn
+	c.conn, c.tok = conn, tok
 	var frames [][]byte
 	for ch, s := range c.subs {
 		s.acked = false // a new connection holds none of them yet
+		if err, failed := tokens[s].(error); failed {
+			for p := pop(c.waitSub, ch); p != nil; p = pop(c.waitSub, ch) {
+				p.done <- err
+			}
+			delete(c.subs, ch)
+			s.end()
+			c.report(err)
+			continue
+		}
+		token, _ := tokens[s].(string)
 		n := max(1, len(c.waitSub[ch]))
 		if len(c.waitSub[ch]) == 0 {
 			c.waitSub[ch] = append(c.waitSub[ch], newPending())
 		}
-		f := subscribeFrame(ch, s.opts, s.lastSeq, s.hasSeq)
+		f := subscribeFrame(ch, s.opts, s.lastSeq, s.hasSeq, token)
 		for range n {
 			frames = append(frames, f)
 		}
@@ -210,11 +285,46 @@ func (c *Client) attach(conn net.Conn) {
 	}
 }
 
+// subscribeTokens calls the Token of every subscription that has one: a
+// string, or an error, for each. Caller holds writeMu, not mu.
+func (c *Client) subscribeTokens(ctx context.Context) map[*Subscription]any {
+	c.mu.Lock()
+	var with []*Subscription
+	for _, s := range c.subs {
+		if s.opts.Token != nil {
+			with = append(with, s)
+		}
+	}
+	c.mu.Unlock()
+	tokens := map[*Subscription]any{}
+	for _, s := range with {
+		if t, err := s.opts.Token(ctx); err != nil {
+			tokens[s] = &TokenError{Channel: s.channel, Err: err}
+		} else {
+			tokens[s] = t
+		}
+	}
+	return tokens
+}
+
+// TokenError is a subscribe Token that failed: it fails Subscribe, and on a
+// reconnect ends the subscription.
+type TokenError struct {
+	Channel string
+	Err     error
+}
+
+func (e *TokenError) Error() string {
+	return "relay client: subscribe token for " + e.Channel + ": " + e.Err.Error()
+}
+
+func (e *TokenError) Unwrap() error { return e.Err }
+
 // detach fails what cannot survive the connection: unsubscribes count as done
 // (the new connection will not have the subscription), emits fail.
 func (c *Client) detach() {
 	c.mu.Lock()
-	c.conn = nil
+	c.conn, c.tok = nil, nil
 	for ch, ps := range c.waitUnsub {
 		for _, p := range ps {
 			p.done <- nil
@@ -253,12 +363,16 @@ func (c *Client) shutdown() {
 
 // serve reads until the connection ends and returns the close code (0 when
 // the connection just dropped).
-func (c *Client) serve(conn net.Conn) int {
+func (c *Client) serve(conn net.Conn, tok *tokenState) int {
 	stop := make(chan struct{})
 	var hb sync.WaitGroup // every goroutine of this connection
 	if c.opts.HeartbeatInterval > 0 {
 		hb.Add(1)
 		go func() { defer hb.Done(); c.heartbeat(conn, stop) }()
+	}
+	if tok != nil {
+		hb.Add(1)
+		go func() { defer hb.Done(); c.refresher(conn, tok, stop) }()
 	}
 	defer func() { close(stop); conn.Close(); hb.Wait() }()
 	hb.Add(1)
@@ -308,6 +422,81 @@ func (c *Client) heartbeat(conn net.Conn, stop chan struct{}) {
 	}
 }
 
+// refreshLead: the connection token is refreshed this long before its exp.
+const refreshLead = 30 * time.Second
+
+// refresher refreshes the connection token on the socket: refreshLead
+// before its exp, or when the server sends token_expiring. A refused refresh
+// closes the socket (run reconnects at once); a project without channel
+// authorization answers unknown_action, and it stops. A short token (under
+// twice refreshLead when got) is refreshed halfway to its exp, at least a
+// second later, and token_expiring about it is left to that timer: a
+// backend minting short tokens is not asked in a loop.
+func (c *Client) refresher(conn net.Conn, tok *tokenState, stop chan struct{}) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	exp := tok.exp
+	isShort := func() bool { return !exp.IsZero() && time.Until(exp) < 2*refreshLead }
+	short := isShort() // as the token was got
+	for {
+		var timer <-chan time.Time
+		if !exp.IsZero() {
+			left := time.Until(exp)
+			timer = c.opts.Clock(max(left-refreshLead, left/2, time.Second))
+		}
+		select {
+		case <-stop:
+			return
+		case <-timer:
+		case e := <-tok.expiring:
+			if !exp.IsZero() && (e < exp.Unix() || e == exp.Unix() && short) {
+				continue // about a token replaced, or a short one the timer takes care of
+			}
+		}
+		token, err := c.opts.Token(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			c.report(fmt.Errorf("relay client: connection token: %w", err))
+			exp = time.Time{} // no retry but on token_expiring; else a 4011 reconnects
+			continue
+		}
+		b, _ := json.Marshal(map[string]string{"action": "refresh", "token": token})
+		c.writeMu.Lock()
+		c.mu.Lock()
+		tok.waiting = true
+		c.mu.Unlock()
+		c.writeLocked(conn, b)
+		c.writeMu.Unlock()
+		var answer string
+		select {
+		case answer = <-tok.answer:
+		case <-stop:
+			return
+		}
+		switch answer {
+		case "ok":
+			exp = tokenExp(token)
+			short = isShort()
+		case CodeInvalidToken:
+			c.report(&Error{Code: CodeInvalidToken})
+			tok.restart.Store(true)
+			conn.Close()
+			return
+		default: // unknown_action: no channel authorization here, the token is ignored
+			return
+		}
+	}
+}
+
 func (c *Client) write(conn net.Conn, frame []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -327,13 +516,16 @@ func (c *Client) report(err error) {
 	}
 }
 
-func subscribeFrame(channel string, o SubscribeOptions, since uint64, hasSince bool) []byte {
+func subscribeFrame(channel string, o SubscribeOptions, since uint64, hasSince bool, token string) []byte {
 	m := map[string]any{"action": "subscribe", "channel": channel}
 	if o.Presence {
 		m["presence"], m["clientId"] = true, o.ClientID
 	}
 	if hasSince {
 		m["since"] = since
+	}
+	if token != "" {
+		m["token"] = token
 	}
 	b, _ := json.Marshal(m)
 	return b
@@ -371,6 +563,8 @@ type frame struct {
 	Seq      *uint64         `json:"seq"`
 	Payload  json.RawMessage `json:"payload"`
 	Replay   bool            `json:"replay"`
+	Exp      int64           `json:"exp"` // token_expiring
+	OK       bool            `json:"ok"`  // a refresh's answer
 }
 
 // subscribeErrors are the codes that answer a subscribe; the rest of the
@@ -380,6 +574,9 @@ var subscribeErrors = map[string]bool{
 	string(proto.CodeClientIDRequired): true, string(proto.CodeInvalidSince): true, string(proto.CodeInvalidChannel): true,
 	string(proto.CodeTooManySubscriptions): true, string(proto.CodeClientIDTooLong): true,
 	string(proto.CodeTooManyPresenceMembers): true,
+
+	// channel authorization
+	CodeTokenRequired: true, CodeClientIDMismatch: true, CodeChannelForbidden: true, CodeInvalidSubscribeToken: true,
 }
 
 // answersSubscribe: an error frame answers the subscribe waiting on its
@@ -415,6 +612,19 @@ func (c *Client) dispatch(data []byte) {
 	sub := c.subs[f.Channel]
 	var ev *Event
 	switch {
+	case c.tok != nil && c.tok.waiting && f.Channel == "" && (f.Error == CodeInvalidToken || f.Error == string(proto.CodeUnknownAction) || f.Action == "refresh"):
+		c.tok.waiting = false
+		answer := f.Error
+		if answer == "" {
+			answer = "ok"
+		}
+		c.tok.answer <- answer // room for one: one refresh at a time
+	case c.tok != nil && f.Type == "token_expiring":
+		select {
+		case c.tok.expiring <- f.Exp:
+		case old := <-c.tok.expiring: // one is waiting: keep the later exp (this is the only sender)
+			c.tok.expiring <- max(old, f.Exp)
+		}
 	case f.Error != "":
 		e := &Error{Code: f.Error, Channel: f.Channel}
 		var p *pending
@@ -522,6 +732,14 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
+	var token string
+	if opts.Token != nil {
+		t, err := opts.Token(ctx)
+		if err != nil {
+			return nil, &TokenError{Channel: channel, Err: err}
+		}
+		token = t
+	}
 	p := newPending()
 	c.writeMu.Lock()
 	c.mu.Lock()
@@ -546,7 +764,7 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	conn, since, has := c.conn, s.lastSeq, s.hasSeq
 	c.mu.Unlock()
 	if conn != nil {
-		c.writeLocked(conn, subscribeFrame(channel, opts, since, has)) // a failed write is a drop: attach resends
+		c.writeLocked(conn, subscribeFrame(channel, opts, since, has, token)) // a failed write is a drop: attach resends
 	}
 	c.writeMu.Unlock()
 	if err := wait(ctx, p); err != nil {

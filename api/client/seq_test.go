@@ -51,11 +51,11 @@ func TestGapSinceExact(t *testing.T) {
 // TestSubscribeFrameSince: the since of a subscribe goes out as the exact
 // integer.
 func TestSubscribeFrameSince(t *testing.T) {
-	got := string(subscribeFrame("feed", SubscribeOptions{}, 1<<53+1, true))
+	got := string(subscribeFrame("feed", SubscribeOptions{}, 1<<53+1, true, ""))
 	if want := `{"action":"subscribe","channel":"feed","since":9007199254740993}`; got != want {
 		t.Fatalf("%s, want %s", got, want)
 	}
-	if got := string(subscribeFrame("feed", SubscribeOptions{}, 0, false)); got != `{"action":"subscribe","channel":"feed"}` {
+	if got := string(subscribeFrame("feed", SubscribeOptions{}, 0, false, "")); got != `{"action":"subscribe","channel":"feed"}` {
 		t.Fatalf("without since: %s", got)
 	}
 }

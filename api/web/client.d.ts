@@ -39,6 +39,16 @@ export interface RelayOptions {
   heartbeatIntervalMs?: number;
   /** Wait this long for a pong before abandoning the socket, in ms (default 15000). */
   heartbeatAckTimeoutMs?: number;
+  /**
+   * Channel authorization (proto/PROTOCOL.md): gives a connection token
+   * (a JWT from your backend). Called on every connect and reconnect (sent
+   * as `&token=`), and to refresh the token on the socket 30 s before its
+   * `exp` or when the server says `token_expiring`; after a close 4011 or a
+   * refused refresh the client reconnects at once with a fresh one. A
+   * callback that throws, rejects or gives no string is reported to the
+   * "error" event as `token_unavailable`. Without it no token is sent.
+   */
+  token?: (() => Promise<string> | string) | undefined;
 }
 
 /** The error codes of the socket (proto/PROTOCOL.md › Errors on the socket). */
@@ -61,7 +71,15 @@ export type ErrorCode =
   | "payload_too_large"
   | "project_rate_limited"
   | "channel_rate_limited"
-  | "service_unavailable";
+  | "service_unavailable"
+  // Channel authorization (proto/PROTOCOL.md): a refused subscribe, a refused refresh.
+  | "token_required"
+  | "client_id_mismatch"
+  | "channel_forbidden"
+  | "invalid_subscribe_token"
+  | "invalid_token"
+  // The client's own: a token callback threw, rejected or gave no string.
+  | "token_unavailable";
 
 /**
  * An error frame of the server, as an Error whose message is its code. It
@@ -114,6 +132,12 @@ export interface SubscribeOptions<P = unknown> {
   /** Join the channel's presence; needs clientId (else onError gets client_id_required). */
   presence?: boolean | undefined;
   clientId?: string | undefined;
+  /**
+   * Gives a subscribe token for this channel (channel authorization), called
+   * on every subscribe and resubscribe of it and sent with the subscribe. A
+   * callback that fails refuses the subscription with `token_unavailable`.
+   */
+  token?: (() => Promise<string> | string) | undefined;
   /** Each message once, in seq order; duplicates after a reconnect are dropped. */
   onMessage?: ((message: Message<P>) => void) | undefined;
   onPresence?: ((event: PresenceEvent) => void) | undefined;

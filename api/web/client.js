@@ -14,6 +14,14 @@
 // channel, drops duplicates, reports replay gaps, and pings every
 // heartbeatIntervalMs, closing a socket whose pong does not come back within
 // heartbeatAckTimeoutMs. It offers no secret-key emit.
+//
+// Channel authorization (proto/PROTOCOL.md): with the option token, a
+// callback giving a connection token (from the page's backend), every connect
+// asks it for a fresh one and sends it as ?token=; the client refreshes it on
+// the socket ~30 s before its exp (or when the server says token_expiring)
+// and reconnects at once, with since, after a close 4011 or a refused
+// refresh. subscribe(channel, { token }) sends a subscribe token got from its
+// callback with every (re)subscribe of that channel.
 
 const DEFAULTS = {
   reconnect: true,
@@ -23,12 +31,40 @@ const DEFAULTS = {
 };
 
 const HEALTHY_MS = 5000; // a connection open this long resets the backoff
+const REFRESH_LEAD_MS = 30000; // refresh the connection token this long before its exp
+const CLOSE_TOKEN_EXPIRED = 4011;
 // Codes that answer a subscribe; the other channel-bound codes answer an emit
 // (the server answers one connection's emits on a channel in order, so the
 // oldest pending emit of that channel is the one answered), but
 // too_many_channels, which answers a subscribe not yet acked, else an emit.
 const SUBSCRIBE_ERRORS = new Set(["invalid_channel", "client_id_required", "invalid_since", "too_many_subscriptions",
-  "client_id_too_long", "too_many_presence_members"]);
+  "client_id_too_long", "too_many_presence_members", "token_required", "client_id_mismatch", "channel_forbidden",
+  "invalid_subscribe_token"]);
+
+// tokenExp is the exp of a JWT's payload in ms (not verified: only to know
+// when to refresh), or undefined.
+function tokenExp(token) {
+  try {
+    const b64 = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const exp = JSON.parse(atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4))).exp;
+    return typeof exp === "number" ? exp * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// callToken calls a token callback; a callback that throws, rejects or gives
+// no string fails with code token_unavailable (the cause kept).
+async function callToken(fn, channel) {
+  let token, cause;
+  try {
+    token = await fn();
+  } catch (e) {
+    cause = e;
+  }
+  if (typeof token === "string" && token !== "") return token;
+  throw Object.assign(new Error("token_unavailable"), { code: "token_unavailable", channel, cause });
+}
 
 export function backoffDelay(attempt, maxMs, random = Math.random) {
   const base = Math.min(500 * 2 ** attempt, maxMs);
@@ -67,8 +103,28 @@ export class Relay {
   }
 
   connect() {
-    this.setState(this.attempt === 0 ? "connecting" : "reconnecting");
-    const ws = new WebSocket(this.url);
+    this.setState(this.attempt === 0 && this.state !== "reconnecting" ? "connecting" : "reconnecting");
+    if (!this.options.token) {
+      this.open(this.url);
+      return;
+    }
+    const gen = (this.gen = (this.gen || 0) + 1);
+    callToken(this.options.token).then(
+      (token) => {
+        if (this.closedByUser || gen !== this.gen) return;
+        this.tokenExp = tokenExp(token);
+        this.open(this.url + "&token=" + encodeURIComponent(token));
+      },
+      (err) => {
+        if (this.closedByUser || gen !== this.gen) return;
+        this.emitEvent("error", err);
+        this.onClose({ code: 0 }); // as a failed connect: backoff, then ask again
+      },
+    );
+  }
+
+  open(url) {
+    const ws = new WebSocket(url);
     this.ws = ws;
     ws.onopen = () => {
       this.openedAt = Date.now();
@@ -79,6 +135,7 @@ export class Relay {
         this.sendSubscribe(sub);
       }
       this.startHeartbeat();
+      this.scheduleRefresh();
     };
     ws.onmessage = (e) => this.dispatch(e.data);
     ws.onclose = (e) => this.onClose(e);
@@ -87,6 +144,8 @@ export class Relay {
 
   onClose(e) {
     this.stopHeartbeat();
+    clearTimeout(this.refreshTimer);
+    this.refreshing = null;
     this.failPending("emit", "disconnected");
     this.ws = null;
     // 4004: the project is gone; 4001: the key was revoked, and a handshake
@@ -97,6 +156,13 @@ export class Relay {
     }
     if (this.openedAt && Date.now() - this.openedAt > HEALTHY_MS) this.attempt = 0;
     this.openedAt = 0;
+    // 4011: the connection token expired (or a refresh was refused): a
+    // fresh token, at once.
+    if (e.code === CLOSE_TOKEN_EXPIRED) {
+      this.setState("reconnecting");
+      this.reconnectTimer = setTimeout(() => this.connect(), 0);
+      return;
+    }
     const delay = backoffDelay(this.attempt, this.options.maxReconnectDelayMs);
     this.attempt++;
     this.setState("reconnecting");
@@ -126,6 +192,51 @@ export class Relay {
     this.onClose({ code: 4000 });
   }
 
+  // scheduleRefresh plans the connection token's refresh REFRESH_LEAD_MS
+  // before its exp (the server's token_expiring may come first). A short
+  // token (under twice that when got) is refreshed halfway to its exp, at
+  // least a second later, and token_expiring about it is left to this
+  // timer: a backend minting short tokens is not asked in a loop.
+  scheduleRefresh() {
+    clearTimeout(this.refreshTimer);
+    if (!this.options.token || this.tokenExp === undefined) return;
+    const left = this.tokenExp - Date.now();
+    this.tokenShort = left < 2 * REFRESH_LEAD_MS;
+    const delay = Math.max(left - REFRESH_LEAD_MS, left / 2, 1000);
+    this.refreshTimer = setTimeout(() => this.refresh(), Math.min(delay, 0x7fffffff));
+  }
+
+  // refresh sends a fresh connection token on the open socket, one at a time.
+  refresh() {
+    const ws = this.ws;
+    if (!this.options.token || !ws || this.refreshing) return;
+    this.refreshing = { ws };
+    const refreshing = this.refreshing;
+    callToken(this.options.token).then(
+      (token) => {
+        if (this.refreshing !== refreshing || this.ws !== ws) return;
+        refreshing.exp = tokenExp(token);
+        if (!this.send({ action: "refresh", token })) this.refreshing = null;
+      },
+      (err) => {
+        if (this.refreshing !== refreshing) return;
+        this.refreshing = null;
+        this.emitEvent("error", err); // the socket lives until 4011, which reconnects with a fresh one
+      },
+    );
+  }
+
+  // restart drops the socket and reconnects at once (a refused refresh).
+  restart() {
+    const ws = this.ws;
+    if (!ws) return;
+    ws.onclose = ws.onmessage = ws.onopen = null;
+    try {
+      ws.close(1000);
+    } catch {}
+    this.onClose({ code: CLOSE_TOKEN_EXPIRED });
+  }
+
   stopHeartbeat() {
     clearInterval(this.heartbeat);
     clearTimeout(this.ackTimer);
@@ -141,13 +252,46 @@ export class Relay {
   }
 
   sendSubscribe(sub) {
-    const msg = { action: "subscribe", channel: sub.channel };
-    if (sub.presence) Object.assign(msg, { presence: true, clientId: sub.clientId });
-    if (sub.lastSeq !== undefined) msg.since = sub.lastSeq;
-    this.send(msg);
+    const frame = (token) => {
+      const msg = { action: "subscribe", channel: sub.channel };
+      if (sub.presence) Object.assign(msg, { presence: true, clientId: sub.clientId });
+      if (sub.lastSeq !== undefined) msg.since = sub.lastSeq;
+      if (token !== undefined) msg.token = token;
+      return msg;
+    };
+    if (!sub.handlers.token) {
+      this.send(frame());
+      return;
+    }
+    // A subscribe token for this (re)subscribe: sent if the subscription is
+    // still the channel's and the socket the same when it comes.
+    const ws = this.ws;
+    if (!ws || ws.readyState !== WebSocket.OPEN) return; // onopen subscribes it
+    callToken(sub.handlers.token, sub.channel).then(
+      (token) => {
+        if (this.subs.get(sub.channel) === sub && this.ws === ws) this.send(frame(token));
+      },
+      (err) => {
+        if (this.subs.get(sub.channel) === sub && this.ws === ws) this.refuse(sub, err);
+      },
+    );
   }
 
-  // subscribe(channel, { presence, clientId, onMessage, onPresence, onGap, onError })
+  // refuse ends a subscription refused before its ack: the server keeps an
+  // earlier subscription as it was, else there is none (nor is it resent on
+  // reconnect).
+  refuse(sub, err) {
+    if (!sub.acked) {
+      if (sub.prev) {
+        if (sub.lastSeq !== undefined && (sub.prev.lastSeq === undefined || sub.lastSeq > sub.prev.lastSeq)) sub.prev.lastSeq = sub.lastSeq;
+        this.subs.set(sub.channel, sub.prev);
+      } else this.subs.delete(sub.channel);
+    }
+    sub.rejectReady(err);
+    sub.handlers.onError?.(err);
+  }
+
+  // subscribe(channel, { presence, clientId, token, onMessage, onPresence, onGap, onError })
   // returns { channel, members, ready (a promise of the first ack), unsubscribe() }.
   subscribe(channel, opts = {}) {
     const sub = {
@@ -211,17 +355,17 @@ export class Relay {
     if (m.error) {
       const err = Object.assign(new Error(m.error), { code: m.error, channel: m.channel });
       const answersSubscribe = SUBSCRIBE_ERRORS.has(m.error) || (m.error === "too_many_channels" && !sub?.acked);
-      if (sub && answersSubscribe) {
-        if (!sub.acked) {
-          // Refused: the server keeps an earlier subscription as it was, else
-          // there is none (nor is it resent on reconnect).
-          if (sub.prev) {
-            if (sub.lastSeq !== undefined && (sub.prev.lastSeq === undefined || sub.lastSeq > sub.prev.lastSeq)) sub.prev.lastSeq = sub.lastSeq;
-            this.subs.set(m.channel, sub.prev);
-          } else this.subs.delete(m.channel);
+      if (this.refreshing && m.channel === undefined && (m.error === "invalid_token" || m.error === "unknown_action")) {
+        this.refreshing = null;
+        // unknown_action: the project has no channel authorization (the token
+        // is ignored there), nothing to refresh. invalid_token: reconnect
+        // with a fresh token.
+        if (m.error === "invalid_token") {
+          this.emitEvent("error", err);
+          this.restart();
         }
-        sub.rejectReady(err);
-        sub.handlers.onError?.(err);
+      } else if (sub && answersSubscribe) {
+        this.refuse(sub, err);
       } else {
         const p = m.channel !== undefined && this.takePending("emit", m.channel);
         if (p) p.reject(err);
@@ -240,6 +384,23 @@ export class Relay {
       return;
     }
     if (m.action === "unsubscribe") return;
+    if (m.action === "refresh") {
+      if (m.ok && this.refreshing) {
+        this.tokenExp = this.refreshing.exp;
+        this.refreshing = null;
+        this.scheduleRefresh();
+      }
+      return;
+    }
+    if (m.type === "token_expiring") {
+      // Stale when about a token already replaced (sent before the refresh
+      // was taken); about a short token, scheduleRefresh has planned the
+      // next refresh.
+      const exp = typeof m.exp === "number" ? m.exp * 1000 : undefined;
+      const known = this.tokenExp !== undefined && exp !== undefined;
+      if (!(known && (exp < this.tokenExp || (exp === this.tokenExp && this.tokenShort)))) this.refresh();
+      return;
+    }
     if (m.action === "emit") {
       if (sub && (sub.lastSeq === undefined || m.seq > sub.lastSeq)) sub.lastSeq = m.seq;
       this.takePending("emit", m.channel)?.resolve(m.seq);
@@ -266,6 +427,7 @@ export class Relay {
   close() {
     this.closedByUser = true;
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.refreshTimer);
     this.stopHeartbeat();
     if (this.ws) this.ws.close(1000);
     else this.setState("closed");

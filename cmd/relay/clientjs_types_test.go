@@ -66,8 +66,8 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 
 	// Every method declared on Relay is a method of the class; every method
 	// of the class is declared or listed here as internal.
-	internal := []string{"abandon", "connect", "dispatch", "emitEvent", "failPending", "onClose", "send", "sendSubscribe",
-		"setState", "startHeartbeat", "stopHeartbeat", "takePending"}
+	internal := []string{"abandon", "connect", "dispatch", "emitEvent", "failPending", "onClose", "open", "refresh", "refuse",
+		"restart", "scheduleRefresh", "send", "sendSubscribe", "setState", "startHeartbeat", "stopHeartbeat", "takePending"}
 	jsClass := block(t, js, "export class Relay {", "}")
 	dtsClass := block(t, dts, "export class Relay {", "}")
 	jsMethods := names(regexp.MustCompile(`(?m)^  (\w+)\([^)]*\) \{`), jsClass)
@@ -123,10 +123,24 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 	}
 	table := block(t, string(protocol), "## Errors on the socket", "## Close codes")
 	docCodes := names(regexp.MustCompile("`([a-z_]+)`"), table)
-	dtsCodes := names(regexp.MustCompile(`\| "([a-z_]+)"`), block(t, dts, "export type ErrorCode =", "  | \"service_unavailable\";")+"\n  | \"service_unavailable\"")
+	dtsCodes := names(regexp.MustCompile(`\| "([a-z_]+)"`), block(t, dts, "export type ErrorCode =", "  | \"token_unavailable\";")+"\n  | \"token_unavailable\"")
 	docCodes = slices.DeleteFunc(docCodes, func(c string) bool {
 		return c == "channel" || c == "action" || c == "since" || c == "presence" || c == "clientId"
 	})
+	// Channel authorization's socket errors (its own table), the refused
+	// refresh's invalid_token, and the client's own token_unavailable.
+	authz := block(t, string(protocol), "## Channel authorization (opt-in per project)", "## POST /emit")
+	i := strings.Index(authz, "| error (on the socket")
+	if i < 0 {
+		t.Fatal("no table of socket errors under Channel authorization")
+	}
+	authzTable, _, _ := strings.Cut(authz[i:], "\n\n")
+	docCodes = append(docCodes, names(regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|"), authzTable)...) // the first column
+	if !strings.Contains(authz, "answered `{\"error\":\"invalid_token\"}`") {
+		t.Error("proto/PROTOCOL.md no longer answers a refused refresh with invalid_token")
+	}
+	docCodes = append(docCodes, "invalid_token", "token_unavailable")
+	slices.Sort(docCodes)
 	if !slices.Equal(docCodes, dtsCodes) {
 		t.Errorf("error codes: proto/PROTOCOL.md %v, client.d.ts %v", docCodes, dtsCodes)
 	}

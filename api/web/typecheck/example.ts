@@ -31,6 +31,12 @@ const options: RelayOptions = {
 };
 const relay = new Relay(options);
 new Relay({ publicKey: "pk_live_example" }); // url defaults to location.origin
+// Channel authorization: a connection token from the page's backend, sync or async.
+new Relay({
+  publicKey: "pk_live_example",
+  token: () => fetch("/relay-token").then((r) => r.text()),
+});
+new Relay({ publicKey: "pk_live_example", token: () => "eyJ.a.b" });
 const address: string = relay.url;
 let state: State = relay.state;
 
@@ -52,6 +58,13 @@ function describe(code: ErrorCode): string {
     case "project_rate_limited":
     case "client_emit_rate_limited":
       return "slow down";
+    case "channel_forbidden":
+    case "token_required":
+    case "client_id_mismatch":
+    case "invalid_subscribe_token":
+    case "invalid_token":
+    case "token_unavailable":
+      return "not allowed";
     default:
       return code;
   }
@@ -81,6 +94,11 @@ const handlers: SubscribeOptions<Chat> = {
 };
 const room: Subscription<Chat> = relay.subscribe<Chat>("room:1", handlers);
 const plain: Subscription = relay.subscribe("feed"); // payload unknown, no handlers
+const doc: Subscription = relay.subscribe("private-doc-9", {
+  token: async () => (await fetch("/relay-subscribe-token?channel=private-doc-9")).text(),
+  onError: (err: RelayError) => console.log(err.code === "invalid_subscribe_token"),
+});
+console.log(doc.channel);
 const members: readonly string[] = room.members;
 const last: number | undefined = room.lastSeq;
 console.log(room.channel, room.presence, room.clientId, members, last, plain.channel, address, state);
@@ -121,5 +139,9 @@ relay.subscribe("feed", { onMessage: (m) => m.payload.text });
 backoffDelay(0, 1000, 0.5);
 // @ts-expect-error an explicit undefined would replace the default (under exactOptionalPropertyTypes)
 new Relay({ publicKey: "pk_live_example", reconnect: undefined });
+// @ts-expect-error a token option is a callback, not the token itself
+new Relay({ publicKey: "pk_live_example", token: "eyJ.a.b" });
+// @ts-expect-error a subscribe token callback gives a string
+relay.subscribe("private-doc-9", { token: () => 42 });
 // @ts-expect-error internals are not declared
 relay.dispatch("{}");
