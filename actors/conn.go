@@ -28,6 +28,8 @@ type connActor struct {
 	subs       []connSub
 	subscribes uint32 // subscribes sent, numbering them
 	cfg        *Config
+	authz      *authzHolder // the project's channel authorization (off: SPEC.md exactly)
+	ident      *Identity    // the connection token's (channel authorization); nil: none
 }
 
 // removeSub drops subs[i], moving the last one into its place.
@@ -50,7 +52,7 @@ func (a *connActor) find(channel string) int {
 func (a *connActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *connInit:
-		a.sink, a.project, a.cfg = m.sink, m.project, m.cfg
+		a.sink, a.project, a.cfg, a.authz, a.ident = m.sink, m.project, m.cfg, m.authz, m.ident
 	case *clientFrame:
 		a.handleFrame(ctx, &m.msg)
 	case *subscribeRefused:
@@ -76,7 +78,15 @@ func (a *connActor) Receive(ctx actor.Context) {
 
 func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 	switch m.Action {
+	case proto.ActionRefresh:
+		a.refresh(ctx, m.Token)
 	case proto.ActionSubscribe:
+		if az := a.authz.on(); az != nil {
+			if code := authorizeSubscribe(az, a.ident, m, a.cfg.Now()); code != "" {
+				a.sink.Send(errorFrame(&proto.Error{Code: code, Channel: m.Channel}))
+				return
+			}
+		}
 		a.subscribes++
 		sub := connSub{channel: m.Channel, presence: m.Presence, clientID: m.ClientID, n: a.subscribes}
 		if max := a.cfg.MaxClientIDBytes; max > 0 && len(m.ClientID) > max {
@@ -110,6 +120,28 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 		ctx.Send(a.project, &clientEmit{msg: *m, sink: a.sink, presence: sub.presence, subClientID: sub.clientID})
 	}
 }
+
+// refresh takes a fresh connection token for the same user (any user, on
+// an anonymous connection); on a project without channel authorization the
+// action does not exist.
+func (a *connActor) refresh(ctx actor.Context, token string) {
+	az := a.authz.on()
+	if az == nil {
+		a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeUnknownAction}))
+		return
+	}
+	now := a.cfg.Now()
+	id, err := VerifyConnectionToken(token, az.SecretsAt(now), now)
+	if err != nil || a.ident != nil && id.Sub != a.ident.Sub {
+		a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeInvalidToken}))
+		return
+	}
+	a.ident = id
+	ctx.Send(a.project, &tokenRefreshed{sink: a.sink, exp: id.Exp})
+	a.sink.Send(refreshOKFrame)
+}
+
+var refreshOKFrame = transport.TextFrame(proto.RefreshOK)
 
 func errorFrame(e *proto.Error) []byte { return transport.TextFrame(proto.AppendError(nil, e)) }
 

@@ -61,6 +61,8 @@ type Settings struct {
 	// first, then the previous one while its overlap lasts.
 	Authorization bool
 	AuthSecrets   []string
+	// AuthPreviousUntil ends the previous secret's overlap (zero: none).
+	AuthPreviousUntil time.Time
 }
 
 // Revocation kinds.

@@ -19,6 +19,7 @@ type edgeMessage interface{ fromEdge() }
 
 func (*Publish) fromEdge()          {}
 func (*connOpened) fromEdge()       {}
+func (*authzChanged) fromEdge()     {}
 func (*usageDrain) fromEdge()       {}
 func (*statsRequest) fromEdge()     {}
 func (*inspectProject) fromEdge()   {}
@@ -120,7 +121,21 @@ type unsubscribe struct {
 // connOpened and connClosed tell the project actor about its connections.
 type connOpened struct {
 	sink    Sink
-	keyHash string // the public key it was opened with
+	keyHash string    // the public key it was opened with
+	exp     time.Time // its connection token's expiry (channel authorization); zero: none
+}
+
+// authzChanged is a project's new channel authorization, applied by its
+// actor (a settings load under way predates it) before done is closed.
+type authzChanged struct {
+	az   *ProjectAuthz
+	done chan struct{}
+}
+
+// tokenRefreshed tells the project actor a connection's token now expires at exp.
+type tokenRefreshed struct {
+	sink Sink
+	exp  time.Time
 }
 
 // keysRevoked closes the connections opened with these public keys.
@@ -252,6 +267,8 @@ type connInit struct {
 	sink    Sink
 	project *actor.PID
 	cfg     *Config
+	authz   *authzHolder // the project's channel authorization
+	ident   *Identity    // the connection token's, if any
 }
 
 // refuseEmit carries a client-emit refusal (rules 1–7) through the channel

@@ -75,6 +75,12 @@ type projectActor struct {
 
 	connects int64
 	usage    *projectUsage // emits, counted by the channels where they are accepted
+
+	// Channel authorization: the settings its connections read (stored at
+	// every load), and the connections whose token expires (authz.go).
+	authz       *authzHolder
+	tokens      map[uint64]tokenLife
+	tokenTicker bool
 }
 
 // liveConn is one connection of the project and the public key it used.
@@ -109,9 +115,9 @@ const (
 	loadRetryMax   = 30 * time.Second
 )
 
-func newProjectActor(id string, cfg *Config, ref *projectRef, retired func()) *projectActor {
+func newProjectActor(id string, cfg *Config, ref *projectRef, retired func(), authz *authzHolder) *projectActor {
 	a := &projectActor{
-		id: id, cfg: cfg, log: cfg.Logger.With("project", id), ref: ref, retired: retired,
+		id: id, cfg: cfg, log: cfg.Logger.With("project", id), ref: ref, retired: retired, authz: authz,
 		backstop: fixedWindow{size: time.Minute},
 		channels: map[string]*childChannel{},
 		conns:    map[uint64]liveConn{},
@@ -233,9 +239,26 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.send(ctx, m.channel, m)
 	case *connOpened:
 		a.conns[m.sink.ID()] = liveConn{sink: m.sink, keyHash: m.keyHash}
+		if !m.exp.IsZero() {
+			a.trackToken(ctx, m.sink, m.exp)
+		}
 		a.connects++
 		a.webhook("connect", m.sink.ID(), CloseStatus{})
+	case *authzChanged:
+		a.gen++ // a load under way may predate the change: its result is not applied
+		a.settings.Authorization, a.settings.AuthSecrets, a.settings.AuthPreviousUntil = m.az.On, m.az.Secrets, m.az.PreviousUntil
+		a.authz.cur.Store(m.az)
+		close(m.done)
+		a.expireTokens(ctx) // turned off: expiries no longer apply
+	case *tokenRefreshed:
+		if _, ok := a.conns[m.sink.ID()]; ok {
+			a.trackToken(ctx, m.sink, m.exp)
+		}
+	case *tokenTick:
+		a.tokenTicker = false
+		a.expireTokens(ctx)
 	case *connClosed:
+		delete(a.tokens, m.connID)
 		if _, ok := a.conns[m.connID]; ok {
 			delete(a.conns, m.connID)
 			a.webhook("disconnect", m.connID, m.status)
@@ -289,6 +312,7 @@ func (a *projectActor) common(ctx actor.Context) {
 			ctx.Stop(ctx.Self())
 		}
 	case *actor.Stopping:
+		a.authz.loaded.Store(false) // the next handshake's reading stands in until a new actor loads
 		if a.budgets != nil {
 			a.budgets.grain.stop(ctx)
 		}
@@ -476,6 +500,8 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 	}
 	m.settings.Revocations = nil
 	a.settings = m.settings
+	a.authz.cur.Store(&ProjectAuthz{On: m.settings.Authorization, Secrets: m.settings.AuthSecrets, PreviousUntil: m.settings.AuthPreviousUntil})
+	a.authz.loaded.Store(true)
 	a.setHooks(ctx, hookTargetOf(m.settings), !a.isReady)
 	a.becomeReady(ctx)
 }

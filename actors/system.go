@@ -68,6 +68,7 @@ type System struct {
 	spawned   uint64     // project actors spawned, for unique names (under mu)
 	connProps *actor.Props
 	projects  sync.Map // project id → *projectRef
+	authz     sync.Map // project id → *authzHolder: channel authorization, shared with its connections
 
 	liveMu sync.Mutex
 	live   map[string]int        // project id → live connections on this node, for MaxConnections
@@ -198,11 +199,11 @@ func (s *System) spawnProject(id string) {
 		return
 	}
 	s.spawned++
-	cfg, ref := s.cfg, &projectRef{}
+	cfg, ref, authz := s.cfg, &projectRef{}, s.authzOf(id)
 	retired := func() { s.projects.CompareAndDelete(id, ref) }
 	mb := &mailboxState{}
 	props := actor.PropsFromProducer(func() actor.Actor {
-		p := newProjectActor(id, cfg, ref, retired)
+		p := newProjectActor(id, cfg, ref, retired, authz)
 		p.mailbox = mb
 		return p
 	}, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
@@ -348,9 +349,25 @@ func decrement(m map[string]int, k string) {
 // key whose hash is keyHash, on a slot from Reserve, and returns the session
 // the transport feeds. The connect is counted for usage.
 func (s *System) Open(l *Lease, keyHash string, sink Sink) *Session {
-	project := s.tell(l.projectID, &connOpened{sink: sink, keyHash: keyHash})
+	return s.OpenAuthorized(l, keyHash, sink, nil, nil)
+}
+
+// OpenAuthorized is Open on a project whose channel authorization the
+// handshake read as az (nil: off), with the identity of the connection's
+// token (nil: none, or anonymous). az stands for the project's settings
+// until its actor has loaded them.
+func (s *System) OpenAuthorized(l *Lease, keyHash string, sink Sink, az *ProjectAuthz, id *Identity) *Session {
+	h := s.authzOf(l.projectID) // every connection: the project may turn authorization on later
+	if az != nil && !h.loaded.Load() {
+		h.cur.Store(az)
+	}
+	opened := &connOpened{sink: sink, keyHash: keyHash}
+	if id != nil {
+		opened.exp = id.Exp
+	}
+	project := s.tell(l.projectID, opened)
 	pid := s.root.Spawn(s.connProps)
-	s.root.Send(pid, &connInit{sink: sink, project: project, cfg: s.cfg}) // its first message
+	s.root.Send(pid, &connInit{sink: sink, project: project, cfg: s.cfg, authz: h, ident: id}) // its first message
 	return &Session{sys: s, sink: sink, pid: pid, lease: l, health: s.cfg.health.of(l.projectID)}
 }
 
@@ -430,6 +447,26 @@ func (s *System) ClientEmitSecretChanged(projectID, secret string) {
 	s.tellRunning(projectID, &clientEmitSecret{secret: secret})
 	s.clusterClientEmitSecret(projectID, secret)
 }
+
+// AuthorizationChanged applies a project's new channel authorization on
+// this node before it returns, so that a subscribe after the change is
+// judged by it, and has the other members reload their settings.
+func (s *System) AuthorizationChanged(ctx context.Context, projectID string, az ProjectAuthz) {
+	done := make(chan struct{})
+	if s.tellRunning(projectID, &authzChanged{az: &az, done: done}) {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	} else { // no live state: the holder is all there is (a starting actor loads the stored change)
+		s.authzOf(projectID).cur.Store(&az)
+	}
+	s.clusterSettingsChanged(projectID)
+}
+
+// ReloadSettings makes this node's running project actor reload its
+// settings, telling no other node: each reads the same stored change.
+func (s *System) ReloadSettings(id string) { s.tellRunning(id, &settingsChanged{}) }
 
 // SettingsChanged makes a running project actor reload its settings.
 func (s *System) SettingsChanged(id string) {

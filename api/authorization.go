@@ -21,11 +21,7 @@ import (
 // project's cached keys (here, and on the other nodes of a cluster) and
 // makes the running actors reload their settings.
 
-// codeAuthorizationRequired: PATCH …/authorization without a boolean
-// authorization (absent or null), named as name_required is.
-const codeAuthorizationRequired proto.Code = "authorization_required"
-
-var errAuthorizationRequired = &proto.Error{Code: codeAuthorizationRequired}
+var errAuthorizationRequired = &proto.Error{Code: proto.CodeAuthorizationRequired}
 
 // authorizationBody is the setting as the API answers it.
 type authorizationBody struct {
@@ -66,7 +62,7 @@ func (p ownedProject) setAuthorization(ctx context.Context, on bool) (store.Proj
 	if err != nil {
 		return q, fmt.Errorf("set authorization: %w", err)
 	}
-	p.authorizationChanged()
+	p.authorizationChanged(ctx, q)
 	return q, nil
 }
 
@@ -89,20 +85,21 @@ func (p ownedProject) rotateAuthSecret(ctx context.Context, overlap time.Duratio
 	if err != nil {
 		return q, fmt.Errorf("rotate authorization secret: %w", err)
 	}
-	p.authorizationChanged()
+	p.authorizationChanged(ctx, q)
 	return q, nil
 }
 
 // authorizationChanged tells the live connection plane: this node's key
 // index drops the project's keys (the handshake reads the authorization
 // with them), the other nodes of a cluster drop theirs (no key is revoked),
-// and the running project actors, here and on the other nodes, reload their
-// settings. Nodes outside the cluster drop their cached keys when they read
-// the key change the store recorded with the change.
-func (p ownedProject) authorizationChanged() {
+// this node's live project takes q's authorization before the answer (a
+// subscribe sent after it is judged by it), and the other nodes reload
+// their settings. Nodes outside the cluster drop their cached keys, and
+// reload, when they read the key change the store recorded with the change.
+func (p ownedProject) authorizationChanged(ctx context.Context, q store.Project) {
 	p.ops.keys.invalidate(p.ID)
 	p.ops.live.KeysRevoked(p.ID, nil)
-	p.ops.live.SettingsChanged(p.ID)
+	p.ops.live.AuthorizationChanged(ctx, p.ID, *authzOf(q))
 }
 
 // The JSON routes.

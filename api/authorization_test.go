@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -20,6 +21,14 @@ type recordingLive struct {
 	told     []string
 	revoked  [][]string
 	settings []string
+	authz    []actors.ProjectAuthz
+}
+
+func (l *recordingLive) AuthorizationChanged(_ context.Context, id string, az actors.ProjectAuthz) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.told = append(l.told, "authorization:"+id)
+	l.authz = append(l.authz, az)
 }
 
 func (l *recordingLive) SettingsChanged(id string) {
@@ -105,8 +114,12 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 			if err := tc.change(); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
-			if !slices.Equal(live.told, []string{"keys:" + p.ID, "settings"}) || live.revoked[len(live.revoked)-1] != nil || live.settings[len(live.settings)-1] != p.ID {
-				t.Fatalf("%s told %q (revoked %q), want the project's keys dropped with none revoked, then its settings", tc.name, live.told, live.revoked)
+			if !slices.Equal(live.told, []string{"keys:" + p.ID, "authorization:" + p.ID}) || live.revoked[len(live.revoked)-1] != nil {
+				t.Fatalf("%s told %q (revoked %q), want the project's keys dropped with none revoked, then its authorization", tc.name, live.told, live.revoked)
+			}
+			stored, _ := st.Project(ctx, p.ID)
+			if az := live.authz[len(live.authz)-1]; az.On != stored.Authorization || len(az.Secrets) == 0 || az.Secrets[0] != stored.AuthSecret {
+				t.Fatalf("%s told %+v, want the stored setting (on %v)", tc.name, az, stored.Authorization)
 			}
 			if !reloads() {
 				t.Fatalf("%s: the project's cached keys were not dropped", tc.name)

@@ -17,6 +17,8 @@ var statusOf = map[proto.Code]int{
 	proto.CodeEmailAlreadyRegistered:   http.StatusConflict,
 	proto.CodeInvalidCredentials:       http.StatusUnauthorized,
 	proto.CodeUnauthorized:             http.StatusUnauthorized,
+	proto.CodeInvalidToken:             http.StatusUnauthorized,
+	proto.CodeTokenExpired:             http.StatusUnauthorized,
 	proto.CodeNameRequired:             http.StatusBadRequest,
 	proto.CodeProjectNotFound:          http.StatusNotFound,
 	proto.CodeKeyNotFound:              http.StatusNotFound,
@@ -48,7 +50,7 @@ var statusOf = map[proto.Code]int{
 
 	proto.CodeInvalidOverlap: http.StatusBadRequest,
 
-	codeAuthorizationRequired: http.StatusBadRequest, // api/authorization.go
+	proto.CodeAuthorizationRequired: http.StatusBadRequest,
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/store"
 )
 
@@ -28,6 +29,10 @@ type indexedKey struct {
 	// (zero: none). Cached with the key, so that every node refuses it from
 	// then on, as revoked, with no message at that time.
 	ExpiresAt time.Time
+	// Authz is the project's channel authorization, read with a public key
+	// (nil for a secret key): the handshake checks connection tokens with
+	// it. A change of it drops the project's keys (invalidate).
+	Authz *actors.ProjectAuthz
 
 	use *keyUse // the cached entry's last use, shared by the copies Lookup returns; nil if not cached
 }
@@ -58,8 +63,27 @@ func storeKeys(st *store.Store) keyLoader {
 		if k.ExpiresAt != nil {
 			ik.ExpiresAt = *k.ExpiresAt
 		}
+		if k.KeyType == "public" {
+			p, err := st.Project(ctx, k.ProjectID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) { // not found: the key is refused for its project anyway
+				return indexedKey{}, err
+			}
+			ik.Authz = authzOf(p)
+		}
 		return ik, nil
 	}
+}
+
+// authzOf is a project's channel authorization as the handshake reads it.
+func authzOf(p store.Project) *actors.ProjectAuthz {
+	az := &actors.ProjectAuthz{On: p.Authorization}
+	if p.AuthSecret != "" {
+		az.Secrets = append(az.Secrets, p.AuthSecret)
+	}
+	if p.AuthSecretPrevious != "" && p.AuthSecretPreviousUntil != nil {
+		az.Secrets, az.PreviousUntil = append(az.Secrets, p.AuthSecretPrevious), *p.AuthSecretPreviousUntil
+	}
+	return az
 }
 
 // keyIndex caches keys by hash at the edge so that no emit or handshake

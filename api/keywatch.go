@@ -80,6 +80,9 @@ func (s *Server) WatchKeyChanges(ctx context.Context) {
 // applyKeyChange makes one stored key change take effect on this node.
 func (s *Server) applyKeyChange(ctx context.Context, c store.KeyChange) {
 	s.keys.invalidate(c.ProjectID)
+	if s.actors != nil {
+		s.actors.ReloadSettings(c.ProjectID) // a change made elsewhere (relay admin) may be of its settings
+	}
 	if len(c.Revoked) > 0 {
 		s.closeKeySockets(ctx, c.ProjectID, c.Revoked)
 	}

@@ -32,6 +32,7 @@ const (
 	refusedStoreDown    = "store_unavailable"
 	refusedBadUpgrade   = "bad_upgrade"
 	refusedTooMany      = "too_many_connections"
+	refusedBadToken     = "invalid_token" // channel authorization: a connection token not valid, or expired
 )
 
 // MetricSources are what the scrape-time metrics read.
@@ -58,7 +59,7 @@ func NewMetrics(src MetricSources) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16),
 		}, []string{"op"}),
 	}
-	for _, r := range []string{refusedMissingKey, refusedUnknownKey, refusedRevokedKey, refusedNotPublic, refusedShuttingDown, refusedStoreDown, refusedBadUpgrade, refusedTooMany} {
+	for _, r := range []string{refusedMissingKey, refusedUnknownKey, refusedRevokedKey, refusedNotPublic, refusedShuttingDown, refusedStoreDown, refusedBadUpgrade, refusedTooMany, refusedBadToken} {
 		m.handshakesRefused.WithLabelValues(r)
 	}
 	reg.MustRegister(m.handshakesRefused, m.emitDuration, m.storeQuery,

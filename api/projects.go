@@ -61,16 +61,18 @@ type liveProjects interface {
 	ClientEmitSecretChanged(projectID, secret string)
 	Revoke(projectID string, revs []actors.Revocation)
 	KeysRevoked(projectID string, keyHashes []string)
+	AuthorizationChanged(ctx context.Context, projectID string, az actors.ProjectAuthz)
 }
 
 // noLive stands in when there is no connection plane to tell.
 type noLive struct{}
 
-func (noLive) ProjectDeleted(string)                  {}
-func (noLive) SettingsChanged(string)                 {}
-func (noLive) ClientEmitSecretChanged(string, string) {}
-func (noLive) Revoke(string, []actors.Revocation)     {}
-func (noLive) KeysRevoked(string, []string)           {}
+func (noLive) ProjectDeleted(string)                                             {}
+func (noLive) SettingsChanged(string)                                            {}
+func (noLive) ClientEmitSecretChanged(string, string)                            {}
+func (noLive) Revoke(string, []actors.Revocation)                                {}
+func (noLive) AuthorizationChanged(context.Context, string, actors.ProjectAuthz) {}
+func (noLive) KeysRevoked(string, []string)                                      {}
 
 // projectOps changes projects. It holds no state of its own.
 type projectOps struct {

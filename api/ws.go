@@ -48,6 +48,21 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.keys.used(k) // an atomic load; the store hears of it within a minute
+	// Channel authorization (PROTOCOL.md): a project that has not turned
+	// it on ignores token, as it ignores any other parameter.
+	var ident *actors.Identity
+	if raw := r.URL.Query().Get("token"); raw != "" && k.Authz != nil && k.Authz.On {
+		var err error
+		if ident, err = actors.VerifyConnectionToken(raw, k.Authz.SecretsAt(s.now()), s.now()); err != nil {
+			s.metrics.refused(refusedBadToken)
+			code := proto.CodeInvalidToken
+			if errors.Is(err, actors.ErrTokenExpired) {
+				code = proto.CodeTokenExpired
+			}
+			writeError(w, code)
+			return
+		}
+	}
 
 	ip := s.clientAddr(r) // parsed once: X-Forwarded-For may be long
 	addr := addrForLog(ip, r)
@@ -76,7 +91,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		if s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Debug("connection opened", "conn", c.ID(), "project", k.ProjectID, "addr", addr)
 		}
-		return wsSession{s.actors.Open(lease, k.Hash, c)}
+		return wsSession{s.actors.OpenAuthorized(lease, k.Hash, c, k.Authz, ident)}
 	})
 	if !opened {
 		s.actors.Release(lease)

@@ -57,7 +57,20 @@ const (
 	// Server-side queries (PROTOCOL.md › Server-side queries and actions).
 	CodeInvalidQuery Code = "invalid_query" // 400: a query parameter (named by param) out of range
 	CodeInvalidBatch Code = "invalid_batch" // 400: POST /emit/batch with no messages or over 100
+
+	// Channel authorization, on projects that turn it on (PROTOCOL.md › Channel authorization).
+	CodeAuthorizationRequired Code = "authorization_required"  // 400: PATCH …/authorization without a boolean
+	CodeInvalidToken          Code = "invalid_token"           // handshake 401, or a refresh refused
+	CodeTokenExpired          Code = "token_expired"           // handshake 401
+	CodeTokenRequired         Code = "token_required"          // WebSocket: presence without a connection token
+	CodeClientIDMismatch      Code = "client_id_mismatch"      // WebSocket: presence clientId is not the token's sub
+	CodeChannelForbidden      Code = "channel_forbidden"       // WebSocket: a private channel without a grant
+	CodeInvalidSubscribeToken Code = "invalid_subscribe_token" // WebSocket: the subscribe's token is not valid
 )
+
+// CloseTokenExpired closes a connection whose connection token expired
+// without a refresh (channel authorization): reconnect with a fresh token.
+const CloseTokenExpired = 4011
 
 // CloseProjectDeleted is the WebSocket close code a connection gets when its
 // project is deleted (or found missing): reconnecting with the same key will

@@ -13,6 +13,9 @@ const (
 	ActionUnsubscribe = "unsubscribe"
 	ActionEmit        = "emit"
 	ActionPing        = "ping"
+	// ActionRefresh presents a fresh connection token (channel authorization);
+	// on a project without it, it is answered unknown_action.
+	ActionRefresh = "refresh"
 )
 
 // ClientMessage is one decoded client frame. Fields whose JSON type the spec
@@ -60,6 +63,9 @@ func DecodeClientMessage(b []byte) (ClientMessage, *Error) {
 	switch m.Action {
 	case ActionPing:
 		return m, nil
+	case ActionRefresh:
+		m.Token, _ = rawString(w.Token)
+		return m, nil
 	case ActionSubscribe, ActionUnsubscribe, ActionEmit:
 	default:
 		return m, &Error{Code: CodeUnknownAction}
@@ -74,6 +80,7 @@ func DecodeClientMessage(b []byte) (ClientMessage, *Error) {
 	case ActionSubscribe:
 		m.Presence = isTrue(w.Presence)
 		m.ClientID, _ = rawString(w.ClientID)
+		m.Token, _ = rawString(w.Token) // a subscribe token: channel authorization only
 		if m.Presence && m.ClientID == "" {
 			return m, &Error{Code: CodeClientIDRequired, Channel: ch}
 		}
@@ -151,6 +158,16 @@ func AppendAck(dst []byte, action, channel string) []byte {
 	dst = append(dst, `","channel":"`...)
 	dst = append(dst, channel...)
 	return append(dst, `","ok":true}`...)
+}
+
+// RefreshOK answers a refresh whose token was taken.
+var RefreshOK = []byte(`{"action":"refresh","ok":true}`)
+
+// AppendTokenExpiring appends {"type":"token_expiring","exp":EXP}.
+func AppendTokenExpiring(dst []byte, exp int64) []byte {
+	dst = append(dst, `{"type":"token_expiring","exp":`...)
+	dst = strconv.AppendInt(dst, exp, 10)
+	return append(dst, '}')
 }
 
 // Pong is the reply to a ping action.

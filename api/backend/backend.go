@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 )
 
@@ -41,24 +40,16 @@ func MintClientEmitToken(o TokenOptions) (string, error) {
 	if o.Secret == "" || o.ProjectID == "" || o.Channel == "" || o.ClientID == "" || len(o.Types) == 0 || o.TTL <= 0 {
 		return "", errors.New("backend: secret, projectId, channel, clientId, types and a positive TTL are required")
 	}
-	now := o.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
+	now := nowOr(o.Now)
 	jti := o.JTI
 	if jti == "" {
 		b := make([]byte, 16)
 		rand.Read(b)
 		jti = base64.RawURLEncoding.EncodeToString(b)
 	}
-	tok, err := jwt.NewBuilder().
+	return sign(jwt.NewBuilder().
 		Claim("pid", o.ProjectID).Claim("ch", o.Channel).Claim("clientId", o.ClientID).Claim("types", o.Types).
-		JwtID(jti).IssuedAt(now).Expiration(now.Add(o.TTL)).Build()
-	if err != nil {
-		return "", err
-	}
-	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.HS256, []byte(o.Secret)))
-	return string(signed), err
+		JwtID(jti).IssuedAt(now).Expiration(now.Add(o.TTL)), o.Secret)
 }
 
 // RevokeOptions name tokens to revoke: a JTI, every token of a ClientID, or both.

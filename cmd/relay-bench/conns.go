@@ -16,6 +16,8 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+
+	"github.com/relayhq/relay/api/backend"
 )
 
 // conns opens N idle subscribed connections from several loopback source
@@ -33,6 +35,7 @@ func runConns(ctx context.Context, args []string) error {
 	parallel := fs.Int("parallel", 64, "handshakes in flight")
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… to spread ports over")
 	settle := fs.Duration("settle", 3*time.Second, "idle time before measuring")
+	withToken := fs.Bool("token", false, "turn channel authorization on for the project and open each connection with its own HS256 connection token (minted before the clock starts)")
 	warmup := fs.Int("warmup", 0, "connections (of -n) opened before the first memory reading, so that what the first subscribers start once (each channel's actors; in a cluster each channel's grain and the links between nodes) is not counted per connection")
 	debugList := fs.String("debug", "", "the nodes' operator listeners (http://127.0.0.1:PORT, comma-separated, in -base's order): before each memory reading each node is asked for a garbage collection (GET /debug/pprof/heap?gc=1), so that neither reading holds garbage of what came before (the sign-up's password hash, the handshakes), and its live heap is reported too")
 	fs.Parse(args)
@@ -52,11 +55,17 @@ func runConns(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	p, err := provision(ctx, &c, "bench-conns")
+	p, api, err := provisionWith(ctx, &c, "bench-conns")
 	if err != nil {
 		return err
 	}
 	wsURLs := wsURLsFor(c.bases, p.PublicKey)
+	var tokens []string // with -token, connection i's
+	if *withToken {
+		if tokens, err = connectionTokens(api, p.ID, *n); err != nil {
+			return err
+		}
+	}
 	conns := make([]net.Conn, *n)
 	perNode := make([]atomic.Int64, len(c.bases))
 	var next, failed atomic.Int64
@@ -81,7 +90,7 @@ func runConns(ctx context.Context, args []string) error {
 						next.Add(-1) // stay at end for the next open
 						return
 					}
-					dialOne(ctx, i, *channels, *sources, wsURLs, conns, perNode, &failed, &firstErr)
+					dialOne(ctx, i, *channels, *sources, wsURLs, tokens, conns, perNode, &failed, &firstErr)
 				}
 			}()
 		}
@@ -326,14 +335,18 @@ func settledProc(ctx context.Context, pid int) (procStats, error) {
 
 // dialOne opens connection i (from a loopback source address, to its
 // channel's node) and subscribes it, counting it on its node or as failed.
-func dialOne(ctx context.Context, i, channels, sources int, wsURLs []string, conns []net.Conn, perNode []atomic.Int64,
+func dialOne(ctx context.Context, i, channels, sources int, wsURLs, tokens []string, conns []net.Conn, perNode []atomic.Int64,
 	failed *atomic.Int64, firstErr *atomic.Value) {
 	src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%sources))}
 	d := ws.Dialer{Timeout: 10 * time.Second, NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return (&net.Dialer{LocalAddr: src}).DialContext(ctx, network, addr)
 	}}
 	node := spread(i%channels, i/channels, len(wsURLs))
-	conn, br, _, err := d.Dial(ctx, wsURLs[node])
+	u := wsURLs[node]
+	if tokens != nil {
+		u += "&token=" + tokens[i]
+	}
+	conn, br, _, err := d.Dial(ctx, u)
 	if err == nil {
 		ch := fmt.Sprintf("bench-%d", i%channels)
 		err = wsutil.WriteClientText(conn, []byte(`{"action":"subscribe","channel":"`+ch+`"}`))
@@ -357,4 +370,21 @@ func dialOne(ctx context.Context, i, channels, sources int, wsURLs []string, con
 	}
 	conns[i] = conn
 	perNode[node].Add(1)
+}
+
+// connectionTokens turns channel authorization on for project id and mints
+// n connection tokens (one user each, an hour long) with its secret.
+func connectionTokens(api apiCall, id string, n int) ([]string, error) {
+	status, out, err := api("PATCH", "/api/projects/"+id+"/authorization", map[string]bool{"authorization": true})
+	secret, _ := out["secret"].(string)
+	if err != nil || status != http.StatusOK || secret == "" {
+		return nil, fmt.Errorf("turn channel authorization on: %d %v %v", status, out, err)
+	}
+	tokens := make([]string, n)
+	for i := range tokens {
+		if tokens[i], err = backend.MintConnectionToken(backend.ConnectionTokenOptions{Secret: secret, UserID: fmt.Sprint("bench-", i), TTL: time.Hour}); err != nil {
+			return nil, err
+		}
+	}
+	return tokens, nil
 }

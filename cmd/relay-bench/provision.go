@@ -20,15 +20,25 @@ type project struct {
 // provision signs up (or logs in) and creates a project named name, through
 // -provision-base if set, else the first node.
 func provision(ctx context.Context, c *common, name string) (project, error) {
+	p, _, err := provisionWith(ctx, c, name)
+	return p, err
+}
+
+// apiCall is a signed-in JSON API call: method, path and body, answering
+// the status and the decoded body.
+type apiCall func(method, path string, body any) (int, map[string]any, error)
+
+// provisionWith is provision, also answering the signed-in API caller.
+func provisionWith(ctx context.Context, c *common, name string) (project, apiCall, error) {
 	base := c.base
 	if c.provisionBase != "" {
 		base = c.provisionBase
 	}
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar, Timeout: 30 * time.Second}
-	post := func(path string, body any) (int, map[string]any, error) {
+	call := func(method, path string, body any) (int, map[string]any, error) {
 		b, _ := json.Marshal(body)
-		req, _ := http.NewRequestWithContext(ctx, "POST", base+path, bytes.NewReader(b))
+		req, _ := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		res, err := hc.Do(req)
 		if err != nil {
@@ -39,19 +49,20 @@ func provision(ctx context.Context, c *common, name string) (project, error) {
 		json.NewDecoder(res.Body).Decode(&out)
 		return res.StatusCode, out, nil
 	}
+	post := func(path string, body any) (int, map[string]any, error) { return call("POST", path, body) }
 	creds := map[string]string{"email": c.email, "password": c.password}
 	status, out, err := post("/api/auth/signup", creds)
 	if err != nil {
-		return project{}, err
+		return project{}, nil, err
 	}
 	if status != http.StatusCreated {
 		if status, out, err = post("/api/auth/login", creds); err != nil || status != http.StatusOK {
-			return project{}, fmt.Errorf("sign up or log in as %s: %d %v %v", c.email, status, out, err)
+			return project{}, nil, fmt.Errorf("sign up or log in as %s: %d %v %v", c.email, status, out, err)
 		}
 	}
 	status, out, err = post("/api/projects", map[string]string{"name": name})
 	if err != nil || status != http.StatusCreated {
-		return project{}, fmt.Errorf("create project: %d %v %v", status, out, err)
+		return project{}, nil, fmt.Errorf("create project: %d %v %v", status, out, err)
 	}
 	keys, _ := out["keys"].(map[string]any)
 	p, _ := out["project"].(map[string]any)
@@ -59,7 +70,7 @@ func provision(ctx context.Context, c *common, name string) (project, error) {
 	pr.ID, _ = p["id"].(string)
 	pr.PublicKey, _ = keys["publicKey"].(string)
 	pr.SecretKey, _ = keys["secretKey"].(string)
-	return pr, nil
+	return pr, call, nil
 }
 
 // emitterFor provisions a project named name (through the first node) and

@@ -140,24 +140,24 @@ func TestAuthorizationSettingsLoader(t *testing.T) {
 		clock := newClock()
 		load := settingsLoader(st, clock.Now)
 		s, err := load(ctx, p.ID)
-		if err != nil || s.Authorization || s.AuthSecrets != nil {
+		if err != nil || s.Authorization || s.AuthSecrets != nil || !s.AuthPreviousUntil.IsZero() {
 			t.Fatalf("a project that never turned it on: %+v, %v", s, err)
 		}
 		if _, err := st.SetAuthorization(ctx, p.ID, true, "one"); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); !s.Authorization || !slices.Equal(s.AuthSecrets, []string{"one"}) {
+		if s, _ = load(ctx, p.ID); !s.Authorization || !slices.Equal(s.AuthSecrets, []string{"one"}) || !s.AuthPreviousUntil.IsZero() {
 			t.Fatalf("on: %+v", s)
 		}
 		until := clock.Now().UTC().Add(time.Minute).Truncate(time.Microsecond)
 		if _, err := st.RotateAuthSecret(ctx, p.ID, "two", until); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two", "one"}) {
+		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two", "one"}) || !s.AuthPreviousUntil.Equal(until) {
 			t.Fatalf("in the overlap: %+v", s)
 		}
 		clock.Advance(time.Minute)
-		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two"}) {
+		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two"}) || !s.AuthPreviousUntil.IsZero() {
 			t.Fatalf("after the overlap: %+v", s)
 		}
 		if _, err := st.SetAuthorization(ctx, p.ID, false, ""); err != nil {

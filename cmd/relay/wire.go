@@ -35,6 +35,9 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents,
 			// The current secret, and the previous one while its overlap lasts.
 			Authorization: p.Authorization, AuthSecrets: p.AuthSecretsAt(at)}
+		if len(out.AuthSecrets) > 1 {
+			out.AuthPreviousUntil = *p.AuthSecretPreviousUntil
+		}
 		for _, r := range revs {
 			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
 		}

@@ -1,0 +1,282 @@
+package actors
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwt"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
+)
+
+// Channel authorization (proto/PROTOCOL.md › Channel authorization), an
+// extension a project turns on: connection tokens name the user (presence
+// identity) and grant private channels; a subscribe token grants one
+// channel. A project that has not turned it on takes none of these paths.
+
+// Identity is what a valid connection token says: who the user is, until
+// when, and the channels it grants.
+type Identity struct {
+	Sub    string
+	Exp    time.Time
+	grants []grant
+}
+
+// grant is one entry of a token's channels claim: a channel, or a prefix
+// (written with a trailing *), and its rights.
+type grant struct {
+	name      string
+	prefix    bool
+	subscribe bool
+	presence  bool
+}
+
+// Token limits.
+const (
+	maxSubBytes   = 128
+	maxGrants     = 100
+	privatePrefix = "private-"
+	// expiringNotice: a connection is told this long before its token expires.
+	expiringNotice = 30 * time.Second
+)
+
+// Why a token is refused.
+var (
+	ErrInvalidToken = errors.New("invalid token")
+	ErrTokenExpired = errors.New("token expired")
+)
+
+// ProjectAuthz is a project's channel authorization settings, as the
+// handshake and the connection actors see them. Immutable once shared.
+type ProjectAuthz struct {
+	On      bool
+	Secrets []string // HS256 secrets, current first
+	// PreviousUntil ends the overlap of the secrets after the first (a
+	// rotation's previous one); zero: no end.
+	PreviousUntil time.Time
+}
+
+// SecretsAt is the secrets a token may be signed with at now.
+func (az *ProjectAuthz) SecretsAt(now time.Time) []string {
+	if len(az.Secrets) > 1 && !az.PreviousUntil.IsZero() && !now.Before(az.PreviousUntil) {
+		return az.Secrets[:1]
+	}
+	return az.Secrets
+}
+
+// authzHolder is a project's current settings, shared by its connection
+// actors and replaced (never changed) by its project actor at every load.
+type authzHolder struct {
+	cur    atomic.Pointer[ProjectAuthz]
+	loaded atomic.Bool // the project actor has stored what it loaded: handshakes no longer seed it
+}
+
+// authzOf returns project id's holder, created empty (off) if need be.
+func (s *System) authzOf(id string) *authzHolder {
+	if h, ok := s.authz.Load(id); ok {
+		return h.(*authzHolder)
+	}
+	h, _ := s.authz.LoadOrStore(id, &authzHolder{})
+	return h.(*authzHolder)
+}
+
+// on: the project has turned authorization on (h may be nil: never).
+func (h *authzHolder) on() *ProjectAuthz {
+	if h == nil {
+		return nil
+	}
+	if az := h.cur.Load(); az != nil && az.On {
+		return az
+	}
+	return nil
+}
+
+func isPrivate(channel string) bool { return strings.HasPrefix(channel, privatePrefix) }
+
+// parseHS256 checks a token signed HS256 with one of secrets (no other
+// algorithm, "none" included), exp present and not passed (tokenSkew).
+func parseHS256(token string, secrets []string, now time.Time) (jwt.Token, error) {
+	if !proto.SignedHS256(token) {
+		return nil, ErrInvalidToken
+	}
+	for _, secret := range secrets {
+		t, err := jwt.ParseString(token, jwt.WithKey(jwa.HS256, []byte(secret)), jwt.WithValidate(false))
+		if err != nil {
+			continue
+		}
+		// jwx takes exp 0 as unset: a token must name one, and 1970 has passed.
+		if _, ok := t.Get(jwt.ExpirationKey); !ok || t.Expiration().Unix() <= 0 {
+			return nil, ErrInvalidToken
+		}
+		if !now.Before(t.Expiration().Add(tokenSkew)) {
+			return nil, ErrTokenExpired
+		}
+		return t, nil
+	}
+	return nil, ErrInvalidToken
+}
+
+// VerifyConnectionToken checks a connection token against a project's secrets.
+func VerifyConnectionToken(token string, secrets []string, now time.Time) (*Identity, error) {
+	t, err := parseHS256(token, secrets, now)
+	if err != nil {
+		return nil, err
+	}
+	sub := t.Subject()
+	if sub == "" || len(sub) > maxSubBytes {
+		return nil, ErrInvalidToken
+	}
+	id := &Identity{Sub: sub, Exp: t.Expiration()}
+	if raw, ok := t.Get("channels"); ok {
+		if id.grants, ok = parseGrants(raw); !ok {
+			return nil, ErrInvalidToken
+		}
+	}
+	return id, nil
+}
+
+// parseGrants reads a channels claim: {"name or prefix*": ["subscribe", "presence"]}.
+func parseGrants(raw any) ([]grant, bool) {
+	obj, ok := raw.(map[string]any)
+	if !ok || len(obj) > maxGrants {
+		return nil, false
+	}
+	out := make([]grant, 0, len(obj))
+	for name, rights := range obj {
+		g := grant{name: name}
+		if strings.HasSuffix(name, "*") {
+			g.name, g.prefix = strings.TrimSuffix(name, "*"), true
+		}
+		list, ok := rights.([]any)
+		if !ok || g.name == "" && !g.prefix {
+			return nil, false
+		}
+		for _, r := range list {
+			switch r {
+			case "subscribe":
+				g.subscribe = true
+			case "presence":
+				g.presence = true
+			default:
+				return nil, false
+			}
+		}
+		out = append(out, g)
+	}
+	return out, true
+}
+
+// allows: the identity's grants cover subscribing to channel (with presence).
+func (id *Identity) allows(channel string, presence bool) bool {
+	if id == nil {
+		return false
+	}
+	for _, g := range id.grants {
+		match := g.name == channel || g.prefix && strings.HasPrefix(channel, g.name)
+		if match && g.subscribe && (!presence || g.presence) {
+			return true
+		}
+	}
+	return false
+}
+
+// verifySubscribeToken checks a subscribe token for channel on a connection
+// of identity id (nil: anonymous). presence: it grants presence too.
+func verifySubscribeToken(token, channel string, id *Identity, secrets []string, now time.Time) (presence, ok bool) {
+	t, err := parseHS256(token, secrets, now)
+	if err != nil {
+		return false, false
+	}
+	ch, _ := t.Get("ch")
+	if s, _ := ch.(string); s != channel {
+		return false, false
+	}
+	if sub := t.Subject(); sub != "" && (id == nil || sub != id.Sub) {
+		return false, false
+	}
+	p, _ := t.Get("presence")
+	presence, _ = p.(bool)
+	return presence, true
+}
+
+// authorizeSubscribe applies the rules of a project with authorization on
+// to one subscribe; "" lets it through.
+func authorizeSubscribe(az *ProjectAuthz, id *Identity, m *proto.ClientMessage, now time.Time) proto.Code {
+	if m.Presence {
+		switch {
+		case id == nil:
+			return proto.CodeTokenRequired
+		case m.ClientID != id.Sub:
+			return proto.CodeClientIDMismatch
+		}
+	}
+	if !isPrivate(m.Channel) || id.allows(m.Channel, m.Presence) {
+		return ""
+	}
+	if m.Token == "" {
+		return proto.CodeChannelForbidden
+	}
+	presence, ok := verifySubscribeToken(m.Token, m.Channel, id, az.SecretsAt(now), now)
+	switch {
+	case !ok:
+		return proto.CodeInvalidSubscribeToken
+	case m.Presence && !presence:
+		return proto.CodeChannelForbidden
+	}
+	return ""
+}
+
+// tokenLife is when a connection's token expires (unix seconds), and
+// whether it was told: told expiringNotice before, closed (4011) after
+// unless a refresh moved it. Kept by value, beside a.conns, to stay small.
+type tokenLife struct {
+	exp    int64
+	warned bool
+}
+
+type tokenTick struct{}
+
+// trackToken records (or moves, after a refresh) a connection's expiry.
+func (a *projectActor) trackToken(ctx actor.Context, sink Sink, exp time.Time) {
+	if a.tokens == nil {
+		a.tokens = map[uint64]tokenLife{}
+	}
+	a.tokens[sink.ID()] = tokenLife{exp: exp.Unix()}
+	a.expireTokens(ctx) // one that expires soon is told at once
+}
+
+// expireTokens tells the connections whose token expires within
+// expiringNotice, closes those whose token has expired (tokenSkew after
+// exp, as a handshake would refuse it), and ticks again each second while
+// any is left. A project that turned authorization off stops watching.
+func (a *projectActor) expireTokens(ctx actor.Context) {
+	if a.authz.on() == nil {
+		clear(a.tokens)
+		return
+	}
+	now := a.cfg.Now()
+	for id, t := range a.tokens {
+		c, live := a.conns[id]
+		exp := time.Unix(t.exp, 0)
+		switch {
+		case !live:
+			delete(a.tokens, id)
+		case !now.Before(exp.Add(tokenSkew)):
+			c.sink.Close(proto.CloseTokenExpired, "token expired")
+			delete(a.tokens, id)
+		case !t.warned && !now.Before(exp.Add(-expiringNotice)):
+			a.tokens[id] = tokenLife{exp: t.exp, warned: true}
+			c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, t.exp)))
+		}
+	}
+	if len(a.tokens) > 0 && !a.tokenTicker {
+		a.tokenTicker = true
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(time.Second, func() { root.Send(self, &tokenTick{}) })
+	}
+}
