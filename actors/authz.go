@@ -24,6 +24,7 @@ import (
 type Identity struct {
 	Sub    string
 	Exp    time.Time
+	Iat    time.Time // zero when the token names none
 	grants []grant
 }
 
@@ -131,7 +132,7 @@ func VerifyConnectionToken(token string, secrets []string, now time.Time) (*Iden
 	if sub == "" || len(sub) > maxSubBytes {
 		return nil, ErrInvalidToken
 	}
-	id := &Identity{Sub: sub, Exp: t.Expiration()}
+	id := &Identity{Sub: sub, Exp: t.Expiration(), Iat: t.IssuedAt()}
 	if raw, ok := t.Get("channels"); ok {
 		if id.grants, ok = parseGrants(raw); !ok {
 			return nil, ErrInvalidToken
@@ -241,13 +242,28 @@ type tokenLife struct {
 
 type tokenTick struct{}
 
-// trackToken records (or moves, after a refresh) a connection's expiry.
-func (a *projectActor) trackToken(ctx actor.Context, sink Sink, exp time.Time) {
+// trackToken records (or moves, after a refresh) a connection's token: one
+// issued before its user's tokens were revoked closes the connection (4012),
+// else its expiry is watched.
+func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) {
+	if a.userRevoked(id) {
+		delete(a.tokens, sink.ID())
+		sink.Close(proto.CloseTokenRevoked, "token revoked")
+		return
+	}
 	if a.tokens == nil {
 		a.tokens = map[uint64]tokenLife{}
 	}
-	a.tokens[sink.ID()] = tokenLife{exp: exp.Unix()}
+	a.tokens[sink.ID()] = tokenLife{exp: id.Exp.Unix()}
 	a.expireTokens(ctx) // one that expires soon is told at once
+}
+
+// userRevoked: the token was issued (iat, whole seconds) at or before a
+// revocation of its user's tokens; a token without iat is covered by any.
+// Only on a project with authorization on: elsewhere a token means nothing.
+func (a *projectActor) userRevoked(id *Identity) bool {
+	r, ok := a.revokedClients[id.Sub]
+	return ok && a.authz.on() != nil && !id.Iat.Truncate(time.Second).After(r.RevokedAt.Truncate(time.Second))
 }
 
 // expireTokens tells the connections whose token expires within

@@ -137,7 +137,7 @@ func (a *connActor) refresh(ctx actor.Context, token string) {
 		return
 	}
 	a.ident = id
-	ctx.Send(a.project, &tokenRefreshed{sink: a.sink, exp: id.Exp})
+	ctx.Send(a.project, &tokenRefreshed{sink: a.sink, ident: id})
 	a.sink.Send(refreshOKFrame)
 }
 

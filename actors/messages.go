@@ -122,7 +122,7 @@ type unsubscribe struct {
 type connOpened struct {
 	sink    Sink
 	keyHash string    // the public key it was opened with
-	exp     time.Time // its connection token's expiry (channel authorization); zero: none
+	ident   *Identity // its connection token's (channel authorization); nil: none
 }
 
 // authzChanged is a project's new channel authorization, applied by its
@@ -132,10 +132,10 @@ type authzChanged struct {
 	done chan struct{}
 }
 
-// tokenRefreshed tells the project actor a connection's token now expires at exp.
+// tokenRefreshed tells the project actor a connection's new token.
 type tokenRefreshed struct {
-	sink Sink
-	exp  time.Time
+	sink  Sink
+	ident *Identity
 }
 
 // keysRevoked closes the connections opened with these public keys.

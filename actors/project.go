@@ -239,8 +239,8 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.send(ctx, m.channel, m)
 	case *connOpened:
 		a.conns[m.sink.ID()] = liveConn{sink: m.sink, keyHash: m.keyHash}
-		if !m.exp.IsZero() {
-			a.trackToken(ctx, m.sink, m.exp)
+		if m.ident != nil {
+			a.trackToken(ctx, m.sink, m.ident)
 		}
 		a.connects++
 		a.webhook("connect", m.sink.ID(), CloseStatus{})
@@ -252,7 +252,7 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.expireTokens(ctx) // turned off: expiries no longer apply
 	case *tokenRefreshed:
 		if _, ok := a.conns[m.sink.ID()]; ok {
-			a.trackToken(ctx, m.sink, m.exp)
+			a.trackToken(ctx, m.sink, m.ident)
 		}
 	case *tokenTick:
 		a.tokenTicker = false

@@ -361,11 +361,7 @@ func (s *System) OpenAuthorized(l *Lease, keyHash string, sink Sink, az *Project
 	if az != nil && !h.loaded.Load() {
 		h.cur.Store(az)
 	}
-	opened := &connOpened{sink: sink, keyHash: keyHash}
-	if id != nil {
-		opened.exp = id.Exp
-	}
-	project := s.tell(l.projectID, opened)
+	project := s.tell(l.projectID, &connOpened{sink: sink, keyHash: keyHash, ident: id})
 	pid := s.root.Spawn(s.connProps)
 	s.root.Send(pid, &connInit{sink: sink, project: project, cfg: s.cfg, authz: h, ident: id}) // its first message
 	return &Session{sys: s, sink: sink, pid: pid, lease: l, health: s.cfg.health.of(l.projectID)}

@@ -366,11 +366,30 @@ func (o *projectOps) revokeTokens(ctx context.Context, projectID string, in revo
 	if in.ClientID != "" {
 		revs = append(revs, actors.Revocation{Kind: actors.RevokeClient, Value: in.ClientID, RevokedAt: now, ExpiresAt: expires})
 	}
+	return o.addRevocations(ctx, projectID, now, revs)
+}
+
+// userTokensRevokedFor is how long a revocation of a user's tokens (a
+// disconnect with revokeTokens) is kept: connection tokens have no cap of
+// their own, so one minted to last longer than this works again after it.
+const userTokensRevokedFor = 24 * time.Hour
+
+// revokeUserTokens refuses userID's connection tokens (and client-emit
+// tokens of that clientId) issued until now, on a project with channel
+// authorization: its sockets that open or refresh with one close with 4012.
+func (o *projectOps) revokeUserTokens(ctx context.Context, projectID, userID string) error {
+	now := o.now().UTC()
+	return o.addRevocations(ctx, projectID, now, []actors.Revocation{{Kind: actors.RevokeClient, Value: userID, RevokedAt: now,
+		ExpiresAt: now.Add(max(userTokensRevokedFor, o.tokenTTL+time.Minute))}})
+}
+
+// addRevocations stores revs (all or none, under MAX_REVOCATIONS_PER_PROJECT)
+// and applies them to the live project on every node.
+func (o *projectOps) addRevocations(ctx context.Context, projectID string, now time.Time, revs []actors.Revocation) error {
 	rows := make([]store.Revocation, len(revs))
 	for i, rv := range revs {
 		rows[i] = store.Revocation{Kind: rv.Kind, Value: rv.Value, RevokedAt: rv.RevokedAt, ExpiresAt: rv.ExpiresAt}
 	}
-	// Both or neither, under MAX_REVOCATIONS_PER_PROJECT.
 	err := o.store.AddRevocations(ctx, projectID, now, o.maxRevocations, rows...)
 	if errors.Is(err, store.ErrLimitReached) {
 		return errTooManyRevocations

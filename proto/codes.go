@@ -72,6 +72,11 @@ const (
 // without a refresh (channel authorization): reconnect with a fresh token.
 const CloseTokenExpired = 4011
 
+// CloseTokenRevoked closes a connection whose connection token was issued
+// before its user's tokens were revoked (a disconnect with revokeTokens):
+// the clients do not reconnect on their own.
+const CloseTokenRevoked = 4012
+
 // CloseProjectDeleted is the WebSocket close code a connection gets when its
 // project is deleted (or found missing): reconnecting with the same key will
 // not work.

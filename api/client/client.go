@@ -243,6 +243,11 @@ const (
 // without a refresh: the client reconnects at once with a fresh token.
 const CloseTokenExpired = 4011
 
+// CloseTokenRevoked closes the connections of a user whose tokens the
+// backend revoked (a disconnect with revokeTokens): the client does not
+// reconnect.
+const CloseTokenRevoked = 4012
+
 // tokenExp reads a JWT's exp without verifying it (only to know when to
 // refresh); zero when it has none.
 func tokenExp(token string) time.Time {

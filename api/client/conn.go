@@ -209,7 +209,7 @@ func (c *Client) run(conn net.Conn, token string) {
 		if c.ctx.Err() != nil {
 			return
 		}
-		if c.opts.NoReconnect || code == 4004 { // 4004: the project is gone
+		if c.opts.NoReconnect || code == 4004 || code == CloseTokenRevoked { // the project is gone; the user's tokens were revoked
 			return
 		}
 		select {

@@ -30,7 +30,8 @@ export interface RelayOptions {
   publicKey: string;
   /**
    * Reconnect after an unexpected close (default `true`); never after 4004
-   * (project deleted) or 4001 (key revoked: connect again with the new key).
+   * (project deleted), 4001 (key revoked: connect again with the new key) or
+   * 4012 (the backend revoked this user's tokens).
    */
   reconnect?: boolean;
   /** Cap of the reconnect backoff, in ms (default 30000). */

@@ -149,8 +149,9 @@ export class Relay {
     this.failPending("emit", "disconnected");
     this.ws = null;
     // 4004: the project is gone; 4001: the key was revoked, and a handshake
-    // with it can only fail (a browser cannot see that 401).
-    if (this.closedByUser || !this.options.reconnect || e.code === 4004 || e.code === 4001) {
+    // with it can only fail (a browser cannot see that 401); 4012: the
+    // backend revoked this user's tokens (the page decides what comes next).
+    if (this.closedByUser || !this.options.reconnect || e.code === 4004 || e.code === 4001 || e.code === 4012) {
       this.setState("closed");
       return;
     }

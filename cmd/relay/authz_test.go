@@ -118,6 +118,21 @@ func TestChannelAuthorization(t *testing.T) {
 		}
 		short.expectClose(4011, 10*time.Second)
 
+		// A disconnect that sticks: the user's sockets close (4003), a token
+		// minted before it is refused with 4012, one minted after gets in.
+		before := mint("user-42", time.Hour, nil)
+		r = ts.client().send("POST", "/clients/user-42/disconnect", `{"revokeTokens":true}`, "application/json",
+			map[string]string{"Authorization": "Bearer " + p.secretKey})
+		r.expect(t, http.StatusOK, `{"ok":true,"closed":1}`)
+		u42.expectClose(4003, 5*time.Second)
+		ts.dialWithToken(p.publicKey, before).expectClose(4012, 5*time.Second)
+		after, _ := backend.MintConnectionToken(backend.ConnectionTokenOptions{Secret: secret, UserID: "user-42", TTL: time.Hour,
+			Now: time.Now().Add(time.Second)}) // iat in whole seconds, after the revocation's
+		back := ts.dialWithToken(p.publicKey, after)
+		back.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-42"}`)
+		back.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		ts.dialWithToken(p.publicKey, mint("user-45", time.Hour, nil)).expectSilence(200 * time.Millisecond) // another user is not covered
+
 		// Off again: the anonymous connection may subscribe to private- channels.
 		if r := owner.do("PATCH", "/api/projects/"+p.id+"/authorization", `{"authorization":false}`); r.status != http.StatusOK || r.json["authorization"] != false {
 			t.Fatalf("turning authorization off: %d %s", r.status, r.raw)
@@ -125,4 +140,25 @@ func TestChannelAuthorization(t *testing.T) {
 		anon.send(`{"action":"subscribe","channel":"private-user-42"}`)
 		anon.expect(`{"action":"subscribe","channel":"private-user-42","ok":true}`)
 	})
+}
+
+// On a project without channel authorization a disconnect's body is
+// ignored, as SPEC.md says: revokeTokens revokes nothing (the clientId's
+// client-emit tokens still work).
+func TestDisconnectBodyIgnoredWithoutAuthorization(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	r := ts.client().send("POST", "/clients/ann/disconnect", `{"revokeTokens":true}`, "application/json",
+		map[string]string{"Authorization": "Bearer " + p.secretKey})
+	r.expect(t, http.StatusOK, `{"ok":true,"closed":0}`)
+	c := ts.dialWS(p.publicKey)
+	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"ann"}`)
+	c.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+	c.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann",
+		Types: []string{"chat"}, TTL: time.Minute, Now: time.Now().Add(-2 * time.Second)}) // issued before the disconnect
+	c.send(`{"action":"emit","channel":"room","type":"chat","payload":1,"token":"` + tok + `"}`)
+	c.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
 }
