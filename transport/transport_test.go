@@ -47,6 +47,7 @@ type fixture struct {
 	srv     *Server
 	url     string
 	handles chan *echo
+	dialed  int64 // connections dial has handed out
 }
 
 func newFixture(t *testing.T, cfg Config) *fixture {
@@ -100,6 +101,16 @@ func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader, *echo) {
 	conn, br := dialWS(t, f.url)
 	select {
 	case e := <-f.handles:
+		// open hands the handler over before Upgrade has stored it and
+		// registered the connection: wait until the server counts it opened
+		// (an atomic, after both), so that the test may act on e.conn as the
+		// transport would. A teardown before then read a nil handler.
+		f.dialed++
+		for deadline := time.Now().Add(5 * time.Second); f.srv.opened.Load() < f.dialed; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the server counts %d connections opened, want %d", f.srv.opened.Load(), f.dialed)
+			}
+		}
 		return conn, br, e
 	case <-time.After(5 * time.Second):
 		t.Fatal("no handler opened")
