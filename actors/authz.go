@@ -255,7 +255,8 @@ func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) {
 		a.tokens = map[uint64]tokenLife{}
 	}
 	a.tokens[sink.ID()] = tokenLife{exp: id.Exp.Unix()}
-	a.expireTokens(ctx) // one that expires soon is told at once
+	a.expireToken(sink.ID(), a.tokens[sink.ID()], a.cfg.Now()) // one that expires soon is told at once
+	a.tickTokens(ctx)
 }
 
 // userRevoked: the token was issued (iat, whole seconds) at or before a
@@ -277,19 +278,30 @@ func (a *projectActor) expireTokens(ctx actor.Context) {
 	}
 	now := a.cfg.Now()
 	for id, t := range a.tokens {
-		c, live := a.conns[id]
-		exp := time.Unix(t.exp, 0)
-		switch {
-		case !live:
-			delete(a.tokens, id)
-		case !now.Before(exp.Add(tokenSkew)):
-			c.sink.Close(proto.CloseTokenExpired, "token expired")
-			delete(a.tokens, id)
-		case !t.warned && !now.Before(exp.Add(-expiringNotice)):
-			a.tokens[id] = tokenLife{exp: t.exp, warned: true}
-			c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, t.exp)))
-		}
+		a.expireToken(id, t, now)
 	}
+	a.tickTokens(ctx)
+}
+
+// expireToken is expireTokens for one connection.
+func (a *projectActor) expireToken(id uint64, t tokenLife, now time.Time) {
+	c, live := a.conns[id]
+	exp := time.Unix(t.exp, 0)
+	switch {
+	case !live:
+		delete(a.tokens, id)
+	case !now.Before(exp.Add(tokenSkew)):
+		c.sink.Close(proto.CloseTokenExpired, "token expired")
+		delete(a.tokens, id)
+	case !t.warned && !now.Before(exp.Add(-expiringNotice)):
+		a.tokens[id] = tokenLife{exp: t.exp, warned: true}
+		c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, t.exp)))
+	}
+}
+
+// tickTokens schedules the next expireTokens, a second from now, unless
+// one is due or no token is watched.
+func (a *projectActor) tickTokens(ctx actor.Context) {
 	if len(a.tokens) > 0 && !a.tokenTicker {
 		a.tokenTicker = true
 		self, root := ctx.Self(), ctx.ActorSystem().Root
