@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 
 	"github.com/relayhq/relay/proto"
@@ -60,6 +62,9 @@ type ProjectAuthz struct {
 	// PreviousUntil ends the overlap of the secrets after the first (a
 	// rotation's previous one); zero: no end.
 	PreviousUntil time.Time
+	// JWKSURL is the project's key set for tokens signed with its own keys
+	// (RS256, ES256, EdDSA; authz_jwks.go); "": none, HS256 only.
+	JWKSURL string
 }
 
 // SecretsAt is the secrets a token may be signed with at now.
@@ -110,24 +115,82 @@ func parseHS256(token string, secrets []string, now time.Time) (jwt.Token, error
 		if err != nil {
 			continue
 		}
-		// jwx takes exp 0 as unset: a token must name one, and 1970 has passed.
-		if _, ok := t.Get(jwt.ExpirationKey); !ok || t.Expiration().Unix() <= 0 {
-			return nil, ErrInvalidToken
-		}
-		if !now.Before(t.Expiration().Add(tokenSkew)) {
-			return nil, ErrTokenExpired
-		}
-		return t, nil
+		return checkExp(t, now)
 	}
 	return nil, ErrInvalidToken
 }
 
-// VerifyConnectionToken checks a connection token against a project's secrets.
+// checkExp: exp present and not passed (tokenSkew).
+func checkExp(t jwt.Token, now time.Time) (jwt.Token, error) {
+	// jwx takes exp 0 as unset: a token must name one, and 1970 has passed.
+	if _, ok := t.Get(jwt.ExpirationKey); !ok || t.Expiration().Unix() <= 0 {
+		return nil, ErrInvalidToken
+	}
+	if !now.Before(t.Expiration().Add(tokenSkew)) {
+		return nil, ErrTokenExpired
+	}
+	return t, nil
+}
+
+// parseToken checks a token against a project's keys: HS256 with its
+// secrets (SecretsAt now), or RS256, ES256 or EdDSA with the key of its
+// JWKS that the header's kid names (keys, nil: none). No other algorithm,
+// "none" and the other HS* included; a JWKS key verifies only the
+// algorithm of its kty (no alg confusion). Compact form only.
+func parseToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token string, now time.Time) (jwt.Token, error) {
+	if strings.Count(token, ".") != 2 {
+		return nil, ErrInvalidToken
+	}
+	msg, err := jws.ParseString(token)
+	if err != nil || len(msg.Signatures()) != 1 {
+		return nil, ErrInvalidToken
+	}
+	h := msg.Signatures()[0].ProtectedHeaders()
+	switch alg := h.Algorithm(); alg {
+	case jwa.HS256:
+		return parseHS256(token, az.SecretsAt(now), now)
+	case jwa.RS256, jwa.ES256, jwa.EdDSA:
+		if az.JWKSURL == "" {
+			return nil, ErrInvalidToken
+		}
+		key, err := keys.publicKey(ctx, az.JWKSURL, h.KeyID(), alg)
+		if err != nil {
+			return nil, ErrInvalidToken
+		}
+		t, err := jwt.ParseString(token, jwt.WithKey(alg, key), jwt.WithValidate(false))
+		if err != nil {
+			return nil, ErrInvalidToken
+		}
+		return checkExp(t, now)
+	}
+	return nil, ErrInvalidToken
+}
+
+// VerifyConnectionToken checks an HS256 connection token against secrets.
 func VerifyConnectionToken(token string, secrets []string, now time.Time) (*Identity, error) {
 	t, err := parseHS256(token, secrets, now)
 	if err != nil {
 		return nil, err
 	}
+	return identityOf(t)
+}
+
+// VerifyConnectionToken checks a connection token against the project's
+// keys (az): its secrets, and its JWKS through this process's cache.
+func (s *System) VerifyConnectionToken(ctx context.Context, token string, az *ProjectAuthz, now time.Time) (*Identity, error) {
+	return verifyConnection(ctx, s.cfg.jwks, az, token, now)
+}
+
+func verifyConnection(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token string, now time.Time) (*Identity, error) {
+	t, err := parseToken(ctx, keys, az, token, now)
+	if err != nil {
+		return nil, err
+	}
+	return identityOf(t)
+}
+
+// identityOf reads a verified connection token's claims.
+func identityOf(t jwt.Token) (*Identity, error) {
 	sub := t.Subject()
 	if sub == "" || len(sub) > maxSubBytes {
 		return nil, ErrInvalidToken
@@ -187,9 +250,10 @@ func (id *Identity) allows(channel string, presence bool) bool {
 }
 
 // verifySubscribeToken checks a subscribe token for channel on a connection
-// of identity id (nil: anonymous). presence: it grants presence too.
-func verifySubscribeToken(token, channel string, id *Identity, secrets []string, now time.Time) (presence, ok bool) {
-	t, err := parseHS256(token, secrets, now)
+// of identity id (nil: anonymous), signed with the project's keys.
+// presence: it grants presence too.
+func verifySubscribeToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token, channel string, id *Identity, now time.Time) (presence, ok bool) {
+	t, err := parseToken(ctx, keys, az, token, now)
 	if err != nil {
 		return false, false
 	}
@@ -206,8 +270,8 @@ func verifySubscribeToken(token, channel string, id *Identity, secrets []string,
 }
 
 // authorizeSubscribe applies the rules of a project with authorization on
-// to one subscribe; "" lets it through.
-func authorizeSubscribe(az *ProjectAuthz, id *Identity, m *proto.ClientMessage, now time.Time) proto.Code {
+// to one subscribe; "" lets it through. keys: the JWKS cache (nil: none).
+func authorizeSubscribe(ctx context.Context, keys *jwksCache, az *ProjectAuthz, id *Identity, m *proto.ClientMessage, now time.Time) proto.Code {
 	if m.Presence {
 		switch {
 		case id == nil:
@@ -222,7 +286,7 @@ func authorizeSubscribe(az *ProjectAuthz, id *Identity, m *proto.ClientMessage, 
 	if m.Token == "" {
 		return proto.CodeChannelForbidden
 	}
-	presence, ok := verifySubscribeToken(m.Token, m.Channel, id, az.SecretsAt(now), now)
+	presence, ok := verifySubscribeToken(ctx, keys, az, m.Token, m.Channel, id, now)
 	switch {
 	case !ok:
 		return proto.CodeInvalidSubscribeToken

@@ -144,7 +144,7 @@ func TestAuthorizeSubscribe(t *testing.T) {
 	}
 	for _, c := range cases {
 		m := &proto.ClientMessage{Action: proto.ActionSubscribe, Channel: c.channel, Presence: c.presence, ClientID: c.clientID, Token: c.token}
-		if got := authorizeSubscribe(az, c.id, m, authT0.Add(c.at)); got != c.want {
+		if got := authorizeSubscribe(context.Background(), nil, az, c.id, m, authT0.Add(c.at)); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}

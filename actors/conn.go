@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"context"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/relayhq/relay/proto"
@@ -82,7 +84,7 @@ func (a *connActor) handleFrame(ctx actor.Context, m *proto.ClientMessage) {
 		a.refresh(ctx, m.Token)
 	case proto.ActionSubscribe:
 		if az := a.authz.on(); az != nil {
-			if code := authorizeSubscribe(az, a.ident, m, a.cfg.Now()); code != "" {
+			if code := authorizeSubscribe(context.Background(), a.cfg.jwks, az, a.ident, m, a.cfg.Now()); code != "" {
 				a.sink.Send(errorFrame(&proto.Error{Code: code, Channel: m.Channel}))
 				return
 			}
@@ -131,7 +133,7 @@ func (a *connActor) refresh(ctx actor.Context, token string) {
 		return
 	}
 	now := a.cfg.Now()
-	id, err := VerifyConnectionToken(token, az.SecretsAt(now), now)
+	id, err := verifyConnection(context.Background(), a.cfg.jwks, az, token, now)
 	if err != nil || a.ident != nil && id.Sub != a.ident.Sub {
 		a.sink.Send(errorFrame(&proto.Error{Code: proto.CodeInvalidToken}))
 		return

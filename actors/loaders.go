@@ -63,6 +63,8 @@ type Settings struct {
 	AuthSecrets   []string
 	// AuthPreviousUntil ends the previous secret's overlap (zero: none).
 	AuthPreviousUntil time.Time
+	// AuthJWKSURL is the project's JWKS for tokens signed with its own keys ("": none).
+	AuthJWKSURL string
 }
 
 // Revocation kinds.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,8 +47,14 @@ type Config struct {
 	MaxChannelsPerProject    int // channel actors of one project
 	MaxReplayBytesPerProject int // replay rings of one project together
 	MaxConnectionsPerAddress int // live connections of one project from one client address
+	// JWKSClient fetches the projects' JWKS (channel authorization with
+	// their own keys, authz_jwks.go); the server's refuses loopback,
+	// private and link-local addresses as the webhooks' does. nil: no
+	// fetches, every token signed with a JWKS key is refused.
+	JWKSClient *http.Client
 
 	counters *Counters
+	jwks     *jwksCache               // the process's JWKS cache (authz_jwks.go)
 	health   *healthBook              // delivery health per project (health.go)
 	cluster  *atomic.Pointer[Cluster] // the System's, set by NewSystem: channels become relays in a cluster
 	Logger   *slog.Logger
@@ -139,6 +146,7 @@ func NewSystem(cfg Config) *System {
 		cfg.Logger = slog.Default()
 	}
 	cfg.counters = &Counters{}
+	cfg.jwks = newJWKSCache(cfg.JWKSClient, cfg.Logger, cfg.Now)
 	cfg.health = &healthBook{m: map[string]*projectHealth{}}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
@@ -502,6 +510,7 @@ func (s *System) Shutdown(ctx context.Context) error {
 	if !s.as.IsStopped() { // leaving a cluster stops it
 		s.as.Shutdown()
 	}
+	s.cfg.jwks.close()
 	return nil
 }
 

@@ -21,7 +21,10 @@ import (
 // project's cached keys (here, and on the other nodes of a cluster) and
 // makes the running actors reload their settings.
 
-var errAuthorizationRequired = &proto.Error{Code: proto.CodeAuthorizationRequired}
+var (
+	errAuthorizationRequired = &proto.Error{Code: proto.CodeAuthorizationRequired}
+	errInvalidJWKSURL        = &proto.Error{Code: proto.CodeInvalidJWKSURL}
+)
 
 // authorizationBody is the setting as the API answers it.
 type authorizationBody struct {
@@ -32,11 +35,18 @@ type authorizationBody struct {
 	// PreviousSecretExpiresAt is the end of the overlap of the secret the
 	// last rotation replaced, while it is still valid; null otherwise.
 	PreviousSecretExpiresAt *string `json:"previousSecretExpiresAt"`
+	// JWKSURL is the project's JWKS, which tokens signed with its own keys
+	// (RS256, ES256, EdDSA) are verified against; null when none.
+	JWKSURL *string `json:"jwksUrl"`
 }
 
 // toAuthorizationBody is p's setting as shown at now.
 func toAuthorizationBody(p store.Project, now time.Time) authorizationBody {
 	b := authorizationBody{Authorization: p.Authorization}
+	if p.AuthJWKSURL != "" {
+		u := p.AuthJWKSURL
+		b.JWKSURL = &u
+	}
 	if p.AuthSecret != "" {
 		s := p.AuthSecret
 		b.Secret = &s
@@ -51,11 +61,39 @@ func toAuthorizationBody(p store.Project, now time.Time) authorizationBody {
 // makes the project's first authorization secret (newSecret, as the
 // client-emit secret) if it has none. It returns the project as stored.
 func (p ownedProject) setAuthorization(ctx context.Context, on bool) (store.Project, error) {
-	candidate := ""
-	if on {
-		candidate = newSecret()
+	return p.updateAuthorization(ctx, &on, nil)
+}
+
+// jwksURLOf checks a JWKS URL as a webhook URL is checked (an absolute
+// http or https URL without user name or password, at most maxWebhookURL
+// bytes); "" (after trimming) removes it.
+func jwksURLOf(raw string) (string, error) {
+	url := strings.TrimSpace(raw)
+	if url == "" {
+		return "", nil
 	}
-	q, err := p.ops.store.SetAuthorization(ctx, p.ID, on, candidate)
+	if !validTargetURL(url) {
+		return "", errInvalidJWKSURL
+	}
+	return url, nil
+}
+
+// updateAuthorization applies what is given, in one change: on (nil: as
+// it is; on makes the first secret as setAuthorization does) and the JWKS
+// URL (nil: as it is; "": none). It returns the project as stored.
+func (p ownedProject) updateAuthorization(ctx context.Context, on *bool, jwksURL *string) (store.Project, error) {
+	u := store.AuthorizationUpdate{On: on}
+	if on != nil && *on {
+		u.Candidate = newSecret()
+	}
+	if jwksURL != nil {
+		url, err := jwksURLOf(*jwksURL)
+		if err != nil {
+			return store.Project{}, err
+		}
+		u.JWKSURL = &url
+	}
+	q, err := p.ops.store.UpdateAuthorization(ctx, p.ID, u)
 	if errors.Is(err, store.ErrNotFound) { // deleted meanwhile
 		return q, errProjectNotFound
 	}
@@ -105,7 +143,20 @@ func (p ownedProject) authorizationChanged(ctx context.Context, q store.Project)
 // The JSON routes.
 
 type authorizationPatch struct {
-	Authorization *bool `json:"authorization"`
+	Authorization *bool         `json:"authorization"`
+	JWKSURL       optionalField `json:"jwksUrl"`
+}
+
+// optionalField is a string field that may be absent (set false), null
+// (set, value nil) or a string.
+type optionalField struct {
+	set   bool
+	value *string
+}
+
+func (f *optionalField) UnmarshalJSON(b []byte) error {
+	f.set = true
+	return json.Unmarshal(b, &f.value)
 }
 
 type rotateAuthSecretBody struct {
@@ -129,11 +180,19 @@ func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Requ
 	if !ok {
 		return
 	}
-	if in.Authorization == nil {
+	// jwksUrl alone changes only it; null or "" removes it.
+	if in.Authorization == nil && !in.JWKSURL.set {
 		c.writeOpError(w, errAuthorizationRequired)
 		return
 	}
-	q, err := p.setAuthorization(r.Context(), *in.Authorization)
+	var jwksURL *string
+	if in.JWKSURL.set {
+		jwksURL = new(string)
+		if in.JWKSURL.value != nil {
+			*jwksURL = *in.JWKSURL.value
+		}
+	}
+	q, err := p.updateAuthorization(r.Context(), in.Authorization, jwksURL)
 	if err != nil {
 		c.writeOpError(w, err)
 		return
@@ -226,6 +285,25 @@ func (d dashboard) handleRotateAuthSecret(w http.ResponseWriter, r *http.Request
 	done(w, r, p.ID, "auth-rotated")
 }
 
+// handleSetJWKSURL sets, changes or (empty) removes the JWKS URL.
+func (d dashboard) handleSetJWKSURL(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok {
+		return
+	}
+	in := r.PostFormValue("url")
+	q, err := p.updateAuthorization(r.Context(), nil, &in)
+	if err != nil {
+		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "jwks", JWKSInput: in})
+		return
+	}
+	if q.AuthJWKSURL == "" {
+		done(w, r, p.ID, "auth-jwks-removed")
+		return
+	}
+	done(w, r, p.ID, "auth-jwks-saved")
+}
+
 // The command line.
 
 // Authorization is the project's channel authorization, as GET
@@ -241,11 +319,18 @@ func (a *Admin) Authorization(ctx context.Context, projectID string) (any, error
 // SetAuthorization turns channel authorization on or off, as PATCH
 // /api/projects/{id}/authorization does, and returns what it answers.
 func (a *Admin) SetAuthorization(ctx context.Context, projectID string, on bool) (any, error) {
+	return a.UpdateAuthorization(ctx, projectID, &on, nil)
+}
+
+// UpdateAuthorization turns channel authorization on or off (on nil: as
+// it is) and sets the JWKS URL (nil: as it is; "": none), as PATCH
+// /api/projects/{id}/authorization does, and returns what it answers.
+func (a *Admin) UpdateAuthorization(ctx context.Context, projectID string, on *bool, jwksURL *string) (any, error) {
 	p, err := a.project(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
-	q, err := p.setAuthorization(ctx, on)
+	q, err := p.updateAuthorization(ctx, on, jwksURL)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +110,17 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 			{"rotate", func() error { _, err := op.rotateAuthSecret(ctx, 0); return err }},
 			{"rotate with overlap", func() error { _, err := op.rotateAuthSecret(ctx, time.Hour); return err }},
 			{"off", func() error { _, err := op.setAuthorization(ctx, false); return err }},
+			{"jwks url", func() error {
+				u := " https://example.com/jwks.json "
+				_, err := op.updateAuthorization(ctx, nil, &u)
+				return err
+			}},
+			{"on with a jwks url", func() error {
+				on, u := true, "http://example.com/other.json"
+				_, err := op.updateAuthorization(ctx, &on, &u)
+				return err
+			}},
+			{"jwks url removed", func() error { u := ""; _, err := op.updateAuthorization(ctx, nil, &u); return err }},
 		} {
 			live.told = nil
 			if err := tc.change(); err != nil {
@@ -118,8 +130,12 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 				t.Fatalf("%s told %q (revoked %q), want the project's keys dropped with none revoked, then its authorization", tc.name, live.told, live.revoked)
 			}
 			stored, _ := st.Project(ctx, p.ID)
-			if az := live.authz[len(live.authz)-1]; az.On != stored.Authorization || len(az.Secrets) == 0 || az.Secrets[0] != stored.AuthSecret {
-				t.Fatalf("%s told %+v, want the stored setting (on %v)", tc.name, az, stored.Authorization)
+			if az := live.authz[len(live.authz)-1]; az.On != stored.Authorization || len(az.Secrets) == 0 || az.Secrets[0] != stored.AuthSecret ||
+				az.JWKSURL != stored.AuthJWKSURL {
+				t.Fatalf("%s told %+v, want the stored setting (on %v, JWKS %q)", tc.name, az, stored.Authorization, stored.AuthJWKSURL)
+			}
+			if want := map[string]string{"jwks url": "https://example.com/jwks.json", "on with a jwks url": "http://example.com/other.json"}[tc.name]; stored.AuthJWKSURL != want {
+				t.Fatalf("%s stored JWKS URL %q, want %q", tc.name, stored.AuthJWKSURL, want)
 			}
 			if !reloads() {
 				t.Fatalf("%s: the project's cached keys were not dropped", tc.name)
@@ -136,8 +152,15 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 				t.Fatalf("overlap %v: %v, want invalid_overlap", overlap, err)
 			}
 		}
-		if after, _ := st.Project(ctx, p.ID); after.AuthSecret != before.AuthSecret || len(live.told) != 0 || reloads() {
-			t.Fatalf("a refused rotation changed the secret or told the live plane: %q", live.told)
+		// So does a JWKS URL that is not an absolute http(s) URL (the webhook URL's rule).
+		for _, u := range []string{"ftp://example.com/jwks", "example.com/jwks", "https://user:pw@example.com/jwks", "https://", "https://example.com/" + strings.Repeat("a", maxWebhookURL)} {
+			on := true
+			if _, err := op.updateAuthorization(ctx, &on, &u); !errors.Is(err, errInvalidJWKSURL) {
+				t.Fatalf("JWKS URL %.40q: %v, want invalid_jwks_url", u, err)
+			}
+		}
+		if after, _ := st.Project(ctx, p.ID); after.AuthSecret != before.AuthSecret || after.Authorization != before.Authorization || len(live.told) != 0 || reloads() {
+			t.Fatalf("a refused rotation or JWKS URL changed the setting or told the live plane: %q", live.told)
 		}
 		if _, err := op.rotateAuthSecret(ctx, MaxKeyOverlap); err != nil {
 			t.Fatalf("the longest overlap: %v", err)

@@ -110,6 +110,7 @@ func (d dashboard) routes(mux *http.ServeMux) {
 		http.MethodGet: auth(d.handleAuthorizationOff), http.MethodPost: auth(d.handleAuthorizationOff),
 	})
 	mux.Handle("/projects/{projectId}/authorization/rotate-secret", methods{http.MethodPost: auth(d.handleRotateAuthSecret)})
+	mux.Handle("/projects/{projectId}/authorization/jwks-url", methods{http.MethodPost: auth(d.handleSetJWKSURL)})
 	mux.Handle("/projects/{projectId}/usage", methods{http.MethodGet: auth(d.handleUsage)})
 }
 
@@ -157,6 +158,7 @@ var codeMessages = map[proto.Code]string{
 	proto.CodeKeyNotFound:              "Key not found in this project.",
 	proto.CodeInvalidKeyType:           "Choose which key to rotate: public or secret.",
 	proto.CodeInvalidOverlap:           "The overlap must be a whole number of seconds from 0 (revoke the old key at once) to 86400 (24 hours).",
+	proto.CodeInvalidJWKSURL:           "The JWKS URL must be an absolute http:// or https:// URL (for example https://example.com/.well-known/jwks.json), without user name or password, or empty to remove it.",
 }
 
 func codeErr(c proto.Code) pageErr { return pageErr{status: statusOf[c], msg: codeMessages[c]} }
@@ -191,25 +193,27 @@ func refusalPage(err error) (pe pageErr, refused bool) {
 // notices are the confirmations shown after a redirect (?done=...). Only
 // these fixed texts can appear, whatever the query says.
 var notices = map[string]string{
-	"welcome":         "Your account is ready. Create a project to get its keys.",
-	"logged-out":      "You are logged out.",
-	"logged-out-all":  "You are logged out everywhere: every session of this account has ended, in every browser.",
-	"deleted":         "Project deleted, with its keys and usage.",
-	"renamed":         "Project renamed.",
-	"key-revoked":     "Key revoked. It stopped working immediately.",
-	"keys-shown":      "New keys are shown only once, on the first view after they were created or rotated, and cannot be shown again. If you did not copy one, rotate that key to get a new one.",
-	"ces-generated":   "Client-emit secret generated.",
-	"ces-regenerated": "New client-emit secret generated. Tokens signed with the old one stopped working.",
-	"webhook-saved":   "Webhook URL saved. Each connect and disconnect is now sent there, signed with the secret below.",
-	"webhook-removed": "Webhook removed, with its signing secret. No more webhooks are sent.",
-	"webhook-secret":  "New webhook signing secret generated. Update your receiver: the old secret no longer matches.",
-	"webhook-events":  "Webhook events saved.",
-	"budget-saved":    "Channel budget saved. The emit endpoint applies it within a moment.",
-	"budget-cleared":  "Channel budget override removed: the server default applies.",
-	"auth-on":         "Channel authorization is on. Sign connection and subscribe tokens with the authorization secret below.",
-	"auth-off":        "Channel authorization is off: tokens are ignored, private- channels and presence are open as before. The secret is kept.",
-	"auth-rotated":    "New authorization secret made. Tokens signed with the previous one stopped working now.",
-	"auth-overlap":    "New authorization secret made. Tokens signed with the previous one are accepted until the time shown below, then stop working.",
+	"welcome":           "Your account is ready. Create a project to get its keys.",
+	"logged-out":        "You are logged out.",
+	"logged-out-all":    "You are logged out everywhere: every session of this account has ended, in every browser.",
+	"deleted":           "Project deleted, with its keys and usage.",
+	"renamed":           "Project renamed.",
+	"key-revoked":       "Key revoked. It stopped working immediately.",
+	"keys-shown":        "New keys are shown only once, on the first view after they were created or rotated, and cannot be shown again. If you did not copy one, rotate that key to get a new one.",
+	"ces-generated":     "Client-emit secret generated.",
+	"ces-regenerated":   "New client-emit secret generated. Tokens signed with the old one stopped working.",
+	"webhook-saved":     "Webhook URL saved. Each connect and disconnect is now sent there, signed with the secret below.",
+	"webhook-removed":   "Webhook removed, with its signing secret. No more webhooks are sent.",
+	"webhook-secret":    "New webhook signing secret generated. Update your receiver: the old secret no longer matches.",
+	"webhook-events":    "Webhook events saved.",
+	"budget-saved":      "Channel budget saved. The emit endpoint applies it within a moment.",
+	"budget-cleared":    "Channel budget override removed: the server default applies.",
+	"auth-on":           "Channel authorization is on. Sign connection and subscribe tokens with the authorization secret below.",
+	"auth-off":          "Channel authorization is off: tokens are ignored, private- channels and presence are open as before. The secret is kept.",
+	"auth-rotated":      "New authorization secret made. Tokens signed with the previous one stopped working now.",
+	"auth-overlap":      "New authorization secret made. Tokens signed with the previous one are accepted until the time shown below, then stop working.",
+	"auth-jwks-saved":   "JWKS URL saved. Tokens signed RS256, ES256 or EdDSA with a key of that set (named by its kid) are accepted beside those signed with the secret.",
+	"auth-jwks-removed": "JWKS URL removed. Only tokens signed with the authorization secret are accepted.",
 }
 
 // viewer is the signed-in user of a request.

@@ -33,6 +33,7 @@ type projectView struct {
 	Authorization     bool
 	AuthSecret        string
 	AuthPreviousUntil string
+	AuthJWKSURL       string // "" when none
 
 	WebhookURL    string
 	WebhookSecret string
@@ -41,11 +42,12 @@ type projectView struct {
 	Budget                                      string // the override, "" when the server default applies
 
 	// What the user typed, kept in the form that came back with an error
-	// (ErrorForm: rename, webhook or budget); the others show stored values.
+	// (ErrorForm: rename, webhook, budget or jwks); the others show stored values.
 	ErrorForm    string
 	RenameInput  string
 	WebhookInput string
 	BudgetInput  string
+	JWKSInput    string
 }
 
 type keyRow struct {
@@ -115,7 +117,7 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	pv.ID, pv.Name, pv.Created = p.ID, p.Name, showTime(p.CreatedAt)
 	pv.ClientEmitSecret = p.ClientEmitSecret
-	pv.Authorization, pv.AuthSecret = p.Authorization, p.AuthSecret
+	pv.Authorization, pv.AuthSecret, pv.AuthJWKSURL = p.Authorization, p.AuthSecret, p.AuthJWKSURL
 	if p.PreviousAuthSecretValidAt(d.now()) {
 		pv.AuthPreviousUntil = showSeconds(*p.AuthSecretPreviousUntil)
 	}
@@ -132,6 +134,9 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	if pv.ErrorForm != "budget" {
 		pv.BudgetInput = pv.Budget
+	}
+	if pv.ErrorForm != "jwks" {
+		pv.JWKSInput = pv.AuthJWKSURL
 	}
 	// Valid keys first (public, then secret; the active key before one in
 	// its overlap window), then the history, most recently ended first.

@@ -51,6 +51,7 @@ var statusOf = map[proto.Code]int{
 	proto.CodeInvalidOverlap: http.StatusBadRequest,
 
 	proto.CodeAuthorizationRequired: http.StatusBadRequest,
+	proto.CodeInvalidJWKSURL:        http.StatusBadRequest,
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

@@ -76,7 +76,7 @@ func storeKeys(st *store.Store) keyLoader {
 
 // authzOf is a project's channel authorization as the handshake reads it.
 func authzOf(p store.Project) *actors.ProjectAuthz {
-	az := &actors.ProjectAuthz{On: p.Authorization}
+	az := &actors.ProjectAuthz{On: p.Authorization, JWKSURL: p.AuthJWKSURL}
 	if p.AuthSecret != "" {
 		az.Secrets = append(az.Secrets, p.AuthSecret)
 	}

@@ -258,7 +258,7 @@ func (p ownedProject) regenerateClientEmitSecret(ctx context.Context) (string, e
 // generated when a URL is first set and kept when it changes.
 func (p ownedProject) setWebhook(ctx context.Context, url string) error {
 	url = strings.TrimSpace(url)
-	if url == "" || len(url) > maxWebhookURL || !webhook.ValidURL(url) {
+	if !validTargetURL(url) {
 		return errInvalidWebhookURL
 	}
 	return p.updateSettings(ctx, "save webhook", func(st *store.Settings) error {
@@ -268,6 +268,14 @@ func (p ownedProject) setWebhook(ctx context.Context, url string) error {
 		}
 		return nil
 	})
+}
+
+// validTargetURL: url (trimmed) is one Relay may send to or fetch from, a
+// webhook URL or a JWKS URL: an absolute http or https URL without user
+// name or password, at most maxWebhookURL bytes. Private addresses are
+// refused when dialled (webhook.NewClient).
+func validTargetURL(url string) bool {
+	return url != "" && len(url) <= maxWebhookURL && webhook.ValidURL(url)
 }
 
 // removeWebhook clears the webhook URL and its secret, and the choice of

@@ -53,7 +53,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	var ident *actors.Identity
 	if raw := r.URL.Query().Get("token"); raw != "" && k.Authz != nil && k.Authz.On {
 		var err error
-		if ident, err = actors.VerifyConnectionToken(raw, k.Authz.SecretsAt(s.now()), s.now()); err != nil {
+		if ident, err = s.actors.VerifyConnectionToken(r.Context(), raw, k.Authz, s.now()); err != nil {
 			s.metrics.refused(refusedBadToken)
 			code := proto.CodeInvalidToken
 			if errors.Is(err, actors.ErrTokenExpired) {

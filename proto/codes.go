@@ -60,6 +60,7 @@ const (
 
 	// Channel authorization, on projects that turn it on (PROTOCOL.md › Channel authorization).
 	CodeAuthorizationRequired Code = "authorization_required"  // 400: PATCH …/authorization without a boolean
+	CodeInvalidJWKSURL        Code = "invalid_jwks_url"        // 400: PATCH …/authorization with a jwksUrl that is not an http(s) URL
 	CodeInvalidToken          Code = "invalid_token"           // handshake 401, or a refresh refused
 	CodeTokenExpired          Code = "token_expired"           // handshake 401
 	CodeTokenRequired         Code = "token_required"          // WebSocket: presence without a connection token

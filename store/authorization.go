@@ -20,20 +20,52 @@ import (
 // a secret to make.
 var errNoSecret = errors.New("store: turning authorization on needs a candidate secret")
 
+// AuthorizationUpdate is a change of a project's channel authorization;
+// a nil field is left as it is.
+type AuthorizationUpdate struct {
+	// On turns it on or off. Turning it on makes Candidate the project's
+	// authorization secret unless it has one already (two first calls at
+	// once end with one secret); turning it off keeps the secret, which
+	// holds again when it is turned back on.
+	On        *bool
+	Candidate string
+	// JWKSURL sets the URL of the project's JWKS ("" removes it).
+	JWKSURL *string
+}
+
 // SetAuthorization turns the project's channel authorization on or off and
-// returns the project as stored. Turning it on makes candidate the project's
-// authorization secret unless it has one already (two first calls at once
-// end with one secret); turning it off keeps the secret, which holds again
-// when it is turned back on. ErrNotFound when there is no such project.
+// returns the project as stored (UpdateAuthorization with On alone).
+// ErrNotFound when there is no such project.
 func (s *Store) SetAuthorization(ctx context.Context, projectID string, on bool, candidate string) (Project, error) {
-	if on && candidate == "" {
+	return s.UpdateAuthorization(ctx, projectID, AuthorizationUpdate{On: &on, Candidate: candidate})
+}
+
+// SetAuthJWKSURL sets (or, with "", removes) the URL of the project's JWKS
+// and returns the project as stored. ErrNotFound when there is no such
+// project.
+func (s *Store) SetAuthJWKSURL(ctx context.Context, projectID, url string) (Project, error) {
+	return s.UpdateAuthorization(ctx, projectID, AuthorizationUpdate{JWKSURL: &url})
+}
+
+// UpdateAuthorization applies u in one transaction and returns the project
+// as stored; an update that changes nothing still reads the project and
+// records a key change. ErrNotFound when there is no such project.
+func (s *Store) UpdateAuthorization(ctx context.Context, projectID string, u AuthorizationUpdate) (Project, error) {
+	on := u.On != nil && *u.On
+	if on && u.Candidate == "" {
 		return Project{}, errNoSecret
 	}
 	var p Project
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		q := tx.NewUpdate().Model(&p).Set(`"authorization" = ?`, on)
+		q := tx.NewUpdate().Model(&p).Set("id = id")
+		if u.On != nil {
+			q = q.Set(`"authorization" = ?`, on)
+		}
 		if on {
-			q = q.Set("auth_secret = CASE WHEN auth_secret = '' THEN ? ELSE auth_secret END", candidate)
+			q = q.Set("auth_secret = CASE WHEN auth_secret = '' THEN ? ELSE auth_secret END", u.Candidate)
+		}
+		if u.JWKSURL != nil {
+			q = q.Set("auth_jwks_url = ?", *u.JWKSURL)
 		}
 		if err := q.Where("id = ?", projectID).Returning("*").Scan(ctx); err != nil {
 			return notFound(err)

@@ -30,11 +30,14 @@ type Project struct {
 	// extension off by default. AuthSecret signs the connection and
 	// subscribe tokens ("" until first made: SetAuthorization makes it);
 	// after RotateAuthSecret with an overlap, AuthSecretPrevious stays valid
-	// until AuthSecretPreviousUntil.
+	// until AuthSecretPreviousUntil. AuthJWKSURL ("" for none) is the JWKS
+	// that tokens signed with the project's own keys (RS256, ES256, EdDSA)
+	// are verified against.
 	Authorization           bool       `bun:"authorization,notnull"`
 	AuthSecret              string     `bun:"auth_secret"`
 	AuthSecretPrevious      string     `bun:"auth_secret_previous"`
 	AuthSecretPreviousUntil *time.Time `bun:"auth_secret_previous_until"`
+	AuthJWKSURL             string     `bun:"auth_jwks_url,notnull"`
 }
 
 // AuthSecretsAt is the authorization secrets a token may be signed with at

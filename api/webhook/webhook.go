@@ -146,23 +146,10 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	dialer := &net.Dialer{Timeout: cfg.Timeout}
-	if !cfg.AllowPrivate {
-		dialer.Control = refusePrivate // checked on the resolved address: no DNS rebinding
-	}
 	d := &Dispatcher{
-		cfg: cfg,
-		log: cfg.Logger,
-		client: &http.Client{
-			Timeout: cfg.Timeout,
-			Transport: &http.Transport{
-				DialContext:         dialer.DialContext,
-				MaxIdleConnsPerHost: 4,
-				IdleConnTimeout:     30 * time.Second,
-				TLSHandshakeTimeout: cfg.Timeout,
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		client:   NewClient(cfg.Timeout, cfg.AllowPrivate),
 		projects: map[string]*pending{},
 		dropped:  map[string]int64{},
 	}
@@ -173,6 +160,29 @@ func New(cfg Config) *Dispatcher {
 		go d.work()
 	}
 	return d
+}
+
+// NewClient is the HTTP client webhooks are sent with, and that fetches
+// the other URLs a project chooses (its JWKS): timeout per request (the
+// TLS handshake included), no redirect followed, and unless allowPrivate
+// (WEBHOOK_ALLOW_PRIVATE_ADDRESSES) a dialer that refuses loopback,
+// private, link-local and other non-public addresses, checked on the
+// address dialled after DNS.
+func NewClient(timeout time.Duration, allowPrivate bool) *http.Client {
+	dialer := &net.Dialer{Timeout: timeout}
+	if !allowPrivate {
+		dialer.Control = refusePrivate // checked on the resolved address: no DNS rebinding
+	}
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			DialContext:         dialer.DialContext,
+			MaxIdleConnsPerHost: 4,
+			IdleConnTimeout:     30 * time.Second,
+			TLSHandshakeTimeout: timeout,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // ValidURL reports whether raw is an absolute http or https URL.

@@ -25,11 +25,12 @@ commands:
   revoke-key     --project ID --key KEYID
   mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
                  a client-emit token signed with the project's client-emit secret
-  project authorization --project ID [--on | --off | --rotate-secret [--overlap S]]
+  project authorization --project ID [--on | --off | --rotate-secret [--overlap S]] [--jwks-url URL]
                  channel authorization (off by default), printed as GET
                  /api/projects/{id}/authorization answers it: --on makes its secret the
                  first time, --off keeps the secret, --rotate-secret makes a new one (the
-                 old one valid S more seconds, 0 to 86400; 0: stops at once)
+                 old one valid S more seconds, 0 to 86400; 0: stops at once); --jwks-url
+                 sets the JWKS of the project's own keys (RS256/ES256/EdDSA), "" removes it
 
 Every relay running on the same store refuses a revoked or rotated-out key, and closes its
 sockets (4001), within about 2 seconds (README › Version and admin command line); a change of
@@ -151,6 +152,8 @@ var adminCommands = map[string]adminSetup{
 		off := fs.Bool("off", false, "turn channel authorization off (the secret is kept)")
 		rotate := fs.Bool("rotate-secret", false, "replace the authorization secret")
 		overlap := fs.Int("overlap", 0, "with --rotate-secret: seconds the old secret stays valid (0 to 86400)")
+		jwksURL := fs.String("jwks-url", "", `the JWKS URL of the project's own keys (RS256, ES256, EdDSA tokens); "" removes it`)
+		jwksSet := false
 		check := func() error {
 			n, overlapSet := 0, false
 			fs.Visit(func(f *flag.Flag) {
@@ -161,11 +164,15 @@ var adminCommands = map[string]adminSetup{
 					}
 				case "overlap":
 					overlapSet = true
+				case "jwks-url":
+					jwksSet = true
 				}
 			})
 			switch max := int(api.MaxKeyOverlap / time.Second); {
 			case n > 1:
 				return errors.New("--on, --off and --rotate-secret exclude each other")
+			case jwksSet && *rotate:
+				return errors.New("--jwks-url and --rotate-secret exclude each other")
 			case overlapSet && !*rotate:
 				return errors.New("--overlap goes with --rotate-secret")
 			case *overlap < 0 || *overlap > max:
@@ -175,6 +182,12 @@ var adminCommands = map[string]adminSetup{
 		}
 		return []string{"project"}, check, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
 			switch {
+			case jwksSet:
+				var set *bool
+				if *on || *off {
+					set = on
+				}
+				return a.UpdateAuthorization(ctx, *project, set, jwksURL)
 			case *on, *off:
 				return a.SetAuthorization(ctx, *project, *on)
 			case *rotate:

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,12 +16,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// cpAuthorization is the exact body of the authorization routes.
+// cpAuthorization is the exact body of the authorization routes, without a JWKS URL.
 func cpAuthorization(on bool, secret, previousUntil any) string {
-	return cpJSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil})
+	return cpAuthorizationJWKS(on, secret, previousUntil, nil)
+}
+
+// cpAuthorizationJWKS is the exact body of the authorization routes.
+func cpAuthorizationJWKS(on bool, secret, previousUntil, jwksURL any) string {
+	return cpJSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil, "jwksUrl": jwksURL})
 }
 
 // TestAuthorizationSettingAPI: off with no secret until turned on; on makes
@@ -107,6 +114,33 @@ func TestAuthorizationSettingAPI(t *testing.T) {
 		r = alice.do("POST", rotate, `{"overlapSeconds":86400}`)
 		r.expect(t, http.StatusOK, cpAuthorization(true, r.str("secret"), clock.Now().UTC().Add(24*time.Hour).Format("2006-01-02T15:04:05.000Z")))
 
+		// jwksUrl: alone or with authorization, trimmed; null or "" removes
+		// it; a URL the webhook setting would refuse is invalid_jwks_url,
+		// a non-string invalid_json, each changing nothing.
+		cur = alice.do("POST", rotate, "").str("secret") // no overlap left to show
+		seen = append(seen, cur)
+		jwks := "https://example.com/.well-known/jwks.json"
+		alice.do("PATCH", path, `{"jwksUrl":" `+jwks+` "}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
+		for _, bad := range []string{`"ftp://example.com/jwks"`, `"example.com/jwks"`, `"https://user:pw@example.com/jwks"`, `"https://"`, `"https://example.com/` + strings.Repeat("a", 2048) + `"`} {
+			alice.do("PATCH", path, `{"authorization":false,"jwksUrl":`+bad+`}`).expect(t, http.StatusBadRequest, `{"error":"invalid_jwks_url"}`)
+		}
+		for _, bad := range []string{`1`, `true`, `["https://example.com"]`, `{}`} {
+			alice.do("PATCH", path, `{"jwksUrl":`+bad+`}`).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+		}
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
+		// http:// as the webhook URL allows it; with authorization in one change.
+		alice.do("PATCH", path, `{"authorization":false,"jwksUrl":"http://keys.example.com/jwks"}`).expect(t, http.StatusOK, cpAuthorizationJWKS(false, cur, nil, "http://keys.example.com/jwks"))
+		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, "http://keys.example.com/jwks"))
+		r = alice.do("POST", rotate, "")
+		r.expect(t, http.StatusOK, cpAuthorizationJWKS(true, r.str("secret"), nil, "http://keys.example.com/jwks"))
+		cur = r.str("secret")
+		seen = append(seen, cur)
+		alice.do("PATCH", path, `{"jwksUrl":null}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, nil))
+		alice.do("PATCH", path, `{"jwksUrl":"`+jwks+`"}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
+		alice.do("PATCH", path, `{"jwksUrl":"  "}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, nil))
+		alice.do("GET", "/api/projects/"+q.id+"/authorization", "").expect(t, http.StatusOK, off)
+
 		// The secret is shown only by these routes.
 		get := alice.do("GET", "/api/projects/"+p.id, "")
 		get.expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
@@ -163,8 +197,24 @@ func TestAuthorizationSettingsLoader(t *testing.T) {
 		if _, err := st.SetAuthorization(ctx, p.ID, false, ""); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); s.Authorization || !slices.Equal(s.AuthSecrets, []string{"two"}) {
+		if s, _ = load(ctx, p.ID); s.Authorization || !slices.Equal(s.AuthSecrets, []string{"two"}) || s.AuthJWKSURL != "" {
 			t.Fatalf("off: %+v", s)
+		}
+		// The JWKS URL, and its removal.
+		if _, err := st.SetAuthJWKSURL(ctx, p.ID, "https://example.com/jwks"); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ = load(ctx, p.ID); s.AuthJWKSURL != "https://example.com/jwks" || !slices.Equal(s.AuthSecrets, []string{"two"}) {
+			t.Fatalf("with a JWKS URL: %+v", s)
+		}
+		if _, err := st.SetAuthJWKSURL(ctx, p.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		if s, _ = load(ctx, p.ID); s.AuthJWKSURL != "" {
+			t.Fatalf("JWKS URL removed: %+v", s)
+		}
+		if _, err := st.SetAuthJWKSURL(ctx, "00000000-0000-0000-0000-000000000000", "https://example.com/jwks"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("no such project: %v", err)
 		}
 	})
 }
@@ -181,7 +231,7 @@ func TestAdminProjectAuthorization(t *testing.T) {
 		show := func(args ...string) map[string]any {
 			t.Helper()
 			v := adminOK(t, dbURL, append([]string{"project", "authorization", "--project", pid}, args...)...)
-			if keysOf(v) != "authorization,previousSecretExpiresAt,secret" {
+			if keysOf(v) != "authorization,jwksUrl,previousSecretExpiresAt,secret" {
 				t.Fatalf("printed %v", v)
 			}
 			return v
@@ -210,13 +260,27 @@ func TestAdminProjectAuthorization(t *testing.T) {
 			t.Fatalf("--rotate-secret: %v", v)
 		}
 
+		// --jwks-url: alone, with --on or --off; "" removes it; a bad URL is the API's refusal.
+		if v := show("--jwks-url", "https://example.com/jwks"); v["jwksUrl"] != "https://example.com/jwks" || v["authorization"] != false {
+			t.Fatalf("--jwks-url: %v", v)
+		}
+		if v := show("--on", "--jwks-url", "https://example.com/other"); v["jwksUrl"] != "https://example.com/other" || v["authorization"] != true {
+			t.Fatalf("--on --jwks-url: %v", v)
+		}
+		if v := show("--off", "--jwks-url", ""); v["jwksUrl"] != nil || v["authorization"] != false {
+			t.Fatalf("--off --jwks-url '': %v", v)
+		}
+		adminFails(t, dbURL, 1, "invalid_jwks_url", "project", "authorization", "--project", pid, "--jwks-url", "ftp://example.com/jwks")
+		adminFails(t, dbURL, 2, "--jwks-url and --rotate-secret exclude each other", "project", "authorization", "--project", pid, "--rotate-secret", "--jwks-url", "https://example.com/jwks")
+		show("--jwks-url", "https://example.com/jwks")
+
 		// A relay on the same store answers the same.
 		v = show("--on")
 		ts := startServer(t, dbURL, nil)
 		c := ts.client()
 		c.do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).expect(t, http.StatusOK,
 			cpJSON(map[string]string{"id": p["project"].(map[string]any)["ownerUserId"].(string), "email": "dana@example.com"}))
-		c.do("GET", "/api/projects/"+pid+"/authorization", "").expect(t, http.StatusOK, cpAuthorization(true, v["secret"], nil))
+		c.do("GET", "/api/projects/"+pid+"/authorization", "").expect(t, http.StatusOK, cpAuthorizationJWKS(true, v["secret"], nil, "https://example.com/jwks"))
 
 		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "00000000-0000-0000-0000-000000000000", "--on")
 		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "nope")
@@ -316,8 +380,33 @@ func TestDashboardAuthorization(t *testing.T) {
 		}
 		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
 
+		// The JWKS URL: set, shown, refused as the API refuses it (the input
+		// kept), removed with an empty field.
+		if view.byID("jwks-url-current") != "" || !strings.Contains(view.body, `action="/projects/`+p.id+`/authorization/jwks-url"`) {
+			t.Fatalf("the JWKS URL form:\n%s", view.body)
+		}
+		jwksPath := page + "/authorization/jwks-url"
+		c.submit(page, jwksPath, url.Values{"url": {"https://example.com/jwks.json"}}).expectRedirect(t, page+"?done=auth-jwks-saved")
+		view = c.get(page + "?done=auth-jwks-saved")
+		if view.byID("jwks-url-current") != "https://example.com/jwks.json" || !strings.Contains(view.noticeText(), "JWKS URL saved") ||
+			!strings.Contains(view.body, `value="https://example.com/jwks.json"`) {
+			t.Fatalf("after setting the JWKS URL: %q, notice %q", view.byID("jwks-url-current"), view.noticeText())
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorizationJWKS(false, rotated, nil, "https://example.com/jwks.json"))
+		refusedPage := c.submit(page, jwksPath, url.Values{"url": {"ftp://example.com/keys"}})
+		refusedPage.expectError(t, http.StatusBadRequest, "The JWKS URL must be an absolute http:// or https:// URL")
+		if !strings.Contains(refusedPage.body, `value="ftp://example.com/keys"`) {
+			t.Fatalf("the refused input is not kept:\n%s", refusedPage.body)
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorizationJWKS(false, rotated, nil, "https://example.com/jwks.json"))
+		c.submit(page, jwksPath, url.Values{"url": {""}}).expectRedirect(t, page+"?done=auth-jwks-removed")
+		if view = c.get(page + "?done=auth-jwks-removed"); view.byID("jwks-url-current") != "" || !strings.Contains(view.noticeText(), "JWKS URL removed") {
+			t.Fatalf("after removing the JWKS URL: %q, notice %q", view.byID("jwks-url-current"), view.noticeText())
+		}
+		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
+
 		// CSRF and someone else's project: refused, nothing changes.
-		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret"} {
+		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret", jwksPath} {
 			c.post(path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).expectError(t, http.StatusForbidden, "CSRF check failed")
 		}
 		bob := ts.dash(t)
@@ -325,7 +414,7 @@ func TestDashboardAuthorization(t *testing.T) {
 		for _, path := range []string{page + "/authorization/on", page + "/authorization/off"} {
 			bob.get(path).expectError(t, http.StatusNotFound, "Project not found")
 		}
-		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret"} {
+		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret", jwksPath} {
 			bob.submit("/", path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).expectError(t, http.StatusNotFound, "Project not found")
 		}
 		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))

@@ -243,6 +243,13 @@ func TestOpenAPI(t *testing.T) {
 		want(alice.do("PATCH", "/api/projects/"+gone+"/authorization", `{"authorization":true}`), 404, "project_not_found")
 		want(anon.do("PATCH", authz, `{"authorization":true}`), 401, "unauthorized")
 		want(alice.do("PATCH", authz, `{"authorization":true}`), 200)
+		want(alice.do("PATCH", authz, `{"jwksUrl":"ftp://example.com/jwks"}`), 400, "invalid_jwks_url")
+		want(alice.do("PATCH", authz, `{"jwksUrl":7}`), 400, "invalid_json")
+		if r := want(alice.do("PATCH", authz, `{"jwksUrl":"https://example.com/jwks.json"}`), 200); r.json["jwksUrl"] != "https://example.com/jwks.json" {
+			t.Fatalf("jwksUrl set: %s", r.raw)
+		}
+		want(alice.do("GET", authz, ""), 200) // with the JWKS URL
+		want(alice.do("PATCH", authz, `{"authorization":true,"jwksUrl":null}`), 200)
 		want(alice.do("POST", authz+"/rotate-secret", `{"overlapSeconds":86401}`), 400, "invalid_overlap")
 		want(alice.do("POST", authz+"/rotate-secret", `[`), 400, "invalid_json")
 		want(alice.send("POST", authz+"/rotate-secret", `{}`, "text/plain", nil), 415, "unsupported_media_type")

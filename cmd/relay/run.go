@@ -254,6 +254,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		MaxConnections:           cfg.MaxConnections,
 		Logger:                   log.With("component", "actors"),
 		Now:                      now,
+		// The projects' JWKS are fetched as webhooks are sent: same timeout,
+		// and private addresses refused unless WEBHOOK_ALLOW_PRIVATE_ADDRESSES.
+		JWKSClient: webhook.NewClient(cfg.WebhookTimeout, cfg.WebhookAllowPrivate),
 	})
 	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
 	metrics.Registry.MustRegister(buildInfoGauge(readBuildInfo()))

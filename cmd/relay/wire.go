@@ -34,7 +34,7 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret,
 			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents,
 			// The current secret, and the previous one while its overlap lasts.
-			Authorization: p.Authorization, AuthSecrets: p.AuthSecretsAt(at)}
+			Authorization: p.Authorization, AuthSecrets: p.AuthSecretsAt(at), AuthJWKSURL: p.AuthJWKSURL}
 		if len(out.AuthSecrets) > 1 {
 			out.AuthPreviousUntil = *p.AuthSecretPreviousUntil
 		}
