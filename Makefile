@@ -8,6 +8,7 @@ GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not 
 .PHONY: build run test bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
 
 build:
+	@test -x $(BIN) || echo "building $(BIN): the first build fetches and compiles the dependencies, a few minutes"
 	$(GO) build -o $(BIN) ./cmd/relay
 
 run: build

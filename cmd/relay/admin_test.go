@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -218,6 +220,20 @@ func TestAdminUsage(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(db + "*"); len(m) > 0 {
 		t.Fatalf("a usage error touched the store: %v", m)
+	}
+}
+
+// `relay` with no command prints its usage and exits 2: it never serves
+// (on every interface) by accident.
+func TestNoCommandPrintsUsage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, relaytest.Binary(t))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "RELAY_ADDR=127.0.0.1:0", "DATABASE_URL=sqlite:" + filepath.Join(t.TempDir(), "r.db")}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.HasPrefix(string(out), "relay: usage: relay command\n") {
+		t.Fatalf("relay with no command: %v, output:\n%s", err, out)
 	}
 }
 

@@ -1,4 +1,4 @@
-// Command relay runs the pub/sub relay: `relay serve` (the default), `relay
+// Command relay runs the pub/sub relay: `relay serve`, `relay
 // migrate`, `relay version`, `relay admin …` (README › Version and admin command line)
 // and `relay cert …` (README › Running several nodes).
 package main

@@ -22,10 +22,10 @@ import (
 	"github.com/relayhq/relay/transport"
 )
 
-const usage = `usage: relay [command]
+const usage = `usage: relay command
 
 commands:
-  serve     run the relay (the default)
+  serve     run the relay (make run: on :8080 with the embedded store)
   migrate   apply the store's migrations and exit
   version   print the version, VCS revision and Go version
   admin     manage users, projects and keys on the configured store (relay admin -h)
@@ -45,10 +45,10 @@ func runCommand(ctx context.Context, args []string, lookup func(string) (string,
 
 // runCommandTo is runCommand with the command's output going to out.
 func runCommandTo(ctx context.Context, args []string, lookup func(string) (string, bool), out, logOut io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 {
-		cmd = args[0]
+	if len(args) == 0 { // never serve by accident (on every interface): serve is said
+		return usageError{usage}
 	}
+	cmd := args[0]
 	switch cmd {
 	case "-h", "-help", "--help", "help":
 		_, err := fmt.Fprintln(out, usage)
@@ -192,7 +192,7 @@ type app struct {
 func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Time) (*app, error) {
 	log.Info("starting", cfg.redacted()...)
 	if len(cfg.AllowedSignupEmails) == 0 {
-		log.Info("signup is closed: ALLOWED_SIGNUP_EMAILS is empty")
+		log.Info("signup is closed: ALLOWED_SIGNUP_EMAILS is empty; set it to your email (ALLOWED_SIGNUP_EMAILS=you@example.com make run) to sign up, or create a user with relay admin")
 	}
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {

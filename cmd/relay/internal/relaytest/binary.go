@@ -117,6 +117,16 @@ func serveCommand(t testing.TB, env []string) *exec.Cmd {
 	return cmd
 }
 
+// Binary is the path of cmd/relay built for this test process.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // binary builds cmd/relay once per test binary, into a directory named after
 // this process; directories left by earlier test processes that are gone
 // are removed first.
