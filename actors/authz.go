@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -10,7 +11,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
-	"github.com/lestrrat-go/jwx/v2/jwt"
 
 	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/transport"
@@ -24,11 +24,13 @@ import (
 // Identity is what a valid connection token says: who the user is, until
 // when, and the channels it grants.
 type Identity struct {
-	Sub    string
-	Exp    time.Time
-	Iat    time.Time // zero when the token names none
-	grants []grant
+	Sub      string
+	exp, iat int64 // unix seconds; iat 0 when the token names none
+	grants   []grant
 }
+
+// Exp is when the token expires.
+func (id *Identity) Exp() time.Time { return time.Unix(id.exp, 0) }
 
 // grant is one entry of a token's channels claim: a channel, or a prefix
 // (written with a trailing *), and its rights.
@@ -104,32 +106,55 @@ func (h *authzHolder) on() *ProjectAuthz {
 
 func isPrivate(channel string) bool { return strings.HasPrefix(channel, privatePrefix) }
 
+// claims are what Relay reads of a verified token: a connection token's
+// sub, exp, iat and channels; a subscribe token's ch, sub and presence. A
+// claim of the wrong JSON type refuses the token.
+type claims struct {
+	Sub      string              `json:"sub"`
+	Exp      *float64            `json:"exp"`
+	Iat      *float64            `json:"iat"`
+	Channels map[string][]string `json:"channels"`
+	Ch       string              `json:"ch"`
+	Presence bool                `json:"presence"`
+}
+
+// verifiedClaims reads the claims of a payload whose signature was checked:
+// exp present and not passed (tokenSkew; jwx would take exp 0 as unset, and
+// 1970 has passed).
+func verifiedClaims(payload []byte, now time.Time) (*claims, error) {
+	var c claims
+	if err := json.Unmarshal(payload, &c); err != nil || c.Exp == nil || *c.Exp <= 0 {
+		return nil, ErrInvalidToken
+	}
+	if !now.Before(c.exp().Add(tokenSkew)) {
+		return nil, ErrTokenExpired
+	}
+	return &c, nil
+}
+
+func (c *claims) exp() time.Time { return numericDate(c.Exp) }
+func (c *claims) iat() time.Time { return numericDate(c.Iat) }
+
+// numericDate is a JWT NumericDate (seconds, maybe fractional); zero when absent.
+func numericDate(f *float64) time.Time {
+	if f == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(*f*1e9))
+}
+
 // parseHS256 checks a token signed HS256 with one of secrets (no other
-// algorithm, "none" included), exp present and not passed (tokenSkew).
-func parseHS256(token string, secrets []string, now time.Time) (jwt.Token, error) {
+// algorithm, "none" included) and reads its claims.
+func parseHS256(token string, secrets []string, now time.Time) (*claims, error) {
 	if !proto.SignedHS256(token) {
 		return nil, ErrInvalidToken
 	}
 	for _, secret := range secrets {
-		t, err := jwt.ParseString(token, jwt.WithKey(jwa.HS256, []byte(secret)), jwt.WithValidate(false))
-		if err != nil {
-			continue
+		if payload, err := jws.Verify([]byte(token), jws.WithKey(jwa.HS256, []byte(secret))); err == nil {
+			return verifiedClaims(payload, now)
 		}
-		return checkExp(t, now)
 	}
 	return nil, ErrInvalidToken
-}
-
-// checkExp: exp present and not passed (tokenSkew).
-func checkExp(t jwt.Token, now time.Time) (jwt.Token, error) {
-	// jwx takes exp 0 as unset: a token must name one, and 1970 has passed.
-	if _, ok := t.Get(jwt.ExpirationKey); !ok || t.Expiration().Unix() <= 0 {
-		return nil, ErrInvalidToken
-	}
-	if !now.Before(t.Expiration().Add(tokenSkew)) {
-		return nil, ErrTokenExpired
-	}
-	return t, nil
 }
 
 // parseToken checks a token against a project's keys: HS256 with its
@@ -137,9 +162,12 @@ func checkExp(t jwt.Token, now time.Time) (jwt.Token, error) {
 // JWKS that the header's kid names (keys, nil: none). No other algorithm,
 // "none" and the other HS* included; a JWKS key verifies only the
 // algorithm of its kty (no alg confusion). Compact form only.
-func parseToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token string, now time.Time) (jwt.Token, error) {
+func parseToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token string, now time.Time) (*claims, error) {
 	if strings.Count(token, ".") != 2 {
 		return nil, ErrInvalidToken
+	}
+	if proto.SignedHS256(token) { // the common case, without a second parse of the header
+		return parseHS256(token, az.SecretsAt(now), now)
 	}
 	msg, err := jws.ParseString(token)
 	if err != nil || len(msg.Signatures()) != 1 {
@@ -147,8 +175,6 @@ func parseToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token st
 	}
 	h := msg.Signatures()[0].ProtectedHeaders()
 	switch alg := h.Algorithm(); alg {
-	case jwa.HS256:
-		return parseHS256(token, az.SecretsAt(now), now)
 	case jwa.RS256, jwa.ES256, jwa.EdDSA:
 		if az.JWKSURL == "" {
 			return nil, ErrInvalidToken
@@ -157,22 +183,22 @@ func parseToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token st
 		if err != nil {
 			return nil, ErrInvalidToken
 		}
-		t, err := jwt.ParseString(token, jwt.WithKey(alg, key), jwt.WithValidate(false))
+		payload, err := jws.Verify([]byte(token), jws.WithKey(alg, key))
 		if err != nil {
 			return nil, ErrInvalidToken
 		}
-		return checkExp(t, now)
+		return verifiedClaims(payload, now)
 	}
 	return nil, ErrInvalidToken
 }
 
 // VerifyConnectionToken checks an HS256 connection token against secrets.
 func VerifyConnectionToken(token string, secrets []string, now time.Time) (*Identity, error) {
-	t, err := parseHS256(token, secrets, now)
+	c, err := parseHS256(token, secrets, now)
 	if err != nil {
 		return nil, err
 	}
-	return identityOf(t)
+	return identityOf(c)
 }
 
 // VerifyConnectionToken checks a connection token against the project's
@@ -182,22 +208,25 @@ func (s *System) VerifyConnectionToken(ctx context.Context, token string, az *Pr
 }
 
 func verifyConnection(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token string, now time.Time) (*Identity, error) {
-	t, err := parseToken(ctx, keys, az, token, now)
+	c, err := parseToken(ctx, keys, az, token, now)
 	if err != nil {
 		return nil, err
 	}
-	return identityOf(t)
+	return identityOf(c)
 }
 
 // identityOf reads a verified connection token's claims.
-func identityOf(t jwt.Token) (*Identity, error) {
-	sub := t.Subject()
-	if sub == "" || len(sub) > maxSubBytes {
+func identityOf(c *claims) (*Identity, error) {
+	if c.Sub == "" || len(c.Sub) > maxSubBytes {
 		return nil, ErrInvalidToken
 	}
-	id := &Identity{Sub: sub, Exp: t.Expiration(), Iat: t.IssuedAt()}
-	if raw, ok := t.Get("channels"); ok {
-		if id.grants, ok = parseGrants(raw); !ok {
+	id := &Identity{Sub: c.Sub, exp: c.exp().Unix()}
+	if c.Iat != nil {
+		id.iat = c.iat().Unix()
+	}
+	if c.Channels != nil {
+		var ok bool
+		if id.grants, ok = parseGrants(c.Channels); !ok {
 			return nil, ErrInvalidToken
 		}
 	}
@@ -205,9 +234,8 @@ func identityOf(t jwt.Token) (*Identity, error) {
 }
 
 // parseGrants reads a channels claim: {"name or prefix*": ["subscribe", "presence"]}.
-func parseGrants(raw any) ([]grant, bool) {
-	obj, ok := raw.(map[string]any)
-	if !ok || len(obj) > maxGrants {
+func parseGrants(obj map[string][]string) ([]grant, bool) {
+	if len(obj) > maxGrants {
 		return nil, false
 	}
 	out := make([]grant, 0, len(obj))
@@ -216,11 +244,10 @@ func parseGrants(raw any) ([]grant, bool) {
 		if strings.HasSuffix(name, "*") {
 			g.name, g.prefix = strings.TrimSuffix(name, "*"), true
 		}
-		list, ok := rights.([]any)
-		if !ok || g.name == "" && !g.prefix {
+		if g.name == "" && !g.prefix || rights == nil {
 			return nil, false
 		}
-		for _, r := range list {
+		for _, r := range rights {
 			switch r {
 			case "subscribe":
 				g.subscribe = true
@@ -253,20 +280,11 @@ func (id *Identity) allows(channel string, presence bool) bool {
 // of identity id (nil: anonymous), signed with the project's keys.
 // presence: it grants presence too.
 func verifySubscribeToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token, channel string, id *Identity, now time.Time) (presence, ok bool) {
-	t, err := parseToken(ctx, keys, az, token, now)
-	if err != nil {
+	c, err := parseToken(ctx, keys, az, token, now)
+	if err != nil || c.Ch != channel || c.Sub != "" && (id == nil || c.Sub != id.Sub) {
 		return false, false
 	}
-	ch, _ := t.Get("ch")
-	if s, _ := ch.(string); s != channel {
-		return false, false
-	}
-	if sub := t.Subject(); sub != "" && (id == nil || sub != id.Sub) {
-		return false, false
-	}
-	p, _ := t.Get("presence")
-	presence, _ = p.(bool)
-	return presence, true
+	return c.Presence, true
 }
 
 // authorizeSubscribe applies the rules of a project with authorization on
@@ -318,7 +336,7 @@ func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) {
 	if a.tokens == nil {
 		a.tokens = map[uint64]tokenLife{}
 	}
-	a.tokens[sink.ID()] = tokenLife{exp: id.Exp.Unix()}
+	a.tokens[sink.ID()] = tokenLife{exp: id.exp}
 	a.expireToken(sink.ID(), a.tokens[sink.ID()], a.cfg.Now()) // one that expires soon is told at once
 	a.tickTokens(ctx)
 }
@@ -328,7 +346,7 @@ func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) {
 // Only on a project with authorization on: elsewhere a token means nothing.
 func (a *projectActor) userRevoked(id *Identity) bool {
 	r, ok := a.revokedClients[id.Sub]
-	return ok && a.authz.on() != nil && !id.Iat.Truncate(time.Second).After(r.RevokedAt.Truncate(time.Second))
+	return ok && a.authz.on() != nil && id.iat <= r.RevokedAt.Unix()
 }
 
 // expireTokens tells the connections whose token expires within

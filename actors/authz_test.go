@@ -72,7 +72,7 @@ func TestVerifyConnectionToken(t *testing.T) {
 	secrets := []string{authSecret}
 	exp := authT0.Add(time.Hour).Unix()
 	id, err := VerifyConnectionToken(connToken(t, "user-42", time.Hour, map[string][]string{"private-user-42": {"subscribe", "presence"}}), secrets, authT0)
-	if err != nil || id.Sub != "user-42" || id.Exp.Unix() != exp || !id.allows("private-user-42", true) || id.allows("private-user-43", false) {
+	if err != nil || id.Sub != "user-42" || id.Exp().Unix() != exp || !id.allows("private-user-42", true) || id.allows("private-user-43", false) {
 		t.Fatalf("a good token: %+v, %v", id, err)
 	}
 	refused := map[string]struct {
