@@ -8,11 +8,8 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +28,8 @@ import (
 
 // JWKS bounds.
 const (
-	jwksMaxBody = 64 << 10 // a bigger answer is refused: the set is not read
+	// JWKSMaxBody bounds a JWKS answer (the wiring's getter refuses a bigger one).
+	JWKSMaxBody = 64 << 10
 	// jwksRefreshEvery: a URL is fetched again (a kid it does not have, or
 	// the last fetch failed) at most this often.
 	jwksRefreshEvery = 5 * time.Second
@@ -48,15 +46,12 @@ const (
 	jwksRefreshesPerEntry = 8
 	// jwksWait bounds how long a token waits for a fetch.
 	jwksWait = 5 * time.Second
-	// jwksClientTimeout is the per-fetch timeout of a client that has none.
-	jwksClientTimeout = 5 * time.Second
-	jwksLogEvery      = time.Minute
+	jwksLogEvery = time.Minute
 )
 
 // Why a JWKS key is not found (logged; the token is invalid_token).
 var (
 	errJWKSUnavailable = errors.New("JWKS not available")
-	errJWKSTooLarge    = fmt.Errorf("JWKS larger than %d bytes", jwksMaxBody)
 	errJWKSFull        = errors.New("too many JWKS URLs in use")
 	errNoJWKSClient    = errors.New("no JWKS client configured")
 	errNoKey           = errors.New("no key in the JWKS for the token's kid and alg")
@@ -64,7 +59,7 @@ var (
 
 // jwksCache is the process-wide cache of the projects' key sets.
 type jwksCache struct {
-	client *http.Client // nil: no fetches, every such token refused
+	client jwk.HTTPClient // nil: no fetches, every such token refused
 	log    *slog.Logger
 	now    func() time.Time
 
@@ -91,12 +86,7 @@ type jwksURL struct {
 	lastLog    time.Time // failures are logged at most once per jwksLogEvery
 }
 
-func newJWKSCache(client *http.Client, log *slog.Logger, now func() time.Time) *jwksCache {
-	if client != nil && client.Timeout == 0 {
-		c := *client
-		c.Timeout = jwksClientTimeout
-		client = &c
-	}
+func newJWKSCache(client jwk.HTTPClient, log *slog.Logger, now func() time.Time) *jwksCache {
 	return &jwksCache{client: client, log: log, now: now, urls: map[string]*jwksURL{}}
 }
 
@@ -112,53 +102,6 @@ func (c *jwksCache) close() {
 	}
 }
 
-// jwksFetcher is the HTTP client the jwk.Cache fetches with: the entry's
-// key without its generation, through the configured client, the body
-// bounded to jwksMaxBody.
-type jwksFetcher struct{ c *http.Client }
-
-const genMark = "#relay-gen-"
-
-func (f jwksFetcher) Get(key string) (*http.Response, error) {
-	u := key
-	if i := strings.LastIndex(key, genMark); i >= 0 {
-		u = key[:i]
-	}
-	res, err := f.c.Get(u)
-	if err != nil {
-		return nil, err
-	}
-	if res.ContentLength > jwksMaxBody {
-		res.Body.Close()
-		return nil, errJWKSTooLarge
-	}
-	res.Body = &boundedBody{rc: res.Body, left: jwksMaxBody}
-	return res, nil
-}
-
-// boundedBody fails a read past left bytes, so that io.ReadAll of a body
-// over the bound fails rather than holds it.
-type boundedBody struct {
-	rc   io.ReadCloser
-	left int64
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		return 0, errJWKSTooLarge
-	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
-	}
-	n, err := b.rc.Read(p)
-	if b.left -= int64(n); b.left < 0 {
-		return 0, errJWKSTooLarge
-	}
-	return n, err
-}
-
-func (b *boundedBody) Close() error { return b.rc.Close() }
-
 // errSink logs the background refreshes' failures (rate-limited per URL).
 type jwksErrSink struct{ c *jwksCache }
 
@@ -171,10 +114,14 @@ func (c *jwksCache) init() {
 	})
 }
 
+// genMark names an entry's generation in its key, as a URL fragment: the
+// client does not send it.
+const genMark = "#relay-gen-"
+
 // register makes (or renews) raw's entry, keyed by its generation.
 func (c *jwksCache) register(raw string, gen int) (string, error) {
 	key := fmt.Sprintf("%s%s%d", raw, genMark, gen)
-	if err := c.cache.Register(key, jwk.WithHTTPClient(jwksFetcher{c.client})); err != nil {
+	if err := c.cache.Register(key, jwk.WithHTTPClient(c.client)); err != nil {
 		return "", err
 	}
 	return key, nil

@@ -160,7 +160,7 @@ func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(
 func testJWKSCache(t *testing.T, guarded bool, clock *atomic.Int64) (*jwksCache, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
-	c := newJWKSCache(webhook.NewClient(2*time.Second, !guarded), logs.logger(), func() time.Time { return time.Unix(0, clock.Load()) })
+	c := newJWKSCache(webhook.BoundedGetter{Client: webhook.NewClient(2*time.Second, !guarded), Max: JWKSMaxBody}, logs.logger(), func() time.Time { return time.Unix(0, clock.Load()) })
 	t.Cleanup(c.close)
 	return c, logs
 }
@@ -338,7 +338,7 @@ func TestJWKSTokens(t *testing.T) {
 
 	// A set over 64 KiB is refused (and logged), as is a server that fails.
 	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"keys":[],"pad":"` + strings.Repeat("a", jwksMaxBody) + `"}`))
+		w.Write([]byte(`{"keys":[],"pad":"` + strings.Repeat("a", JWKSMaxBody) + `"}`))
 	}))
 	defer big.Close()
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -410,7 +410,7 @@ func TestJWKSOnAConnection(t *testing.T) {
 	clock.Store(authT0.UnixNano())
 	sys := newTestSystem(t, Config{
 		Now:        func() time.Time { return time.Unix(0, clock.Load()) },
-		JWKSClient: webhook.NewClient(2*time.Second, true),
+		JWKSClient: webhook.BoundedGetter{Client: webhook.NewClient(2*time.Second, true), Max: JWKSMaxBody},
 		LoadSettings: func(context.Context, string) (Settings, error) {
 			return Settings{Authorization: true, AuthSecrets: []string{authSecret}, AuthJWKSURL: url}, nil
 		},

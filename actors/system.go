@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/lestrrat-go/jwx/v2/jwk"
 )
 
 // Config is what the actors need from the service configuration.
@@ -49,9 +49,10 @@ type Config struct {
 	MaxConnectionsPerAddress int // live connections of one project from one client address
 	// JWKSClient fetches the projects' JWKS (channel authorization with
 	// their own keys, authz_jwks.go); the server's refuses loopback,
-	// private and link-local addresses as the webhooks' does. nil: no
-	// fetches, every token signed with a JWKS key is refused.
-	JWKSClient *http.Client
+	// private and link-local addresses as the webhooks' does, and answers
+	// over JWKSMaxBody. nil: no fetches, every token signed with a JWKS key
+	// is refused.
+	JWKSClient jwk.HTTPClient
 
 	counters *Counters
 	jwks     *jwksCache               // the process's JWKS cache (authz_jwks.go)

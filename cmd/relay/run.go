@@ -256,7 +256,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		Now:                      now,
 		// The projects' JWKS are fetched as webhooks are sent: same timeout,
 		// and private addresses refused unless WEBHOOK_ALLOW_PRIVATE_ADDRESSES.
-		JWKSClient: webhook.NewClient(cfg.WebhookTimeout, cfg.WebhookAllowPrivate),
+		JWKSClient: webhook.BoundedGetter{Client: webhook.NewClient(cfg.WebhookTimeout, cfg.WebhookAllowPrivate), Max: actors.JWKSMaxBody},
 	})
 	metrics := api.NewMetrics(api.MetricSources{Actors: sys, Transport: tr, Webhooks: hooks})
 	metrics.Registry.MustRegister(buildInfoGauge(readBuildInfo()))
