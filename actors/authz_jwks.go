@@ -45,7 +45,7 @@ const (
 	// only end with the entry: starting a new one keeps them bounded.
 	jwksRefreshesPerEntry = 8
 	// jwksWait bounds how long a token waits for a fetch.
-	jwksWait = 5 * time.Second
+	jwksWait     = 5 * time.Second
 	jwksLogEvery = time.Minute
 )
 
