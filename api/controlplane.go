@@ -113,6 +113,13 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.Handle("/api/projects/{projectId}/authorization/rotate-secret", methods{
 		http.MethodPost: auth(c.handleRotateAuthSecret),
 	})
+	mux.Handle("/api/projects/{projectId}/settings", methods{ // settings_api.go
+		http.MethodGet:   auth(c.handleGetSettings),
+		http.MethodPatch: auth(c.handleSetSettings),
+	})
+	mux.Handle("/api/projects/{projectId}/usage", methods{
+		http.MethodGet: auth(c.handleUsage),
+	})
 	mux.HandleFunc("/api/", notFound)
 }
 

@@ -1,9 +1,9 @@
 package api
 
 // The dashboard: server-rendered HTML pages under / for project owners
-// (what is "dashboard only", README.md › Dashboard: webhook configuration, the per-project channel
-// budget override, usage), plus the account, project and key operations of
-// the control plane. It works without JavaScript and under the CSP that
+// (README.md › Dashboard): the account, project, key and settings
+// operations of the control plane (the settings and usage also through
+// …/settings and …/usage: settings_api.go). It works without JavaScript and under the CSP that
 // securityHeaders sets (no inline script or style: one stylesheet and one
 // small script of ours, which only adds copy buttons).
 //
@@ -159,6 +159,9 @@ var codeMessages = map[proto.Code]string{
 	proto.CodeInvalidKeyType:           "Choose which key to rotate: public or secret.",
 	proto.CodeInvalidOverlap:           "The overlap must be a whole number of seconds from 0 (revoke the old key at once) to 86400 (24 hours).",
 	proto.CodeInvalidJWKSURL:           "The JWKS URL must be an absolute http:// or https:// URL (for example https://example.com/.well-known/jwks.json), without user name or password, or empty to remove it.",
+	proto.CodeInvalidWebhookURL:        "The webhook URL must be an absolute http:// or https:// URL (for example https://example.com/hooks/relay), without user name or password.",
+	proto.CodeWebhookURLRequired:       "This project has no webhook URL: set one first.",
+	proto.CodeInvalidChannelRateLimit:  "The channel budget must be a whole number of messages per minute from 1 to 1000000000, or empty to use the server default.",
 }
 
 func codeErr(c proto.Code) pageErr { return pageErr{status: statusOf[c], msg: codeMessages[c]} }
@@ -180,12 +183,6 @@ func refusalPage(err error) (pe pageErr, refused bool) {
 	switch {
 	case errors.As(err, &coded):
 		return codeErr(coded.Code), true
-	case errors.Is(err, errInvalidWebhookURL):
-		return pageErr{http.StatusBadRequest, "The webhook URL must be an absolute http:// or https:// URL (for example https://example.com/hooks/relay), without user name or password."}, true
-	case errors.Is(err, errNoWebhookURL):
-		return pageErr{http.StatusBadRequest, "This project has no webhook URL: set one first."}, true
-	case errors.Is(err, errInvalidBudget):
-		return pageErr{http.StatusBadRequest, "The channel budget must be a whole number of messages per minute from 1 to 1000000000, or empty to use the server default."}, true
 	}
 	return pageErr{}, false
 }

@@ -6,11 +6,12 @@ import (
 	"strings"
 )
 
-// The webhook (set from the dashboard only, README.md ›
-// Dashboard) and the per-project channel budget (an override of
-// EMIT_RATE_LIMIT_PER_MINUTE, set from the dashboard only): the pages of their project operations
-// (projects.go), which save the project's settings row and make a running
-// project actor reload it.
+// The webhook (README.md › Dashboard) and the per-project channel budget
+// (an override of EMIT_RATE_LIMIT_PER_MINUTE): the pages of their project
+// operations (projects.go), which save the project's settings row and make
+// a running project actor reload it. PATCH …/settings and `relay admin
+// project settings` change the same settings with the same checks
+// (settings_api.go).
 
 // handleSetWebhook sets or changes the URL.
 func (d dashboard) handleSetWebhook(w http.ResponseWriter, r *http.Request, v *viewer) {

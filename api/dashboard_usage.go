@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strconv"
@@ -9,11 +10,11 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// The usage page (usage is shown in the dashboard only,
-// README.md › Dashboard): the
-// project's daily rows of the last usageDays UTC days as a table, and the
-// same numbers as a server-rendered SVG chart. The chart uses presentation
-// attributes and the stylesheet only: the CSP forbids inline styles.
+// The usage page (README.md › Dashboard; GET …/usage answers the same rows
+// as JSON: settings_api.go): the project's daily rows of the last usageDays
+// UTC days as a table, and the same numbers as a server-rendered SVG chart.
+// The chart uses presentation attributes and the stylesheet only: the CSP
+// forbids inline styles.
 
 const usageDays = 30
 
@@ -41,20 +42,11 @@ func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	today := d.now().UTC().Truncate(24 * time.Hour)
 	from := today.AddDate(0, 0, -(usageDays - 1))
-	rows, err := d.store.Usage(r.Context(), p.ID, from.Format(time.DateOnly))
+	uv := &usageView{ProjectID: p.ID, ProjectName: p.Name, From: from.Format(time.DateOnly), To: today.Format(time.DateOnly)}
+	shown, total, err := usageBetween(r.Context(), d.store, p.ID, uv.From, uv.To)
 	if err != nil {
 		d.internal(w, r, v, "load usage", err)
 		return
-	}
-	uv := &usageView{ProjectID: p.ID, ProjectName: p.Name, From: from.Format(time.DateOnly), To: today.Format(time.DateOnly)}
-	var shown []store.Usage
-	var total store.Usage // sums, and the max of the peak and the p99
-	for _, u := range rows {
-		if u.Day > uv.To {
-			continue // a row from a node whose clock runs ahead: not in the window
-		}
-		shown = append(shown, u)
-		total.Merge(u)
 	}
 	// The table lists the newest day first; the chart runs left to right.
 	for i := len(shown) - 1; i >= 0; i-- {
@@ -67,6 +59,25 @@ func (d dashboard) handleUsage(w http.ResponseWriter, r *http.Request, v *viewer
 	pg := d.page(r, v, "Usage · "+p.Name)
 	pg.Usage = uv
 	d.render(w, r, v, http.StatusOK, "usage", pg)
+}
+
+// usageBetween is the project's daily rows from day from to day to
+// (YYYY-MM-DD, both included), oldest first, and their total: the sums, and
+// the max of the peak and of the p99. The usage page and GET …/usage both
+// read them here.
+func usageBetween(ctx context.Context, st *store.Store, projectID, from, to string) (rows []store.Usage, total store.Usage, err error) {
+	all, err := st.Usage(ctx, projectID, from)
+	if err != nil {
+		return nil, total, err
+	}
+	for _, u := range all {
+		if u.Day > to {
+			continue // after the window (or a row from a node whose clock runs ahead)
+		}
+		rows = append(rows, u)
+		total.Merge(u)
+	}
+	return rows, total, nil
 }
 
 func newUsageRow(u store.Usage) usageRow {

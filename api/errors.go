@@ -52,6 +52,11 @@ var statusOf = map[proto.Code]int{
 
 	proto.CodeAuthorizationRequired: http.StatusBadRequest,
 	proto.CodeInvalidJWKSURL:        http.StatusBadRequest,
+
+	proto.CodeSettingRequired:         http.StatusBadRequest,
+	proto.CodeInvalidWebhookURL:       http.StatusBadRequest,
+	proto.CodeWebhookURLRequired:      http.StatusBadRequest,
+	proto.CodeInvalidChannelRateLimit: http.StatusBadRequest,
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

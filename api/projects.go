@@ -39,13 +39,12 @@ var (
 // replaced key valid for.
 const MaxKeyOverlap = 24 * time.Hour
 
-// Refusals of the dashboard-only settings (README.md › Dashboard:
-// the webhook URL and the channel budget override are set from the
-// dashboard only). They have no error code.
+// Refusals of the settings (the dashboard's forms, PATCH …/settings and
+// `relay admin project settings`: settings_api.go).
 var (
-	errInvalidWebhookURL = errors.New("invalid webhook URL")
-	errNoWebhookURL      = errors.New("no webhook URL")
-	errInvalidBudget     = errors.New("invalid channel budget")
+	errInvalidWebhookURL = &proto.Error{Code: proto.CodeInvalidWebhookURL}
+	errNoWebhookURL      = &proto.Error{Code: proto.CodeWebhookURLRequired}
+	errInvalidBudget     = &proto.Error{Code: proto.CodeInvalidChannelRateLimit}
 )
 
 // maxWebhookURL bounds what we store and send to.
@@ -257,17 +256,32 @@ func (p ownedProject) regenerateClientEmitSecret(ctx context.Context) (string, e
 // setWebhook sets or changes the webhook URL. The signing secret is
 // generated when a URL is first set and kept when it changes.
 func (p ownedProject) setWebhook(ctx context.Context, url string) error {
-	url = strings.TrimSpace(url)
-	if !validTargetURL(url) {
-		return errInvalidWebhookURL
+	change, err := webhookURLChange(url)
+	if err != nil {
+		return err
 	}
-	return p.updateSettings(ctx, "save webhook", func(st *store.Settings) error {
+	return p.updateSettings(ctx, "save webhook", change)
+}
+
+// settingsChange is one change of a project's settings row, applied in the
+// store's transaction (updateSettings); an error refuses the whole change.
+type settingsChange func(*store.Settings) error
+
+// webhookURLChange checks a webhook URL (trimmed; validTargetURL) and
+// returns the change that sets it: the signing secret is generated when a
+// URL is first set and kept when it changes.
+func webhookURLChange(raw string) (settingsChange, error) {
+	url := strings.TrimSpace(raw)
+	if !validTargetURL(url) {
+		return nil, errInvalidWebhookURL
+	}
+	return func(st *store.Settings) error {
 		st.WebhookURL = url
 		if st.WebhookSecret == "" {
 			st.WebhookSecret = newSecret()
 		}
 		return nil
-	})
+	}, nil
 }
 
 // validTargetURL: url (trimmed) is one Relay may send to or fetch from, a
@@ -281,11 +295,14 @@ func validTargetURL(url string) bool {
 // removeWebhook clears the webhook URL and its secret, and the choice of
 // events beyond connect and disconnect: a URL set again starts without them.
 func (p ownedProject) removeWebhook(ctx context.Context) error {
-	return p.updateSettings(ctx, "remove webhook", func(st *store.Settings) error {
-		st.WebhookURL, st.WebhookSecret = "", ""
-		st.WebhookChannelEvents, st.WebhookPresenceEvents = false, false
-		return nil
-	})
+	return p.updateSettings(ctx, "remove webhook", removeWebhookChange)
+}
+
+// removeWebhookChange is removeWebhook's change.
+func removeWebhookChange(st *store.Settings) error {
+	st.WebhookURL, st.WebhookSecret = "", ""
+	st.WebhookChannelEvents, st.WebhookPresenceEvents = false, false
+	return nil
 }
 
 // setWebhookEvents chooses the events sent beyond connect and disconnect:
@@ -293,13 +310,24 @@ func (p ownedProject) removeWebhook(ctx context.Context) error {
 // (presence). A project without a webhook URL (perhaps removed meanwhile) is
 // refused.
 func (p ownedProject) setWebhookEvents(ctx context.Context, channel, presence bool) error {
-	return p.updateSettings(ctx, "save webhook events", func(st *store.Settings) error {
+	return p.updateSettings(ctx, "save webhook events", webhookEventsChange(&channel, &presence))
+}
+
+// webhookEventsChange is setWebhookEvents' change; a nil choice keeps the
+// stored one.
+func webhookEventsChange(channel, presence *bool) settingsChange {
+	return func(st *store.Settings) error {
 		if st.WebhookURL == "" {
 			return errNoWebhookURL
 		}
-		st.WebhookChannelEvents, st.WebhookPresenceEvents = channel, presence
+		if channel != nil {
+			st.WebhookChannelEvents = *channel
+		}
+		if presence != nil {
+			st.WebhookPresenceEvents = *presence
+		}
 		return nil
-	})
+	}
 }
 
 // requireWebhook refuses with errNoWebhookURL when the project has no
@@ -331,32 +359,58 @@ func (p ownedProject) regenerateWebhookSecret(ctx context.Context) error {
 // minute, replacing EMIT_RATE_LIMIT_PER_MINUTE for this project), or clears
 // it when limit is nil.
 func (p ownedProject) setChannelBudget(ctx context.Context, limit *int) error {
-	if limit != nil && (*limit < 1 || *limit > maxChannelBudget) {
-		return errInvalidBudget
+	change, err := channelBudgetChange(limit)
+	if err != nil {
+		return err
 	}
-	return p.updateSettings(ctx, "save channel budget", func(st *store.Settings) error {
+	return p.updateSettings(ctx, "save channel budget", change)
+}
+
+// channelBudgetChange checks a channel budget override (nil: none, the
+// server default) and returns the change that saves it.
+func channelBudgetChange(limit *int) (settingsChange, error) {
+	if limit != nil && (*limit < 1 || *limit > maxChannelBudget) {
+		return nil, errInvalidBudget
+	}
+	return func(st *store.Settings) error {
 		st.ChannelRateLimit = limit
 		return nil
-	})
+	}, nil
 }
 
 // updateSettings applies change to the project's settings row (read,
 // modify, write in one store transaction) and makes a running project actor
 // reload it. A change that refuses saves nothing.
-func (p ownedProject) updateSettings(ctx context.Context, what string, change func(*store.Settings) error) error {
+func (p ownedProject) updateSettings(ctx context.Context, what string, change settingsChange) error {
+	_, err := p.changeSettings(ctx, what, change)
+	return err
+}
+
+// changeSettings is updateSettings applying changes in order, all or none
+// (one refusing saves nothing), and returning the settings as saved. The
+// store records the change as a key change (store.UpdateSettings), so nodes
+// that learn of it only from the store (a change made by `relay admin`)
+// reload them too.
+func (p ownedProject) changeSettings(ctx context.Context, what string, changes ...settingsChange) (store.Settings, error) {
 	var refused error
+	var saved store.Settings
 	err := p.ops.store.UpdateSettings(ctx, p.ID, func(st *store.Settings) error {
-		refused = change(st)
-		return refused
+		for _, change := range changes {
+			if refused = change(st); refused != nil {
+				return refused
+			}
+		}
+		saved = *st
+		return nil
 	})
 	switch {
 	case refused != nil:
-		return refused
+		return saved, refused
 	case err != nil:
-		return fmt.Errorf("%s: %w", what, err)
+		return saved, fmt.Errorf("%s: %w", what, err)
 	}
 	p.ops.live.SettingsChanged(p.ID)
-	return nil
+	return saved, nil
 }
 
 // revokeTokens revokes client-emit tokens of a project (proto/PROTOCOL.md ›

@@ -67,6 +67,12 @@ const (
 	CodeClientIDMismatch      Code = "client_id_mismatch"      // WebSocket: presence clientId is not the token's sub
 	CodeChannelForbidden      Code = "channel_forbidden"       // WebSocket: a private channel without a grant
 	CodeInvalidSubscribeToken Code = "invalid_subscribe_token" // WebSocket: the subscribe's token is not valid
+
+	// Project settings (PATCH …/settings, and the dashboard's forms).
+	CodeSettingRequired         Code = "setting_required"           // 400: PATCH …/settings naming no setting
+	CodeInvalidWebhookURL       Code = "invalid_webhook_url"        // 400: a webhook URL that is not an http(s) URL
+	CodeWebhookURLRequired      Code = "webhook_url_required"       // 400: webhook events on a project without a webhook URL
+	CodeInvalidChannelRateLimit Code = "invalid_channel_rate_limit" // 400: a channel budget override not a whole number from 1 to 1000000000
 )
 
 // CloseTokenExpired closes a connection whose connection token expired

@@ -373,7 +373,11 @@ func saveSettings(ctx context.Context, db bun.IDB, st Settings) error {
 // row), applies change and writes them back, in one transaction serialised
 // per project: two changes at once, on any node sharing the database, cannot
 // overwrite each other's fields. When change returns an error nothing is
-// written and UpdateSettings returns that error.
+// written and UpdateSettings returns that error. The change is also recorded
+// as a key change (no key revoked), as a change of channel authorization
+// is: every node sharing the store, including one that learns of changes
+// only from the store (a change made by `relay admin`), reloads the
+// project's settings.
 func (s *Store) UpdateSettings(ctx context.Context, projectID string, change func(*Settings) error) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// On PostgreSQL by locking the project's row (SQLite transactions
@@ -395,7 +399,10 @@ func (s *Store) UpdateSettings(ctx context.Context, projectID string, change fun
 		if err := change(&st); err != nil {
 			return err
 		}
-		return saveSettings(ctx, tx, st)
+		if err := saveSettings(ctx, tx, st); err != nil {
+			return err
+		}
+		return recordKeyChange(ctx, tx, projectID, nil)
 	})
 }
 

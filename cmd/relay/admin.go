@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +24,13 @@ commands:
   create-project --email E --name N              prints the project and its raw keys (shown once)
   rotate-key     --project ID --type public|secret prints the new raw key (shown once)
   revoke-key     --project ID --key KEYID
+  list-users                                     every account, with how many projects it owns
+  show-user      --email E                       the account and its projects
+  list-projects  [--email E]                     every project, or those of one account
+  show-project   --project ID                    the project, its owner, settings, authorization
+                 (without secrets) and keys (masked)
+  list-keys      --project ID                    the keys, masked, each with its status
+                 (active, overlap, expired, revoked)
   mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
                  a client-emit token signed with the project's client-emit secret
   project authorization --project ID [--on | --off | --rotate-secret [--overlap S]] [--jwks-url URL]
@@ -31,10 +39,20 @@ commands:
                  first time, --off keeps the secret, --rotate-secret makes a new one (the
                  old one valid S more seconds, 0 to 86400; 0: stops at once); --jwks-url
                  sets the JWKS of the project's own keys (RS256/ES256/EdDSA), "" removes it
+  project settings --project ID [--webhook-url U] [--webhook-channel-events on|off]
+                 [--webhook-presence-events on|off] [--channel-rate-limit N|default]
+                 the project's settings, printed as GET /api/projects/{id}/settings answers
+                 them, changed first (all or none, as PATCH …/settings) when a flag is given:
+                 --webhook-url "" removes the webhook (its secret and events too); the events
+                 need a webhook URL; --channel-rate-limit 1 to 1000000000, or default
+  project usage  --project ID [--from YYYY-MM-DD] [--to YYYY-MM-DD]
+                 the daily usage rows (the last 30 UTC days by default), as GET
+                 /api/projects/{id}/usage answers them
 
 Every relay running on the same store refuses a revoked or rotated-out key, and closes its
 sockets (4001), within about 2 seconds (README › Version and admin command line); a change of
-channel authorization reaches their WebSocket handshakes in the same time.`
+channel authorization reaches their WebSocket handshakes in the same time, and a change of
+settings their running projects.`
 
 // adminRun does an admin command with the store's operations; it returns
 // what to print as JSON.
@@ -144,6 +162,83 @@ var adminCommands = map[string]adminSetup{
 		key := fs.String("key", "", "the key's id (not the raw key)")
 		return []string{"project", "key"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
 			return map[string]bool{"ok": true}, a.RevokeKey(ctx, *project, *key)
+		}
+	},
+	"list-users": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		return nil, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) { return a.ListUsers(ctx) }
+	},
+	"show-user": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		email := fs.String("email", "", "the account's email")
+		return []string{"email"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) { return a.ShowUser(ctx, *email) }
+	},
+	"list-projects": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		email := fs.String("email", "", "only the projects of the account with this email")
+		return nil, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) { return a.ListProjects(ctx, *email) }
+	},
+	"show-project": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		return []string{"project"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) { return a.ShowProject(ctx, *project) }
+	},
+	"list-keys": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		return []string{"project"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) { return a.ListKeys(ctx, *project) }
+	},
+	"project settings": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		webhookURL := fs.String("webhook-url", "", `the webhook URL (http or https); "" removes the webhook`)
+		channelEvents := fs.String("webhook-channel-events", "", "on or off: send channel_occupied and channel_vacated")
+		presenceEvents := fs.String("webhook-presence-events", "", "on or off: send member_added and member_removed")
+		limit := fs.String("channel-rate-limit", "", "the per-channel emit budget override (messages per minute), or default")
+		var u api.SettingsUpdate
+		onOff := func(flagName, v string) (*bool, error) {
+			switch v {
+			case "on":
+				return &[]bool{true}[0], nil
+			case "off":
+				return new(bool), nil
+			}
+			return nil, fmt.Errorf("--%s must be on or off, not %q", flagName, v)
+		}
+		check := func() error {
+			var err error
+			fs.Visit(func(f *flag.Flag) {
+				if err != nil {
+					return
+				}
+				switch f.Name {
+				case "webhook-url":
+					u.WebhookURL = webhookURL
+				case "webhook-channel-events":
+					u.WebhookChannelEvents, err = onOff(f.Name, *channelEvents)
+				case "webhook-presence-events":
+					u.WebhookPresenceEvents, err = onOff(f.Name, *presenceEvents)
+				case "channel-rate-limit":
+					u.SetChannelRateLimit = true
+					if *limit != "default" {
+						n, perr := strconv.Atoi(strings.TrimSpace(*limit))
+						if perr != nil {
+							err = fmt.Errorf("--channel-rate-limit must be a whole number or default, not %q", *limit)
+							return
+						}
+						u.ChannelRateLimit = &n
+					}
+				}
+			})
+			return err
+		}
+		return []string{"project"}, check, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			if u == (api.SettingsUpdate{}) {
+				return a.Settings(ctx, *project)
+			}
+			return a.UpdateSettings(ctx, *project, u)
+		}
+	},
+	"project usage": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		from := fs.String("from", "", "the first day (YYYY-MM-DD, UTC; default: 29 days before --to)")
+		to := fs.String("to", "", "the last day (YYYY-MM-DD, UTC; default: today)")
+		return []string{"project"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			return a.Usage(ctx, *project, *from, *to)
 		}
 	},
 	"project authorization": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
