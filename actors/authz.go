@@ -67,6 +67,22 @@ type ProjectAuthz struct {
 	// JWKSURL is the project's key set for tokens signed with its own keys
 	// (RS256, ES256, EdDSA; authz_jwks.go); "": none, HS256 only.
 	JWKSURL string
+	// Private are the channels the project marks private besides the
+	// private- ones: names, or prefixes ending in *.
+	Private []string
+}
+
+// private: channel needs a grant (a private- channel, or one the project marks so).
+func (az *ProjectAuthz) private(channel string) bool {
+	if strings.HasPrefix(channel, privatePrefix) {
+		return true
+	}
+	for _, p := range az.Private {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(channel, prefix) || p == channel {
+			return true
+		}
+	}
+	return false
 }
 
 // SecretsAt is the secrets a token may be signed with at now.
@@ -103,8 +119,6 @@ func (h *authzHolder) on() *ProjectAuthz {
 	}
 	return nil
 }
-
-func isPrivate(channel string) bool { return strings.HasPrefix(channel, privatePrefix) }
 
 // claims are what Relay reads of a verified token: a connection token's
 // sub, exp, iat and channels; a subscribe token's ch, sub and presence. A
@@ -298,7 +312,7 @@ func authorizeSubscribe(ctx context.Context, keys *jwksCache, az *ProjectAuthz, 
 			return proto.CodeClientIDMismatch
 		}
 	}
-	if !isPrivate(m.Channel) || id.allows(m.Channel, m.Presence) {
+	if !az.private(m.Channel) || id.allows(m.Channel, m.Presence) {
 		return ""
 	}
 	if m.Token == "" {

@@ -412,7 +412,7 @@ func TestJWKSOnAConnection(t *testing.T) {
 		Now:        func() time.Time { return time.Unix(0, clock.Load()) },
 		JWKSClient: webhook.BoundedGetter{Client: webhook.NewClient(2*time.Second, true), Max: JWKSMaxBody},
 		LoadSettings: func(context.Context, string) (Settings, error) {
-			return Settings{Authorization: true, AuthSecrets: []string{authSecret}, AuthJWKSURL: url}, nil
+			return Settings{Authz: ProjectAuthz{On: true, Secrets: []string{authSecret}, JWKSURL: url}}, nil
 		},
 	})
 	az := &ProjectAuthz{On: true, Secrets: []string{authSecret}, JWKSURL: url}

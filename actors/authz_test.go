@@ -99,7 +99,7 @@ func TestVerifyConnectionToken(t *testing.T) {
 
 // The rules of a project with authorization on, one subscribe at a time.
 func TestAuthorizeSubscribe(t *testing.T) {
-	az := &ProjectAuthz{On: true, Secrets: []string{authSecret, oldSecret}, PreviousUntil: authT0.Add(time.Minute)}
+	az := &ProjectAuthz{On: true, Secrets: []string{authSecret, oldSecret}, PreviousUntil: authT0.Add(time.Minute), Private: []string{"vault", "team-*"}}
 	user := func(channels map[string][]string) *Identity {
 		id, err := VerifyConnectionToken(connToken(t, "ann", time.Hour, channels), az.Secrets, authT0)
 		if err != nil {
@@ -107,7 +107,7 @@ func TestAuthorizeSubscribe(t *testing.T) {
 		}
 		return id
 	}
-	ann := user(map[string][]string{"private-ann": {"subscribe", "presence"}, "private-team-*": {"subscribe"}})
+	ann := user(map[string][]string{"private-ann": {"subscribe", "presence"}, "private-team-*": {"subscribe"}, "team-*": {"subscribe"}})
 	cases := []struct {
 		name     string
 		id       *Identity
@@ -119,6 +119,11 @@ func TestAuthorizeSubscribe(t *testing.T) {
 		want     proto.Code
 	}{
 		{name: "public, anonymous", channel: "lobby"},
+		{name: "marked private by name, anonymous", channel: "vault", want: proto.CodeChannelForbidden},
+		{name: "marked private by prefix, anonymous", channel: "team-7", want: proto.CodeChannelForbidden},
+		{name: "not under the marked prefix", channel: "teams"},
+		{name: "not the marked name", channel: "vault2"},
+		{name: "marked private, granted by prefix", id: ann, channel: "team-7"},
 		{name: "public presence, anonymous", channel: "lobby", presence: true, clientID: "ann", want: proto.CodeTokenRequired},
 		{name: "public presence, another clientId", id: ann, channel: "lobby", presence: true, clientID: "bob", want: proto.CodeClientIDMismatch},
 		{name: "public presence as the token's sub", id: ann, channel: "lobby", presence: true, clientID: "ann"},
@@ -157,7 +162,7 @@ func authzSystem(t *testing.T, on bool) (*System, *atomic.Int64) {
 	sys := newTestSystem(t, Config{
 		Now: func() time.Time { return time.Unix(0, clock.Load()) },
 		LoadSettings: func(context.Context, string) (Settings, error) {
-			return Settings{Authorization: on, AuthSecrets: []string{authSecret}}, nil
+			return Settings{Authz: ProjectAuthz{On: on, Secrets: []string{authSecret}}}, nil
 		},
 	})
 	return sys, &clock

@@ -55,16 +55,9 @@ type Settings struct {
 	WebhookChannelEvents  bool
 	WebhookPresenceEvents bool
 	Revocations           []Revocation
-	// Channel authorization (proto/PROTOCOL.md › Channel authorization), an
-	// extension off by default. AuthSecrets are the HS256 secrets a
-	// connection or subscribe token may be signed with: the current one
-	// first, then the previous one while its overlap lasts.
-	Authorization bool
-	AuthSecrets   []string
-	// AuthPreviousUntil ends the previous secret's overlap (zero: none).
-	AuthPreviousUntil time.Time
-	// AuthJWKSURL is the project's JWKS for tokens signed with its own keys ("": none).
-	AuthJWKSURL string
+	// Authz is the project's channel authorization (proto/PROTOCOL.md ›
+	// Channel authorization), an extension off by default.
+	Authz ProjectAuthz
 }
 
 // Revocation kinds.

@@ -246,8 +246,7 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.webhook("connect", m.sink.ID(), CloseStatus{})
 	case *authzChanged:
 		a.gen++ // a load under way may predate the change: its result is not applied
-		a.settings.Authorization, a.settings.AuthSecrets, a.settings.AuthPreviousUntil = m.az.On, m.az.Secrets, m.az.PreviousUntil
-		a.settings.AuthJWKSURL = m.az.JWKSURL
+		a.settings.Authz = *m.az
 		a.authz.cur.Store(m.az)
 		close(m.done)
 		a.expireTokens(ctx) // turned off: expiries no longer apply
@@ -501,8 +500,8 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 	}
 	m.settings.Revocations = nil
 	a.settings = m.settings
-	a.authz.cur.Store(&ProjectAuthz{On: m.settings.Authorization, Secrets: m.settings.AuthSecrets, PreviousUntil: m.settings.AuthPreviousUntil,
-		JWKSURL: m.settings.AuthJWKSURL})
+	az := m.settings.Authz
+	a.authz.cur.Store(&az)
 	a.authz.loaded.Store(true)
 	a.setHooks(ctx, hookTargetOf(m.settings), !a.isReady)
 	a.becomeReady(ctx)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +25,36 @@ import (
 var (
 	errAuthorizationRequired = &proto.Error{Code: proto.CodeAuthorizationRequired}
 	errInvalidJWKSURL        = &proto.Error{Code: proto.CodeInvalidJWKSURL}
+	errInvalidPrivate        = &proto.Error{Code: proto.CodeInvalidPrivateChannels}
 )
+
+// maxPrivatePatterns bounds the channels a project marks private.
+const maxPrivatePatterns = 100
+
+// privateChannelsOf reads the stored patterns (comma-separated).
+func privateChannelsOf(stored string) []string {
+	if stored == "" {
+		return nil
+	}
+	return strings.Split(stored, ",")
+}
+
+// storedPrivateChannels checks patterns (each a channel name, or a prefix
+// of one ending in *; at most maxPrivatePatterns) and joins them for the
+// store, sorted and without repeats.
+func storedPrivateChannels(patterns []string) (string, error) {
+	if len(patterns) > maxPrivatePatterns {
+		return "", errInvalidPrivate
+	}
+	for _, p := range patterns {
+		name, prefix := strings.CutSuffix(p, "*")
+		if !proto.ValidChannel(name) && !(prefix && name == "") {
+			return "", errInvalidPrivate
+		}
+	}
+	out := slices.Compact(slices.Sorted(slices.Values(patterns)))
+	return strings.Join(out, ","), nil
+}
 
 // authorizationBody is the setting as the API answers it.
 type authorizationBody struct {
@@ -38,11 +68,17 @@ type authorizationBody struct {
 	// JWKSURL is the project's JWKS, which tokens signed with its own keys
 	// (RS256, ES256, EdDSA) are verified against; null when none.
 	JWKSURL *string `json:"jwksUrl"`
+	// PrivateChannels are the channels marked private besides the
+	// private- ones: names, or prefixes ending in *.
+	PrivateChannels []string `json:"privateChannels"`
 }
 
 // toAuthorizationBody is p's setting as shown at now.
 func toAuthorizationBody(p store.Project, now time.Time) authorizationBody {
-	b := authorizationBody{Authorization: p.Authorization}
+	b := authorizationBody{Authorization: p.Authorization, PrivateChannels: privateChannelsOf(p.PrivateChannels)}
+	if b.PrivateChannels == nil {
+		b.PrivateChannels = []string{}
+	}
 	if p.AuthJWKSURL != "" {
 		u := p.AuthJWKSURL
 		b.JWKSURL = &u
@@ -61,7 +97,7 @@ func toAuthorizationBody(p store.Project, now time.Time) authorizationBody {
 // makes the project's first authorization secret (newSecret, as the
 // client-emit secret) if it has none. It returns the project as stored.
 func (p ownedProject) setAuthorization(ctx context.Context, on bool) (store.Project, error) {
-	return p.updateAuthorization(ctx, &on, nil)
+	return p.updateAuthorization(ctx, authorizationChange{On: &on})
 }
 
 // jwksURLOf checks a JWKS URL as a webhook URL is checked (an absolute
@@ -78,11 +114,26 @@ func jwksURLOf(raw string) (string, error) {
 	return url, nil
 }
 
+// authorizationChange is a change of the setting; a nil field stays as it is.
+type authorizationChange struct {
+	On              *bool
+	JWKSURL         *string   // "" removes it
+	PrivateChannels *[]string // replaces them
+}
+
 // updateAuthorization applies what is given, in one change: on (nil: as
 // it is; on makes the first secret as setAuthorization does) and the JWKS
 // URL (nil: as it is; "": none). It returns the project as stored.
-func (p ownedProject) updateAuthorization(ctx context.Context, on *bool, jwksURL *string) (store.Project, error) {
+func (p ownedProject) updateAuthorization(ctx context.Context, c authorizationChange) (store.Project, error) {
+	on, jwksURL := c.On, c.JWKSURL
 	u := store.AuthorizationUpdate{On: on}
+	if c.PrivateChannels != nil {
+		stored, err := storedPrivateChannels(*c.PrivateChannels)
+		if err != nil {
+			return store.Project{}, err
+		}
+		u.PrivateChannels = &stored
+	}
 	if on != nil && *on {
 		u.Candidate = newSecret()
 	}
@@ -137,14 +188,15 @@ func (p ownedProject) rotateAuthSecret(ctx context.Context, overlap time.Duratio
 func (p ownedProject) authorizationChanged(ctx context.Context, q store.Project) {
 	p.ops.keys.invalidate(p.ID)
 	p.ops.live.KeysRevoked(p.ID, nil)
-	p.ops.live.AuthorizationChanged(ctx, p.ID, *authzOf(q))
+	p.ops.live.AuthorizationChanged(ctx, p.ID, *authzOf(q, p.ops.now()))
 }
 
 // The JSON routes.
 
 type authorizationPatch struct {
-	Authorization *bool         `json:"authorization"`
-	JWKSURL       optionalField `json:"jwksUrl"`
+	Authorization   *bool         `json:"authorization"`
+	JWKSURL         optionalField `json:"jwksUrl"`
+	PrivateChannels *[]string     `json:"privateChannels"` // null: unchanged
 }
 
 // optionalField is a string field that may be absent (set false), null
@@ -180,8 +232,9 @@ func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Requ
 	if !ok {
 		return
 	}
-	// jwksUrl alone changes only it; null or "" removes it.
-	if in.Authorization == nil && !in.JWKSURL.set {
+	// jwksUrl or privateChannels alone change only them; a null or ""
+	// jwksUrl removes it.
+	if in.Authorization == nil && !in.JWKSURL.set && in.PrivateChannels == nil {
 		c.writeOpError(w, errAuthorizationRequired)
 		return
 	}
@@ -192,7 +245,7 @@ func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Requ
 			*jwksURL = *in.JWKSURL.value
 		}
 	}
-	q, err := p.updateAuthorization(r.Context(), in.Authorization, jwksURL)
+	q, err := p.updateAuthorization(r.Context(), authorizationChange{On: in.Authorization, JWKSURL: jwksURL, PrivateChannels: in.PrivateChannels})
 	if err != nil {
 		c.writeOpError(w, err)
 		return
@@ -292,7 +345,7 @@ func (d dashboard) handleSetJWKSURL(w http.ResponseWriter, r *http.Request, v *v
 		return
 	}
 	in := r.PostFormValue("url")
-	q, err := p.updateAuthorization(r.Context(), nil, &in)
+	q, err := p.updateAuthorization(r.Context(), authorizationChange{JWKSURL: &in})
 	if err != nil {
 		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "jwks", JWKSInput: in})
 		return
@@ -330,7 +383,7 @@ func (a *Admin) UpdateAuthorization(ctx context.Context, projectID string, on *b
 	if err != nil {
 		return nil, err
 	}
-	q, err := p.updateAuthorization(ctx, on, jwksURL)
+	q, err := p.updateAuthorization(ctx, authorizationChange{On: on, JWKSURL: jwksURL})
 	if err != nil {
 		return nil, err
 	}

@@ -50,8 +50,9 @@ var statusOf = map[proto.Code]int{
 
 	proto.CodeInvalidOverlap: http.StatusBadRequest,
 
-	proto.CodeAuthorizationRequired: http.StatusBadRequest,
-	proto.CodeInvalidJWKSURL:        http.StatusBadRequest,
+	proto.CodeAuthorizationRequired:  http.StatusBadRequest,
+	proto.CodeInvalidJWKSURL:         http.StatusBadRequest,
+	proto.CodeInvalidPrivateChannels: http.StatusBadRequest,
 
 	proto.CodeSettingRequired:         http.StatusBadRequest,
 	proto.CodeInvalidWebhookURL:       http.StatusBadRequest,

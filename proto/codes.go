@@ -59,14 +59,15 @@ const (
 	CodeInvalidBatch Code = "invalid_batch" // 400: POST /emit/batch with no messages or over 100
 
 	// Channel authorization, on projects that turn it on (PROTOCOL.md › Channel authorization).
-	CodeAuthorizationRequired Code = "authorization_required"  // 400: PATCH …/authorization without a boolean
-	CodeInvalidJWKSURL        Code = "invalid_jwks_url"        // 400: PATCH …/authorization with a jwksUrl that is not an http(s) URL
-	CodeInvalidToken          Code = "invalid_token"           // handshake 401, or a refresh refused
-	CodeTokenExpired          Code = "token_expired"           // handshake 401
-	CodeTokenRequired         Code = "token_required"          // WebSocket: presence without a connection token
-	CodeClientIDMismatch      Code = "client_id_mismatch"      // WebSocket: presence clientId is not the token's sub
-	CodeChannelForbidden      Code = "channel_forbidden"       // WebSocket: a private channel without a grant
-	CodeInvalidSubscribeToken Code = "invalid_subscribe_token" // WebSocket: the subscribe's token is not valid
+	CodeAuthorizationRequired  Code = "authorization_required"   // 400: PATCH …/authorization without a boolean
+	CodeInvalidJWKSURL         Code = "invalid_jwks_url"         // 400: PATCH …/authorization with a jwksUrl that is not an http(s) URL
+	CodeInvalidPrivateChannels Code = "invalid_private_channels" // 400: privateChannels not channel names or prefixes ending in *, or over 100
+	CodeInvalidToken           Code = "invalid_token"            // handshake 401, or a refresh refused
+	CodeTokenExpired           Code = "token_expired"            // handshake 401
+	CodeTokenRequired          Code = "token_required"           // WebSocket: presence without a connection token
+	CodeClientIDMismatch       Code = "client_id_mismatch"       // WebSocket: presence clientId is not the token's sub
+	CodeChannelForbidden       Code = "channel_forbidden"        // WebSocket: a private channel without a grant
+	CodeInvalidSubscribeToken  Code = "invalid_subscribe_token"  // WebSocket: the subscribe's token is not valid
 
 	// Project settings (PATCH …/settings, and the dashboard's forms).
 	CodeSettingRequired         Code = "setting_required"           // 400: PATCH …/settings naming no setting

@@ -31,6 +31,8 @@ type AuthorizationUpdate struct {
 	Candidate string
 	// JWKSURL sets the URL of the project's JWKS ("" removes it).
 	JWKSURL *string
+	// PrivateChannels sets the channels marked private (Project.PrivateChannels).
+	PrivateChannels *string
 }
 
 // SetAuthorization turns the project's channel authorization on or off and
@@ -66,6 +68,9 @@ func (s *Store) UpdateAuthorization(ctx context.Context, projectID string, u Aut
 		}
 		if u.JWKSURL != nil {
 			q = q.Set("auth_jwks_url = ?", *u.JWKSURL)
+		}
+		if u.PrivateChannels != nil {
+			q = q.Set("private_channels = ?", *u.PrivateChannels)
 		}
 		if err := q.Where("id = ?", projectID).Returning("*").Scan(ctx); err != nil {
 			return notFound(err)

@@ -32,12 +32,15 @@ type Project struct {
 	// after RotateAuthSecret with an overlap, AuthSecretPrevious stays valid
 	// until AuthSecretPreviousUntil. AuthJWKSURL ("" for none) is the JWKS
 	// that tokens signed with the project's own keys (RS256, ES256, EdDSA)
-	// are verified against.
+	// are verified against. PrivateChannels are the channels the project
+	// marks private beyond the private- prefix: comma-separated patterns (a
+	// name, or a prefix ending in *), "" for none.
 	Authorization           bool       `bun:"authorization,notnull"`
 	AuthSecret              string     `bun:"auth_secret"`
 	AuthSecretPrevious      string     `bun:"auth_secret_previous"`
 	AuthSecretPreviousUntil *time.Time `bun:"auth_secret_previous_until"`
 	AuthJWKSURL             string     `bun:"auth_jwks_url,notnull"`
+	PrivateChannels         string     `bun:"private_channels,notnull"`
 }
 
 // AuthSecretsAt is the authorization secrets a token may be signed with at

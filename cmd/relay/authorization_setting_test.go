@@ -25,9 +25,11 @@ func cpAuthorization(on bool, secret, previousUntil any) string {
 	return cpAuthorizationJWKS(on, secret, previousUntil, nil)
 }
 
-// cpAuthorizationJWKS is the exact body of the authorization routes.
+// cpAuthorizationJWKS is the exact body of the authorization routes, with
+// no channel marked private.
 func cpAuthorizationJWKS(on bool, secret, previousUntil, jwksURL any) string {
-	return cpJSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil, "jwksUrl": jwksURL})
+	return cpJSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil, "jwksUrl": jwksURL,
+		"privateChannels": []string{}})
 }
 
 // TestAuthorizationSettingAPI: off with no secret until turned on; on makes
@@ -174,43 +176,43 @@ func TestAuthorizationSettingsLoader(t *testing.T) {
 		clock := newClock()
 		load := settingsLoader(st, clock.Now)
 		s, err := load(ctx, p.ID)
-		if err != nil || s.Authorization || s.AuthSecrets != nil || !s.AuthPreviousUntil.IsZero() {
+		if err != nil || s.Authz.On || s.Authz.Secrets != nil || !s.Authz.PreviousUntil.IsZero() {
 			t.Fatalf("a project that never turned it on: %+v, %v", s, err)
 		}
 		if _, err := st.SetAuthorization(ctx, p.ID, true, "one"); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); !s.Authorization || !slices.Equal(s.AuthSecrets, []string{"one"}) || !s.AuthPreviousUntil.IsZero() {
+		if s, _ = load(ctx, p.ID); !s.Authz.On || !slices.Equal(s.Authz.Secrets, []string{"one"}) || !s.Authz.PreviousUntil.IsZero() {
 			t.Fatalf("on: %+v", s)
 		}
 		until := clock.Now().UTC().Add(time.Minute).Truncate(time.Microsecond)
 		if _, err := st.RotateAuthSecret(ctx, p.ID, "two", until); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two", "one"}) || !s.AuthPreviousUntil.Equal(until) {
+		if s, _ = load(ctx, p.ID); !slices.Equal(s.Authz.Secrets, []string{"two", "one"}) || !s.Authz.PreviousUntil.Equal(until) {
 			t.Fatalf("in the overlap: %+v", s)
 		}
 		clock.Advance(time.Minute)
-		if s, _ = load(ctx, p.ID); !slices.Equal(s.AuthSecrets, []string{"two"}) || !s.AuthPreviousUntil.IsZero() {
+		if s, _ = load(ctx, p.ID); !slices.Equal(s.Authz.Secrets, []string{"two"}) || !s.Authz.PreviousUntil.IsZero() {
 			t.Fatalf("after the overlap: %+v", s)
 		}
 		if _, err := st.SetAuthorization(ctx, p.ID, false, ""); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); s.Authorization || !slices.Equal(s.AuthSecrets, []string{"two"}) || s.AuthJWKSURL != "" {
+		if s, _ = load(ctx, p.ID); s.Authz.On || !slices.Equal(s.Authz.Secrets, []string{"two"}) || s.Authz.JWKSURL != "" {
 			t.Fatalf("off: %+v", s)
 		}
 		// The JWKS URL, and its removal.
 		if _, err := st.SetAuthJWKSURL(ctx, p.ID, "https://example.com/jwks"); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); s.AuthJWKSURL != "https://example.com/jwks" || !slices.Equal(s.AuthSecrets, []string{"two"}) {
+		if s, _ = load(ctx, p.ID); s.Authz.JWKSURL != "https://example.com/jwks" || !slices.Equal(s.Authz.Secrets, []string{"two"}) {
 			t.Fatalf("with a JWKS URL: %+v", s)
 		}
 		if _, err := st.SetAuthJWKSURL(ctx, p.ID, ""); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ = load(ctx, p.ID); s.AuthJWKSURL != "" {
+		if s, _ = load(ctx, p.ID); s.Authz.JWKSURL != "" {
 			t.Fatalf("JWKS URL removed: %+v", s)
 		}
 		if _, err := st.SetAuthJWKSURL(ctx, "00000000-0000-0000-0000-000000000000", "https://example.com/jwks"); !errors.Is(err, store.ErrNotFound) {
@@ -231,7 +233,7 @@ func TestAdminProjectAuthorization(t *testing.T) {
 		show := func(args ...string) map[string]any {
 			t.Helper()
 			v := adminOK(t, dbURL, append([]string{"project", "authorization", "--project", pid}, args...)...)
-			if keysOf(v) != "authorization,jwksUrl,previousSecretExpiresAt,secret" {
+			if keysOf(v) != "authorization,jwksUrl,previousSecretExpiresAt,privateChannels,secret" {
 				t.Fatalf("printed %v", v)
 			}
 			return v

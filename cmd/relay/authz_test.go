@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,6 +133,30 @@ func TestChannelAuthorization(t *testing.T) {
 		back.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-42"}`)
 		back.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
 		ts.dialWithToken(p.publicKey, mint("user-45", time.Hour, nil)).expectSilence(200 * time.Millisecond) // another user is not covered
+
+		// Channels the project marks private besides the private- ones.
+		r = owner.do("PATCH", "/api/projects/"+p.id+"/authorization", `{"privateChannels":["vault","team-*","vault"]}`)
+		if r.status != http.StatusOK || canonical(r.json["privateChannels"]) != `["team-*","vault"]` || r.json["authorization"] != true {
+			t.Fatalf("marking channels private: %d %s", r.status, r.raw)
+		}
+		anon.send(`{"action":"subscribe","channel":"team-7"}`)
+		anon.expect(`{"error":"channel_forbidden","channel":"team-7"}`)
+		anon.send(`{"action":"subscribe","channel":"teams"}`)
+		anon.expect(`{"action":"subscribe","channel":"teams","ok":true}`)
+		team := ts.dialWithToken(p.publicKey, mint("user-46", time.Hour, map[string][]string{"team-*": {"subscribe"}}))
+		team.send(`{"action":"subscribe","channel":"team-7"}`)
+		team.expect(`{"action":"subscribe","channel":"team-7","ok":true}`)
+		for body, want := range map[string]string{
+			`{"privateChannels":["bad channel!"]}`:                             `{"error":"invalid_private_channels"}`,
+			`{"privateChannels":["*x"]}`:                                       `{"error":"invalid_private_channels"}`,
+			`{"privateChannels":["a",` + strings.Repeat(`"b",`, 100) + `"c"]}`: `{"error":"invalid_private_channels"}`,
+			`{"privateChannels":"vault"}`:                                      `{"error":"invalid_json"}`,
+		} {
+			owner.do("PATCH", "/api/projects/"+p.id+"/authorization", body).expect(t, http.StatusBadRequest, want)
+		}
+		if r := owner.do("GET", "/api/projects/"+p.id+"/authorization", ""); canonical(r.json["privateChannels"]) != `["team-*","vault"]` {
+			t.Fatalf("a refused change changed them: %s", r.raw)
+		}
 
 		// Off again: the anonymous connection may subscribe to private- channels.
 		if r := owner.do("PATCH", "/api/projects/"+p.id+"/authorization", `{"authorization":false}`); r.status != http.StatusOK || r.json["authorization"] != false {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/actors"
+	"github.com/relayhq/relay/api"
 	"github.com/relayhq/relay/api/webhook"
 	"github.com/relayhq/relay/store"
 )
@@ -30,14 +31,9 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 		if err != nil {
 			return actors.Settings{}, err
 		}
-		at := now()
 		out := actors.Settings{ClientEmitSecret: p.ClientEmitSecret, WebhookURL: s.WebhookURL, WebhookSecret: s.WebhookSecret,
 			WebhookChannelEvents: s.WebhookChannelEvents, WebhookPresenceEvents: s.WebhookPresenceEvents,
-			// The current secret, and the previous one while its overlap lasts.
-			Authorization: p.Authorization, AuthSecrets: p.AuthSecretsAt(at), AuthJWKSURL: p.AuthJWKSURL}
-		if len(out.AuthSecrets) > 1 {
-			out.AuthPreviousUntil = *p.AuthSecretPreviousUntil
-		}
+			Authz: api.ProjectAuthz(p, now())}
 		for _, r := range revs {
 			out.Revocations = append(out.Revocations, actors.Revocation{Kind: r.Kind, Value: r.Value, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt})
 		}
