@@ -99,6 +99,7 @@ func (d dashboard) routes(mux *http.ServeMux) {
 	mux.Handle("/projects/{projectId}/webhook", methods{http.MethodPost: auth(d.handleSetWebhook)})
 	mux.Handle("/projects/{projectId}/webhook/remove", methods{http.MethodPost: auth(d.handleRemoveWebhook)})
 	mux.Handle("/projects/{projectId}/webhook/events", methods{http.MethodPost: auth(d.handleWebhookEvents)})
+	mux.Handle("/projects/{projectId}/webhook/test", methods{http.MethodPost: auth(d.handleWebhookTestForm)})
 	mux.Handle("/projects/{projectId}/webhook/secret", methods{
 		http.MethodGet: auth(d.handleRegenerateWebhookSecret), http.MethodPost: auth(d.handleRegenerateWebhookSecret),
 	})
@@ -203,6 +204,7 @@ var notices = map[string]string{
 	"webhook-removed":   "Webhook removed, with its signing secret. No more webhooks are sent.",
 	"webhook-secret":    "New webhook signing secret generated. Update your receiver: the old secret no longer matches.",
 	"webhook-events":    "Webhook events saved.",
+	"webhook-test":      "Test event queued. Its delivery shows in Recent webhook deliveries below (reload the page to follow it).",
 	"budget-saved":      "Channel budget saved. The emit endpoint applies it within a moment.",
 	"budget-cleared":    "Channel budget override removed: the server default applies.",
 	"auth-on":           "Channel authorization is on. Sign connection and subscribe tokens with the authorization secret below.",

@@ -39,7 +39,8 @@ type projectView struct {
 	WebhookSecret string
 	// The events sent beyond connect and disconnect (README.md › Webhooks and usage).
 	WebhookChannelEvents, WebhookPresenceEvents bool
-	Budget                                      string // the override, "" when the server default applies
+	WebhookDeliveries                           []deliveryRow // newest first (webhook_deliveries.go)
+	Budget                                      string        // the override, "" when the server default applies
 
 	// What the user typed, kept in the form that came back with an error
 	// (ErrorForm: rename, webhook, budget or jwks); the others show stored values.
@@ -123,6 +124,7 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	pv.WebhookURL, pv.WebhookSecret = st.WebhookURL, st.WebhookSecret
 	pv.WebhookChannelEvents, pv.WebhookPresenceEvents = st.WebhookChannelEvents, st.WebhookPresenceEvents
+	pv.WebhookDeliveries = d.deliveryRows(p.ID)
 	if st.ChannelRateLimit != nil {
 		pv.Budget = strconv.Itoa(*st.ChannelRateLimit)
 	}

@@ -100,8 +100,9 @@ func NewMetrics(src MetricSources) *Metrics {
 			"sent": func(s webhook.Stats) int64 { return s.Sent }, "failed": func(s webhook.Stats) int64 { return s.Failed },
 			"dropped": func(s webhook.Stats) int64 { return s.Dropped }, "refused": func(s webhook.Stats) int64 { return s.Refused },
 		} {
-			c.counter("relay_webhooks_total", "Webhook deliveries by outcome (refused: private target).", prometheus.Labels{"outcome": outcome}, f)
+			c.counter("relay_webhooks_total", "Webhook events by final outcome (failed: given up after its attempts; refused: private target).", prometheus.Labels{"outcome": outcome}, f)
 		}
+		c.counter("relay_webhook_retries_total", "Webhook attempts that failed and were retried.", nil, func(s webhook.Stats) int64 { return s.Retried })
 		// Fairness between projects, as totals over all projects: a
 		// project_id label would grow without bound (the project whose queue
 		// overflows is named in a warning instead).
@@ -111,7 +112,8 @@ func NewMetrics(src MetricSources) *Metrics {
 		}
 		c.counter("relay_webhook_project_overflows_total", "Times a project's webhook queue filled up and its events began to be dropped.", nil,
 			func(s webhook.Stats) int64 { return s.ProjectOverflows })
-		c.gauge("relay_webhook_queued", "Webhook events waiting, over all projects.", nil, func(s webhook.Stats) int64 { return int64(s.Queued) })
+		c.gauge("relay_webhook_queued", "Webhook events waiting (for a worker, or for their retry), over all projects.", nil, func(s webhook.Stats) int64 { return int64(s.Queued) })
+		c.gauge("relay_webhook_retrying", "Webhook events waiting for their next attempt's time, over all projects.", nil, func(s webhook.Stats) int64 { return int64(s.Retrying) })
 		c.gauge("relay_webhook_in_flight", "Webhook deliveries under way.", nil, func(s webhook.Stats) int64 { return int64(s.InFlight) })
 		c.gauge("relay_webhook_projects_queued", "Projects with webhook events waiting or under way.", nil,
 			func(s webhook.Stats) int64 { return int64(s.ProjectsQueued) })

@@ -10,6 +10,7 @@ import (
 
 	"github.com/relayhq/relay/actors"
 	"github.com/relayhq/relay/api/web"
+	"github.com/relayhq/relay/api/webhook"
 	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/transport"
@@ -32,6 +33,9 @@ type Options struct {
 	// revocation can matter.
 	TokenMaxTTL time.Duration
 	Metrics     *Metrics // nil: nothing observed
+	// Webhooks sends the projects' webhooks: its recent deliveries and test
+	// events (webhook_deliveries.go). nil: none listed, tests refused.
+	Webhooks *webhook.Dispatcher
 	// LoginAttemptsPerMinute caps failed logins per email from one client
 	// address (and three times that per address), and past it delays those
 	// for the email from anywhere (Server.login); SignupsPerMinute caps
@@ -67,6 +71,7 @@ type Server struct {
 	actors    *actors.System
 	transport *transport.Server
 	metrics   *Metrics
+	webhooks  *webhook.Dispatcher
 	date      httpDate // POST /emit's Date header
 
 	loginPerEmail, loginPerIP, signupPerIP *throttle
@@ -115,6 +120,7 @@ func New(o Options) *Server {
 		actors:            o.Actors,
 		transport:         o.Transport,
 		metrics:           o.Metrics,
+		webhooks:          o.Webhooks,
 		loginPerEmail:     newThrottle(o.LoginAttemptsPerMinute, o.Now),
 		loginPerIP:        newThrottle(3*o.LoginAttemptsPerMinute, o.Now),
 		signupPerIP:       newThrottle(o.SignupsPerMinute, o.Now),

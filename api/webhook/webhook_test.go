@@ -115,7 +115,7 @@ func TestSlowReceiverTimesOutAndFailedStatusCounts(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	slow := newReceiver(t, "s", http.StatusOK, hold)
-	d := New(Config{AllowPrivate: true, Timeout: 200 * time.Millisecond})
+	d := New(Config{AllowPrivate: true, Timeout: 200 * time.Millisecond, MaxAttempts: 1}) // no retry
 	defer d.Close(context.Background())
 	start := time.Now()
 	d.Deliver(Delivery{URL: slow.URL, Secret: "s", Event: Event{Event: "connect"}})

@@ -70,6 +70,9 @@ type Config struct {
 	WebhookQueueTotal      int // WEBHOOK_QUEUE_TOTAL: events waiting over all projects
 	WebhookQueuePerProject int // WEBHOOK_QUEUE_PER_PROJECT: events waiting for one project
 	WebhookInFlightPerProj int // WEBHOOK_IN_FLIGHT_PER_PROJECT: deliveries of one project at once
+	// Webhook retries (README › Webhooks and usage).
+	WebhookRetryAttempts int           // WEBHOOK_RETRY_MAX_ATTEMPTS: attempts per event, the first included (1: no retry)
+	WebhookRetryFor      time.Duration // WEBHOOK_RETRY_MAX_SECONDS: no attempt starts later than this after the first
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
@@ -99,6 +102,7 @@ var configVars = []string{
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
+	"WEBHOOK_RETRY_MAX_ATTEMPTS", "WEBHOOK_RETRY_MAX_SECONDS",
 	"LOG_FORMAT", "LOG_LEVEL",
 	"RELAY_DEBUG_TOKEN",
 	"TRUSTED_PROXIES", "HTTP_IDLE_TIMEOUT_SECONDS", "MAX_HTTP_CONNECTIONS", "MAX_HTTP_CONNECTIONS_PER_ADDRESS",
@@ -156,6 +160,8 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		WebhookQueueTotal:      p.positive("WEBHOOK_QUEUE_TOTAL", 10000),
 		WebhookQueuePerProject: p.positive("WEBHOOK_QUEUE_PER_PROJECT", 1000),
 		WebhookInFlightPerProj: p.positive("WEBHOOK_IN_FLIGHT_PER_PROJECT", 2),
+		WebhookRetryAttempts:   p.positive("WEBHOOK_RETRY_MAX_ATTEMPTS", 10),
+		WebhookRetryFor:        p.duration("WEBHOOK_RETRY_MAX_SECONDS", 300, time.Second),
 
 		LogFormat: p.oneOf("LOG_FORMAT", "text", "text", "json"),
 		LogLevel:  p.level("LOG_LEVEL"),
@@ -438,6 +444,7 @@ func (c Config) redacted() []any {
 		"http_idle_timeout", c.HTTPIdleTimeout, "max_http_connections", c.MaxHTTPConns, "max_http_connections_per_address", c.MaxHTTPConnsPerAddr, "trusted_proxies", prefixList(c.TrustedProxies),
 		"webhook_workers", c.WebhookWorkers, "webhook_queue_total", c.WebhookQueueTotal,
 		"webhook_queue_per_project", c.WebhookQueuePerProject, "webhook_in_flight_per_project", c.WebhookInFlightPerProj,
+		"webhook_retry_max_attempts", c.WebhookRetryAttempts, "webhook_retry_max", c.WebhookRetryFor,
 		"log_format", c.LogFormat, "log_level", c.LogLevel,
 		"cluster_etcd", strings.Join(c.ClusterEtcd, ","), "cluster_addr", c.ClusterAddr, "cluster_name", c.ClusterName,
 		"cluster_tls", c.ClusterTLS != nil, "cluster_insecure", c.ClusterInsecure,

@@ -131,10 +131,11 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 }
 
 // TestMetricsWebhookOutcomes: relay_webhooks_total counts sent (a 2xx
-// receiver), failed (a receiver answering 500) and refused (a private target
-// without WEBHOOK_ALLOW_PRIVATE_ADDRESSES), one per connect and disconnect.
+// receiver), failed (a receiver answering 500, retries off) and refused (a
+// private target without WEBHOOK_ALLOW_PRIVATE_ADDRESSES), one per connect
+// and disconnect.
 func TestMetricsWebhookOutcomes(t *testing.T) {
-	ts := debugServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
+	ts := debugServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_ATTEMPTS": "1"})
 	owner := ts.signup("alice@example.com")
 	good, bad := owner.createProject("good"), owner.createProject("bad")
 	rec := newReceiver(t, "whsec-good", 0)

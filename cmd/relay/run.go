@@ -233,6 +233,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivate,
 		Workers: cfg.WebhookWorkers, QueueSize: cfg.WebhookQueueTotal,
 		ProjectQueue: cfg.WebhookQueuePerProject, ProjectInFlight: cfg.WebhookInFlightPerProj,
+		MaxAttempts: cfg.WebhookRetryAttempts, RetryFor: cfg.WebhookRetryFor,
 		Logger: log.With("component", "webhook"),
 	})
 	sys := actors.NewSystem(actors.Config{
@@ -265,7 +266,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		Store: st, Logger: log, SessionKey: key, CookieSecure: cfg.CookieSecure,
 		AllowedSignupEmails: cfg.AllowedSignupEmails,
 		Actors:              sys, Transport: tr, TokenMaxTTL: cfg.ClientEmitTokenMaxTTL,
-		Metrics: metrics,
+		Metrics: metrics, Webhooks: hooks,
 
 		LoginAttemptsPerMinute: cfg.LoginAttempts,
 		SignupsPerMinute:       cfg.SignupAttempts,

@@ -74,17 +74,22 @@ func setWebhookEvents(t *testing.T, ts *testServer, projectID, url, secret strin
 	})
 }
 
-var hookTimestamp = regexp.MustCompile(`"timestamp":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)"`)
+var (
+	hookTimestamp = regexp.MustCompile(`"timestamp":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)"`)
+	hookID        = regexp.MustCompile(`^\{"id":"([A-Za-z0-9_-]{22})",`) // 16 random bytes, base64url, first
+)
 
 // channelEvents takes the requests received so far that are not connect or
-// disconnect, checks each signature against secret and each timestamp (UTC,
-// milliseconds, within the last minute), and returns the bodies with the
-// timestamp replaced by "T", in the order they arrived.
+// disconnect, checks each signature against secret, each id (first, unique)
+// and each timestamp (UTC, milliseconds, within the last minute), and
+// returns the bodies with the id replaced by "I" and the timestamp by "T",
+// in the order they arrived.
 func (h *hookLog) channelEvents(t *testing.T, secret string) []string {
 	t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
+	ids := map[string]bool{}
 	for _, r := range h.bodies {
 		mac := hmac.New(sha256.New, []byte(secret))
 		mac.Write([]byte(r.body))
@@ -105,7 +110,13 @@ func (h *hookLog) channelEvents(t *testing.T, secret string) []string {
 		if at, err := time.Parse(time.RFC3339Nano, m[1]); err != nil || time.Since(at) > time.Minute || time.Until(at) > time.Second {
 			t.Fatalf("timestamp %s: %v", m[1], err)
 		}
-		out = append(out, hookTimestamp.ReplaceAllString(r.body, `"timestamp":"T"`))
+		id := hookID.FindStringSubmatch(r.body)
+		if id == nil || ids[id[1]] {
+			t.Fatalf("no id, or a repeated one, in %s", r.body)
+		}
+		ids[id[1]] = true
+		body := hookID.ReplaceAllString(r.body, `{"id":"I",`)
+		out = append(out, hookTimestamp.ReplaceAllString(body, `"timestamp":"T"`))
 	}
 	return out
 }
@@ -136,11 +147,11 @@ func (h *hookLog) expectEvents(t *testing.T, secret string, seen *int, want ...s
 }
 
 func channelHook(kind, projectID, channel string) string {
-	return fmt.Sprintf(`{"event":%q,"projectId":%q,"channel":%q,"timestamp":"T"}`, kind, projectID, channel)
+	return fmt.Sprintf(`{"id":"I","event":%q,"projectId":%q,"channel":%q,"timestamp":"T"}`, kind, projectID, channel)
 }
 
 func memberHook(kind, projectID, channel, clientID string) string {
-	return fmt.Sprintf(`{"event":%q,"projectId":%q,"channel":%q,"clientId":%q,"timestamp":"T"}`, kind, projectID, channel, clientID)
+	return fmt.Sprintf(`{"id":"I","event":%q,"projectId":%q,"channel":%q,"clientId":%q,"timestamp":"T"}`, kind, projectID, channel, clientID)
 }
 
 // TestWebhooksChannelAndPresence: channel_occupied on a channel's first

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,9 +82,12 @@ func setWebhook(t *testing.T, ts *testServer, projectID, url, secret string) {
 	ts.app.actors.SettingsChanged(projectID)
 }
 
+// hookEventIDRe is an event's id: 16 random bytes, base64url.
+var hookEventIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
+
 func checkEvent(t *testing.T, ev map[string]any, kind, projectID string, fields ...string) string {
 	t.Helper()
-	keys := map[string]bool{"event": true, "projectId": true, "connectionId": true, "timestamp": true}
+	keys := map[string]bool{"id": true, "event": true, "projectId": true, "connectionId": true, "timestamp": true}
 	for _, f := range fields {
 		keys[f] = true
 	}
@@ -97,6 +101,9 @@ func checkEvent(t *testing.T, ev map[string]any, kind, projectID string, fields 
 	}
 	if ts, err := time.Parse(time.RFC3339, ev["timestamp"].(string)); err != nil || time.Since(ts) > time.Minute {
 		t.Fatalf("timestamp %v: %v", ev["timestamp"], err)
+	}
+	if id, _ := ev["id"].(string); !hookEventIDRe.MatchString(id) {
+		t.Fatalf("event id %v in %v", ev["id"], ev)
 	}
 	id, _ := ev["connectionId"].(string)
 	if id == "" {
@@ -164,7 +171,7 @@ func TestWebhookReceiverDownOrPrivate(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	down := "http://" + ln.Addr().String() + "/hook"
 	ln.Close()
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
+	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_ATTEMPTS": "1"})
 	p := ts.signup("alice@example.com").createProject("demo")
 	setWebhook(t, ts, p.id, down, "s")
 	c := subscribed(t, ts, p.publicKey, "a")

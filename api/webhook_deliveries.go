@@ -1,0 +1,191 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/relayhq/relay/api/webhook"
+	"github.com/relayhq/relay/proto"
+)
+
+// A project's recent webhook deliveries and test events (README.md ›
+// Webhooks and usage): GET /api/projects/{projectId}/webhook-deliveries,
+// POST /api/projects/{projectId}/webhook-test, and the project page's
+// "Recent webhook deliveries" card with its "Send test event" button. The
+// deliveries are the ones this node's sender made (webhook.Dispatcher keeps
+// them in memory), newest first.
+
+// Codes of these routes, beside their only use; their statuses are in
+// statusOf like every other code's.
+const (
+	codeWebhookNotConfigured proto.Code = "webhook_not_configured" // 409: a test event for a project with no webhook URL
+	codeWebhookQueueFull     proto.Code = "webhook_queue_full"     // 429: the project's (or every project's) webhook queue is full
+)
+
+func init() {
+	statusOf[codeWebhookNotConfigured] = http.StatusConflict
+	statusOf[codeWebhookQueueFull] = http.StatusTooManyRequests
+}
+
+// webhookDeliveryRoutes adds the two JSON routes (controlPlane.routes calls it).
+func (c controlPlane) webhookDeliveryRoutes(mux *http.ServeMux) {
+	auth := c.sessions.requireUser
+	mux.Handle("/api/projects/{projectId}/webhook-deliveries", methods{http.MethodGet: auth(c.handleWebhookDeliveries)})
+	mux.Handle("/api/projects/{projectId}/webhook-test", methods{http.MethodPost: auth(c.handleWebhookTest)})
+}
+
+// deliveryBody is one delivery on the wire (api/openapi.yaml, WebhookDelivery).
+type deliveryBody struct {
+	ID            string  `json:"id"`
+	Event         string  `json:"event"`
+	CreatedAt     string  `json:"createdAt"`
+	Status        string  `json:"status"`
+	Attempts      int     `json:"attempts"`
+	StatusCode    *int    `json:"statusCode"`
+	LastError     *string `json:"lastError"`
+	LastAttemptAt *string `json:"lastAttemptAt"`
+	NextAttemptAt *string `json:"nextAttemptAt"`
+}
+
+func toDeliveryBody(r webhook.Record) deliveryBody {
+	b := deliveryBody{ID: r.ID, Event: r.Event, CreatedAt: timestamp(r.CreatedAt), Status: r.Status, Attempts: r.Attempts}
+	if r.StatusCode != 0 {
+		code := r.StatusCode
+		b.StatusCode = &code
+	}
+	if r.LastError != "" {
+		msg := r.LastError
+		b.LastError = &msg
+	}
+	b.LastAttemptAt, b.NextAttemptAt = optTime(r.LastAttemptAt), optTime(r.NextAttemptAt)
+	return b
+}
+
+func optTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	return optTimestamp(&t)
+}
+
+// deliveries are projectID's recent deliveries ([] without a sender).
+func (s *Server) deliveries(projectID string) []webhook.Record {
+	if s.webhooks == nil {
+		return []webhook.Record{}
+	}
+	return s.webhooks.Deliveries(projectID)
+}
+
+func (c controlPlane) handleWebhookDeliveries(w http.ResponseWriter, r *http.Request) {
+	p, ok := c.owned(w, r)
+	if !ok {
+		return
+	}
+	out := []deliveryBody{}
+	for _, rec := range c.deliveries(p.ID) {
+		out = append(out, toDeliveryBody(rec))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
+}
+
+// errWebhookNotConfigured and errWebhookQueueFull are sendTestEvent's refusals.
+var (
+	errWebhookNotConfigured = &proto.Error{Code: codeWebhookNotConfigured}
+	errWebhookQueueFull     = &proto.Error{Code: codeWebhookQueueFull}
+	errWebhooksUnavailable  = &proto.Error{Code: proto.CodeUnavailable}
+)
+
+// sendTestEvent queues a "test" event to p's webhook URL, signed with its
+// secret: the same queue, fair turns and retries as every other event.
+func (p ownedProject) sendTestEvent(r *http.Request, s *Server) (webhook.Record, error) {
+	st, err := s.store.Settings(r.Context(), p.ID)
+	if err != nil {
+		return webhook.Record{}, err
+	}
+	if st.WebhookURL == "" {
+		return webhook.Record{}, errWebhookNotConfigured
+	}
+	if s.webhooks == nil {
+		return webhook.Record{}, errWebhooksUnavailable
+	}
+	rec, err := s.webhooks.Test(p.ID, st.WebhookURL, st.WebhookSecret)
+	switch {
+	case errors.Is(err, webhook.ErrQueueFull):
+		return rec, errWebhookQueueFull
+	case errors.Is(err, webhook.ErrClosed):
+		return rec, errWebhooksUnavailable // shutting down
+	}
+	return rec, err
+}
+
+// handleWebhookTest answers 202 with the test event's delivery as queued;
+// its outcome shows in the deliveries. A body is ignored.
+func (c controlPlane) handleWebhookTest(w http.ResponseWriter, r *http.Request) {
+	p, ok := c.owned(w, r)
+	if !ok {
+		return
+	}
+	rec, err := p.sendTestEvent(r, c.Server)
+	if err != nil {
+		c.writeOpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": toDeliveryBody(rec)})
+}
+
+// deliveryRow is one line of the project page's table.
+type deliveryRow struct {
+	ID, Event, Created, Status, Badge string
+	Attempts                          int
+	Answer                            string // the last HTTP status, "" if none
+	LastError                         string
+	Next                              string // the next attempt's time while retrying
+}
+
+var deliveryBadges = map[string]string{
+	webhook.StatusDelivered: "ok", webhook.StatusPending: "warn", webhook.StatusRetrying: "warn",
+	webhook.StatusFailed: "bad", webhook.StatusRefused: "bad", webhook.StatusDropped: "bad",
+}
+
+func (s *Server) deliveryRows(projectID string) []deliveryRow {
+	var rows []deliveryRow
+	for _, r := range s.deliveries(projectID) {
+		row := deliveryRow{ID: r.ID, Event: r.Event, Created: showSeconds(r.CreatedAt), Status: r.Status,
+			Badge: deliveryBadges[r.Status], Attempts: r.Attempts, LastError: r.LastError}
+		if r.StatusCode != 0 {
+			row.Answer = strconv.Itoa(r.StatusCode)
+		}
+		if !r.NextAttemptAt.IsZero() {
+			row.Next = showSeconds(r.NextAttemptAt)
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// handleWebhookTestForm is the project page's "Send test event" button.
+func (d dashboard) handleWebhookTestForm(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok {
+		return
+	}
+	if _, err := p.sendTestEvent(r, d.Server); err != nil {
+		var coded *proto.Error
+		if !errors.As(err, &coded) {
+			d.internal(w, r, v, "send a test webhook", err)
+			return
+		}
+		pe := pageErr{statusOf[coded.Code], testEventRefusals[coded.Code]}
+		d.showProject(w, r, v, p.Project, pe.status, &pe, "", nil)
+		return
+	}
+	done(w, r, p.ID, "webhook-test")
+}
+
+var testEventRefusals = map[proto.Code]string{
+	codeWebhookNotConfigured: "This project has no webhook URL: set one first.",
+	codeWebhookQueueFull:     "The webhook queue of this project is full: its receiver is not keeping up. Try again later.",
+	proto.CodeUnavailable:    "Webhooks cannot be sent now: the server is shutting down. Try again in a moment.",
+}
