@@ -97,7 +97,7 @@ func toAuthorizationBody(p store.Project, now time.Time) authorizationBody {
 // makes the project's first authorization secret (newSecret, as the
 // client-emit secret) if it has none. It returns the project as stored.
 func (p ownedProject) setAuthorization(ctx context.Context, on bool) (store.Project, error) {
-	return p.updateAuthorization(ctx, authorizationChange{On: &on})
+	return p.updateAuthorization(ctx, AuthorizationChange{On: &on})
 }
 
 // jwksURLOf checks a JWKS URL as a webhook URL is checked (an absolute
@@ -114,8 +114,9 @@ func jwksURLOf(raw string) (string, error) {
 	return url, nil
 }
 
-// authorizationChange is a change of the setting; a nil field stays as it is.
-type authorizationChange struct {
+// AuthorizationChange is a change of the setting (the JSON API's PATCH,
+// relay admin); a nil field stays as it is.
+type AuthorizationChange struct {
 	On              *bool
 	JWKSURL         *string   // "" removes it
 	PrivateChannels *[]string // replaces them
@@ -124,7 +125,7 @@ type authorizationChange struct {
 // updateAuthorization applies what is given, in one change: on (nil: as
 // it is; on makes the first secret as setAuthorization does) and the JWKS
 // URL (nil: as it is; "": none). It returns the project as stored.
-func (p ownedProject) updateAuthorization(ctx context.Context, c authorizationChange) (store.Project, error) {
+func (p ownedProject) updateAuthorization(ctx context.Context, c AuthorizationChange) (store.Project, error) {
 	on, jwksURL := c.On, c.JWKSURL
 	u := store.AuthorizationUpdate{On: on}
 	if c.PrivateChannels != nil {
@@ -151,7 +152,7 @@ func (p ownedProject) updateAuthorization(ctx context.Context, c authorizationCh
 	if err != nil {
 		return q, fmt.Errorf("set authorization: %w", err)
 	}
-	p.authorizationChanged(ctx, q)
+	p.AuthorizationChanged(ctx, q)
 	return q, nil
 }
 
@@ -174,18 +175,18 @@ func (p ownedProject) rotateAuthSecret(ctx context.Context, overlap time.Duratio
 	if err != nil {
 		return q, fmt.Errorf("rotate authorization secret: %w", err)
 	}
-	p.authorizationChanged(ctx, q)
+	p.AuthorizationChanged(ctx, q)
 	return q, nil
 }
 
-// authorizationChanged tells the live connection plane: this node's key
+// AuthorizationChanged tells the live connection plane: this node's key
 // index drops the project's keys (the handshake reads the authorization
 // with them), the other nodes of a cluster drop theirs (no key is revoked),
 // this node's live project takes q's authorization before the answer (a
 // subscribe sent after it is judged by it), and the other nodes reload
 // their settings. Nodes outside the cluster drop their cached keys, and
 // reload, when they read the key change the store recorded with the change.
-func (p ownedProject) authorizationChanged(ctx context.Context, q store.Project) {
+func (p ownedProject) AuthorizationChanged(ctx context.Context, q store.Project) {
 	p.ops.keys.invalidate(p.ID)
 	p.ops.live.KeysRevoked(p.ID, nil)
 	p.ops.live.AuthorizationChanged(ctx, p.ID, *authzOf(q, p.ops.now()))
@@ -245,7 +246,7 @@ func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Requ
 			*jwksURL = *in.JWKSURL.value
 		}
 	}
-	q, err := p.updateAuthorization(r.Context(), authorizationChange{On: in.Authorization, JWKSURL: jwksURL, PrivateChannels: in.PrivateChannels})
+	q, err := p.updateAuthorization(r.Context(), AuthorizationChange{On: in.Authorization, JWKSURL: jwksURL, PrivateChannels: in.PrivateChannels})
 	if err != nil {
 		c.writeOpError(w, err)
 		return
@@ -345,7 +346,7 @@ func (d dashboard) handleSetJWKSURL(w http.ResponseWriter, r *http.Request, v *v
 		return
 	}
 	in := r.PostFormValue("url")
-	q, err := p.updateAuthorization(r.Context(), authorizationChange{JWKSURL: &in})
+	q, err := p.updateAuthorization(r.Context(), AuthorizationChange{JWKSURL: &in})
 	if err != nil {
 		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "jwks", JWKSInput: in})
 		return
@@ -372,18 +373,18 @@ func (a *Admin) Authorization(ctx context.Context, projectID string) (any, error
 // SetAuthorization turns channel authorization on or off, as PATCH
 // /api/projects/{id}/authorization does, and returns what it answers.
 func (a *Admin) SetAuthorization(ctx context.Context, projectID string, on bool) (any, error) {
-	return a.UpdateAuthorization(ctx, projectID, &on, nil)
+	return a.UpdateAuthorization(ctx, projectID, AuthorizationChange{On: &on})
 }
 
-// UpdateAuthorization turns channel authorization on or off (on nil: as
-// it is) and sets the JWKS URL (nil: as it is; "": none), as PATCH
-// /api/projects/{id}/authorization does, and returns what it answers.
-func (a *Admin) UpdateAuthorization(ctx context.Context, projectID string, on *bool, jwksURL *string) (any, error) {
+// UpdateAuthorization applies c (on or off, the JWKS URL, the channels
+// marked private), as PATCH /api/projects/{id}/authorization does, and
+// returns what it answers.
+func (a *Admin) UpdateAuthorization(ctx context.Context, projectID string, c AuthorizationChange) (any, error) {
 	p, err := a.project(ctx, projectID)
 	if err != nil {
 		return nil, err
 	}
-	q, err := p.updateAuthorization(ctx, authorizationChange{On: on, JWKSURL: jwksURL})
+	q, err := p.updateAuthorization(ctx, c)
 	if err != nil {
 		return nil, err
 	}

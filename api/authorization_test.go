@@ -112,17 +112,17 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 			{"off", func() error { _, err := op.setAuthorization(ctx, false); return err }},
 			{"jwks url", func() error {
 				u := " https://example.com/jwks.json "
-				_, err := op.updateAuthorization(ctx, authorizationChange{JWKSURL: &u})
+				_, err := op.updateAuthorization(ctx, AuthorizationChange{JWKSURL: &u})
 				return err
 			}},
 			{"on with a jwks url", func() error {
 				on, u := true, "http://example.com/other.json"
-				_, err := op.updateAuthorization(ctx, authorizationChange{On: &on, JWKSURL: &u})
+				_, err := op.updateAuthorization(ctx, AuthorizationChange{On: &on, JWKSURL: &u})
 				return err
 			}},
 			{"jwks url removed", func() error {
 				u := ""
-				_, err := op.updateAuthorization(ctx, authorizationChange{JWKSURL: &u})
+				_, err := op.updateAuthorization(ctx, AuthorizationChange{JWKSURL: &u})
 				return err
 			}},
 		} {
@@ -159,7 +159,7 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 		// So does a JWKS URL that is not an absolute http(s) URL (the webhook URL's rule).
 		for _, u := range []string{"ftp://example.com/jwks", "example.com/jwks", "https://user:pw@example.com/jwks", "https://", "https://example.com/" + strings.Repeat("a", maxWebhookURL)} {
 			on := true
-			if _, err := op.updateAuthorization(ctx, authorizationChange{On: &on, JWKSURL: &u}); !errors.Is(err, errInvalidJWKSURL) {
+			if _, err := op.updateAuthorization(ctx, AuthorizationChange{On: &on, JWKSURL: &u}); !errors.Is(err, errInvalidJWKSURL) {
 				t.Fatalf("JWKS URL %.40q: %v, want invalid_jwks_url", u, err)
 			}
 		}

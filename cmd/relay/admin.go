@@ -33,12 +33,14 @@ commands:
                  (active, overlap, expired, revoked)
   mint-token     --project ID --channel C --client-id X --types a,b [--ttl 5m]
                  a client-emit token signed with the project's client-emit secret
-  project authorization --project ID [--on | --off | --rotate-secret [--overlap S]] [--jwks-url URL]
+  project authorization --project ID [--on | --off | --rotate-secret [--overlap S]] [--jwks-url URL] [--private-channels LIST]
                  channel authorization (off by default), printed as GET
                  /api/projects/{id}/authorization answers it: --on makes its secret the
                  first time, --off keeps the secret, --rotate-secret makes a new one (the
                  old one valid S more seconds, 0 to 86400; 0: stops at once); --jwks-url
-                 sets the JWKS of the project's own keys (RS256/ES256/EdDSA), "" removes it
+                 sets the JWKS of the project's own keys (RS256/ES256/EdDSA), "" removes it;
+                 --private-channels sets the channels marked private besides private-
+                 ones (comma-separated names, or prefixes ending in *), "" removes them
   project settings --project ID [--webhook-url U] [--webhook-channel-events on|off]
                  [--webhook-presence-events on|off] [--channel-rate-limit N|default]
                  the project's settings, printed as GET /api/projects/{id}/settings answers
@@ -248,7 +250,8 @@ var adminCommands = map[string]adminSetup{
 		rotate := fs.Bool("rotate-secret", false, "replace the authorization secret")
 		overlap := fs.Int("overlap", 0, "with --rotate-secret: seconds the old secret stays valid (0 to 86400)")
 		jwksURL := fs.String("jwks-url", "", `the JWKS URL of the project's own keys (RS256, ES256, EdDSA tokens); "" removes it`)
-		jwksSet := false
+		private := fs.String("private-channels", "", `channels marked private besides private- ones, comma-separated (names, or prefixes ending in *); "" removes them`)
+		jwksSet, privateSet := false, false
 		check := func() error {
 			n, overlapSet := 0, false
 			fs.Visit(func(f *flag.Flag) {
@@ -261,13 +264,15 @@ var adminCommands = map[string]adminSetup{
 					overlapSet = true
 				case "jwks-url":
 					jwksSet = true
+				case "private-channels":
+					privateSet = true
 				}
 			})
 			switch max := int(api.MaxKeyOverlap / time.Second); {
 			case n > 1:
 				return errors.New("--on, --off and --rotate-secret exclude each other")
-			case jwksSet && *rotate:
-				return errors.New("--jwks-url and --rotate-secret exclude each other")
+			case (jwksSet || privateSet) && *rotate:
+				return errors.New("--jwks-url and --private-channels exclude --rotate-secret")
 			case overlapSet && !*rotate:
 				return errors.New("--overlap goes with --rotate-secret")
 			case *overlap < 0 || *overlap > max:
@@ -277,12 +282,22 @@ var adminCommands = map[string]adminSetup{
 		}
 		return []string{"project"}, check, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
 			switch {
-			case jwksSet:
-				var set *bool
+			case jwksSet || privateSet:
+				var c api.AuthorizationChange
 				if *on || *off {
-					set = on
+					c.On = on
 				}
-				return a.UpdateAuthorization(ctx, *project, set, jwksURL)
+				if jwksSet {
+					c.JWKSURL = jwksURL
+				}
+				if privateSet {
+					list := []string{}
+					if *private != "" {
+						list = strings.Split(*private, ",")
+					}
+					c.PrivateChannels = &list
+				}
+				return a.UpdateAuthorization(ctx, *project, c)
 			case *on, *off:
 				return a.SetAuthorization(ctx, *project, *on)
 			case *rotate:

@@ -273,8 +273,18 @@ func TestAdminProjectAuthorization(t *testing.T) {
 			t.Fatalf("--off --jwks-url '': %v", v)
 		}
 		adminFails(t, dbURL, 1, "invalid_jwks_url", "project", "authorization", "--project", pid, "--jwks-url", "ftp://example.com/jwks")
-		adminFails(t, dbURL, 2, "--jwks-url and --rotate-secret exclude each other", "project", "authorization", "--project", pid, "--rotate-secret", "--jwks-url", "https://example.com/jwks")
+		adminFails(t, dbURL, 2, "--jwks-url and --private-channels exclude --rotate-secret", "project", "authorization", "--project", pid, "--rotate-secret", "--jwks-url", "https://example.com/jwks")
 		show("--jwks-url", "https://example.com/jwks")
+
+		// --private-channels: set (sorted), a bad one is the API's refusal, "" removes them.
+		if v := show("--private-channels", "vault,team-*"); canonical(v["privateChannels"]) != `["team-*","vault"]` || v["jwksUrl"] != "https://example.com/jwks" {
+			t.Fatalf("--private-channels: %v", v)
+		}
+		adminFails(t, dbURL, 1, "invalid_private_channels", "project", "authorization", "--project", pid, "--private-channels", "bad channel")
+		adminFails(t, dbURL, 2, "exclude --rotate-secret", "project", "authorization", "--project", pid, "--rotate-secret", "--private-channels", "vault")
+		if v := show("--private-channels", ""); canonical(v["privateChannels"]) != `[]` {
+			t.Fatalf("--private-channels '': %v", v)
+		}
 
 		// A relay on the same store answers the same.
 		v = show("--on")
