@@ -53,6 +53,8 @@ var statusOf = map[proto.Code]int{
 	proto.CodeAuthorizationRequired:  http.StatusBadRequest,
 	proto.CodeInvalidJWKSURL:         http.StatusBadRequest,
 	proto.CodeInvalidPrivateChannels: http.StatusBadRequest,
+	proto.CodeWebhookNotConfigured:   http.StatusConflict,
+	proto.CodeWebhookQueueFull:       http.StatusTooManyRequests,
 
 	proto.CodeSettingRequired:         http.StatusBadRequest,
 	proto.CodeInvalidWebhookURL:       http.StatusBadRequest,

@@ -17,18 +17,6 @@ import (
 // deliveries are the ones this node's sender made (webhook.Dispatcher keeps
 // them in memory), newest first.
 
-// Codes of these routes, beside their only use; their statuses are in
-// statusOf like every other code's.
-const (
-	codeWebhookNotConfigured proto.Code = "webhook_not_configured" // 409: a test event for a project with no webhook URL
-	codeWebhookQueueFull     proto.Code = "webhook_queue_full"     // 429: the project's (or every project's) webhook queue is full
-)
-
-func init() {
-	statusOf[codeWebhookNotConfigured] = http.StatusConflict
-	statusOf[codeWebhookQueueFull] = http.StatusTooManyRequests
-}
-
 // webhookDeliveryRoutes adds the two JSON routes (controlPlane.routes calls it).
 func (c controlPlane) webhookDeliveryRoutes(mux *http.ServeMux) {
 	auth := c.sessions.requireUser
@@ -92,8 +80,8 @@ func (c controlPlane) handleWebhookDeliveries(w http.ResponseWriter, r *http.Req
 
 // errWebhookNotConfigured and errWebhookQueueFull are sendTestEvent's refusals.
 var (
-	errWebhookNotConfigured = &proto.Error{Code: codeWebhookNotConfigured}
-	errWebhookQueueFull     = &proto.Error{Code: codeWebhookQueueFull}
+	errWebhookNotConfigured = &proto.Error{Code: proto.CodeWebhookNotConfigured}
+	errWebhookQueueFull     = &proto.Error{Code: proto.CodeWebhookQueueFull}
 	errWebhooksUnavailable  = &proto.Error{Code: proto.CodeUnavailable}
 )
 
@@ -185,7 +173,7 @@ func (d dashboard) handleWebhookTestForm(w http.ResponseWriter, r *http.Request,
 }
 
 var testEventRefusals = map[proto.Code]string{
-	codeWebhookNotConfigured: "This project has no webhook URL: set one first.",
-	codeWebhookQueueFull:     "The webhook queue of this project is full: its receiver is not keeping up. Try again later.",
-	proto.CodeUnavailable:    "Webhooks cannot be sent now: the server is shutting down. Try again in a moment.",
+	proto.CodeWebhookNotConfigured: "This project has no webhook URL: set one first.",
+	proto.CodeWebhookQueueFull:     "The webhook queue of this project is full: its receiver is not keeping up. Try again later.",
+	proto.CodeUnavailable:          "Webhooks cannot be sent now: the server is shutting down. Try again in a moment.",
 }

@@ -62,12 +62,16 @@ const (
 	CodeAuthorizationRequired  Code = "authorization_required"   // 400: PATCH …/authorization without a boolean
 	CodeInvalidJWKSURL         Code = "invalid_jwks_url"         // 400: PATCH …/authorization with a jwksUrl that is not an http(s) URL
 	CodeInvalidPrivateChannels Code = "invalid_private_channels" // 400: privateChannels not channel names or prefixes ending in *, or over 100
-	CodeInvalidToken           Code = "invalid_token"            // handshake 401, or a refresh refused
-	CodeTokenExpired           Code = "token_expired"            // handshake 401
-	CodeTokenRequired          Code = "token_required"           // WebSocket: presence without a connection token
-	CodeClientIDMismatch       Code = "client_id_mismatch"       // WebSocket: presence clientId is not the token's sub
-	CodeChannelForbidden       Code = "channel_forbidden"        // WebSocket: a private channel without a grant
-	CodeInvalidSubscribeToken  Code = "invalid_subscribe_token"  // WebSocket: the subscribe's token is not valid
+
+	// Webhook test events (POST /api/projects/{id}/webhook-test).
+	CodeWebhookNotConfigured  Code = "webhook_not_configured"  // 409: the project has no webhook URL
+	CodeWebhookQueueFull      Code = "webhook_queue_full"      // 429: the project's (or every project's) webhook queue is full
+	CodeInvalidToken          Code = "invalid_token"           // handshake 401, or a refresh refused
+	CodeTokenExpired          Code = "token_expired"           // handshake 401
+	CodeTokenRequired         Code = "token_required"          // WebSocket: presence without a connection token
+	CodeClientIDMismatch      Code = "client_id_mismatch"      // WebSocket: presence clientId is not the token's sub
+	CodeChannelForbidden      Code = "channel_forbidden"       // WebSocket: a private channel without a grant
+	CodeInvalidSubscribeToken Code = "invalid_subscribe_token" // WebSocket: the subscribe's token is not valid
 
 	// Project settings (PATCH …/settings, and the dashboard's forms).
 	CodeSettingRequired         Code = "setting_required"           // 400: PATCH …/settings naming no setting
