@@ -452,3 +452,26 @@ func TestTokenExp(t *testing.T) {
 		}
 	}
 }
+
+// 4012 (the backend revoked this user's tokens): the client does not
+// reconnect, even when its backoff would let it at once.
+func TestNoReconnectAfter4012(t *testing.T) {
+	f := newFakeRelay(t)
+	tk := &tokens{name: "ann", ttl: 10 * time.Minute}
+	now := func(time.Duration) <-chan time.Time {
+		ch := make(chan time.Time, 1)
+		ch <- time.Now()
+		return ch
+	}
+	c, err := Dial(context.Background(), f.srv.URL, "pk", Options{Token: tk.token, Clock: now, HeartbeatInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f.next().close(CloseTokenRevoked, "token revoked")
+	select {
+	case again := <-f.conns:
+		t.Fatalf("reconnected after 4012: %v", again.query)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
