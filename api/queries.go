@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/relayhq/relay/actors"
@@ -128,10 +130,9 @@ func (s *Server) channelQuery(w http.ResponseWriter, r *http.Request, kind actor
 		return actors.ChannelAnswer{}, false
 	}
 	if kind == actors.QueryMessages {
-		v := r.URL.Query().Get("since")
 		if r.URL.Query().Has("since") {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil || n > 1<<53 {
+			n, ok := querySince(r.URL.Query().Get("since"))
+			if !ok {
 				writeError(w, proto.CodeInvalidSince)
 				return actors.ChannelAnswer{}, false
 			}
@@ -301,4 +302,31 @@ func (s *Server) emitOne(ctx context.Context, projectID string, raw []byte) any 
 	default:
 		return map[string]any{"ok": false, "error": res.Err.Code, "channel": req.Channel}
 	}
+}
+
+// querySince reads ?since= as a subscribe's since is read on the socket
+// (proto/PROTOCOL.md › subscribe): any decimal number a float64 holds,
+// fractions, negatives and exponents included, so that the same since gives
+// the same messages and the same gap both ways. The channel compares seqs
+// and the ring's low water, whole numbers below 2^53, with it: floor(since)
+// answers alike for since ≥ 0, 0 for a negative one (every seq, and the
+// ring's low water, is above 0), and 2^53 for a larger one (above every
+// seq). Refused, as invalid_since: an empty value, anything but digits, a
+// point, a sign and an exponent, and what overflows a float64 (1e400),
+// which a socket refuses too.
+func querySince(v string) (uint64, bool) {
+	if v == "" || strings.Trim(v, "0123456789.eE+-") != "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	switch {
+	case f <= 0:
+		return 0, true
+	case f >= 1<<53:
+		return 1 << 53, true
+	}
+	return uint64(math.Floor(f)), true
 }

@@ -108,9 +108,14 @@ func TestQueriesChannels(t *testing.T) {
 		// subscribing with it gets replay_gap); none at all asks for no gap.
 		c.bearerGet("/channels/room/messages?since=0", p.secretKey).expect(t, 200, `{"channel":"room","messages":[`+m1+`,`+m2+`],"gap":true}`)
 		c.bearerGet("/channels/room/messages", other.secretKey).expect(t, 200, `{"channel":"room","messages":[],"gap":false}`)
-		for _, q := range []string{"since=x", "since=-1", "since=", "since=1.5", "since=9007199254740993"} {
+		for _, q := range []string{"since=x", "since=", "since=0x10", "since=Inf", "since=NaN", "since=1e400", "since=1_0", "since=%221%22"} {
 			c.bearerGet("/channels/room/messages?"+q, p.secretKey).expect(t, 400, `{"error":"invalid_since"}`)
 		}
+		// Any number a socket's subscribe takes (TestSinceSameOnSocketAndHTTP):
+		// a negative one and one past every seq, a fraction between two seqs.
+		c.bearerGet("/channels/room/messages?since=-1", p.secretKey).expect(t, 200, `{"channel":"room","messages":[`+m1+`,`+m2+`],"gap":true}`)
+		c.bearerGet("/channels/room/messages?since=9007199254740993", p.secretKey).expect(t, 200, `{"channel":"room","messages":[],"gap":false}`)
+		c.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d.5", s1), p.secretKey).expect(t, 200, `{"channel":"room","messages":[`+m2+`],"gap":false}`)
 		// Past the replay TTL the ring is empty and the gap is told.
 		clock.Advance(21 * time.Second)
 		c.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", s1), p.secretKey).expect(t, 200, `{"channel":"room","messages":[],"gap":true}`)

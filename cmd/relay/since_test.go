@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// TestSinceSameOnSocketAndHTTP: a since gives the same messages and the same
+// gap whether a socket subscribes with it or GET /channels/{channel}/messages
+// names it (proto/PROTOCOL.md › subscribe, › Server-side queries and
+// actions): any JSON number, fractions, negatives and numbers past every seq
+// included; what a socket refuses (not a number, 1e400) HTTP refuses too,
+// with invalid_since.
+func TestSinceSameOnSocketAndHTTP(t *testing.T) {
+	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	owner := ts.signup("alice@example.com")
+	p := owner.createProject("demo")
+	c := ts.client()
+	var seqs []uint64
+	for i := range 3 {
+		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
+		seqs = append(seqs, uint64(num(r.json, "seq")))
+	}
+	s1, s2 := seqs[0], seqs[1]
+
+	type answer struct {
+		seqs []uint64
+		gap  bool
+	}
+	overSocket := func(since string) answer {
+		t.Helper()
+		ws := ts.dialWS(p.publicKey)
+		defer ws.conn.Close()
+		ws.send(`{"action":"subscribe","channel":"room","since":` + since + `}`)
+		a := answer{seqs: []uint64{}}
+		for {
+			f, ok := ws.next(5 * time.Second)
+			if !ok || f.closed || f.err != nil {
+				t.Fatalf("since %s on the socket: %+v", since, f)
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(f.text), &m); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case m["type"] == "replay_gap":
+				a.gap = true
+			case m["replay"] == true:
+				a.seqs = append(a.seqs, uint64(m["seq"].(float64)))
+			case m["action"] == "subscribe" && m["ok"] == true:
+				return a
+			default:
+				t.Fatalf("since %s on the socket: %s", since, f.text)
+			}
+		}
+	}
+	overHTTP := func(since string) answer {
+		t.Helper()
+		r := c.bearerGet("/channels/room/messages?since="+url.QueryEscape(since), p.secretKey)
+		if r.status != 200 {
+			t.Fatalf("since %s over HTTP: %d %s", since, r.status, r.raw)
+		}
+		var body struct {
+			Messages []struct{ Seq uint64 }
+			Gap      bool
+		}
+		if err := json.Unmarshal([]byte(r.raw), &body); err != nil {
+			t.Fatal(err)
+		}
+		a := answer{seqs: []uint64{}, gap: body.Gap}
+		for _, m := range body.Messages {
+			a.seqs = append(a.seqs, m.Seq)
+		}
+		return a
+	}
+	cases := []struct {
+		since string
+		want  answer
+	}{
+		{"-1", answer{seqs, true}},
+		{"-0.5e-3", answer{seqs, true}},
+		{"0", answer{seqs, true}},
+		{"0.5", answer{seqs, true}},
+		{"1.5", answer{seqs, true}},
+		{fmt.Sprint(s1 - 1), answer{seqs, false}},
+		{fmt.Sprintf("%d.5", s1-1), answer{seqs, false}},
+		{fmt.Sprint(s1), answer{seqs[1:], false}},
+		{fmt.Sprintf("%d.25", s1), answer{seqs[1:], false}},
+		{fmt.Sprintf("%de0", s2), answer{seqs[2:], false}},
+		{"9007199254740993", answer{[]uint64{}, false}},
+		{"1e300", answer{[]uint64{}, false}},
+	}
+	for _, tc := range cases {
+		ws, h := overSocket(tc.since), overHTTP(tc.since)
+		if ws.gap != h.gap || !slices.Equal(ws.seqs, h.seqs) {
+			t.Errorf("since %s: socket %+v, HTTP %+v", tc.since, ws, h)
+		}
+		if h.gap != tc.want.gap || !slices.Equal(h.seqs, tc.want.seqs) {
+			t.Errorf("since %s: %+v, want %+v", tc.since, h, tc.want)
+		}
+	}
+	for _, since := range []string{`"1"`, "1e400", "-1e400"} {
+		ws := ts.dialWS(p.publicKey)
+		ws.send(`{"action":"subscribe","channel":"room","since":` + since + `}`)
+		ws.expect(`{"error":"invalid_since","channel":"room"}`)
+		ws.conn.Close()
+		c.bearerGet("/channels/room/messages?since="+url.QueryEscape(since), p.secretKey).expect(t, 400, `{"error":"invalid_since"}`)
+	}
+}
