@@ -1,0 +1,374 @@
+//go:build cluster
+
+package main
+
+// Channel authorization across the nodes of a cluster (proto/PROTOCOL.md ›
+// Channel authorization): `make test-cluster`, like cluster_test.go.
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+	"github.com/lestrrat-go/jwx/v2/jws"
+	"github.com/lestrrat-go/jwx/v2/jwt"
+
+	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+)
+
+// clusterAuthzBound is how long after A's answer a change made through A
+// may take to apply on B.
+const clusterAuthzBound = 2 * time.Second
+
+// TestClusterAuthorization: two nodes (real binaries, PostgreSQL, etcd).
+// Every change is made through A's API, every effect checked on B, each
+// within clusterAuthzBound of A's answer: turning channel authorization on
+// (an anonymous socket opened before is refused private- channels, a bad
+// token refused at the handshake), a connection token of the secret A
+// answered (a grant, presence as its sub, an emit through A, the member
+// list on both nodes), a JWKS on loopback (an RS256 token verified on both
+// nodes), a secret rotation without overlap (the old secret refused, the
+// new one accepted), a disconnect that sticks (4003 on both nodes, 4012
+// for a token issued before, in at the handshake and on refresh; a token
+// issued after gets in) and turning it off (private- channels open again).
+func TestClusterAuthorization(t *testing.T) {
+	began := time.Now()
+
+	// The project's own keys, served on loopback (the nodes may fetch there).
+	priv, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := jwk.FromRaw(&priv.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = pub.Set(jwk.KeyIDKey, "k1")
+	_ = pub.Set(jwk.AlgorithmKey, jwa.RS256)
+	set := jwk.NewSet()
+	_ = set.AddKey(pub)
+	setBody, _ := json.Marshal(set)
+	var fetches atomic.Int64
+	keys := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(setBody)
+	}))
+	t.Cleanup(keys.Close)
+	jwksURL := keys.URL + "/.well-known/jwks.json"
+	signRS256 := func(claims map[string]any) string {
+		t.Helper()
+		b := jwt.NewBuilder()
+		for k, v := range claims {
+			b = b.Claim(k, v)
+		}
+		tok, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := jws.NewHeaders()
+		_ = h.Set(jws.KeyIDKey, "k1")
+		out, err := jwt.Sign(tok, jwt.WithKey(jwa.RS256, priv, jws.WithProtectedHeaders(h)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+
+	cl := startCluster(t, 10*time.Second, []string{"A", "B"}, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true")
+	tsA, tsB := cl.nodes[0].on(t), cl.nodes[1].on(t)
+	owner := tsA.signup("alice@example.com")
+	p := owner.createProject("authz")
+	viaA, viaB := tsA.client(), tsB.client()
+	authzPath := "/api/projects/" + p.id + "/authorization"
+	bearer := map[string]string{"Authorization": "Bearer " + p.secretKey}
+
+	mint := func(secret, sub string, issued time.Time, channels map[string][]string) string {
+		t.Helper()
+		tok, err := backend.MintConnectionToken(backend.ConnectionTokenOptions{Secret: secret, UserID: sub, TTL: time.Hour,
+			Now: issued, Channels: channels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	handshake := func(ts *testServer, token string) response {
+		t.Helper()
+		return ts.handshake("/ws?publicKey=" + url.QueryEscape(p.publicKey) + "&token=" + url.QueryEscape(token))
+	}
+	// within polls check until it holds, at most clusterAuthzBound after
+	// answered (A's answer to the change), and logs how long it took.
+	within := func(what string, answered time.Time, check func() error) {
+		t.Helper()
+		tries := 0
+		relaytest.EventuallyNil(t, time.Until(answered.Add(clusterAuthzBound)), func() error {
+			tries++
+			if err := check(); err != nil {
+				return fmt.Errorf("%s (try %d): %w", what, tries, err)
+			}
+			return nil
+		})
+		t.Logf("%s: %+.1f ms from A's answer, try %d", what, float64(time.Since(answered).Microseconds())/1000, tries)
+	}
+	// subscribeAnswer sends a subscribe and returns the socket's answer.
+	subscribeAnswer := func(c *wsClient, frame string) (string, error) {
+		c.send(frame)
+		f, ok := c.next(clusterAuthzBound)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("no answer to %s", frame)
+		case f.closed || f.err != nil:
+			return "", fmt.Errorf("answer to %s: closed %d %q (%v)", frame, f.closeCode, f.reason, f.err)
+		}
+		return f.text, nil
+	}
+
+	// Off: B lets an anonymous socket into private- channels, and ignores a token.
+	anon := tsB.dialWS(p.publicKey) // opened before the change; follows the setting
+	anon.send(`{"action":"subscribe","channel":"private-before"}`)
+	anon.expect(`{"action":"subscribe","channel":"private-before","ok":true}`)
+	if r := handshake(tsB, "junk"); r.status != http.StatusSwitchingProtocols {
+		t.Fatalf("a token on B while off: %d %s, want 101", r.status, r.raw)
+	}
+
+	// 1. On through A: B refuses the anonymous socket a private- channel, and a bad token.
+	on := owner.do("PATCH", authzPath, `{"authorization":true}`)
+	answered := time.Now()
+	secret := on.str("secret")
+	if secret == "" {
+		t.Fatalf("turning authorization on: %d %s", on.status, on.raw)
+	}
+	on.expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+	bad := mint("not-the-secret", "u", time.Now(), nil)
+	var refused response
+	within("on: B refuses a token not of the secret at the handshake", answered, func() error {
+		if refused = handshake(tsB, bad); refused.status != http.StatusUnauthorized {
+			return fmt.Errorf("handshake %d %s", refused.status, refused.raw)
+		}
+		return nil
+	})
+	refused.expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
+	probe := 0
+	var last string
+	within("on: B refuses the anonymous socket opened before a private- channel", answered, func() error {
+		probe++ // a channel per try: a subscribe that got in stays in
+		ch := fmt.Sprintf("private-x-%d", probe)
+		got, err := subscribeAnswer(anon, `{"action":"subscribe","channel":"`+ch+`"}`)
+		if err != nil {
+			return err
+		}
+		if last = got; !sameJSON(got, `{"error":"channel_forbidden","channel":"`+ch+`"}`) {
+			return fmt.Errorf("answered %s", got)
+		}
+		return nil
+	})
+	if probe != 1 {
+		t.Logf("B let %d private- subscribes in after A's answer (the last answer: %s)", probe-1, last)
+	}
+	handshake(tsB, "junk").expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
+	anon.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-1"}`)
+	anon.expect(`{"error":"token_required","channel":"lobby"}`)
+	anon.send(`{"action":"subscribe","channel":"lobby"}`)
+	anon.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+
+	// 2. A token of the secret A answered, on B: its grant, presence as its
+	// sub; an emit through A reaches it; both nodes list the member.
+	u1 := tsB.dialWithToken(p.publicKey, mint(secret, "user-1", time.Now(), map[string][]string{"private-user-1": {"subscribe", "presence"}}))
+	u1.send(`{"action":"subscribe","channel":"private-user-1","presence":true,"clientId":"user-1"}`)
+	u1.expect(`{"action":"subscribe","channel":"private-user-1","ok":true}`)
+	u1.expect(`{"type":"presence","channel":"private-user-1","event":"sync","members":[]}`)
+	u1.send(`{"action":"subscribe","channel":"private-user-2"}`)
+	u1.expect(`{"error":"channel_forbidden","channel":"private-user-2"}`)
+	u1.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-2"}`)
+	u1.expect(`{"error":"client_id_mismatch","channel":"lobby"}`)
+	doc, err := backend.MintSubscribeToken(backend.SubscribeTokenOptions{Secret: secret, Channel: "private-doc-9", UserID: "user-1", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u1.send(`{"action":"subscribe","channel":"private-doc-9","token":"` + doc + `"}`)
+	u1.expect(`{"action":"subscribe","channel":"private-doc-9","ok":true}`)
+	r := viaA.send("POST", "/emit", `{"channel":"private-user-1","payload":{"n":1}}`, "application/json", bearer)
+	if r.status != http.StatusOK || r.json["subscriberCount"] != float64(1) {
+		t.Fatalf("emit through A: %d %s, want 200 with subscriberCount 1", r.status, r.raw)
+	}
+	u1.expectExcept(`{"channel":"private-user-1","payload":{"n":1}}`, "seq")
+	anon.expectSilence(100 * time.Millisecond)
+	for _, c := range []*client{viaA, viaB} {
+		c.bearerGet("/channels/private-user-1/members", p.secretKey).expect(t, http.StatusOK, `{"channel":"private-user-1","members":["user-1"]}`)
+	}
+
+	// JWKS through A: an RS256 token of the project's own key verified on both nodes.
+	r = owner.do("PATCH", authzPath, `{"jwksUrl":"`+jwksURL+`"}`)
+	answered = time.Now()
+	r.expect(t, http.StatusOK, cpAuthorizationJWKS(true, secret, nil, jwksURL))
+	rs := signRS256(map[string]any{"sub": "user-9", "exp": time.Now().Add(time.Hour).Unix(),
+		"channels": map[string]any{"private-user-9": []any{"subscribe", "presence"}}})
+	within("jwksUrl: B verifies an RS256 token of the set at the handshake", answered, func() error {
+		if r := handshake(tsB, rs); r.status != http.StatusSwitchingProtocols {
+			return fmt.Errorf("handshake %d %s", r.status, r.raw)
+		}
+		return nil
+	})
+	u9 := tsB.dialWithToken(p.publicKey, rs)
+	u9.send(`{"action":"subscribe","channel":"private-user-9","presence":true,"clientId":"user-9"}`)
+	u9.expect(`{"action":"subscribe","channel":"private-user-9","ok":true}`)
+	u9.expect(`{"type":"presence","channel":"private-user-9","event":"sync","members":[]}`)
+	u9A := tsA.dialWithToken(p.publicKey, rs)
+	u9A.send(`{"action":"subscribe","channel":"private-user-9"}`)
+	u9A.expect(`{"action":"subscribe","channel":"private-user-9","ok":true}`)
+	u9A.send(`{"action":"subscribe","channel":"private-user-1"}`)
+	u9A.expect(`{"error":"channel_forbidden","channel":"private-user-1"}`)
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := jwt.Sign(must(jwt.NewBuilder().Subject("user-9").Expiration(time.Now().Add(time.Hour)).Build()),
+		jwt.WithKey(jwa.RS256, other, jws.WithProtectedHeaders(func() jws.Headers { h := jws.NewHeaders(); _ = h.Set(jws.KeyIDKey, "k1"); return h }())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range []*testServer{tsA, tsB} {
+		handshake(ts, string(forged)).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
+	}
+	if n := fetches.Load(); n < 2 {
+		t.Fatalf("the JWKS was fetched %d times, want at least once by each node", n)
+	} else {
+		t.Logf("the JWKS was fetched %d times by the two nodes", n)
+	}
+
+	// 3. The secret rotated through A, no overlap: B refuses the old secret
+	// at the handshake and takes the new one.
+	oldTok := mint(secret, "user-42", time.Now(), nil)
+	if r := handshake(tsB, oldTok); r.status != http.StatusSwitchingProtocols {
+		t.Fatalf("a token of the secret on B before the rotation: %d %s", r.status, r.raw)
+	}
+	rot := owner.do("POST", authzPath+"/rotate-secret", `{"overlapSeconds":0}`)
+	answered = time.Now()
+	secret2 := rot.str("secret")
+	if secret2 == "" || secret2 == secret {
+		t.Fatalf("rotate-secret: %d %s", rot.status, rot.raw)
+	}
+	rot.expect(t, http.StatusOK, cpAuthorizationJWKS(true, secret2, nil, jwksURL))
+	within("rotated: B refuses a token of the old secret at the handshake", answered, func() error {
+		if refused = handshake(tsB, oldTok); refused.status != http.StatusUnauthorized {
+			return fmt.Errorf("handshake %d %s", refused.status, refused.raw)
+		}
+		return nil
+	})
+	refused.expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
+	grant42 := map[string][]string{"private-user-42": {"subscribe", "presence"}}
+	issued := time.Now()
+	before := mint(secret2, "user-42", issued, grant42) // of the new secret, issued before the revocation below
+	within("rotated: B takes a token of the new secret at the handshake", answered, func() error {
+		if r := handshake(tsB, before); r.status != http.StatusSwitchingProtocols {
+			return fmt.Errorf("handshake %d %s", r.status, r.raw)
+		}
+		return nil
+	})
+	// On B's live connections too: a refresh (checked by the connection,
+	// not the handshake) takes a token of the new secret, not the old.
+	probeB := tsB.dialWS(p.publicKey) // anonymous: it may refresh to any sub
+	within("rotated: B's connection takes a refresh of the new secret", answered, func() error {
+		probeB.send(`{"action":"refresh","token":"` + mint(secret2, "user-5", time.Now(), nil) + `"}`)
+		f, ok := probeB.next(clusterAuthzBound)
+		if !ok || !sameJSON(f.text, `{"action":"refresh","ok":true}`) {
+			return fmt.Errorf("answered %+v", f) // invalid_token changes nothing: try again
+		}
+		return nil
+	})
+	probeB.send(`{"action":"refresh","token":"` + mint(secret, "user-5", time.Now(), nil) + `"}`)
+	probeB.expect(`{"error":"invalid_token"}`)
+	if r := handshake(tsB, rs); r.status != http.StatusSwitchingProtocols { // the JWKS is not the secret
+		t.Fatalf("the RS256 token on B after the rotation: %d %s, want 101", r.status, r.raw)
+	}
+	u42 := tsB.dialWithToken(p.publicKey, before)
+	u42.send(`{"action":"subscribe","channel":"private-user-42","presence":true,"clientId":"user-42"}`)
+	u42.expect(`{"action":"subscribe","channel":"private-user-42","ok":true}`)
+	u42.expect(`{"type":"presence","channel":"private-user-42","event":"sync","members":[]}`)
+	u42A := tsA.dialWithToken(p.publicKey, before) // and a second socket of the user, on A
+	u42A.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-42"}`)
+	u42A.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+	u42A.expect(`{"type":"presence","channel":"lobby","event":"sync","members":[]}`)
+	refresher := tsB.dialWS(p.publicKey) // anonymous: it may refresh to any sub
+
+	// 4. A disconnect that sticks, through A: the user's sockets on B and A
+	// close 4003; on B the token issued before is closed 4012 at the
+	// handshake and on refresh; one issued after gets in.
+	closeB, closeA := closeWatch(u42), closeWatch(u42A)
+	r = viaA.send("POST", "/clients/user-42/disconnect", `{"revokeTokens":true}`, "application/json", bearer)
+	answered = time.Now()
+	r.expect(t, http.StatusOK, `{"ok":true,"closed":2}`)
+	for _, w := range []struct {
+		name string
+		ch   <-chan closing
+	}{{"B", closeB}, {"A", closeA}} {
+		at := closedAt(t, "user-42 on "+w.name, w.ch, 4003)
+		t.Logf("close 4003 on %s: %+.1f ms from A's answer", w.name, float64(at.Sub(answered).Microseconds())/1000)
+		if at.After(answered.Add(clusterAuthzBound)) {
+			t.Errorf("user-42 on %s closed %v after A's answer", w.name, at.Sub(answered))
+		}
+	}
+	if f := tsB.dialWithToken(p.publicKey, before).expectClose(4012, 5*time.Second); f.reason != "token revoked" {
+		t.Fatalf("the token issued before the revocation on B: closed 4012 %q, want \"token revoked\"", f.reason)
+	}
+	t.Logf("4012 on B at the handshake: %+.1f ms from A's answer", float64(time.Since(answered).Microseconds())/1000)
+	// A refresh with it: closed 4012 (the refresh's ok, sent as the
+	// connection takes the token, may come before the close).
+	refresher.send(`{"action":"refresh","token":"` + before + `"}`)
+	f, ok := refresher.next(5 * time.Second)
+	if ok && !f.closed && f.err == nil && sameJSON(f.text, `{"action":"refresh","ok":true}`) {
+		f, ok = refresher.next(5 * time.Second)
+	}
+	if !ok || !f.closed || f.closeCode != 4012 || f.reason != "token revoked" {
+		t.Fatalf("a refresh on B with the token issued before the revocation: got %+v (ok %v), want close 4012 \"token revoked\"", f, ok)
+	}
+	after := mint(secret2, "user-42", time.Now().Add(time.Second), grant42) // iat in whole seconds, after the revocation's
+	back := tsB.dialWithToken(p.publicKey, after)
+	back.send(`{"action":"subscribe","channel":"private-user-42","presence":true,"clientId":"user-42"}`)
+	back.expect(`{"action":"subscribe","channel":"private-user-42","ok":true}`)
+	back.expect(`{"type":"presence","channel":"private-user-42","event":"sync","members":[]}`)
+	other7 := tsB.dialWithToken(p.publicKey, mint(secret2, "user-7", issued, nil)) // another user is not covered
+	other7.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-7"}`)
+	other7.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+	other7.expect(`{"type":"presence","channel":"lobby","event":"sync","members":[]}`)
+	back.expectSilence(100 * time.Millisecond)
+
+	// 5. Off through A: B lets the anonymous socket into private- channels again.
+	off := owner.do("PATCH", authzPath, `{"authorization":false}`)
+	answered = time.Now()
+	off.expect(t, http.StatusOK, cpAuthorizationJWKS(false, secret2, nil, jwksURL))
+	probe = 0
+	within("off: B lets the anonymous socket opened before into a private- channel", answered, func() error {
+		probe++
+		ch := fmt.Sprintf("private-y-%d", probe)
+		got, err := subscribeAnswer(anon, `{"action":"subscribe","channel":"`+ch+`"}`)
+		if err != nil {
+			return err
+		}
+		if last = got; !sameJSON(got, `{"action":"subscribe","channel":"`+ch+`","ok":true}`) {
+			return fmt.Errorf("answered %s", got)
+		}
+		return nil
+	})
+	if probe != 1 {
+		t.Logf("B refused %d private- subscribes after A's answer", probe-1)
+	}
+	anon.send(`{"action":"subscribe","channel":"private-user-42","presence":true,"clientId":"anyone"}`)
+	anon.expect(`{"action":"subscribe","channel":"private-user-42","ok":true}`)
+	anon.expect(`{"type":"presence","channel":"private-user-42","event":"sync","members":["user-42"]}`)
+	back.expect(`{"type":"presence","channel":"private-user-42","event":"join","clientId":"anyone"}`)
+	if r := handshake(tsB, "junk"); r.status != http.StatusSwitchingProtocols {
+		t.Fatalf("a token on B once off: %d %s, want 101 (ignored)", r.status, r.raw)
+	}
+	t.Logf("cluster authorization tests took %v", time.Since(began).Round(100*time.Millisecond))
+}
