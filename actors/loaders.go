@@ -58,6 +58,9 @@ type Settings struct {
 	// Authz is the project's channel authorization (proto/PROTOCOL.md ›
 	// Channel authorization), an extension off by default.
 	Authz ProjectAuthz
+	// HistoryRetention keeps the project's channel messages in the store
+	// that long (history.go); zero: no history, the replay ring alone.
+	HistoryRetention time.Duration
 }
 
 // Revocation kinds.

@@ -28,6 +28,10 @@ func NewAdmin(st *store.Store, maxProjects int) *Admin {
 	}}
 }
 
+// SetHistoryMaxRetention is HISTORY_MAX_RETENTION_SECONDS for the settings
+// the command line changes (zero: DefaultHistoryMaxRetention).
+func (a *Admin) SetHistoryMaxRetention(d time.Duration) { a.ops.maxRetention = d }
+
 // Refusals of the command line that have no error code.
 var errUserNotFound = errors.New("no user with this email")
 

@@ -104,6 +104,7 @@ func (d dashboard) routes(mux *http.ServeMux) {
 		http.MethodGet: auth(d.handleRegenerateWebhookSecret), http.MethodPost: auth(d.handleRegenerateWebhookSecret),
 	})
 	mux.Handle("/projects/{projectId}/budget", methods{http.MethodPost: auth(d.handleBudget)})
+	mux.Handle("/projects/{projectId}/history", methods{http.MethodPost: auth(d.handleHistory)})
 	mux.Handle("/projects/{projectId}/authorization/on", methods{
 		http.MethodGet: auth(d.handleAuthorizationOn), http.MethodPost: auth(d.handleAuthorizationOn),
 	})
@@ -163,6 +164,7 @@ var codeMessages = map[proto.Code]string{
 	proto.CodeInvalidWebhookURL:        "The webhook URL must be an absolute http:// or https:// URL (for example https://example.com/hooks/relay), without user name or password.",
 	proto.CodeWebhookURLRequired:       "This project has no webhook URL: set one first.",
 	proto.CodeInvalidChannelRateLimit:  "The channel budget must be a whole number of messages per minute from 1 to 1000000000, or empty to use the server default.",
+	proto.CodeInvalidHistoryRetention:  "The history retention must be a whole number of seconds from 0 (no history) to the server's cap (HISTORY_MAX_RETENTION_SECONDS), or empty for none.",
 }
 
 func codeErr(c proto.Code) pageErr { return pageErr{status: statusOf[c], msg: codeMessages[c]} }
@@ -207,6 +209,8 @@ var notices = map[string]string{
 	"webhook-test":      "Test event queued. Its delivery shows in Recent webhook deliveries below (reload the page to follow it).",
 	"budget-saved":      "Channel budget saved. The emit endpoint applies it within a moment.",
 	"budget-cleared":    "Channel budget override removed: the server default applies.",
+	"history-saved":     "Channel history saved. New messages of every channel are kept in the store that long, and each emit is answered once its message is stored.",
+	"history-off":       "Channel history is off: new messages are kept only in the replay buffer. Messages stored before are deleted by the retention sweep.",
 	"auth-on":           "Channel authorization is on. Sign connection and subscribe tokens with the authorization secret below.",
 	"auth-off":          "Channel authorization is off: tokens are ignored, private- channels and presence are open as before. The secret is kept.",
 	"auth-rotated":      "New authorization secret made. Tokens signed with the previous one stopped working now.",

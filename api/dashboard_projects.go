@@ -41,13 +41,16 @@ type projectView struct {
 	WebhookChannelEvents, WebhookPresenceEvents bool
 	WebhookDeliveries                           []deliveryRow // newest first (webhook_deliveries.go)
 	Budget                                      string        // the override, "" when the server default applies
+	HistoryRetention                            int           // seconds; 0: no history
+	HistoryMax                                  int           // HISTORY_MAX_RETENTION_SECONDS
 
 	// What the user typed, kept in the form that came back with an error
-	// (ErrorForm: rename, webhook, budget or jwks); the others show stored values.
+	// (ErrorForm: rename, webhook, budget, history or jwks); the others show stored values.
 	ErrorForm    string
 	RenameInput  string
 	WebhookInput string
 	BudgetInput  string
+	HistoryInput string
 	JWKSInput    string
 }
 
@@ -136,6 +139,10 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 	}
 	if pv.ErrorForm != "budget" {
 		pv.BudgetInput = pv.Budget
+	}
+	pv.HistoryRetention, pv.HistoryMax = st.HistoryRetentionSeconds, int(d.ops.historyCap()/time.Second)
+	if pv.ErrorForm != "history" {
+		pv.HistoryInput = strconv.Itoa(st.HistoryRetentionSeconds)
 	}
 	if pv.ErrorForm != "jwks" {
 		pv.JWKSInput = pv.AuthJWKSURL

@@ -114,3 +114,31 @@ func parseBudget(field string) (*int, error) {
 	}
 	return &n, nil
 }
+
+// handleHistory sets the project's history retention in seconds (empty or
+// 0: no history).
+func (d dashboard) handleHistory(w http.ResponseWriter, r *http.Request, v *viewer) {
+	p, ok := d.project(w, r, v)
+	if !ok {
+		return
+	}
+	field := strings.TrimSpace(r.PostFormValue("seconds"))
+	seconds, err := 0, error(nil)
+	if field != "" {
+		if seconds, err = strconv.Atoi(field); err != nil {
+			err = errInvalidRetention
+		}
+	}
+	if err == nil {
+		err = p.setHistoryRetention(r.Context(), seconds)
+	}
+	if err != nil {
+		d.opFailed(w, r, v, p.Project, err, &projectView{ErrorForm: "history", HistoryInput: r.PostFormValue("seconds")})
+		return
+	}
+	if seconds == 0 {
+		done(w, r, p.ID, "history-off")
+		return
+	}
+	done(w, r, p.ID, "history-saved")
+}

@@ -60,6 +60,7 @@ var statusOf = map[proto.Code]int{
 	proto.CodeInvalidWebhookURL:       http.StatusBadRequest,
 	proto.CodeWebhookURLRequired:      http.StatusBadRequest,
 	proto.CodeInvalidChannelRateLimit: http.StatusBadRequest,
+	proto.CodeInvalidHistoryRetention: http.StatusBadRequest,
 }
 
 // writeJSON writes v with status. Encoding our own response types cannot fail

@@ -45,7 +45,12 @@ var (
 	errInvalidWebhookURL = &proto.Error{Code: proto.CodeInvalidWebhookURL}
 	errNoWebhookURL      = &proto.Error{Code: proto.CodeWebhookURLRequired}
 	errInvalidBudget     = &proto.Error{Code: proto.CodeInvalidChannelRateLimit}
+	errInvalidRetention  = &proto.Error{Code: proto.CodeInvalidHistoryRetention}
 )
+
+// DefaultHistoryMaxRetention is HISTORY_MAX_RETENTION_SECONDS' default: the
+// longest a project may keep its channel history.
+const DefaultHistoryMaxRetention = 7 * 24 * time.Hour
 
 // maxWebhookURL bounds what we store and send to.
 const maxWebhookURL = 2048
@@ -81,8 +86,9 @@ type projectOps struct {
 	now      func() time.Time
 	tokenTTL time.Duration // CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS
 
-	maxProjects    int // per user (checked by the store, in the creating transaction); 0: no cap
-	maxRevocations int // stored per project; 0: no cap
+	maxProjects    int           // per user (checked by the store, in the creating transaction); 0: no cap
+	maxRevocations int           // stored per project; 0: no cap
+	maxRetention   time.Duration // HISTORY_MAX_RETENTION_SECONDS: a project's history retention at most
 }
 
 // Refusals of the bounds on what one tenant can make the store hold.
@@ -376,6 +382,36 @@ func channelBudgetChange(limit *int) (settingsChange, error) {
 		st.ChannelRateLimit = limit
 		return nil
 	}, nil
+}
+
+// setHistoryRetention sets how long the project's channel messages are
+// kept in the store (0: none, the default).
+func (p ownedProject) setHistoryRetention(ctx context.Context, seconds int) error {
+	change, err := p.ops.historyRetentionChange(seconds)
+	if err != nil {
+		return err
+	}
+	return p.updateSettings(ctx, "save history retention", change)
+}
+
+// historyRetentionChange checks a history retention (0 to the operator's
+// cap, in seconds) and returns the change that saves it.
+func (o *projectOps) historyRetentionChange(seconds int) (settingsChange, error) {
+	if seconds < 0 || time.Duration(seconds)*time.Second > o.historyCap() {
+		return nil, errInvalidRetention
+	}
+	return func(st *store.Settings) error {
+		st.HistoryRetentionSeconds = seconds
+		return nil
+	}, nil
+}
+
+// historyCap is the longest retention a project may set.
+func (o *projectOps) historyCap() time.Duration {
+	if o.maxRetention > 0 {
+		return o.maxRetention
+	}
+	return DefaultHistoryMaxRetention
 }
 
 // updateSettings applies change to the project's settings row (read,

@@ -47,6 +47,9 @@ type Options struct {
 	MaxProjectsPerUser       int // MAX_PROJECTS_PER_USER
 	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired
 	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
+	// HistoryMaxRetention (HISTORY_MAX_RETENTION_SECONDS) caps a project's
+	// history retention; zero: DefaultHistoryMaxRetention.
+	HistoryMaxRetention time.Duration
 	// TrustedProxies (TRUSTED_PROXIES): from a peer in them, the client
 	// address comes from X-Forwarded-For (clientAddr).
 	TrustedProxies []netip.Prefix
@@ -114,7 +117,7 @@ func New(o Options) *Server {
 		sessions:      sess,
 		allowedEmails: o.AllowedSignupEmails,
 		ops: &projectOps{store: o.Store, keys: keys, live: live, now: o.Now, tokenTTL: o.TokenMaxTTL,
-			maxProjects: o.MaxProjectsPerUser, maxRevocations: o.MaxRevocationsPerProject},
+			maxProjects: o.MaxProjectsPerUser, maxRevocations: o.MaxRevocationsPerProject, maxRetention: o.HistoryMaxRetention},
 		revokesPerProject: newThrottle(o.RevokesPerMinute, o.Now),
 		keys:              keys,
 		actors:            o.Actors,

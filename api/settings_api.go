@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,9 +36,12 @@ type settingsBody struct {
 	// ChannelRateLimit is the per-channel emit budget override, messages per
 	// minute; null when the server default (EMIT_RATE_LIMIT_PER_MINUTE)
 	// applies.
-	ChannelRateLimit *int           `json:"channelRateLimit"`
-	ClientEmit       clientEmitBody `json:"clientEmit"`
-	Links            settingsLinks  `json:"links"`
+	ChannelRateLimit *int `json:"channelRateLimit"`
+	// HistoryRetentionSeconds keeps the project's channel messages in the
+	// store that long (README › Channel history); 0: no history (the default).
+	HistoryRetentionSeconds int            `json:"historyRetentionSeconds"`
+	ClientEmit              clientEmitBody `json:"clientEmit"`
+	Links                   settingsLinks  `json:"links"`
 }
 
 type webhookEventsBody struct {
@@ -61,9 +65,10 @@ type settingsLinks struct {
 func toSettingsBody(p store.Project, st store.Settings) settingsBody {
 	base := "/api/projects/" + p.ID
 	b := settingsBody{
-		WebhookEvents: webhookEventsBody{Channel: st.WebhookChannelEvents, Presence: st.WebhookPresenceEvents},
-		ClientEmit:    clientEmitBody{SecretSet: p.ClientEmitSecret != ""},
-		Links:         settingsLinks{Authorization: base + "/authorization", ClientEmitSecret: base + "/client-emit-secret", Usage: base + "/usage"},
+		WebhookEvents:           webhookEventsBody{Channel: st.WebhookChannelEvents, Presence: st.WebhookPresenceEvents},
+		ClientEmit:              clientEmitBody{SecretSet: p.ClientEmitSecret != ""},
+		HistoryRetentionSeconds: st.HistoryRetentionSeconds,
+		Links:                   settingsLinks{Authorization: base + "/authorization", ClientEmitSecret: base + "/client-emit-secret", Usage: base + "/usage"},
 	}
 	if st.WebhookURL != "" {
 		u := st.WebhookURL
@@ -91,14 +96,19 @@ type SettingsUpdate struct {
 	// ChannelRateLimit (1 to 1 000 000 000; nil: the server default).
 	SetChannelRateLimit bool
 	ChannelRateLimit    *int
+	// HistoryRetentionSeconds sets the history retention (0 to
+	// HISTORY_MAX_RETENTION_SECONDS; 0 turns history off).
+	HistoryRetentionSeconds *int
 }
 
 func (u SettingsUpdate) empty() bool {
-	return u.WebhookURL == nil && u.WebhookChannelEvents == nil && u.WebhookPresenceEvents == nil && !u.SetChannelRateLimit
+	return u.WebhookURL == nil && u.WebhookChannelEvents == nil && u.WebhookPresenceEvents == nil && !u.SetChannelRateLimit &&
+		u.HistoryRetentionSeconds == nil
 }
 
 // updateSettingsWith applies u in one change, all or nothing: every value
-// is checked first (errInvalidWebhookURL, errInvalidBudget), then the
+// is checked first (errInvalidWebhookURL, errInvalidBudget,
+// errInvalidRetention), then the
 // webhook URL, the events (errNoWebhookURL without a URL) and the budget are
 // saved together, and the running project reloads its settings. It returns
 // the settings as saved.
@@ -120,6 +130,13 @@ func (p ownedProject) updateSettingsWith(ctx context.Context, u SettingsUpdate) 
 	}
 	if u.SetChannelRateLimit {
 		change, err := channelBudgetChange(u.ChannelRateLimit)
+		if err != nil {
+			return store.Settings{}, err
+		}
+		changes = append(changes, change)
+	}
+	if u.HistoryRetentionSeconds != nil {
+		change, err := p.ops.historyRetentionChange(*u.HistoryRetentionSeconds)
 		if err != nil {
 			return store.Settings{}, err
 		}
@@ -155,9 +172,14 @@ type settingsPatch struct {
 	// anything else is invalid_channel_rate_limit (parseBudget, as the
 	// dashboard's field).
 	ChannelRateLimit json.RawMessage `json:"channelRateLimit"`
+	// HistoryRetentionSeconds: a whole number of seconds from 0 to
+	// HISTORY_MAX_RETENTION_SECONDS; anything else (null too) is
+	// invalid_history_retention.
+	HistoryRetentionSeconds json.RawMessage `json:"historyRetentionSeconds"`
 }
 
-// update is the patch as a SettingsUpdate, or errInvalidBudget.
+// update is the patch as a SettingsUpdate, or errInvalidBudget or
+// errInvalidRetention.
 func (in settingsPatch) update() (SettingsUpdate, error) {
 	var u SettingsUpdate
 	if in.WebhookURL.set {
@@ -178,6 +200,13 @@ func (in settingsPatch) update() (SettingsUpdate, error) {
 			}
 			u.ChannelRateLimit = n
 		}
+	}
+	if raw := strings.TrimSpace(string(in.HistoryRetentionSeconds)); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return u, errInvalidRetention
+		}
+		u.HistoryRetentionSeconds = &n
 	}
 	return u, nil
 }

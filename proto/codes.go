@@ -78,6 +78,7 @@ const (
 	CodeInvalidWebhookURL       Code = "invalid_webhook_url"        // 400: a webhook URL that is not an http(s) URL
 	CodeWebhookURLRequired      Code = "webhook_url_required"       // 400: webhook events on a project without a webhook URL
 	CodeInvalidChannelRateLimit Code = "invalid_channel_rate_limit" // 400: a channel budget override not a whole number from 1 to 1000000000
+	CodeInvalidHistoryRetention Code = "invalid_history_retention"  // 400: historyRetentionSeconds not a whole number from 0 to HISTORY_MAX_RETENTION_SECONDS
 )
 
 // CloseTokenExpired closes a connection whose connection token expired

@@ -103,9 +103,12 @@ type Settings struct {
 	WebhookSecret    string `bun:"webhook_secret"`
 	// WebhookChannelEvents and WebhookPresenceEvents opt in to
 	// channel_occupied/channel_vacated and member_added/member_removed.
-	WebhookChannelEvents  bool      `bun:"webhook_channel_events,notnull"`
-	WebhookPresenceEvents bool      `bun:"webhook_presence_events,notnull"`
-	UpdatedAt             time.Time `bun:"updated_at"`
+	WebhookChannelEvents  bool `bun:"webhook_channel_events,notnull"`
+	WebhookPresenceEvents bool `bun:"webhook_presence_events,notnull"`
+	// HistoryRetentionSeconds keeps the project's channel messages in the
+	// store (channel_messages) that long; 0: none kept (the default).
+	HistoryRetentionSeconds int       `bun:"history_retention_seconds,notnull"`
+	UpdatedAt               time.Time `bun:"updated_at"`
 }
 
 // Usage is one project's counters for one UTC day.

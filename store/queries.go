@@ -364,6 +364,7 @@ func saveSettings(ctx context.Context, db bun.IDB, st Settings) error {
 		Set("webhook_secret = EXCLUDED.webhook_secret").
 		Set("webhook_channel_events = EXCLUDED.webhook_channel_events").
 		Set("webhook_presence_events = EXCLUDED.webhook_presence_events").
+		Set("history_retention_seconds = EXCLUDED.history_retention_seconds").
 		Set("updated_at = EXCLUDED.updated_at").
 		Exec(ctx)
 	return err

@@ -269,12 +269,12 @@ func TestSettings(t *testing.T) {
 			st.WebhookChannelEvents || !st.WebhookPresenceEvents {
 			t.Fatalf("settings = %+v, %v", st, err)
 		}
-		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, WebhookChannelEvents: true}))
-		if st, _ = s.Settings(ctx, p.ID); !st.WebhookChannelEvents || st.WebhookPresenceEvents {
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, WebhookChannelEvents: true, HistoryRetentionSeconds: 3600}))
+		if st, _ = s.Settings(ctx, p.ID); !st.WebhookChannelEvents || st.WebhookPresenceEvents || st.HistoryRetentionSeconds != 3600 {
 			t.Fatalf("event flags = %+v", st)
 		}
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID}))
-		if st, _ = s.Settings(ctx, p.ID); st.ChannelRateLimit != nil || st.WebhookURL != "" || st.WebhookChannelEvents {
+		if st, _ = s.Settings(ctx, p.ID); st.ChannelRateLimit != nil || st.WebhookURL != "" || st.WebhookChannelEvents || st.HistoryRetentionSeconds != 0 {
 			t.Fatalf("cleared settings = %+v", st)
 		}
 	})

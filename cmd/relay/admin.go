@@ -43,10 +43,13 @@ commands:
                  ones (comma-separated names, or prefixes ending in *), "" removes them
   project settings --project ID [--webhook-url U] [--webhook-channel-events on|off]
                  [--webhook-presence-events on|off] [--channel-rate-limit N|default]
+                 [--history-retention S]
                  the project's settings, printed as GET /api/projects/{id}/settings answers
                  them, changed first (all or none, as PATCH …/settings) when a flag is given:
                  --webhook-url "" removes the webhook (its secret and events too); the events
-                 need a webhook URL; --channel-rate-limit 1 to 1000000000, or default
+                 need a webhook URL; --channel-rate-limit 1 to 1000000000, or default;
+                 --history-retention keeps channel messages S seconds (0: off, at most
+                 HISTORY_MAX_RETENTION_SECONDS)
   project usage  --project ID [--from YYYY-MM-DD] [--to YYYY-MM-DD]
                  the daily usage rows (the last 30 UTC days by default), as GET
                  /api/projects/{id}/usage answers them
@@ -118,7 +121,9 @@ func runAdmin(ctx context.Context, args []string, lookup func(string) (string, b
 		return err
 	}
 	defer st.Close()
-	res, err := run(ctx, api.NewAdmin(st, cfg.MaxProjectsPerUser), cfg)
+	adm := api.NewAdmin(st, cfg.MaxProjectsPerUser)
+	adm.SetHistoryMaxRetention(cfg.HistoryMaxRetention)
+	res, err := run(ctx, adm, cfg)
 	if err != nil {
 		return fmt.Errorf("admin %s: %w", name, err)
 	}
@@ -191,6 +196,7 @@ var adminCommands = map[string]adminSetup{
 		channelEvents := fs.String("webhook-channel-events", "", "on or off: send channel_occupied and channel_vacated")
 		presenceEvents := fs.String("webhook-presence-events", "", "on or off: send member_added and member_removed")
 		limit := fs.String("channel-rate-limit", "", "the per-channel emit budget override (messages per minute), or default")
+		retention := fs.String("history-retention", "", "keep channel messages this many seconds (0: no history)")
 		var u api.SettingsUpdate
 		onOff := func(flagName, v string) (*bool, error) {
 			switch v {
@@ -224,6 +230,13 @@ var adminCommands = map[string]adminSetup{
 						}
 						u.ChannelRateLimit = &n
 					}
+				case "history-retention":
+					n, perr := strconv.Atoi(strings.TrimSpace(*retention))
+					if perr != nil {
+						err = fmt.Errorf("--history-retention must be a whole number of seconds, not %q", *retention)
+						return
+					}
+					u.HistoryRetentionSeconds = &n
 				}
 			})
 			return err

@@ -49,15 +49,16 @@ type Config struct {
 	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
 
 	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
-	MaxClientIDBytes         int // MAX_CLIENT_ID_BYTES: a presence clientId's length
-	MaxPresenceMembers       int // MAX_PRESENCE_MEMBERS_PER_CHANNEL: distinct clientIds (bounds a sync frame)
-	MaxChannelsPerProject    int // MAX_CHANNELS_PER_PROJECT: live channels of a project, per node
-	MaxReplayBytesPerProject int // MAX_REPLAY_BYTES_PER_PROJECT: replay rings of a project together, per node
-	MaxConnectionsPerAddress int // MAX_CONNECTIONS_PER_ADDRESS: per project and client address, per node
-	MaxProjectsPerUser       int // MAX_PROJECTS_PER_USER
-	MaxRevocationsPerProject int // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired token revocations
-	RevokesPerMinute         int // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
-	MaxQueuedBytes           int // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
+	MaxClientIDBytes         int           // MAX_CLIENT_ID_BYTES: a presence clientId's length
+	MaxPresenceMembers       int           // MAX_PRESENCE_MEMBERS_PER_CHANNEL: distinct clientIds (bounds a sync frame)
+	MaxChannelsPerProject    int           // MAX_CHANNELS_PER_PROJECT: live channels of a project, per node
+	MaxReplayBytesPerProject int           // MAX_REPLAY_BYTES_PER_PROJECT: replay rings of a project together, per node
+	MaxConnectionsPerAddress int           // MAX_CONNECTIONS_PER_ADDRESS: per project and client address, per node
+	MaxProjectsPerUser       int           // MAX_PROJECTS_PER_USER
+	MaxRevocationsPerProject int           // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired token revocations
+	HistoryMaxRetention      time.Duration // HISTORY_MAX_RETENTION_SECONDS: a project's channel history retention at most
+	RevokesPerMinute         int           // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
+	MaxQueuedBytes           int           // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
 	// The public HTTP listener (README › Abuse limits).
 	HTTPIdleTimeout time.Duration // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
 	MaxHTTPConns    int           // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
@@ -100,6 +101,7 @@ var configVars = []string{
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
 	"MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT", "MAX_REPLAY_BYTES_PER_PROJECT",
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
+	"HISTORY_MAX_RETENTION_SECONDS",
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 	"WEBHOOK_RETRY_MAX_ATTEMPTS", "WEBHOOK_RETRY_MAX_SECONDS",
@@ -150,6 +152,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxConnectionsPerAddress: p.positive("MAX_CONNECTIONS_PER_ADDRESS", 500),
 		MaxProjectsPerUser:       p.positive("MAX_PROJECTS_PER_USER", 100),
 		MaxRevocationsPerProject: p.positive("MAX_REVOCATIONS_PER_PROJECT", 10000),
+		HistoryMaxRetention:      p.duration("HISTORY_MAX_RETENTION_SECONDS", 7*86400, time.Second),
 		RevokesPerMinute:         p.positive("REVOKE_REQUESTS_PER_MINUTE", 600),
 		// Two full replay rings: a reconnect's replay always fits.
 		MaxQueuedBytes:         p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),

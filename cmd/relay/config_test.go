@@ -64,6 +64,7 @@ func cfgFields(c Config) map[string]any {
 		"MAX_PROJECTS_PER_USER":             c.MaxProjectsPerUser,
 		"MAX_REVOCATIONS_PER_PROJECT":       c.MaxRevocationsPerProject,
 		"REVOKE_REQUESTS_PER_MINUTE":        c.RevokesPerMinute,
+		"HISTORY_MAX_RETENTION_SECONDS":     c.HistoryMaxRetention,
 		"MAX_QUEUED_BYTES_PER_CONNECTION":   c.MaxQueuedBytes,
 		"WEBHOOK_WORKERS":                   c.WebhookWorkers,
 		"WEBHOOK_QUEUE_TOTAL":               c.WebhookQueueTotal,
@@ -125,6 +126,7 @@ var cfgDefaults = map[string]any{
 	"MAX_PROJECTS_PER_USER":             100,
 	"MAX_REVOCATIONS_PER_PROJECT":       10000,
 	"REVOKE_REQUESTS_PER_MINUTE":        600,
+	"HISTORY_MAX_RETENTION_SECONDS":     7 * 86400 * time.Second,
 	"MAX_QUEUED_BYTES_PER_CONNECTION":   2 << 20,
 	"WEBHOOK_WORKERS":                   32,
 	"WEBHOOK_QUEUE_TOTAL":               10000,
@@ -407,7 +409,7 @@ func TestLoadConfigRejects(t *testing.T) {
 		"WEBHOOK_RETRY_MAX_ATTEMPTS", "WEBHOOK_RETRY_MAX_SECONDS",
 		"ACTOR_DORMANCY_SECONDS", "MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT",
 		"MAX_REPLAY_BYTES_PER_PROJECT", "MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT",
-		"REVOKE_REQUESTS_PER_MINUTE", "MAX_QUEUED_BYTES_PER_CONNECTION",
+		"REVOKE_REQUESTS_PER_MINUTE", "MAX_QUEUED_BYTES_PER_CONNECTION", "HISTORY_MAX_RETENTION_SECONDS",
 	}
 	for _, name := range positives {
 		for _, v := range []string{"abc", "-1", "-600", "0", "00", "1.5", "10s", "1e3", "0x10", "5 minutes", "99999999999999999999999"} {

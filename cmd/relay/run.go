@@ -273,6 +273,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 
 		MaxProjectsPerUser:       cfg.MaxProjectsPerUser,
 		MaxRevocationsPerProject: cfg.MaxRevocationsPerProject,
+		HistoryMaxRetention:      cfg.HistoryMaxRetention,
 		RevokesPerMinute:         cfg.RevokesPerMinute,
 		TrustedProxies:           cfg.TrustedProxies,
 		KeyChangesSeen:           keyChangesSeen,

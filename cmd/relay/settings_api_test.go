@@ -23,15 +23,21 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// cpSettings is the exact body of GET …/settings.
-func cpSettings(projectID string, webhookURL any, channel, presence bool, limit any, clientEmit bool) string {
+// cpSettings is the exact body of GET …/settings; history is the
+// retention in seconds (none: 0).
+func cpSettings(projectID string, webhookURL any, channel, presence bool, limit any, clientEmit bool, history ...int) string {
 	base := "/api/projects/" + projectID
+	retention := 0
+	if len(history) > 0 {
+		retention = history[0]
+	}
 	return cpJSON(map[string]any{
-		"webhookUrl":       webhookURL,
-		"webhookEvents":    map[string]bool{"channel": channel, "presence": presence},
-		"channelRateLimit": limit,
-		"clientEmit":       map[string]bool{"secretSet": clientEmit},
-		"links":            map[string]string{"authorization": base + "/authorization", "clientEmitSecret": base + "/client-emit-secret", "usage": base + "/usage"},
+		"webhookUrl":              webhookURL,
+		"webhookEvents":           map[string]bool{"channel": channel, "presence": presence},
+		"channelRateLimit":        limit,
+		"historyRetentionSeconds": retention,
+		"clientEmit":              map[string]bool{"secretSet": clientEmit},
+		"links":                   map[string]string{"authorization": base + "/authorization", "clientEmitSecret": base + "/client-emit-secret", "usage": base + "/usage"},
 	})
 }
 
@@ -171,6 +177,49 @@ func TestSettingsAPI(t *testing.T) {
 		}
 		// The other project is untouched.
 		alice.do("GET", "/api/projects/"+q.id+"/settings", "").expect(t, http.StatusOK, cpSettings(q.id, nil, false, false, nil, false))
+	})
+}
+
+// TestHistoryRetentionSetting: historyRetentionSeconds through PATCH
+// …/settings (0 to HISTORY_MAX_RETENTION_SECONDS, every refusal with its
+// exact body, saving nothing), the dashboard's form and its refusal in
+// words, and the value the settings loader hands the actors.
+func TestHistoryRetentionSetting(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, map[string]string{"HISTORY_MAX_RETENTION_SECONDS": "3600"})
+		c := ts.dash(t)
+		c.signup("alice@example.com")
+		p := c.create("History")
+		var alice client = *ts.client()
+		alice.http.Jar = c.http.Jar
+		alice.t = t
+		path := "/api/projects/" + p.id + "/settings"
+		for _, v := range []string{`-1`, `3601`, `1.5`, `"60"`, `null`, `true`, `{}`} {
+			alice.do("PATCH", path, `{"historyRetentionSeconds":`+v+`}`).expect(t, http.StatusBadRequest, `{"error":"invalid_history_retention"}`)
+		}
+		alice.do("PATCH", path, `{"channelRateLimit":5,"historyRetentionSeconds":-1}`).expect(t, http.StatusBadRequest, `{"error":"invalid_history_retention"}`)
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false))
+		alice.do("PATCH", path, `{"historyRetentionSeconds":3600}`).expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false, 3600))
+		if st := dashSettings(t, ts, p.id); st.HistoryRetentionSeconds != 3600 {
+			t.Fatalf("stored: %+v", st)
+		}
+		s, err := settingsLoader(ts.app.store, time.Now)(t.Context(), p.id)
+		if err != nil || s.HistoryRetention != time.Hour {
+			t.Fatalf("the settings loader: %v %v", s.HistoryRetention, err)
+		}
+		page := "/projects/" + p.id
+		if got := c.get(page).byID("history-current"); got != "3600" {
+			t.Fatalf("the dashboard shows %q", got)
+		}
+		c.submit(page, page+"/history", url.Values{"seconds": {"3601"}}).expectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
+		c.submit(page, page+"/history", url.Values{"seconds": {"abc"}}).expectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
+		c.submit(page, page+"/history", url.Values{"seconds": {"120"}}).expectRedirect(t, page+"?done=history-saved")
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false, 120))
+		c.submit(page, page+"/history", url.Values{"seconds": {""}}).expectRedirect(t, page+"?done=history-off")
+		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false))
+		if c.get(page).byID("history-off") == "" {
+			t.Fatal("the dashboard shows history on after it was turned off")
+		}
 	})
 }
 
@@ -398,6 +447,9 @@ func TestAdminListsAndSettings(t *testing.T) {
 		expectSettings(settings("--webhook-channel-events", "on", "--webhook-presence-events", "off"), cpSettings(pid, "https://hooks.example.com/a", true, false, 30, false))
 		adminFails(t, dbURL, 1, "invalid_webhook_url", "project", "settings", "--project", pid, "--webhook-url", "ftp://x", "--channel-rate-limit", "5")
 		adminFails(t, dbURL, 1, "invalid_channel_rate_limit", "project", "settings", "--project", pid, "--channel-rate-limit", "0")
+		adminFails(t, dbURL, 1, "invalid_history_retention", "project", "settings", "--project", pid, "--history-retention", "604801")
+		expectSettings(settings("--history-retention", "86400"), cpSettings(pid, "https://hooks.example.com/a", true, false, 30, false, 86400))
+		expectSettings(settings("--history-retention", "0"), cpSettings(pid, "https://hooks.example.com/a", true, false, 30, false))
 		adminFails(t, dbURL, 1, "invalid_channel_rate_limit", "project", "settings", "--project", pid, "--channel-rate-limit", "1000000001")
 		adminFails(t, dbURL, 1, "webhook_url_required", "project", "settings", "--project", pid, "--webhook-url", "", "--webhook-channel-events", "on")
 		adminFails(t, dbURL, 1, "project_not_found", "project", "settings", "--project", "nope", "--channel-rate-limit", "5")
@@ -409,6 +461,7 @@ func TestAdminListsAndSettings(t *testing.T) {
 			{[]string{"--project", pid, "--webhook-channel-events", "yes"}, `--webhook-channel-events must be on or off, not "yes"`},
 			{[]string{"--project", pid, "--webhook-presence-events", ""}, `--webhook-presence-events must be on or off, not ""`},
 			{[]string{"--project", pid, "--channel-rate-limit", "1.5"}, `--channel-rate-limit must be a whole number or default, not "1.5"`},
+			{[]string{"--project", pid, "--history-retention", "1h"}, `--history-retention must be a whole number of seconds, not "1h"`},
 			{[]string{"--project", pid, "extra"}, "unexpected argument"},
 		} {
 			adminFails(t, dbURL, 2, tc.want, append([]string{"project", "settings"}, tc.args...)...)

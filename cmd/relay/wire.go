@@ -40,6 +40,7 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 		if s.ChannelRateLimit != nil {
 			out.ChannelRateLimit = *s.ChannelRateLimit
 		}
+		out.HistoryRetention = time.Duration(s.HistoryRetentionSeconds) * time.Second
 		return out, nil
 	}
 }
