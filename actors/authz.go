@@ -339,13 +339,13 @@ type tokenLife struct {
 type tokenTick struct{}
 
 // trackToken records (or moves, after a refresh) a connection's token: one
-// issued before its user's tokens were revoked closes the connection (4012),
-// else its expiry is watched.
-func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) {
+// issued before its user's tokens were revoked closes the connection (4012,
+// false), else its expiry is watched.
+func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) bool {
 	if a.userRevoked(id) {
 		delete(a.tokens, sink.ID())
 		sink.Close(proto.CloseTokenRevoked, "token revoked")
-		return
+		return false
 	}
 	if a.tokens == nil {
 		a.tokens = map[uint64]tokenLife{}
@@ -353,7 +353,10 @@ func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) {
 	a.tokens[sink.ID()] = tokenLife{exp: id.exp}
 	a.expireToken(sink.ID(), a.tokens[sink.ID()], a.cfg.Now()) // one that expires soon is told at once
 	a.tickTokens(ctx)
+	return true
 }
+
+var refreshOKFrame = transport.TextFrame(proto.RefreshOK)
 
 // userRevoked: the token was issued (iat, whole seconds) at or before a
 // revocation of its user's tokens; a token without iat is covered by any.

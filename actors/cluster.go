@@ -732,7 +732,7 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 		}()
 		return
 	}
-	n.c.sys.applyRemote(b, n.c.log)
+	n.c.sys.applyRemote(b, n.c.log, n.c.ackTimeout)
 	n.c.remoteChange(b.ProjectId)
 	ctx.Respond(&clusterpb.BroadcastAck{Id: b.Id, Member: n.c.self})
 }
@@ -740,9 +740,13 @@ func (n *nodeActor) Receive(ctx actor.Context) {
 // applyRemote applies a change made through another member to this node's
 // running project actors, exactly as the local method does (without sending
 // it on). A project with no actor here loads the stored change when it starts.
-func (s *System) applyRemote(b *clusterpb.Broadcast, log *slog.Logger) {
+func (s *System) applyRemote(b *clusterpb.Broadcast, log *slog.Logger, bound time.Duration) {
 	id := b.ProjectId
 	switch ch := b.Change.(type) {
+	case *clusterpb.Broadcast_AuthorizationChanged: // applied before the ack: connections check against it
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		s.applyAuthorization(ctx, id, authzFromProto(ch.AuthorizationChanged))
+		cancel()
 	case *clusterpb.Broadcast_ProjectDeleted:
 		s.tellRunning(id, &projectDeleted{})
 		s.cfg.health.forget(id)
@@ -788,6 +792,8 @@ func changeName(b *clusterpb.Broadcast) string {
 		return "occupancy_query"
 	case *clusterpb.Broadcast_HealthQuery:
 		return "health_query"
+	case *clusterpb.Broadcast_AuthorizationChanged:
+		return "authorization_changed"
 	}
 	return "unknown"
 }
@@ -805,6 +811,22 @@ func (s *System) clusterKeysRevoked(id string, hashes []string) {
 
 func (s *System) clusterSettingsChanged(id string) {
 	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}})
+}
+
+func (s *System) clusterAuthorizationChanged(id string, az ProjectAuthz) {
+	m := &clusterpb.AuthorizationChanged{On: az.On, Secrets: az.Secrets, JwksUrl: az.JWKSURL, PrivateChannels: az.Private}
+	if !az.PreviousUntil.IsZero() {
+		m.PreviousUntilUnixNano = az.PreviousUntil.UnixNano()
+	}
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_AuthorizationChanged{AuthorizationChanged: m}})
+}
+
+func authzFromProto(m *clusterpb.AuthorizationChanged) ProjectAuthz {
+	az := ProjectAuthz{On: m.GetOn(), Secrets: m.GetSecrets(), JWKSURL: m.GetJwksUrl(), Private: m.GetPrivateChannels()}
+	if n := m.GetPreviousUntilUnixNano(); n != 0 {
+		az.PreviousUntil = time.Unix(0, n)
+	}
+	return az
 }
 
 func (s *System) clusterClientEmitSecret(id, secret string) {

@@ -139,11 +139,8 @@ func (a *connActor) refresh(ctx actor.Context, token string) {
 		return
 	}
 	a.ident = id
-	ctx.Send(a.project, &tokenRefreshed{sink: a.sink, ident: id})
-	a.sink.Send(refreshOKFrame)
+	ctx.Send(a.project, &tokenRefreshed{sink: a.sink, ident: id}) // it answers: ok, or 4012 for a revoked token
 }
-
-var refreshOKFrame = transport.TextFrame(proto.RefreshOK)
 
 func errorFrame(e *proto.Error) []byte { return transport.TextFrame(proto.AppendError(nil, e)) }
 

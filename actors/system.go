@@ -53,6 +53,11 @@ type Config struct {
 	// over JWKSMaxBody. nil: no fetches, every token signed with a JWKS key
 	// is refused.
 	JWKSClient jwk.HTTPClient
+	// History is the store's channel history (history.go); nil: no project
+	// keeps history on this node, whatever its setting.
+	History HistoryStore
+
+	historyWriter *historyWriter // the node's, when History is set
 
 	counters *Counters
 	jwks     *jwksCache               // the process's JWKS cache (authz_jwks.go)
@@ -149,6 +154,9 @@ func NewSystem(cfg Config) *System {
 	cfg.counters = &Counters{}
 	cfg.jwks = newJWKSCache(cfg.JWKSClient, cfg.Logger, cfg.Now)
 	cfg.health = &healthBook{m: map[string]*projectHealth{}}
+	if cfg.History != nil {
+		cfg.historyWriter = newHistoryWriter(cfg.History, cfg.Logger.With("part", "history"))
+	}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
@@ -454,19 +462,27 @@ func (s *System) ClientEmitSecretChanged(projectID, secret string) {
 }
 
 // AuthorizationChanged applies a project's new channel authorization on
-// this node before it returns, so that a subscribe after the change is
-// judged by it, and has the other members reload their settings.
+// this node, and on the other members, before it returns: a subscribe or
+// refresh after the change is judged by it on every node.
 func (s *System) AuthorizationChanged(ctx context.Context, projectID string, az ProjectAuthz) {
+	s.applyAuthorization(ctx, projectID, az)
+	s.clusterAuthorizationChanged(projectID, az)
+}
+
+// applyAuthorization makes az this node's channel authorization of the
+// project before it returns (or ctx ends): its running project actor takes
+// it (a settings load under way predates it), else the holder its
+// connections read (a starting actor loads the stored change).
+func (s *System) applyAuthorization(ctx context.Context, projectID string, az ProjectAuthz) {
 	done := make(chan struct{})
 	if s.tellRunning(projectID, &authzChanged{az: &az, done: done}) {
 		select {
 		case <-done:
 		case <-ctx.Done():
 		}
-	} else { // no live state: the holder is all there is (a starting actor loads the stored change)
-		s.authzOf(projectID).cur.Store(&az)
+		return
 	}
-	s.clusterSettingsChanged(projectID)
+	s.authzOf(projectID).cur.Store(&az)
 }
 
 // ReloadSettings makes this node's running project actor reload its
@@ -510,6 +526,9 @@ func (s *System) Shutdown(ctx context.Context) error {
 	}
 	if !s.as.IsStopped() { // leaving a cluster stops it
 		s.as.Shutdown()
+	}
+	if s.cfg.historyWriter != nil {
+		s.cfg.historyWriter.close()
 	}
 	s.cfg.jwks.close()
 	return nil

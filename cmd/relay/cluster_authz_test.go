@@ -106,8 +106,10 @@ func TestClusterAuthorization(t *testing.T) {
 		t.Helper()
 		return ts.handshake("/ws?publicKey=" + url.QueryEscape(p.publicKey) + "&token=" + url.QueryEscape(token))
 	}
-	// within polls check until it holds, at most clusterAuthzBound after
-	// answered (A's answer to the change), and logs how long it took.
+	// within checks that check holds on B as soon as A has answered the
+	// change (the change is applied on every member before the answer); it
+	// polls, at most clusterAuthzBound after answered, only to report how
+	// late it came if it did not.
 	within := func(what string, answered time.Time, check func() error) {
 		t.Helper()
 		tries := 0
@@ -119,6 +121,9 @@ func TestClusterAuthorization(t *testing.T) {
 			return nil
 		})
 		t.Logf("%s: %+.1f ms from A's answer, try %d", what, float64(time.Since(answered).Microseconds())/1000, tries)
+		if tries > 1 {
+			t.Errorf("%s: held only at try %d, after A's answer", what, tries)
+		}
 	}
 	// subscribeAnswer sends a subscribe and returns the socket's answer.
 	subscribeAnswer := func(c *wsClient, frame string) (string, error) {

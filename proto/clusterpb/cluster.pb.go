@@ -50,6 +50,7 @@ type Broadcast struct {
 	//	*Broadcast_ClientDisconnect
 	//	*Broadcast_OccupancyQuery
 	//	*Broadcast_HealthQuery
+	//	*Broadcast_AuthorizationChanged
 	Change        isBroadcast_Change `protobuf_oneof:"change"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -185,6 +186,15 @@ func (x *Broadcast) GetHealthQuery() *HealthQuery {
 	return nil
 }
 
+func (x *Broadcast) GetAuthorizationChanged() *AuthorizationChanged {
+	if x != nil {
+		if x, ok := x.Change.(*Broadcast_AuthorizationChanged); ok {
+			return x.AuthorizationChanged
+		}
+	}
+	return nil
+}
+
 type isBroadcast_Change interface {
 	isBroadcast_Change()
 }
@@ -221,6 +231,10 @@ type Broadcast_HealthQuery struct {
 	HealthQuery *HealthQuery `protobuf:"bytes,17,opt,name=health_query,json=healthQuery,proto3,oneof"`
 }
 
+type Broadcast_AuthorizationChanged struct {
+	AuthorizationChanged *AuthorizationChanged `protobuf:"bytes,18,opt,name=authorization_changed,json=authorizationChanged,proto3,oneof"`
+}
+
 func (*Broadcast_ProjectDeleted) isBroadcast_Change() {}
 
 func (*Broadcast_KeysRevoked) isBroadcast_Change() {}
@@ -236,6 +250,8 @@ func (*Broadcast_ClientDisconnect) isBroadcast_Change() {}
 func (*Broadcast_OccupancyQuery) isBroadcast_Change() {}
 
 func (*Broadcast_HealthQuery) isBroadcast_Change() {}
+
+func (*Broadcast_AuthorizationChanged) isBroadcast_Change() {}
 
 // ProjectDeleted: close the project's sockets (4004) and stop its actors.
 type ProjectDeleted struct {
@@ -404,6 +420,85 @@ func (x *ClientEmitSecretChanged) GetSecret() string {
 	return ""
 }
 
+// AuthorizationChanged: the project's channel authorization as now stored,
+// applied to this node's live project (the checks of its connections) before
+// the ack, so that every node judges by it once the change is answered.
+type AuthorizationChanged struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	On                    bool                   `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
+	Secrets               []string               `protobuf:"bytes,2,rep,name=secrets,proto3" json:"secrets,omitempty"`                                                               // HS256, the current one first
+	PreviousUntilUnixNano int64                  `protobuf:"varint,3,opt,name=previous_until_unix_nano,json=previousUntilUnixNano,proto3" json:"previous_until_unix_nano,omitempty"` // end of the previous secret's overlap (0: none)
+	JwksUrl               string                 `protobuf:"bytes,4,opt,name=jwks_url,json=jwksUrl,proto3" json:"jwks_url,omitempty"`
+	PrivateChannels       []string               `protobuf:"bytes,5,rep,name=private_channels,json=privateChannels,proto3" json:"private_channels,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *AuthorizationChanged) Reset() {
+	*x = AuthorizationChanged{}
+	mi := &file_proto_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizationChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizationChanged) ProtoMessage() {}
+
+func (x *AuthorizationChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizationChanged.ProtoReflect.Descriptor instead.
+func (*AuthorizationChanged) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AuthorizationChanged) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
+func (x *AuthorizationChanged) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *AuthorizationChanged) GetPreviousUntilUnixNano() int64 {
+	if x != nil {
+		return x.PreviousUntilUnixNano
+	}
+	return 0
+}
+
+func (x *AuthorizationChanged) GetJwksUrl() string {
+	if x != nil {
+		return x.JwksUrl
+	}
+	return ""
+}
+
+func (x *AuthorizationChanged) GetPrivateChannels() []string {
+	if x != nil {
+		return x.PrivateChannels
+	}
+	return nil
+}
+
 // ClientDisconnect: close every socket that holds a subscription under this
 // clientId (4003). The receiver acks once its sockets are closed, with how
 // many it closed (BroadcastAck.closed).
@@ -416,7 +511,7 @@ type ClientDisconnect struct {
 
 func (x *ClientDisconnect) Reset() {
 	*x = ClientDisconnect{}
-	mi := &file_proto_cluster_proto_msgTypes[5]
+	mi := &file_proto_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +523,7 @@ func (x *ClientDisconnect) String() string {
 func (*ClientDisconnect) ProtoMessage() {}
 
 func (x *ClientDisconnect) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[5]
+	mi := &file_proto_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +536,7 @@ func (x *ClientDisconnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientDisconnect.ProtoReflect.Descriptor instead.
 func (*ClientDisconnect) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{5}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClientDisconnect) GetClientId() string {
@@ -462,7 +557,7 @@ type OccupancyQuery struct {
 
 func (x *OccupancyQuery) Reset() {
 	*x = OccupancyQuery{}
-	mi := &file_proto_cluster_proto_msgTypes[6]
+	mi := &file_proto_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +569,7 @@ func (x *OccupancyQuery) String() string {
 func (*OccupancyQuery) ProtoMessage() {}
 
 func (x *OccupancyQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[6]
+	mi := &file_proto_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +582,7 @@ func (x *OccupancyQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OccupancyQuery.ProtoReflect.Descriptor instead.
 func (*OccupancyQuery) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{6}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 // HealthQuery: a query, not a change. The receiver acks with its own live
@@ -500,7 +595,7 @@ type HealthQuery struct {
 
 func (x *HealthQuery) Reset() {
 	*x = HealthQuery{}
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +607,7 @@ func (x *HealthQuery) String() string {
 func (*HealthQuery) ProtoMessage() {}
 
 func (x *HealthQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[7]
+	mi := &file_proto_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +620,7 @@ func (x *HealthQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthQuery.ProtoReflect.Descriptor instead.
 func (*HealthQuery) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{7}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 // HealthFigures is one member's delivery health of a project: the raw sums
@@ -544,7 +639,7 @@ type HealthFigures struct {
 
 func (x *HealthFigures) Reset() {
 	*x = HealthFigures{}
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +651,7 @@ func (x *HealthFigures) String() string {
 func (*HealthFigures) ProtoMessage() {}
 
 func (x *HealthFigures) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[8]
+	mi := &file_proto_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +664,7 @@ func (x *HealthFigures) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthFigures.ProtoReflect.Descriptor instead.
 func (*HealthFigures) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{8}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HealthFigures) GetMinuteCounts() []int64 {
@@ -618,7 +713,7 @@ type ChannelCount struct {
 
 func (x *ChannelCount) Reset() {
 	*x = ChannelCount{}
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +725,7 @@ func (x *ChannelCount) String() string {
 func (*ChannelCount) ProtoMessage() {}
 
 func (x *ChannelCount) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[9]
+	mi := &file_proto_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +738,7 @@ func (x *ChannelCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelCount.ProtoReflect.Descriptor instead.
 func (*ChannelCount) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{9}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ChannelCount) GetChannel() string {
@@ -670,7 +765,7 @@ type TokensRevoked struct {
 
 func (x *TokensRevoked) Reset() {
 	*x = TokensRevoked{}
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +777,7 @@ func (x *TokensRevoked) String() string {
 func (*TokensRevoked) ProtoMessage() {}
 
 func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[10]
+	mi := &file_proto_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +790,7 @@ func (x *TokensRevoked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokensRevoked.ProtoReflect.Descriptor instead.
 func (*TokensRevoked) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{10}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TokensRevoked) GetRevocations() []*Revocation {
@@ -717,7 +812,7 @@ type Revocation struct {
 
 func (x *Revocation) Reset() {
 	*x = Revocation{}
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +824,7 @@ func (x *Revocation) String() string {
 func (*Revocation) ProtoMessage() {}
 
 func (x *Revocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[11]
+	mi := &file_proto_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +837,7 @@ func (x *Revocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
 func (*Revocation) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{11}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Revocation) GetKind() string {
@@ -787,7 +882,7 @@ type BroadcastAck struct {
 
 func (x *BroadcastAck) Reset() {
 	*x = BroadcastAck{}
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +894,7 @@ func (x *BroadcastAck) String() string {
 func (*BroadcastAck) ProtoMessage() {}
 
 func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[12]
+	mi := &file_proto_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +907,7 @@ func (x *BroadcastAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastAck.ProtoReflect.Descriptor instead.
 func (*BroadcastAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{12}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BroadcastAck) GetId() string {
@@ -861,7 +956,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +968,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[13]
+	mi := &file_proto_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +981,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{13}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ref) GetAddress() string {
@@ -915,7 +1010,7 @@ type Subscriber struct {
 
 func (x *Subscriber) Reset() {
 	*x = Subscriber{}
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1022,7 @@ func (x *Subscriber) String() string {
 func (*Subscriber) ProtoMessage() {}
 
 func (x *Subscriber) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[14]
+	mi := &file_proto_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1035,7 @@ func (x *Subscriber) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscriber.ProtoReflect.Descriptor instead.
 func (*Subscriber) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{14}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Subscriber) GetConn() uint64 {
@@ -985,7 +1080,7 @@ type ChannelRegister struct {
 
 func (x *ChannelRegister) Reset() {
 	*x = ChannelRegister{}
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1092,7 @@ func (x *ChannelRegister) String() string {
 func (*ChannelRegister) ProtoMessage() {}
 
 func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[15]
+	mi := &file_proto_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1105,7 @@ func (x *ChannelRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRegister.ProtoReflect.Descriptor instead.
 func (*ChannelRegister) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{15}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChannelRegister) GetRelay() *Ref {
@@ -1052,7 +1147,7 @@ type RecentPublish struct {
 
 func (x *RecentPublish) Reset() {
 	*x = RecentPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1159,7 @@ func (x *RecentPublish) String() string {
 func (*RecentPublish) ProtoMessage() {}
 
 func (x *RecentPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[16]
+	mi := &file_proto_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1172,7 @@ func (x *RecentPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentPublish.ProtoReflect.Descriptor instead.
 func (*RecentPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{16}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecentPublish) GetId() string {
@@ -1109,7 +1204,7 @@ type ChannelCatchUp struct {
 
 func (x *ChannelCatchUp) Reset() {
 	*x = ChannelCatchUp{}
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1216,7 @@ func (x *ChannelCatchUp) String() string {
 func (*ChannelCatchUp) ProtoMessage() {}
 
 func (x *ChannelCatchUp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[17]
+	mi := &file_proto_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1229,7 @@ func (x *ChannelCatchUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelCatchUp.ProtoReflect.Descriptor instead.
 func (*ChannelCatchUp) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{17}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChannelCatchUp) GetGap() bool {
@@ -1171,7 +1266,7 @@ type ChannelJoin struct {
 
 func (x *ChannelJoin) Reset() {
 	*x = ChannelJoin{}
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1278,7 @@ func (x *ChannelJoin) String() string {
 func (*ChannelJoin) ProtoMessage() {}
 
 func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[18]
+	mi := &file_proto_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1291,7 @@ func (x *ChannelJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoin.ProtoReflect.Descriptor instead.
 func (*ChannelJoin) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{18}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChannelJoin) GetRelay() *Ref {
@@ -1245,7 +1340,7 @@ type ChannelJoined struct {
 
 func (x *ChannelJoined) Reset() {
 	*x = ChannelJoined{}
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1352,7 @@ func (x *ChannelJoined) String() string {
 func (*ChannelJoined) ProtoMessage() {}
 
 func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[19]
+	mi := &file_proto_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1365,7 @@ func (x *ChannelJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelJoined.ProtoReflect.Descriptor instead.
 func (*ChannelJoined) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{19}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChannelJoined) GetConn() uint64 {
@@ -1333,7 +1428,7 @@ type ChannelLeave struct {
 
 func (x *ChannelLeave) Reset() {
 	*x = ChannelLeave{}
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1440,7 @@ func (x *ChannelLeave) String() string {
 func (*ChannelLeave) ProtoMessage() {}
 
 func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[20]
+	mi := &file_proto_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1453,7 @@ func (x *ChannelLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelLeave.ProtoReflect.Descriptor instead.
 func (*ChannelLeave) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{20}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChannelLeave) GetRelay() *Ref {
@@ -1402,7 +1497,7 @@ type ChannelPublish struct {
 
 func (x *ChannelPublish) Reset() {
 	*x = ChannelPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1509,7 @@ func (x *ChannelPublish) String() string {
 func (*ChannelPublish) ProtoMessage() {}
 
 func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[21]
+	mi := &file_proto_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1522,7 @@ func (x *ChannelPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublish.ProtoReflect.Descriptor instead.
 func (*ChannelPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{21}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChannelPublish) GetId() string {
@@ -1526,7 +1621,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1633,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[22]
+	mi := &file_proto_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1646,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{22}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Budget) GetLimit() int32 {
@@ -1593,7 +1688,7 @@ type ChannelPublished struct {
 
 func (x *ChannelPublished) Reset() {
 	*x = ChannelPublished{}
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1700,7 @@ func (x *ChannelPublished) String() string {
 func (*ChannelPublished) ProtoMessage() {}
 
 func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[23]
+	mi := &file_proto_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1713,7 @@ func (x *ChannelPublished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPublished.ProtoReflect.Descriptor instead.
 func (*ChannelPublished) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{23}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChannelPublished) GetId() string {
@@ -1678,7 +1773,7 @@ type ChannelDeliver struct {
 
 func (x *ChannelDeliver) Reset() {
 	*x = ChannelDeliver{}
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1785,7 @@ func (x *ChannelDeliver) String() string {
 func (*ChannelDeliver) ProtoMessage() {}
 
 func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[24]
+	mi := &file_proto_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1798,7 @@ func (x *ChannelDeliver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelDeliver.ProtoReflect.Descriptor instead.
 func (*ChannelDeliver) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{24}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChannelDeliver) GetSeq() uint64 {
@@ -1754,7 +1849,7 @@ type ChannelPresence struct {
 
 func (x *ChannelPresence) Reset() {
 	*x = ChannelPresence{}
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1861,7 @@ func (x *ChannelPresence) String() string {
 func (*ChannelPresence) ProtoMessage() {}
 
 func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[25]
+	mi := &file_proto_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1874,7 @@ func (x *ChannelPresence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelPresence.ProtoReflect.Descriptor instead.
 func (*ChannelPresence) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{25}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChannelPresence) GetEvent() string {
@@ -1816,7 +1911,7 @@ type ChannelRoster struct {
 
 func (x *ChannelRoster) Reset() {
 	*x = ChannelRoster{}
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1923,7 @@ func (x *ChannelRoster) String() string {
 func (*ChannelRoster) ProtoMessage() {}
 
 func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[26]
+	mi := &file_proto_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1936,7 @@ func (x *ChannelRoster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelRoster.ProtoReflect.Descriptor instead.
 func (*ChannelRoster) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{26}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ChannelRoster) GetMembers() []string {
@@ -1867,7 +1962,7 @@ type GrainHandoff struct {
 
 func (x *GrainHandoff) Reset() {
 	*x = GrainHandoff{}
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1974,7 @@ func (x *GrainHandoff) String() string {
 func (*GrainHandoff) ProtoMessage() {}
 
 func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[27]
+	mi := &file_proto_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +1987,7 @@ func (x *GrainHandoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoff.ProtoReflect.Descriptor instead.
 func (*GrainHandoff) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{27}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GrainHandoff) GetFrom() string {
@@ -1931,7 +2026,7 @@ type ProjectState struct {
 
 func (x *ProjectState) Reset() {
 	*x = ProjectState{}
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2038,7 @@ func (x *ProjectState) String() string {
 func (*ProjectState) ProtoMessage() {}
 
 func (x *ProjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[28]
+	mi := &file_proto_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2051,7 @@ func (x *ProjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectState.ProtoReflect.Descriptor instead.
 func (*ProjectState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{28}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ProjectState) GetProjectId() string {
@@ -2005,7 +2100,7 @@ type ClientWindow struct {
 
 func (x *ClientWindow) Reset() {
 	*x = ClientWindow{}
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2112,7 @@ func (x *ClientWindow) String() string {
 func (*ClientWindow) ProtoMessage() {}
 
 func (x *ClientWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[29]
+	mi := &file_proto_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2125,7 @@ func (x *ClientWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientWindow.ProtoReflect.Descriptor instead.
 func (*ClientWindow) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{29}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ClientWindow) GetClientId() string {
@@ -2067,7 +2162,7 @@ type AnsweredTake struct {
 
 func (x *AnsweredTake) Reset() {
 	*x = AnsweredTake{}
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2174,7 @@ func (x *AnsweredTake) String() string {
 func (*AnsweredTake) ProtoMessage() {}
 
 func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[30]
+	mi := &file_proto_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2187,7 @@ func (x *AnsweredTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredTake.ProtoReflect.Descriptor instead.
 func (*AnsweredTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{30}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AnsweredTake) GetId() string {
@@ -2139,7 +2234,7 @@ type GrainHandoffAck struct {
 
 func (x *GrainHandoffAck) Reset() {
 	*x = GrainHandoffAck{}
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2246,7 @@ func (x *GrainHandoffAck) String() string {
 func (*GrainHandoffAck) ProtoMessage() {}
 
 func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[31]
+	mi := &file_proto_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2259,7 @@ func (x *GrainHandoffAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainHandoffAck.ProtoReflect.Descriptor instead.
 func (*GrainHandoffAck) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{31}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrainHandoffAck) GetTaken() int32 {
@@ -2191,7 +2286,7 @@ type GrainState struct {
 
 func (x *GrainState) Reset() {
 	*x = GrainState{}
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2298,7 @@ func (x *GrainState) String() string {
 func (*GrainState) ProtoMessage() {}
 
 func (x *GrainState) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[32]
+	mi := &file_proto_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2311,7 @@ func (x *GrainState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrainState.ProtoReflect.Descriptor instead.
 func (*GrainState) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{32}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GrainState) GetIdentity() string {
@@ -2286,7 +2381,7 @@ type ReplayEntry struct {
 
 func (x *ReplayEntry) Reset() {
 	*x = ReplayEntry{}
-	mi := &file_proto_cluster_proto_msgTypes[33]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2393,7 @@ func (x *ReplayEntry) String() string {
 func (*ReplayEntry) ProtoMessage() {}
 
 func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[33]
+	mi := &file_proto_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2406,7 @@ func (x *ReplayEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayEntry.ProtoReflect.Descriptor instead.
 func (*ReplayEntry) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{33}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReplayEntry) GetSeq() uint64 {
@@ -2345,7 +2440,7 @@ type RelaySubs struct {
 
 func (x *RelaySubs) Reset() {
 	*x = RelaySubs{}
-	mi := &file_proto_cluster_proto_msgTypes[34]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2452,7 @@ func (x *RelaySubs) String() string {
 func (*RelaySubs) ProtoMessage() {}
 
 func (x *RelaySubs) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[34]
+	mi := &file_proto_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2465,7 @@ func (x *RelaySubs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelaySubs.ProtoReflect.Descriptor instead.
 func (*RelaySubs) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{34}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RelaySubs) GetRelay() *Ref {
@@ -2398,7 +2493,7 @@ type AnsweredPublish struct {
 
 func (x *AnsweredPublish) Reset() {
 	*x = AnsweredPublish{}
-	mi := &file_proto_cluster_proto_msgTypes[35]
+	mi := &file_proto_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2505,7 @@ func (x *AnsweredPublish) String() string {
 func (*AnsweredPublish) ProtoMessage() {}
 
 func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[35]
+	mi := &file_proto_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2518,7 @@ func (x *AnsweredPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredPublish.ProtoReflect.Descriptor instead.
 func (*AnsweredPublish) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{35}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AnsweredPublish) GetId() string {
@@ -2467,7 +2562,7 @@ type ProjectTake struct {
 
 func (x *ProjectTake) Reset() {
 	*x = ProjectTake{}
-	mi := &file_proto_cluster_proto_msgTypes[36]
+	mi := &file_proto_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2574,7 @@ func (x *ProjectTake) String() string {
 func (*ProjectTake) ProtoMessage() {}
 
 func (x *ProjectTake) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[36]
+	mi := &file_proto_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2587,7 @@ func (x *ProjectTake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTake.ProtoReflect.Descriptor instead.
 func (*ProjectTake) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{36}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProjectTake) GetId() string {
@@ -2552,7 +2647,7 @@ type ProjectTaken struct {
 
 func (x *ProjectTaken) Reset() {
 	*x = ProjectTaken{}
-	mi := &file_proto_cluster_proto_msgTypes[37]
+	mi := &file_proto_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2659,7 @@ func (x *ProjectTaken) String() string {
 func (*ProjectTaken) ProtoMessage() {}
 
 func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[37]
+	mi := &file_proto_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2672,7 @@ func (x *ProjectTaken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectTaken.ProtoReflect.Descriptor instead.
 func (*ProjectTaken) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{37}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProjectTaken) GetId() string {
@@ -2626,7 +2721,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[38]
+	mi := &file_proto_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2733,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[38]
+	mi := &file_proto_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2746,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{38}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -2677,7 +2772,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[39]
+	mi := &file_proto_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2784,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[39]
+	mi := &file_proto_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2797,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2744,7 +2839,7 @@ type ChannelQuery struct {
 
 func (x *ChannelQuery) Reset() {
 	*x = ChannelQuery{}
-	mi := &file_proto_cluster_proto_msgTypes[40]
+	mi := &file_proto_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2851,7 @@ func (x *ChannelQuery) String() string {
 func (*ChannelQuery) ProtoMessage() {}
 
 func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[40]
+	mi := &file_proto_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2864,7 @@ func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQuery.ProtoReflect.Descriptor instead.
 func (*ChannelQuery) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{40}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ChannelQuery) GetKind() int32 {
@@ -2813,7 +2908,7 @@ type ChannelQueryAnswer struct {
 
 func (x *ChannelQueryAnswer) Reset() {
 	*x = ChannelQueryAnswer{}
-	mi := &file_proto_cluster_proto_msgTypes[41]
+	mi := &file_proto_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +2920,7 @@ func (x *ChannelQueryAnswer) String() string {
 func (*ChannelQueryAnswer) ProtoMessage() {}
 
 func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[41]
+	mi := &file_proto_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +2933,7 @@ func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQueryAnswer.ProtoReflect.Descriptor instead.
 func (*ChannelQueryAnswer) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{41}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ChannelQueryAnswer) GetSubscribers() int32 {
@@ -2880,7 +2975,7 @@ var File_proto_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x13proto/cluster.proto\x12\rrelay.cluster\"\xbd\x05\n" +
+	"\x13proto/cluster.proto\x12\rrelay.cluster\"\x99\x06\n" +
 	"\tBroadcast\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06origin\x18\x02 \x01(\tR\x06origin\x12\x1d\n" +
@@ -2894,7 +2989,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x0etokens_revoked\x18\x0e \x01(\v2\x1c.relay.cluster.TokensRevokedH\x00R\rtokensRevoked\x12N\n" +
 	"\x11client_disconnect\x18\x0f \x01(\v2\x1f.relay.cluster.ClientDisconnectH\x00R\x10clientDisconnect\x12H\n" +
 	"\x0foccupancy_query\x18\x10 \x01(\v2\x1d.relay.cluster.OccupancyQueryH\x00R\x0eoccupancyQuery\x12?\n" +
-	"\fhealth_query\x18\x11 \x01(\v2\x1a.relay.cluster.HealthQueryH\x00R\vhealthQueryB\b\n" +
+	"\fhealth_query\x18\x11 \x01(\v2\x1a.relay.cluster.HealthQueryH\x00R\vhealthQuery\x12Z\n" +
+	"\x15authorization_changed\x18\x12 \x01(\v2#.relay.cluster.AuthorizationChangedH\x00R\x14authorizationChangedB\b\n" +
 	"\x06change\"\x10\n" +
 	"\x0eProjectDeleted\",\n" +
 	"\vKeysRevoked\x12\x1d\n" +
@@ -2902,7 +2998,13 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"key_hashes\x18\x01 \x03(\tR\tkeyHashes\"\x11\n" +
 	"\x0fSettingsChanged\"1\n" +
 	"\x17ClientEmitSecretChanged\x12\x16\n" +
-	"\x06secret\x18\x01 \x01(\tR\x06secret\"/\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\"\xbf\x01\n" +
+	"\x14AuthorizationChanged\x12\x0e\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\x12\x18\n" +
+	"\asecrets\x18\x02 \x03(\tR\asecrets\x127\n" +
+	"\x18previous_until_unix_nano\x18\x03 \x01(\x03R\x15previousUntilUnixNano\x12\x19\n" +
+	"\bjwks_url\x18\x04 \x01(\tR\ajwksUrl\x12)\n" +
+	"\x10private_channels\x18\x05 \x03(\tR\x0fprivateChannels\"/\n" +
 	"\x10ClientDisconnect\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x10\n" +
 	"\x0eOccupancyQuery\"\r\n" +
@@ -3102,93 +3204,95 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
 	(*KeysRevoked)(nil),             // 2: relay.cluster.KeysRevoked
 	(*SettingsChanged)(nil),         // 3: relay.cluster.SettingsChanged
 	(*ClientEmitSecretChanged)(nil), // 4: relay.cluster.ClientEmitSecretChanged
-	(*ClientDisconnect)(nil),        // 5: relay.cluster.ClientDisconnect
-	(*OccupancyQuery)(nil),          // 6: relay.cluster.OccupancyQuery
-	(*HealthQuery)(nil),             // 7: relay.cluster.HealthQuery
-	(*HealthFigures)(nil),           // 8: relay.cluster.HealthFigures
-	(*ChannelCount)(nil),            // 9: relay.cluster.ChannelCount
-	(*TokensRevoked)(nil),           // 10: relay.cluster.TokensRevoked
-	(*Revocation)(nil),              // 11: relay.cluster.Revocation
-	(*BroadcastAck)(nil),            // 12: relay.cluster.BroadcastAck
-	(*Ref)(nil),                     // 13: relay.cluster.Ref
-	(*Subscriber)(nil),              // 14: relay.cluster.Subscriber
-	(*ChannelRegister)(nil),         // 15: relay.cluster.ChannelRegister
-	(*RecentPublish)(nil),           // 16: relay.cluster.RecentPublish
-	(*ChannelCatchUp)(nil),          // 17: relay.cluster.ChannelCatchUp
-	(*ChannelJoin)(nil),             // 18: relay.cluster.ChannelJoin
-	(*ChannelJoined)(nil),           // 19: relay.cluster.ChannelJoined
-	(*ChannelLeave)(nil),            // 20: relay.cluster.ChannelLeave
-	(*ChannelPublish)(nil),          // 21: relay.cluster.ChannelPublish
-	(*Budget)(nil),                  // 22: relay.cluster.Budget
-	(*ChannelPublished)(nil),        // 23: relay.cluster.ChannelPublished
-	(*ChannelDeliver)(nil),          // 24: relay.cluster.ChannelDeliver
-	(*ChannelPresence)(nil),         // 25: relay.cluster.ChannelPresence
-	(*ChannelRoster)(nil),           // 26: relay.cluster.ChannelRoster
-	(*GrainHandoff)(nil),            // 27: relay.cluster.GrainHandoff
-	(*ProjectState)(nil),            // 28: relay.cluster.ProjectState
-	(*ClientWindow)(nil),            // 29: relay.cluster.ClientWindow
-	(*AnsweredTake)(nil),            // 30: relay.cluster.AnsweredTake
-	(*GrainHandoffAck)(nil),         // 31: relay.cluster.GrainHandoffAck
-	(*GrainState)(nil),              // 32: relay.cluster.GrainState
-	(*ReplayEntry)(nil),             // 33: relay.cluster.ReplayEntry
-	(*RelaySubs)(nil),               // 34: relay.cluster.RelaySubs
-	(*AnsweredPublish)(nil),         // 35: relay.cluster.AnsweredPublish
-	(*ProjectTake)(nil),             // 36: relay.cluster.ProjectTake
-	(*ProjectTaken)(nil),            // 37: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 38: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 39: relay.cluster.NodeConnections
-	(*ChannelQuery)(nil),            // 40: relay.cluster.ChannelQuery
-	(*ChannelQueryAnswer)(nil),      // 41: relay.cluster.ChannelQueryAnswer
-	nil,                             // 42: relay.cluster.NodeConnections.CountsEntry
+	(*AuthorizationChanged)(nil),    // 5: relay.cluster.AuthorizationChanged
+	(*ClientDisconnect)(nil),        // 6: relay.cluster.ClientDisconnect
+	(*OccupancyQuery)(nil),          // 7: relay.cluster.OccupancyQuery
+	(*HealthQuery)(nil),             // 8: relay.cluster.HealthQuery
+	(*HealthFigures)(nil),           // 9: relay.cluster.HealthFigures
+	(*ChannelCount)(nil),            // 10: relay.cluster.ChannelCount
+	(*TokensRevoked)(nil),           // 11: relay.cluster.TokensRevoked
+	(*Revocation)(nil),              // 12: relay.cluster.Revocation
+	(*BroadcastAck)(nil),            // 13: relay.cluster.BroadcastAck
+	(*Ref)(nil),                     // 14: relay.cluster.Ref
+	(*Subscriber)(nil),              // 15: relay.cluster.Subscriber
+	(*ChannelRegister)(nil),         // 16: relay.cluster.ChannelRegister
+	(*RecentPublish)(nil),           // 17: relay.cluster.RecentPublish
+	(*ChannelCatchUp)(nil),          // 18: relay.cluster.ChannelCatchUp
+	(*ChannelJoin)(nil),             // 19: relay.cluster.ChannelJoin
+	(*ChannelJoined)(nil),           // 20: relay.cluster.ChannelJoined
+	(*ChannelLeave)(nil),            // 21: relay.cluster.ChannelLeave
+	(*ChannelPublish)(nil),          // 22: relay.cluster.ChannelPublish
+	(*Budget)(nil),                  // 23: relay.cluster.Budget
+	(*ChannelPublished)(nil),        // 24: relay.cluster.ChannelPublished
+	(*ChannelDeliver)(nil),          // 25: relay.cluster.ChannelDeliver
+	(*ChannelPresence)(nil),         // 26: relay.cluster.ChannelPresence
+	(*ChannelRoster)(nil),           // 27: relay.cluster.ChannelRoster
+	(*GrainHandoff)(nil),            // 28: relay.cluster.GrainHandoff
+	(*ProjectState)(nil),            // 29: relay.cluster.ProjectState
+	(*ClientWindow)(nil),            // 30: relay.cluster.ClientWindow
+	(*AnsweredTake)(nil),            // 31: relay.cluster.AnsweredTake
+	(*GrainHandoffAck)(nil),         // 32: relay.cluster.GrainHandoffAck
+	(*GrainState)(nil),              // 33: relay.cluster.GrainState
+	(*ReplayEntry)(nil),             // 34: relay.cluster.ReplayEntry
+	(*RelaySubs)(nil),               // 35: relay.cluster.RelaySubs
+	(*AnsweredPublish)(nil),         // 36: relay.cluster.AnsweredPublish
+	(*ProjectTake)(nil),             // 37: relay.cluster.ProjectTake
+	(*ProjectTaken)(nil),            // 38: relay.cluster.ProjectTaken
+	(*ProjectRefund)(nil),           // 39: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 40: relay.cluster.NodeConnections
+	(*ChannelQuery)(nil),            // 41: relay.cluster.ChannelQuery
+	(*ChannelQueryAnswer)(nil),      // 42: relay.cluster.ChannelQueryAnswer
+	nil,                             // 43: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
 	2,  // 1: relay.cluster.Broadcast.keys_revoked:type_name -> relay.cluster.KeysRevoked
 	3,  // 2: relay.cluster.Broadcast.settings_changed:type_name -> relay.cluster.SettingsChanged
 	4,  // 3: relay.cluster.Broadcast.client_emit_secret_changed:type_name -> relay.cluster.ClientEmitSecretChanged
-	10, // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
-	5,  // 5: relay.cluster.Broadcast.client_disconnect:type_name -> relay.cluster.ClientDisconnect
-	6,  // 6: relay.cluster.Broadcast.occupancy_query:type_name -> relay.cluster.OccupancyQuery
-	7,  // 7: relay.cluster.Broadcast.health_query:type_name -> relay.cluster.HealthQuery
-	11, // 8: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
-	9,  // 9: relay.cluster.BroadcastAck.channels:type_name -> relay.cluster.ChannelCount
-	8,  // 10: relay.cluster.BroadcastAck.health:type_name -> relay.cluster.HealthFigures
-	13, // 11: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
-	14, // 12: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
-	16, // 13: relay.cluster.ChannelRegister.recent:type_name -> relay.cluster.RecentPublish
-	24, // 14: relay.cluster.ChannelCatchUp.messages:type_name -> relay.cluster.ChannelDeliver
-	13, // 15: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
-	14, // 16: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
-	13, // 17: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
-	13, // 18: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
-	22, // 19: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
-	32, // 20: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
-	28, // 21: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
-	29, // 22: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
-	30, // 23: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
-	37, // 24: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
-	33, // 25: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	34, // 26: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	35, // 27: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	13, // 28: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	14, // 29: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	23, // 30: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	13, // 31: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	22, // 32: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	42, // 33: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	13, // 34: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	11, // 4: relay.cluster.Broadcast.tokens_revoked:type_name -> relay.cluster.TokensRevoked
+	6,  // 5: relay.cluster.Broadcast.client_disconnect:type_name -> relay.cluster.ClientDisconnect
+	7,  // 6: relay.cluster.Broadcast.occupancy_query:type_name -> relay.cluster.OccupancyQuery
+	8,  // 7: relay.cluster.Broadcast.health_query:type_name -> relay.cluster.HealthQuery
+	5,  // 8: relay.cluster.Broadcast.authorization_changed:type_name -> relay.cluster.AuthorizationChanged
+	12, // 9: relay.cluster.TokensRevoked.revocations:type_name -> relay.cluster.Revocation
+	10, // 10: relay.cluster.BroadcastAck.channels:type_name -> relay.cluster.ChannelCount
+	9,  // 11: relay.cluster.BroadcastAck.health:type_name -> relay.cluster.HealthFigures
+	14, // 12: relay.cluster.ChannelRegister.relay:type_name -> relay.cluster.Ref
+	15, // 13: relay.cluster.ChannelRegister.subs:type_name -> relay.cluster.Subscriber
+	17, // 14: relay.cluster.ChannelRegister.recent:type_name -> relay.cluster.RecentPublish
+	25, // 15: relay.cluster.ChannelCatchUp.messages:type_name -> relay.cluster.ChannelDeliver
+	14, // 16: relay.cluster.ChannelJoin.relay:type_name -> relay.cluster.Ref
+	15, // 17: relay.cluster.ChannelJoin.sub:type_name -> relay.cluster.Subscriber
+	14, // 18: relay.cluster.ChannelLeave.relay:type_name -> relay.cluster.Ref
+	14, // 19: relay.cluster.ChannelPublish.reply_to:type_name -> relay.cluster.Ref
+	23, // 20: relay.cluster.ChannelPublished.channel:type_name -> relay.cluster.Budget
+	33, // 21: relay.cluster.GrainHandoff.grains:type_name -> relay.cluster.GrainState
+	29, // 22: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
+	30, // 23: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
+	31, // 24: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
+	38, // 25: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	34, // 26: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	35, // 27: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	36, // 28: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	14, // 29: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	15, // 30: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	24, // 31: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	14, // 32: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	23, // 33: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	43, // 34: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	14, // 35: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -3205,6 +3309,7 @@ func file_proto_cluster_proto_init() {
 		(*Broadcast_ClientDisconnect)(nil),
 		(*Broadcast_OccupancyQuery)(nil),
 		(*Broadcast_HealthQuery)(nil),
+		(*Broadcast_AuthorizationChanged)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3212,7 +3317,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
