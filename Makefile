@@ -24,7 +24,7 @@ test: lint
 	$(MAKE) test-cluster
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)
 
-# Several nodes as one relay (README › Running several nodes): the tests start
+# Several nodes as one relay (cmd/relay/CLUSTER.md): the tests start
 # their own etcd (Debian's etcd-server) and PostgreSQL and three real bin/relay
 # processes on loopback. Without -race: protoactor's cluster has a data race of
 # its own in its member list (see the test file).
@@ -49,7 +49,7 @@ bench: build
 	$(GO) build -o bin/relay-bench ./cmd/relay-bench
 	./bin/relay-bench suite -relay $(BIN)
 
-# Several nodes against one (README › Running several nodes): relay-bench
+# Several nodes against one (cmd/relay/CLUSTER.md): relay-bench
 # starts its own etcd (Debian's etcd-server), a throwaway PostgreSQL and the
 # relays on loopback, alternates one node and three for three rounds and ends
 # with the table of the multi-node targets (about 7 minutes).
@@ -86,7 +86,7 @@ vet:
 clean:
 	rm -rf bin
 
-# Worst-case memory one key holder can add, every limit at its default (README › Abuse limits).
+# Worst-case memory one key holder can add, every limit at its default (cmd/relay/OPERATING.md › Abuse limits).
 worstcase:
 	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/
 

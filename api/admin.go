@@ -15,7 +15,7 @@ import (
 // same code as the control plane and the dashboard, acting as the operator
 // (no owner check) and with no connection plane to tell: a running relay on
 // the same store learns of its key changes from the store within about a
-// second (WatchKeyChanges; README › Version and admin command line).
+// second (WatchKeyChanges; cmd/relay/README.md › Version and admin command line).
 type Admin struct {
 	ops *projectOps
 }

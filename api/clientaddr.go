@@ -9,7 +9,7 @@ import (
 
 // clientAddr is the address of the client behind r: the one function that
 // decides it, for every per-address limit and every log line that names a
-// client (TRUSTED_PROXIES in README › Configuration).
+// client (TRUSTED_PROXIES in cmd/relay/README.md › Configuration).
 //
 // The TCP peer is the client unless it is in trusted. From a trusted peer,
 // X-Forwarded-For is read right to left (each proxy appends the address it

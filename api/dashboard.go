@@ -1,7 +1,7 @@
 package api
 
 // The dashboard: server-rendered HTML pages under / for project owners
-// (README.md › Dashboard): the account, project, key and settings
+// (api/README.md › Dashboard): the account, project, key and settings
 // operations of the control plane (the settings and usage also through
 // …/settings and …/usage: settings_api.go). It works without JavaScript and under the CSP that
 // securityHeaders sets (no inline script or style: one stylesheet and one

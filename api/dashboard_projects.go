@@ -37,7 +37,7 @@ type projectView struct {
 
 	WebhookURL    string
 	WebhookSecret string
-	// The events sent beyond connect and disconnect (README.md › Webhooks and usage).
+	// The events sent beyond connect and disconnect (api/README.md › Webhooks and usage).
 	WebhookChannelEvents, WebhookPresenceEvents bool
 	WebhookDeliveries                           []deliveryRow // newest first (webhook_deliveries.go)
 	Budget                                      string        // the override, "" when the server default applies

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The webhook (README.md › Dashboard) and the per-project channel budget
+// The webhook (api/README.md › Dashboard) and the per-project channel budget
 // (an override of EMIT_RATE_LIMIT_PER_MINUTE): the pages of their project
 // operations (projects.go), which save the project's settings row and make
 // a running project actor reload it. PATCH …/settings and `relay admin

@@ -100,7 +100,7 @@ func (pv *projectView) fillSnippets(origin string, keys []store.APIKey, now time
 		{
 			ID: "snippet-browser", Title: "Subscribe in a browser",
 			Text: `// client.js and client.d.ts are served at ` + origin + `/client.js and /client.d.ts:
-// save them beside your page (README.md › Clients).
+// save them beside your page (api/web/README.md).
 import { Relay } from "./client.js";
 
 const relay = new Relay({ url: ` + js(origin) + `, publicKey: ` + js(public) + ` });

@@ -10,7 +10,7 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// The usage page (README.md › Dashboard; GET …/usage answers the same rows
+// The usage page (api/README.md › Dashboard; GET …/usage answers the same rows
 // as JSON: settings_api.go): the project's daily rows of the last usageDays
 // UTC days as a table, and the same numbers as a server-rendered SVG chart.
 // The chart uses presentation attributes and the stylesheet only: the CSP
@@ -29,7 +29,7 @@ type usageView struct {
 type usageRow struct {
 	Day                            string
 	ConnectionsS, MessagesS, PeakS string
-	// Delivery health (README.md › Delivery health).
+	// Delivery health (api/README.md › Delivery health).
 	DeliveriesS, DroppedS, SlowS     string
 	ChannelLimitedS, ProjectLimitedS string
 	ClientLimitedS, P99S             string

@@ -8,7 +8,7 @@ import (
 	"github.com/relayhq/relay/actors"
 )
 
-// Delivery health (README.md › Delivery health): a project's live figures,
+// Delivery health (api/README.md › Delivery health): a project's live figures,
 // served by the nodes from memory (actors/health.go), as JSON for its owner
 // and as a section of the dashboard's project page.
 

@@ -7,7 +7,7 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// The background side of the keys (README.md › Keys: rotation with an
+// The background side of the keys (api/README.md › Keys: rotation with an
 // overlap, last used): nothing here runs on an emit or a handshake. Each
 // node calls KeyTick every second and FlushKeyUse once at shutdown.
 

@@ -75,7 +75,7 @@ func NewMetrics(src MetricSources) *Metrics {
 		c.counter("relay_connections_opened_total", "WebSocket connections opened.", nil, func(s transport.Stats) int64 { return s.Opened })
 		for _, cause := range transport.Causes() {
 			name := cause.String()
-			c.counter("relay_connections_closed_total", "WebSocket connections closed, by cause (README › Close codes).",
+			c.counter("relay_connections_closed_total", "WebSocket connections closed, by cause (cmd/relay/OPERATING.md › Close codes).",
 				prometheus.Labels{"cause": name}, func(s transport.Stats) int64 { return s.ClosedBy[name] })
 		}
 		c.counter("relay_frames_sent_total", "Frames written to sockets.", nil, func(s transport.Stats) int64 { return s.FramesSent })

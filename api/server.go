@@ -231,7 +231,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // takes emits and handshakes, 503 from the moment it drains. It does not ask
 // the store: with the database down, emits and handshakes with cached keys
 // still succeed, and a balancer checking /readyz would take every node out at
-// once (README › Abuse limits and faults). A cluster node that loses its
+// once (cmd/relay/OPERATING.md › Abuse limits and faults). A cluster node that loses its
 // membership drains at once (cmd/relay run), so it answers 503 too until it
 // exits; before it joined, it did not listen.
 func (s *Server) handleReadyzTraffic(w http.ResponseWriter, _ *http.Request) {

@@ -18,7 +18,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// CookieName and SessionLifetime are fixed by README.md (the service_session
+// CookieName and SessionLifetime are fixed by cmd/relay/OPERATING.md › Sessions (the service_session
 // cookie: an HS256 JWT, 7 days).
 const (
 	CookieName      = "service_session"

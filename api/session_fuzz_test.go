@@ -13,7 +13,7 @@ import (
 
 // FuzzSessionVerify: sessions.parse never panics and never accepts a
 // service_session token that acceptedSession, an independent reading of
-// README.md's service_session cookie (an HS256 JWT), refuses: the signature must be HMAC-SHA256 with
+// cmd/relay/OPERATING.md › Sessions' service_session cookie (an HS256 JWT), refuses: the signature must be HMAC-SHA256 with
 // SESSION_SECRET, the subject (the user id it returns) a non-empty string,
 // and exp present and not past. A session it issued verifies.
 //

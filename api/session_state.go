@@ -9,7 +9,7 @@ import (
 )
 
 // sessionState is the server side of service_session cookies, which stay
-// signed JWTs (README.md › Abuse limits and faults › Sessions). A cookie is refused once
+// signed JWTs (cmd/relay/OPERATING.md › Abuse limits and faults › Sessions). A cookie is refused once
 //
 //   - a logout ended it: its session id (jti) is in session_revocations until
 //     the cookie could no longer be valid anyway (at most SessionLifetime

@@ -31,7 +31,7 @@ type settingsBody struct {
 	// WebhookURL receives the project's webhooks; null when none.
 	WebhookURL *string `json:"webhookUrl"`
 	// WebhookEvents: the events sent beyond connect and disconnect
-	// (README.md › Webhooks and usage); both false without a webhook URL.
+	// (api/README.md › Webhooks and usage); both false without a webhook URL.
 	WebhookEvents webhookEventsBody `json:"webhookEvents"`
 	// ChannelRateLimit is the per-channel emit budget override, messages per
 	// minute; null when the server default (EMIT_RATE_LIMIT_PER_MINUTE)

@@ -18,7 +18,7 @@ import (
 	"github.com/relayhq/relay/store"
 )
 
-// Brute-force protection for login and signup (README › Abuse limits):
+// Brute-force protection for login and signup (cmd/relay/OPERATING.md › Abuse limits):
 //
 //   - a throttle counts attempts per key (an address, an email, an email
 //     from an address) in a fixed one-minute window that starts at the key's

@@ -10,7 +10,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// A project's recent webhook deliveries and test events (README.md ›
+// A project's recent webhook deliveries and test events (api/README.md ›
 // Webhooks and usage): GET /api/projects/{projectId}/webhook-deliveries,
 // POST /api/projects/{projectId}/webhook-test, and the project page's
 // "Recent webhook deliveries" card with its "Send test event" button. The

@@ -44,14 +44,14 @@ const (
 	CodeTooManyConnections   Code = "too_many_connections"   // handshake 429: MAX_CONNECTIONS_PER_PROJECT or MAX_CONNECTIONS_PER_ADDRESS
 	CodeTooManyAttempts      Code = "too_many_attempts"      // 429: login or signup throttled
 	CodeUnavailable          Code = "service_unavailable"
-	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
+	// Bounds on what one client or tenant can make the server hold (cmd/relay/OPERATING.md › Abuse limits).
 	CodeClientIDTooLong        Code = "client_id_too_long"        // WebSocket: MAX_CLIENT_ID_BYTES
 	CodeTooManyPresenceMembers Code = "too_many_presence_members" // WebSocket: MAX_PRESENCE_MEMBERS_PER_CHANNEL
 	CodeTooManyChannels        Code = "too_many_channels"         // 429 / WebSocket: MAX_CHANNELS_PER_PROJECT
 	CodeTooManyProjects        Code = "too_many_projects"         // 403: MAX_PROJECTS_PER_USER
 	CodeTooManyRevocations     Code = "too_many_revocations"      // 429: MAX_REVOCATIONS_PER_PROJECT
 
-	// Key rotation with an overlap window (README › Keys).
+	// Key rotation with an overlap window (api/README.md › Keys).
 	CodeInvalidOverlap Code = "invalid_overlap" // 400: overlapSeconds not an integer from 0 to 86400
 
 	// Server-side queries (PROTOCOL.md › Server-side queries and actions).

@@ -109,7 +109,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 
 // sqliteDSN turns "PATH" or "PATH?params" into a modernc DSN with our pragmas,
 // creating the file and its directory so that a fresh checkout just runs:
-// private to this user (README › Operators). It returns the file's absolute
+// private to this user (cmd/relay/README.md › Operators). It returns the file's absolute
 // path too ("" for :memory:), and whether it created the file.
 func sqliteDSN(path string) (dsn, file string, created bool, err error) {
 	file, params, _ := strings.Cut(path, "?")

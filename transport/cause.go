@@ -1,7 +1,7 @@
 package transport
 
 // Cause names why a connection ended. Each has a close code, a counter in
-// Stats and a debug log line; README.md › Close codes lists them for clients.
+// Stats and a debug log line; cmd/relay/OPERATING.md › Close codes lists them for clients.
 type Cause uint8
 
 const (

@@ -32,7 +32,7 @@ const fuzzMaxMessage = 512
 // Raw (build false): data is the byte stream as the client sent it; the
 // outcome (messages delivered, pongs queued, the close frame sent and the
 // CloseInfo) must equal that of wsModel, an independent reading of RFC 6455
-// and of README.md › Close codes, whatever the cut points; the partial-frame
+// and of cmd/relay/OPERATING.md › Close codes, whatever the cut points; the partial-frame
 // and reassembly buffers must stay bounded by MaxMessageBytes.
 //
 // Build (build true): data is a recipe for a valid sequence of masked frames

@@ -1,5 +1,4 @@
-// Package client is the Go reference client of a Relay (README.md ›
-// Clients; the protocol is proto/PROTOCOL.md): subscribe, receive, presence, client-emit with a token,
+// Package client is the Go reference client of a Relay (api/client/README.md; the protocol is proto/PROTOCOL.md): subscribe, receive, presence, client-emit with a token,
 // heartbeat, and automatic reconnect with backoff that resubscribes and asks
 // for replay from the last seq seen on each channel, dropping duplicates.
 //
@@ -20,7 +19,7 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// Options are the reference client's options (README.md › Clients); zero
+// Options are the reference client's options (api/client/README.md); zero
 // values take their defaults.
 type Options struct {
 	// NoReconnect turns automatic reconnection off (the browser client's reconnect: false).

@@ -1,5 +1,5 @@
 // Types of Relay's browser client, /client.js (served beside it as
-// /client.d.ts; README.md › Clients, the protocol in proto/PROTOCOL.md).
+// /client.d.ts; api/web/README.md, the protocol in proto/PROTOCOL.md).
 //
 //   import { Relay, type Message } from "./client.js";
 //

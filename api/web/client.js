@@ -2,7 +2,7 @@
 // Relay browser client: an ES module, no dependencies, no build step. Its
 // TypeScript types are client.d.ts, served beside it at /client.d.ts (the
 // line above points Deno there); package.json makes this folder a package
-// to vendor (README.md › Clients).
+// to vendor (api/web/README.md).
 //
 //   import { Relay } from "/client.js";
 //   const relay = new Relay({ url: location.origin, publicKey: "pk_live_…" });

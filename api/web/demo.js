@@ -52,7 +52,7 @@ $("emit-token").addEventListener("input", () => {
 });
 
 // The emitting connection: subscribed with presence under the token's
-// clientId, as the server requires (README.md › Clients), and kept while the
+// clientId, as the server requires (api/web/README.md), and kept while the
 // key, channel and clientId stay the same.
 let emitter = null;
 

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Retries (README.md › Webhooks and usage): a failed attempt is retried when
+// Retries (api/README.md › Webhooks and usage): a failed attempt is retried when
 // it may succeed later — no answer (connection refused or reset, DNS, the
 // timeout) or an answer 408, 429 or 5xx — and not when the receiver refused
 // the event itself (any other 4xx, or a 3xx: redirects are not followed) nor

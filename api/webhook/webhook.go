@@ -1,4 +1,4 @@
-// Package webhook delivers webhook events (README.md › Webhooks and usage:
+// Package webhook delivers webhook events (api/README.md › Webhooks and usage:
 // connect and disconnect, the channel and presence events a project opted
 // in to, and test events) off the hot path: a bounded queue per project,
 // workers shared fairly between projects, a timeout per attempt, retries
@@ -29,7 +29,7 @@ import (
 	"time"
 )
 
-// Event is one webhook body, in README.md › Webhooks and usage's field
+// Event is one webhook body, in api/README.md › Webhooks and usage's field
 // order: id, event, projectId, then connectionId (connect and disconnect) or
 // channel (and clientId for member_added and member_removed), timestamp,
 // then the disconnect status and reason.
@@ -62,7 +62,7 @@ func Sign(secret string, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// Config of a Dispatcher. Zero values take the defaults (README › Webhooks
+// Config of a Dispatcher. Zero values take the defaults (api/README.md › Webhooks
 // and usage).
 type Config struct {
 	Timeout         time.Duration // per attempt (WEBHOOK_TIMEOUT_MS)

@@ -19,7 +19,7 @@ import (
 	"time"
 )
 
-// cluster: several nodes as one relay (README › Running several nodes)
+// cluster: several nodes as one relay (cmd/relay/CLUSTER.md)
 // against one node, measured in the same run. It starts on loopback its own
 // etcd and a throwaway PostgreSQL, then for each round one relay node, then
 // N nodes joined through etcd (alternated: one, N, one, N…), each time on a

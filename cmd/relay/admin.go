@@ -55,7 +55,7 @@ commands:
                  /api/projects/{id}/usage answers them
 
 Every relay running on the same store refuses a revoked or rotated-out key, and closes its
-sockets (4001), within about 2 seconds (README › Version and admin command line); a change of
+sockets (4001), within about 2 seconds (cmd/relay/README.md › Version and admin command line); a change of
 channel authorization reaches their WebSocket handshakes in the same time, and a change of
 settings their running projects.`
 

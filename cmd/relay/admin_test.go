@@ -266,7 +266,7 @@ func TestVersionCommand(t *testing.T) {
 // `relay admin` (another process, its own store handle) is refused on every
 // running node on the same store within 2 s, also by a node that had it
 // cached, and the sockets opened with a revoked public key close with 4001
-// as after a dashboard revoke (README › Version and admin command line). Two
+// as after a dashboard revoke (cmd/relay/README.md › Version and admin command line). Two
 // nodes on one database, each reading the store's key changes on its own.
 func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {

@@ -18,7 +18,7 @@ import (
 
 const certUsage = `usage: relay cert <command> [flags]
 
-Certificates of the cluster's actor remote (README › Running several nodes);
+Certificates of the cluster's actor remote (cmd/relay/CLUSTER.md);
 ECDSA P-256, no store or configuration needed. Existing files are never overwritten.
 
 commands:

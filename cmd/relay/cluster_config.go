@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// The cluster settings (README.md › Configuration): parsed here, checked
+// The cluster settings (cmd/relay/README.md › Configuration): parsed here, checked
 // together by clusterNeeds once every variable is read.
 
 // etcdEndpoints reads comma-separated etcd client endpoints, each HOST:PORT,

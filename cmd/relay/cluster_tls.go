@@ -10,7 +10,7 @@ import (
 	"github.com/relayhq/relay/actors/clustertls"
 )
 
-// The cluster's TLS settings (README.md › Configuration): the actor
+// The cluster's TLS settings (cmd/relay/README.md › Configuration): the actor
 // remote's mutual TLS and the etcd client's TLS and user. Files are read and
 // checked here, at start, so that a bad one stops the process naming its
 // variable instead of failing the first handshake.

@@ -17,7 +17,7 @@ import (
 	"github.com/relayhq/relay/api"
 )
 
-// Config is every setting of README.md › Configuration, typed and validated.
+// Config is every setting of cmd/relay/README.md › Configuration, typed and validated.
 // os.Getenv appears nowhere else.
 type Config struct {
 	Addr          string // RELAY_ADDR: public HTTP + WebSocket listener
@@ -42,13 +42,13 @@ type Config struct {
 	ShutdownTimeout         time.Duration // SHUTDOWN_TIMEOUT_SECONDS
 	ActorDormancy           time.Duration // ACTOR_DORMANCY_SECONDS: quiet period after which an idle channel or project actor stops
 
-	// Abuse limits (README › Limits).
+	// Abuse limits (cmd/relay/OPERATING.md › Abuse limits and faults).
 	MaxSubscriptions int // MAX_SUBSCRIPTIONS_PER_CONNECTION
 	MaxConnections   int // MAX_CONNECTIONS_PER_PROJECT (per node)
 	LoginAttempts    int // LOGIN_ATTEMPTS_PER_MINUTE: failed logins per email and address (3× per address, an IPv6 address by its /64); past it per email, delayed
 	SignupAttempts   int // SIGNUP_ATTEMPTS_PER_MINUTE: per address and per email
 
-	// Bounds on what one client or tenant can make the server hold (README › Abuse limits).
+	// Bounds on what one client or tenant can make the server hold (cmd/relay/OPERATING.md › Abuse limits).
 	MaxClientIDBytes         int           // MAX_CLIENT_ID_BYTES: a presence clientId's length
 	MaxPresenceMembers       int           // MAX_PRESENCE_MEMBERS_PER_CHANNEL: distinct clientIds (bounds a sync frame)
 	MaxChannelsPerProject    int           // MAX_CHANNELS_PER_PROJECT: live channels of a project, per node
@@ -59,26 +59,26 @@ type Config struct {
 	HistoryMaxRetention      time.Duration // HISTORY_MAX_RETENTION_SECONDS: a project's channel history retention at most
 	RevokesPerMinute         int           // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
 	MaxQueuedBytes           int           // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
-	// The public HTTP listener (README › Abuse limits).
+	// The public HTTP listener (cmd/relay/OPERATING.md › Abuse limits).
 	HTTPIdleTimeout time.Duration // HTTP_IDLE_TIMEOUT_SECONDS: an idle keep-alive HTTP connection is closed after this
 	MaxHTTPConns    int           // MAX_HTTP_CONNECTIONS: open HTTP connections (upgraded WebSockets not counted)
 	// MAX_HTTP_CONNECTIONS_PER_ADDRESS: of those, from one TCP peer address
 	// (IPv6 by /64); a peer in TRUSTED_PROXIES has no share of its own.
 	MaxHTTPConnsPerAddr int
 	TrustedProxies      []netip.Prefix // TRUSTED_PROXIES: peers whose X-Forwarded-For names the client
-	// Webhook queues, fair between projects (README › Webhooks and usage).
+	// Webhook queues, fair between projects (api/README.md › Webhooks and usage).
 	WebhookWorkers         int // WEBHOOK_WORKERS: deliveries at once over all projects
 	WebhookQueueTotal      int // WEBHOOK_QUEUE_TOTAL: events waiting over all projects
 	WebhookQueuePerProject int // WEBHOOK_QUEUE_PER_PROJECT: events waiting for one project
 	WebhookInFlightPerProj int // WEBHOOK_IN_FLIGHT_PER_PROJECT: deliveries of one project at once
-	// Webhook retries (README › Webhooks and usage).
+	// Webhook retries (api/README.md › Webhooks and usage).
 	WebhookRetryAttempts int           // WEBHOOK_RETRY_MAX_ATTEMPTS: attempts per event, the first included (1: no retry)
 	WebhookRetryFor      time.Duration // WEBHOOK_RETRY_MAX_SECONDS: no attempt starts later than this after the first
 
 	LogFormat string     // LOG_FORMAT: text or json
 	LogLevel  slog.Level // LOG_LEVEL: debug, info, warn, error
 
-	// Several nodes as one relay (README › Running several nodes).
+	// Several nodes as one relay (cmd/relay/CLUSTER.md).
 	ClusterEtcd []string // RELAY_CLUSTER_ETCD: etcd endpoints; empty: one node, no cluster code started
 	ClusterAddr string   // RELAY_CLUSTER_ADDR: host:port the actor remote listens on and advertises
 	ClusterName string   // RELAY_CLUSTER_NAME
@@ -91,7 +91,8 @@ type Config struct {
 	EtcdTLS                                     *tls.Config             // nil: plain TCP to etcd
 }
 
-// configVars lists every variable LoadConfig reads, for the README and the tests.
+// configVars lists every variable LoadConfig reads, for the tests: TestSettingsDocumented
+// wants one row for each in cmd/relay/README.md › Configuration.
 var configVars = []string{
 	"RELAY_ADDR", "RELAY_DEBUG_ADDR", "DATABASE_URL", "SESSION_SECRET", "COOKIE_SECURE",
 	"ALLOWED_SIGNUP_EMAILS", "EMIT_RATE_LIMIT_PER_MINUTE", "PROJECT_RATE_LIMIT_PER_MINUTE",

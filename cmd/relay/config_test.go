@@ -1,6 +1,6 @@
 package main
 
-// Tests of LoadConfig against README.md › Configuration, and of how the
+// Tests of LoadConfig against cmd/relay/README.md › Configuration, and of how the
 // command reports configuration at start.
 
 import (
@@ -93,7 +93,7 @@ func cfgFields(c Config) map[string]any {
 	}
 }
 
-// cfgDefaults is README.md › Configuration's default column.
+// cfgDefaults is cmd/relay/README.md › Configuration's default column.
 var cfgDefaults = map[string]any{
 	"RELAY_ADDR":                        ":8080",
 	"RELAY_DEBUG_ADDR":                  "127.0.0.1:6060",
@@ -216,7 +216,7 @@ func TestLoadConfigEmptyMeansDefault(t *testing.T) {
 // Every other variable treats blanks as unset; here the blanks must not
 // become the HS256 key of every session (anyone could sign a cookie with
 // "   "). Either refuse it, naming the variable, or treat it as unset (the
-// README.md default: generated once and kept in the store).
+// cmd/relay/README.md default: generated once and kept in the store).
 func TestLoadConfigBlankSessionSecret(t *testing.T) {
 	for _, blank := range []string{" ", "   ", "\t", " \n "} {
 		t.Run(fmt.Sprintf("%q", blank), func(t *testing.T) {
@@ -396,7 +396,7 @@ func TestLoadConfigHTTPShare(t *testing.T) {
 }
 
 // TestLoadConfigRejects: every bad value stops LoadConfig with an error that
-// names the variable (README.md › Configuration).
+// names the variable (cmd/relay/README.md › Configuration).
 func TestLoadConfigRejects(t *testing.T) {
 	type bad struct{ name, value string }
 	var cases []bad
@@ -700,7 +700,7 @@ func TestRunCommandMigrate(t *testing.T) {
 }
 
 // TestStartLogsClosedSignup: an empty ALLOWED_SIGNUP_EMAILS is logged at start
-// (README.md › Operators), and only then; the debug listener stays off when its address
+// (cmd/relay/README.md › Operators), and only then; the debug listener stays off when its address
 // is empty.
 func TestStartLogsClosedSignup(t *testing.T) {
 	closed := startServer(t, storetest.SQLiteURL(t), map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
@@ -765,7 +765,7 @@ func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
 	serveRefused(t, map[string]string{"RELAY_DEBUG_ADDR": "0.0.0.0:0"}, "RELAY_DEBUG_ADDR", "RELAY_DEBUG_TOKEN")
 }
 
-// TestLoadConfigCluster: the cluster settings together (README.md ›
+// TestLoadConfigCluster: the cluster settings together (cmd/relay/README.md ›
 // Configuration and Running several nodes). RELAY_CLUSTER_ETCD needs
 // RELAY_CLUSTER_ADDR and a PostgreSQL DATABASE_URL; each refusal names the
 // variable at fault.

@@ -462,7 +462,7 @@ func TestSignupErrors(t *testing.T) {
 }
 
 // TestSignupClosedWithEmptyAllowlist: signup only for allowed emails, with an
-// empty ALLOWED_SIGNUP_EMAILS (README.md › Configuration: signup closed).
+// empty ALLOWED_SIGNUP_EMAILS (cmd/relay/README.md › Configuration: signup closed).
 func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})

@@ -1,6 +1,6 @@
 package main
 
-// Delivery health (README.md › Delivery health): the live figures of a
+// Delivery health (api/README.md › Delivery health): the live figures of a
 // project, read as JSON by its owner and on the dashboard's project page,
 // match what the test did: sockets open, emits accepted, deliveries, 429s of
 // each budget, slow consumers closed, and a fan-out latency measured.

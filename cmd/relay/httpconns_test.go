@@ -1,6 +1,6 @@
 package main
 
-// The public listener's HTTP connections (README › Abuse limits): an idle
+// The public listener's HTTP connections (cmd/relay/OPERATING.md › Abuse limits): an idle
 // keep-alive connection is closed after HTTP_IDLE_TIMEOUT_SECONDS; at most
 // MAX_HTTP_CONNECTIONS are open at once, the longest idle closed to make way
 // when they are all taken; one TCP peer address holds at most

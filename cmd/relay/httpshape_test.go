@@ -35,7 +35,7 @@ func TestMalformedPathsAnswerJSON404(t *testing.T) {
 
 // /emit, /emit-tokens/revoke and /emit/batch read their body as JSON
 // whatever its Content-Type says (curl -d declares a form): the protocol
-// defines those bodies as JSON and lists no 415 (README › HTTP choices).
+// defines those bodies as JSON and lists no 415 (api/README.md › Endpoints › HTTP choices).
 func TestConnectionPlaneContentType(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	c := ts.signup("alice@example.com")

@@ -12,7 +12,7 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// Keys rotated with an overlap window, and last use (README.md › Keys).
+// Keys rotated with an overlap window, and last use (api/README.md › Keys).
 
 // cpRotate rotates keyType with body extra fields and returns the answer.
 func (c *client) cpRotate(projectID, body string) response {

@@ -1,6 +1,6 @@
 // Command relay runs the pub/sub relay: `relay serve`, `relay
-// migrate`, `relay version`, `relay admin …` (README › Version and admin command line)
-// and `relay cert …` (README › Running several nodes).
+// migrate`, `relay version`, `relay admin …` (cmd/relay/README.md › Version and admin command line)
+// and `relay cert …` (cmd/relay/CLUSTER.md).
 package main
 
 import (

@@ -1,7 +1,7 @@
 package main
 
 // Login and signup limits that an attacker cannot turn against everyone else
-// (README › Abuse limits): behind a trusted proxy each client has its own
+// (cmd/relay/OPERATING.md › Abuse limits): behind a trusted proxy each client has its own
 // address (TRUSTED_PROXIES, X-Forwarded-For), X-Forwarded-For from anyone
 // else is ignored, failures for an email from other addresses delay but never
 // lock out its owner, and signups refused before the password hash do not

@@ -1,6 +1,6 @@
 package main
 
-// Black-box tests of sessions that end on the server (README › Abuse limits
+// Black-box tests of sessions that end on the server (cmd/relay/OPERATING.md › Abuse limits
 // › Sessions): a logged-out cookie replayed, "log out everywhere", the cap
 // on a session's age from its iat, and how fast another node sees a logout.
 // Each on SQLite and on PostgreSQL.

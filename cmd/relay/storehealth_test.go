@@ -96,7 +96,7 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 		}
 	}
 
-	carriesOn("before", 0) // the secret key is now known (README › The database goes away)
+	carriesOn("before", 0) // the secret key is now known (cmd/relay/OPERATING.md › The database goes away)
 	if err := os.Rename(dir, dir+".moved"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package main
 
-// Brute-force limits on login and signup (README › Abuse limits): attempts
+// Brute-force limits on login and signup (cmd/relay/OPERATING.md › Abuse limits): attempts
 // are counted before the password hash, per address (an IPv6 address by its
 // /64), per email from an address and per email (proxy_test.go has the
 // rules that keep an email's owner from being locked out); the argon2 hashes

@@ -11,7 +11,7 @@ import (
 )
 
 // usageRollup moves the project actors' connect and emit counters into the
-// daily usage rows (README.md › Webhooks and usage) every USAGE_ROLLUP_SECONDS, and once
+// daily usage rows (api/README.md › Webhooks and usage) every USAGE_ROLLUP_SECONDS, and once
 // more at shutdown. Counts the store refused wait in memory for the next try.
 type usageRollup struct {
 	store   *store.Store

@@ -36,7 +36,7 @@ func hangingReceiver(t *testing.T) (url string, requests *atomic.Int64) {
 
 // TestWebhookQueueSettings: WEBHOOK_WORKERS, WEBHOOK_IN_FLIGHT_PER_PROJECT,
 // WEBHOOK_QUEUE_PER_PROJECT and WEBHOOK_QUEUE_TOTAL each bound the
-// dispatcher as README › Webhooks says, set here below their defaults, with
+// dispatcher as api/README.md › Webhooks says, set here below their defaults, with
 // receivers that never answer: A's first connect is under way and its next
 // three wait, the two after that are dropped for A's own queue; C's connect
 // takes the second and last worker; B's connect waits though B has nothing

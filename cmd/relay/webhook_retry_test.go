@@ -2,7 +2,7 @@ package main
 
 // Webhook retries, event ids, the recent deliveries (JSON and dashboard)
 // and test events, against the real server and real HTTP receivers on
-// loopback (README.md › Webhooks and usage).
+// loopback (api/README.md › Webhooks and usage).
 
 import (
 	"crypto/hmac"

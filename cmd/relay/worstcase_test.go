@@ -6,7 +6,7 @@ package main
 // -tags worstcase): the real binary with every limit at its default, on
 // loopback, bounded in count and time. It prints how much RSS one holder of a
 // public key (from one address) and one holder of a secret key can add,
-// doing the most each is allowed; README › Abuse limits quotes the figures.
+// doing the most each is allowed; cmd/relay/OPERATING.md › Abuse limits quotes the figures.
 
 import (
 	"fmt"

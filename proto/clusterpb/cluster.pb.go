@@ -1,4 +1,4 @@
-// Messages that cross between relay nodes (README › Running several nodes).
+// Messages that cross between relay nodes (cmd/relay/CLUSTER.md).
 // Regenerate the Go code with `make proto`; the generated file is committed.
 //
 // Compatibility: a node that receives a message type it does not know drops
