@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +20,10 @@ import (
 
 // TestContainerImage builds cmd/relay/deploy/Containerfile with podman and
 // checks what the image declares: a numeric non-root user, port 8080, the
-// /data volume holding the SQLite store, and /relay serve as what it runs.
+// /data volume holding the SQLite store, /relay serve as what it runs, and
+// the OCI labels (title, description, source, licenses, and the version and
+// revision `make image` passes); then builds it for the other of amd64 and
+// arm64 and checks the architecture it declares.
 // The build context holds a stand-in for the binary (this test's own
 // executable: the image is inspected, never run, and `make image` compiles
 // the real static binary in about a minute, too long for a test), an empty
@@ -59,29 +63,29 @@ func TestContainerImage(t *testing.T) {
 			t.Logf("podman rmi %s: %v\n%s", tag, err, out)
 		}
 	})
-	build := exec.Command(podman, "build", "-q", "--format", "docker", "-f", filepath.Join("deploy", "Containerfile"), "-t", tag, ctxDir)
+	// As `make image` builds it: its VERSION and REVISION as build arguments.
+	build := exec.Command(podman, "build", "-q", "--format", "docker", "--build-arg", "VERSION=v9.8.7-test",
+		"--build-arg", "REVISION=0123456789abcdef", "-f", filepath.Join("deploy", "Containerfile"), "-t", tag, ctxDir)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("podman build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(podman, "image", "inspect", tag).Output()
-	if err != nil {
-		t.Fatalf("podman image inspect: %v", err)
-	}
-	var images []struct {
-		Config struct {
-			User         string
-			ExposedPorts map[string]struct{}
-			Volumes      map[string]struct{}
-			Entrypoint   []string
-			Cmd          []string
-			Env          []string
-		}
-		Healthcheck *struct{ Test []string } // beside Config in podman's inspect
-	}
-	if err := json.Unmarshal(out, &images); err != nil || len(images) != 1 {
-		t.Fatalf("podman image inspect: %v (%d images)\n%s", err, len(images), out)
-	}
+	images := inspectImage(t, podman, tag)
 	c := images[0].Config
+	wantLabels := map[string]string{
+		"org.opencontainers.image.title":    "relay",
+		"org.opencontainers.image.source":   "https://github.com/relayhq/relay",
+		"org.opencontainers.image.licenses": "Apache-2.0",
+		"org.opencontainers.image.version":  "v9.8.7-test",
+		"org.opencontainers.image.revision": "0123456789abcdef",
+	}
+	for k, v := range wantLabels {
+		if c.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, c.Labels[k], v)
+		}
+	}
+	if !strings.Contains(c.Labels["org.opencontainers.image.description"], "pub/sub relay over WebSockets") {
+		t.Errorf("label org.opencontainers.image.description = %q", c.Labels["org.opencontainers.image.description"])
+	}
 	if c.User != "65532:65532" {
 		t.Errorf("user %q, want 65532:65532 (numeric, not root)", c.User)
 	}
@@ -100,6 +104,60 @@ func TestContainerImage(t *testing.T) {
 	if h := images[0].Healthcheck; h == nil || !slices.Equal(h.Test, []string{"CMD", "/relay", "healthcheck"}) {
 		t.Errorf("healthcheck %+v, want CMD /relay healthcheck", h)
 	}
+
+	// The other architecture `make image PLATFORMS="linux/amd64 linux/arm64"`
+	// builds, from this machine: nothing runs in the build, so no emulation is
+	// needed, and the image says which architecture it is for (--no-cache:
+	// podman 4.3 would reuse the first build's layers, amd64 and all). (The binary
+	// here is this machine's: the image is inspected, never run.) Without a
+	// version the labels say unknown.
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	otherTag := tag + "-" + other
+	t.Cleanup(func() { exec.Command(podman, "rmi", "-f", otherTag).Run() })
+	build = exec.Command(podman, "build", "-q", "--no-cache", "--format", "docker", "--platform", "linux/"+other,
+		"-f", filepath.Join("deploy", "Containerfile"), "-t", otherTag, ctxDir)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("podman build --platform linux/%s: %v\n%s", other, err, out)
+	}
+	o := inspectImage(t, podman, otherTag)[0]
+	if o.Architecture != other || o.Os != "linux" {
+		t.Errorf("--platform linux/%s built %s/%s", other, o.Os, o.Architecture)
+	}
+	if v := o.Config.Labels["org.opencontainers.image.version"]; v != "unknown" {
+		t.Errorf("version label without VERSION: %q, want unknown", v)
+	}
+}
+
+// inspectedImage is what the tests read of `podman image inspect`.
+type inspectedImage struct {
+	Architecture string
+	Os           string
+	Config       struct {
+		User         string
+		ExposedPorts map[string]struct{}
+		Volumes      map[string]struct{}
+		Entrypoint   []string
+		Cmd          []string
+		Env          []string
+		Labels       map[string]string
+	}
+	Healthcheck *struct{ Test []string } // beside Config in podman's inspect
+}
+
+func inspectImage(t *testing.T, podman, tag string) []inspectedImage {
+	t.Helper()
+	out, err := exec.Command(podman, "image", "inspect", tag).Output()
+	if err != nil {
+		t.Fatalf("podman image inspect %s: %v", tag, err)
+	}
+	var images []inspectedImage
+	if err := json.Unmarshal(out, &images); err != nil || len(images) != 1 {
+		t.Fatalf("podman image inspect %s: %v (%d images)\n%s", tag, err, len(images), out)
+	}
+	return images
 }
 
 // `relay healthcheck`, the image's HEALTHCHECK: ok against a serving relay
