@@ -53,11 +53,6 @@ type Config struct {
 	// over JWKSMaxBody. nil: no fetches, every token signed with a JWKS key
 	// is refused.
 	JWKSClient jwk.HTTPClient
-	// History is the store's channel history (history.go); nil: no project
-	// keeps history on this node, whatever its setting.
-	History HistoryStore
-
-	historyWriter *historyWriter // the node's, when History is set
 
 	counters *Counters
 	jwks     *jwksCache               // the process's JWKS cache (authz_jwks.go)
@@ -154,9 +149,6 @@ func NewSystem(cfg Config) *System {
 	cfg.counters = &Counters{}
 	cfg.jwks = newJWKSCache(cfg.JWKSClient, cfg.Logger, cfg.Now)
 	cfg.health = &healthBook{m: map[string]*projectHealth{}}
-	if cfg.History != nil {
-		cfg.historyWriter = newHistoryWriter(cfg.History, cfg.Logger.With("part", "history"))
-	}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
@@ -526,9 +518,6 @@ func (s *System) Shutdown(ctx context.Context) error {
 	}
 	if !s.as.IsStopped() { // leaving a cluster stops it
 		s.as.Shutdown()
-	}
-	if s.cfg.historyWriter != nil {
-		s.cfg.historyWriter.close()
 	}
 	s.cfg.jwks.close()
 	return nil
