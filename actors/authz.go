@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,7 +99,27 @@ func (az *ProjectAuthz) SecretsAt(now time.Time) []string {
 // actors and replaced (never changed) by its project actor at every load.
 type authzHolder struct {
 	cur    atomic.Pointer[ProjectAuthz]
+	mu     sync.Mutex  // orders a handshake's seed against the actor's load
 	loaded atomic.Bool // the project actor has stored what it loaded: handshakes no longer seed it
+}
+
+// seed stores a handshake's reading unless the project actor has stored
+// what it loaded (a reading from before the load must not replace it).
+func (h *authzHolder) seed(az *ProjectAuthz) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.loaded.Load() {
+		h.cur.Store(az)
+	}
+}
+
+// load stores what the project actor loaded (or was told); handshakes no
+// longer seed it while the actor runs.
+func (h *authzHolder) load(az *ProjectAuthz) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cur.Store(az)
+	h.loaded.Store(true)
 }
 
 // authzOf returns project id's holder, created empty (off) if need be.
@@ -154,7 +176,11 @@ func numericDate(f *float64) time.Time {
 	if f == nil {
 		return time.Time{}
 	}
-	return time.Unix(0, int64(*f*1e9))
+	sec, frac := math.Modf(*f)
+	if sec > math.MaxInt64/2 { // far past any clock: no overflow into the past
+		sec = math.MaxInt64 / 2
+	}
+	return time.Unix(int64(sec), int64(frac*1e9))
 }
 
 // parseHS256 checks a token signed HS256 with one of secrets (no other
@@ -231,7 +257,7 @@ func verifyConnection(ctx context.Context, keys *jwksCache, az *ProjectAuthz, to
 
 // identityOf reads a verified connection token's claims.
 func identityOf(c *claims) (*Identity, error) {
-	if c.Sub == "" || len(c.Sub) > maxSubBytes {
+	if c.Sub == "" || len(c.Sub) > maxSubBytes || c.Ch != "" { // ch: a subscribe token, not a connection's
 		return nil, ErrInvalidToken
 	}
 	id := &Identity{Sub: c.Sub, exp: c.exp().Unix()}
@@ -328,30 +354,28 @@ func authorizeSubscribe(ctx context.Context, keys *jwksCache, az *ProjectAuthz, 
 	return ""
 }
 
-// tokenLife is when a connection's token expires (unix seconds), and
-// whether it was told: told expiringNotice before, closed (4011) after
-// unless a refresh moved it. Kept by value, beside a.conns, to stay small.
+// tokenLife is a connection's token (its user, iat and exp), and whether
+// the connection was told it expires: told expiringNotice before, closed
+// (4011) after unless a refresh replaced it; closed (4012) once a
+// revocation of its user covers it. Kept by value, beside a.conns.
 type tokenLife struct {
-	exp    int64
+	id     *Identity
 	warned bool
 }
 
 type tokenTick struct{}
 
-// trackToken records (or moves, after a refresh) a connection's token: one
-// issued before its user's tokens were revoked closes the connection (4012,
-// false), else its expiry is watched.
+// trackToken records (or replaces, after a refresh) a connection's token:
+// one a revocation of its user covers closes the connection (4012, false),
+// else its expiry is watched.
 func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) bool {
-	if a.userRevoked(id) {
-		delete(a.tokens, sink.ID())
-		sink.Close(proto.CloseTokenRevoked, "token revoked")
-		return false
-	}
 	if a.tokens == nil {
 		a.tokens = map[uint64]tokenLife{}
 	}
-	a.tokens[sink.ID()] = tokenLife{exp: id.exp}
-	a.expireToken(sink.ID(), a.tokens[sink.ID()], a.cfg.Now()) // one that expires soon is told at once
+	a.tokens[sink.ID()] = tokenLife{id: id}
+	if !a.checkToken(sink.ID(), a.tokens[sink.ID()], a.cfg.Now()) {
+		return false
+	}
 	a.tickTokens(ctx)
 	return true
 }
@@ -360,42 +384,52 @@ var refreshOKFrame = transport.TextFrame(proto.RefreshOK)
 
 // userRevoked: the token was issued (iat, whole seconds) at or before a
 // revocation of its user's tokens; a token without iat is covered by any.
-// Only on a project with authorization on: elsewhere a token means nothing.
 func (a *projectActor) userRevoked(id *Identity) bool {
 	r, ok := a.revokedClients[id.Sub]
-	return ok && a.authz.on() != nil && id.iat <= r.RevokedAt.Unix()
+	return ok && id.iat <= r.RevokedAt.Unix()
 }
 
-// expireTokens tells the connections whose token expires within
-// expiringNotice, closes those whose token has expired (tokenSkew after
-// exp, as a handshake would refuse it), and ticks again each second while
-// any is left. A project that turned authorization off stops watching.
+// expireTokens checks every connection's token (checkToken) and ticks
+// again each second while any is left. It runs at each tick, and whenever
+// the revocations or the setting change: a revocation read at the first
+// load of the settings covers connections that opened while it loaded. A
+// project with authorization off checks nothing (a token means nothing
+// there) but keeps its tokens, for when it is turned on again.
 func (a *projectActor) expireTokens(ctx actor.Context) {
 	if a.authz.on() == nil {
-		clear(a.tokens)
 		return
 	}
 	now := a.cfg.Now()
 	for id, t := range a.tokens {
-		a.expireToken(id, t, now)
+		a.checkToken(id, t, now)
 	}
 	a.tickTokens(ctx)
 }
 
-// expireToken is expireTokens for one connection.
-func (a *projectActor) expireToken(id uint64, t tokenLife, now time.Time) {
+// checkToken closes a connection whose token a revocation covers (4012) or
+// that has expired (tokenSkew after exp, as a handshake would refuse it:
+// 4011), or tells it its token expires soon; false: closed.
+func (a *projectActor) checkToken(id uint64, t tokenLife, now time.Time) bool {
 	c, live := a.conns[id]
-	exp := time.Unix(t.exp, 0)
+	exp := t.id.Exp()
 	switch {
 	case !live:
 		delete(a.tokens, id)
+		return false
+	case a.authz.on() == nil:
+	case a.userRevoked(t.id):
+		c.sink.Close(proto.CloseTokenRevoked, "token revoked")
+		delete(a.tokens, id)
+		return false
 	case !now.Before(exp.Add(tokenSkew)):
 		c.sink.Close(proto.CloseTokenExpired, "token expired")
 		delete(a.tokens, id)
+		return false
 	case !t.warned && !now.Before(exp.Add(-expiringNotice)):
-		a.tokens[id] = tokenLife{exp: t.exp, warned: true}
-		c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, t.exp)))
+		a.tokens[id] = tokenLife{id: t.id, warned: true}
+		c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, t.id.exp)))
 	}
+	return true
 }
 
 // tickTokens schedules the next expireTokens, a second from now, unless

@@ -267,3 +267,86 @@ func TestAuthorizationOffChangesNothing(t *testing.T) {
 		t.Fatalf("got %v", k.messages(t))
 	}
 }
+
+// Revocations of a user's tokens cover the connections already open: one
+// that opened while the project's settings (and their revocations) were
+// still loading, one that never subscribed under the user's clientId, and
+// a later, shorter client-emit revocation of that clientId does not end the
+// user's revocation early.
+func TestUserRevocationCoversOpenConnections(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(authT0.Add(time.Minute).UnixNano())
+	gate := make(chan struct{})
+	revokedAt := authT0.Add(30 * time.Second) // after the tokens' iat (authT0)
+	sys := newTestSystem(t, Config{
+		Now: func() time.Time { return time.Unix(0, clock.Load()) },
+		LoadSettings: func(ctx context.Context, _ string) (Settings, error) {
+			<-gate
+			return Settings{Authz: ProjectAuthz{On: true, Secrets: []string{authSecret}},
+				Revocations: []Revocation{{Kind: RevokeClient, Value: "ann", RevokedAt: revokedAt, ExpiresAt: revokedAt.Add(24 * time.Hour)}}}, nil
+		},
+	})
+	loading := &sink{id: 1}
+	openWithToken(t, sys, loading, connToken(t, "ann", time.Hour, nil)) // opened while the settings load
+	other := &sink{id: 2}
+	openWithToken(t, sys, other, connToken(t, "bob", time.Hour, nil))
+	close(gate)
+	waitFor(t, "4012 for the connection opened while loading", func() bool { return loading.closed.Load() == proto.CloseTokenRevoked })
+
+	quiet := &sink{id: 3} // never subscribes: no disconnect would find it
+	openWithToken(t, sys, quiet, connToken(t, "carl", time.Hour, nil))
+	sys.Revoke("p", []Revocation{{Kind: RevokeClient, Value: "carl", RevokedAt: authT0.Add(time.Minute), ExpiresAt: authT0.Add(24 * time.Hour)}})
+	waitFor(t, "4012 for a connection without subscriptions", func() bool { return quiet.closed.Load() == proto.CloseTokenRevoked })
+	if other.closed.Load() != 0 {
+		t.Fatalf("another user's connection closed with %d", other.closed.Load())
+	}
+
+	// A shorter revocation of ann (a client-emit revoke, minutes long) keeps the day-long end.
+	sys.Revoke("p", []Revocation{{Kind: RevokeClient, Value: "ann", RevokedAt: authT0.Add(2 * time.Minute), ExpiresAt: authT0.Add(12 * time.Minute)}})
+	clock.Store(authT0.Add(time.Hour).UnixNano()) // past the short one's end, before the day's
+	again := &sink{id: 4}
+	openWithToken(t, sys, again, connToken(t, "ann", 2*time.Hour, nil))
+	waitFor(t, "4012 an hour later", func() bool { return again.closed.Load() == proto.CloseTokenRevoked })
+}
+
+// A project that turns authorization off and on again still expires the
+// tokens of its connections.
+func TestExpiryKeptWhileOff(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(authT0.UnixNano())
+	var on atomic.Bool // the stored setting
+	on.Store(true)
+	sys := newTestSystem(t, Config{
+		Now: func() time.Time { return time.Unix(0, clock.Load()) },
+		LoadSettings: func(context.Context, string) (Settings, error) {
+			return Settings{Authz: ProjectAuthz{On: on.Load(), Secrets: []string{authSecret}}}, nil
+		},
+	})
+	k := &sink{id: 1}
+	openWithToken(t, sys, k, connToken(t, "ann", time.Hour, nil))
+	set := func(v bool) {
+		on.Store(v)
+		sys.AuthorizationChanged(context.Background(), "p", ProjectAuthz{On: v, Secrets: []string{authSecret}})
+	}
+	set(false)
+	clock.Store(authT0.Add(2 * time.Hour).UnixNano()) // expired while off: nothing happens
+	time.Sleep(1200 * time.Millisecond)               // a tick of the expiry check passes: no close may come
+	if k.closed.Load() != 0 {
+		t.Fatalf("closed %d while authorization was off", k.closed.Load())
+	}
+	set(true)
+	waitFor(t, "4011 once on again", func() bool { return k.closed.Load() == proto.CloseTokenExpired })
+}
+
+// An exp far in the future is not read as the past, and a subscribe token
+// (it has ch) is no connection token.
+func TestConnectionTokenEdges(t *testing.T) {
+	far := signed(t, map[string]any{"sub": "u", "exp": 1e13}, jwa.HS256, authSecret)
+	if _, err := VerifyConnectionToken(far, []string{authSecret}, authT0); err != nil {
+		t.Fatalf("exp 1e13: %v", err)
+	}
+	sub := subToken(t, backend.SubscribeTokenOptions{Channel: "private-doc", UserID: "u"})
+	if _, err := VerifyConnectionToken(sub, []string{authSecret}, authT0); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a subscribe token as a connection token: %v", err)
+	}
+}

@@ -97,7 +97,11 @@ func (a *projectActor) addRevocations(revs []Revocation) {
 			}
 		case RevokeClient:
 			if old, ok := a.revokedClients[r.Value]; !ok || r.RevokedAt.After(old.RevokedAt) {
+				r.ExpiresAt = maxTime(r.ExpiresAt, old.ExpiresAt) // a shorter revocation after a longer one keeps the longer's end
 				a.revokedClients[r.Value] = r
+			} else if r.ExpiresAt.After(old.ExpiresAt) {
+				old.ExpiresAt = r.ExpiresAt
+				a.revokedClients[r.Value] = old
 			}
 		}
 	}
@@ -116,4 +120,11 @@ func (a *projectActor) pruneRevocations(now time.Time) {
 			delete(a.revokedClients, k)
 		}
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

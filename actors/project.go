@@ -230,6 +230,7 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *revoked:
 		a.gen++
 		a.addRevocations(m.revs)
+		a.expireTokens(ctx) // a connection whose token a new revocation covers closes
 	case *clientEmitSecret:
 		a.gen++
 		a.settings.ClientEmitSecret = m.secret
@@ -247,9 +248,9 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *authzChanged:
 		a.gen++ // a load under way may predate the change: its result is not applied
 		a.settings.Authz = *m.az
-		a.authz.cur.Store(m.az)
+		a.authz.load(m.az)
 		close(m.done)
-		a.expireTokens(ctx) // turned off: expiries no longer apply
+		a.expireTokens(ctx) // turned on again: the tokens kept are checked (off: nothing is)
 	case *tokenRefreshed:
 		if _, ok := a.conns[m.sink.ID()]; ok && a.trackToken(ctx, m.sink, m.ident) {
 			m.sink.Send(refreshOKFrame)
@@ -501,8 +502,8 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 	m.settings.Revocations = nil
 	a.settings = m.settings
 	az := m.settings.Authz
-	a.authz.cur.Store(&az)
-	a.authz.loaded.Store(true)
+	a.authz.load(&az)
+	a.expireTokens(ctx) // connections that opened while it loaded: revocations, expiries
 	a.setHooks(ctx, hookTargetOf(m.settings), !a.isReady)
 	a.becomeReady(ctx)
 }

@@ -367,8 +367,8 @@ func (s *System) Open(l *Lease, keyHash string, sink Sink) *Session {
 // until its actor has loaded them.
 func (s *System) OpenAuthorized(l *Lease, keyHash string, sink Sink, az *ProjectAuthz, id *Identity) *Session {
 	h := s.authzOf(l.projectID) // every connection: the project may turn authorization on later
-	if az != nil && !h.loaded.Load() {
-		h.cur.Store(az)
+	if az != nil {
+		h.seed(az)
 	}
 	project := s.tell(l.projectID, &connOpened{sink: sink, keyHash: keyHash, ident: id})
 	pid := s.root.Spawn(s.connProps)
@@ -489,6 +489,22 @@ func (s *System) SettingsChanged(id string) {
 
 // ProjectStats asks a running project actor for its counters; ok is false
 // when the project has no actor.
+// ReloadAllSettings is ReloadSettings for every running project (changes
+// this node could not read were pruned: which projects they touched is unknown).
+func (s *System) ReloadAllSettings() {
+	s.projects.Range(func(id, _ any) bool {
+		s.ReloadSettings(id.(string))
+		return true
+	})
+}
+
+// AuthorizationOff: this node's running project has loaded its settings
+// and channel authorization is off there (false when unknown).
+func (s *System) AuthorizationOff(projectID string) bool {
+	v, ok := s.authz.Load(projectID)
+	return ok && v.(*authzHolder).loaded.Load() && v.(*authzHolder).on() == nil
+}
+
 func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, error) {
 	reply := make(chan Stats, 1)
 	if !s.tellRunning(id, &statsRequest{reply: reply}) {

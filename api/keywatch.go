@@ -66,6 +66,9 @@ func (s *Server) WatchKeyChanges(ctx context.Context) {
 			s.log.Warn("key changes were pruned before this node read them: every cached key dropped; "+
 				"sockets of keys revoked meanwhile stay open", "after", w.last, "next", cs[0].Seq)
 			s.keys.invalidateAll()
+			if s.actors != nil {
+				s.actors.ReloadAllSettings()
+			}
 		}
 		for _, c := range cs {
 			s.applyKeyChange(ctx, c)

@@ -456,7 +456,10 @@ func (s *Store) AddRevocations(ctx context.Context, projectID string, at time.Ti
 			_, err := tx.NewInsert().Model(&rs[i]).
 				On("CONFLICT (project_id, kind, value) DO UPDATE").
 				Set("revoked_at = EXCLUDED.revoked_at").
-				Set("expires_at = EXCLUDED.expires_at").
+				// Kept as long as the longer of the two needs: a user's tokens
+				// revoked for a day stay revoked when a client-emit revoke of
+				// that clientId (kept minutes) follows.
+				Set("expires_at = CASE WHEN EXCLUDED.expires_at > ?TableAlias.expires_at THEN EXCLUDED.expires_at ELSE ?TableAlias.expires_at END").
 				Exec(ctx)
 			if err != nil {
 				return err

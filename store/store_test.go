@@ -319,6 +319,11 @@ func TestRevocations(t *testing.T) {
 		if rs[0].Kind != store.RevokeClient || !rs[0].RevokedAt.Equal(t0.Add(time.Minute)) || rs[0].RevokedAt.Location() != time.UTC {
 			t.Fatalf("later clientId revocation must win: %+v", rs[0])
 		}
+		// A later, shorter one moves the cut-off but keeps the longer end.
+		must(t, s.AddRevocations(ctx, p.ID, time.Time{}, 0, store.Revocation{Kind: store.RevokeClient, Value: "c1", RevokedAt: t0.Add(2 * time.Minute), ExpiresAt: t0.Add(20 * time.Minute)}))
+		if rs, _ := s.Revocations(ctx, p.ID, t0); !rs[0].RevokedAt.Equal(t0.Add(2*time.Minute)) || !rs[0].ExpiresAt.Equal(t0.Add(2*time.Hour)) {
+			t.Fatalf("a shorter revocation after a longer one: %+v, want revoked at +2m, expiring at +2h", rs[0])
+		}
 		if rs, _ := s.Revocations(ctx, p.ID, t0.Add(30*time.Minute)); len(rs) != 1 {
 			t.Fatalf("expired jti revocation still listed: %+v", rs)
 		}
