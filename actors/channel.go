@@ -22,6 +22,7 @@ type channelActor struct {
 	processed uint64 // messages had from the project actor (see mayStop)
 	dormancy  time.Duration
 	quiet     quietPeriod
+	hist      channelHistory // history.go
 }
 
 func newChannelActor(project, name string, cfg *Config, usage *projectUsage, hooks channelHooks) *channelActor {
@@ -40,14 +41,29 @@ func (a *channelActor) Receive(ctx actor.Context) {
 			refundProject(ctx, m)
 			return
 		}
+		if m.history || len(a.hist.held) > 0 {
+			a.publishHeld(ctx, m)
+			return
+		}
 		a.publishTaken(ctx, m)
+	case *historyStored:
+		a.stored(ctx, m)
 	case *refuseEmit:
 		a.processed++
+		if len(a.hist.held) > 0 { // behind the answers still held
+			a.hist.held = append(a.hist.held, &heldEmit{sink: m.sink, code: m.code})
+			return
+		}
 		m.sink.Send(errorFrame(&proto.Error{Code: m.code, Channel: a.core.name}))
 	case *subscribe:
 		a.processed++
+		now := a.cfg.Now()
+		var stored *storedReplay
+		if m.hasSince && m.history != historyOff && a.cfg.History != nil {
+			stored = a.storedReplay(m.since, now)
+		}
 		out := a.core.join(&joinRequest{node: localNode, conn: m.sink.ID(), sub: coreSub{presence: m.presence, clientID: m.clientID},
-			hasSince: m.hasSince, since: m.since}, a.cfg.Now())
+			hasSince: m.hasSince, since: m.since, stored: stored}, now)
 		if out.refused != "" {
 			m.refuse(ctx, out.refused, channelSub{presence: out.kept.presence, clientID: out.kept.clientID}, out.subscribed)
 			return
@@ -65,9 +81,11 @@ func (a *channelActor) Receive(ctx actor.Context) {
 	case *channelAsk:
 		a.processed++
 		a.answerQuery(m)
+	case *actor.Stopping:
+		a.dropHeld(ctx)
 	case *quietTick:
 		scheduleQuietTick(ctx, a.dormancy)
-		if a.quiet.dormantAgain(a.core.idle(a.cfg.Now())) {
+		if a.quiet.dormantAgain(a.core.idle(a.cfg.Now()) && len(a.hist.held) == 0) {
 			ctx.Send(ctx.Parent(), &mayStop{channel: a.core.name, processed: a.processed, pid: ctx.Self()})
 		}
 	}
@@ -99,10 +117,7 @@ func (a *channelActor) publishTaken(ctx actor.Context, m *Publish) {
 // publish has the core decide an emit (proto/PROTOCOL.md › POST /emit); a
 // client emit's emitter gets the emit ack.
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
-	e := &emitRequest{payload: m.Payload, at: m.At, limit: m.channelLimit, projectDenied: m.projectDenied, accepted: m.At.UnixNano()}
-	if m.origin != nil {
-		e.client, e.conn, e.clientID, e.msgType = true, m.origin.ID(), m.clientID, m.msgType
-	}
+	e := a.emitRequest(m)
 	out := a.core.publish(e)
 	res := settleEmit(ctx, m, a.usage, a.cfg.counters, out.err,
 		PublishResult{Seq: out.seq, Subscribers: out.subscribers, Delivered: out.delivered, Channel: out.channel})
@@ -110,6 +125,15 @@ func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 		m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.core.name, out.seq)))
 	}
 	return res
+}
+
+// emitRequest is m as the core decides it.
+func (a *channelActor) emitRequest(m *Publish) *emitRequest {
+	e := &emitRequest{payload: m.Payload, at: m.At, limit: m.channelLimit, projectDenied: m.projectDenied, accepted: m.At.UnixNano()}
+	if m.origin != nil {
+		e.client, e.conn, e.clientID, e.msgType = true, m.origin.ID(), m.clientID, m.msgType
+	}
+	return e
 }
 
 // deliver is the core's fan-out on this node: the sockets found closed

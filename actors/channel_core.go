@@ -113,25 +113,44 @@ type emitOutcome struct {
 // publish applies rule 4 and the windows, stamps seq, encodes the message
 // once, keeps it for replay and hands it to every node with subscribers.
 func (c *channelCore) publish(e *emitRequest) emitOutcome {
+	m, res := c.stamp(e)
+	if m == nil {
+		return res
+	}
+	return c.land(m, e.at, res)
+}
+
+// stamp is publish's first half: rule 4, the windows, seq and the encoded
+// message (nil when refused: res.err says why). A host that must store the
+// message first (history.go) lands it once stored.
+func (c *channelCore) stamp(e *emitRequest) (*stamped, emitOutcome) {
 	if e.client && !c.emitterSubscribed(e.node, e.conn, e.clientID) {
-		return emitOutcome{err: proto.CodeEmitIdentityMismatch}
+		return nil, emitOutcome{err: proto.CodeEmitIdentityMismatch}
 	}
 	if e.projectDenied {
 		c.cfg.counters.RateLimitedProject.Add(1)
-		return emitOutcome{channel: c.window.peek(e.at, e.limit), err: proto.CodeProjectRateLimited}
+		return nil, emitOutcome{channel: c.window.peek(e.at, e.limit), err: proto.CodeProjectRateLimited}
 	}
 	budget, ok := c.window.take(e.at, e.limit)
 	if !ok {
 		c.cfg.counters.RateLimitedChannel.Add(1)
-		return emitOutcome{channel: budget, err: proto.CodeChannelRateLimited}
+		return nil, emitOutcome{channel: budget, err: proto.CodeChannelRateLimited}
 	}
 	c.seq++
 	buf := encodeMessage(c.name, e.payload, c.seq, e.client, e.msgType, e.clientID)
-	c.replay.add(c.seq, e.at, transport.FramePayload(buf))
 	m := &stamped{seq: c.seq, buf: buf, client: e.client, accepted: e.accepted, publishID: e.publishID}
-	res := emitOutcome{seq: c.seq, subscribers: c.subCount, delivered: c.subCount, channel: budget}
 	if e.client {
 		m.skipNode, m.skipConn = e.node, e.conn
+	}
+	return m, emitOutcome{seq: c.seq, channel: budget}
+}
+
+// land is publish's second half: the stamped message m (accepted at at)
+// goes into the ring and to every node with subscribers now.
+func (c *channelCore) land(m *stamped, at time.Time, res emitOutcome) emitOutcome {
+	c.replay.add(m.seq, at, transport.FramePayload(m.buf))
+	res.subscribers, res.delivered = c.subCount, c.subCount
+	if m.client {
 		res.delivered-- // rule 4: the emitter is a subscriber
 	}
 	if c.subCount > 0 {
@@ -157,6 +176,7 @@ type joinRequest struct {
 	sub      coreSub
 	hasSince bool
 	since    float64
+	stored   *storedReplay // what the store adds before the ring (history.go); nil: the ring alone
 }
 
 // joinOutcome is what the subscriber is sent, in this order: a replay_gap
@@ -188,7 +208,16 @@ func (c *channelCore) join(j *joinRequest, now time.Time) joinOutcome {
 		return joinOutcome{refused: proto.CodeTooManyPresenceMembers, kept: old, subscribed: existed, seq: c.seq}
 	}
 	var out joinOutcome
-	if j.hasSince {
+	switch {
+	case j.hasSince && j.stored != nil: // the store covers what the ring does not
+		c.cfg.counters.ReplayRequests.Add(1)
+		c.replay.expire(now)
+		if out.gap, out.gapSince = j.stored.gap, j.since; out.gap {
+			c.cfg.counters.ReplayGaps.Add(1)
+		}
+		out.replay = j.stored.msgs
+		c.replay.each(j.since, func(_ uint64, msg []byte) { out.replay = append(out.replay, msg) })
+	case j.hasSince:
 		out.gap, out.gapSince = c.replay.request(j.since, now, c.cfg.counters), j.since
 		c.replay.each(j.since, func(_ uint64, msg []byte) { out.replay = append(out.replay, msg) })
 	}

@@ -17,6 +17,7 @@ type Counters struct {
 	Deliveries, Drops                                         atomic.Int64
 	RateLimitedChannel, RateLimitedProject, RateLimitedClient atomic.Int64
 	ReplayRequests, ReplayGaps                                atomic.Int64
+	HistoryQueueFull                                          atomic.Int64 // history emits refused: the writer's queue was full
 }
 
 // ProjectInfo is a project actor's state for /debug/actors.

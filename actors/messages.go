@@ -53,6 +53,10 @@ type Publish struct {
 	// goroutine if the actor is idle (mailbox.runHere); the mailbox clears it.
 	posterRuns bool
 
+	// history: the project keeps history (set by the project actor): the
+	// channel answers once the message is stored (history.go).
+	history bool
+
 	// notAfter: in a cluster, the channel grain does not stamp the emit
 	// after this (its edge has stopped waiting by then); zero for none.
 	notAfter time.Time
@@ -95,6 +99,7 @@ type subscribe struct {
 	clientID string
 	hasSince bool
 	since    float64
+	history  historyMode // the project's, set by the project actor
 }
 
 // subscribeRefused tells a connection actor that its project or channel

@@ -235,6 +235,7 @@ func (a *projectActor) common(ctx actor.Context) {
 		a.gen++
 		a.settings.ClientEmitSecret = m.secret
 	case *subscribe:
+		m.history = a.historyMode()
 		a.send(ctx, m.channel, m)
 	case *unsubscribe:
 		a.send(ctx, m.channel, m)
@@ -361,6 +362,7 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 // 429 carries both budgets (proto/PROTOCOL.md › POST /emit: the 429 body).
 func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	m.channelLimit = a.channelLimit()
+	m.history = a.historyMode() == historyOn
 	if a.budgets != nil { // the cluster's backstop: ask the project grain (cluster_project_budgets.go)
 		a.askBudgets(ctx, &budgetAsk{pub: m})
 		return

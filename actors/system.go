@@ -53,6 +53,11 @@ type Config struct {
 	// over JWKSMaxBody. nil: no fetches, every token signed with a JWKS key
 	// is refused.
 	JWKSClient jwk.HTTPClient
+	// History is the store's channel history (history.go); nil: no project
+	// keeps history on this node, whatever its setting.
+	History HistoryStore
+
+	historyWriter *historyWriter // the node's, when History is set
 
 	counters *Counters
 	jwks     *jwksCache               // the process's JWKS cache (authz_jwks.go)
@@ -149,6 +154,9 @@ func NewSystem(cfg Config) *System {
 	cfg.counters = &Counters{}
 	cfg.jwks = newJWKSCache(cfg.JWKSClient, cfg.Logger, cfg.Now)
 	cfg.health = &healthBook{m: map[string]*projectHealth{}}
+	if cfg.History != nil {
+		cfg.historyWriter = newHistoryWriter(cfg.History, cfg.Logger.With("part", "history"))
+	}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
@@ -481,14 +489,6 @@ func (s *System) applyAuthorization(ctx context.Context, projectID string, az Pr
 // settings, telling no other node: each reads the same stored change.
 func (s *System) ReloadSettings(id string) { s.tellRunning(id, &settingsChanged{}) }
 
-// SettingsChanged makes a running project actor reload its settings.
-func (s *System) SettingsChanged(id string) {
-	s.tellRunning(id, &settingsChanged{})
-	s.clusterSettingsChanged(id)
-}
-
-// ProjectStats asks a running project actor for its counters; ok is false
-// when the project has no actor.
 // ReloadAllSettings is ReloadSettings for every running project (changes
 // this node could not read were pruned: which projects they touched is unknown).
 func (s *System) ReloadAllSettings() {
@@ -505,6 +505,14 @@ func (s *System) AuthorizationOff(projectID string) bool {
 	return ok && v.(*authzHolder).loaded.Load() && v.(*authzHolder).on() == nil
 }
 
+// SettingsChanged makes a running project actor reload its settings.
+func (s *System) SettingsChanged(id string) {
+	s.tellRunning(id, &settingsChanged{})
+	s.clusterSettingsChanged(id)
+}
+
+// ProjectStats asks a running project actor for its counters; ok is false
+// when the project has no actor.
 func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, error) {
 	reply := make(chan Stats, 1)
 	if !s.tellRunning(id, &statsRequest{reply: reply}) {
@@ -534,6 +542,9 @@ func (s *System) Shutdown(ctx context.Context) error {
 	}
 	if !s.as.IsStopped() { // leaving a cluster stops it
 		s.as.Shutdown()
+	}
+	if s.cfg.historyWriter != nil {
+		s.cfg.historyWriter.close()
 	}
 	s.cfg.jwks.close()
 	return nil

@@ -173,6 +173,9 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 
 // handleMessages is GET /channels/{channel}/messages?since=.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	if s.historyMessages(w, r) { // a project with channel history (history.go)
+		return
+	}
 	if a, ok := s.channelQuery(w, r, actors.QueryMessages, actors.NoSince); ok {
 		writeJSON(w, http.StatusOK, struct {
 			Channel  string            `json:"channel"`

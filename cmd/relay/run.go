@@ -250,6 +250,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		MaxReplayBytesPerProject: cfg.MaxReplayBytesPerProject,
 		MaxConnectionsPerAddress: cfg.MaxConnectionsPerAddress,
 		LoadSettings:             settingsLoader(st, now),
+		History:                  historyStore{st},
 		Webhooks:                 webhookSender(hooks),
 		MaxSubscriptions:         cfg.MaxSubscriptions,
 		MaxConnections:           cfg.MaxConnections,

@@ -45,6 +45,30 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 	}
 }
 
+// historyStore adapts the store's channel history to the actors.
+type historyStore struct{ st *store.Store }
+
+func (h historyStore) AppendHistory(ctx context.Context, recs []actors.HistoryRecord) error {
+	rows := make([]store.HistoryMessage, len(recs))
+	for i, r := range recs {
+		rows[i] = store.HistoryMessage{ProjectID: r.Project, Channel: r.Channel, Seq: int64(r.Seq), Message: string(r.Message), CreatedAt: r.At}
+	}
+	return h.st.AppendHistory(ctx, rows)
+}
+
+func (h historyStore) LastHistorySeq(ctx context.Context, project, channel string) (uint64, error) {
+	return h.st.LastHistorySeq(ctx, project, channel)
+}
+
+func (h historyStore) HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]actors.HistoryRecord, error) {
+	rows, err := h.st.HistoryBefore(ctx, project, channel, before, above, limit)
+	out := make([]actors.HistoryRecord, len(rows))
+	for i, r := range rows {
+		out[i] = actors.HistoryRecord{Project: r.ProjectID, Channel: r.Channel, Seq: uint64(r.Seq), Message: []byte(r.Message), At: r.CreatedAt}
+	}
+	return out, err
+}
+
 // webhookSender turns the actors' webhook events into deliveries.
 func webhookSender(d *webhook.Dispatcher) actors.WebhookSender {
 	return func(url, secret string, ev actors.WebhookEvent) {

@@ -1,0 +1,371 @@
+package actors
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/transport"
+)
+
+// Durable channel history (issue 33), for a project that turns it on
+// (Settings.HistoryRetention), on one node: in a cluster the channel grains
+// keep only their ring, as before (history is one-node only for now).
+//
+// The channel core stamps a message as always; its host hands it to the
+// node's historyWriter and holds it: it is delivered, kept in the ring and
+// acknowledged (the HTTP 200, the emit ack) only once its batch is
+// committed. A message the writer cannot take (its queue is full) or whose
+// batch fails is answered service_unavailable and never delivered. Each
+// channel lands its messages in seq order: one that follows a held message
+// waits behind it (whatever its project's setting), and so does every
+// client-emit answer, so a socket still gets its answers in order.
+//
+// The writer is the node's, shared by every channel: it takes whatever
+// arrived while the previous commit ran, at most historyBatchMax messages,
+// and stores them in one transaction, so commits are grouped. Its queue is
+// bounded (historyQueueMax messages, historyQueueBytes bytes). A cluster's
+// grain could hand its stamped messages to the same writer (the host, not
+// the core, does it).
+
+// HistoryRecord is one stored message of a channel: the message object its
+// subscribers got (without "replay").
+type HistoryRecord struct {
+	Project, Channel string
+	Seq              uint64
+	Message          []byte
+	At               time.Time
+}
+
+// HistoryStore is the store's channel history, as the actors use it.
+type HistoryStore interface {
+	// AppendHistory stores the records in one transaction, all or none.
+	AppendHistory(ctx context.Context, recs []HistoryRecord) error
+	// LastHistorySeq is a channel's greatest stored seq, 0 when none.
+	LastHistorySeq(ctx context.Context, project, channel string) (uint64, error)
+	// HistoryBefore is a channel's records with above < seq < before,
+	// newest first, at most limit.
+	HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]HistoryRecord, error)
+}
+
+// Bounds of the history writer and of a replay from the store.
+const (
+	historyQueueMax   = 16384    // messages waiting for a commit, on a node
+	historyQueueBytes = 64 << 20 // their bytes
+	historyBatchMax   = 2000     // messages in one commit
+	historyCommitWait = 5 * time.Second
+	historyReadWait   = 2 * time.Second
+	// HistoryReplayMax and HistoryReplayBytes bound what a subscribe's
+	// since takes from the store (the newest of what it asks for; a
+	// replay_gap says the rest is missing, and GET
+	// /channels/{channel}/messages?since= pages through it).
+	HistoryReplayMax   = 1000
+	HistoryReplayBytes = 512 << 10
+)
+
+// historyWriter commits the node's history, in batches, in order.
+type historyWriter struct {
+	store HistoryStore
+	log   *slog.Logger
+	q     chan historyItem
+	bytes atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type historyItem struct {
+	rec HistoryRecord
+	to  *actor.PID
+	as  *actor.RootContext
+}
+
+// historyStored tells a channel that its messages up to seq upTo are
+// committed (err nil) or failed.
+type historyStored struct {
+	upTo uint64
+	err  error
+}
+
+func newHistoryWriter(st HistoryStore, log *slog.Logger) *historyWriter {
+	w := &historyWriter{store: st, log: log, q: make(chan historyItem, historyQueueMax), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// take queues a record; false when the queue is full.
+func (w *historyWriter) take(it historyItem) bool {
+	n := int64(len(it.rec.Message))
+	if w.bytes.Add(n) > historyQueueBytes {
+		w.bytes.Add(-n)
+		return false
+	}
+	select {
+	case w.q <- it:
+		return true
+	default:
+		w.bytes.Add(-n)
+		return false
+	}
+}
+
+func (w *historyWriter) close() {
+	close(w.stop)
+	<-w.done
+}
+
+func (w *historyWriter) run() {
+	defer close(w.done)
+	batch := make([]historyItem, 0, historyBatchMax)
+	recs := make([]HistoryRecord, 0, historyBatchMax)
+	for {
+		select {
+		case it := <-w.q:
+			batch = append(batch[:0], it)
+		case <-w.stop:
+			return
+		}
+	fill:
+		for len(batch) < historyBatchMax {
+			select {
+			case it := <-w.q:
+				batch = append(batch, it)
+			default:
+				break fill
+			}
+		}
+		recs = recs[:0]
+		var n int64
+		for _, it := range batch {
+			recs = append(recs, it.rec)
+			n += int64(len(it.rec.Message))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), historyCommitWait)
+		err := w.store.AppendHistory(ctx, recs)
+		cancel()
+		w.bytes.Add(-n)
+		if err != nil {
+			w.log.Warn("channel history not stored: its emits are answered 503", "messages", len(recs), "err", err)
+		}
+		// One answer per channel: its last seq of the batch.
+		for i, it := range batch {
+			if i+1 < len(batch) && slices.ContainsFunc(batch[i+1:], func(o historyItem) bool { return o.to == it.to }) {
+				continue
+			}
+			it.as.Send(it.to, &historyStored{upTo: it.rec.Seq, err: err})
+		}
+		clear(batch)
+	}
+}
+
+// historyMode is what a channel knows of its project's history setting.
+type historyMode uint8
+
+const (
+	historyOff     historyMode = iota
+	historyOn                  // the project keeps history (and this node writes it)
+	historyUnknown             // the project's settings are loading
+)
+
+// historyMode is the project's history, as its channels apply it.
+func (a *projectActor) historyMode() historyMode {
+	switch {
+	case a.cfg.History == nil || a.cfg.cluster.Load() != nil:
+		return historyOff
+	case !a.isReady:
+		return historyUnknown
+	case a.settings.HistoryRetention > 0:
+		return historyOn
+	}
+	return historyOff
+}
+
+// heldEmit is an emit a channel has decided but not yet answered: its
+// message waits for its commit, or for an earlier one's.
+type heldEmit struct {
+	pub    *Publish
+	msg    *stamped // nil: refused (out.err), or a refusal frame
+	out    emitOutcome
+	stored bool // may land (committed, or never to be stored)
+	failed bool // not stored: answer service_unavailable, deliver nothing
+	// A client-emit refusal waiting behind held emits (refuseEmit).
+	sink Sink
+	code proto.Code
+}
+
+// channelHistory is a channel actor's part of history.
+type channelHistory struct {
+	seqLoaded bool        // seq continues above the stored last seq
+	held      []*heldEmit // in the order they came
+}
+
+// loadSeq raises seq above the channel's stored last seq, once.
+func (a *channelActor) loadSeq() bool {
+	if a.hist.seqLoaded {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
+	defer cancel()
+	last, err := a.cfg.History.LastHistorySeq(ctx, a.core.project, a.core.name)
+	if err != nil {
+		a.cfg.Logger.Warn("channel history: last seq not read", "project", a.core.project, "channel", a.core.name, "err", err)
+		return false
+	}
+	a.core.raise(last)
+	a.hist.seqLoaded = true
+	return true
+}
+
+// publishHeld decides an emit that must wait: one of a history project, or
+// one behind such an emit still held.
+func (a *channelActor) publishHeld(ctx actor.Context, m *Publish) {
+	h := &heldEmit{pub: m}
+	a.hist.held = append(a.hist.held, h)
+	if m.history && !a.loadSeq() {
+		h.stored, h.failed = true, true
+		a.landHeld(ctx)
+		return
+	}
+	e := a.emitRequest(m)
+	h.msg, h.out = a.core.stamp(e)
+	switch {
+	case h.msg == nil || !m.history:
+		h.stored = true
+	case !a.cfg.historyWriter.take(historyItem{rec: HistoryRecord{Project: a.core.project, Channel: a.core.name, Seq: h.msg.seq,
+		Message: transport.FramePayload(h.msg.buf), At: m.At}, to: ctx.Self(), as: ctx.ActorSystem().Root}):
+		a.cfg.counters.HistoryQueueFull.Add(1)
+		h.stored, h.failed = true, true
+	}
+	a.landHeld(ctx)
+}
+
+// stored marks the held messages up to upTo committed (or failed).
+func (a *channelActor) stored(ctx actor.Context, m *historyStored) {
+	for _, h := range a.hist.held {
+		if h.msg != nil && !h.stored && h.msg.seq <= m.upTo {
+			h.stored, h.failed = true, m.err != nil
+		}
+	}
+	a.landHeld(ctx)
+}
+
+// landHeld delivers and answers the held emits that may land, in order.
+func (a *channelActor) landHeld(ctx actor.Context) {
+	n := 0
+	for _, h := range a.hist.held {
+		if !h.stored && h.sink == nil {
+			break
+		}
+		n++
+		a.answerHeld(ctx, h)
+	}
+	clear(a.hist.held[:n])
+	a.hist.held = a.hist.held[n:]
+	if len(a.hist.held) == 0 {
+		a.hist.held = nil
+	}
+}
+
+func (a *channelActor) answerHeld(ctx actor.Context, h *heldEmit) {
+	if h.sink != nil {
+		h.sink.Send(errorFrame(&proto.Error{Code: h.code, Channel: a.core.name}))
+		return
+	}
+	m := h.pub
+	var res PublishResult
+	switch {
+	case h.failed:
+		res = settleEmit(ctx, m, a.usage, a.cfg.counters, proto.CodeUnavailable, PublishResult{})
+	case h.msg == nil:
+		res = settleEmit(ctx, m, a.usage, a.cfg.counters, h.out.err, PublishResult{Channel: h.out.channel})
+	default:
+		out := a.core.land(h.msg, m.At, h.out)
+		res = settleEmit(ctx, m, a.usage, a.cfg.counters, "",
+			PublishResult{Seq: out.seq, Subscribers: out.subscribers, Delivered: out.delivered, Channel: out.channel})
+	}
+	a.answer(m, res, h.msg)
+}
+
+// answer sends an emit's answer: the HTTP edge's, or the emitter's ack or
+// error frame.
+func (a *channelActor) answer(m *Publish, res PublishResult, msg *stamped) {
+	if m.Reply != nil {
+		m.Reply <- res
+		return
+	}
+	if res.Err != nil {
+		m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.core.name}))
+		return
+	}
+	m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.core.name, msg.seq)))
+}
+
+// dropHeld answers the held emits not yet committed service_unavailable
+// (the channel is stopping: such a message may still be stored, but it is
+// not delivered); those committed land.
+func (a *channelActor) dropHeld(ctx actor.Context) {
+	for _, h := range a.hist.held {
+		if !h.stored {
+			h.stored, h.failed = true, true
+		}
+	}
+	a.landHeld(ctx)
+}
+
+// storedReplay is the part of a subscribe's replay that comes from the
+// store: what the ring no longer covers after since, at most
+// HistoryReplayMax messages and HistoryReplayBytes (the newest), and
+// whether some message after since is missing all the same (gap). nil:
+// the ring covers since, or the store could not be read (the ring alone
+// answers, with its honest gap).
+func (a *channelActor) storedReplay(since float64, now time.Time) *storedReplay {
+	if !a.loadSeq() {
+		return nil
+	}
+	a.core.replay.expire(now)
+	low := a.core.replay.lowWater
+	if since >= float64(low) {
+		return nil
+	}
+	from := uint64(max(since, 0)) // floor: seqs are whole numbers
+	above := uint64(0)
+	if from > 0 {
+		above = from - 1 // the since message itself tells whether anything after it was swept
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
+	defer cancel()
+	rows, err := a.cfg.History.HistoryBefore(ctx, a.core.project, a.core.name, low+1, above, HistoryReplayMax+1)
+	if err != nil {
+		a.cfg.Logger.Warn("channel history: replay not read", "project", a.core.project, "channel", a.core.name, "err", err)
+		return nil
+	}
+	out := &storedReplay{gap: true}
+	if n := len(rows); n > 0 && rows[n-1].Seq == from && float64(from) == since && from > 0 {
+		rows, out.gap = rows[:n-1], false
+	}
+	if len(rows) > HistoryReplayMax {
+		rows, out.gap = rows[:HistoryReplayMax], true
+	}
+	bytes := 0
+	for i, r := range rows {
+		if bytes += len(r.Message); bytes > HistoryReplayBytes {
+			rows, out.gap = rows[:i], true
+			break
+		}
+	}
+	out.msgs = make([][]byte, len(rows))
+	for i, r := range rows {
+		out.msgs[len(rows)-1-i] = r.Message
+	}
+	return out
+}
+
+// storedReplay is the store's part of a replay (oldest first).
+type storedReplay struct {
+	msgs [][]byte
+	gap  bool
+}

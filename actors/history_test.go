@@ -1,0 +1,223 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/proto"
+)
+
+// memHistory is a HistoryStore in memory that can be made to fail, or to
+// hold its commits until released.
+type memHistory struct {
+	mu      sync.Mutex
+	recs    []HistoryRecord
+	fail    error
+	commits int
+	gate    chan struct{} // non-nil: each commit waits for a receive
+}
+
+func (h *memHistory) AppendHistory(ctx context.Context, recs []HistoryRecord) error {
+	if g := h.gateOf(); g != nil {
+		<-g
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.commits++
+	if h.fail != nil {
+		return h.fail
+	}
+	h.recs = append(h.recs, recs...)
+	return nil
+}
+
+func (h *memHistory) gateOf() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gate
+}
+
+func (h *memHistory) LastHistorySeq(ctx context.Context, project, channel string) (uint64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last uint64
+	for _, r := range h.recs {
+		if r.Project == project && r.Channel == channel {
+			last = max(last, r.Seq)
+		}
+	}
+	return last, h.fail
+}
+
+func (h *memHistory) HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]HistoryRecord, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []HistoryRecord
+	for i := len(h.recs) - 1; i >= 0 && len(out) < limit; i-- {
+		if r := h.recs[i]; r.Project == project && r.Channel == channel && r.Seq < before && r.Seq > above {
+			out = append(out, r)
+		}
+	}
+	return out, h.fail
+}
+
+func (h *memHistory) set(fail error) {
+	h.mu.Lock()
+	h.fail = fail
+	h.mu.Unlock()
+}
+
+func (h *memHistory) stored() []HistoryRecord {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]HistoryRecord(nil), h.recs...)
+}
+
+func historySystem(t *testing.T, h *memHistory, retention time.Duration) *System {
+	return newTestSystem(t, Config{History: h, LoadSettings: func(context.Context, string) (Settings, error) {
+		return Settings{HistoryRetention: retention}, nil
+	}})
+}
+
+// TestHistoryAckMeansStored: with history on, an HTTP emit is answered once
+// its message is committed (the record is there when the answer is), and
+// it is delivered as before; a store that fails answers 503 and delivers
+// nothing (nor keeps it for replay); once it works again, emits go on with
+// a higher seq. With history off nothing is stored.
+func TestHistoryAckMeansStored(t *testing.T) {
+	h := &memHistory{}
+	sys := historySystem(t, h, time.Hour)
+	sub := subscribeOne(t, sys, "p1", "room", 1)
+	var seqs []uint64
+	for i := range 3 {
+		res, err := sys.Publish(context.Background(), "p1", "room", []byte(`{"n":1}`))
+		if err != nil || res.Err != nil {
+			t.Fatalf("emit %d: %v %v", i, err, res.Err)
+		}
+		recs := h.stored()
+		if len(recs) != i+1 || recs[i].Seq != res.Seq || string(recs[i].Message) != `{"channel":"room","payload":{"n":1},"seq":`+itoa(res.Seq)+`}` {
+			t.Fatalf("answered before stored: %+v (seq %d)", recs, res.Seq)
+		}
+		if res.Subscribers != 1 || res.Delivered != 1 {
+			t.Fatalf("counts %+v", res)
+		}
+		seqs = append(seqs, res.Seq)
+	}
+	waitFor(t, "deliveries", func() bool { return len(sub.messages(t)) == 4 })
+
+	h.set(errors.New("store down"))
+	res, err := sys.Publish(context.Background(), "p1", "room", []byte(`{"n":2}`))
+	if err != nil || res.Err == nil || res.Err.Code != proto.CodeUnavailable {
+		t.Fatalf("a failed commit: %+v %v", res, err)
+	}
+	h.set(nil)
+	res, err = sys.Publish(context.Background(), "p1", "room", []byte(`{"n":3}`))
+	if err != nil || res.Err != nil || res.Seq <= seqs[2]+1 {
+		t.Fatalf("after the store is back: %+v %v", res, err)
+	}
+	waitFor(t, "the next delivery", func() bool { return len(sub.messages(t)) == 5 })
+	for _, m := range sub.messages(t)[1:] {
+		if p := m["payload"].(map[string]any); p["n"] == 2.0 {
+			t.Fatalf("a message the store refused was delivered: %v", m)
+		}
+	}
+	late := &sink{id: 9}
+	sess := openConn(sys, "p1", late)
+	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"room","since":` + itoa(seqs[2]) + `}`))
+	waitFor(t, "the replay", func() bool { return len(late.messages(t)) == 2 })
+	if m := late.messages(t); m[0]["seq"] != float64(res.Seq) || m[1]["action"] != "subscribe" {
+		t.Fatalf("replay after the failed commit: %v", m)
+	}
+
+	off := &memHistory{}
+	sysOff := historySystem(t, off, 0)
+	if res, err := sysOff.Publish(context.Background(), "p1", "room", []byte(`{}`)); err != nil || res.Err != nil {
+		t.Fatal(res.Err, err)
+	}
+	if len(off.stored()) != 0 || off.commits != 0 {
+		t.Fatalf("history off stored %v", off.stored())
+	}
+}
+
+// TestHistoryOrderAndBatches: emits that arrive while a commit runs go in
+// the next commit, together; they are delivered and acknowledged in seq
+// order, a client-emit refusal behind them waiting its turn.
+func TestHistoryOrderAndBatches(t *testing.T) {
+	h := &memHistory{gate: make(chan struct{})}
+	sys := historySystem(t, h, time.Hour)
+	sub := subscribeOne(t, sys, "p1", "room", 1)
+	const n = 50
+	answers := make(chan PublishResult, n)
+	for range n {
+		go func() {
+			res, _ := sys.Publish(context.Background(), "p1", "room", []byte(`{}`))
+			answers <- res
+		}()
+	}
+	waitFor(t, "the emits to queue", func() bool { return len(sys.cfg.historyWriter.q) >= n-1 })
+	h.gate <- struct{}{} // the first commit
+	h.gate <- struct{}{} // every other emit in one
+	h.mu.Lock()
+	h.gate = nil
+	h.mu.Unlock()
+	for range n {
+		if res := <-answers; res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if h.commits != 2 || len(h.stored()) != n {
+		t.Fatalf("%d commits of %d messages, want 2 of %d", h.commits, len(h.stored()), n)
+	}
+	waitFor(t, "deliveries", func() bool { return len(sub.messages(t)) == n+1 })
+	last := 0.0
+	for _, m := range sub.messages(t)[1:] {
+		if s := m["seq"].(float64); s <= last {
+			t.Fatalf("out of order: %v after %v", s, last)
+		}
+		last = m["seq"].(float64)
+	}
+}
+
+// TestHistoryReplayFromStore: a since older than the ring reaches back
+// through the store: the same frames, in seq order, no replay_gap when the
+// since message is stored, and one (with the newest HistoryReplayMax) when
+// more is asked for; a channel that starts again continues seq above the
+// stored last one.
+func TestHistoryReplayFromStore(t *testing.T) {
+	h := &memHistory{}
+	for seq := uint64(1); seq <= HistoryReplayMax+10; seq++ {
+		h.recs = append(h.recs, HistoryRecord{Project: "p1", Channel: "room", Seq: seq,
+			Message: []byte(`{"channel":"room","payload":` + itoa(seq) + `,"seq":` + itoa(seq) + `}`)})
+	}
+	future := uint64(time.Now().Add(time.Hour).UnixMicro()) // a seq above the clock's
+	h.recs = append(h.recs, HistoryRecord{Project: "p1", Channel: "later", Seq: future, Message: []byte(`{}`)})
+	sys := historySystem(t, h, time.Hour)
+
+	k := &sink{id: 1}
+	sess := openConn(sys, "p1", k)
+	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"room","since":1000}`))
+	waitFor(t, "the replay", func() bool { return len(k.messages(t)) == 11 })
+	for i, m := range k.messages(t)[:10] {
+		if m["seq"] != float64(1001+i) || m["replay"] != true || m["payload"] != float64(1001+i) {
+			t.Fatalf("replayed %d: %v", i, m)
+		}
+	}
+	k2 := &sink{id: 2}
+	sess2 := openConn(sys, "p1", k2)
+	sess2.HandleMessage([]byte(`{"action":"subscribe","channel":"room","since":3}`))
+	waitFor(t, "the bounded replay", func() bool { return len(k2.messages(t)) == HistoryReplayMax+2 })
+	m := k2.messages(t)
+	if m[0]["type"] != "replay_gap" || m[1]["seq"] != float64(11) || m[HistoryReplayMax]["seq"] != float64(HistoryReplayMax+10) {
+		t.Fatalf("bounded replay: %v %v %v", m[0], m[1], m[HistoryReplayMax])
+	}
+	res, err := sys.Publish(context.Background(), "p1", "later", []byte(`{}`))
+	if err != nil || res.Err != nil || res.Seq != future+1 {
+		t.Fatalf("seq after the stored last: %d, want %d (%v %v)", res.Seq, future+1, err, res.Err)
+	}
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/store"
+)
+
+// GET /channels/{channel}/messages on a project whose channel history is on
+// (README › Channel history), on one node: the store answers, paging
+// forwards (since) and backwards (before), limit messages a page (1–1000,
+// 100 when absent), oldest first, exactly as subscribers got them, with
+// more: true when the page was cut at limit (ask again with since = the
+// last seq, or before = the first). gap, with since: the message since
+// names is no longer stored (swept, or never stored), so some after it may
+// be missing. A project with history off (and any project in a cluster)
+// gets the ring's answer, as SPEC.md says.
+
+const (
+	defaultHistoryLimit = 100
+	maxHistoryLimit     = 1000
+)
+
+type historyPage struct {
+	Channel  string            `json:"channel"`
+	Messages []json.RawMessage `json:"messages"`
+	Gap      bool              `json:"gap"`
+	More     bool              `json:"more"`
+}
+
+// historyMessages answers a messages query from the store when the
+// project's history is on; false when it did not answer (the ring does).
+func (s *Server) historyMessages(w http.ResponseWriter, r *http.Request) bool {
+	if s.actors == nil || s.actors.Cluster() != nil {
+		return false
+	}
+	projectID, leave, ok := s.queryProject(w, r)
+	if !ok {
+		return true
+	}
+	defer leave()
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
+	st, err := s.store.Settings(ctx, projectID)
+	if err != nil || st.HistoryRetentionSeconds == 0 {
+		return false // the ring answers (a store that fails here answers there too, from memory)
+	}
+	channel := r.PathValue("channel")
+	if !proto.ValidChannel(channel) {
+		writeError(w, proto.CodeInvalidChannel, "channel", channel)
+		return true
+	}
+	q := r.URL.Query()
+	limit := defaultHistoryLimit
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 || n > maxHistoryLimit {
+			writeError(w, proto.CodeInvalidQuery, "param", "limit")
+			return true
+		}
+		limit = n
+	}
+	var since, before uint64
+	hasSince, hasBefore := q.Has("since"), q.Has("before")
+	if hasSince {
+		if since, ok = querySince(q.Get("since")); !ok {
+			writeError(w, proto.CodeInvalidSince)
+			return true
+		}
+	}
+	if hasBefore {
+		if before, ok = querySince(q.Get("before")); !ok {
+			writeError(w, proto.CodeInvalidQuery, "param", "before")
+			return true
+		}
+	}
+	page, err := s.readHistory(ctx, projectID, channel, hasSince, since, hasBefore, before, limit)
+	if err != nil {
+		s.queryFailed(w, projectID, err)
+		return true
+	}
+	writeJSON(w, http.StatusOK, page)
+	return true
+}
+
+// readHistory is one page: with before, the newest limit messages below it
+// (and above since, if given); else with since, the oldest limit above it;
+// else the newest limit.
+func (s *Server) readHistory(ctx context.Context, projectID, channel string, hasSince bool, since uint64, hasBefore bool, before uint64, limit int) (historyPage, error) {
+	page := historyPage{Channel: channel, Messages: []json.RawMessage{}}
+	above := uint64(0) // since's own row tells whether anything after it is gone
+	if hasSince && since > 0 {
+		above = since - 1
+	}
+	var rows []store.HistoryMessage
+	var err error
+	if hasBefore || !hasSince {
+		if !hasBefore {
+			before = 1 << 62
+		}
+		rows, err = s.store.HistoryBefore(ctx, projectID, channel, before, above, limit+2)
+		if n := len(rows); n > 0 && hasSince && uint64(rows[n-1].Seq) == since {
+			rows = rows[:n-1]
+		} else if hasSince {
+			page.Gap = len(rows) < limit+2 // every row above since was read, and since's is not among them
+		}
+		if len(rows) > limit {
+			rows, page.More = rows[:limit], true
+		}
+		slices.Reverse(rows)
+	} else {
+		rows, err = s.store.HistoryAfter(ctx, projectID, channel, above, limit+2)
+		if len(rows) > 0 && since > 0 && uint64(rows[0].Seq) == since {
+			rows = rows[1:]
+		} else {
+			page.Gap = true
+		}
+		if len(rows) > limit {
+			rows, page.More = rows[:limit], true
+		}
+	}
+	if err != nil {
+		return page, err
+	}
+	for _, m := range rows {
+		page.Messages = append(page.Messages, json.RawMessage(m.Message))
+	}
+	return page, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayhq/relay/store/storetest"
+)
+
+// historyMsg is a stored message's exact body.
+func historyMsg(seq uint64, n int) string {
+	return fmt.Sprintf(`{"channel":"room","payload":{"n":%d},"seq":%d}`, n, seq)
+}
+
+// TestChannelHistory, on both stores: a project with history on. An emit
+// is answered once its message is stored (the row is there when the 200
+// is); GET /channels/{channel}/messages pages forwards and backwards with
+// exact bodies; after a restart the history is kept, a since across the
+// restart gets every message with no replay_gap, and seq goes on above the
+// stored last one.
+func TestChannelHistory(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("history")
+		owner.do("PATCH", "/api/projects/"+p.id+"/settings", `{"historyRetentionSeconds":3600}`).expect(t, http.StatusOK,
+			cpSettings(p.id, nil, false, false, nil, false, 3600))
+		ws := ts.dialWS(p.publicKey)
+		ws.send(`{"action":"subscribe","channel":"room"}`)
+		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		var seqs []uint64
+		for i := range 5 {
+			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
+			seq := uint64(num(r.json, "seq"))
+			rows, err := ts.app.store.HistoryAfter(t.Context(), p.id, "room", seq-1, 2)
+			if err != nil || len(rows) != 1 || rows[0].Message != historyMsg(seq, i) {
+				t.Fatalf("emit %d answered, stored %+v %v", i, rows, err)
+			}
+			ws.expect(historyMsg(seq, i))
+			seqs = append(seqs, seq)
+		}
+		page := func(query, want string) {
+			t.Helper()
+			owner.bearerGet("/channels/room/messages"+query, p.secretKey).expect(t, http.StatusOK, want)
+		}
+		body := func(gap, more bool, idx ...int) string {
+			var msgs []string
+			for _, i := range idx {
+				msgs = append(msgs, historyMsg(seqs[i], i))
+			}
+			return fmt.Sprintf(`{"channel":"room","messages":[%s],"gap":%v,"more":%v}`, strings.Join(msgs, ","), gap, more)
+		}
+		page("?limit=2", body(false, true, 3, 4))
+		page(fmt.Sprintf("?before=%d&limit=2", seqs[3]), body(false, true, 1, 2))
+		page(fmt.Sprintf("?before=%d&limit=2", seqs[1]), body(false, false, 0))
+		page(fmt.Sprintf("?since=%d&limit=2", seqs[0]), body(false, true, 1, 2))
+		page(fmt.Sprintf("?since=%d&limit=2", seqs[2]), body(false, false, 3, 4))
+		page(fmt.Sprintf("?since=%d&before=%d", seqs[0], seqs[3]), body(false, false, 1, 2))
+		page("?since=0", body(true, false, 0, 1, 2, 3, 4))
+		page("", body(false, false, 0, 1, 2, 3, 4))
+		owner.bearerGet("/channels/room/messages?limit=0", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
+		owner.bearerGet("/channels/room/messages?before=x", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"before"}`)
+		ws.conn.Close()
+
+		// A restart: the ring is gone, the store is not.
+		ts.stop()
+		ts = startServer(t, dbURL, nil)
+		ws = ts.dialWS(p.publicKey)
+		ws.send(fmt.Sprintf(`{"action":"subscribe","channel":"room","since":%d}`, seqs[1]))
+		for i := 2; i < 5; i++ {
+			ws.expect(strings.TrimSuffix(historyMsg(seqs[i], i), "}") + `,"replay":true}`)
+		}
+		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		r := ts.client().emit(p.secretKey, `{"channel":"room","payload":{"n":5}}`)
+		if seq := uint64(num(r.json, "seq")); seq <= seqs[4] {
+			t.Fatalf("seq after the restart %d, not above %d", seq, seqs[4])
+		}
+		ws.expect(historyMsg(uint64(num(r.json, "seq")), 5))
+		ws.conn.Close()
+	})
+}
+
+// TestChannelHistoryOffByDefault: a project that never turns history on
+// stores nothing and gets the ring's answer, body for body as before.
+func TestChannelHistoryOffByDefault(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("plain")
+		r := owner.emit(p.secretKey, `{"channel":"room","payload":{"n":0}}`)
+		seq := uint64(num(r.json, "seq"))
+		owner.bearerGet("/channels/room/messages", p.secretKey).expect(t, http.StatusOK,
+			`{"channel":"room","messages":[`+historyMsg(seq, 0)+`],"gap":false}`)
+		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.id, "room"); err != nil || last != 0 {
+			t.Fatalf("history off stored up to %d (%v)", last, err)
+		}
+		ws := ts.dialWS(p.publicKey)
+		ws.send(`{"action":"subscribe","channel":"room","since":1}`)
+		ws.expect(`{"type":"replay_gap","channel":"room","since":1}`)
+		ws.expect(strings.TrimSuffix(historyMsg(seq, 0), "}") + `,"replay":true}`)
+		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		_ = time.Second
+	})
+}
