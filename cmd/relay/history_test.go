@@ -105,3 +105,31 @@ func TestChannelHistoryOffByDefault(t *testing.T) {
 		_ = time.Second
 	})
 }
+
+// TestChannelHistorySweep, on both stores: the background sweep deletes
+// what is past the project's retention (its clock), and a since that
+// reached it gets a replay_gap; what is younger stays.
+func TestChannelHistorySweep(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		clock := newClock()
+		ts := startServerAt(t, dbURL, nil, clock.Now)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("sweep")
+		owner.do("PATCH", "/api/projects/"+p.id+"/settings", `{"historyRetentionSeconds":60}`).expect(t, http.StatusOK,
+			cpSettings(p.id, nil, false, false, nil, false, 60))
+		var seqs []uint64
+		for i := range 3 {
+			if i == 2 {
+				clock.Advance(50 * time.Second)
+			}
+			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
+			seqs = append(seqs, uint64(num(r.json, "seq")))
+		}
+		clock.Advance(30 * time.Second) // the first two are 80 s old, the third 30 s
+		ts.app.sweepHistory(t.Context())
+		owner.bearerGet("/channels/room/messages", p.secretKey).expect(t, http.StatusOK,
+			`{"channel":"room","messages":[`+historyMsg(seqs[2], 2)+`],"gap":false,"more":false}`)
+		owner.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", seqs[0]), p.secretKey).expect(t, http.StatusOK,
+			`{"channel":"room","messages":[`+historyMsg(seqs[2], 2)+`],"gap":true,"more":false}`)
+	})
+}

@@ -165,23 +165,26 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // app is a started service: what start built and shutdown tears down.
 type app struct {
-	log       *slog.Logger
-	now       func() time.Time
-	store     *store.Store
-	actors    *actors.System
-	webhooks  *webhook.Dispatcher
-	usage     *usageRollup
-	transport *transport.Server
-	api       *api.Server
-	public    *http.Server
-	debug     *http.Server // nil when RELAY_DEBUG_ADDR is empty
-	addr      net.Addr     // bound public address (useful when RELAY_ADDR ends in :0)
-	debugAddr net.Addr
-	httpConns *connLimit // the public listener's MAX_HTTP_CONNECTIONS and its shares per address
-	served    chan error
-	stopJobs  context.CancelFunc
-	jobsDone  sync.WaitGroup
-	cluster   *actors.Cluster // nil on one node (cluster.go)
+	// sweepHistory deletes channel history past its project's retention,
+	// bounded per run (historySweep*); a background job.
+	sweepHistory func(context.Context)
+	log          *slog.Logger
+	now          func() time.Time
+	store        *store.Store
+	actors       *actors.System
+	webhooks     *webhook.Dispatcher
+	usage        *usageRollup
+	transport    *transport.Server
+	api          *api.Server
+	public       *http.Server
+	debug        *http.Server // nil when RELAY_DEBUG_ADDR is empty
+	addr         net.Addr     // bound public address (useful when RELAY_ADDR ends in :0)
+	debugAddr    net.Addr
+	httpConns    *connLimit // the public listener's MAX_HTTP_CONNECTIONS and its shares per address
+	served       chan error
+	stopJobs     context.CancelFunc
+	jobsDone     sync.WaitGroup
+	cluster      *actors.Cluster // nil on one node (cluster.go)
 }
 
 // start opens the store, binds the listener and serves in the background. It
@@ -317,6 +320,12 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	// Keys revoked or rotated by another process (relay admin, a node of
 	// another cluster) are refused here within about a second.
 	a.every(jobs, time.Second, a.api.WatchKeyChanges)
+	// Channel history past its retention, beside the emits (which never
+	// wait for it): short statements, a bounded run.
+	a.sweepHistory = a.pruner("channel history", func(ctx context.Context, now time.Time) (int64, error) {
+		return a.store.SweepHistory(ctx, now, historySweepBatch, historySweepMax)
+	})
+	a.every(jobs, historySweepEvery, a.sweepHistory)
 	a.every(jobs, 10*time.Minute, a.pruner("key changes", func(ctx context.Context, now time.Time) (int64, error) {
 		return a.store.PruneKeyChanges(ctx, now.Add(-keyChangesKept))
 	}))
@@ -365,6 +374,15 @@ func (a *app) every(ctx context.Context, period time.Duration, job func(context.
 // pruner deletes stored rows that can no longer matter at the app's now:
 // token revocations no token can match, ended sessions whose cookies are
 // refused for their age anyway.
+// The retention sweep of channel history: every historySweepEvery, rows
+// deleted historySweepBatch a statement, at most historySweepMax a run (a
+// backlog takes several runs).
+const (
+	historySweepEvery = 30 * time.Second
+	historySweepBatch = 1000
+	historySweepMax   = 20000
+)
+
 func (a *app) pruner(what string, prune func(context.Context, time.Time) (int64, error)) func(context.Context) {
 	return func(ctx context.Context) {
 		n, err := prune(ctx, a.now())
