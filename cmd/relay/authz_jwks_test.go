@@ -29,49 +29,11 @@ import (
 // the set is refused at the handshake. A server with the SSRF guard on
 // (the default) refuses the same token: it will not fetch from loopback.
 func TestJWKSChannelAuthorization(t *testing.T) {
-	priv, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := jwk.FromRaw(&priv.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = pub.Set(jwk.KeyIDKey, "k1")
-	_ = pub.Set(jwk.AlgorithmKey, jwa.RS256)
-	set := jwk.NewSet()
-	_ = set.AddKey(pub)
-	body, _ := json.Marshal(set)
-	var fetches atomic.Int64
-	keys := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fetches.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(body)
-	}))
-	defer keys.Close()
-	jwksURL := keys.URL + "/.well-known/jwks.json"
-
-	sign := func(key any, kid string, claims map[string]any) string {
-		t.Helper()
-		b := jwt.NewBuilder()
-		for k, v := range claims {
-			b = b.Claim(k, v)
-		}
-		tok, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := jws.NewHeaders()
-		_ = h.Set(jws.KeyIDKey, kid)
-		out, err := jwt.Sign(tok, jwt.WithKey(jwa.RS256, key, jws.WithProtectedHeaders(h)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(out)
-	}
+	js := newJWKSServer(t)
+	priv, body, jwksURL := js.priv, js.body, js.url
 	exp := func() int64 { return time.Now().Add(time.Hour).Unix() }
 	token := func() string {
-		return sign(priv, "k1", map[string]any{"sub": "user-42", "exp": exp(),
+		return signRS256(t, priv, "k1", map[string]any{"sub": "user-42", "exp": exp(),
 			"channels": map[string]any{"private-user-42": []any{"subscribe", "presence"}}})
 	}
 
@@ -83,7 +45,7 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 		on := owner.do("PATCH", path, `{"authorization":true,"jwksUrl":"`+jwksURL+`"}`)
 		on.expect(t, http.StatusOK, cpAuthorizationJWKS(true, on.str("secret"), nil, jwksURL))
 
-		before := fetches.Load()
+		before := js.fetches.Load()
 		u42 := ts.dialWithToken(p.publicKey, token())
 		u42.send(`{"action":"subscribe","channel":"private-user-42","presence":true,"clientId":"user-42"}`)
 		u42.expect(`{"action":"subscribe","channel":"private-user-42","ok":true}`)
@@ -100,10 +62,10 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 		// A refresh and a subscribe token signed with the same key.
 		u42.send(`{"action":"refresh","token":"` + token() + `"}`)
 		u42.expect(`{"action":"refresh","ok":true}`)
-		doc := sign(priv, "k1", map[string]any{"ch": "private-doc-9", "sub": "user-42", "exp": exp()})
+		doc := signRS256(t, priv, "k1", map[string]any{"ch": "private-doc-9", "sub": "user-42", "exp": exp()})
 		u42.send(`{"action":"subscribe","channel":"private-doc-9","token":"` + doc + `"}`)
 		u42.expect(`{"action":"subscribe","channel":"private-doc-9","ok":true}`)
-		if n := fetches.Load() - before; n != 1 {
+		if n := js.fetches.Load() - before; n != 1 {
 			t.Fatalf("%d fetches of the JWKS, want 1 (cached)", n)
 		}
 
@@ -122,7 +84,7 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 		handshake := func(token string) response {
 			return ts.handshake("/ws?publicKey=" + url.QueryEscape(p.publicKey) + "&token=" + url.QueryEscape(token))
 		}
-		handshake(sign(other, "k1", map[string]any{"sub": "x", "exp": exp()})).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
+		handshake(signRS256(t, other, "k1", map[string]any{"sub": "x", "exp": exp()})).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
 		confused, _ := jwt.Sign(must(jwt.NewBuilder().Subject("x").Expiration(time.Now().Add(time.Hour)).Build()), jwt.WithKey(jwa.HS256, body))
 		handshake(string(confused)).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
 
@@ -132,9 +94,9 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 		q := bob.createProject("guarded")
 		bob.do("PATCH", "/api/projects/"+q.id+"/authorization", `{"authorization":true,"jwksUrl":"`+jwksURL+`"}`).expect(t, http.StatusOK,
 			cpAuthorizationJWKS(true, bob.do("GET", "/api/projects/"+q.id+"/authorization", "").str("secret"), nil, jwksURL))
-		before = fetches.Load()
+		before = js.fetches.Load()
 		guarded.handshake("/ws?publicKey="+url.QueryEscape(q.publicKey)+"&token="+url.QueryEscape(token())).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
-		if fetches.Load() != before {
+		if js.fetches.Load() != before {
 			t.Fatal("the guarded server fetched from loopback")
 		}
 	})
@@ -145,4 +107,59 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// jwksServer serves a JWKS of one RSA key (kid k1, RS256) on loopback and
+// counts its fetches.
+type jwksServer struct {
+	url     string
+	priv    *rsa.PrivateKey
+	body    []byte // the set as served
+	fetches atomic.Int64
+}
+
+func newJWKSServer(t testing.TB) *jwksServer {
+	t.Helper()
+	priv, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := jwk.FromRaw(&priv.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = pub.Set(jwk.KeyIDKey, "k1")
+	_ = pub.Set(jwk.AlgorithmKey, jwa.RS256)
+	set := jwk.NewSet()
+	_ = set.AddKey(pub)
+	js := &jwksServer{priv: priv}
+	js.body, _ = json.Marshal(set)
+	keys := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		js.fetches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(js.body)
+	}))
+	t.Cleanup(keys.Close)
+	js.url = keys.URL + "/.well-known/jwks.json"
+	return js
+}
+
+// signRS256 signs claims RS256 with key, the header naming kid.
+func signRS256(t testing.TB, key any, kid string, claims map[string]any) string {
+	t.Helper()
+	b := jwt.NewBuilder()
+	for k, v := range claims {
+		b = b.Claim(k, v)
+	}
+	tok, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := jws.NewHeaders()
+	_ = h.Set(jws.KeyIDKey, kid)
+	out, err := jwt.Sign(tok, jwt.WithKey(jwa.RS256, key, jws.WithProtectedHeaders(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }

@@ -8,17 +8,13 @@ package main
 import (
 	"crypto/rand"
 	"crypto/rsa"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 
@@ -45,45 +41,8 @@ func TestClusterAuthorization(t *testing.T) {
 	began := time.Now()
 
 	// The project's own keys, served on loopback (the nodes may fetch there).
-	priv, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := jwk.FromRaw(&priv.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = pub.Set(jwk.KeyIDKey, "k1")
-	_ = pub.Set(jwk.AlgorithmKey, jwa.RS256)
-	set := jwk.NewSet()
-	_ = set.AddKey(pub)
-	setBody, _ := json.Marshal(set)
-	var fetches atomic.Int64
-	keys := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fetches.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(setBody)
-	}))
-	t.Cleanup(keys.Close)
-	jwksURL := keys.URL + "/.well-known/jwks.json"
-	signRS256 := func(claims map[string]any) string {
-		t.Helper()
-		b := jwt.NewBuilder()
-		for k, v := range claims {
-			b = b.Claim(k, v)
-		}
-		tok, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := jws.NewHeaders()
-		_ = h.Set(jws.KeyIDKey, "k1")
-		out, err := jwt.Sign(tok, jwt.WithKey(jwa.RS256, priv, jws.WithProtectedHeaders(h)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(out)
-	}
+	js := newJWKSServer(t)
+	jwksURL := js.url
 
 	cl := startCluster(t, 10*time.Second, []string{"A", "B"}, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true")
 	tsA, tsB := cl.nodes[0].on(t), cl.nodes[1].on(t)
@@ -216,7 +175,7 @@ func TestClusterAuthorization(t *testing.T) {
 	r = owner.do("PATCH", authzPath, `{"jwksUrl":"`+jwksURL+`"}`)
 	answered = time.Now()
 	r.expect(t, http.StatusOK, cpAuthorizationJWKS(true, secret, nil, jwksURL))
-	rs := signRS256(map[string]any{"sub": "user-9", "exp": time.Now().Add(time.Hour).Unix(),
+	rs := signRS256(t, js.priv, "k1", map[string]any{"sub": "user-9", "exp": time.Now().Add(time.Hour).Unix(),
 		"channels": map[string]any{"private-user-9": []any{"subscribe", "presence"}}})
 	within("jwksUrl: B verifies an RS256 token of the set at the handshake", answered, func() error {
 		if r := handshake(tsB, rs); r.status != http.StatusSwitchingProtocols {
@@ -245,7 +204,7 @@ func TestClusterAuthorization(t *testing.T) {
 	for _, ts := range []*testServer{tsA, tsB} {
 		handshake(ts, string(forged)).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
 	}
-	if n := fetches.Load(); n < 2 {
+	if n := js.fetches.Load(); n < 2 {
 		t.Fatalf("the JWKS was fetched %d times, want at least once by each node", n)
 	} else {
 		t.Logf("the JWKS was fetched %d times by the two nodes", n)
