@@ -99,9 +99,7 @@ func (a *channelActor) Receive(ctx actor.Context) {
 // subscribers before the panic: the 503 says it failed, not that nobody got it.
 func (a *channelActor) publishTaken(ctx actor.Context, m *Publish) {
 	if m.Reply == nil {
-		if res := a.publish(ctx, m); res.Err != nil {
-			m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.core.name}))
-		}
+		a.answer(m, a.publish(ctx, m))
 		return
 	}
 	answered := false
@@ -114,22 +112,17 @@ func (a *channelActor) publishTaken(ctx actor.Context, m *Publish) {
 	answered = true
 }
 
-// publish has the core decide an emit (proto/PROTOCOL.md › POST /emit); a
-// client emit's emitter gets the emit ack.
+// publish has the core decide an emit (proto/PROTOCOL.md › POST /emit).
 func (a *channelActor) publish(ctx actor.Context, m *Publish) PublishResult {
 	e := a.emitRequest(m)
-	out := a.core.publish(e)
-	res := settleEmit(ctx, m, a.usage, a.cfg.counters, out.err,
+	out := a.core.publish(&e)
+	return settleEmit(ctx, m, a.usage, a.cfg.counters, out.err,
 		PublishResult{Seq: out.seq, Subscribers: out.subscribers, Delivered: out.delivered, Channel: out.channel})
-	if out.err == "" && e.client {
-		m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.core.name, out.seq)))
-	}
-	return res
 }
 
-// emitRequest is m as the core decides it.
-func (a *channelActor) emitRequest(m *Publish) *emitRequest {
-	e := &emitRequest{payload: m.Payload, at: m.At, limit: m.channelLimit, projectDenied: m.projectDenied, accepted: m.At.UnixNano()}
+// emitRequest is m as the core decides it (a value: it stays on the stack).
+func (a *channelActor) emitRequest(m *Publish) emitRequest {
+	e := emitRequest{payload: m.Payload, at: m.At, limit: m.channelLimit, projectDenied: m.projectDenied, accepted: m.At.UnixNano()}
 	if m.origin != nil {
 		e.client, e.conn, e.clientID, e.msgType = true, m.origin.ID(), m.clientID, m.msgType
 	}

@@ -51,7 +51,7 @@ func (f *channelFanout) deliver(frame []byte, skip uint64, accepted, now int64) 
 	if len(gone) > 0 {
 		f.counters.Drops.Add(int64(len(gone)))
 	}
-	f.usage.health.fanout(noEmit, delivered, len(gone), now)
+	f.usage.health.fanout(delivered, len(gone), now)
 	return gone
 }
 

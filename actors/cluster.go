@@ -428,13 +428,19 @@ func (c *Cluster) ownerAddress(kind, identity string) string {
 	return c.view.Load().owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
 }
 
-// send posts a channel message, counting those that leave this node. It
-// names the sending actor: a grain takes a Ref only from its node (sentBy).
+// send posts a channel message, counting those that leave this node. A
+// message that names a Ref goes with its sender, which the receiver checks
+// against it (refsItsSender); the others (a delivery per message and
+// relay) go without one.
 func (c *Cluster) send(ctx actor.Context, to *actor.PID, msg any) {
 	if to.Address != ctx.Self().Address {
 		c.crossNode.Add(1)
 	}
-	ctx.Request(to, msg)
+	if _, named := refOf(msg); named {
+		ctx.Request(to, msg)
+		return
+	}
+	ctx.Send(to, msg)
 }
 
 // replayBytes is the count of replay bytes held by a project's channel

@@ -334,9 +334,12 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	}
 	res := &clusterpb.ChannelPublished{}
 	g.answered.remember(m.Id, now, res)
-	o := g.core.publish(&emitRequest{payload: m.Payload, at: now, limit: g.channelLimit(m), projectDenied: m.ProjectDenied,
-		client: m.Client, node: refKey(m.ReplyTo), conn: m.OriginConn, clientID: m.ClientId, msgType: m.MsgType,
-		accepted: m.AtUnixNano, publishID: m.Id})
+	e := emitRequest{payload: m.Payload, at: now, limit: g.channelLimit(m), projectDenied: m.ProjectDenied,
+		client: m.Client, conn: m.OriginConn, clientID: m.ClientId, msgType: m.MsgType, accepted: m.AtUnixNano, publishID: m.Id}
+	if e.client { // the emitter's node: only a client emit is checked against, and skips, its emitter
+		e.node = refKey(m.ReplyTo)
+	}
+	o := g.core.publish(&e)
 	res.Seq, res.Subscribers, res.Delivered, res.Error = o.seq, int32(o.subscribers), int32(o.delivered), string(o.err)
 	if o.err != proto.CodeEmitIdentityMismatch {
 		res.Channel = budgetToProto(o.channel)

@@ -307,13 +307,7 @@ func (r *channelRelay) published(ctx actor.Context, m *clusterpb.ChannelPublishe
 		}
 		return
 	}
-	p.done = true
-	if res.Err != nil {
-		res.Err.Channel = r.name
-		p.frame = errorFrame(res.Err)
-	} else {
-		p.frame = transport.TextFrame(proto.AppendEmitAck(nil, r.name, m.Seq))
-	}
+	p.done, p.frame = true, emitAnswerFrame(r.name, res)
 	r.flushAnswers(p.sink.ID())
 }
 

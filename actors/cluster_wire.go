@@ -277,13 +277,8 @@ func (c *Cluster) refuseContent(what, value string) {
 // messages sent there). Such a message without a sender is refused: ours
 // are sent with one (Cluster.send). Other messages pass.
 func (c *Cluster) refsItsSender(ctx actor.Context, msg any) bool {
-	var ref *clusterpb.Ref
-	switch m := msg.(type) {
-	case interface{ GetRelay() *clusterpb.Ref }:
-		ref = m.GetRelay()
-	case interface{ GetReplyTo() *clusterpb.Ref }:
-		ref = m.GetReplyTo()
-	default:
+	ref, named := refOf(msg)
+	if !named {
 		return true
 	}
 	if s := ctx.Sender(); s != nil && ref != nil && s.Address == ref.Address {
@@ -291,6 +286,18 @@ func (c *Cluster) refsItsSender(ctx actor.Context, msg any) bool {
 	}
 	c.refuseContent("ref not at its sender's address", ref.GetAddress())
 	return false
+}
+
+// refOf is the relay or reply-to a message names; named is false for a
+// message that names none.
+func refOf(msg any) (ref *clusterpb.Ref, named bool) {
+	switch m := msg.(type) {
+	case interface{ GetRelay() *clusterpb.Ref }:
+		return m.GetRelay(), true
+	case interface{ GetReplyTo() *clusterpb.Ref }:
+		return m.GetReplyTo(), true
+	}
+	return nil, false
 }
 
 // sentByMember: the message came from the node of member id in the latest

@@ -142,6 +142,15 @@ func (a *connActor) refresh(ctx actor.Context, token string) {
 	ctx.Send(a.project, &tokenRefreshed{sink: a.sink, ident: id}) // it answers: ok, or 4012 for a revoked token
 }
 
+// emitAnswerFrame is a client emit's answer on its socket: the emit ack,
+// or its refusal naming the channel.
+func emitAnswerFrame(channel string, res PublishResult) []byte {
+	if res.Err != nil {
+		return errorFrame(&proto.Error{Code: res.Err.Code, Channel: channel})
+	}
+	return transport.TextFrame(proto.AppendEmitAck(nil, channel, res.Seq))
+}
+
 func errorFrame(e *proto.Error) []byte { return transport.TextFrame(proto.AppendError(nil, e)) }
 
 // pongFrame is compiled once: a pong goes out without touching any actor.

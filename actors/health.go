@@ -149,10 +149,6 @@ func (h *projectHealth) add(c healthCounter, n int64, now int64) {
 	h.touch(now)
 }
 
-// noEmit is fanout's emit kind for deliveries of an emit counted elsewhere
-// (a cluster relay writing what another node accepted).
-const noEmit healthCounter = -1
-
 // emitKind is the counter of an accepted emit: a client's or an HTTP one.
 func emitKind(client bool) healthCounter {
 	if client {
@@ -161,16 +157,13 @@ func emitKind(client bool) healthCounter {
 	return hEmitsHTTP
 }
 
-// fanout counts one accepted emit of kind (noEmit: none) and the deliveries
-// and drops of its fan-out on this node.
-func (h *projectHealth) fanout(kind healthCounter, delivered, dropped int, now int64) {
-	if h == nil || (kind == noEmit && delivered+dropped == 0) {
+// fanout counts the deliveries and drops of one message's fan-out on this
+// node (its emit is counted where it is accepted: settleEmit).
+func (h *projectHealth) fanout(delivered, dropped int, now int64) {
+	if h == nil || delivered+dropped == 0 {
 		return
 	}
 	for _, s := range h.slots(now) {
-		if kind != noEmit {
-			s.counts[kind].Add(1)
-		}
 		if delivered > 0 {
 			s.counts[hDeliveries].Add(int64(delivered))
 		}

@@ -28,10 +28,12 @@ func TestHealthWindows(t *testing.T) {
 	start := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC).UnixNano()
 	at := func(d time.Duration) int64 { return start + int64(d) }
 
-	h.fanout(hEmitsHTTP, 10, 1, at(0))
-	h.fanout(hEmitsClient, 5, 0, at(2*time.Second))
+	h.add(hEmitsHTTP, 1, at(0))
+	h.fanout(10, 1, at(0))
+	h.add(hEmitsClient, 1, at(2*time.Second))
+	h.fanout(5, 0, at(2*time.Second))
 	h.add(hLimitedChannel, 2, at(3*time.Second))
-	h.fanout(noEmit, 4, 0, at(4*time.Second))
+	h.fanout(4, 0, at(4*time.Second))
 	for range 98 {
 		h.written(at(0), at(3*time.Millisecond)) // 3 ms: bucket [2048, 3072) µs
 	}
@@ -63,7 +65,8 @@ func TestHealthWindows(t *testing.T) {
 		t.Errorf("hour after 61 s: %+v", f)
 	}
 	// A new add an hour on reuses the slot, cleared.
-	h.fanout(hEmitsHTTP, 1, 0, at(time.Hour+time.Second))
+	h.add(hEmitsHTTP, 1, at(time.Hour+time.Second))
+	h.fanout(1, 0, at(time.Hour+time.Second))
 	got = read(time.Hour + 2*time.Second)
 	if f := got.Hour.Figures(); f.Emits != 1 || f.Deliveries != 1 || f.Writes != 0 {
 		t.Errorf("hour an hour on: %+v", f)

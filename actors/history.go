@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +70,7 @@ const (
 // historyWriter commits the node's history, in batches, in order.
 type historyWriter struct {
 	store HistoryStore
+	root  *actor.RootContext // tells the channels their commits
 	log   *slog.Logger
 	q     chan historyItem
 	bytes atomic.Int64
@@ -80,8 +80,7 @@ type historyWriter struct {
 
 type historyItem struct {
 	rec HistoryRecord
-	to  *actor.PID
-	as  *actor.RootContext
+	to  *actor.PID // the channel actor, told historyStored
 }
 
 // historyStored tells a channel that its messages up to seq upTo are
@@ -91,8 +90,8 @@ type historyStored struct {
 	err  error
 }
 
-func newHistoryWriter(st HistoryStore, log *slog.Logger) *historyWriter {
-	w := &historyWriter{store: st, log: log, q: make(chan historyItem, historyQueueMax), stop: make(chan struct{}), done: make(chan struct{})}
+func newHistoryWriter(st HistoryStore, root *actor.RootContext, log *slog.Logger) *historyWriter {
+	w := &historyWriter{store: st, root: root, log: log, q: make(chan historyItem, historyQueueMax), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -122,6 +121,7 @@ func (w *historyWriter) run() {
 	defer close(w.done)
 	batch := make([]historyItem, 0, historyBatchMax)
 	recs := make([]HistoryRecord, 0, historyBatchMax)
+	answered := map[*actor.PID]struct{}{}
 	for {
 		select {
 		case it := <-w.q:
@@ -152,13 +152,16 @@ func (w *historyWriter) run() {
 			w.log.Warn("channel history not stored: its emits are answered 503", "messages", len(recs), "err", err)
 		}
 		// One answer per channel: its last seq of the batch.
-		for i, it := range batch {
-			if i+1 < len(batch) && slices.ContainsFunc(batch[i+1:], func(o historyItem) bool { return o.to == it.to }) {
-				continue
+		for i := len(batch) - 1; i >= 0; i-- {
+			it := batch[i]
+			if _, told := answered[it.to]; !told {
+				answered[it.to] = struct{}{}
+				w.root.Send(it.to, &historyStored{upTo: it.rec.Seq, err: err})
 			}
-			it.as.Send(it.to, &historyStored{upTo: it.rec.Seq, err: err})
 		}
+		clear(answered)
 		clear(batch)
+		clear(recs) // the messages are not held past their commit
 	}
 }
 
@@ -200,18 +203,28 @@ type heldEmit struct {
 // channelHistory is a channel actor's part of history.
 type channelHistory struct {
 	seqLoaded bool        // seq continues above the stored last seq
+	seqFailed time.Time   // the last read of it failed then: not read again for historyReadWait
 	held      []*heldEmit // in the order they came
 }
 
 // loadSeq raises seq above the channel's stored last seq, once.
+//
+// A store that does not answer is asked again only historyReadWait after
+// the failed read: meanwhile each emit fails at once (503) instead of
+// holding the channel's turn for up to historyReadWait.
 func (a *channelActor) loadSeq() bool {
 	if a.hist.seqLoaded {
 		return true
+	}
+	now := a.cfg.Now()
+	if !a.hist.seqFailed.IsZero() && now.Sub(a.hist.seqFailed) < historyReadWait {
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
 	defer cancel()
 	last, err := a.cfg.History.LastHistorySeq(ctx, a.core.project, a.core.name)
 	if err != nil {
+		a.hist.seqFailed = now
 		a.cfg.Logger.Warn("channel history: last seq not read", "project", a.core.project, "channel", a.core.name, "err", err)
 		return false
 	}
@@ -231,12 +244,12 @@ func (a *channelActor) publishHeld(ctx actor.Context, m *Publish) {
 		return
 	}
 	e := a.emitRequest(m)
-	h.msg, h.out = a.core.stamp(e)
+	h.msg, h.out = a.core.stamp(&e)
 	switch {
 	case h.msg == nil || !m.history:
 		h.stored = true
 	case !a.cfg.historyWriter.take(historyItem{rec: HistoryRecord{Project: a.core.project, Channel: a.core.name, Seq: h.msg.seq,
-		Message: transport.FramePayload(h.msg.buf), At: m.At}, to: ctx.Self(), as: ctx.ActorSystem().Root}):
+		Message: transport.FramePayload(h.msg.buf), At: m.At}, to: ctx.Self()}):
 		a.cfg.counters.HistoryQueueFull.Add(1)
 		h.stored, h.failed = true, true
 	}
@@ -287,21 +300,17 @@ func (a *channelActor) answerHeld(ctx actor.Context, h *heldEmit) {
 		res = settleEmit(ctx, m, a.usage, a.cfg.counters, "",
 			PublishResult{Seq: out.seq, Subscribers: out.subscribers, Delivered: out.delivered, Channel: out.channel})
 	}
-	a.answer(m, res, h.msg)
+	a.answer(m, res)
 }
 
 // answer sends an emit's answer: the HTTP edge's, or the emitter's ack or
 // error frame.
-func (a *channelActor) answer(m *Publish, res PublishResult, msg *stamped) {
+func (a *channelActor) answer(m *Publish, res PublishResult) {
 	if m.Reply != nil {
 		m.Reply <- res
 		return
 	}
-	if res.Err != nil {
-		m.origin.Send(errorFrame(&proto.Error{Code: res.Err.Code, Channel: a.core.name}))
-		return
-	}
-	m.origin.Send(transport.TextFrame(proto.AppendEmitAck(nil, a.core.name, msg.seq)))
+	m.origin.Send(emitAnswerFrame(a.core.name, res))
 }
 
 // dropHeld answers the held emits not yet committed service_unavailable

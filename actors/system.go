@@ -154,9 +154,6 @@ func NewSystem(cfg Config) *System {
 	cfg.counters = &Counters{}
 	cfg.jwks = newJWKSCache(cfg.JWKSClient, cfg.Logger, cfg.Now)
 	cfg.health = &healthBook{m: map[string]*projectHealth{}}
-	if cfg.History != nil {
-		cfg.historyWriter = newHistoryWriter(cfg.History, cfg.Logger.With("part", "history"))
-	}
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = func(string, string, WebhookEvent) {}
 	}
@@ -180,6 +177,9 @@ func NewSystem(cfg Config) *System {
 		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()), actor.WithMailbox(actor.UnboundedLockfree()))
 	s := &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}, elsewhere: map[string]int{}}
 	s.cfg.cluster = &s.cluster
+	if cfg.History != nil {
+		s.cfg.historyWriter = newHistoryWriter(cfg.History, as.Root, cfg.Logger.With("part", "history"))
+	}
 	return s
 }
 
