@@ -22,6 +22,7 @@ func (*connOpened) fromEdge()       {}
 func (*authzChanged) fromEdge()     {}
 func (*usageDrain) fromEdge()       {}
 func (*statsRequest) fromEdge()     {}
+func (*historyModeAsk) fromEdge()   {}
 func (*inspectProject) fromEdge()   {}
 func (*revoked) fromEdge()          {}
 func (*clientEmitSecret) fromEdge() {}
@@ -266,6 +267,9 @@ type Stats struct {
 }
 
 type statsRequest struct{ reply chan Stats }
+
+// historyModeAsk asks a project actor whether it keeps channel history.
+type historyModeAsk struct{ reply chan historyMode }
 
 // connInit is a connection actor's first message: the socket it owns.
 type connInit struct {

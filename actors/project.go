@@ -305,6 +305,8 @@ func (a *projectActor) common(ctx actor.Context) {
 		}
 		a.connects = 0
 		m.reply <- u
+	case *historyModeAsk:
+		m.reply <- a.historyMode()
 	case *statsRequest:
 		m.reply <- Stats{Connections: len(a.conns), Channels: len(a.channels), Connects: a.connects, Emits: a.usage.emits.Load()}
 	case *quietTick:

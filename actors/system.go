@@ -498,11 +498,35 @@ func (s *System) ReloadAllSettings() {
 	})
 }
 
-// AuthorizationOff: this node's running project has loaded its settings
-// and channel authorization is off there (false when unknown).
-func (s *System) AuthorizationOff(projectID string) bool {
+// AuthorizationOn says whether the project has channel authorization on,
+// as this node's running project loaded it; known is false when no actor
+// has (the caller reads the store).
+func (s *System) AuthorizationOn(projectID string) (on, known bool) {
 	v, ok := s.authz.Load(projectID)
-	return ok && v.(*authzHolder).loaded.Load() && v.(*authzHolder).on() == nil
+	if !ok || !v.(*authzHolder).loaded.Load() {
+		return false, false
+	}
+	return v.(*authzHolder).on() != nil, true
+}
+
+// HistoryOn says whether the project keeps channel history on this node:
+// never without a history store or in a cluster; else as its running
+// actor loaded it. known is false when no actor runs or it is still
+// loading (the caller reads the store).
+func (s *System) HistoryOn(ctx context.Context, projectID string) (on, known bool) {
+	if s.cfg.History == nil || s.cfg.cluster.Load() != nil {
+		return false, true
+	}
+	reply := make(chan historyMode, 1)
+	if !s.tellRunning(projectID, &historyModeAsk{reply: reply}) {
+		return false, false
+	}
+	select {
+	case m := <-reply:
+		return m == historyOn, m != historyUnknown
+	case <-ctx.Done():
+		return false, false
+	}
 }
 
 // SettingsChanged makes a running project actor reload its settings.

@@ -34,26 +34,21 @@ type historyPage struct {
 }
 
 // historyMessages answers a messages query from the store when the
-// project's history is on; false when it did not answer (the ring does).
-func (s *Server) historyMessages(w http.ResponseWriter, r *http.Request) bool {
-	if s.actors == nil || s.actors.Cluster() != nil {
+// project keeps channel history; false when it does not (the ring
+// answers). Its live project says whether it does; only when none has
+// loaded its settings is the store asked (and a store that fails there
+// leaves the answer to the ring, from memory).
+func (s *Server) historyMessages(ctx context.Context, w http.ResponseWriter, r *http.Request, projectID, channel string, hasSince bool, since uint64) bool {
+	if s.actors == nil {
 		return false
 	}
-	projectID, leave, ok := s.queryProject(w, r)
-	if !ok {
-		return true
+	on, known := s.actors.HistoryOn(ctx, projectID)
+	if !known {
+		st, err := s.store.Settings(ctx, projectID)
+		on = err == nil && st.HistoryRetentionSeconds > 0 && s.actors.Cluster() == nil
 	}
-	defer leave()
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
-	st, err := s.store.Settings(ctx, projectID)
-	if err != nil || st.HistoryRetentionSeconds == 0 {
-		return false // the ring answers (a store that fails here answers there too, from memory)
-	}
-	channel := r.PathValue("channel")
-	if !proto.ValidChannel(channel) {
-		writeError(w, proto.CodeInvalidChannel, "channel", channel)
-		return true
+	if !on {
+		return false
 	}
 	q := r.URL.Query()
 	limit := defaultHistoryLimit
@@ -65,15 +60,10 @@ func (s *Server) historyMessages(w http.ResponseWriter, r *http.Request) bool {
 		}
 		limit = n
 	}
-	var since, before uint64
-	hasSince, hasBefore := q.Has("since"), q.Has("before")
-	if hasSince {
-		if since, ok = querySince(q.Get("since")); !ok {
-			writeError(w, proto.CodeInvalidSince)
-			return true
-		}
-	}
+	var before uint64
+	hasBefore := q.Has("before")
 	if hasBefore {
+		var ok bool
 		if before, ok = querySince(q.Get("before")); !ok {
 			writeError(w, proto.CodeInvalidQuery, "param", "before")
 			return true

@@ -117,7 +117,8 @@ func (s *Server) queryFailed(w http.ResponseWriter, projectID string, err error)
 	writeError(w, proto.CodeUnavailable)
 }
 
-// channelQuery runs a query about the path's channel.
+// channelQuery runs a query about the path's channel; false when it has
+// answered already (a refusal, or a page of channel history).
 func (s *Server) channelQuery(w http.ResponseWriter, r *http.Request, kind actors.QueryKind, since uint64) (actors.ChannelAnswer, bool) {
 	projectID, leave, ok := s.queryProject(w, r)
 	if !ok {
@@ -129,18 +130,23 @@ func (s *Server) channelQuery(w http.ResponseWriter, r *http.Request, kind actor
 		writeError(w, proto.CodeInvalidChannel, "channel", channel)
 		return actors.ChannelAnswer{}, false
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
+	defer cancel()
 	if kind == actors.QueryMessages {
-		if r.URL.Query().Has("since") {
-			n, ok := querySince(r.URL.Query().Get("since"))
+		q := r.URL.Query()
+		hasSince := q.Has("since")
+		if hasSince {
+			n, ok := querySince(q.Get("since"))
 			if !ok {
 				writeError(w, proto.CodeInvalidSince)
 				return actors.ChannelAnswer{}, false
 			}
 			since = n
 		}
+		if s.historyMessages(ctx, w, r, projectID, channel, hasSince, since) { // a project with channel history (history.go)
+			return actors.ChannelAnswer{}, false
+		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), queryTimeout)
-	defer cancel()
 	a, err := s.actors.Channel(ctx, projectID, channel, kind, since)
 	if err != nil {
 		s.queryFailed(w, projectID, err)
@@ -171,11 +177,9 @@ func (s *Server) handleMembers(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleMessages is GET /channels/{channel}/messages?since=.
+// handleMessages is GET /channels/{channel}/messages?since= (and, with
+// channel history, before and limit: history.go).
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	if s.historyMessages(w, r) { // a project with channel history (history.go)
-		return
-	}
 	if a, ok := s.channelQuery(w, r, actors.QueryMessages, actors.NoSince); ok {
 		writeJSON(w, http.StatusOK, struct {
 			Channel  string            `json:"channel"`
@@ -235,12 +239,16 @@ func wantsTokensRevoked(r *http.Request) bool {
 // channel authorization on, the user's tokens issued until now are
 // refused; elsewhere the body is ignored, as SPEC.md says.
 func (s *Server) revokeUserTokens(ctx context.Context, projectID, userID string) error {
-	if s.actors.AuthorizationOff(projectID) { // known here: no store call (the body is ignored there)
-		return nil
+	on, known := s.actors.AuthorizationOn(projectID)
+	if !known {
+		p, err := s.ops.store.Project(ctx, projectID)
+		if err != nil {
+			return err
+		}
+		on = p.Authorization
 	}
-	p, err := s.ops.store.Project(ctx, projectID)
-	if err != nil || !p.Authorization {
-		return err
+	if !on {
+		return nil // the body is ignored there
 	}
 	return s.ops.revokeUserTokens(ctx, projectID, userID)
 }

@@ -22,7 +22,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer leave()
-	raw := r.URL.Query().Get("publicKey")
+	q := r.URL.Query() // parsed once: the token may be long
+	raw := q.Get("publicKey")
 	if raw == "" {
 		s.metrics.refused(refusedMissingKey)
 		writeError(w, proto.CodeUnauthorized)
@@ -51,7 +52,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	// Channel authorization (PROTOCOL.md): a project that has not turned
 	// it on ignores token, as it ignores any other parameter.
 	var ident *actors.Identity
-	if raw := r.URL.Query().Get("token"); raw != "" && k.Authz != nil && k.Authz.On {
+	if raw := q.Get("token"); raw != "" && k.Authz != nil && k.Authz.On {
 		var err error
 		if ident, err = s.actors.VerifyConnectionToken(r.Context(), raw, k.Authz, s.now()); err != nil {
 			s.metrics.refused(refusedBadToken)
