@@ -163,6 +163,8 @@ var codeMessages = map[proto.Code]string{
 	proto.CodeInvalidJWKSURL:           "The JWKS URL must be an absolute http:// or https:// URL (for example https://example.com/.well-known/jwks.json), without user name or password, or empty to remove it.",
 	proto.CodeInvalidWebhookURL:        "The webhook URL must be an absolute http:// or https:// URL (for example https://example.com/hooks/relay), without user name or password.",
 	proto.CodeWebhookURLRequired:       "This project has no webhook URL: set one first.",
+	proto.CodeWebhookQueueFull:         "The webhook queue of this project is full: its receiver is not keeping up. Try again later.",
+	proto.CodeUnavailable:              "This cannot be done right now (the server is shutting down, or its database does not answer). Try again in a moment.",
 	proto.CodeInvalidChannelRateLimit:  "The channel budget must be a whole number of messages per minute from 1 to 1000000000, or empty to use the server default.",
 	proto.CodeInvalidHistoryRetention:  "The history retention must be a whole number of seconds from 0 (no history) to the server's cap (HISTORY_MAX_RETENTION_SECONDS), or empty for none.",
 }

@@ -53,7 +53,6 @@ var statusOf = map[proto.Code]int{
 	proto.CodeAuthorizationRequired:  http.StatusBadRequest,
 	proto.CodeInvalidJWKSURL:         http.StatusBadRequest,
 	proto.CodeInvalidPrivateChannels: http.StatusBadRequest,
-	proto.CodeWebhookNotConfigured:   http.StatusConflict,
 	proto.CodeWebhookQueueFull:       http.StatusTooManyRequests,
 
 	proto.CodeSettingRequired:         http.StatusBadRequest,

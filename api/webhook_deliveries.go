@@ -78,11 +78,10 @@ func (c controlPlane) handleWebhookDeliveries(w http.ResponseWriter, r *http.Req
 	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
 }
 
-// errWebhookNotConfigured and errWebhookQueueFull are sendTestEvent's refusals.
+// sendTestEvent's refusals beside errNoWebhookURL.
 var (
-	errWebhookNotConfigured = &proto.Error{Code: proto.CodeWebhookNotConfigured}
-	errWebhookQueueFull     = &proto.Error{Code: proto.CodeWebhookQueueFull}
-	errWebhooksUnavailable  = &proto.Error{Code: proto.CodeUnavailable}
+	errWebhookQueueFull    = &proto.Error{Code: proto.CodeWebhookQueueFull}
+	errWebhooksUnavailable = &proto.Error{Code: proto.CodeUnavailable}
 )
 
 // sendTestEvent queues a "test" event to p's webhook URL, signed with its
@@ -93,7 +92,7 @@ func (p ownedProject) sendTestEvent(r *http.Request, s *Server) (webhook.Record,
 		return webhook.Record{}, err
 	}
 	if st.WebhookURL == "" {
-		return webhook.Record{}, errWebhookNotConfigured
+		return webhook.Record{}, errNoWebhookURL
 	}
 	if s.webhooks == nil {
 		return webhook.Record{}, errWebhooksUnavailable
@@ -160,20 +159,8 @@ func (d dashboard) handleWebhookTestForm(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	if _, err := p.sendTestEvent(r, d.Server); err != nil {
-		var coded *proto.Error
-		if !errors.As(err, &coded) {
-			d.internal(w, r, v, "send a test webhook", err)
-			return
-		}
-		pe := pageErr{statusOf[coded.Code], testEventRefusals[coded.Code]}
-		d.showProject(w, r, v, p.Project, pe.status, &pe, "", nil)
+		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
 	done(w, r, p.ID, "webhook-test")
-}
-
-var testEventRefusals = map[proto.Code]string{
-	proto.CodeWebhookNotConfigured: "This project has no webhook URL: set one first.",
-	proto.CodeWebhookQueueFull:     "The webhook queue of this project is full: its receiver is not keeping up. Try again later.",
-	proto.CodeUnavailable:          "Webhooks cannot be sent now: the server is shutting down. Try again in a moment.",
 }

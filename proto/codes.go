@@ -64,7 +64,6 @@ const (
 	CodeInvalidPrivateChannels Code = "invalid_private_channels" // 400: privateChannels not channel names or prefixes ending in *, or over 100
 
 	// Webhook test events (POST /api/projects/{id}/webhook-test).
-	CodeWebhookNotConfigured  Code = "webhook_not_configured"  // 409: the project has no webhook URL
 	CodeWebhookQueueFull      Code = "webhook_queue_full"      // 429: the project's (or every project's) webhook queue is full
 	CodeInvalidToken          Code = "invalid_token"           // handshake 401, or a refresh refused
 	CodeTokenExpired          Code = "token_expired"           // handshake 401

@@ -294,7 +294,7 @@ func TestWebhookDeliveriesAPI(t *testing.T) {
 		list, test := "/api/projects/"+p.id+"/webhook-deliveries", "/api/projects/"+p.id+"/webhook-test"
 
 		alice.do("GET", list, "").expect(t, 200, `{"deliveries":[]}`)
-		alice.do("POST", test, "").expect(t, 409, `{"error":"webhook_not_configured"}`)
+		alice.do("POST", test, "").expect(t, 400, `{"error":"webhook_url_required"}`)
 		ts.client().do("GET", list, "").expect(t, 401, `{"error":"unauthorized"}`)
 		ts.client().do("POST", test, "").expect(t, 401, `{"error":"unauthorized"}`)
 		bob.do("GET", list, "").expect(t, 404, `{"error":"project_not_found"}`)
@@ -375,7 +375,7 @@ func TestDashboardWebhookDeliveries(t *testing.T) {
 		if strings.Contains(view.body, `id="webhook-deliveries"`) || strings.Contains(view.body, `id="send-test-event"`) {
 			t.Fatalf("deliveries card without a webhook:\n%s", view.body)
 		}
-		c.submit(page, page+"/webhook/test", nil).expectError(t, http.StatusConflict, "no webhook URL")
+		c.submit(page, page+"/webhook/test", nil).expectError(t, http.StatusBadRequest, "no webhook URL")
 
 		rec := newScriptedReceiver(t, "", 500, 200)
 		c.submit(page, page+"/webhook", url.Values{"url": {rec.srv.URL + "/hook"}}).expectRedirect(t, page+"?done=webhook-saved")
@@ -436,7 +436,7 @@ func TestOpenAPIWebhookDeliveries(t *testing.T) {
 		}
 		list, test := paths(project("none"))
 		want(alice.do("GET", list, ""), 200)
-		want(alice.do("POST", test, ""), 409, "webhook_not_configured")
+		want(alice.do("POST", test, ""), 400, "webhook_url_required")
 		want(anon.do("GET", list, ""), 401, "unauthorized")
 		want(anon.do("POST", test, ""), 401, "unauthorized")
 		goneList, goneTest := paths("00000000-0000-0000-0000-000000000000")
@@ -483,7 +483,7 @@ func TestOpenAPIWebhookDeliveries(t *testing.T) {
 			"GET /api/projects/{projectId}/webhook-deliveries OK", "GET /api/projects/{projectId}/webhook-deliveries Unauthorized",
 			"GET /api/projects/{projectId}/webhook-deliveries Not Found", "POST /api/projects/{projectId}/webhook-test Accepted",
 			"POST /api/projects/{projectId}/webhook-test Unauthorized", "POST /api/projects/{projectId}/webhook-test Not Found",
-			"POST /api/projects/{projectId}/webhook-test Conflict", "POST /api/projects/{projectId}/webhook-test Too Many Requests",
+			"POST /api/projects/{projectId}/webhook-test Bad Request", "POST /api/projects/{projectId}/webhook-test Too Many Requests",
 		} {
 			if !st.seen[k] {
 				t.Errorf("not validated: %s", k)
