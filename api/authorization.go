@@ -189,7 +189,7 @@ func (p ownedProject) rotateAuthSecret(ctx context.Context, overlap time.Duratio
 func (p ownedProject) AuthorizationChanged(ctx context.Context, q store.Project) {
 	p.ops.keys.invalidate(p.ID)
 	p.ops.live.KeysRevoked(p.ID, nil)
-	p.ops.live.AuthorizationChanged(ctx, p.ID, *authzOf(q, p.ops.now()))
+	p.ops.live.AuthorizationChanged(ctx, p.ID, ProjectAuthz(q, p.ops.now()))
 }
 
 // The JSON routes.
@@ -212,6 +212,18 @@ func (f *optionalField) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &f.value)
 }
 
+// change is the field as a change: nil when absent, "" when null.
+func (f optionalField) change() *string {
+	if !f.set {
+		return nil
+	}
+	v := ""
+	if f.value != nil {
+		v = *f.value
+	}
+	return &v
+}
+
 type rotateAuthSecretBody struct {
 	// OverlapSeconds: as a key rotation's (overlapOf).
 	OverlapSeconds json.RawMessage `json:"overlapSeconds"`
@@ -224,12 +236,7 @@ func (c controlPlane) handleGetAuthorization(w http.ResponseWriter, r *http.Requ
 }
 
 func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Request) {
-	var in authorizationPatch
-	if err := decodeControl(w, r, &in); err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	p, ok := c.owned(w, r)
+	in, p, ok := ownedWithBody[authorizationPatch](c, w, r)
 	if !ok {
 		return
 	}
@@ -239,14 +246,7 @@ func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Requ
 		c.writeOpError(w, errAuthorizationRequired)
 		return
 	}
-	var jwksURL *string
-	if in.JWKSURL.set {
-		jwksURL = new(string)
-		if in.JWKSURL.value != nil {
-			*jwksURL = *in.JWKSURL.value
-		}
-	}
-	q, err := p.updateAuthorization(r.Context(), AuthorizationChange{On: in.Authorization, JWKSURL: jwksURL, PrivateChannels: in.PrivateChannels})
+	q, err := p.updateAuthorization(r.Context(), AuthorizationChange{On: in.Authorization, JWKSURL: in.JWKSURL.change(), PrivateChannels: in.PrivateChannels})
 	if err != nil {
 		c.writeOpError(w, err)
 		return
@@ -255,12 +255,7 @@ func (c controlPlane) handleSetAuthorization(w http.ResponseWriter, r *http.Requ
 }
 
 func (c controlPlane) handleRotateAuthSecret(w http.ResponseWriter, r *http.Request) {
-	var in rotateAuthSecretBody
-	if err := decodeControl(w, r, &in); err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	p, ok := c.owned(w, r)
+	in, p, ok := ownedWithBody[rotateAuthSecretBody](c, w, r)
 	if !ok {
 		return
 	}

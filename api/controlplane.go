@@ -244,6 +244,18 @@ func (c controlPlane) owned(w http.ResponseWriter, r *http.Request) (ownedProjec
 	return p, true
 }
 
+// ownedWithBody decodes the request's JSON body as In and finds the
+// caller's project (the path's projectId); false when it has answered
+// already (a bad body, or no such project of theirs).
+func ownedWithBody[In any](c controlPlane, w http.ResponseWriter, r *http.Request) (in In, p ownedProject, ok bool) {
+	if err := decodeControl(w, r, &in); err != nil {
+		writeDecodeError(w, err)
+		return in, p, false
+	}
+	p, ok = c.owned(w, r)
+	return in, p, ok
+}
+
 // writeOpError answers a failed project operation: a refusal with its error
 // code, our own fault with 500 (503 when the database cannot be reached).
 func (c controlPlane) writeOpError(w http.ResponseWriter, err error) {
@@ -262,12 +274,7 @@ func (c controlPlane) handleGetProject(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c controlPlane) handleRenameProject(w http.ResponseWriter, r *http.Request) {
-	var in nameBody
-	if err := decodeControl(w, r, &in); err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	p, ok := c.owned(w, r)
+	in, p, ok := ownedWithBody[nameBody](c, w, r)
 	if !ok {
 		return
 	}
@@ -331,12 +338,7 @@ func overlapOf(raw json.RawMessage) (time.Duration, error) {
 }
 
 func (c controlPlane) handleRotateKey(w http.ResponseWriter, r *http.Request) {
-	var in keyTypeBody
-	if err := decodeControl(w, r, &in); err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	p, ok := c.owned(w, r)
+	in, p, ok := ownedWithBody[keyTypeBody](c, w, r)
 	if !ok {
 		return
 	}
@@ -373,12 +375,7 @@ type regenerateBody struct {
 }
 
 func (c controlPlane) handleClientEmitSecret(w http.ResponseWriter, r *http.Request) {
-	var in regenerateBody
-	if err := decodeControl(w, r, &in); err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	p, ok := c.owned(w, r)
+	in, p, ok := ownedWithBody[regenerateBody](c, w, r)
 	if !ok {
 		return
 	}

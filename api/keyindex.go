@@ -68,28 +68,24 @@ func storeKeys(st *store.Store) keyLoader {
 			if err != nil && !errors.Is(err, store.ErrNotFound) { // not found: the key is refused for its project anyway
 				return indexedKey{}, err
 			}
-			ik.Authz = authzOf(p, time.Now())
+			az := ProjectAuthz(p, time.Now())
+			ik.Authz = &az
 		}
 		return ik, nil
 	}
 }
 
-// authzOf is a project's channel authorization as the handshake and the
+// ProjectAuthz is p's channel authorization as the handshake and the
 // project actor read it at now: the previous secret while its overlap
 // lasts (PreviousUntil ends it later for a reading kept that long).
-func authzOf(p store.Project, now time.Time) *actors.ProjectAuthz {
-	az := &actors.ProjectAuthz{On: p.Authorization, JWKSURL: p.AuthJWKSURL, Private: privateChannelsOf(p.PrivateChannels)}
-	if p.AuthSecret != "" {
-		az.Secrets = append(az.Secrets, p.AuthSecret)
-	}
-	if p.PreviousAuthSecretValidAt(now) {
-		az.Secrets, az.PreviousUntil = append(az.Secrets, p.AuthSecretPrevious), *p.AuthSecretPreviousUntil
+func ProjectAuthz(p store.Project, now time.Time) actors.ProjectAuthz {
+	az := actors.ProjectAuthz{On: p.Authorization, JWKSURL: p.AuthJWKSURL, Private: privateChannelsOf(p.PrivateChannels),
+		Secrets: p.AuthSecretsAt(now)}
+	if len(az.Secrets) > 1 {
+		az.PreviousUntil = *p.AuthSecretPreviousUntil
 	}
 	return az
 }
-
-// ProjectAuthz is p's channel authorization at now, as the actors take it.
-func ProjectAuthz(p store.Project, now time.Time) actors.ProjectAuthz { return *authzOf(p, now) }
 
 // keyIndex caches keys by hash at the edge so that no emit or handshake
 // queries the store once a key is known. invalidate drops a project's entries

@@ -182,12 +182,7 @@ type settingsPatch struct {
 // errInvalidRetention.
 func (in settingsPatch) update() (SettingsUpdate, error) {
 	var u SettingsUpdate
-	if in.WebhookURL.set {
-		u.WebhookURL = new(string)
-		if in.WebhookURL.value != nil {
-			*u.WebhookURL = *in.WebhookURL.value
-		}
-	}
+	u.WebhookURL = in.WebhookURL.change()
 	if in.WebhookEvents != nil {
 		u.WebhookChannelEvents, u.WebhookPresenceEvents = in.WebhookEvents.Channel, in.WebhookEvents.Presence
 	}
@@ -225,12 +220,7 @@ func (c controlPlane) handleGetSettings(w http.ResponseWriter, r *http.Request) 
 }
 
 func (c controlPlane) handleSetSettings(w http.ResponseWriter, r *http.Request) {
-	var in settingsPatch
-	if err := decodeControl(w, r, &in); err != nil {
-		writeDecodeError(w, err)
-		return
-	}
-	p, ok := c.owned(w, r)
+	in, p, ok := ownedWithBody[settingsPatch](c, w, r)
 	if !ok {
 		return
 	}

@@ -75,17 +75,10 @@ func (s *Store) LastHistorySeq(ctx context.Context, projectID, channel string) (
 	var seq *int64
 	err := s.db.NewSelect().Model((*HistoryMessage)(nil)).ColumnExpr("MAX(seq)").
 		Where("project_id = ? AND channel = ?", projectID, channel).Scan(ctx, &seq)
-	if err != nil || seq == nil {
-		return 0, notFoundAsZero(err)
+	if err != nil || seq == nil { // MAX over no row is one NULL row, never none
+		return 0, err
 	}
 	return uint64(*seq), nil
-}
-
-func notFoundAsZero(err error) error {
-	if notFound(err) == ErrNotFound {
-		return nil
-	}
-	return err
 }
 
 // SweepHistory deletes the stored messages past their project's retention

@@ -371,9 +371,6 @@ func (a *app) every(ctx context.Context, period time.Duration, job func(context.
 	}()
 }
 
-// pruner deletes stored rows that can no longer matter at the app's now:
-// token revocations no token can match, ended sessions whose cookies are
-// refused for their age anyway.
 // The retention sweep of channel history: every historySweepEvery, rows
 // deleted historySweepBatch a statement, at most historySweepMax a run (a
 // backlog takes several runs).
@@ -383,6 +380,9 @@ const (
 	historySweepMax   = 20000
 )
 
+// pruner deletes stored rows that can no longer matter at the app's now:
+// token revocations no token can match, ended sessions whose cookies are
+// refused for their age anyway.
 func (a *app) pruner(what string, prune func(context.Context, time.Time) (int64, error)) func(context.Context) {
 	return func(ctx context.Context) {
 		n, err := prune(ctx, a.now())
