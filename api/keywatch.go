@@ -82,9 +82,11 @@ func (s *Server) WatchKeyChanges(ctx context.Context) {
 
 // applyKeyChange makes one stored key change take effect on this node.
 func (s *Server) applyKeyChange(ctx context.Context, c store.KeyChange) {
-	s.keys.invalidate(c.ProjectID)
-	if s.actors != nil {
-		s.actors.ReloadSettings(c.ProjectID) // a change made elsewhere (relay admin) may be of its settings
+	if c.KeysStale {
+		s.keys.invalidate(c.ProjectID)
+	}
+	if c.SettingsStale && s.actors != nil {
+		s.actors.ReloadSettings(c.ProjectID) // made elsewhere (relay admin), or here and already applied: loaded again, once
 	}
 	if len(c.Revoked) > 0 {
 		s.closeKeySockets(ctx, c.ProjectID, c.Revoked)

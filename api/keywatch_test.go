@@ -3,12 +3,14 @@ package api
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -144,5 +146,52 @@ func TestWatchKeyChangesPruned(t *testing.T) {
 	}
 	if s.watch.last != 2 {
 		t.Fatalf("last change applied %d, want 2", s.watch.last)
+	}
+}
+
+// A settings change read from the store (another process: relay admin)
+// leaves the project's cached keys as they are: only its settings are
+// stale; a key change drops them.
+func TestWatchKeyChangesSettingsKeepKeys(t *testing.T) {
+	ctx := context.Background()
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "relay.db")
+	st, other := storetest.Open(t, dbURL), storetest.Open(t, dbURL)
+	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionKey: []byte("k")})
+	u, err := st.CreateUser(ctx, "a@example.com", "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := newRawKey(PublicKeyPrefix)
+	p, err := st.CreateProject(ctx, u.ID, "demo", 0, storedKey("public", raw), storedKey("secret", newRawKey(SecretKeyPrefix)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := 0
+	load := s.keys.load
+	s.keys.load = func(ctx context.Context, hash string) (indexedKey, error) { loads++; return load(ctx, hash) }
+	lookup := func() {
+		t.Helper()
+		if _, ok, err := s.keys.Lookup(ctx, raw); !ok || err != nil {
+			t.Fatalf("Lookup: %v, %v", ok, err)
+		}
+	}
+	s.WatchKeyChanges(ctx) // past the project's creation
+	lookup()
+	limit := 5
+	if err := other.UpdateSettings(ctx, p.ID, func(st *store.Settings) error { st.ChannelRateLimit = &limit; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.WatchKeyChanges(ctx)
+	lookup()
+	if loads != 1 {
+		t.Fatalf("the key was loaded %d times across a settings change, want once (cached)", loads)
+	}
+	if _, _, err := other.RotateKeyUntil(ctx, p.ID, store.APIKey{KeyType: "secret", KeyHash: "rotated", KeyPrefix: "sk"}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	s.WatchKeyChanges(ctx)
+	lookup()
+	if loads != 2 {
+		t.Fatalf("the key was loaded %d times after a key change, want again (2)", loads)
 	}
 }

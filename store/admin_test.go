@@ -63,7 +63,8 @@ func TestUpdateSettingsRecordsKeyChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		cs, err := s.KeyChangesAfter(ctx, last, 10)
-		if err != nil || len(cs) != 1 || cs[0].ProjectID != p.ID || len(cs[0].Revoked) != 0 || cs[0].Seq != last+1 {
+		if err != nil || len(cs) != 1 || cs[0].ProjectID != p.ID || len(cs[0].Revoked) != 0 || cs[0].Seq != last+1 ||
+			cs[0].KeysStale || !cs[0].SettingsStale { // the cached keys stay: only the settings reload
 			t.Fatalf("key changes after a settings change: %+v, %v", cs, err)
 		}
 		no := errors.New("refused")

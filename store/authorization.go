@@ -75,7 +75,7 @@ func (s *Store) UpdateAuthorization(ctx context.Context, projectID string, u Aut
 		if err := q.Where("id = ?", projectID).Returning("*").Scan(ctx); err != nil {
 			return notFound(err)
 		}
-		return recordKeyChange(ctx, tx, projectID, nil)
+		return recordKeyChange(ctx, tx, projectID, nil, staleKeys|staleSettings)
 	})
 	if err != nil {
 		return Project{}, err
@@ -121,7 +121,7 @@ func (s *Store) RotateAuthSecret(ctx context.Context, projectID, secret string, 
 		if err != nil {
 			return notFound(err)
 		}
-		return recordKeyChange(ctx, tx, projectID, nil)
+		return recordKeyChange(ctx, tx, projectID, nil, staleKeys|staleSettings)
 	})
 	if err != nil {
 		return Project{}, err

@@ -39,10 +39,10 @@ func TestKeyChanges(t *testing.T) {
 		must(t, s.DeleteProject(ctx, other.ID, u.ID))
 
 		want := []store.KeyChange{
-			{Seq: 1, ProjectID: p.ID, Revoked: []string{sec.KeyHash}},
-			{Seq: 2, ProjectID: p.ID, Revoked: []string{pub.KeyHash}},
-			{Seq: 3, ProjectID: p.ID},
-			{Seq: 4, ProjectID: other.ID},
+			{Seq: 1, ProjectID: p.ID, Revoked: []string{sec.KeyHash}, KeysStale: true},
+			{Seq: 2, ProjectID: p.ID, Revoked: []string{pub.KeyHash}, KeysStale: true},
+			{Seq: 3, ProjectID: p.ID, KeysStale: true},
+			{Seq: 4, ProjectID: other.ID, KeysStale: true, SettingsStale: true},
 		}
 		got, err := reader.KeyChangesAfter(ctx, 0, 10)
 		if err != nil || !reflect.DeepEqual(got, want) {

@@ -174,7 +174,7 @@ func (s *Store) DeleteProject(ctx context.Context, id, ownerID string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrNotFound
 		}
-		return recordKeyChange(ctx, tx, id, nil) // its keys went with it
+		return recordKeyChange(ctx, tx, id, nil, staleKeys|staleSettings) // its keys went with it; a reload of it stops its actor
 	})
 }
 
@@ -257,7 +257,7 @@ func (s *Store) rotateKey(ctx context.Context, projectID string, k APIKey, until
 		if until.IsZero() {
 			revoked = changed
 		}
-		return recordKeyChange(ctx, tx, projectID, revoked)
+		return recordKeyChange(ctx, tx, projectID, revoked, staleKeys)
 	})
 	if err != nil {
 		return APIKey{}, nil, err
@@ -332,7 +332,7 @@ func (s *Store) RevokeKey(ctx context.Context, projectID, keyID string) (APIKey,
 		if _, err := tx.NewUpdate().Model(&k).Column("revoked_at").WherePK().Exec(ctx); err != nil {
 			return err
 		}
-		return recordKeyChange(ctx, tx, k.ProjectID, []string{k.KeyHash})
+		return recordKeyChange(ctx, tx, k.ProjectID, []string{k.KeyHash}, staleKeys)
 	})
 	fixKey(&k)
 	return k, err
@@ -403,7 +403,7 @@ func (s *Store) UpdateSettings(ctx context.Context, projectID string, change fun
 		if err := saveSettings(ctx, tx, st); err != nil {
 			return err
 		}
-		return recordKeyChange(ctx, tx, projectID, nil)
+		return recordKeyChange(ctx, tx, projectID, nil, staleSettings)
 	})
 }
 

@@ -1,0 +1,3 @@
+ALTER TABLE key_changes DROP COLUMN settings_stale;
+--bun:split
+ALTER TABLE key_changes DROP COLUMN keys_stale;
