@@ -47,16 +47,26 @@ type fixture struct {
 	srv     *Server
 	url     string
 	handles chan *echo
-	dialed  int64 // connections dial has handed out
 }
 
+// newFixture hands each connection's handler to dial once Upgrade has
+// returned: open gets the Conn before Upgrade stores its handler and
+// registers the socket, so a test acting on it from open could tear down
+// a Conn whose handler was still nil.
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	f := &fixture{handles: make(chan *echo, 100)}
-	f.srv, f.url = serveWS(t, cfg, func(c *Conn) Handler {
-		e := &echo{conn: c, closed: make(chan CloseInfo, 1)}
-		f.handles <- e
-		return e
+	f.srv, f.url = serve(t, cfg, func(srv *Server) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var e *echo
+			srv.Upgrade(w, r, func(c *Conn) Handler {
+				e = &echo{conn: c, closed: make(chan CloseInfo, 1)}
+				return e
+			})
+			if e != nil {
+				f.handles <- e
+			}
+		}
 	})
 	return f
 }
@@ -66,13 +76,19 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 // when the test ends. It returns the transport and the ws:// URL.
 func serveWS(t *testing.T, cfg Config, open func(*Conn) Handler) (*Server, string) {
 	t.Helper()
+	return serve(t, cfg, func(srv *Server) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { srv.Upgrade(w, r, open) }
+	})
+}
+
+// serve is serveWS with the HTTP handler that upgrade makes of the transport.
+func serve(t *testing.T, cfg Config, upgrade func(*Server) http.HandlerFunc) (*Server, string) {
+	t.Helper()
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		srv.Upgrade(w, r, open)
-	}))
+	hs := httptest.NewServer(upgrade(srv))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -101,16 +117,6 @@ func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader, *echo) {
 	conn, br := dialWS(t, f.url)
 	select {
 	case e := <-f.handles:
-		// open hands the handler over before Upgrade has stored it and
-		// registered the connection: wait until the server counts it opened
-		// (an atomic, after both), so that the test may act on e.conn as the
-		// transport would. A teardown before then read a nil handler.
-		f.dialed++
-		for deadline := time.Now().Add(5 * time.Second); f.srv.opened.Load() < f.dialed; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the server counts %d connections opened, want %d", f.srv.opened.Load(), f.dialed)
-			}
-		}
 		return conn, br, e
 	case <-time.After(5 * time.Second):
 		t.Fatal("no handler opened")

@@ -342,14 +342,24 @@ func TestUnknownActionStopsRefreshing(t *testing.T) {
 
 func TestSubscribeToken(t *testing.T) {
 	f := newFakeRelay(t)
-	c, err := Dial(context.Background(), f.srv.URL, "pk", Options{Clock: neverBackoff, HeartbeatInterval: -1})
+	open := make(chan struct{}, 1)
+	c, err := Dial(context.Background(), f.srv.URL, "pk", Options{Clock: neverBackoff, HeartbeatInterval: -1, OnState: func(s State) {
+		if s == Open {
+			select {
+			case open <- struct{}{}:
+			default:
+			}
+		}
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c1 := f.next()
-	for c.State() != Open {
-		time.Sleep(time.Millisecond)
+	select {
+	case <-open:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not open within 5 s")
 	}
 	var calls atomic.Int32
 	opts := SubscribeOptions{Token: func(context.Context) (string, error) {

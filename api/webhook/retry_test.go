@@ -75,18 +75,15 @@ func fastRetries(cfg Config) Config {
 
 func waitRecord(t *testing.T, d *Dispatcher, project, id string, ok func(Record) bool) Record {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	find := func() Record {
 		for _, r := range d.Deliveries(project) {
-			if r.ID == id && ok(r) {
+			if r.ID == id {
 				return r
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record %s never reached the expected state: %+v", id, d.Deliveries(project))
-		}
-		time.Sleep(5 * time.Millisecond)
+		return Record{}
 	}
+	return waitUntil(t, "record "+id, find, func(r Record) bool { return r.ID == id && ok(r) })
 }
 
 // TestRetryAfter500ThenSuccess: the same event (same id, same signed

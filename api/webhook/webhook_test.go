@@ -51,14 +51,21 @@ func newReceiver(t *testing.T, secret string, status int, hold chan struct{}) *r
 
 func waitStats(t *testing.T, d *Dispatcher, ok func(Stats) bool) Stats {
 	t.Helper()
+	return waitUntil(t, "stats", d.Stats, ok)
+}
+
+// waitUntil polls get until ok holds (10 s at most) and returns what it
+// last saw: the dispatcher's workers change it with no event to wait on.
+func waitUntil[T any](t *testing.T, what string, get func() T, ok func(T) bool) T {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st := d.Stats()
-		if ok(st) {
-			return st
+		v := get()
+		if ok(v) {
+			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stats never reached the expected state: %+v", st)
+			t.Fatalf("%s never reached the expected state: %+v", what, v)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -105,38 +105,8 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 	setWebhook(t, ts, b.id, rec.srv.URL+"/hook", "whsec-b")
 
 	// A churns sockets from 8 goroutines until B is done.
-	stop := make(chan struct{})
-	var churned atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, _, err := d.Dial(ts.wsURL(a.publicKey), nil)
-				if err != nil {
-					t.Errorf("A's dial: %v", err)
-					return
-				}
-				churned.Add(1)
-				c.Close()
-			}
-		}()
-	}
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
+	churned, stop := churnSockets(t, ts, a.publicKey, 8)
+	defer stop()
 	relaytest.Eventually(t, 10*time.Second, func() bool {
 		return ts.metrics(t).Get(t, "relay_webhook_projects_full", "") == 1
 	}, "A's webhook queue full")
@@ -164,8 +134,7 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 		within("disconnect", start)
 		bEvents += 2
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	n := churned.Load()
 	t.Logf("A churned %d sockets; A's receiver got %d requests", n, aRequests.Load())
 
@@ -198,4 +167,35 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 		!strings.Contains(logs, "/hook?redacted") {
 		t.Fatalf("no warning naming A with its URL redacted:\n%s", logs)
 	}
+}
+
+// churnSockets opens and closes sockets of publicKey from workers
+// goroutines, as fast as they go, until stop (which may be called more
+// than once); churned counts the sockets.
+func churnSockets(t *testing.T, ts *testServer, publicKey string, workers int) (churned *atomic.Int64, stop func()) {
+	churned = new(atomic.Int64)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				c, _, err := d.Dial(ts.wsURL(publicKey), nil)
+				if err != nil {
+					t.Errorf("churning sockets: dial: %v", err)
+					return
+				}
+				churned.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	return churned, sync.OnceFunc(func() { close(done); wg.Wait() })
 }

@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -224,29 +222,8 @@ func TestWebhookFailingProjectDelaysNobody(t *testing.T) {
 	rec := newReceiver(t, "whsec-b", 0)
 	setWebhook(t, ts, b.id, rec.srv.URL, "whsec-b")
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, _, err := d.Dial(ts.wsURL(a.publicKey), nil)
-				if err != nil {
-					t.Errorf("A's dial: %v", err)
-					return
-				}
-				c.Close()
-			}
-		}()
-	}
-	defer func() { close(stop); wg.Wait() }()
+	_, stop := churnSockets(t, ts, a.publicKey, 4)
+	defer stop()
 	relaytest.Eventually(t, 10*time.Second, func() bool {
 		st := ts.app.webhooks.Stats()
 		return st.Retrying > 0 && st.ProjectsFull == 1
