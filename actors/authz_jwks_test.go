@@ -190,7 +190,19 @@ func TestJWKSTokens(t *testing.T) {
 	ctx := context.Background()
 
 	rsaKey, ecKey, edKey := newJWKSKey(t, "rsa-1", jwa.RS256), newJWKSKey(t, "ec-1", jwa.ES256), newJWKSKey(t, "ed-1", jwa.EdDSA)
-	srv := newJWKSServer(t, rsaKey.public(t, true), ecKey.public(t, false), edKey.public(t, true))
+	// Keys of the set no token may use, each under its own kid: an RSA
+	// key of 1024 bits, a P-384 key that says ES256, a key for encryption,
+	// a key whose alg is another algorithm's.
+	weak := jwksKey{kid: "rsa-1024", alg: jwa.RS256, priv: must(rsa.GenerateKey(rand.Reader, 1024))}
+	p384 := jwksKey{kid: "ec-p384", alg: jwa.ES256, priv: must(ecdsa.GenerateKey(elliptic.P384(), rand.Reader))}
+	enc := newJWKSKey(t, "rsa-enc", jwa.RS256)
+	encPub := enc.public(t, true)
+	_ = encPub.Set(jwk.KeyUsageKey, "enc")
+	otherAlg := newJWKSKey(t, "rsa-rs384", jwa.RS256)
+	otherAlgPub := otherAlg.public(t, true)
+	_ = otherAlgPub.Set(jwk.AlgorithmKey, jwa.RS384)
+	srv := newJWKSServer(t, rsaKey.public(t, true), ecKey.public(t, false), edKey.public(t, true),
+		weak.public(t, true), p384.public(t, true), encPub, otherAlgPub)
 	keys, logs := testJWKSCache(t, false, &clock)
 	az := &ProjectAuthz{On: true, Secrets: []string{authSecret}, JWKSURL: srv.URL + "/.well-known/jwks.json"}
 	exp := authT0.Add(time.Hour).Unix()
@@ -267,6 +279,10 @@ func TestJWKSTokens(t *testing.T) {
 		"alg none":                   base64JSON(t, map[string]any{"alg": "none", "kid": "rsa-1"}) + "." + base64JSON(t, claims("x")) + ".",
 		"alg none, a signature kept": base64JSON(t, map[string]any{"alg": "none", "kid": "rsa-1"}) + "." + base64JSON(t, claims("x")) + "." + strings.Split(rsaKey.sign(t, claims("x")), ".")[2],
 		"not compact":                `{"payload":"e30","signatures":[]}`,
+		"an RSA key of 1024 bits":    weak.sign(t, claims("x")),
+		"ES256 with a P-384 key":     p384.sign(t, claims("x")),
+		"a key with use enc":         enc.sign(t, claims("x")),
+		"a key whose alg is RS384":   otherAlg.sign(t, claims("x")),
 	}
 	for name, token := range refused {
 		if _, err := verify(token); !errors.Is(err, ErrInvalidToken) {

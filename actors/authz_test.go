@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,12 +90,26 @@ func TestVerifyConnectionToken(t *testing.T) {
 		"unknown right":   {signed(t, map[string]any{"sub": "u", "exp": exp, "channels": map[string]any{"a": []string{"emit"}}}, jwa.HS256, authSecret), ErrInvalidToken},
 		"not a JWT":       {"not.a.jwt", ErrInvalidToken},
 		"unsigned":        {"eyJhbGciOiJub25lIn0.eyJzdWIiOiJ1IiwiZXhwIjo5OTk5OTk5OTk5fQ.", ErrInvalidToken},
+		"101 grants":      {signed(t, map[string]any{"sub": "u", "exp": exp, "channels": grants(101)}, jwa.HS256, authSecret), ErrInvalidToken},
+	}
+	if id, err := VerifyConnectionToken(signed(t, map[string]any{"sub": "u", "exp": exp, "channels": grants(100)}, jwa.HS256, authSecret), secrets, authT0); err != nil ||
+		!id.allows("private-c99", false) || id.allows("private-c100", false) {
+		t.Fatalf("a token of 100 grants (the most): %v", err)
 	}
 	for name, c := range refused {
 		if _, err := VerifyConnectionToken(c.token, secrets, authT0.Add(10*time.Second)); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
 		}
 	}
+}
+
+// grants is a channels claim of n grants, private-c0 to private-c{n-1}.
+func grants(n int) map[string]any {
+	g := make(map[string]any, n)
+	for i := range n {
+		g["private-c"+strconv.Itoa(i)] = []string{"subscribe"}
+	}
+	return g
 }
 
 // The rules of a project with authorization on, one subscribe at a time.
@@ -307,6 +322,40 @@ func TestUserRevocationCoversOpenConnections(t *testing.T) {
 	again := &sink{id: 4}
 	openWithToken(t, sys, again, connToken(t, "ann", 2*time.Hour, nil))
 	waitFor(t, "4012 an hour later", func() bool { return again.closed.Load() == proto.CloseTokenRevoked })
+}
+
+// A refresh with a token a revocation of its user covers (issued before
+// it) closes the connection 4012, with no refresh ok before the close; a
+// token issued after the revocation refreshes as usual.
+func TestRefreshWithARevokedToken(t *testing.T) {
+	sys, clock := authzSystem(t, true)
+	clock.Store(authT0.Add(3 * time.Minute).UnixNano())
+	after := func() string { // dan's token issued after the revocation
+		t.Helper()
+		tok, err := backend.MintConnectionToken(backend.ConnectionTokenOptions{Secret: authSecret, UserID: "dan", TTL: time.Hour, Now: authT0.Add(2 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	fresh := &sink{id: 1}
+	sess := openWithToken(t, sys, fresh, after())
+	old := &sink{id: 2}
+	openWithToken(t, sys, old, connToken(t, "dan", time.Hour, nil))
+	sys.Revoke("p", []Revocation{{Kind: RevokeClient, Value: "dan", RevokedAt: authT0.Add(time.Minute), ExpiresAt: authT0.Add(24 * time.Hour)}})
+	waitFor(t, "4012 for the connection of a token issued before the revocation", func() bool { return old.closed.Load() == proto.CloseTokenRevoked })
+	if fresh.closed.Load() != 0 {
+		t.Fatalf("the connection of a token issued after the revocation closed with %d", fresh.closed.Load())
+	}
+	sess.HandleMessage([]byte(`{"action":"refresh","token":"` + after() + `"}`))
+	if m := lastFrame(t, fresh, 1); m["action"] != "refresh" || m["ok"] != true {
+		t.Fatalf("a refresh with a token issued after the revocation: %v", m)
+	}
+	sess.HandleMessage([]byte(`{"action":"refresh","token":"` + connToken(t, "dan", 2*time.Hour, nil) + `"}`))
+	waitFor(t, "4012 after a refresh with a revoked token", func() bool { return fresh.closed.Load() == proto.CloseTokenRevoked })
+	if m := fresh.messages(t); len(m) != 1 {
+		t.Fatalf("frames before the close: %v, want only the first refresh's ok", m)
+	}
 }
 
 // A project that turns authorization off and on again still expires the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -150,6 +151,39 @@ func TestHistoryAckMeansStored(t *testing.T) {
 	}
 }
 
+// TestHistoryQueueFull: an emit the writer cannot take (its queue's bytes
+// are spent) is answered service_unavailable at once, counted, never
+// stored and never delivered; once the queue has room, emits go on.
+func TestHistoryQueueFull(t *testing.T) {
+	h := &memHistory{}
+	sys := historySystem(t, h, time.Hour)
+	sub := subscribeOne(t, sys, "p1", "room", 1)
+	w := sys.cfg.historyWriter
+	w.bytes.Store(historyQueueBytes) // as if 64 MiB waited for a commit
+	res, err := sys.Publish(context.Background(), "p1", "room", []byte(`{"n":1}`))
+	if err != nil || res.Err == nil || res.Err.Code != proto.CodeUnavailable {
+		t.Fatalf("an emit the full queue refused: %+v %v", res, err)
+	}
+	if got := sys.Counters().HistoryQueueFull.Load(); got != 1 {
+		t.Fatalf("HistoryQueueFull = %d, want 1", got)
+	}
+	w.bytes.Store(0)
+	res, err = sys.Publish(context.Background(), "p1", "room", []byte(`{"n":2}`))
+	if err != nil || res.Err != nil {
+		t.Fatalf("once the queue has room: %+v %v", res, err)
+	}
+	waitFor(t, "the next delivery", func() bool { return len(sub.messages(t)) >= 2 })
+	if m := sub.messages(t); len(m) != 2 || m[1]["payload"].(map[string]any)["n"] != 2.0 {
+		t.Fatalf("the subscriber got %v, want only the second emit", m)
+	}
+	if recs := h.stored(); len(recs) != 1 || recs[0].Seq != res.Seq {
+		t.Fatalf("stored %+v, want only the second emit (seq %d)", recs, res.Seq)
+	}
+	if got := sys.Counters().HistoryQueueFull.Load(); got != 1 {
+		t.Fatalf("HistoryQueueFull = %d after an emit taken, want 1", got)
+	}
+}
+
 // TestHistoryOrderAndBatches: emits that arrive while a commit runs go in
 // the next commit, together; they are delivered and acknowledged in seq
 // order, a client-emit refusal behind them waiting its turn.
@@ -176,6 +210,23 @@ func TestHistoryOrderAndBatches(t *testing.T) {
 		first = h.waiting
 		return first > 0 && first+len(sys.cfg.historyWriter.q) == n
 	})
+	// A client emit refused (the project has no client-emit secret) on the
+	// same channel, behind the held emits: its error frame waits its turn.
+	// The same socket's subscribe after it reaches the channel after it:
+	// once that is acked, the refusal has been decided, and not yet sent.
+	var answered int // HTTP emits stored when the refusal was sent
+	em := &hookSink{sink: sink{id: 7}, onSend: func(f []byte) {
+		if strings.Contains(string(f), `"error"`) {
+			answered = len(h.stored())
+		}
+	}}
+	emSess := openConn(sys, "p1", em)
+	emSess.HandleMessage([]byte(`{"action":"emit","channel":"room","type":"t","payload":{}}`))
+	emSess.HandleMessage([]byte(`{"action":"subscribe","channel":"room"}`))
+	waitFor(t, "the emitter's subscribe ack", func() bool { return len(em.messages(t)) >= 1 })
+	if m := em.messages(t); len(m) != 1 || m[0]["action"] != "subscribe" {
+		t.Fatalf("the refusal was answered before the held emits: %v", m)
+	}
 	h.mu.Lock()
 	h.gate = nil // the commits after the first do not wait
 	h.mu.Unlock()
@@ -188,6 +239,14 @@ func TestHistoryOrderAndBatches(t *testing.T) {
 		if res := <-answers; res.Err != nil {
 			t.Fatal(res.Err)
 		}
+	}
+	// The emitter subscribed: it gets the held messages, then the refusal.
+	waitFor(t, "the refusal", func() bool { return len(em.messages(t)) >= n+2 })
+	if m := em.messages(t); len(m) != n+2 || m[n]["seq"] == nil || m[n+1]["error"] != "client_emit_not_configured" || m[n+1]["channel"] != "room" {
+		t.Fatalf("the emitter got %d frames, the last %v, want its ack, the %d messages then client_emit_not_configured", len(m), m[len(m)-1], n)
+	}
+	if answered != n {
+		t.Fatalf("the refusal was sent when %d of the %d held emits were stored, want all", answered, n)
 	}
 	if h.commits != wantCommits || len(h.stored()) != n {
 		t.Fatalf("%d commits of %d messages, want %d of %d (the first held %d)", h.commits, len(h.stored()), wantCommits, n, first)
@@ -237,6 +296,51 @@ func TestHistoryReplayFromStore(t *testing.T) {
 	res, err := sys.Publish(context.Background(), "p1", "later", []byte(`{}`))
 	if err != nil || res.Err != nil || res.Seq != future+1 {
 		t.Fatalf("seq after the stored last: %d, want %d (%v %v)", res.Seq, future+1, err, res.Err)
+	}
+}
+
+// hookSink is a sink that calls onSend with each frame before keeping it.
+type hookSink struct {
+	sink
+	onSend func(f []byte)
+}
+
+func (s *hookSink) Send(f []byte) bool {
+	s.onSend(f)
+	return s.sink.Send(f)
+}
+
+func (s *hookSink) SendAt(f []byte, at int64) bool { return s.Send(f) }
+
+// TestHistoryReplayBytesBound: a since through the store takes at most
+// HistoryReplayBytes of messages, the newest, with a replay_gap first.
+func TestHistoryReplayBytesBound(t *testing.T) {
+	const size, stored = 1024, 600 // bytes a message; messages stored
+	h := &memHistory{}
+	for seq := uint64(1); seq <= stored; seq++ {
+		head := `{"channel":"room","payload":"`
+		tail := `","seq":` + itoa(seq) + `}`
+		msg := head + strings.Repeat("x", size-len(head)-len(tail)) + tail
+		h.recs = append(h.recs, HistoryRecord{Project: "p1", Channel: "room", Seq: seq, Message: []byte(msg)})
+	}
+	sys := historySystem(t, h, time.Hour)
+	k := &sink{id: 1}
+	sess := openConn(sys, "p1", k)
+	sess.HandleMessage([]byte(`{"action":"subscribe","channel":"room","since":1}`))
+	// Seqs 2 to 600 are asked for (599 KiB); 512 KiB hold the newest 512.
+	const want = HistoryReplayBytes / size
+	waitFor(t, "the subscribe ack", func() bool {
+		m := k.messages(t)
+		return len(m) > 0 && m[len(m)-1]["action"] == "subscribe"
+	})
+	m := k.messages(t)
+	if len(m) != want+2 || m[0]["type"] != "replay_gap" {
+		t.Fatalf("%d frames (first %v), want replay_gap, %d messages, the ack", len(m), m[0], want)
+	}
+	for i, r := range m[1 : want+1] {
+		if r["seq"] != float64(stored-want+1+i) || r["replay"] != true {
+			t.Fatalf("replayed %d: seq %v, want %d", i, r["seq"], stored-want+1+i)
+		}
 	}
 }
 

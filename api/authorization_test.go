@@ -163,7 +163,8 @@ func TestAuthorizationChangeTellsTheLivePlane(t *testing.T) {
 				t.Fatalf("JWKS URL %.40q: %v, want invalid_jwks_url", u, err)
 			}
 		}
-		if after, _ := st.Project(ctx, p.ID); after.AuthSecret != before.AuthSecret || after.Authorization != before.Authorization || len(live.told) != 0 || reloads() {
+		if after, _ := st.Project(ctx, p.ID); after.AuthSecret != before.AuthSecret || after.Authorization != before.Authorization || after.AuthJWKSURL != before.AuthJWKSURL ||
+			len(live.told) != 0 || reloads() {
 			t.Fatalf("a refused rotation or JWKS URL changed the setting or told the live plane: %q", live.told)
 		}
 		if _, err := op.rotateAuthSecret(ctx, MaxKeyOverlap); err != nil {

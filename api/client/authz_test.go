@@ -231,6 +231,13 @@ func TestRefreshOnTokenExpiring(t *testing.T) {
 	c1.send(`{"action":"refresh","ok":true}`)
 	// One about the token replaced is stale: no refresh.
 	c1.send(fmt.Sprintf(`{"type":"token_expiring","exp":%d}`, exp-1))
+	c1.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if b, err := wsutil.ReadClientText(c1.conn); err == nil {
+		t.Fatalf("refreshed on a token_expiring about the token replaced: %s", b)
+	}
+	if n := tk.calls.Load(); n != 2 {
+		t.Fatalf("token called %d times after a stale token_expiring, want 2", n)
+	}
 	c1.send(`{"action":"pong","ok":true}`)
 	c1.send(`{"type":"token_expiring","exp":99999999999}`)
 	if m := c1.read(); m["action"] != "refresh" || sub(t, m["token"].(string)) != "ann-3" {

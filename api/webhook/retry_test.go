@@ -208,6 +208,39 @@ func TestRetryDelays(t *testing.T) {
 	}
 }
 
+// TestRetryAfterFromTheReceiver: a 503 with Retry-After: 1 puts the next
+// attempt 1 s after the failed one (longer than the backoff's 20 ms, under
+// the cap); a 503 without it waits the backoff (RetryBase, less up to
+// half: 4 s there, so that the record is seen retrying).
+func TestRetryAfterFromTheReceiver(t *testing.T) {
+	for header, base := range map[string]time.Duration{"1": 20 * time.Millisecond, "": 4 * time.Second} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if header != "" {
+				w.Header().Set("Retry-After", header)
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}))
+		cfg := fastRetries(Config{})
+		cfg.RetryBase, cfg.RetryMaxDelay = base, 10*time.Second
+		d := New(cfg)
+		d.Deliver(Delivery{URL: srv.URL, Secret: "s", Event: Event{Event: "connect", ProjectID: "p"}})
+		rec := waitUntil(t, "the first attempt's failure", func() []Record { return d.Deliveries("p") }, func(rs []Record) bool {
+			return len(rs) == 1 && rs[0].Status == StatusRetrying
+		})[0]
+		wait := rec.NextAttemptAt.Sub(rec.LastAttemptAt)
+		switch {
+		case rec.Attempts != 1 || rec.StatusCode != 503:
+			t.Errorf("Retry-After %q: record %+v", header, rec)
+		case header != "" && wait != time.Second:
+			t.Errorf("Retry-After %q: the next attempt %v after the failed one, want 1s", header, wait)
+		case header == "" && (wait < base/2 || wait > base):
+			t.Errorf("no Retry-After: the next attempt %v after the failed one, want the backoff (%v less up to half)", wait, base)
+		}
+		d.Close(context.Background())
+		srv.Close()
+	}
+}
+
 // TestFailingProjectDelaysNobody: project A's receiver times out on every
 // attempt and its events are retried over and over; project B's events
 // still go out within a bound, A never holds more than its in-flight share,

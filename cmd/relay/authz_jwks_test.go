@@ -85,7 +85,12 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 			return ts.handshake("/ws?publicKey=" + url.QueryEscape(p.publicKey) + "&token=" + url.QueryEscape(token))
 		}
 		handshake(signRS256(t, other, "k1", map[string]any{"sub": "x", "exp": exp()})).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
-		confused, _ := jwt.Sign(must(jwt.NewBuilder().Subject("x").Expiration(time.Now().Add(time.Hour)).Build()), jwt.WithKey(jwa.HS256, body))
+		k1 := jws.NewHeaders() // naming the set's key, so that only the algorithm is wrong
+		_ = k1.Set(jws.KeyIDKey, "k1")
+		confused, _ := jwt.Sign(must(jwt.NewBuilder().Subject("x").Expiration(time.Now().Add(time.Hour)).Build()), jwt.WithKey(jwa.HS256, body, jws.WithProtectedHeaders(k1)))
+		if h := must(jws.Parse(confused)).Signatures()[0].ProtectedHeaders(); h.KeyID() != "k1" || h.Algorithm() != jwa.HS256 {
+			t.Fatalf("the confused token's header: kid %q alg %v", h.KeyID(), h.Algorithm())
+		}
 		handshake(string(confused)).expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
 
 		// With the guard on (the default), the loopback JWKS is not fetched.

@@ -120,8 +120,19 @@ func TestChannelAuthorization(t *testing.T) {
 		short.expectClose(4011, 10*time.Second)
 
 		// A disconnect that sticks: the user's sockets close (4003), a token
-		// minted before it is refused with 4012, one minted after gets in.
+		// minted before it is refused with 4012, one minted after gets in;
+		// the clientId's client-emit tokens issued before it are revoked too.
 		before := mint("user-42", time.Hour, nil)
+		emitSecret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+		emitToken := func(at time.Time) string {
+			tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: emitSecret, ProjectID: p.id, Channel: "lobby", ClientID: "user-42",
+				Types: []string{"chat"}, TTL: time.Minute, Now: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		emitBefore := emitToken(time.Now())
 		r = ts.client().send("POST", "/clients/user-42/disconnect", `{"revokeTokens":true}`, "application/json",
 			map[string]string{"Authorization": "Bearer " + p.secretKey})
 		r.expect(t, http.StatusOK, `{"ok":true,"closed":1}`)
@@ -132,6 +143,13 @@ func TestChannelAuthorization(t *testing.T) {
 		back := ts.dialWithToken(p.publicKey, after)
 		back.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"user-42"}`)
 		back.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		back.expect(`{"type":"presence","channel":"lobby","event":"sync","members":[]}`)
+		back.send(`{"action":"emit","channel":"lobby","type":"chat","payload":1,"token":"` + emitBefore + `"}`)
+		back.expect(`{"error":"emit_token_revoked","channel":"lobby"}`)
+		back.send(`{"action":"emit","channel":"lobby","type":"chat","payload":2,"token":"` + emitToken(time.Now().Add(time.Second)) + `"}`)
+		back.expectExcept(`{"action":"emit","channel":"lobby","ok":true}`, "seq")
+		// anon, on lobby, gets only the emit of the token issued after the revocation.
+		anon.expectExcept(`{"channel":"lobby","type":"chat","payload":2,"clientId":"user-42"}`, "seq")
 		ts.dialWithToken(p.publicKey, mint("user-45", time.Hour, nil)).expectSilence(200 * time.Millisecond) // another user is not covered
 
 		// Channels the project marks private besides the private- ones.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -63,6 +64,32 @@ func TestChannelHistory(t *testing.T) {
 		page("", body(false, false, 0, 1, 2, 3, 4))
 		owner.bearerGet("/channels/room/messages?limit=0", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
 		owner.bearerGet("/channels/room/messages?before=x", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"before"}`)
+		for _, q := range []string{"limit=1001", "limit=abc", "limit=-1", "limit="} {
+			owner.bearerGet("/channels/room/messages?"+q, p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
+		}
+		owner.bearerGet("/channels/room/messages?since=x", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_since"}`)
+		owner.bearerGet("/channels/room/messages?since=x&limit=2", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_since"}`)
+
+		// 105 messages stored: without limit the newest 100, and more; limit
+		// 1000 (the most) takes them all.
+		const stored = 105
+		bulk := make([]store.HistoryMessage, stored)
+		bulkMsg := func(seq int) string { return fmt.Sprintf(`{"channel":"bulk","payload":{"n":%d},"seq":%d}`, seq, seq) }
+		for i := range bulk {
+			bulk[i] = store.HistoryMessage{ProjectID: p.id, Channel: "bulk", Seq: int64(i + 1), Message: bulkMsg(i + 1), CreatedAt: time.Now()}
+		}
+		if err := ts.app.store.AppendHistory(t.Context(), bulk); err != nil {
+			t.Fatal(err)
+		}
+		bulkPage := func(from, to int, more bool) string {
+			var msgs []string
+			for seq := from; seq <= to; seq++ {
+				msgs = append(msgs, bulkMsg(seq))
+			}
+			return fmt.Sprintf(`{"channel":"bulk","messages":[%s],"gap":false,"more":%v}`, strings.Join(msgs, ","), more)
+		}
+		owner.bearerGet("/channels/bulk/messages", p.secretKey).expect(t, http.StatusOK, bulkPage(stored-99, stored, true))
+		owner.bearerGet("/channels/bulk/messages?limit=1000", p.secretKey).expect(t, http.StatusOK, bulkPage(1, stored, false))
 		ws.conn.Close()
 
 		// A restart: the ring is gone, the store is not.
@@ -102,7 +129,6 @@ func TestChannelHistoryOffByDefault(t *testing.T) {
 		ws.expect(`{"type":"replay_gap","channel":"room","since":1}`)
 		ws.expect(strings.TrimSuffix(historyMsg(seq, 0), "}") + `,"replay":true}`)
 		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
-		_ = time.Second
 	})
 }
 
