@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ type memHistory struct {
 	recs    []HistoryRecord
 	fail    error
 	commits int
+	reads   int           // LastHistorySeq calls
 	gate    chan struct{} // non-nil: each commit waits for a receive
 	waiting int           // records of the commit that waits at the gate
 }
@@ -52,6 +54,7 @@ func (h *memHistory) gateOf() chan struct{} {
 func (h *memHistory) LastHistorySeq(ctx context.Context, project, channel string) (uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.reads++
 	var last uint64
 	for _, r := range h.recs {
 		if r.Project == project && r.Channel == channel {
@@ -148,6 +151,49 @@ func TestHistoryAckMeansStored(t *testing.T) {
 	}
 	if len(off.stored()) != 0 || off.commits != 0 {
 		t.Fatalf("history off stored %v", off.stored())
+	}
+}
+
+// TestHistorySeqReadBackoff: when a channel's last stored seq cannot be
+// read, its emits are refused 503 at once, without asking the store again,
+// until historyReadWait has passed on the injected clock; then the store is
+// asked again and, answering, lets emits through above its last seq.
+func TestHistorySeqReadBackoff(t *testing.T) {
+	h := &memHistory{fail: errors.New("database away")}
+	h.recs = []HistoryRecord{{Project: "p1", Channel: "room", Seq: 1 << 62, Message: []byte(`{}`)}}
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	sys := newTestSystem(t, Config{History: h, Now: func() time.Time { return time.Unix(0, clock.Load()) },
+		LoadSettings: func(context.Context, string) (Settings, error) { return Settings{HistoryRetention: time.Hour}, nil }})
+	emit := func() PublishResult {
+		t.Helper()
+		res, err := sys.Publish(context.Background(), "p1", "room", []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	reads := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.reads }
+	for i := range 3 {
+		if res := emit(); res.Err == nil || res.Err.Code != proto.CodeUnavailable {
+			t.Fatalf("emit %d with the last seq unread: %+v, want service_unavailable", i, res)
+		}
+		if i == 1 { // the store answers again, but its last failure is recent
+			h.mu.Lock()
+			h.fail = nil
+			h.mu.Unlock()
+		}
+	}
+	if n := reads(); n != 1 {
+		t.Fatalf("the last seq was read %d times within historyReadWait of a failure, want 1", n)
+	}
+	clock.Add(int64(historyReadWait))
+	res := emit()
+	if res.Err != nil || res.Seq <= 1<<62 {
+		t.Fatalf("emit once historyReadWait passed: %+v, want a seq above the stored %d", res, uint64(1<<62))
+	}
+	if n := reads(); n != 2 {
+		t.Fatalf("the last seq was read %d times, want 2", n)
 	}
 }
 
