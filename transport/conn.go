@@ -234,9 +234,17 @@ func (c *Conn) teardown(info CloseInfo) {
 		c.queue[i] = nil
 	}
 	c.queue, c.queued, c.head = nil, 0, 0
+	h := c.handler
+	if h == nil {
+		// Torn down while open still runs (its handler may close at once, as
+		// a revoked token does): Upgrade tells the handler once open returns.
+		c.closeInfo = info
+	}
 	c.mu.Unlock()
 	c.srv.forget(c, info)
-	c.handler.HandleClose(info)
+	if h != nil {
+		h.HandleClose(info)
+	}
 }
 
 func (c *Conn) register() error {
@@ -311,11 +319,11 @@ func (c *Conn) unsent(stamp int64) {
 }
 
 // written reports a finished write's stamp to the handler's WriteObserver.
-func (c *Conn) written(stamp, now int64) {
+func (c *Conn) written(h Handler, stamp, now int64) {
 	if stamp == 0 {
 		return
 	}
-	if o, ok := c.handler.(WriteObserver); ok {
+	if o, ok := h.(WriteObserver); ok {
 		o.HandleWritten(stamp, now)
 	}
 }
@@ -392,6 +400,7 @@ func (c *Conn) flush() {
 			c.unsent(stamp)
 		}
 		c.drain.wrote(n)
+		h := c.handler // nil while open still runs: Upgrade sets it under mu
 		var waitErr error
 		if stalled {
 			waitErr = c.waitWritable(total - n)
@@ -399,7 +408,7 @@ func (c *Conn) flush() {
 		c.mu.Unlock()
 		c.srv.framesSent.Add(int64(frames))
 		if n == total {
-			c.written(stamp, now)
+			c.written(h, stamp, now)
 		}
 		switch {
 		case err == nil && n == total:

@@ -397,3 +397,40 @@ func TestTeardownWaitsForSyscallsInFlight(t *testing.T) {
 		t.Fatalf("%d descriptors on the socket after the last syscall ended, want 0", n)
 	}
 }
+
+// A handler may close its connection before open returns (a revoked token
+// is refused as the connection opens, from another goroutine): the close
+// frame goes out, and the handler open returns hears of the close once, when
+// open returns; the connection is not left listed.
+func TestCloseDuringOpen(t *testing.T) {
+	release := make(chan struct{})
+	closed := make(chan CloseInfo, 2)
+	srv, url := serveWS(t, Config{}, func(c *Conn) Handler {
+		c.Close(4012, "token revoked")
+		<-release // the close frame is written and the connection torn down meanwhile
+		return handlerFuncs{message: func([]byte) {}, close: func(info CloseInfo) { closed <- info }}
+	})
+	conn, br := dialWS(t, url)
+	if reason := expectClose(t, conn, br, 4012); reason != "token revoked" {
+		t.Fatalf("close reason %q", reason)
+	}
+	waitFor(t, "the connection torn down while open runs", func() bool { return srv.Stats().Closed == 1 })
+	close(release)
+	select {
+	case info := <-closed:
+		if info.Cause != CauseApplication || info.Code != 4012 || info.Reason != "token revoked" {
+			t.Fatalf("HandleClose got %+v", info)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("HandleClose not called after open returned")
+	}
+	waitFor(t, "the upgrade finished", func() bool { return srv.Stats().Opened == 1 })
+	if st := srv.Stats(); st.Open != 0 {
+		t.Fatalf("%d connections listed after the close, want 0", st.Open)
+	}
+	select {
+	case info := <-closed:
+		t.Fatalf("HandleClose called twice: %+v", info)
+	default:
+	}
+}

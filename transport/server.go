@@ -398,11 +398,21 @@ func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request, open func(*Conn
 			c.mu.Unlock()
 		}
 	}()
-	c.handler = open(c)
+	h := open(c)
 	opened = true
-
-	s.shard(c.id).put(c)
 	s.opened.Add(1)
+	c.mu.Lock()
+	c.handler = h
+	closedEarly, info := c.closed, c.closeInfo
+	if !closedEarly {
+		// Listed under mu: a teardown from now on finds it listed (forget).
+		s.shard(c.id).put(c)
+	}
+	c.mu.Unlock()
+	if closedEarly { // open's own Close (or a failed write) ended it already
+		h.HandleClose(info)
+		return nil
+	}
 
 	if len(early) > 0 {
 		c.readMu.Lock()
