@@ -24,15 +24,23 @@ import (
 // channel. A project that has not turned it on takes none of these paths.
 
 // Identity is what a valid connection token says: who the user is, until
-// when, and the channels it grants.
+// when, and the channels it grants. Every connection with a token holds
+// one, so it is kept to 32 bytes: unix seconds in 32 bits (to 2106; a
+// later exp counts as then) and the grants, which most tokens lack, behind
+// a pointer.
 type Identity struct {
 	Sub      string
-	exp, iat int64 // unix seconds; iat 0 when the token names none
-	grants   []grant
+	exp, iat uint32 // unix seconds; iat 0 when the token names none (or 1970)
+	grants   *[]grant
 }
 
 // Exp is when the token expires.
-func (id *Identity) Exp() time.Time { return time.Unix(id.exp, 0) }
+func (id *Identity) Exp() time.Time { return time.Unix(int64(id.exp), 0) }
+
+// unix32 is t in unix seconds, within what 32 bits hold.
+func unix32(t time.Time) uint32 {
+	return uint32(min(max(t.Unix(), 0), math.MaxUint32))
+}
 
 // grant is one entry of a token's channels claim: a channel, or a prefix
 // (written with a trailing *), and its rights.
@@ -260,15 +268,16 @@ func identityOf(c *claims) (*Identity, error) {
 	if c.Sub == "" || len(c.Sub) > maxSubBytes || c.Ch != "" { // ch: a subscribe token, not a connection's
 		return nil, ErrInvalidToken
 	}
-	id := &Identity{Sub: c.Sub, exp: c.exp().Unix()}
+	id := &Identity{Sub: c.Sub, exp: unix32(c.exp())}
 	if c.Iat != nil {
-		id.iat = c.iat().Unix()
+		id.iat = unix32(c.iat())
 	}
 	if c.Channels != nil {
-		var ok bool
-		if id.grants, ok = parseGrants(c.Channels); !ok {
+		grants, ok := parseGrants(c.Channels)
+		if !ok {
 			return nil, ErrInvalidToken
 		}
+		id.grants = &grants
 	}
 	return id, nil
 }
@@ -304,10 +313,10 @@ func parseGrants(obj map[string][]string) ([]grant, bool) {
 
 // allows: the identity's grants cover subscribing to channel (with presence).
 func (id *Identity) allows(channel string, presence bool) bool {
-	if id == nil {
+	if id == nil || id.grants == nil {
 		return false
 	}
-	for _, g := range id.grants {
+	for _, g := range *id.grants {
 		match := g.name == channel || g.prefix && strings.HasPrefix(channel, g.name)
 		if match && g.subscribe && (!presence || g.presence) {
 			return true
@@ -354,26 +363,19 @@ func authorizeSubscribe(ctx context.Context, keys *jwksCache, az *ProjectAuthz, 
 	return ""
 }
 
-// tokenLife is a connection's token (its user, iat and exp), and whether
-// the connection was told it expires: told expiringNotice before, closed
-// (4011) after unless a refresh replaced it; closed (4012) once a
-// revocation of its user covers it. Kept by value, beside a.conns.
-type tokenLife struct {
-	id     *Identity
-	warned bool
-}
-
 type tokenTick struct{}
 
-// trackToken records (or replaces, after a refresh) a connection's token:
-// one a revocation of its user covers closes the connection (4012, false),
-// else its expiry is watched.
-func (a *projectActor) trackToken(ctx actor.Context, sink Sink, id *Identity) bool {
-	if a.tokens == nil {
-		a.tokens = map[uint64]tokenLife{}
+// trackToken records (or replaces, after a refresh) the token of c, one of
+// a.conns: one a revocation of its user covers closes the connection
+// (4012, false), else its expiry is watched (expireTokens).
+func (a *projectActor) trackToken(ctx actor.Context, c liveConn, id *Identity) bool {
+	if c.ident == nil {
+		a.tokenConns++
 	}
-	a.tokens[sink.ID()] = tokenLife{id: id}
-	if !a.checkToken(sink.ID(), a.tokens[sink.ID()], a.cfg.Now()) {
+	c.ident = id
+	a.conns[c.sink.ID()] = c
+	delete(a.warned, c.sink.ID()) // a refreshed token is told again before it expires
+	if !a.checkToken(c, a.cfg.Now()) {
 		return false
 	}
 	a.tickTokens(ctx)
@@ -386,7 +388,7 @@ var refreshOKFrame = transport.TextFrame(proto.RefreshOK)
 // revocation of its user's tokens; a token without iat is covered by any.
 func (a *projectActor) userRevoked(id *Identity) bool {
 	r, ok := a.revokedClients[id.Sub]
-	return ok && id.iat <= r.RevokedAt.Unix()
+	return ok && int64(id.iat) <= r.RevokedAt.Unix()
 }
 
 // expireTokens checks every connection's token (checkToken) and ticks
@@ -396,46 +398,61 @@ func (a *projectActor) userRevoked(id *Identity) bool {
 // project with authorization off checks nothing (a token means nothing
 // there) but keeps its tokens, for when it is turned on again.
 func (a *projectActor) expireTokens(ctx actor.Context) {
-	if a.authz.on() == nil {
+	if a.authz.on() == nil || a.tokenConns == 0 {
 		return
 	}
 	now := a.cfg.Now()
-	for id, t := range a.tokens {
-		a.checkToken(id, t, now)
+	for _, c := range a.conns {
+		if c.ident != nil {
+			a.checkToken(c, now)
+		}
 	}
 	a.tickTokens(ctx)
 }
 
 // checkToken closes a connection whose token a revocation covers (4012) or
 // that has expired (tokenSkew after exp, as a handshake would refuse it:
-// 4011), or tells it its token expires soon; false: closed.
-func (a *projectActor) checkToken(id uint64, t tokenLife, now time.Time) bool {
-	c, live := a.conns[id]
-	exp := t.id.Exp()
+// 4011), or tells it its token expires soon (once); false: closed, and the
+// token no longer watched.
+func (a *projectActor) checkToken(c liveConn, now time.Time) bool {
+	id, exp := c.sink.ID(), c.ident.Exp()
 	switch {
-	case !live:
-		delete(a.tokens, id)
-		return false
 	case a.authz.on() == nil:
-	case a.userRevoked(t.id):
+	case a.userRevoked(c.ident):
 		c.sink.Close(proto.CloseTokenRevoked, "token revoked")
-		delete(a.tokens, id)
+		a.forgetToken(c)
 		return false
 	case !now.Before(exp.Add(tokenSkew)):
 		c.sink.Close(proto.CloseTokenExpired, "token expired")
-		delete(a.tokens, id)
+		a.forgetToken(c)
 		return false
-	case !t.warned && !now.Before(exp.Add(-expiringNotice)):
-		a.tokens[id] = tokenLife{id: t.id, warned: true}
-		c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, t.id.exp)))
+	case !a.warned[id] && !now.Before(exp.Add(-expiringNotice)):
+		if a.warned == nil {
+			a.warned = map[uint64]bool{}
+		}
+		a.warned[id] = true
+		c.sink.Send(transport.TextFrame(proto.AppendTokenExpiring(nil, int64(c.ident.exp))))
 	}
 	return true
+}
+
+// forgetToken stops watching c's token: c closed, or is closing.
+func (a *projectActor) forgetToken(c liveConn) {
+	if c.ident == nil {
+		return
+	}
+	a.tokenConns--
+	delete(a.warned, c.sink.ID())
+	if _, live := a.conns[c.sink.ID()]; live {
+		c.ident = nil
+		a.conns[c.sink.ID()] = c
+	}
 }
 
 // tickTokens schedules the next expireTokens, a second from now, unless
 // one is due or no token is watched.
 func (a *projectActor) tickTokens(ctx actor.Context) {
-	if len(a.tokens) > 0 && !a.tokenTicker {
+	if a.tokenConns > 0 && !a.tokenTicker {
 		a.tokenTicker = true
 		self, root := ctx.Self(), ctx.ActorSystem().Root
 		time.AfterFunc(time.Second, func() { root.Send(self, &tokenTick{}) })

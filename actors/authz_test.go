@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -387,12 +388,25 @@ func TestExpiryKeptWhileOff(t *testing.T) {
 	waitFor(t, "4011 once on again", func() bool { return k.closed.Load() == proto.CloseTokenExpired })
 }
 
-// An exp far in the future is not read as the past, and a subscribe token
-// (it has ch) is no connection token.
+// An exp far in the future is not read as the past (it counts as the last
+// second 32 bits hold), an iat before 1970 as 1970 (covered by any
+// revocation, as a token without iat), and a subscribe token (it has ch)
+// is no connection token.
 func TestConnectionTokenEdges(t *testing.T) {
-	far := signed(t, map[string]any{"sub": "u", "exp": 1e13}, jwa.HS256, authSecret)
-	if _, err := VerifyConnectionToken(far, []string{authSecret}, authT0); err != nil {
+	far := signed(t, map[string]any{"sub": "u", "exp": 1e13, "iat": -5}, jwa.HS256, authSecret)
+	id, err := VerifyConnectionToken(far, []string{authSecret}, authT0)
+	if err != nil {
 		t.Fatalf("exp 1e13: %v", err)
+	}
+	if got, want := id.Exp(), time.Unix(math.MaxUint32, 0); !got.Equal(want) || id.iat != 0 {
+		t.Fatalf("exp 1e13, iat -5 read as %v and %d, want %v and 0", got, id.iat, want)
+	}
+	near := signed(t, map[string]any{"sub": "u", "exp": authT0.Unix() + 60, "iat": authT0.Unix()}, jwa.HS256, authSecret)
+	if id, err = VerifyConnectionToken(near, []string{authSecret}, authT0); err != nil {
+		t.Fatal(err)
+	}
+	if id.Exp().Unix() != authT0.Unix()+60 || int64(id.iat) != authT0.Unix() {
+		t.Fatalf("exp and iat read as %v, %d", id.Exp(), id.iat)
 	}
 	sub := subToken(t, backend.SubscribeTokenOptions{Channel: "private-doc", UserID: "u"})
 	if _, err := VerifyConnectionToken(sub, []string{authSecret}, authT0); !errors.Is(err, ErrInvalidToken) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/transport"
 )
 
@@ -279,5 +280,88 @@ func BenchmarkIdleProjects(b *testing.B) {
 		after := heap()
 		b.ReportMetric((live-before)/projects, "heapB/live-project")
 		b.ReportMetric((after-before)/projects, "heapB/stopped-project")
+	}
+}
+
+// BenchmarkIdleConnectionHeap opens 10 000 idle connections of a project
+// with channel authorization on, without and with a connection token (a
+// user each), and reports the heap the actors hold per connection: what a
+// token adds to an idle connection.
+func BenchmarkIdleConnectionHeap(b *testing.B) {
+	const conns = 10_000
+	az := &ProjectAuthz{On: true, Secrets: []string{authSecret}}
+	for _, withToken := range []bool{false, true} {
+		b.Run(fmt.Sprintf("token=%v", withToken), func(b *testing.B) {
+			tokens := make([]string, conns)
+			if withToken {
+				for i := range tokens {
+					var err error
+					tokens[i], err = backend.MintConnectionToken(backend.ConnectionTokenOptions{Secret: authSecret,
+						UserID: fmt.Sprint("user-", i), TTL: time.Hour, Now: authT0})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			sinks := make([]nullSink, conns+1)
+			sessions := make([]*Session, conns+1)
+			heap := func() float64 {
+				runtime.GC()
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				return float64(m.HeapAlloc)
+			}
+			for range b.N {
+				sys := newTestSystem(b, Config{Now: func() time.Time { return authT0 },
+					LoadSettings: func(context.Context, string) (Settings, error) { return Settings{Authz: *az}, nil }})
+				open := func(i int) {
+					l, ok := sys.Reserve("p", "addr")
+					if !ok {
+						b.Fatal("reserve refused")
+					}
+					var id *Identity
+					if tokens[i%conns] != "" && i < conns {
+						var err error
+						if id, err = VerifyConnectionToken(tokens[i], az.Secrets, authT0); err != nil {
+							b.Fatal(err)
+						}
+					}
+					sinks[i] = nullSink{id: uint64(i + 1)}
+					sessions[i] = sys.OpenAuthorized(l, "key", &sinks[i], az, id)
+				}
+				open(conns) // the project's actor, its settings and the pools exist
+				waitConnections(b, sys, 1)
+				before := heap()
+				for i := range conns {
+					open(i)
+				}
+				waitConnections(b, sys, conns+1)
+				after := heap()
+				b.ReportMetric((after-before)/conns, "heapB/conn")
+				for i := range sessions {
+					sessions[i].HandleClose(CloseStatus{})
+				}
+				sys.Shutdown(context.Background())
+				clear(sessions) // the next round's first reading holds none of these
+			}
+			runtime.KeepAlive(tokens)
+		})
+	}
+}
+
+// waitConnections waits until project p's actor holds n connections.
+func waitConnections(b *testing.B, sys *System, n int) {
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		in, err := sys.Inspect(context.Background(), "p", "", 0, 1)
+		if err == nil && len(in.Projects) == 1 && in.Projects[0].Connections == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("project actor holds not %d connections: %+v %v", n, in, err)
+		}
+		<-tick.C
 	}
 }

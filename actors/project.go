@@ -79,14 +79,17 @@ type projectActor struct {
 	// Channel authorization: the settings its connections read (stored at
 	// every load), and the connections whose token expires (authz.go).
 	authz       *authzHolder
-	tokens      map[uint64]tokenLife
+	tokenConns  int             // conns with a token watched (ident set)
+	warned      map[uint64]bool // conns told their token expires soon
 	tokenTicker bool
 }
 
-// liveConn is one connection of the project and the public key it used.
+// liveConn is one connection of the project, the public key it used and
+// its connection token's identity (nil: none, or no longer watched).
 type liveConn struct {
 	sink    Sink
 	keyHash string // the key index's string: every connection of a key shares its bytes
+	ident   *Identity
 }
 
 // projectUsage is the one count a project's channel actors add to: emits
@@ -240,9 +243,10 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *unsubscribe:
 		a.send(ctx, m.channel, m)
 	case *connOpened:
-		a.conns[m.sink.ID()] = liveConn{sink: m.sink, keyHash: m.keyHash}
+		c := liveConn{sink: m.sink, keyHash: m.keyHash}
+		a.conns[m.sink.ID()] = c
 		if m.ident != nil {
-			a.trackToken(ctx, m.sink, m.ident)
+			a.trackToken(ctx, c, m.ident)
 		}
 		a.connects++
 		a.webhook("connect", m.sink.ID(), CloseStatus{})
@@ -253,16 +257,16 @@ func (a *projectActor) common(ctx actor.Context) {
 		close(m.done)
 		a.expireTokens(ctx) // turned on again: the tokens kept are checked (off: nothing is)
 	case *tokenRefreshed:
-		if _, ok := a.conns[m.sink.ID()]; ok && a.trackToken(ctx, m.sink, m.ident) {
+		if c, ok := a.conns[m.sink.ID()]; ok && a.trackToken(ctx, c, m.ident) {
 			m.sink.Send(refreshOKFrame)
 		}
 	case *tokenTick:
 		a.tokenTicker = false
 		a.expireTokens(ctx)
 	case *connClosed:
-		delete(a.tokens, m.connID)
-		if _, ok := a.conns[m.connID]; ok {
+		if c, ok := a.conns[m.connID]; ok {
 			delete(a.conns, m.connID)
+			a.forgetToken(c)
 			a.webhook("disconnect", m.connID, m.status)
 		}
 		for _, ch := range m.channels {

@@ -36,6 +36,7 @@ func runConns(ctx context.Context, args []string) error {
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… to spread ports over")
 	settle := fs.Duration("settle", 3*time.Second, "idle time before measuring")
 	withToken := fs.Bool("token", false, "turn channel authorization on for the project and open each connection with its own HS256 connection token (minted before the clock starts)")
+	tokenJWKS := fs.Bool("token-jwks", false, "with -token: sign the tokens RS256 with a key of a JWKS this tool serves on loopback (the project's jwksUrl; the relay needs WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true to fetch it), so that each handshake verifies through the relay's JWKS cache")
 	warmup := fs.Int("warmup", 0, "connections (of -n) opened before the first memory reading, so that what the first subscribers start once (each channel's actors; in a cluster each channel's grain and the links between nodes) is not counted per connection")
 	debugList := fs.String("debug", "", "the nodes' operator listeners (http://127.0.0.1:PORT, comma-separated, in -base's order): before each memory reading each node is asked for a garbage collection (GET /debug/pprof/heap?gc=1), so that neither reading holds garbage of what came before (the sign-up's password hash, the handshakes), and its live heap is reported too")
 	fs.Parse(args)
@@ -61,10 +62,17 @@ func runConns(ctx context.Context, args []string) error {
 	}
 	wsURLs := wsURLsFor(c.bases, p.PublicKey)
 	var tokens []string // with -token, connection i's
-	if *withToken {
+	switch {
+	case *withToken && *tokenJWKS:
+		if tokens, err = jwksConnectionTokens(ctx, api, p.ID, *n); err != nil {
+			return err
+		}
+	case *withToken:
 		if tokens, err = connectionTokens(api, p.ID, *n); err != nil {
 			return err
 		}
+	case *tokenJWKS:
+		return fmt.Errorf("-token-jwks needs -token")
 	}
 	conns := make([]net.Conn, *n)
 	perNode := make([]atomic.Int64, len(c.bases))
