@@ -103,7 +103,7 @@ func (c controlPlane) routes(mux *http.ServeMux) {
 	mux.Handle("/api/projects/{projectId}/health", methods{
 		http.MethodGet: auth(c.handleHealth),
 	})
-	c.webhookDeliveryRoutes(mux) // …/webhook-deliveries and …/webhook-test (webhook_deliveries.go)
+	c.webhookRoutes(mux) // …/webhook-secret, …/webhook-deliveries and …/webhook-test (webhook_deliveries.go)
 	mux.Handle("/api/projects/{projectId}/client-emit-secret", methods{
 		http.MethodPatch: auth(c.handleClientEmitSecret),
 	})

@@ -60,7 +60,7 @@ func (d dashboard) handleRegenerateWebhookSecret(w http.ResponseWriter, r *http.
 	if !ok {
 		return
 	}
-	if err := p.requireWebhook(r.Context()); err != nil {
+	if _, err := p.webhookSecret(r.Context()); err != nil {
 		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}
@@ -72,7 +72,7 @@ func (d dashboard) handleRegenerateWebhookSecret(w http.ResponseWriter, r *http.
 		return
 	}
 	// Refused too when the URL was removed meanwhile, in another tab.
-	if err := p.regenerateWebhookSecret(r.Context()); err != nil {
+	if _, err := p.regenerateWebhookSecret(r.Context()); err != nil {
 		d.opFailed(w, r, v, p.Project, err, nil)
 		return
 	}

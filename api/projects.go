@@ -336,29 +336,32 @@ func webhookEventsChange(channel, presence *bool) settingsChange {
 	}
 }
 
-// requireWebhook refuses with errNoWebhookURL when the project has no
-// webhook URL (the dashboard asks before offering a new signing secret).
-func (p ownedProject) requireWebhook(ctx context.Context) error {
+// webhookSecret is the webhook signing secret; errNoWebhookURL when the
+// project has no webhook URL (and so no secret: the dashboard asks before
+// offering a new one).
+func (p ownedProject) webhookSecret(ctx context.Context) (string, error) {
 	st, err := p.ops.store.Settings(ctx, p.ID)
 	if err != nil {
-		return fmt.Errorf("load settings: %w", err)
+		return "", fmt.Errorf("load settings: %w", err)
 	}
 	if st.WebhookURL == "" {
-		return errNoWebhookURL
+		return "", errNoWebhookURL
 	}
-	return nil
+	return st.WebhookSecret, nil
 }
 
-// regenerateWebhookSecret replaces the webhook signing secret; a project
-// without a webhook URL (perhaps removed meanwhile) is refused.
-func (p ownedProject) regenerateWebhookSecret(ctx context.Context) error {
-	return p.updateSettings(ctx, "regenerate webhook secret", func(st *store.Settings) error {
+// regenerateWebhookSecret replaces the webhook signing secret and returns
+// the new one; a project without a webhook URL (perhaps removed meanwhile)
+// is refused.
+func (p ownedProject) regenerateWebhookSecret(ctx context.Context) (string, error) {
+	st, err := p.changeSettings(ctx, "regenerate webhook secret", func(st *store.Settings) error {
 		if st.WebhookURL == "" {
 			return errNoWebhookURL
 		}
 		st.WebhookSecret = newSecret()
 		return nil
 	})
+	return st.WebhookSecret, err
 }
 
 // setChannelBudget sets the per-channel emit budget override (messages per

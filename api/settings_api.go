@@ -21,8 +21,9 @@ import (
 // checks, the same settings row, the same reload of the running project
 // (SettingsChanged here, the key-change watch on nodes that learn of it from
 // the store). Secrets are not in these answers: the client-emit secret has
-// its own route (…/client-emit-secret), channel authorization and its
-// secret theirs (…/authorization).
+// its own route (…/client-emit-secret), as has the webhook signing secret
+// (…/webhook-secret), channel authorization and its secret theirs
+// (…/authorization).
 
 var errSettingRequired = &proto.Error{Code: proto.CodeSettingRequired}
 
@@ -59,6 +60,7 @@ type clientEmitBody struct {
 type settingsLinks struct {
 	Authorization    string `json:"authorization"`
 	ClientEmitSecret string `json:"clientEmitSecret"`
+	WebhookSecret    string `json:"webhookSecret"`
 	Usage            string `json:"usage"`
 }
 
@@ -68,7 +70,8 @@ func toSettingsBody(p store.Project, st store.Settings) settingsBody {
 		WebhookEvents:           webhookEventsBody{Channel: st.WebhookChannelEvents, Presence: st.WebhookPresenceEvents},
 		ClientEmit:              clientEmitBody{SecretSet: p.ClientEmitSecret != ""},
 		HistoryRetentionSeconds: st.HistoryRetentionSeconds,
-		Links:                   settingsLinks{Authorization: base + "/authorization", ClientEmitSecret: base + "/client-emit-secret", Usage: base + "/usage"},
+		Links: settingsLinks{Authorization: base + "/authorization", ClientEmitSecret: base + "/client-emit-secret",
+			WebhookSecret: base + "/webhook-secret", Usage: base + "/usage"},
 	}
 	if st.WebhookURL != "" {
 		u := st.WebhookURL

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -10,18 +11,42 @@ import (
 	"github.com/relayhq/relay/proto"
 )
 
-// A project's recent webhook deliveries and test events (api/README.md ›
-// Webhooks and usage): GET /api/projects/{projectId}/webhook-deliveries,
-// POST /api/projects/{projectId}/webhook-test, and the project page's
-// "Recent webhook deliveries" card with its "Send test event" button. The
-// deliveries are the ones this node's sender made (webhook.Dispatcher keeps
-// them in memory), newest first.
+// A project's webhook signing secret, recent webhook deliveries and test
+// events (api/README.md › Webhooks and usage): GET and POST
+// /api/projects/{projectId}/webhook-secret, GET …/webhook-deliveries, POST
+// …/webhook-test, and the project page's "Recent webhook deliveries" card
+// with its "Send test event" button. The deliveries are the ones this
+// node's sender made (webhook.Dispatcher keeps them in memory), newest first.
 
-// webhookDeliveryRoutes adds the two JSON routes (controlPlane.routes calls it).
-func (c controlPlane) webhookDeliveryRoutes(mux *http.ServeMux) {
+// webhookRoutes adds the JSON routes (controlPlane.routes calls it).
+func (c controlPlane) webhookRoutes(mux *http.ServeMux) {
 	auth := c.sessions.requireUser
+	mux.Handle("/api/projects/{projectId}/webhook-secret", methods{
+		http.MethodGet:  auth(c.handleWebhookSecret),
+		http.MethodPost: auth(c.handleWebhookSecret),
+	})
 	mux.Handle("/api/projects/{projectId}/webhook-deliveries", methods{http.MethodGet: auth(c.handleWebhookDeliveries)})
 	mux.Handle("/api/projects/{projectId}/webhook-test", methods{http.MethodPost: auth(c.handleWebhookTest)})
+}
+
+// handleWebhookSecret answers the signing secret: GET reads it, POST
+// replaces it (a receiver checking the old one refuses what follows). A
+// POST body is ignored.
+func (c controlPlane) handleWebhookSecret(w http.ResponseWriter, r *http.Request) {
+	p, ok := c.owned(w, r)
+	if !ok {
+		return
+	}
+	get := p.webhookSecret
+	if r.Method == http.MethodPost {
+		get = p.regenerateWebhookSecret
+	}
+	secret, err := get(r.Context())
+	if err != nil {
+		c.writeOpError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"webhookSecret": secret})
 }
 
 // deliveryBody is one delivery on the wire (api/openapi.yaml, WebhookDelivery).
@@ -163,4 +188,22 @@ func (d dashboard) handleWebhookTestForm(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	done(w, r, p.ID, "webhook-test")
+}
+
+// WebhookSecret is the project's webhook signing secret, replaced first
+// when regenerate is set, as GET and POST …/webhook-secret answer it.
+func (a *Admin) WebhookSecret(ctx context.Context, projectID string, regenerate bool) (any, error) {
+	p, err := a.project(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	get := p.webhookSecret
+	if regenerate {
+		get = p.regenerateWebhookSecret
+	}
+	secret, err := get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"webhookSecret": secret}, nil
 }

@@ -50,6 +50,10 @@ commands:
                  need a webhook URL; --channel-rate-limit 1 to 1000000000, or default;
                  --history-retention keeps channel messages S seconds (0: off, at most
                  HISTORY_MAX_RETENTION_SECONDS)
+  project webhook-secret --project ID [--regenerate]
+                 the webhook signing secret, printed as GET /api/projects/{id}/webhook-secret
+                 answers it; --regenerate replaces it first (as POST …/webhook-secret; no
+                 overlap). Refused while the project has no webhook URL
   project usage  --project ID [--from YYYY-MM-DD] [--to YYYY-MM-DD]
                  the daily usage rows (the last 30 UTC days by default), as GET
                  /api/projects/{id}/usage answers them
@@ -246,6 +250,13 @@ var adminCommands = map[string]adminSetup{
 				return a.Settings(ctx, *project)
 			}
 			return a.UpdateSettings(ctx, *project, u)
+		}
+	},
+	"project webhook-secret": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {
+		project := fs.String("project", "", "the project's id")
+		regenerate := fs.Bool("regenerate", false, "replace the secret first")
+		return []string{"project"}, nil, func(ctx context.Context, a *api.Admin, _ Config) (any, error) {
+			return a.WebhookSecret(ctx, *project, *regenerate)
 		}
 	},
 	"project usage": func(fs *flag.FlagSet) ([]string, func() error, adminRun) {

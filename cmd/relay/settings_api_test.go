@@ -37,7 +37,8 @@ func cpSettings(projectID string, webhookURL any, channel, presence bool, limit 
 		"channelRateLimit":        limit,
 		"historyRetentionSeconds": retention,
 		"clientEmit":              map[string]bool{"secretSet": clientEmit},
-		"links":                   map[string]string{"authorization": base + "/authorization", "clientEmitSecret": base + "/client-emit-secret", "usage": base + "/usage"},
+		"links": map[string]string{"authorization": base + "/authorization", "clientEmitSecret": base + "/client-emit-secret",
+			"webhookSecret": base + "/webhook-secret", "usage": base + "/usage"},
 	})
 }
 
