@@ -1,11 +1,13 @@
 #!/bin/sh
-# make test's check of the browser client's types (api/web/client.d.ts):
-# tsc --strict, without emitting, on example.ts, which imports the client as
-# a vendored package (package.json, client.js and client.d.ts copied into
-# node_modules/@relayhq/client of a temporary directory, as npm would lay it
-# out) and uses every declaration. tsc comes from $TSC, else from PATH (.ci/run
-# installs TypeScript 5 from the npm registry and puts it there). Without tsc
-# the check is skipped with a message, except under CI, where it fails.
+# make test's check of the browser client as a package (api/web/package.json):
+# `npm pack` in api/web (its prepack and postpack scripts included), the
+# tarball installed with npm into a temporary project (no registry needed:
+# the package has no dependencies), and tsc --strict, without emitting, on
+# example.ts, which imports @relayhq/client from there and uses every
+# declaration of client.d.ts. tsc comes from $TSC, else from PATH (.ci/run
+# installs TypeScript 5 from the npm registry and puts it there). Without
+# tsc or npm the check is skipped with a message, except under CI, where it
+# fails.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 web=$(dirname "$here")
@@ -18,12 +20,32 @@ if [ -z "$tsc" ]; then
   echo "client types: SKIPPED, tsc not found (npm install -g typescript@5, or set TSC=/path/to/tsc; CI runs it)"
   exit 0
 fi
+if ! command -v npm >/dev/null 2>&1; then
+  if [ -n "${CI:-}" ]; then
+    echo "client package: npm not found, and CI is set: .ci/run should have installed it" >&2
+    exit 1
+  fi
+  echo "client package: SKIPPED, npm not found (CI runs it)"
+  exit 0
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pkg="$tmp/node_modules/@relayhq/client"
-mkdir -p "$pkg"
-cp "$web/package.json" "$web/client.js" "$web/client.d.ts" "$pkg/"
-cp "$here/example.ts" "$here/tsconfig.json" "$tmp/"
-echo "client types: $("$tsc" --version) --strict on api/web/typecheck/example.ts"
-(cd "$tmp" && "$tsc" -p tsconfig.json) # errors name example.ts and node_modules/@relayhq/client/client.d.ts
-echo "client types: ok"
+npmq="--no-audit --no-fund --loglevel=error"
+tarball=$(cd "$web" && npm pack $npmq --pack-destination "$tmp" | tail -1)
+listing=$(tar -tzf "$tmp/$tarball" | sort | tr '\n' ' ')
+want="package/LICENSE package/README.md package/client.d.ts package/client.js package/package.json "
+if [ "$listing" != "$want" ]; then
+  echo "client package: $tarball holds $listing; want $want" >&2
+  exit 1
+fi
+if [ -e "$web/LICENSE" ]; then
+  echo "client package: npm pack left api/web/LICENSE behind (postpack)" >&2
+  exit 1
+fi
+mkdir "$tmp/app"
+cp "$here/example.ts" "$here/tsconfig.json" "$tmp/app/"
+(cd "$tmp/app" && echo '{"name":"example","private":true,"type":"module"}' > package.json &&
+  npm install $npmq --no-package-lock --offline "$tmp/$tarball")
+echo "client package: $tarball installed; $("$tsc" --version) --strict on api/web/typecheck/example.ts"
+(cd "$tmp/app" && "$tsc" -p tsconfig.json) # errors name example.ts and node_modules/@relayhq/client/client.d.ts
+echo "client package: ok"
