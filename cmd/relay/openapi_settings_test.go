@@ -11,8 +11,8 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// TestOpenAPISettings: GET and PATCH …/settings and GET …/usage against the
-// document, every status each can give from outside (200 400 401 404 405
+// TestOpenAPISettings: GET and PATCH …/settings, GET and POST
+// …/webhook-secret and GET …/usage against the document, every status each can give from outside (200 400 401 404 405
 // 413 415), every 400 code, on both stores.
 func TestOpenAPISettings(t *testing.T) {
 	router := loadOpenAPI(t)
@@ -52,8 +52,18 @@ func TestOpenAPISettings(t *testing.T) {
 		big := st.client(ts) // a body refused before it is read ends its connection
 		big.http.Jar = alice.http.Jar
 		want(big.do("PATCH", settings, `{"channelRateLimit":5,"x":"`+strings.Repeat("a", 70<<10)+`"}`), 413, "body_too_large")
+		secret := "/api/projects/" + p + "/webhook-secret"
+		want(alice.do("GET", secret, ""), 400, "webhook_url_required")
+		want(alice.do("POST", secret, ""), 400, "webhook_url_required")
 		want(alice.do("PATCH", settings, `{"webhookUrl":"https://hooks.example.com/r","webhookEvents":{"channel":true,"presence":false},"channelRateLimit":25}`), 200)
 		want(alice.do("GET", settings, ""), 200) // with every setting set
+		want(alice.do("GET", secret, ""), 200)
+		want(alice.do("POST", secret, ""), 200)
+		want(anon.do("GET", secret, ""), 401, "unauthorized")
+		want(anon.do("POST", secret, ""), 401, "unauthorized")
+		want(alice.do("GET", "/api/projects/"+gone+"/webhook-secret", ""), 404, "project_not_found")
+		want(alice.do("POST", "/api/projects/"+gone+"/webhook-secret", ""), 404, "project_not_found")
+		want(alice.do("PUT", secret, ""), 405)
 		want(alice.do("PATCH", "/api/projects/"+p+"/client-emit-secret", ""), 200)
 		want(alice.do("PATCH", settings, `{"webhookUrl":null,"channelRateLimit":null}`), 200)
 
