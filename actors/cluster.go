@@ -17,7 +17,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
-	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -114,8 +113,10 @@ type ClusterStats struct {
 	// from memory instead of stamping again (retries). OwnerRefusals:
 	// publishes a grain here refused because this node no longer owns the
 	// channel. Retries: publishes this node sent again, unanswered.
-	Grains                                                     int64
-	Activations, CrossNode, Duplicates, OwnerRefusals, Retries int64
+	// ActivationRefusals: requests to start a grain here that another
+	// member owns in this node's member list (placement).
+	Grains                                                                         int64
+	Activations, CrossNode, Duplicates, OwnerRefusals, Retries, ActivationRefusals int64
 }
 
 // Cluster is this node's membership. Its methods are safe for concurrent use.
@@ -159,7 +160,8 @@ type Cluster struct {
 	badContent      atomic.Int64  // peers' messages refused for their content (refuseContent)
 	contentLogs     logLimit
 
-	activations, crossNode, duplicates, ownerRefusals, retries atomic.Int64
+	activations, crossNode, duplicates, ownerRefusals, retries, activationRefusals atomic.Int64
+	place                                                                          *placement
 }
 
 // newCluster starts this node's node actor; JoinCluster adds the membership.
@@ -258,7 +260,8 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	projectKind := cluster.NewKind(ProjectKind, actor.PropsFromProducer(func() actor.Actor { return newProjectGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
 	etcdCfg.TLS = etcdTLS(cfg) // the provider's own copy
-	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, disthash.New(),
+	c.place = &placement{c: c}
+	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, c.place,
 		// protoactor preallocates each peer's send queue at 1 000 000
 		// slots (16 MB of heap per member, which also raises how much freed
 		// memory the runtime keeps); the queue doubles when full, so start small.
@@ -501,6 +504,7 @@ func (c *Cluster) Stats() ClusterStats {
 		BroadcastsTimedOut: c.timedOut.Load(), BroadcastsReceived: c.received.Load(),
 		Grains: c.grainsLive.Load(), Activations: c.activations.Load(), CrossNode: c.crossNode.Load(),
 		Duplicates: c.duplicates.Load(), OwnerRefusals: c.ownerRefusals.Load(), Retries: c.retries.Load(),
+		ActivationRefusals: c.activationRefusals.Load(),
 	}
 }
 

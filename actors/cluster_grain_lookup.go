@@ -24,8 +24,9 @@ type grainLookup struct {
 
 // grainResolved carries a grain lookup back into the actor.
 type grainResolved struct {
-	pid *actor.PID
-	gen uint64
+	pid     *actor.PID
+	refused bool // the owner asked answered that it does not own the grain
+	gen     uint64
 }
 
 // resolveAgain retries a lookup that found nothing, unless a later one began.
@@ -34,12 +35,13 @@ type resolveAgain struct{ gen uint64 }
 // resolveRetry: how soon a failed grain lookup is tried again.
 const resolveRetry = 500 * time.Millisecond
 
-// A lookup made as the member list changes can still use protoactor's
-// previous list (it hears of the change just after this node's view) and
-// start a grain on the former owner, which refuses to answer and whose
-// state is not the grain's. The actor does not use a grain on another
-// member than the owner in its own view: it looks again after staleRetry,
-// up to staleLookups times, then takes what it gets.
+// A lookup made as the member list changes can find the member it asks
+// with another list than this node's: that member refuses to start a grain
+// it does not own (placement), or the answer names a grain on a member
+// that is not the owner in this node's list by the time it arrives. The
+// actor uses neither: it looks again after staleRetry, up to staleLookups
+// times (the lists agree again within that), then after resolveRetry, and
+// takes a grain off the owner after staleLookups.
 const (
 	staleRetry   = 50 * time.Millisecond
 	staleLookups = 20
@@ -48,8 +50,11 @@ const (
 func (l *grainLookup) resolve(ctx actor.Context) {
 	l.gen++
 	l.resolving = true
-	gen, self, root, pc, identity, kind := l.gen, ctx.Self(), ctx.ActorSystem().Root, l.c.pc, l.identity, l.kind
-	go func() { root.Send(self, &grainResolved{pid: pc.Get(identity, kind), gen: gen}) }()
+	gen, self, root, place, identity, kind := l.gen, ctx.Self(), ctx.ActorSystem().Root, l.c.place, l.identity, l.kind
+	go func() {
+		pid, refused := place.get(kind, identity)
+		root.Send(self, &grainResolved{pid: pid, refused: refused, gen: gen})
+	}()
 }
 
 // resolveOnce starts a lookup unless one is under way.
@@ -62,18 +67,24 @@ func (l *grainLookup) resolveOnce(ctx actor.Context) {
 // resolved takes a lookup's answer. It reports true when the answer is a
 // grain other than the one in use: the actor then sends it what it needs.
 // A lookup that found nothing (no member hosts the kind yet, or the owner
-// did not answer) is tried again after resolveRetry.
+// did not answer) is tried again after resolveRetry; one the owner refused,
+// after staleRetry.
 func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 	if m.gen != l.gen {
 		return false // a later lookup is under way
 	}
 	l.resolving = false
-	if m.pid == nil {
+	switch {
+	case m.pid == nil && m.refused && l.stale < staleLookups:
+		l.stale++ // the owner asked has another member list than this node
+		l.again(ctx, m.gen, staleRetry)
+		return false
+	case m.pid == nil:
 		l.again(ctx, m.gen, resolveRetry)
 		return false
 	}
 	if owner := l.c.ownerAddress(l.kind, l.identity); owner != "" && m.pid.Address != owner && l.stale < staleLookups {
-		l.stale++ // protoactor's lookup still used the member list before the last change
+		l.stale++ // the member list changed while the lookup ran
 		l.again(ctx, m.gen, staleRetry)
 		return false
 	}

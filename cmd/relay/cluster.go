@@ -166,6 +166,8 @@ var clusterMetrics = []clusterMetric{
 		func(s actors.ClusterStats) int64 { return s.Duplicates }),
 	counter("relay_cluster_owner_refusals_total", "Publishes and budget takes a grain on this node refused because its channel or project is now owned by another member.",
 		func(s actors.ClusterStats) int64 { return s.OwnerRefusals }),
+	counter("relay_cluster_activation_refusals_total", "Requests from other members to start a grain on this node that another member owns in this node's member list: refused, and asked again of the owner.",
+		func(s actors.ClusterStats) int64 { return s.ActivationRefusals }),
 	counter("relay_cluster_publish_retries_total", "Publishes this node sent again to a channel grain that had not answered within 300 ms.",
 		func(s actors.ClusterStats) int64 { return s.Retries }),
 }

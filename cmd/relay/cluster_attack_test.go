@@ -201,7 +201,7 @@ func etcdMembers(t *testing.T, e *relaytest.Etcd, prefix string) map[string]stri
 // attackCounters are the figures an accepted hostile message would move.
 var attackCounters = []string{"relay_cluster_members", "relay_cluster_grains", "relay_cluster_grain_activations_total",
 	"relay_cluster_broadcasts_received_total", "relay_cluster_broadcasts_sent_total", "relay_cluster_cross_node_messages_total",
-	"relay_cluster_duplicates_dropped_total", "relay_cluster_owner_refusals_total"}
+	"relay_cluster_duplicates_dropped_total", "relay_cluster_owner_refusals_total", "relay_cluster_activation_refusals_total"}
 
 func attackSnapshot(t *testing.T, nodes []*clusterNode) map[string]float64 {
 	t.Helper()
