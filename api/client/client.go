@@ -45,6 +45,25 @@ type Options struct {
 	// with a fresh one. An error it returns fails Dial, or on a reconnect
 	// goes to Errors and the client retries with backoff. nil: no token.
 	Token func(ctx context.Context) (string, error)
+
+	// Seqs keeps each channel's last seq across runs of the application
+	// (a file, a database row), as the browser client's resume keeps it in
+	// localStorage. nil: none.
+	Seqs SeqStore
+}
+
+// SeqStore is where a client keeps each channel's last seq (Options.Seqs).
+// The first Subscribe to a channel without SubscribeOptions.Since starts
+// from LoadSeq's seq, if it has one: what the channel sent after it is
+// replayed first (or a Gap says what no longer can be), as after a
+// reconnect. SaveSeq gets the seq of every message the client hands to
+// Events, and of every own emit's ack, once the client's lock is released,
+// from its reading goroutine: keep it quick (buffer, and write later or at
+// exit). An application that must not skip a message it has not handled
+// yet saves Message.Seq itself once handled, and passes it as Since.
+type SeqStore interface {
+	LoadSeq(channel string) (seq uint64, ok bool)
+	SaveSeq(channel string, seq uint64)
 }
 
 func (o *Options) defaults() {

@@ -611,6 +611,7 @@ func (c *Client) dispatch(data []byte) {
 	c.mu.Lock()
 	sub := c.subs[f.Channel]
 	var ev *Event
+	var saveSeq *uint64 // for Options.Seqs, once unlocked
 	switch {
 	case c.tok != nil && c.tok.waiting && f.Channel == "" && (f.Error == CodeInvalidToken || f.Error == string(proto.CodeUnknownAction) || f.Action == "refresh"):
 		c.tok.waiting = false
@@ -669,6 +670,7 @@ func (c *Client) dispatch(data []byte) {
 		}
 		if sub != nil && f.Seq != nil && (!sub.hasSeq || *f.Seq > sub.lastSeq) {
 			sub.lastSeq, sub.hasSeq = *f.Seq, true // our own message is not sent back to us
+			saveSeq = f.Seq
 		}
 	case sub == nil:
 	case f.Seq != nil: // a message (checked before type, which a client emit chooses)
@@ -676,6 +678,7 @@ func (c *Client) dispatch(data []byte) {
 			break // already delivered before a reconnect
 		}
 		sub.lastSeq, sub.hasSeq = *f.Seq, true
+		saveSeq = f.Seq
 		ev = &Event{Message: &Message{Channel: f.Channel, Payload: f.Payload, Seq: *f.Seq, Type: f.Type, ClientID: f.ClientID, Replay: f.Replay}}
 	case f.Type == "presence":
 		switch f.Event {
@@ -700,9 +703,22 @@ func (c *Client) dispatch(data []byte) {
 		select {
 		case sub.events <- *ev:
 		case <-sub.done:
+			return
 		case <-c.ctx.Done():
+			return
 		}
 	}
+	if saveSeq != nil && c.opts.Seqs != nil {
+		c.opts.Seqs.SaveSeq(f.Channel, *saveSeq)
+	}
+}
+
+// subscribed: channel has a subscription (acked or not).
+func (c *Client) subscribed(channel string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.subs[channel]
+	return ok
 }
 
 // current returns the live connection, or nil.
@@ -721,16 +737,21 @@ func wait(ctx context.Context, p *pending) error {
 	}
 }
 
-// Subscribe subscribes to channel and waits for the ack; with opts.Since, the
-// replayed messages (and a Gap, if some are lost) are on Events before it
-// returns. The subscription is renewed on every reconnect, with replay from
-// its LastSeq.
+// Subscribe subscribes to channel and waits for the ack; with opts.Since (or
+// a seq from Options.Seqs), the replayed messages (and a Gap, if some are
+// lost) are on Events before it returns. The subscription is renewed on every
+// reconnect, with replay from its LastSeq.
 func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOptions) (*Subscription, error) {
 	if err := validate(channel, opts); err != nil {
 		return nil, err
 	}
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
+	}
+	if opts.Since == nil && c.opts.Seqs != nil && !c.subscribed(channel) {
+		if seq, ok := c.opts.Seqs.LoadSeq(channel); ok {
+			opts.Since = &seq
+		}
 	}
 	var token string
 	if opts.Token != nil {

@@ -50,6 +50,15 @@ export interface RelayOptions {
    * "error" event as `token_unavailable`. Without it no token is sent.
    */
   token?: (() => Promise<string> | string) | undefined;
+  /**
+   * Resume across page loads (default off): keep each channel's last seq in
+   * `localStorage` (`true`), or in `storage`, under
+   * `relay:<publicKey>:<channel>`, and start a later subscribe to the channel
+   * with `since` = that seq, so that what came while the page was away is
+   * replayed (or a `replay_gap` says what cannot be). Written within 250 ms,
+   * and when the page is hidden or left, and at `close()`.
+   */
+  resume?: boolean | { storage: Pick<Storage, "getItem" | "setItem"> } | undefined;
 }
 
 /** The error codes of the socket (proto/PROTOCOL.md › Errors on the socket). */
@@ -133,6 +142,11 @@ export interface SubscribeOptions<P = unknown> {
   /** Join the channel's presence; needs clientId (else onError gets client_id_required). */
   presence?: boolean | undefined;
   clientId?: string | undefined;
+  /**
+   * Start from this seq (as after a reconnect): what the channel sent after
+   * it is replayed first. Overrides what `resume` stored.
+   */
+  since?: number | undefined;
   /**
    * Gives a subscribe token for this channel (channel authorization), called
    * on every subscribe and resubscribe of it and sent with the subscribe. A

@@ -22,6 +22,12 @@
 // and reconnects at once, with since, after a close 4011 or a refused
 // refresh. subscribe(channel, { token }) sends a subscribe token got from its
 // callback with every (re)subscribe of that channel.
+//
+// Resuming across page loads (opt-in): with resume: true the client keeps
+// each channel's last seq in localStorage (resume: { storage } for another
+// Storage), and a later page's subscribe to that channel starts with since =
+// that seq: what came meanwhile is replayed (or a replay_gap says what
+// cannot be). subscribe(channel, { since }) sets the starting seq by hand.
 
 const DEFAULTS = {
   reconnect: true,
@@ -66,6 +72,48 @@ async function callToken(fn, channel) {
   throw Object.assign(new Error("token_unavailable"), { code: "token_unavailable", channel, cause });
 }
 
+// resumeStore keeps each channel's last seq in storage (getItem, setItem)
+// under "relay:<publicKey>:<channel>", for resume; undefined when off. Saves
+// are gathered for RESUME_SAVE_MS and written then, when the page is hidden
+// or left (pagehide), and at close().
+const RESUME_SAVE_MS = 250;
+
+function resumeStore(option, publicKey) {
+  if (!option) return undefined;
+  const storage = option === true ? globalThis.localStorage : option.storage;
+  if (!storage) return undefined;
+  const prefix = "relay:" + publicKey + ":";
+  const dirty = new Map(); // channel → seq not yet written
+  let timer;
+  const flush = () => {
+    clearTimeout(timer);
+    timer = undefined;
+    for (const [channel, seq] of dirty) {
+      try {
+        storage.setItem(prefix + channel, String(seq));
+      } catch {} // full or denied: the page resumes from an older seq, or none
+    }
+    dirty.clear();
+  };
+  globalThis.addEventListener?.("pagehide", flush);
+  globalThis.document?.addEventListener?.("visibilitychange", () => document.visibilityState === "hidden" && flush());
+  return {
+    load(channel) {
+      let v = null;
+      try {
+        v = storage.getItem(prefix + channel);
+      } catch {}
+      const seq = v === null ? NaN : Number(v);
+      return Number.isSafeInteger(seq) && seq >= 0 ? seq : undefined;
+    },
+    save(channel, seq) {
+      dirty.set(channel, seq);
+      if (timer === undefined) timer = setTimeout(flush, RESUME_SAVE_MS);
+    },
+    flush,
+  };
+}
+
 export function backoffDelay(attempt, maxMs, random = Math.random) {
   const base = Math.min(500 * 2 ** attempt, maxMs);
   return base * (0.5 + random());
@@ -78,6 +126,7 @@ export class Relay {
     const u = new URL("/ws", url.replace(/^http/, "ws"));
     u.searchParams.set("publicKey", publicKey);
     this.url = u.toString();
+    this.resume = resumeStore(this.options.resume, publicKey);
     this.state = "closed";
     this.subs = new Map(); // channel → subscription
     this.pending = []; // { kind, channel, resolve, reject }
@@ -94,6 +143,12 @@ export class Relay {
 
   emitEvent(event, value) {
     for (const fn of this.listeners[event]) fn(value);
+  }
+
+  // seen records seq as sub's last (and stores it, with resume).
+  seen(sub, seq) {
+    sub.lastSeq = seq;
+    this.resume?.save(sub.channel, seq);
   }
 
   setState(state) {
@@ -292,7 +347,7 @@ export class Relay {
     sub.handlers.onError?.(err);
   }
 
-  // subscribe(channel, { presence, clientId, token, onMessage, onPresence, onGap, onError })
+  // subscribe(channel, { presence, clientId, since, token, onMessage, onPresence, onGap, onError })
   // returns { channel, members, ready (a promise of the first ack), unsubscribe() }.
   subscribe(channel, opts = {}) {
     const sub = {
@@ -300,7 +355,7 @@ export class Relay {
       presence: !!opts.presence,
       clientId: opts.clientId,
       members: [],
-      lastSeq: undefined,
+      lastSeq: opts.since ?? this.resume?.load(channel),
       handlers: opts,
       unsubscribe: () => this.unsubscribe(channel),
     };
@@ -403,7 +458,7 @@ export class Relay {
       return;
     }
     if (m.action === "emit") {
-      if (sub && (sub.lastSeq === undefined || m.seq > sub.lastSeq)) sub.lastSeq = m.seq;
+      if (sub && (sub.lastSeq === undefined || m.seq > sub.lastSeq)) this.seen(sub, m.seq);
       this.takePending("emit", m.channel)?.resolve(m.seq);
       return;
     }
@@ -411,7 +466,7 @@ export class Relay {
     // A message has a seq; its type is the sender's, which may be "presence".
     if (typeof m.seq === "number") {
       if (sub.lastSeq !== undefined && m.seq <= sub.lastSeq) return; // seen before a reconnect
-      sub.lastSeq = m.seq;
+      this.seen(sub, m.seq);
       sub.handlers.onMessage?.(m);
       return;
     }
@@ -427,6 +482,7 @@ export class Relay {
 
   close() {
     this.closedByUser = true;
+    this.resume?.flush();
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.refreshTimer);
     this.stopHeartbeat();

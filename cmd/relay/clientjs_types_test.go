@@ -67,7 +67,7 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 	// Every method declared on Relay is a method of the class; every method
 	// of the class is declared or listed here as internal.
 	internal := []string{"abandon", "connect", "dispatch", "emitEvent", "failPending", "onClose", "open", "refresh", "refuse",
-		"restart", "scheduleRefresh", "send", "sendSubscribe", "setState", "startHeartbeat", "stopHeartbeat", "takePending"}
+		"restart", "scheduleRefresh", "seen", "send", "sendSubscribe", "setState", "startHeartbeat", "stopHeartbeat", "takePending"}
 	jsClass := block(t, js, "export class Relay {", "}")
 	dtsClass := block(t, dts, "export class Relay {", "}")
 	jsMethods := names(regexp.MustCompile(`(?m)^  (\w+)\([^)]*\) \{`), jsClass)

@@ -37,6 +37,9 @@ new Relay({
   token: () => fetch("/relay-token").then((r) => r.text()),
 });
 new Relay({ publicKey: "pk_live_example", token: () => "eyJ.a.b" });
+// Resume across page loads: localStorage, or any Storage.
+new Relay({ publicKey: "pk_live_example", resume: true });
+new Relay({ publicKey: "pk_live_example", resume: { storage: sessionStorage } });
 const address: string = relay.url;
 let state: State = relay.state;
 
@@ -99,6 +102,8 @@ const doc: Subscription = relay.subscribe("private-doc-9", {
   onError: (err: RelayError) => console.log(err.code === "invalid_subscribe_token"),
 });
 console.log(doc.channel);
+const resumed: Subscription = relay.subscribe("feed:2", { since: 1763921800123456 }); // replays what came after
+console.log(resumed.lastSeq);
 const members: readonly string[] = room.members;
 const last: number | undefined = room.lastSeq;
 console.log(room.channel, room.presence, room.clientId, members, last, plain.channel, address, state);
@@ -145,3 +150,7 @@ new Relay({ publicKey: "pk_live_example", token: "eyJ.a.b" });
 relay.subscribe("private-doc-9", { token: () => 42 });
 // @ts-expect-error internals are not declared
 relay.dispatch("{}");
+// @ts-expect-error resume takes a Storage-like object, not a key name
+new Relay({ publicKey: "pk_live_example", resume: "relay" });
+// @ts-expect-error since is a seq (a number)
+relay.subscribe("feed", { since: "1763921800123456" });
