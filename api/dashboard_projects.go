@@ -43,6 +43,7 @@ type projectView struct {
 	Budget                                      string        // the override, "" when the server default applies
 	HistoryRetention                            int           // seconds; 0: no history
 	HistoryMax                                  int           // HISTORY_MAX_RETENTION_SECONDS
+	HistorySize, HistorySizeCap                 string        // bytes stored now, HISTORY_MAX_BYTES_PER_PROJECT; "" when none or unread
 
 	// What the user typed, kept in the form that came back with an error
 	// (ErrorForm: rename, webhook, budget, history or jwks); the others show stored values.
@@ -141,6 +142,14 @@ func (d dashboard) showProject(w http.ResponseWriter, r *http.Request, v *viewer
 		pv.BudgetInput = pv.Budget
 	}
 	pv.HistoryRetention, pv.HistoryMax = st.HistoryRetentionSeconds, int(d.ops.historyCap()/time.Second)
+	if n, err := d.store.HistoryBytes(r.Context(), p.ID); err != nil {
+		d.log.Warn("history size not read", "project", p.ID, "err", err)
+	} else if n > 0 || st.HistoryRetentionSeconds > 0 {
+		pv.HistorySize = showBytes(n)
+		if d.ops.maxHistoryBytes > 0 {
+			pv.HistorySizeCap = showBytes(d.ops.maxHistoryBytes)
+		}
+	}
 	if pv.ErrorForm != "history" {
 		pv.HistoryInput = strconv.Itoa(st.HistoryRetentionSeconds)
 	}

@@ -222,3 +222,20 @@ func niceCeil(n int64) int64 {
 }
 
 func fmtCoord(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
+
+// showBytes prints a size in bytes with a binary unit: 512 B, 1.5 KiB, 20 MiB.
+func showBytes(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v, i = v/1024, i+1
+	}
+	prec := 1
+	if v >= 10 {
+		prec = 0
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " " + units[i:i+1] + "iB"
+}

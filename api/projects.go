@@ -86,9 +86,10 @@ type projectOps struct {
 	now      func() time.Time
 	tokenTTL time.Duration // CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS
 
-	maxProjects    int           // per user (checked by the store, in the creating transaction); 0: no cap
-	maxRevocations int           // stored per project; 0: no cap
-	maxRetention   time.Duration // HISTORY_MAX_RETENTION_SECONDS: a project's history retention at most
+	maxProjects     int           // per user (checked by the store, in the creating transaction); 0: no cap
+	maxRevocations  int           // stored per project; 0: no cap
+	maxRetention    time.Duration // HISTORY_MAX_RETENTION_SECONDS: a project's history retention at most
+	maxHistoryBytes int64         // HISTORY_MAX_BYTES_PER_PROJECT, for display
 }
 
 // Refusals of the bounds on what one tenant can make the store hold.

@@ -50,6 +50,9 @@ type Options struct {
 	// HistoryMaxRetention (HISTORY_MAX_RETENTION_SECONDS) caps a project's
 	// history retention; zero: DefaultHistoryMaxRetention.
 	HistoryMaxRetention time.Duration
+	// HistoryMaxBytes (HISTORY_MAX_BYTES_PER_PROJECT) is shown beside a
+	// project's history size on its page; the sweep enforces it.
+	HistoryMaxBytes int64
 	// TrustedProxies (TRUSTED_PROXIES): from a peer in them, the client
 	// address comes from X-Forwarded-For (clientAddr).
 	TrustedProxies []netip.Prefix
@@ -117,7 +120,7 @@ func New(o Options) *Server {
 		sessions:      sess,
 		allowedEmails: o.AllowedSignupEmails,
 		ops: &projectOps{store: o.Store, keys: keys, live: live, now: o.Now, tokenTTL: o.TokenMaxTTL,
-			maxProjects: o.MaxProjectsPerUser, maxRevocations: o.MaxRevocationsPerProject, maxRetention: o.HistoryMaxRetention},
+			maxProjects: o.MaxProjectsPerUser, maxRevocations: o.MaxRevocationsPerProject, maxRetention: o.HistoryMaxRetention, maxHistoryBytes: o.HistoryMaxBytes},
 		revokesPerProject: newThrottle(o.RevokesPerMinute, o.Now),
 		keys:              keys,
 		actors:            o.Actors,

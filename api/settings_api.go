@@ -256,6 +256,9 @@ type usageCountsBody struct {
 	// LatencyP99Ms is the worst fan-out latency p99 of one rollup interval
 	// on one node; null without a sample.
 	LatencyP99Ms *float64 `json:"latencyP99Ms"`
+	// HistoryBytes is the most channel history the project held in the
+	// store that day (sampled every 30 s; a total is the max).
+	HistoryBytes int64 `json:"historyBytes"`
 }
 
 type usageDayBody struct {
@@ -277,6 +280,7 @@ func toUsageCounts(u store.Usage) usageCountsBody {
 		Connections: u.ConnectionCount, Messages: u.MessageCount, PeakConcurrentConnections: u.PeakConcurrentConnections,
 		Deliveries: u.Deliveries, Dropped: u.Dropped, SlowConsumersClosed: u.SlowConsumersClosed,
 		ChannelRateLimited: u.ChannelRateLimited, ProjectRateLimited: u.ProjectRateLimited, ClientEmitRateLimited: u.ClientEmitRateLimited,
+		HistoryBytes: u.HistoryBytes,
 	}
 	if u.LatencyP99Ms > 0 {
 		ms := u.LatencyP99Ms

@@ -2,6 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -20,18 +24,42 @@ type HistoryMessage struct {
 	Channel   string    `bun:"channel,pk"`
 	Seq       int64     `bun:"seq,pk"`
 	Message   string    `bun:"message,notnull"`
+	Size      int64     `bun:"size,notnull"` // len(Message), set by AppendHistory
 	CreatedAt time.Time `bun:"created_at,notnull"`
 }
 
-// AppendHistory stores msgs in one transaction: all of them or none. A seq
-// stored already refuses the whole batch (ErrDuplicate).
+// historyUsage is the channel history a project holds, in bytes (the sum
+// of its rows' Size), kept by AppendHistory and SweepHistory.
+type historyUsage struct {
+	bun.BaseModel `bun:"table:history_usage"`
+
+	ProjectID string `bun:"project_id,pk"`
+	Bytes     int64  `bun:"bytes,notnull"`
+}
+
+// AppendHistory stores msgs in one transaction: all of them or none, with
+// the bytes their projects hold. A seq stored already refuses the whole
+// batch (ErrDuplicate).
 func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	var added []historyUsage // per project, in the order they come
 	for i := range msgs {
-		msgs[i].CreatedAt = msgs[i].CreatedAt.UTC().Truncate(time.Microsecond)
+		m := &msgs[i]
+		m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Microsecond)
+		m.Size = int64(len(m.Message))
+		if n := len(added); n > 0 && added[n-1].ProjectID == m.ProjectID {
+			added[n-1].Bytes += m.Size
+		} else if j := slices.IndexFunc(added, func(u historyUsage) bool { return u.ProjectID == m.ProjectID }); j >= 0 {
+			added[j].Bytes += m.Size
+		} else {
+			added = append(added, historyUsage{ProjectID: m.ProjectID, Bytes: m.Size})
+		}
 	}
+	// Counted in project order, so that two writers' transactions take the
+	// projects' rows in one order (no deadlock).
+	slices.SortFunc(added, func(a, b historyUsage) int { return strings.Compare(a.ProjectID, b.ProjectID) })
 	// One statement per chunk: SQLite allows 32 766 variables in one, five
 	// a row.
 	const chunk = 1000
@@ -42,7 +70,9 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) error 
 				return err
 			}
 		}
-		return nil
+		_, err := tx.NewInsert().Model(&added).
+			On("CONFLICT (project_id) DO UPDATE").Set("bytes = history_usage.bytes + EXCLUDED.bytes").Exec(ctx)
+		return err
 	})
 	if err != nil && isDuplicate(err) {
 		return ErrDuplicate
@@ -82,18 +112,22 @@ func (s *Store) LastHistorySeq(ctx context.Context, projectID, channel string) (
 }
 
 // SweepHistory deletes the stored messages past their project's retention
-// at now (every stored message of a project whose history is off now), at
+// at now (every stored message of a project whose history is off now),
+// then a project's oldest while it holds more than capBytes (0: no cap), at
 // most batch rows per statement and maxRows in all, oldest first within a
 // project. It returns how many it deleted: maxRows means there may be more
-// for the next run.
-func (s *Store) SweepHistory(ctx context.Context, now time.Time, batch, maxRows int) (int64, error) {
+// for the next run. Sweeps may run at once on several nodes: a row is
+// counted off its project's bytes by the one that deleted it.
+func (s *Store) SweepHistory(ctx context.Context, now time.Time, capBytes int64, batch, maxRows int) (int64, error) {
 	var projects []struct {
 		ProjectID string `bun:"project_id"`
 		Retention int    `bun:"history_retention_seconds"`
+		Bytes     int64  `bun:"bytes"`
 	}
 	// Projects whose history is on, and those that still have rows.
-	err := s.db.NewRaw(`SELECT project_id, history_retention_seconds FROM project_settings
-		WHERE history_retention_seconds > 0 OR EXISTS (SELECT 1 FROM channel_messages m WHERE m.project_id = project_settings.project_id)`).
+	err := s.db.NewRaw(`SELECT s.project_id, s.history_retention_seconds, COALESCE(h.bytes, 0) AS bytes
+		FROM project_settings s LEFT JOIN history_usage h ON h.project_id = s.project_id
+		WHERE s.history_retention_seconds > 0 OR EXISTS (SELECT 1 FROM channel_messages m WHERE m.project_id = s.project_id)`).
 		Scan(ctx, &projects)
 	if err != nil {
 		return 0, err
@@ -103,15 +137,24 @@ func (s *Store) SweepHistory(ctx context.Context, now time.Time, batch, maxRows 
 		cutoff := now.Add(-time.Duration(p.Retention) * time.Second).UTC().Truncate(time.Microsecond)
 		for deleted < int64(maxRows) {
 			n := min(batch, maxRows-int(deleted))
-			res, err := s.db.NewRaw(`DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
-				(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? AND created_at < ? ORDER BY created_at LIMIT ?)`,
-				p.ProjectID, cutoff, n).Exec(ctx)
+			k, freed, err := s.deleteOldest(ctx, p.ProjectID, &cutoff, n)
 			if err != nil {
 				return deleted, err
 			}
-			k, _ := res.RowsAffected()
 			deleted += k
+			p.Bytes -= freed
 			if k < int64(n) {
+				break
+			}
+		}
+		for capBytes > 0 && p.Bytes > capBytes && deleted < int64(maxRows) {
+			k, freed, err := s.deleteOldest(ctx, p.ProjectID, nil, min(batch, maxRows-int(deleted), capBatch(p.Bytes-capBytes)))
+			if err != nil {
+				return deleted, err
+			}
+			deleted += k
+			p.Bytes -= freed
+			if k == 0 { // another node swept them meanwhile
 				break
 			}
 		}
@@ -120,4 +163,68 @@ func (s *Store) SweepHistory(ctx context.Context, now time.Time, batch, maxRows 
 		}
 	}
 	return deleted, nil
+}
+
+// capBatch is how many of the oldest rows to delete for over bytes: one
+// row per KiB over, at least 1 (a sweep step never deletes much more than
+// needed; the loop takes another step if it fell short).
+func capBatch(over int64) int {
+	return int(max(1, min(over>>10, 1<<20)))
+}
+
+// deleteOldest deletes up to n of a project's oldest rows (those created
+// before cutoff; nil: any) and counts their bytes off its history_usage, in
+// one transaction: how many rows and bytes.
+func (s *Store) deleteOldest(ctx context.Context, projectID string, cutoff *time.Time, n int) (rows, bytes int64, err error) {
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var sizes []int64
+		q := `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
+			(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? ORDER BY created_at LIMIT ?) RETURNING size`
+		args := []any{projectID, n}
+		if cutoff != nil {
+			q = `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
+			(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? AND created_at < ? ORDER BY created_at LIMIT ?) RETURNING size`
+			args = []any{projectID, *cutoff, n}
+		}
+		if err := tx.NewRaw(q, args...).Scan(ctx, &sizes); err != nil {
+			return err
+		}
+		rows = int64(len(sizes))
+		for _, z := range sizes {
+			bytes += z
+		}
+		if bytes == 0 {
+			return nil
+		}
+		_, err := tx.NewUpdate().Model((*historyUsage)(nil)).Set("bytes = bytes - ?", bytes).Where("project_id = ?", projectID).Exec(ctx)
+		return err
+	})
+	return rows, bytes, err
+}
+
+// HistoryBytes is the channel history a project holds in the store, in
+// bytes (0 when none).
+func (s *Store) HistoryBytes(ctx context.Context, projectID string) (int64, error) {
+	u := historyUsage{ProjectID: projectID}
+	err := s.db.NewSelect().Model(&u).WherePK().Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return u.Bytes, err
+}
+
+// RecordHistoryUsage writes each project's history bytes now into its usage
+// row of day (YYYY-MM-DD, UTC), keeping the day's largest.
+func (s *Store) RecordHistoryUsage(ctx context.Context, day string) error {
+	greatest := "GREATEST"
+	if s.dialect == SQLite {
+		greatest = "MAX"
+	}
+	// WHERE in the SELECT: SQLite reads an ON after a bare SELECT as a join's.
+	_, err := s.db.NewRaw(`INSERT INTO usage_daily (project_id, day, connection_count, message_count, peak_concurrent_connections,
+			deliveries, dropped, slow_consumers_closed, channel_rate_limited, project_rate_limited, client_emit_rate_limited,
+			latency_p99_ms, history_bytes)
+		SELECT project_id, ?, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, bytes FROM history_usage WHERE bytes > 0
+		ON CONFLICT (project_id, day) DO UPDATE SET history_bytes = `+greatest+`(usage_daily.history_bytes, EXCLUDED.history_bytes)`, day).Exec(ctx)
+	return err
 }

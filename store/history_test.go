@@ -72,12 +72,12 @@ func TestHistory(t *testing.T) {
 		// The sweep: p keeps an hour, q is off (everything goes), bounded.
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, HistoryRetentionSeconds: 3600}))
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: q.ID}))
-		n, err := s.SweepHistory(ctx, now, 100, 700)
+		n, err := s.SweepHistory(ctx, now, 0, 100, 700)
 		if err != nil || n != 700 {
 			t.Fatalf("first sweep: %d %v", n, err)
 		}
 		for n != 0 {
-			if n, err = s.SweepHistory(ctx, now, 100, 700); err != nil {
+			if n, err = s.SweepHistory(ctx, now, 0, 100, 700); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -94,6 +94,103 @@ func TestHistory(t *testing.T) {
 		must(t, s.DeleteProject(ctx, p.ID, u.ID))
 		if left, _ = s.HistoryAfter(ctx, p.ID, "room", 0, 100); len(left) != 0 {
 			t.Fatalf("a deleted project's rows: %v", seqsOf(left))
+		}
+	})
+}
+
+// TestHistoryBytesAndCap: the bytes a project's history holds follow every
+// append (not a refused one) and every sweep exactly; past capBytes the
+// sweep deletes a project's oldest messages, and only that project's, until
+// it is under the cap; RecordHistoryUsage puts the day's largest figure in
+// the usage row, which a rollup does not lower; the figure goes with the
+// project.
+func TestHistoryBytesAndCap(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, s, u.ID)
+		q, _, _ := newProject(t, s, u.ID)
+		now := time.Now().UTC()
+		size := func(rows []store.HistoryMessage) int64 {
+			var n int64
+			for _, r := range rows {
+				n += int64(len(r.Message))
+			}
+			return n
+		}
+		bytesOf := func(id string) int64 {
+			t.Helper()
+			n, err := s.HistoryBytes(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := bytesOf(p.ID); n != 0 {
+			t.Fatalf("no history: %d bytes", n)
+		}
+		old := historyRows(p.ID, "room", 1, 100, now.Add(-2*time.Hour))
+		recent := historyRows(p.ID, "room", 101, 200, now.Add(-time.Minute))
+		other := historyRows(q.ID, "room", 1, 50, now.Add(-3*time.Hour))
+		mixed := append(historyRows(q.ID, "b", 1, 5, now), historyRows(p.ID, "b", 1, 5, now)...) // two projects in one batch
+		for _, rows := range [][]store.HistoryMessage{old, recent, other, mixed} {
+			must(t, s.AppendHistory(ctx, rows))
+		}
+		wantP := size(old) + size(recent) + size(mixed[5:])
+		wantQ := size(other) + size(mixed[:5])
+		if err := s.AppendHistory(ctx, historyRows(p.ID, "room", 200, 210, now)); err != store.ErrDuplicate {
+			t.Fatalf("a duplicate seq: %v", err)
+		}
+		if bytesOf(p.ID) != wantP || bytesOf(q.ID) != wantQ {
+			t.Fatalf("bytes %d and %d, want %d and %d", bytesOf(p.ID), bytesOf(q.ID), wantP, wantQ)
+		}
+
+		// Retention: p keeps an hour (its old rows go), q a day.
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, HistoryRetentionSeconds: 3600}))
+		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: q.ID, HistoryRetentionSeconds: 86400}))
+		day := now.Format(time.DateOnly)
+		must(t, s.RecordHistoryUsage(ctx, day))
+		if n, err := s.SweepHistory(ctx, now, 0, 30, 1000); err != nil || n != 100 {
+			t.Fatalf("retention sweep: %d %v", n, err)
+		}
+		wantP -= size(old)
+		if bytesOf(p.ID) != wantP || bytesOf(q.ID) != wantQ {
+			t.Fatalf("after the retention sweep: %d and %d, want %d and %d", bytesOf(p.ID), bytesOf(q.ID), wantP, wantQ)
+		}
+
+		// The cap: p is over it and loses its oldest (room 101… before b's
+		// newer rows); q is under it and keeps everything.
+		capBytes := wantP / 2
+		if n, err := s.SweepHistory(ctx, now, capBytes, 7, 1000); err != nil || n == 0 {
+			t.Fatalf("cap sweep: %d %v", n, err)
+		}
+		left, _ := s.HistoryAfter(ctx, p.ID, "room", 0, 1000)
+		leftB, _ := s.HistoryAfter(ctx, p.ID, "b", 0, 1000)
+		got := size(left) + size(leftB)
+		if bytesOf(p.ID) != got || got > capBytes || got <= capBytes-int64(len(recent[0].Message))*2 {
+			t.Fatalf("p after the cap sweep: counted %d, holds %d, cap %d", bytesOf(p.ID), got, capBytes)
+		}
+		if len(left) == 0 || left[0].Seq <= 101 || left[len(left)-1].Seq != 200 || len(leftB) != 5 {
+			t.Fatalf("p kept room %v and b %v: want its newest", seqsOf(left), seqsOf(leftB))
+		}
+		if bytesOf(q.ID) != wantQ {
+			t.Fatalf("q under the cap: %d, want %d", bytesOf(q.ID), wantQ)
+		}
+
+		// Usage: the day's largest figure, kept by a later sample and a rollup.
+		must(t, s.RecordHistoryUsage(ctx, day))
+		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: day, MessageCount: 3}))
+		rows, err := s.Usage(ctx, p.ID, day)
+		if err != nil || len(rows) != 1 || rows[0].HistoryBytes != size(old)+size(recent)+size(mixed[5:]) || rows[0].MessageCount != 3 {
+			t.Fatalf("p's usage row: %+v %v", rows, err)
+		}
+		if rows, _ = s.Usage(ctx, q.ID, day); len(rows) != 1 || rows[0].HistoryBytes != wantQ {
+			t.Fatalf("q's usage row: %+v", rows)
+		}
+		must(t, s.DeleteProject(ctx, p.ID, u.ID))
+		if n := bytesOf(p.ID); n != 0 {
+			t.Fatalf("a deleted project's history bytes: %d", n)
 		}
 	})
 }

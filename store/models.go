@@ -131,6 +131,9 @@ type Usage struct {
 	// LatencyP99Ms is the day's worst fan-out latency p99 of one rollup
 	// interval on one node, in ms (0: no sample).
 	LatencyP99Ms float64 `bun:"latency_p99_ms"`
+	// HistoryBytes is the most channel history the project held in the
+	// store that day, sampled at each sweep (RecordHistoryUsage).
+	HistoryBytes int64 `bun:"history_bytes"`
 }
 
 // Merge adds o's counts to u's and keeps the larger peak and p99, as
@@ -146,6 +149,7 @@ func (u *Usage) Merge(o Usage) {
 	u.ProjectRateLimited += o.ProjectRateLimited
 	u.ClientEmitRateLimited += o.ClientEmitRateLimited
 	u.LatencyP99Ms = max(u.LatencyP99Ms, o.LatencyP99Ms)
+	u.HistoryBytes = max(u.HistoryBytes, o.HistoryBytes)
 }
 
 // Revocation kinds.

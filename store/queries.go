@@ -507,6 +507,7 @@ func (s *Store) AddUsage(ctx context.Context, u Usage) error {
 		Set("project_rate_limited = ?TableAlias.project_rate_limited + EXCLUDED.project_rate_limited").
 		Set("client_emit_rate_limited = ?TableAlias.client_emit_rate_limited + EXCLUDED.client_emit_rate_limited").
 		Set("latency_p99_ms = " + greatest + "(?TableAlias.latency_p99_ms, EXCLUDED.latency_p99_ms)").
+		Set("history_bytes = " + greatest + "(?TableAlias.history_bytes, EXCLUDED.history_bytes)").
 		Exec(ctx)
 	if isForeignKey(err) {
 		return ErrNotFound // the project was deleted meanwhile; its counts go with it

@@ -57,6 +57,7 @@ type Config struct {
 	MaxProjectsPerUser       int           // MAX_PROJECTS_PER_USER
 	MaxRevocationsPerProject int           // MAX_REVOCATIONS_PER_PROJECT: stored, unexpired token revocations
 	HistoryMaxRetention      time.Duration // HISTORY_MAX_RETENTION_SECONDS: a project's channel history retention at most
+	HistoryMaxBytes          int           // HISTORY_MAX_BYTES_PER_PROJECT: the channel history a project keeps in the store at most
 	RevokesPerMinute         int           // REVOKE_REQUESTS_PER_MINUTE: revoke endpoint calls per project
 	MaxQueuedBytes           int           // MAX_QUEUED_BYTES_PER_CONNECTION: write queue of a socket; past it the peer is a slow consumer
 	// The public HTTP listener (cmd/relay/OPERATING.md › Abuse limits).
@@ -102,7 +103,7 @@ var configVars = []string{
 	"MAX_SUBSCRIPTIONS_PER_CONNECTION", "MAX_CONNECTIONS_PER_PROJECT", "LOGIN_ATTEMPTS_PER_MINUTE", "SIGNUP_ATTEMPTS_PER_MINUTE",
 	"MAX_CLIENT_ID_BYTES", "MAX_PRESENCE_MEMBERS_PER_CHANNEL", "MAX_CHANNELS_PER_PROJECT", "MAX_REPLAY_BYTES_PER_PROJECT",
 	"MAX_CONNECTIONS_PER_ADDRESS", "MAX_PROJECTS_PER_USER", "MAX_REVOCATIONS_PER_PROJECT", "REVOKE_REQUESTS_PER_MINUTE",
-	"HISTORY_MAX_RETENTION_SECONDS",
+	"HISTORY_MAX_RETENTION_SECONDS", "HISTORY_MAX_BYTES_PER_PROJECT",
 	"MAX_QUEUED_BYTES_PER_CONNECTION",
 	"WEBHOOK_WORKERS", "WEBHOOK_QUEUE_TOTAL", "WEBHOOK_QUEUE_PER_PROJECT", "WEBHOOK_IN_FLIGHT_PER_PROJECT",
 	"WEBHOOK_RETRY_MAX_ATTEMPTS", "WEBHOOK_RETRY_MAX_SECONDS",
@@ -154,6 +155,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxProjectsPerUser:       p.positive("MAX_PROJECTS_PER_USER", 100),
 		MaxRevocationsPerProject: p.positive("MAX_REVOCATIONS_PER_PROJECT", 10000),
 		HistoryMaxRetention:      p.duration("HISTORY_MAX_RETENTION_SECONDS", 7*86400, time.Second),
+		HistoryMaxBytes:          p.positive("HISTORY_MAX_BYTES_PER_PROJECT", 1<<30),
 		RevokesPerMinute:         p.positive("REVOKE_REQUESTS_PER_MINUTE", 600),
 		// Two full replay rings: a reconnect's replay always fits.
 		MaxQueuedBytes:         p.positive("MAX_QUEUED_BYTES_PER_CONNECTION", 2<<20),

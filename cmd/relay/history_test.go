@@ -159,3 +159,59 @@ func TestChannelHistorySweep(t *testing.T) {
 			`{"channel":"room","messages":[`+historyMsg(seqs[2], 2)+`],"gap":true,"more":false}`)
 	})
 }
+
+// TestChannelHistorySizeCap, on both stores: a project over
+// HISTORY_MAX_BYTES_PER_PROJECT loses its oldest messages at the next sweep
+// (before their retention), until it is under; a since into them gets a
+// gap from the store; another project under the cap
+// keeps all of its; the day's usage row says the most each held.
+func TestChannelHistorySizeCap(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		msgBytes := len(historyMsg(1795783384197757, 10)) // each message below: 10 to 19, same length
+		ts := startServer(t, dbURL, map[string]string{"HISTORY_MAX_BYTES_PER_PROJECT": fmt.Sprint(4 * msgBytes)})
+		owner := ts.signup("alice@example.com")
+		p, q := owner.createProject("capped"), owner.createProject("small")
+		for _, id := range []string{p.id, q.id} {
+			owner.do("PATCH", "/api/projects/"+id+"/settings", `{"historyRetentionSeconds":3600}`).expect(t, http.StatusOK,
+				cpSettings(id, nil, false, false, nil, false, 3600))
+		}
+		var seqs []uint64
+		for i := range 10 {
+			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, 10+i))
+			seqs = append(seqs, uint64(num(r.json, "seq")))
+		}
+		owner.emit(q.secretKey, `{"channel":"room","payload":{"n":10}}`)
+		if n, _ := ts.app.store.HistoryBytes(t.Context(), p.id); n != int64(10*msgBytes) {
+			t.Fatalf("p holds %d bytes, want %d", n, 10*msgBytes)
+		}
+		ts.app.sweepHistory(t.Context())
+
+		var kept []string
+		for i, seq := range seqs[6:] {
+			kept = append(kept, historyMsg(seq, 16+i))
+		}
+		owner.bearerGet("/channels/room/messages", p.secretKey).expect(t, http.StatusOK,
+			`{"channel":"room","messages":[`+strings.Join(kept, ",")+`],"gap":false,"more":false}`)
+		owner.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", seqs[0]), p.secretKey).expect(t, http.StatusOK,
+			`{"channel":"room","messages":[`+strings.Join(kept, ",")+`],"gap":true,"more":false}`)
+		if n, _ := ts.app.store.HistoryBytes(t.Context(), p.id); n != int64(4*msgBytes) {
+			t.Fatalf("p holds %d bytes after the sweep, want %d (the cap)", n, 4*msgBytes)
+		}
+		if n, _ := ts.app.store.HistoryBytes(t.Context(), q.id); n != int64(msgBytes) {
+			t.Fatalf("q holds %d bytes, want %d", n, msgBytes)
+		}
+
+		// The day's usage: the most each held (p before the sweep: the sweep
+		// samples after it deleted, and the figure is the day's largest
+		// sample, so p's is the cap).
+		day := time.Now().UTC().Format(time.DateOnly)
+		r := owner.do("GET", "/api/projects/"+p.id+"/usage?from="+day+"&to="+day, "")
+		if days, _ := r.json["days"].([]any); r.status != http.StatusOK || len(days) != 1 || days[0].(map[string]any)["historyBytes"] != float64(4*msgBytes) {
+			t.Fatalf("p's usage: %d %s", r.status, r.raw)
+		}
+		r = owner.do("GET", "/api/projects/"+q.id+"/usage?from="+day+"&to="+day, "")
+		if r.status != http.StatusOK || r.json["total"].(map[string]any)["historyBytes"] != float64(msgBytes) {
+			t.Fatalf("q's usage: %d %s", r.status, r.raw)
+		}
+	})
+}

@@ -278,6 +278,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 		MaxProjectsPerUser:       cfg.MaxProjectsPerUser,
 		MaxRevocationsPerProject: cfg.MaxRevocationsPerProject,
 		HistoryMaxRetention:      cfg.HistoryMaxRetention,
+		HistoryMaxBytes:          int64(cfg.HistoryMaxBytes),
 		RevokesPerMinute:         cfg.RevokesPerMinute,
 		TrustedProxies:           cfg.TrustedProxies,
 		KeyChangesSeen:           keyChangesSeen,
@@ -320,10 +321,15 @@ func start(ctx context.Context, cfg Config, log *slog.Logger, now func() time.Ti
 	// Keys revoked or rotated by another process (relay admin, a node of
 	// another cluster) are refused here within about a second.
 	a.every(jobs, time.Second, a.api.WatchKeyChanges)
-	// Channel history past its retention, beside the emits (which never
-	// wait for it): short statements, a bounded run.
+	// Channel history past its retention or its project's size cap, beside
+	// the emits (which never wait for it): short statements, a bounded run;
+	// then each project's stored bytes into its usage row of the day.
 	a.sweepHistory = a.pruner("channel history", func(ctx context.Context, now time.Time) (int64, error) {
-		return a.store.SweepHistory(ctx, now, historySweepBatch, historySweepMax)
+		n, err := a.store.SweepHistory(ctx, now, int64(cfg.HistoryMaxBytes), historySweepBatch, historySweepMax)
+		if err == nil {
+			err = a.store.RecordHistoryUsage(ctx, now.UTC().Format(time.DateOnly))
+		}
+		return n, err
 	})
 	a.every(jobs, historySweepEvery, a.sweepHistory)
 	a.every(jobs, 10*time.Minute, a.pruner("key changes", func(ctx context.Context, now time.Time) (int64, error) {
@@ -371,9 +377,9 @@ func (a *app) every(ctx context.Context, period time.Duration, job func(context.
 	}()
 }
 
-// The retention sweep of channel history: every historySweepEvery, rows
-// deleted historySweepBatch a statement, at most historySweepMax a run (a
-// backlog takes several runs).
+// The sweep of channel history (its retention and HISTORY_MAX_BYTES_PER_PROJECT):
+// every historySweepEvery, rows deleted historySweepBatch a statement, at
+// most historySweepMax a run (a backlog takes several runs).
 const (
 	historySweepEvery = 30 * time.Second
 	historySweepBatch = 1000

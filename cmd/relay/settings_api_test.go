@@ -212,6 +212,19 @@ func TestHistoryRetentionSetting(t *testing.T) {
 		if got := c.get(page).byID("history-current"); got != "3600" {
 			t.Fatalf("the dashboard shows %q", got)
 		}
+		// The size stored now, and the cap (HISTORY_MAX_BYTES_PER_PROJECT).
+		view := c.get(page)
+		if got := view.byID("history-size"); got != "0 B" || !strings.Contains(view.body, "of at most 1.0 GiB") {
+			t.Fatalf("history size %q with nothing stored", got)
+		}
+		stored := []store.HistoryMessage{{ProjectID: p.id, Channel: "room", Seq: 1, Message: strings.Repeat("x", 1500), CreatedAt: time.Now()},
+			{ProjectID: p.id, Channel: "room", Seq: 2, Message: strings.Repeat("y", 1572), CreatedAt: time.Now()}}
+		if err := ts.app.store.AppendHistory(t.Context(), stored); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.get(page).byID("history-size"); got != "3.0 KiB" {
+			t.Fatalf("history size %q with 3 072 bytes stored", got)
+		}
 		c.submit(page, page+"/history", url.Values{"seconds": {"3601"}}).expectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
 		c.submit(page, page+"/history", url.Values{"seconds": {"abc"}}).expectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
 		c.submit(page, page+"/history", url.Values{"seconds": {"120"}}).expectRedirect(t, page+"?done=history-saved")
@@ -240,7 +253,7 @@ func usageCounts(u store.Usage) map[string]any {
 		"connections": u.ConnectionCount, "messages": u.MessageCount, "peakConcurrentConnections": u.PeakConcurrentConnections,
 		"deliveries": u.Deliveries, "dropped": u.Dropped, "slowConsumersClosed": u.SlowConsumersClosed,
 		"channelRateLimited": u.ChannelRateLimited, "projectRateLimited": u.ProjectRateLimited,
-		"clientEmitRateLimited": u.ClientEmitRateLimited, "latencyP99Ms": p99,
+		"clientEmitRateLimited": u.ClientEmitRateLimited, "latencyP99Ms": p99, "historyBytes": u.HistoryBytes,
 	}
 }
 
@@ -274,7 +287,8 @@ func TestUsageAPI(t *testing.T) {
 		rows := []store.Usage{
 			{ProjectID: p.id, Day: day(30), ConnectionCount: 99, MessageCount: 99, PeakConcurrentConnections: 99}, // outside the 30 days
 			{ProjectID: p.id, Day: day(29), ConnectionCount: 2, MessageCount: 1234567, PeakConcurrentConnections: 2},
-			{ProjectID: p.id, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536},
+			{ProjectID: p.id, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536,
+				HistoryBytes: 5 << 20},
 			{ProjectID: p.id, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7,
 				Deliveries: 40000, Dropped: 3, SlowConsumersClosed: 1, ChannelRateLimited: 2, ClientEmitRateLimited: 5, LatencyP99Ms: 12.288},
 		}
