@@ -24,6 +24,8 @@ func runEmit(ctx context.Context, args []string) error {
 	payloadBytes := fs.Int("payload-bytes", 100, "size of the JSON payload of each message")
 	sources := fs.Int("sources", 4, "loopback source addresses 127.0.0.2… for the subscribers (0: kernel's choice)")
 	drain := fs.Duration("drain", 3*time.Second, "after the last emit, how long to wait for missing deliveries")
+	channels := fs.Int("channels", 1, "channels the workers emit on, round robin (more than 1 only with -subs 0)")
+	history := fs.Int("history", 0, "the project's historyRetentionSeconds (channel history: an emit is answered once its message is stored); 0: off")
 	secretKey := fs.String("secret-key", "", "emit with this secret key instead of signing up and creating a project (e.g. to a naive hub: relay-bench naive); no subscribers then")
 	profile := cpuProfile(fs)
 	stopProfile, err := c.begin(fs, args, profile)
@@ -39,8 +41,14 @@ func runEmit(ctx context.Context, args []string) error {
 		}
 		counts = append(counts, n)
 	}
-	if *workers < 1 || *duration <= 0 {
-		return errors.New("want -workers ≥ 1 and -duration > 0")
+	if *workers < 1 || *duration <= 0 || *channels < 1 {
+		return errors.New("want -workers ≥ 1, -channels ≥ 1 and -duration > 0")
+	}
+	if *channels > 1 && slices.ContainsFunc(counts, func(n int) bool { return n > 0 }) {
+		return errors.New("-channels: more than 1 only with -subs 0")
+	}
+	if *history > 0 && *secretKey != "" {
+		return errors.New("-history: not with -secret-key (it sets up its own project)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -56,7 +64,16 @@ func runEmit(ctx context.Context, args []string) error {
 		em = newEmitters(c.bases, p.SecretKey, *workers, *payloadBytes)
 		b, err = em.nodes[0].preflight(ctx)
 	} else {
-		p, em, b, err = emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes)
+		p, em, b, err = emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes, func(api apiCall, id string) error {
+			if *history == 0 {
+				return nil
+			}
+			status, out, err := api("PATCH", "/api/projects/"+id+"/settings", map[string]int{"historyRetentionSeconds": *history})
+			if err == nil && status != 200 {
+				err = fmt.Errorf("set historyRetentionSeconds %d: %d %v", *history, status, out)
+			}
+			return err
+		})
 	}
 	if err != nil {
 		return err
@@ -68,15 +85,19 @@ func runEmit(ctx context.Context, args []string) error {
 		warn("%s", advice)
 	}
 	for run, n := range counts {
-		if err := emitRun(ctx, &c, em, p, run, n, *workers, *duration, *drain, *payloadBytes, *sources, advice); err != nil {
+		if err := emitRun(ctx, &c, em, p, run, n, *channels, *workers, *duration, *drain, *payloadBytes, *sources, advice); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func emitRun(ctx context.Context, c *common, em *emitters, p project, run, n, workers int, duration, drain time.Duration, payloadBytes, sources int, advice string) error {
+func emitRun(ctx context.Context, c *common, em *emitters, p project, run, n, channels, workers int, duration, drain time.Duration, payloadBytes, sources int, advice string) error {
 	name := fmt.Sprintf("bench-emit-%d", run)
+	names := []string{name}
+	for i := 1; i < channels; i++ {
+		names = append(names, fmt.Sprintf("%s-%d", name, i))
+	}
 	conns, failed, dialErr := dialMany(ctx, wsURLsFor(c.bases, p.PublicKey), c.base, n, 1, 64, sources,
 		func(int) string { return name })
 	defer closeAll(conns)
@@ -88,7 +109,7 @@ func emitRun(ctx context.Context, c *common, em *emitters, p project, run, n, wo
 		sampler = startSampler(c.serverPIDs, c.helperPIDs)
 	}
 	meter := startClientMeter()
-	et := em.closedLoop(ctx, []string{name}, duration, workers)
+	et := em.closedLoop(ctx, names, duration, workers)
 	client := meter.stop()
 	server := sampler.stop()
 	if len(conns) > 0 {
@@ -109,7 +130,7 @@ func emitRun(ctx context.Context, c *common, em *emitters, p project, run, n, wo
 	}
 	out := map[string]any{
 		"scenario": "emit", "nodes": len(c.bases), "subscribers": len(conns), "subscribe_failed": failed, "workers": workers,
-		"duration_s": duration.Seconds(), "payload_bytes": payloadBytes, "emits": et,
+		"duration_s": duration.Seconds(), "payload_bytes": payloadBytes, "channels": channels, "emits": et,
 		"emits_per_sec": et.PerSec, "client": client,
 	}
 	human := fmt.Sprintf("emit: %d workers, %d subscribers, %v: %s", workers, len(conns), duration, et)

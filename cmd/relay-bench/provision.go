@@ -76,10 +76,15 @@ func provisionWith(ctx context.Context, c *common, name string) (project, apiCal
 // emitterFor provisions a project named name (through the first node) and
 // its HTTP emitters (one per node), and reads the server's budgets with one
 // preflight emit.
-func emitterFor(ctx context.Context, c *common, name string, workers, payloadBytes int) (project, *emitters, budgets, error) {
-	p, err := provision(ctx, c, name)
+func emitterFor(ctx context.Context, c *common, name string, workers, payloadBytes int, setup ...func(apiCall, string) error) (project, *emitters, budgets, error) {
+	p, api, err := provisionWith(ctx, c, name)
 	if err != nil {
 		return p, nil, budgets{}, err
+	}
+	for _, f := range setup { // settings before the first emit
+		if err := f(api, p.ID); err != nil {
+			return p, nil, budgets{}, err
+		}
 	}
 	em := newEmitters(c.bases, p.SecretKey, workers, payloadBytes)
 	b, err := em.nodes[0].preflight(ctx)
