@@ -111,9 +111,15 @@ func (a *activator) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		a.ended(m.Who)
 	case *actor.Stopping:
-		for _, g := range a.grains {
-			if err := ctx.PoisonFuture(g.pid).Wait(); err != nil {
-				ctx.Logger().Warn("grain did not stop", slog.String("identity", g.ci.AsKey()), slog.Any("err", err))
+		// Every grain told at once, then waited for: one at a time, many
+		// grains would outlast the leave's bound.
+		stopping := make(map[string]*actor.Future, len(a.grains))
+		for key, g := range a.grains {
+			stopping[key] = ctx.PoisonFuture(g.pid)
+		}
+		for key, f := range stopping {
+			if err := f.Wait(); err != nil {
+				ctx.Logger().Warn("grain did not stop", slog.String("identity", key), slog.Any("err", err))
 			}
 		}
 	}

@@ -257,7 +257,7 @@ type usageCountsBody struct {
 	// on one node; null without a sample.
 	LatencyP99Ms *float64 `json:"latencyP99Ms"`
 	// HistoryBytes is the most channel history the project held in the
-	// store that day (sampled every 30 s; a total is the max).
+	// store that day, sampled after each sweep (a total is the max).
 	HistoryBytes int64 `json:"historyBytes"`
 }
 

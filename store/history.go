@@ -147,16 +147,21 @@ func (s *Store) SweepHistory(ctx context.Context, now time.Time, capBytes int64,
 				break
 			}
 		}
+		// The cap, a step at a time: each step deletes about what the
+		// project holds over it, in rows of the size the last step found
+		// (the first takes one row to find out).
+		rowBytes := int64(0)
 		for capBytes > 0 && p.Bytes > capBytes && deleted < int64(maxRows) {
-			k, freed, err := s.deleteOldest(ctx, p.ProjectID, nil, min(batch, maxRows-int(deleted), capBatch(p.Bytes-capBytes)))
+			k, freed, left, err := s.capStep(ctx, p.ProjectID, capBytes, rowBytes, min(batch, maxRows-int(deleted)))
 			if err != nil {
 				return deleted, err
 			}
 			deleted += k
-			p.Bytes -= freed
-			if k == 0 { // another node swept them meanwhile
-				break
+			p.Bytes = left
+			if k == 0 {
+				break // under the cap after all (another node's sweep), or nothing left
 			}
+			rowBytes = max(1, freed/k)
 		}
 		if deleted >= int64(maxRows) {
 			break
@@ -165,41 +170,78 @@ func (s *Store) SweepHistory(ctx context.Context, now time.Time, capBytes int64,
 	return deleted, nil
 }
 
-// capBatch is how many of the oldest rows to delete for over bytes: one
-// row per KiB over, at least 1 (a sweep step never deletes much more than
-// needed; the loop takes another step if it fell short).
-func capBatch(over int64) int {
-	return int(max(1, min(over>>10, 1<<20)))
-}
-
-// deleteOldest deletes up to n of a project's oldest rows (those created
-// before cutoff; nil: any) and counts their bytes off its history_usage, in
-// one transaction: how many rows and bytes.
-func (s *Store) deleteOldest(ctx context.Context, projectID string, cutoff *time.Time, n int) (rows, bytes int64, err error) {
+// capStep deletes a project's oldest rows while it holds more than
+// capBytes: as many as rowBytes says cover what it holds over the cap
+// (rounded down: never more than needed for rows of that size; 1 when
+// rowBytes is 0), at most n. It reads what the project holds in the same
+// transaction, its row locked on PostgreSQL, so sweeps on several nodes
+// take turns and none deletes what another already brought under the cap.
+// It returns the rows and bytes deleted and what the project holds after.
+func (s *Store) capStep(ctx context.Context, projectID string, capBytes, rowBytes int64, n int) (rows, freed, left int64, err error) {
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var sizes []int64
-		q := `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
-			(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? ORDER BY created_at LIMIT ?) RETURNING size`
-		args := []any{projectID, n}
-		if cutoff != nil {
-			q = `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
-			(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? AND created_at < ? ORDER BY created_at LIMIT ?) RETURNING size`
-			args = []any{projectID, *cutoff, n}
+		u := historyUsage{ProjectID: projectID}
+		q := tx.NewSelect().Model(&u).WherePK()
+		if s.dialect == Postgres {
+			q = q.For("UPDATE")
 		}
-		if err := tx.NewRaw(q, args...).Scan(ctx, &sizes); err != nil {
+		if err := q.Scan(ctx); err != nil {
 			return err
 		}
-		rows = int64(len(sizes))
-		for _, z := range sizes {
-			bytes += z
-		}
-		if bytes == 0 {
+		left = u.Bytes
+		over := u.Bytes - capBytes
+		if over <= 0 {
 			return nil
 		}
-		_, err := tx.NewUpdate().Model((*historyUsage)(nil)).Set("bytes = bytes - ?", bytes).Where("project_id = ?", projectID).Exec(ctx)
+		k := 1
+		if rowBytes > 0 {
+			k = int(min(max(over/rowBytes, 1), int64(n)))
+		}
+		var err error
+		rows, freed, err = deleteRows(ctx, tx, projectID, nil, k)
+		left -= freed
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, 0, nil // no usage row: nothing stored
+	}
+	return rows, freed, left, err
+}
+
+// deleteOldest deletes up to n of a project's oldest rows created before
+// cutoff and counts their bytes off its history_usage, in one transaction:
+// how many rows and bytes.
+func (s *Store) deleteOldest(ctx context.Context, projectID string, cutoff *time.Time, n int) (rows, bytes int64, err error) {
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		rows, bytes, err = deleteRows(ctx, tx, projectID, cutoff, n)
 		return err
 	})
 	return rows, bytes, err
+}
+
+// deleteRows deletes up to n of a project's oldest rows (those created
+// before cutoff; nil: any) and counts their bytes off its history_usage,
+// in tx: how many rows and bytes.
+func deleteRows(ctx context.Context, tx bun.Tx, projectID string, cutoff *time.Time, n int) (rows, bytes int64, err error) {
+	q := `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
+		(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? ORDER BY created_at LIMIT ?) RETURNING size`
+	args := []any{projectID, n}
+	if cutoff != nil {
+		q = `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
+		(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? AND created_at < ? ORDER BY created_at LIMIT ?) RETURNING size`
+		args = []any{projectID, *cutoff, n}
+	}
+	var sizes []int64
+	if err := tx.NewRaw(q, args...).Scan(ctx, &sizes); err != nil {
+		return 0, 0, err
+	}
+	for _, z := range sizes {
+		bytes += z
+	}
+	if bytes > 0 {
+		_, err = tx.NewUpdate().Model((*historyUsage)(nil)).Set("bytes = bytes - ?", bytes).Where("project_id = ?", projectID).Exec(ctx)
+	}
+	return int64(len(sizes)), bytes, err
 }
 
 // HistoryBytes is the channel history a project holds in the store, in

@@ -188,9 +188,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := migrations.Discover(migrationFiles); err != nil {
 		return err
 	}
-	types := map[string]string{"UUID": "TEXT", "TS": "TIMESTAMP"}
+	// MessageOctets: a channel_messages row's message in bytes (LENGTH
+	// counts characters on both).
+	types := map[string]string{"UUID": "TEXT", "TS": "TIMESTAMP", "MessageOctets": "LENGTH(CAST(message AS BLOB))"}
 	if s.dialect == Postgres {
-		types = map[string]string{"UUID": "UUID", "TS": "TIMESTAMPTZ"}
+		types = map[string]string{"UUID": "UUID", "TS": "TIMESTAMPTZ", "MessageOctets": "OCTET_LENGTH(message)"}
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
 			return err

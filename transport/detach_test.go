@@ -431,6 +431,6 @@ func TestCloseDuringOpen(t *testing.T) {
 	select {
 	case info := <-closed:
 		t.Fatalf("HandleClose called twice: %+v", info)
-	default:
+	case <-time.After(200 * time.Millisecond): // a late second call would come by then
 	}
 }

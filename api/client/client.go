@@ -53,8 +53,9 @@ type Options struct {
 }
 
 // SeqStore is where a client keeps each channel's last seq (Options.Seqs).
-// The first Subscribe to a channel without SubscribeOptions.Since starts
-// from LoadSeq's seq, if it has one: what the channel sent after it is
+// A Subscribe without SubscribeOptions.Since to a channel the client is not
+// subscribed to (the first, or one after Unsubscribe) starts from LoadSeq's
+// seq, if it has one: what the channel sent after it is
 // replayed first (or a Gap says what no longer can be), as after a
 // reconnect. SaveSeq gets the seq of every message the client hands to
 // Events, and of every own emit's ack, once the client's lock is released,

@@ -748,11 +748,6 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	if opts.Since == nil && c.opts.Seqs != nil && !c.subscribed(channel) {
-		if seq, ok := c.opts.Seqs.LoadSeq(channel); ok {
-			opts.Since = &seq
-		}
-	}
 	var token string
 	if opts.Token != nil {
 		t, err := opts.Token(ctx)
@@ -763,6 +758,13 @@ func (c *Client) Subscribe(ctx context.Context, channel string, opts SubscribeOp
 	}
 	p := newPending()
 	c.writeMu.Lock()
+	// Under writeMu, so that two Subscribes to a channel cannot both start
+	// from the stored seq; not under mu, which the reader needs.
+	if opts.Since == nil && c.opts.Seqs != nil && !c.subscribed(channel) {
+		if seq, ok := c.opts.Seqs.LoadSeq(channel); ok {
+			opts.Since = &seq
+		}
+	}
 	c.mu.Lock()
 	if c.ctx.Err() != nil { // shut down meanwhile: nothing would answer
 		c.mu.Unlock()

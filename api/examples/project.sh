@@ -18,20 +18,29 @@ set -eu
 : "${RELAY_URL:?set RELAY_URL}" "${RELAY_EMAIL:?set RELAY_EMAIL}" "${RELAY_PASSWORD:?set RELAY_PASSWORD}"
 jar=$(mktemp)
 undo="" # the project to delete if up stops half-way
-trap '[ -z "$undo" ] || api DELETE "$undo" >/dev/null; rm -f "$jar"' EXIT
+cleanup() {
+  [ -z "$undo" ] || (api DELETE "$undo" >/dev/null) || true
+  rm -f "$jar"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP # so that a kill runs cleanup too
 
 # api METHOD PATH [BODY]: one JSON call with the session cookie; its answer
-# on stdout, or on stderr with a non-zero exit when refused.
+# on stdout, or on stderr with a non-zero exit when refused. A BODY of @-
+# is read from stdin (the password stays off every command line).
 api() {
+  method=$1 path=$2
+  shift 2
+  [ $# -eq 0 ] || set -- --data "$1"
   if ! answer=$(curl --silent --show-error --fail-with-body --cookie "$jar" --cookie-jar "$jar" \
-    -X "$1" -H 'Content-Type: application/json' ${3:+--data "$3"} "$RELAY_URL$2"); then
-    echo "project.sh: $1 $2 refused: $answer" >&2
+    -X "$method" -H 'Content-Type: application/json' "$@" "$RELAY_URL$path"); then
+    echo "project.sh: $method $path refused: $answer" >&2
     exit 1
   fi
   printf '%s\n' "$answer"
 }
 
-api POST /api/auth/login "$(jq -n --arg e "$RELAY_EMAIL" --arg p "$RELAY_PASSWORD" '{email: $e, password: $p}')" >/dev/null
+jq -n '{email: env.RELAY_EMAIL, password: env.RELAY_PASSWORD}' | api POST /api/auth/login @- >/dev/null
 
 case "${1:-}" in
 up)

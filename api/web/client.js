@@ -95,10 +95,12 @@ function resumeStore(option, publicKey) {
     }
     dirty.clear();
   };
+  const onHidden = () => document.visibilityState === "hidden" && flush();
   globalThis.addEventListener?.("pagehide", flush);
-  globalThis.document?.addEventListener?.("visibilitychange", () => document.visibilityState === "hidden" && flush());
+  globalThis.document?.addEventListener?.("visibilitychange", onHidden);
   return {
     load(channel) {
+      if (dirty.has(channel)) return dirty.get(channel);
       let v = null;
       try {
         v = storage.getItem(prefix + channel);
@@ -110,7 +112,12 @@ function resumeStore(option, publicKey) {
       dirty.set(channel, seq);
       if (timer === undefined) timer = setTimeout(flush, RESUME_SAVE_MS);
     },
-    flush,
+    // close writes what is pending and stops listening to the page.
+    close() {
+      flush();
+      globalThis.removeEventListener?.("pagehide", flush);
+      globalThis.document?.removeEventListener?.("visibilitychange", onHidden);
+    },
   };
 }
 
@@ -355,7 +362,9 @@ export class Relay {
       presence: !!opts.presence,
       clientId: opts.clientId,
       members: [],
-      lastSeq: opts.since ?? this.resume?.load(channel),
+      // where it starts: given; else where the subscription it replaces
+      // is (no replay of what that one delivered); else the stored seq.
+      lastSeq: opts.since ?? this.subs.get(channel)?.lastSeq ?? this.resume?.load(channel),
       handlers: opts,
       unsubscribe: () => this.unsubscribe(channel),
     };
@@ -482,7 +491,7 @@ export class Relay {
 
   close() {
     this.closedByUser = true;
-    this.resume?.flush();
+    this.resume?.close();
     clearTimeout(this.reconnectTimer);
     clearTimeout(this.refreshTimer);
     this.stopHeartbeat();

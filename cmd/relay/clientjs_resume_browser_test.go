@@ -59,6 +59,23 @@ func TestBrowserClientResume(t *testing.T) {
 	if got := msgs(pg, 0, end); strings.Join(got, "\n") != strings.Join(append(want, fmt.Sprintf(`msg:%d:"five"`, five)), "\n") {
 		t.Fatalf("after the page came back: %q, want %q then five", got, want)
 	}
+	// Subscribing again on the same page (new handlers) starts where the
+	// subscription it replaces is, even right after a message (its seq not
+	// yet written): nothing it delivered comes again.
+	pg.eval(`relay.subscribe("feed", { presence: true, clientId: "dan", onMessage: (m) => {
+		log.push("b:" + m.seq + (m.replay ? ":replay" : ""));
+		if (m.payload === "resubscribe") relay.subscribe("feed", { presence: true, clientId: "dan", onMessage: (x) => log.push("again:" + x.seq + (x.replay ? ":replay" : "")) });
+	} })`)
+	relaytest.Eventually(t, 5*time.Second, func() bool { return pg.check(`relay.subs.get("feed").acked === true`) }, "the new subscription acked")
+	resub := emit("resubscribe")
+	end = pg.waitFor(end, fmt.Sprintf("b:%d", resub))
+	relaytest.Eventually(t, 5*time.Second, func() bool { return pg.check(`relay.subs.get("feed").acked === true`) }, "the third subscription acked")
+	after := emit("after")
+	end = pg.waitFor(end, fmt.Sprintf("again:%d", after))
+	if n := pg.count(0, "again:"); n != 1 {
+		t.Fatalf("after subscribing again: %q, want the message after it alone", pg.log())
+	}
+	five = after
 	key := fmt.Sprintf("relay:%s:feed", p.publicKey)
 	relaytest.Eventually(t, 5*time.Second, func() bool {
 		return pg.check(fmt.Sprintf(`localStorage.getItem(%q) === %q`, key, fmt.Sprint(five)))

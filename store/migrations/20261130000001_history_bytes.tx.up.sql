@@ -5,7 +5,7 @@
 -- largest figure of the day.
 ALTER TABLE channel_messages ADD COLUMN size BIGINT NOT NULL DEFAULT 0;
 --bun:split
-UPDATE channel_messages SET size = LENGTH(message);
+UPDATE channel_messages SET size = {{.MessageOctets}};
 --bun:split
 CREATE TABLE history_usage (
     project_id {{.UUID}} PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,

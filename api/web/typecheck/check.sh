@@ -31,7 +31,8 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 npmq="--no-audit --no-fund --loglevel=error"
-tarball=$(cd "$web" && npm pack $npmq --pack-destination "$tmp" | tail -1)
+packed=$(cd "$web" && npm pack $npmq --pack-destination "$tmp") # set -e: a failed pack stops here
+tarball=$(printf '%s\n' "$packed" | tail -1)
 listing=$(tar -tzf "$tmp/$tarball" | sort | tr '\n' ' ')
 want="package/LICENSE package/README.md package/client.d.ts package/client.js package/package.json "
 if [ "$listing" != "$want" ]; then
