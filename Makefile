@@ -16,12 +16,13 @@ run: build
 	./$(BIN) serve
 
 # The whole suite: format and vet checks, tsc on the browser client's types,
-# every test with the race detector on SQLite and a throwaway PostgreSQL, then
-# every benchmark once.
+# every test with the race detector on SQLite and a throwaway PostgreSQL, the
+# cluster tests, a 40-second soak, then every benchmark once.
 test: lint
 	sh api/web/typecheck/check.sh
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(MAKE) test-cluster
+	SOAK_DURATION=40s $(MAKE) soak
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)
 
 # Several nodes as one relay (cmd/relay/CLUSTER.md): the tests start
@@ -115,7 +116,7 @@ clean:
 worstcase:
 	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/
 
-# Bounded soak on loopback (not part of make test): the real binary on a
+# Bounded soak on loopback (make test runs it for 40 s): the real binary on a
 # throwaway PostgreSQL, 5 000 connections, the database restarted once.
 soak:
 	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/
