@@ -41,6 +41,7 @@ func sameTarget(a, b *hookTarget) bool {
 type hooksChanged struct {
 	target       *hookTarget
 	channelLimit int
+	history      bool // the project keeps channel history (grains store before they answer)
 }
 
 // watchHooks: a channel grain asks its node's project actor for the

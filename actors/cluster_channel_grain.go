@@ -60,6 +60,8 @@ type channelGrain struct {
 	// stamped first and a retry is answered instead of stamped twice.
 	adopted bool
 	resent  []*clusterpb.ChannelPublish // a settleOver is due while it holds any
+
+	hist grainHistory // cluster_channel_history.go
 }
 
 // failoverSettle: how long a grain started without state holds resent
@@ -172,8 +174,19 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
 	case *freeze:
 		g.frozen = true
-		m.reply <- g.state()
+		if len(g.hist.held) > 0 {
+			g.hist.freezing = m.reply // the state once they land (landHeld)
+		} else {
+			m.reply <- g.state()
+		}
 		g.endWait(ctx, "frozen") // what it held is refused or ignored now
+	case *historyStored:
+		g.stored(ctx, m)
+	case *landAgain:
+		g.hist.landDue = false
+		g.landHeld(ctx)
+	case *actor.Stopping:
+		g.dropHeld(ctx)
 	case *clusterpb.GrainState:
 		g.adopt(ctx, m)
 		g.endWait(ctx, "state")
@@ -203,6 +216,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *hooksChanged:
 		g.core.hooks.set(g.cfg, m.target)
 		g.limit = m.channelLimit
+		g.hist.on, g.hist.told = m.history, true
 	case *clusterpb.ChannelPublish:
 		g.publish(ctx, m)
 	case *clusterpb.ChannelQuery:
@@ -300,6 +314,10 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	now := g.cfg.Now()
 	g.answered.forget(now)
 	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
+	if g.hist.pending[m.Id] {
+		g.c.duplicates.Add(1)
+		return // held for its commit: answered when it lands
+	}
 	if prev, ok := g.answered.get(m.Id); ok {
 		g.c.duplicates.Add(1)
 		if prev.Channel == nil && prev.Error == "" {
@@ -332,13 +350,20 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		answer(&clusterpb.ChannelPublished{Error: errExpired})
 		return
 	}
-	res := &clusterpb.ChannelPublished{}
-	g.answered.remember(m.Id, now, res)
+	if g.keepsHistory(m) && g.storedPublish(ctx, m, replyTo, now) {
+		return
+	}
 	e := emitRequest{payload: m.Payload, at: now, limit: g.channelLimit(m), projectDenied: m.ProjectDenied,
 		client: m.Client, conn: m.OriginConn, clientID: m.ClientId, msgType: m.MsgType, accepted: m.AtUnixNano, publishID: m.Id}
 	if e.client { // the emitter's node: only a client emit is checked against, and skips, its emitter
 		e.node = refKey(m.ReplyTo)
 	}
+	if g.keepsHistory(m) || len(g.hist.held) > 0 {
+		g.publishHeld(ctx, m, replyTo, &e)
+		return
+	}
+	res := &clusterpb.ChannelPublished{}
+	g.answered.remember(m.Id, now, res)
 	o := g.core.publish(&e)
 	res.Seq, res.Subscribers, res.Delivered, res.Error = o.seq, int32(o.subscribers), int32(o.delivered), string(o.err)
 	if o.err != proto.CodeEmitIdentityMismatch {
@@ -428,9 +453,14 @@ func (g *channelGrain) relay(ctx actor.Context, ref *clusterpb.Ref) string {
 // join subscribes one socket: the core's answer goes back to its relay.
 func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	node := g.relay(ctx, m.Relay)
+	now := g.cfg.Now()
+	var stored *storedReplay
+	if m.HasSince {
+		stored = g.storedReplay(m.Since, now)
+	}
 	o := g.core.join(&joinRequest{node: node, conn: m.Sub.Conn, sub: coreSub{presence: m.Sub.Presence, clientID: m.Sub.ClientId},
-		hasSince: m.HasSince, since: m.Since}, g.cfg.Now())
-	g.c.send(ctx, g.relays[node], &clusterpb.ChannelJoined{Conn: m.Sub.Conn, Refused: string(o.refused), Seq: o.seq,
+		hasSince: m.HasSince, since: m.Since, stored: stored}, now)
+	g.c.send(ctx, g.relays[node], &clusterpb.ChannelJoined{Conn: m.Sub.Conn, Refused: string(o.refused), Seq: g.landedSeq(o.seq),
 		Gap: o.gap, GapSince: o.gapSince, Replay: o.replay, Members: o.members})
 }
 
@@ -475,13 +505,26 @@ func (g *channelGrain) catchUp(ctx actor.Context, node string, m *clusterpb.Chan
 	for _, p := range m.Recent { // without counts or budget: publish fills them in
 		g.answered.adopt(p.Id, now, &clusterpb.ChannelPublished{Id: p.Id, Seq: p.Seq})
 	}
-	if m.LastSeq == 0 || len(m.Subs) == 0 || m.LastSeq >= g.core.seq {
-		return // nothing it missed, or nobody to give it to
+	if m.LastSeq == 0 || len(m.Subs) == 0 {
+		return // nobody to give anything to
+	}
+	stored := g.storedReplay(float64(m.LastSeq), now) // first: it raises seq above the stored last one
+	if m.LastSeq >= g.core.seq {
+		return // nothing it missed
 	}
 	up := &clusterpb.ChannelCatchUp{}
-	gap, msgs := g.core.after(m.LastSeq, now)
-	if gap {
-		up.Gap, up.GapSince = true, m.LastSeq
+	after := m.LastSeq
+	if stored != nil { // the ring does not reach back: the store before it
+		up.Gap = stored.gap
+		for i, msg := range stored.msgs {
+			up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: stored.seqs[i], Message: msg})
+		}
+		after = g.core.replay.lowWater
+	}
+	gap, msgs := g.core.after(after, now)
+	up.Gap = up.Gap || gap
+	if up.Gap {
+		up.GapSince = m.LastSeq
 	}
 	for _, b := range msgs {
 		up.Messages = append(up.Messages, &clusterpb.ChannelDeliver{Seq: b.seq, Message: b.msg})
@@ -562,7 +605,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 // dormant: no relay has subscribers, and the window, the ring and the
 // dedupe memory are empty.
 func (g *channelGrain) dormant() bool {
-	if g.waiting || len(g.resent) > 0 {
+	if g.waiting || len(g.resent) > 0 || len(g.hist.held) > 0 {
 		return false
 	}
 	now := g.cfg.Now()

@@ -208,7 +208,7 @@ func (r *channelRelay) publish(ctx actor.Context, m *Publish) {
 	}
 	msg := &clusterpb.ChannelPublish{
 		Id: r.c.publishID(), ReplyTo: r.self, Payload: m.Payload, AtUnixNano: m.At.UnixNano(),
-		ChannelLimit: int32(m.channelLimit), ProjectDenied: m.projectDenied,
+		ChannelLimit: int32(m.channelLimit), ProjectDenied: m.projectDenied, History: m.history,
 	}
 	if m.origin != nil { // the relay answers service_unavailable at clientEmitGiveUp: never stamped after
 		m.notAfter = m.At.Add(clientEmitGiveUp - notAfterMargin)

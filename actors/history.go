@@ -13,8 +13,9 @@ import (
 )
 
 // Durable channel history (issue 33), for a project that turns it on
-// (Settings.HistoryRetention), on one node: in a cluster the channel grains
-// keep only their ring, as before (history is one-node only for now).
+// (Settings.HistoryRetention). On one node the channel actor hosts it (this
+// file); in a cluster the channel grain (cluster_channel_history.go), with
+// the same writer.
 //
 // The channel core stamps a message as always; its host hands it to the
 // node's historyWriter and holds it: it is delivered, kept in the ring and
@@ -39,6 +40,7 @@ type HistoryRecord struct {
 	Seq              uint64
 	Message          []byte
 	At               time.Time
+	PublishID        string // the cluster publish that stamped it ("" on one node)
 }
 
 // HistoryStore is the store's channel history, as the actors use it.
@@ -50,6 +52,9 @@ type HistoryStore interface {
 	// HistoryBefore is a channel's records with above < seq < before,
 	// newest first, at most limit.
 	HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]HistoryRecord, error)
+	// HistorySeqOf is the seq of the record a cluster publish stamped
+	// (false: none stored). A second record of one publish is refused.
+	HistorySeqOf(ctx context.Context, project, channel, publishID string) (uint64, bool, error)
 }
 
 // Bounds of the history writer and of a replay from the store.
@@ -174,10 +179,16 @@ const (
 	historyUnknown             // the project's settings are loading
 )
 
+// keepsHistory: the settings loaded say the project keeps history (and
+// this node has a history store).
+func (a *projectActor) keepsHistory() bool {
+	return a.cfg.History != nil && a.settings.HistoryRetention > 0
+}
+
 // historyMode is the project's history, as its channels apply it.
 func (a *projectActor) historyMode() historyMode {
 	switch {
-	case a.cfg.History == nil || a.cfg.cluster.Load() != nil:
+	case a.cfg.History == nil:
 		return historyOff
 	case !a.isReady:
 		return historyUnknown
@@ -202,36 +213,43 @@ type heldEmit struct {
 
 // channelHistory is a channel actor's part of history.
 type channelHistory struct {
-	seqLoaded bool        // seq continues above the stored last seq
-	seqFailed time.Time   // the last read of it failed then: not read again for historyReadWait
-	held      []*heldEmit // in the order they came
+	seq  storedSeq
+	held []*heldEmit // in the order they came
 }
 
-// loadSeq raises seq above the channel's stored last seq, once.
+// storedSeq is a channel host's reading of its stored last seq.
+type storedSeq struct {
+	loaded bool      // seq continues above the stored last seq
+	failed time.Time // the last read of it failed then: not read again for historyReadWait
+}
+
+// load raises core's seq above the channel's stored last seq, once.
 //
 // A store that does not answer is asked again only historyReadWait after
 // the failed read: meanwhile each emit fails at once (503) instead of
 // holding the channel's turn for up to historyReadWait.
-func (a *channelActor) loadSeq() bool {
-	if a.hist.seqLoaded {
+func (l *storedSeq) load(core *channelCore, cfg *Config) bool {
+	if l.loaded {
 		return true
 	}
-	now := a.cfg.Now()
-	if !a.hist.seqFailed.IsZero() && now.Sub(a.hist.seqFailed) < historyReadWait {
+	now := cfg.Now()
+	if !l.failed.IsZero() && now.Sub(l.failed) < historyReadWait {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
 	defer cancel()
-	last, err := a.cfg.History.LastHistorySeq(ctx, a.core.project, a.core.name)
+	last, err := cfg.History.LastHistorySeq(ctx, core.project, core.name)
 	if err != nil {
-		a.hist.seqFailed = now
-		a.cfg.Logger.Warn("channel history: last seq not read", "project", a.core.project, "channel", a.core.name, "err", err)
+		l.failed = now
+		cfg.Logger.Warn("channel history: last seq not read", "project", core.project, "channel", core.name, "err", err)
 		return false
 	}
-	a.core.raise(last)
-	a.hist.seqLoaded = true
+	core.raise(last)
+	l.loaded = true
 	return true
 }
+
+func (a *channelActor) loadSeq() bool { return a.hist.seq.load(a.core, a.cfg) }
 
 // publishHeld decides an emit that must wait: one of a history project, or
 // one behind such an emit still held.
@@ -335,8 +353,14 @@ func (a *channelActor) storedReplay(since float64, now time.Time) *storedReplay 
 	if !a.loadSeq() {
 		return nil
 	}
-	a.core.replay.expire(now)
-	low := a.core.replay.lowWater
+	return readStoredReplay(a.core, a.cfg, since, now)
+}
+
+// readStoredReplay is storedReplay for any host of core whose seq is
+// loaded (storedSeq).
+func readStoredReplay(core *channelCore, cfg *Config, since float64, now time.Time) *storedReplay {
+	core.replay.expire(now)
+	low := core.replay.lowWater
 	if since >= float64(low) {
 		return nil
 	}
@@ -347,9 +371,9 @@ func (a *channelActor) storedReplay(since float64, now time.Time) *storedReplay 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
 	defer cancel()
-	rows, err := a.cfg.History.HistoryBefore(ctx, a.core.project, a.core.name, low+1, above, HistoryReplayMax+1)
+	rows, err := cfg.History.HistoryBefore(ctx, core.project, core.name, low+1, above, HistoryReplayMax+1)
 	if err != nil {
-		a.cfg.Logger.Warn("channel history: replay not read", "project", a.core.project, "channel", a.core.name, "err", err)
+		cfg.Logger.Warn("channel history: replay not read", "project", core.project, "channel", core.name, "err", err)
 		return nil
 	}
 	out := &storedReplay{gap: true}
@@ -366,9 +390,9 @@ func (a *channelActor) storedReplay(since float64, now time.Time) *storedReplay 
 			break
 		}
 	}
-	out.msgs = make([][]byte, len(rows))
+	out.msgs, out.seqs = make([][]byte, len(rows)), make([]uint64, len(rows))
 	for i, r := range rows {
-		out.msgs[len(rows)-1-i] = r.Message
+		out.msgs[len(rows)-1-i], out.seqs[len(rows)-1-i] = r.Message, r.Seq
 	}
 	return out
 }
@@ -376,5 +400,6 @@ func (a *channelActor) storedReplay(since float64, now time.Time) *storedReplay 
 // storedReplay is the store's part of a replay (oldest first).
 type storedReplay struct {
 	msgs [][]byte
+	seqs []uint64 // msgs' seqs
 	gap  bool
 }

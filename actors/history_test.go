@@ -41,6 +41,11 @@ func (h *memHistory) AppendHistory(ctx context.Context, recs []HistoryRecord) er
 	if h.fail != nil {
 		return h.fail
 	}
+	for _, r := range recs { // one record per publish, as the store keeps it
+		if _, dup, _ := h.seqOfLocked(r.Project, r.Channel, r.PublishID); dup {
+			return errors.New("duplicate publish id")
+		}
+	}
 	h.recs = append(h.recs, recs...)
 	return nil
 }
@@ -74,6 +79,22 @@ func (h *memHistory) HistoryBefore(ctx context.Context, project, channel string,
 		}
 	}
 	return out, h.fail
+}
+
+func (h *memHistory) HistorySeqOf(ctx context.Context, project, channel, publishID string) (uint64, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seq, ok, _ := h.seqOfLocked(project, channel, publishID)
+	return seq, ok, h.fail
+}
+
+func (h *memHistory) seqOfLocked(project, channel, publishID string) (uint64, bool, error) {
+	for _, r := range h.recs {
+		if r.Project == project && r.Channel == channel && r.PublishID == publishID && publishID != "" {
+			return r.Seq, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 func (h *memHistory) set(fail error) {

@@ -56,6 +56,7 @@ type projectActor struct {
 	// watch it here (hookWatchers, a cluster) are told it when it changes.
 	hooks        *hookTarget
 	toldLimit    int                   // the channel limit the watching grains were last told (setHooks)
+	toldHistory  bool                  // and whether the project keeps history
 	hookWatchers map[string]*actor.PID // by PID id (grains of this node)
 
 	backstop fixedWindow     // one node; in a cluster the project grain counts it (budgets)
@@ -222,7 +223,7 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *watchHooks:
 		a.hookWatchers[m.grain.Id] = m.grain
 		if a.isReady {
-			ctx.Send(m.grain, &hooksChanged{target: a.hooks, channelLimit: a.channelLimit()})
+			ctx.Send(m.grain, &hooksChanged{target: a.hooks, channelLimit: a.channelLimit(), history: a.keepsHistory()})
 		}
 	case *unwatchHooks:
 		if w, ok := a.hookWatchers[m.grain.Id]; ok && w.Equal(m.grain) {
@@ -523,12 +524,12 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 // grains get the channel limit with it (they apply it; a channel actor is
 // given it with each emit), so they are told when either changes.
 func (a *projectActor) setHooks(ctx actor.Context, t *hookTarget, first bool) {
-	limit := a.channelLimit()
+	limit, history := a.channelLimit(), a.keepsHistory()
 	targetChanged := first || !sameTarget(a.hooks, t)
-	if !targetChanged && limit == a.toldLimit {
+	if !targetChanged && limit == a.toldLimit && history == a.toldHistory {
 		return
 	}
-	a.hooks, a.toldLimit = t, limit
+	a.hooks, a.toldLimit, a.toldHistory = t, limit, history
 	if targetChanged && a.cfg.cluster.Load() == nil { // in a cluster the children are relays: the grains decide
 		for _, c := range a.channels {
 			c.sent++
@@ -536,7 +537,7 @@ func (a *projectActor) setHooks(ctx actor.Context, t *hookTarget, first bool) {
 		}
 	}
 	for _, g := range a.hookWatchers {
-		ctx.Send(g, &hooksChanged{target: t, channelLimit: limit})
+		ctx.Send(g, &hooksChanged{target: t, channelLimit: limit, history: history})
 	}
 }
 

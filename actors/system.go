@@ -509,12 +509,11 @@ func (s *System) AuthorizationOn(projectID string) (on, known bool) {
 	return v.(*authzHolder).on() != nil, true
 }
 
-// HistoryOn says whether the project keeps channel history on this node:
-// never without a history store or in a cluster; else as its running
-// actor loaded it. known is false when no actor runs or it is still
+// HistoryOn says whether the project keeps channel history: never without
+// a history store; else as its running actor on this node loaded it. known is false when no actor runs or it is still
 // loading (the caller reads the store).
 func (s *System) HistoryOn(ctx context.Context, projectID string) (on, known bool) {
-	if s.cfg.History == nil || s.cfg.cluster.Load() != nil {
+	if s.cfg.History == nil {
 		return false, true
 	}
 	reply := make(chan historyMode, 1)

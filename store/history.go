@@ -26,6 +26,9 @@ type HistoryMessage struct {
 	Message   string    `bun:"message,notnull"`
 	Size      int64     `bun:"size,notnull"` // len(Message), set by AppendHistory
 	CreatedAt time.Time `bun:"created_at,notnull"`
+	// PublishID is the cluster publish that stamped it ("": none, one node):
+	// one row at most per publish (ErrDuplicate).
+	PublishID string `bun:"publish_id,nullzero"`
 }
 
 // historyUsage is the channel history a project holds, in bytes (the sum
@@ -242,6 +245,18 @@ func deleteRows(ctx context.Context, tx bun.Tx, projectID string, cutoff *time.T
 		_, err = tx.NewUpdate().Model((*historyUsage)(nil)).Set("bytes = bytes - ?", bytes).Where("project_id = ?", projectID).Exec(ctx)
 	}
 	return int64(len(sizes)), bytes, err
+}
+
+// HistorySeqOf is the seq of a channel's stored message that publish id
+// stamped; false when none is stored.
+func (s *Store) HistorySeqOf(ctx context.Context, projectID, channel, publishID string) (uint64, bool, error) {
+	var seq int64
+	err := s.db.NewSelect().Model((*HistoryMessage)(nil)).Column("seq").
+		Where("project_id = ? AND channel = ? AND publish_id = ?", projectID, channel, publishID).Scan(ctx, &seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return uint64(seq), err == nil, err
 }
 
 // HistoryBytes is the channel history a project holds in the store, in

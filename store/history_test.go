@@ -262,3 +262,37 @@ func TestHistoryCapSteps(t *testing.T) {
 		}
 	})
 }
+
+// TestHistoryPublishID: a message stamped by a cluster publish keeps its id:
+// the seq is found by it, and a second row for the same publish is refused
+// (the whole batch); one-node rows (no id) never conflict.
+func TestHistoryPublishID(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := open(t, url)
+		u, _ := s.CreateUser(ctx, "a@example.com", "h")
+		p, _, _ := newProject(t, s, u.ID)
+		now := time.Now().UTC()
+		rows := historyRows(p.ID, "room", 1, 3, now)
+		rows[1].PublishID = "pub-2"
+		must(t, s.AppendHistory(ctx, rows))
+		must(t, s.AppendHistory(ctx, historyRows(p.ID, "room", 4, 6, now))) // no ids: no conflict among them
+		if seq, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-2"); err != nil || !ok || seq != 2 {
+			t.Fatalf("pub-2: %d %v %v", seq, ok, err)
+		}
+		if _, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-9"); err != nil || ok {
+			t.Fatalf("an unknown publish: %v %v", ok, err)
+		}
+		again := historyRows(p.ID, "room", 7, 8, now)
+		again[1].PublishID = "pub-2"
+		if err := s.AppendHistory(ctx, again); err != store.ErrDuplicate {
+			t.Fatalf("a second row for one publish: %v", err)
+		}
+		if last, _ := s.LastHistorySeq(ctx, p.ID, "room"); last != 6 {
+			t.Fatalf("the refused batch stored something: last seq %d", last)
+		}
+		other := historyRows(p.ID, "lobby", 1, 1, now)
+		other[0].PublishID = "pub-2" // another channel: its own publish
+		must(t, s.AppendHistory(ctx, other))
+	})
+}

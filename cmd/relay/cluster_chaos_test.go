@@ -7,7 +7,9 @@ package main
 // load, with subscribers on every node; a checker then reads every
 // subscriber's record message by message. What a subscriber may rely on
 // (proto/PROTOCOL.md › Several nodes): every acknowledged emit reaches it or
-// is covered by a replay_gap it got, no message twice, seq rising.
+// is covered by a replay_gap it got, no message twice, seq rising. With the
+// project's channel history on, no replay_gap at all: what an owner stored
+// and did not deliver before it died, its successor reads from the store.
 
 import (
 	"encoding/json"
@@ -134,6 +136,11 @@ type chaosAck struct {
 }
 
 func TestClusterChaos(t *testing.T) {
+	t.Run("ring", func(t *testing.T) { clusterChaos(t, false) })
+	t.Run("history", func(t *testing.T) { clusterChaos(t, true) })
+}
+
+func clusterChaos(t *testing.T, history bool) {
 	// Budgets out of the way: the load is what the test is about.
 	limits := []string{"EMIT_RATE_LIMIT_PER_MINUTE=1000000", "PROJECT_RATE_LIMIT_PER_MINUTE=1000000", "LOG_LEVEL=info"}
 	cl := startCluster(t, 30*time.Second, []string{"A", "B"}, limits...)
@@ -146,6 +153,11 @@ func TestClusterChaos(t *testing.T) {
 	}
 	owner := a.on(t).signup("alice@example.com")
 	p := owner.createProject("chaos")
+	if history {
+		if r := owner.do("PATCH", "/api/projects/"+p.id+"/settings", `{"historyRetentionSeconds":3600}`); r.status != http.StatusOK {
+			t.Fatalf("history on: %d %s", r.status, r.raw)
+		}
+	}
 	viaA := a.on(t).client()
 
 	// Channels whose grains live on the victim, and one that does not.
@@ -424,6 +436,9 @@ func TestClusterChaos(t *testing.T) {
 	}
 	if len(acks) < 500 {
 		t.Errorf("only %d emits acknowledged: the load did not run", len(acks))
+	}
+	if history && gaps > 0 {
+		t.Errorf("%d replay_gaps with the channel history on, want none", gaps)
 	}
 }
 

@@ -51,13 +51,18 @@ type historyStore struct{ st *store.Store }
 func (h historyStore) AppendHistory(ctx context.Context, recs []actors.HistoryRecord) error {
 	rows := make([]store.HistoryMessage, len(recs))
 	for i, r := range recs {
-		rows[i] = store.HistoryMessage{ProjectID: r.Project, Channel: r.Channel, Seq: int64(r.Seq), Message: string(r.Message), CreatedAt: r.At}
+		rows[i] = store.HistoryMessage{ProjectID: r.Project, Channel: r.Channel, Seq: int64(r.Seq), Message: string(r.Message), CreatedAt: r.At,
+			PublishID: r.PublishID}
 	}
 	return h.st.AppendHistory(ctx, rows)
 }
 
 func (h historyStore) LastHistorySeq(ctx context.Context, project, channel string) (uint64, error) {
 	return h.st.LastHistorySeq(ctx, project, channel)
+}
+
+func (h historyStore) HistorySeqOf(ctx context.Context, project, channel, publishID string) (uint64, bool, error) {
+	return h.st.HistorySeqOf(ctx, project, channel, publishID)
 }
 
 func (h historyStore) HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]actors.HistoryRecord, error) {

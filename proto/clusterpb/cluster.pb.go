@@ -1490,7 +1490,11 @@ type ChannelPublish struct {
 	// resent: an earlier attempt went to a grain that may have stamped it
 	// (and died before answering). A grain started without state holds such
 	// a publish until the relays have registered what they delivered.
-	Resent        bool `protobuf:"varint,12,opt,name=resent,proto3" json:"resent,omitempty"`
+	Resent bool `protobuf:"varint,12,opt,name=resent,proto3" json:"resent,omitempty"`
+	// history: the emitting node read the project's channel history on; the
+	// grain stores the message before it answers (so it does when its own
+	// node's reading says so, whichever comes first).
+	History       bool `protobuf:"varint,13,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1605,6 +1609,13 @@ func (x *ChannelPublish) GetClient() bool {
 func (x *ChannelPublish) GetResent() bool {
 	if x != nil {
 		return x.Resent
+	}
+	return false
+}
+
+func (x *ChannelPublish) GetHistory() bool {
+	if x != nil {
+		return x.History
 	}
 	return false
 }
@@ -3068,7 +3079,7 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x03seq\x18\a \x01(\x04R\x03seq\"N\n" +
 	"\fChannelLeave\x12(\n" +
 	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12\x14\n" +
-	"\x05conns\x18\x02 \x03(\x04R\x05conns\"\x8f\x03\n" +
+	"\x05conns\x18\x02 \x03(\x04R\x05conns\"\xa9\x03\n" +
 	"\x0eChannelPublish\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\breply_to\x18\x02 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12\x18\n" +
@@ -3084,7 +3095,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\bmsg_type\x18\n" +
 	" \x01(\tR\amsgType\x12\x16\n" +
 	"\x06client\x18\v \x01(\bR\x06client\x12\x16\n" +
-	"\x06resent\x18\f \x01(\bR\x06resent\"i\n" +
+	"\x06resent\x18\f \x01(\bR\x06resent\x12\x18\n" +
+	"\ahistory\x18\r \x01(\bR\ahistory\"i\n" +
 	"\x06Budget\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x05R\tremaining\x12+\n" +

@@ -1,0 +1,228 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto"
+	"github.com/relayhq/relay/proto/clusterpb"
+	"github.com/relayhq/relay/transport"
+)
+
+// Channel history in a cluster: the channel grain stores what it stamps
+// before it delivers and answers, as the channel actor does on one node
+// (history.go), with its node's writer. What a cluster adds:
+//
+//   - each stored message keeps the id of the publish that stamped it, so
+//     that a publish sent again to the channel's next owner (the owner that
+//     stamped and stored it crashed or froze before answering) is answered
+//     with the stored seq, not stamped twice; the store refuses a second
+//     record of one publish;
+//   - a relay that registers (a new owner, after a crash) and a subscribe
+//     with since are given what the store holds after their last seq when
+//     the ring does not reach back, not a replay_gap;
+//   - a freeze (the node hands its grains over) waits for the held
+//     messages to land, so their seqs and ring go with the state.
+
+// grainHistory is a channel grain's part of history.
+type grainHistory struct {
+	on      bool // its node's project actor reads the project's history on (hooksChanged)
+	told    bool // … and has said so (until then the store is asked for replays)
+	seq     storedSeq
+	held    []*heldPublish  // in the order they came
+	pending map[string]bool // publish ids held: a retry waits for their answer
+	// freezing: a freeze waits for the held messages to land.
+	freezing chan *clusterpb.GrainState
+	landDue  bool // a landAgain is due (the node is fenced)
+}
+
+// landAgain: the node was fenced when a held message could land; try again.
+type landAgain struct{}
+
+// landRecheck: how soon a fenced grain tries to land again.
+const landRecheck = 100 * time.Millisecond
+
+// heldPublish is a publish the grain has decided but not yet answered: its
+// message waits for its commit, or for an earlier one's.
+type heldPublish struct {
+	m       *clusterpb.ChannelPublish
+	replyTo *actor.PID
+	at      time.Time
+	msg     *stamped // nil: refused (out.err), or never stamped (failed)
+	out     emitOutcome
+	stored  bool // may land (committed, or never to be stored)
+	failed  bool // not stored: answer service_unavailable, deliver nothing
+}
+
+// keepsHistory: this publish's message is stored before it is answered.
+func (g *channelGrain) keepsHistory(m *clusterpb.ChannelPublish) bool {
+	return g.cfg.History != nil && (g.hist.on || m.History)
+}
+
+// landedSeq is the last seq delivered (of seq, the last stamped): the
+// messages held for their commit are stamped, not yet delivered, and a
+// relay takes a join's seq as the last it has had.
+func (g *channelGrain) landedSeq(seq uint64) uint64 {
+	for _, h := range g.hist.held {
+		if h.msg != nil {
+			return h.msg.seq - 1
+		}
+	}
+	return seq
+}
+
+// loadSeq raises seq above the channel's stored last seq, once.
+func (g *channelGrain) loadSeq() bool { return g.hist.seq.load(g.core, g.cfg) }
+
+// storedPublish answers a publish sent again whose message the store
+// already holds (the owner that stamped it is gone): with its seq, as a
+// predecessor's answer known from a register would be. false: not stored
+// (or the store cannot say: it is decided as new, and the store refuses a
+// second record of it).
+func (g *channelGrain) storedPublish(ctx actor.Context, m *clusterpb.ChannelPublish, replyTo *actor.PID, now time.Time) bool {
+	if !m.Resent || g.adopted {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
+	defer cancel()
+	seq, ok, err := g.cfg.History.HistorySeqOf(rctx, g.core.project, g.core.name, m.Id)
+	if err != nil || !ok {
+		return false
+	}
+	g.core.raise(seq)
+	g.c.duplicates.Add(1)
+	n := int32(g.core.subCount)
+	res := &clusterpb.ChannelPublished{Id: m.Id, Seq: seq, Subscribers: n, Delivered: n,
+		Channel: budgetToProto(g.core.window.peek(now, g.channelLimit(m)))}
+	g.answered.remember(m.Id, now, res)
+	ctx.Send(replyTo, res)
+	return true
+}
+
+// publishHeld decides a publish that must wait: one of a history project,
+// or one behind such a publish still held.
+func (g *channelGrain) publishHeld(ctx actor.Context, m *clusterpb.ChannelPublish, replyTo *actor.PID, e *emitRequest) {
+	h := &heldPublish{m: m, replyTo: replyTo, at: e.at}
+	g.hist.held = append(g.hist.held, h)
+	if g.hist.pending == nil {
+		g.hist.pending = map[string]bool{}
+	}
+	g.hist.pending[m.Id] = true
+	keep := g.keepsHistory(m)
+	if keep && !g.loadSeq() {
+		h.stored, h.failed = true, true
+		g.landHeld(ctx)
+		return
+	}
+	h.msg, h.out = g.core.stamp(e)
+	switch {
+	case h.msg == nil || !keep:
+		h.stored = true
+	case !g.cfg.historyWriter.take(historyItem{rec: HistoryRecord{Project: g.core.project, Channel: g.core.name, Seq: h.msg.seq,
+		Message: transport.FramePayload(h.msg.buf), At: e.at, PublishID: m.Id}, to: ctx.Self()}):
+		g.cfg.counters.HistoryQueueFull.Add(1)
+		h.stored, h.failed = true, true
+	}
+	g.landHeld(ctx)
+}
+
+// stored marks the held messages up to upTo committed (or failed).
+func (g *channelGrain) stored(ctx actor.Context, m *historyStored) {
+	for _, h := range g.hist.held {
+		if h.msg != nil && !h.stored && h.msg.seq <= m.upTo {
+			h.stored, h.failed = true, m.err != nil
+		}
+	}
+	g.landHeld(ctx)
+}
+
+// landHeld delivers and answers the held publishes that may land, in
+// order; a freeze waiting for them gets the state once none is left. While
+// the node is fenced (it was paused, and may have been dropped: its
+// successor may have taken the channel over), a stored message waits: it
+// lands once etcd says this node is still the member it was, and is
+// answered service_unavailable if the node leaves (dropHeld).
+func (g *channelGrain) landHeld(ctx actor.Context) {
+	n := 0
+	for _, h := range g.hist.held {
+		if !h.stored {
+			break
+		}
+		if !h.failed && g.c.fenced() {
+			g.landLater(ctx)
+			break
+		}
+		n++
+		g.answerHeld(ctx, h)
+	}
+	clear(g.hist.held[:n])
+	g.hist.held = g.hist.held[n:]
+	if len(g.hist.held) == 0 {
+		g.hist.held = nil
+		if g.hist.freezing != nil {
+			g.hist.freezing <- g.state()
+			g.hist.freezing = nil
+		}
+	}
+}
+
+// landLater tries landHeld again after landRecheck, once.
+func (g *channelGrain) landLater(ctx actor.Context) {
+	if g.hist.landDue {
+		return
+	}
+	g.hist.landDue = true
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	time.AfterFunc(landRecheck, func() { root.Send(self, &landAgain{}) })
+}
+
+func (g *channelGrain) answerHeld(ctx actor.Context, h *heldPublish) {
+	res := &clusterpb.ChannelPublished{Id: h.m.Id}
+	switch {
+	case h.failed:
+		res.Error = string(proto.CodeUnavailable)
+	case h.msg == nil:
+		res.Error = string(h.out.err)
+		if h.out.err != proto.CodeEmitIdentityMismatch {
+			res.Channel = budgetToProto(h.out.channel)
+		}
+	default:
+		o := g.core.land(h.msg, h.at, h.out)
+		res.Seq, res.Subscribers, res.Delivered = o.seq, int32(o.subscribers), int32(o.delivered)
+		res.Channel = budgetToProto(o.channel)
+	}
+	delete(g.hist.pending, h.m.Id)
+	if !h.failed { // a failed one may be sent again (the relay hears 503 and does not)
+		g.answered.remember(h.m.Id, g.cfg.Now(), res)
+	}
+	ctx.Send(h.replyTo, res)
+}
+
+// dropHeld answers the held publishes not yet committed
+// service_unavailable (the grain is stopping: such a message may still be
+// stored, but it is not delivered); those committed land, unless the node
+// is fenced (then they are answered service_unavailable too: stored, and
+// not delivered).
+func (g *channelGrain) dropHeld(ctx actor.Context) {
+	fenced := g.c.fenced()
+	for _, h := range g.hist.held {
+		if !h.stored || fenced {
+			h.stored, h.failed = true, true
+		}
+	}
+	g.landHeld(ctx)
+}
+
+// storedReplay is the store's part of a replay after since, for a join or
+// a register (nil: history off, the ring covers it, or the store could not
+// be read: the ring alone answers, with its honest gap). A grain whose node
+// has not yet said whether the project keeps history asks the store all the
+// same: a new owner after a crash hears its relays register first.
+func (g *channelGrain) storedReplay(since float64, now time.Time) *storedReplay {
+	if g.cfg.History == nil || g.hist.told && !g.hist.on || !g.loadSeq() {
+		return nil
+	}
+	return readStoredReplay(g.core, g.cfg, since, now)
+}

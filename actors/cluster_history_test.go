@@ -1,0 +1,162 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/relayhq/relay/proto/clusterpb"
+)
+
+// historyNode is a cluster node (failoverNode) whose projects keep channel
+// history in h.
+func historyNode(t *testing.T, h *memHistory) *Cluster {
+	t.Helper()
+	return failoverNodeWith(t, Config{History: h, LoadSettings: func(context.Context, string) (Settings, error) {
+		return Settings{HistoryRetention: time.Hour}, nil
+	}})
+}
+
+// publishWith sends a publish of id to grain from relay, history and
+// resent as given.
+func publishWith(c *Cluster, grain, relay *actor.PID, id string, history, resent bool) {
+	sendFrom(c, grain, relay, &clusterpb.ChannelPublish{Id: id, ReplyTo: ref(relay), Payload: []byte(`{"id":"` + id + `"}`),
+		AtUnixNano: time.Now().UnixNano(), ChannelLimit: 1000, History: history, Resent: resent})
+}
+
+// A grain of a history project stores what it stamps before it delivers
+// or answers it, with the publish's id; a retry while it waits is not
+// stamped again; a failed commit answers service_unavailable and delivers
+// nothing.
+func TestGrainStoresBeforeItAnswers(t *testing.T) {
+	gate := make(chan struct{})
+	h := &memHistory{gate: gate}
+	c := historyNode(t, h)
+	t.Cleanup(func() { close(gate) })
+	identity := ownedChannel(t, c, "stored")
+	grain := startGrain(c, identity)
+	relay, got := relayStub(c)
+	register(c, grain, relay, 0, 1)
+	publishWith(c, grain, relay, "e#1", true, false)
+	waitFor(t, "the commit under way", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.waiting == 1
+	})
+	publishWith(c, grain, relay, "e#1", true, true) // the relay's retry, 300 ms later
+	// A subscribe meanwhile: its seq is the last delivered, below the held
+	// message (which its relay would otherwise take as had).
+	joiner, fromJoiner := relayStub(c)
+	sendFrom(c, grain, joiner, &clusterpb.ChannelJoin{Relay: ref(joiner), Sub: &clusterpb.Subscriber{Conn: 5}})
+	j, ok := next(t, fromJoiner, time.Second).(*clusterpb.ChannelJoined)
+	if !ok {
+		t.Fatalf("join answered %v", j)
+	}
+	silent(t, got, 200*time.Millisecond) // nothing delivered nor answered before the commit
+	h.mu.Lock()
+	h.gate = nil
+	h.mu.Unlock()
+	gate <- struct{}{}
+	d, ok := next(t, got, time.Second).(*clusterpb.ChannelDeliver)
+	p, ok2 := next(t, got, time.Second).(*clusterpb.ChannelPublished)
+	if !ok || !ok2 || p.Error != "" || p.Seq != d.Seq || p.Id != "e#1" {
+		t.Fatalf("after the commit: %v then %v, want the delivery then its answer", d, p)
+	}
+	if recs := h.stored(); len(recs) != 1 || recs[0].Seq != p.Seq || recs[0].PublishID != "e#1" {
+		t.Fatalf("stored %+v", recs)
+	}
+	if jd, ok := next(t, fromJoiner, time.Second).(*clusterpb.ChannelDeliver); !ok || j.Seq >= p.Seq || jd.Seq != p.Seq {
+		t.Fatalf("the subscriber that joined while it was held: joined at %d, then %v; want below %d, then it", j.Seq, jd, p.Seq)
+	}
+	silent(t, got, 100*time.Millisecond) // the retry was not stamped again
+
+	h.set(fmt.Errorf("store down"))
+	publishWith(c, grain, relay, "e#2", true, false)
+	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "service_unavailable" {
+		t.Fatalf("a failed commit answered %v", p)
+	}
+	silent(t, got, 100*time.Millisecond)
+}
+
+// The owner that stored a message crashed before answering: the new owner
+// (no state handed over) answers the publish sent again with the stored
+// seq, stamps nothing twice, continues seq above the store, and gives a
+// relay that registers what the store holds after its last seq, with no
+// replay_gap; a subscribe with since reads the store the same way.
+func TestNewOwnerReadsTheStore(t *testing.T) {
+	h := &memHistory{}
+	c := historyNode(t, h)
+	identity := ownedChannel(t, c, "crashed")
+	project, channel := splitIdentity(identity)
+	for seq := uint64(401); seq <= 410; seq++ {
+		h.recs = append(h.recs, HistoryRecord{Project: project, Channel: channel, Seq: seq, At: time.Now(),
+			Message: []byte(fmt.Sprintf(`{"channel":%q,"payload":%d,"seq":%d}`, channel, seq, seq)), PublishID: fmt.Sprintf("old#%d", seq)})
+	}
+	grain := startGrain(c, identity)
+	relay, got := relayStub(c)
+	register(c, grain, relay, 405, 1) // it delivered up to 405
+	up, ok := next(t, got, time.Second).(*clusterpb.ChannelCatchUp)
+	if !ok || up.Gap || fmt.Sprint(seqsOf(up.Messages)) != "[406 407 408 409 410]" {
+		t.Fatalf("catch-up %v, want 406…410 from the store and no gap", up)
+	}
+	publishWith(c, grain, relay, "old#410", true, true) // its answer was lost with the old owner
+	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "" || p.Seq != 410 {
+		t.Fatalf("the publish sent again answered %v, want seq 410", p)
+	}
+	publishWith(c, grain, relay, "new#1", true, false)
+	d, _ := next(t, got, time.Second).(*clusterpb.ChannelDeliver)
+	p, _ := next(t, got, time.Second).(*clusterpb.ChannelPublished)
+	if d == nil || p == nil || p.Seq <= 410 || d.Seq != p.Seq || len(h.stored()) != 11 {
+		t.Fatalf("a new publish: %v %v, want a seq above 410, stored once", d, p)
+	}
+
+	joiner, fromJoiner := relayStub(c)
+	sendFrom(c, grain, joiner, &clusterpb.ChannelJoin{Relay: ref(joiner), Sub: &clusterpb.Subscriber{Conn: 9}, HasSince: true, Since: 402})
+	j, ok := next(t, fromJoiner, time.Second).(*clusterpb.ChannelJoined)
+	if !ok || j.Gap || len(j.Replay) != 9 {
+		t.Fatalf("join with since 402: %v, want 403…410 and the new one, no gap", j)
+	}
+}
+
+// A freeze (this node hands its grains over) waits for the messages held
+// for their commit: they land first, and the state handed on has them.
+func TestFreezeWaitsForHeldMessages(t *testing.T) {
+	gate := make(chan struct{})
+	h := &memHistory{gate: gate}
+	c := historyNode(t, h)
+	t.Cleanup(func() { close(gate) })
+	grain := startGrain(c, ownedChannel(t, c, "frozen"))
+	relay, got := relayStub(c)
+	register(c, grain, relay, 0, 1)
+	publishWith(c, grain, relay, "f#1", true, false)
+	waitFor(t, "the commit under way", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.waiting == 1
+	})
+	states := make(chan *clusterpb.GrainState, 1)
+	c.sys.root.Send(grain, &freeze{reply: states})
+	select {
+	case st := <-states:
+		t.Fatalf("state handed on before the held message landed: %v", st)
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.mu.Lock()
+	h.gate = nil
+	h.mu.Unlock()
+	gate <- struct{}{}
+	st := <-states
+	p := func() *clusterpb.ChannelPublished {
+		for {
+			if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); ok {
+				return p
+			}
+		}
+	}()
+	if p.Error != "" || st.Seq != p.Seq || len(st.Replay) != 1 || st.Replay[0].Seq != p.Seq {
+		t.Fatalf("answer %v, state seq %d with %d in its ring", p, st.Seq, len(st.Replay))
+	}
+}
