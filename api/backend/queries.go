@@ -42,11 +42,24 @@ type ChannelState struct {
 // History is GET /channels/{channel}/messages: each message as subscribers
 // got it ({channel, payload, seq}, plus clientId and type for a client
 // emit), oldest first. Gap is true when some of what followed since is no
-// longer buffered.
+// longer buffered (or stored). More, on a project with channel history,
+// is true when the page was cut at its limit: ask again with Since = its
+// last seq, or Before = its first.
 type History struct {
 	Channel  string            `json:"channel"`
 	Messages []json.RawMessage `json:"messages"`
 	Gap      bool              `json:"gap"`
+	More     bool              `json:"more"`
+}
+
+// HistoryPage pages a project's stored channel history (api/README.md ›
+// Channel history): Since alone pages forwards (the oldest Limit after
+// it), Before alone backwards (the newest Limit below it, for scroll-back),
+// both between them, neither the newest Limit. Limit 0 is the server's
+// default (100); at most 1000.
+type HistoryPage struct {
+	Since, Before *uint64
+	Limit         int
 }
 
 // BatchMessage is one message of EmitBatch.
@@ -163,6 +176,28 @@ func (s Server) Messages(ctx context.Context, channel string, since uint64) (His
 	path := "/channels/" + url.PathEscape(channel) + "/messages"
 	if since > 0 {
 		path += "?since=" + strconv.FormatUint(since, 10)
+	}
+	var out History
+	err := s.call(ctx, http.MethodGet, path, nil, &out)
+	return out, err
+}
+
+// MessagesPage is Messages with the store's paging, for a project with
+// channel history (without it: what the replay ring holds).
+func (s Server) MessagesPage(ctx context.Context, channel string, p HistoryPage) (History, error) {
+	q := url.Values{}
+	if p.Since != nil {
+		q.Set("since", strconv.FormatUint(*p.Since, 10))
+	}
+	if p.Before != nil {
+		q.Set("before", strconv.FormatUint(*p.Before, 10))
+	}
+	if p.Limit != 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	path := "/channels/" + url.PathEscape(channel) + "/messages"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	var out History
 	err := s.call(ctx, http.MethodGet, path, nil, &out)

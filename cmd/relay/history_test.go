@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -62,6 +64,24 @@ func TestChannelHistory(t *testing.T) {
 		page(fmt.Sprintf("?since=%d&before=%d", seqs[0], seqs[3]), body(false, false, 1, 2))
 		page("?since=0", body(true, false, 0, 1, 2, 3, 4))
 		page("", body(false, false, 0, 1, 2, 3, 4))
+
+		// The Go backend package pages the same.
+		be := backend.Server{EmitURL: ts.base + "/emit", SecretKey: p.secretKey}
+		u := func(n uint64) *uint64 { return &n }
+		for _, c := range []struct {
+			q    backend.HistoryPage
+			want string
+		}{
+			{backend.HistoryPage{Limit: 2}, body(false, true, 3, 4)},
+			{backend.HistoryPage{Before: u(seqs[3]), Limit: 2}, body(false, true, 1, 2)},
+			{backend.HistoryPage{Since: u(seqs[2]), Limit: 2}, body(false, false, 3, 4)},
+			{backend.HistoryPage{Since: u(seqs[0]), Before: u(seqs[3])}, body(false, false, 1, 2)},
+		} {
+			h, err := be.MessagesPage(t.Context(), "room", c.q)
+			if got, _ := json.Marshal(h); err != nil || string(got) != c.want {
+				t.Fatalf("MessagesPage %+v: %s %v, want %s", c.q, got, err, c.want)
+			}
+		}
 		owner.bearerGet("/channels/room/messages?limit=0", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
 		owner.bearerGet("/channels/room/messages?before=x", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"before"}`)
 		for _, q := range []string{"limit=1001", "limit=abc", "limit=-1", "limit="} {
