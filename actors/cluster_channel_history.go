@@ -8,7 +8,6 @@ import (
 
 	"github.com/relayhq/relay/proto"
 	"github.com/relayhq/relay/proto/clusterpb"
-	"github.com/relayhq/relay/transport"
 )
 
 // Channel history in a cluster: the channel grain stores what it stamps
@@ -47,13 +46,10 @@ const landRecheck = 100 * time.Millisecond
 // heldPublish is a publish the grain has decided but not yet answered: its
 // message waits for its commit, or for an earlier one's.
 type heldPublish struct {
+	held
 	m       *clusterpb.ChannelPublish
 	replyTo *actor.PID
 	at      time.Time
-	msg     *stamped // nil: refused (out.err), or never stamped (failed)
-	out     emitOutcome
-	stored  bool // may land (committed, or never to be stored)
-	failed  bool // not stored: answer service_unavailable, deliver nothing
 }
 
 // keepsHistory: this publish's message is stored before it is answered.
@@ -111,30 +107,13 @@ func (g *channelGrain) publishHeld(ctx actor.Context, m *clusterpb.ChannelPublis
 	}
 	g.hist.pending[m.Id] = true
 	keep := g.keepsHistory(m)
-	if keep && !g.loadSeq() {
-		h.stored, h.failed = true, true
-		g.landHeld(ctx)
-		return
-	}
-	h.msg, h.out = g.core.stamp(e)
-	switch {
-	case h.msg == nil || !keep:
-		h.stored = true
-	case !g.cfg.historyWriter.take(historyItem{rec: HistoryRecord{Project: g.core.project, Channel: g.core.name, Seq: h.msg.seq,
-		Message: transport.FramePayload(h.msg.buf), At: e.at, PublishID: m.Id}, to: ctx.Self()}):
-		g.cfg.counters.HistoryQueueFull.Add(1)
-		h.stored, h.failed = true, true
-	}
+	h.decide(g.core, g.cfg, e, keep, !keep || g.loadSeq(), ctx.Self(), m.Id)
 	g.landHeld(ctx)
 }
 
 // stored marks the held messages up to upTo committed (or failed).
 func (g *channelGrain) stored(ctx actor.Context, m *historyStored) {
-	for _, h := range g.hist.held {
-		if h.msg != nil && !h.stored && h.msg.seq <= m.upTo {
-			h.stored, h.failed = true, m.err != nil
-		}
-	}
+	markStored(g.hist.held, m)
 	g.landHeld(ctx)
 }
 
@@ -145,22 +124,14 @@ func (g *channelGrain) stored(ctx actor.Context, m *historyStored) {
 // lands once etcd says this node is still the member it was, and is
 // answered service_unavailable if the node leaves (dropHeld).
 func (g *channelGrain) landHeld(ctx actor.Context) {
-	n := 0
-	for _, h := range g.hist.held {
-		if !h.stored {
-			break
-		}
-		if !h.failed && g.c.fenced() {
+	g.hist.held = landReady(g.hist.held, func(h *heldPublish) bool {
+		if h.stored && !h.failed && g.c.fenced() {
 			g.landLater(ctx)
-			break
+			return false
 		}
-		n++
-		g.answerHeld(ctx, h)
-	}
-	clear(g.hist.held[:n])
-	g.hist.held = g.hist.held[n:]
+		return h.stored
+	}, func(h *heldPublish) { g.answerHeld(ctx, h) })
 	if len(g.hist.held) == 0 {
-		g.hist.held = nil
 		if g.hist.freezing != nil {
 			g.hist.freezing <- g.state()
 			g.hist.freezing = nil
@@ -206,12 +177,7 @@ func (g *channelGrain) answerHeld(ctx actor.Context, h *heldPublish) {
 // is fenced (then they are answered service_unavailable too: stored, and
 // not delivered).
 func (g *channelGrain) dropHeld(ctx actor.Context) {
-	fenced := g.c.fenced()
-	for _, h := range g.hist.held {
-		if !h.stored || fenced {
-			h.stored, h.failed = true, true
-		}
-	}
+	failHeld(g.hist.held, g.c.fenced())
 	g.landHeld(ctx)
 }
 

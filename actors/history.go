@@ -198,15 +198,83 @@ func (a *projectActor) historyMode() historyMode {
 	return historyOff
 }
 
-// heldEmit is an emit a channel has decided but not yet answered: its
-// message waits for its commit, or for an earlier one's.
-type heldEmit struct {
-	pub    *Publish
-	msg    *stamped // nil: refused (out.err), or a refusal frame
+// held is what a channel host (the channel actor, a cluster's grain) holds
+// of an emit it has decided and not yet answered: its message waits for its
+// commit, or for an earlier one's. The hosts keep them in order (holdQueue).
+type held struct {
+	msg    *stamped // nil: refused (out.err), or never stamped (failed)
 	out    emitOutcome
 	stored bool // may land (committed, or never to be stored)
 	failed bool // not stored: answer service_unavailable, deliver nothing
-	// A client-emit refusal waiting behind held emits (refuseEmit).
+}
+
+func (h *held) part() *held { return h }
+
+// holder is a host's held emit (it embeds held).
+type holder interface{ part() *held }
+
+// decide stamps e, and when keep (the project keeps history) queues its
+// message for a commit that tells to: failed without a stamp when the
+// stored last seq cannot be read (seqRead false), failed when the writer's
+// queue is full.
+func (h *held) decide(core *channelCore, cfg *Config, e *emitRequest, keep, seqRead bool, to *actor.PID, publishID string) {
+	if keep && !seqRead {
+		h.stored, h.failed = true, true
+		return
+	}
+	h.msg, h.out = core.stamp(e)
+	switch {
+	case h.msg == nil || !keep:
+		h.stored = true
+	case !cfg.historyWriter.take(historyItem{rec: HistoryRecord{Project: core.project, Channel: core.name, Seq: h.msg.seq,
+		Message: transport.FramePayload(h.msg.buf), At: e.at, PublishID: publishID}, to: to}):
+		cfg.counters.HistoryQueueFull.Add(1)
+		h.stored, h.failed = true, true
+	}
+}
+
+// markStored marks q's messages up to upTo committed (failed with err).
+func markStored[T holder](q []T, m *historyStored) {
+	for _, it := range q {
+		if h := it.part(); h.msg != nil && !h.stored && h.msg.seq <= m.upTo {
+			h.stored, h.failed = true, m.err != nil
+		}
+	}
+}
+
+// landReady answers, in order, q's emits that may land (ready), and returns
+// the rest (nil when none is left).
+func landReady[T holder](q []T, ready func(T) bool, answer func(T)) []T {
+	n := 0
+	for _, it := range q {
+		if !ready(it) {
+			break
+		}
+		n++
+		answer(it)
+	}
+	clear(q[:n])
+	if q = q[n:]; len(q) == 0 {
+		return nil
+	}
+	return q
+}
+
+// failHeld marks q's emits not yet committed failed (all of them, with
+// committed ones too): their host stops.
+func failHeld[T holder](q []T, all bool) {
+	for _, it := range q {
+		if h := it.part(); !h.stored || all {
+			h.stored, h.failed = true, true
+		}
+	}
+}
+
+// heldEmit is a channel actor's held emit, or a client-emit refusal
+// waiting behind held emits (refuseEmit: sink and code).
+type heldEmit struct {
+	held
+	pub  *Publish
 	sink Sink
 	code proto.Code
 }
@@ -256,49 +324,21 @@ func (a *channelActor) loadSeq() bool { return a.hist.seq.load(a.core, a.cfg) }
 func (a *channelActor) publishHeld(ctx actor.Context, m *Publish) {
 	h := &heldEmit{pub: m}
 	a.hist.held = append(a.hist.held, h)
-	if m.history && !a.loadSeq() {
-		h.stored, h.failed = true, true
-		a.landHeld(ctx)
-		return
-	}
 	e := a.emitRequest(m)
-	h.msg, h.out = a.core.stamp(&e)
-	switch {
-	case h.msg == nil || !m.history:
-		h.stored = true
-	case !a.cfg.historyWriter.take(historyItem{rec: HistoryRecord{Project: a.core.project, Channel: a.core.name, Seq: h.msg.seq,
-		Message: transport.FramePayload(h.msg.buf), At: m.At}, to: ctx.Self()}):
-		a.cfg.counters.HistoryQueueFull.Add(1)
-		h.stored, h.failed = true, true
-	}
+	h.decide(a.core, a.cfg, &e, m.history, !m.history || a.loadSeq(), ctx.Self(), "")
 	a.landHeld(ctx)
 }
 
 // stored marks the held messages up to upTo committed (or failed).
 func (a *channelActor) stored(ctx actor.Context, m *historyStored) {
-	for _, h := range a.hist.held {
-		if h.msg != nil && !h.stored && h.msg.seq <= m.upTo {
-			h.stored, h.failed = true, m.err != nil
-		}
-	}
+	markStored(a.hist.held, m)
 	a.landHeld(ctx)
 }
 
 // landHeld delivers and answers the held emits that may land, in order.
 func (a *channelActor) landHeld(ctx actor.Context) {
-	n := 0
-	for _, h := range a.hist.held {
-		if !h.stored && h.sink == nil {
-			break
-		}
-		n++
-		a.answerHeld(ctx, h)
-	}
-	clear(a.hist.held[:n])
-	a.hist.held = a.hist.held[n:]
-	if len(a.hist.held) == 0 {
-		a.hist.held = nil
-	}
+	a.hist.held = landReady(a.hist.held, func(h *heldEmit) bool { return h.stored || h.sink != nil },
+		func(h *heldEmit) { a.answerHeld(ctx, h) })
 }
 
 func (a *channelActor) answerHeld(ctx actor.Context, h *heldEmit) {
@@ -335,11 +375,7 @@ func (a *channelActor) answer(m *Publish, res PublishResult) {
 // (the channel is stopping: such a message may still be stored, but it is
 // not delivered); those committed land.
 func (a *channelActor) dropHeld(ctx actor.Context) {
-	for _, h := range a.hist.held {
-		if !h.stored {
-			h.stored, h.failed = true, true
-		}
-	}
+	failHeld(a.hist.held, false)
 	a.landHeld(ctx)
 }
 
