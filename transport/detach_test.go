@@ -107,6 +107,16 @@ func stall(t *testing.T, c *Conn) {
 
 const stallFrames = 512
 
+// waitingForRoom is a waitFor condition: a write on c ended short and its
+// flush waits in the writable set for the peer to make room.
+func waitingForRoom(c *Conn) func() bool {
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.drain != nil && c.drain.inSet && c.drain.left > 0
+	}
+}
+
 // An upgraded socket leaves net/http and Go's poller: one descriptor is
 // open on it (net/http's is closed, no duplicate is left behind), only the
 // transport's epoll set watches it, and nothing is left once it is closed.
@@ -164,11 +174,7 @@ func TestWaitingFlushHoldsOnlyItsSocket(t *testing.T) {
 	socket := socketOf(t, e.conn)
 	registered(t, e.conn) // else the readable set may not watch it yet
 	stall(t, e.conn)
-	waitFor(t, "the flush waiting for room", func() bool {
-		e.conn.mu.Lock()
-		defer e.conn.mu.Unlock()
-		return e.conn.drain != nil && e.conn.drain.inSet && e.conn.drain.left > 0
-	})
+	waitFor(t, "the flush waiting for room", waitingForRoom(e.conn))
 	if n := descriptorsOf(t, socket); n != 1 {
 		t.Fatalf("%d descriptors on the waiting socket, want 1", n)
 	}
@@ -230,7 +236,7 @@ func TestSlowButSteadyPeerKept(t *testing.T) {
 			t.Fatalf("after %d bytes: %v", got, err)
 		}
 		got += n
-		time.Sleep(10 * time.Millisecond) // at most 6 MiB/s
+		time.Sleep(10 * time.Millisecond) // time by nature: a reader's pace, at most 6 MiB/s
 	}
 	if took := time.Since(start); took < 3*400*time.Millisecond {
 		t.Fatalf("read it all in %v: too fast to span several WriteTimeouts", took)
@@ -308,7 +314,9 @@ func TestNoMessageAfterTeardown(t *testing.T) {
 	closed := make(chan struct{})
 	var mu sync.Mutex
 	var afterClose, seen int
+	conns := make(chan *Conn, 1)
 	_, url := serveWS(t, Config{QueueBytes: 1 << 10}, func(c *Conn) Handler {
+		conns <- c
 		return handlerFuncs{
 			message: func([]byte) {
 				mu.Lock()
@@ -337,7 +345,11 @@ func TestNoMessageAfterTeardown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no close reported")
 	}
-	time.Sleep(50 * time.Millisecond) // time for a read loop that went on to deliver more
+	// The read under way at the teardown (it holds readMu) has ended; any
+	// later readable event finds the connection torn down (beginIO).
+	c := <-conns
+	c.readMu.Lock()
+	c.readMu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	// What one read buffer held may still be parsed (a read ends at the

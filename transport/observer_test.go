@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -38,7 +39,15 @@ func observedConn(t *testing.T) (*Conn, *observed, net.Conn, *bufio.Reader) {
 	o := &observed{}
 	_, url := serveWS(t, Config{}, func(c *Conn) Handler { conns <- c; return o })
 	nc, br := dialWS(t, url)
-	return <-conns, o, nc, br
+	c := <-conns
+	// open hands c over before Upgrade stores its handler, and a write
+	// finished before then reports to no one.
+	waitFor(t, "Upgrade storing the handler", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.handler != nil
+	})
+	return c, o, nc, br
 }
 
 // TestWriteObserverStampedFrames: a write reports the oldest stamp it sent
@@ -58,26 +67,23 @@ func TestWriteObserverStampedFrames(t *testing.T) {
 	}
 	waitReports := func(n int) [][2]int64 {
 		t.Helper()
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			if r := o.snapshot(); len(r) >= n {
-				return r
-			}
-		}
-		t.Fatalf("%d write reports, want at least %d", len(o.snapshot()), n)
-		return nil
+		var r [][2]int64
+		waitFor(t, fmt.Sprintf("%d write reports", n), func() bool { r = o.snapshot(); return len(r) >= n })
+		return r
 	}
 
 	c.Send(TextFrame([]byte(`"unstamped"`)))
 	read(1)
-	time.Sleep(50 * time.Millisecond)
-	if r := o.snapshot(); len(r) != 0 {
-		t.Fatalf("unstamped frame reported: %v", r)
-	}
 
+	// A flush reports a write before it takes the next one, so a report of
+	// the unstamped frame's write would come before the stamped one's.
 	accepted := time.Now().UnixNano()
 	c.SendAt(TextFrame([]byte(`1`)), accepted)
 	read(1)
 	r := waitReports(1)
+	if len(r) != 1 || r[0][0] != accepted {
+		t.Fatalf("reports %v, want the stamped frame's alone: the unstamped frame reported", r)
+	}
 	if r[0][0] != accepted || r[0][1] < accepted {
 		t.Fatalf("report %v, want accepted %d and a later write", r[0], accepted)
 	}
@@ -93,7 +99,7 @@ func TestWriteObserverStampedFrames(t *testing.T) {
 			t.Fatalf("frame %d refused", i)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the burst's write ended short", waitingForRoom(c))
 	read(frames)
 	r = waitReports(2)[1:]
 	t.Logf("the burst went out in %d reported writes", len(r))

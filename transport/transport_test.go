@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -181,12 +182,18 @@ func TestEchoAndPipelinedFrames(t *testing.T) {
 
 func TestFrameSplitAcrossReads(t *testing.T) {
 	f := newFixture(t, Config{})
-	conn, br, _ := f.dial(t)
+	conn, br, e := f.dial(t)
 	msg := bytes.Repeat([]byte("x"), 70000) // 64-bit length header
 	fr := masked(ws.OpText, true, msg)
 	for _, cut := range []int{1, 5, 9000, 40000, len(fr) - 1} {
 		conn.Write(fr[:cut])
-		time.Sleep(20 * time.Millisecond)
+		// The server has read the first part and keeps it as an incomplete
+		// frame before the rest is written.
+		waitFor(t, fmt.Sprintf("the first %d bytes kept as a partial frame", cut), func() bool {
+			e.conn.readMu.Lock()
+			defer e.conn.readMu.Unlock()
+			return len(e.conn.partial) == cut
+		})
 		conn.Write(fr[cut:])
 		expectText(t, conn, br, string(msg))
 	}
@@ -315,6 +322,8 @@ func TestActivityDefersIdleTimeout(t *testing.T) {
 	f := newFixture(t, Config{IdleTimeout: 1500 * time.Millisecond})
 	conn, br, _ := f.dial(t)
 	for range 4 {
+		// Time by nature: activity every 700 ms, 2.8 s in all, each gap
+		// within the 1.5 s idle timeout.
 		time.Sleep(700 * time.Millisecond)
 		wsutil.WriteClientText(conn, []byte("ping"))
 		expectText(t, conn, br, "ping")
@@ -356,9 +365,8 @@ func TestSlowConsumerClosedOthersUnaffected(t *testing.T) {
 	}()
 	slowOK := true
 	for i := 0; i < n; i++ {
-		for queued(fast.conn) > 512<<10 {
-			time.Sleep(100 * time.Microsecond) // the fast reader keeps up, just not instantly
-		}
+		// The fast reader keeps up, just not instantly.
+		waitFor(t, "the fast reader's queue below 512 KiB", func() bool { return queued(fast.conn) <= 512<<10 })
 		if !fast.conn.Send(frame) {
 			t.Fatalf("fast reader refused at frame %d", i)
 		}
@@ -460,9 +468,7 @@ func TestShutdownWaitsForAnUpgradeUnderWay(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- srv.Shutdown(ctx) }()
-	for !srv.ShuttingDown() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "Shutdown begun", srv.ShuttingDown)
 	select {
 	case err := <-done:
 		t.Fatalf("Shutdown returned (%v) while an upgrade was under way", err)
@@ -559,9 +565,7 @@ func TestUpgradeRegisteredAsShutdownEndsGetsGoingAway(t *testing.T) {
 	}
 	<-busy
 	lateConn, lateBr := dialWS(t, url+"/late")
-	for srv.upgrading.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the late upgrade under way", func() bool { return srv.upgrading.Load() != 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -591,13 +595,7 @@ func TestFlushLoopStopsWithAPassUnderWay(t *testing.T) {
 	go s.flushLoop()
 	c := &Conn{srv: s, closed: true}
 	s.scheduleFlush(c) // no worker runs: the job stays queued, the pass open
-	deadline := time.Now().Add(5 * time.Second)
-	for len(s.jobs) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the flush loop never dispatched the pass")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the flush loop dispatching the pass", func() bool { return len(s.jobs) != 0 })
 	close(s.stop)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

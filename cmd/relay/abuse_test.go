@@ -30,11 +30,13 @@ func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 		err   string
 	}
 	results := make(chan result, clients)
+	trickling := make(chan struct{}, clients) // a client connected and sent its first byte, or failed
 	for range clients {
 		go func() {
 			conn, err := net.Dial("tcp", addr)
 			if err != nil {
 				results <- result{err: err.Error()}
+				trickling <- struct{}{}
 				return
 			}
 			defer conn.Close()
@@ -51,6 +53,9 @@ func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 				if sent < len(header) {
 					if _, err := conn.Write([]byte{header[sent]}); err == nil {
 						sent++
+						if sent == 1 {
+							trickling <- struct{}{}
+						}
 					}
 				}
 				select {
@@ -67,7 +72,13 @@ func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 	}
 
 	// While they trickle, a normal request is answered at once.
-	time.Sleep(time.Second)
+	for i := range clients {
+		select {
+		case <-trickling:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d slow clients trickling after 5 s", i, clients)
+		}
+	}
 	if status, body := getText(t, ts.base+"/healthz"); status != 200 {
 		t.Fatalf("/healthz during the slowloris: %d %s", status, body)
 	}

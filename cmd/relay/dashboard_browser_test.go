@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -417,17 +418,15 @@ func TestDashboardBrowser(t *testing.T) {
 	b.shot("budget-set")
 	// The project actor reloads its settings in the background: wait until
 	// an emit reports the new budget, each probe on a channel of its own.
-	deadline := time.Now().Add(5 * time.Second)
-	for i := 0; ; i++ {
-		r := emit(newSecret, fmt.Sprintf("probe-%d", i))
+	probes := 0
+	relaytest.EventuallyNil(t, 5*time.Second, func() error {
+		r := emit(newSecret, fmt.Sprintf("probe-%d", probes))
+		probes++
 		if lim, _ := r.json["rate_limit"].(map[string]any); r.status == http.StatusOK && num(lim, "limit") == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the emit endpoint does not apply the budget of 2: %d %s", r.status, r.raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the emit endpoint does not apply the budget of 2: %d %s", r.status, r.raw)
+	})
 	for i := 1; i <= 3; i++ {
 		r := emit(newSecret, "budgeted")
 		lim, _ := r.json["rate_limit"].(map[string]any)

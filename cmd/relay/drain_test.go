@@ -3,13 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -49,7 +52,17 @@ func TestDrainKeepsTheShutdownBound(t *testing.T) {
 		defer cancel()
 		done <- a.shutdown(ctx)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// The shutdown has begun, its drain refusing: /readyz/traffic answers
+	// 503, or the listener, closed later in the shutdown, refuses.
+	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	relaytest.Eventually(t, 5*time.Second, func() bool {
+		res, err := probe.Get(ts.base + "/readyz/traffic")
+		if err != nil {
+			return errors.Is(err, syscall.ECONNREFUSED)
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusServiceUnavailable
+	}, "the shutdown begun")
 	// The rest of the body, during the shutdown: refused, not published.
 	if _, err := slow.Write([]byte(`"a","payload":2}`)); err != nil {
 		t.Fatal(err)

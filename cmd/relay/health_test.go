@@ -104,13 +104,10 @@ func TestDeliveryHealth(t *testing.T) {
 		want := healthFigures{Emits: 8, EmitsHTTP: 8, Deliveries: 15, ChannelRateLimited: 1, ProjectRateLimited: 1}
 		var got healthReply
 		// The last write's report follows the client's read by a moment.
-		for deadline := time.Now().Add(5 * time.Second); ; {
+		relaytest.Within(5*time.Second, func() bool {
 			got = owner.health(p.id)
-			if got.LastMinute.LatencySamples >= 3 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return got.LastMinute.LatencySamples >= 3
+		})
 		if got.Connections != 3 {
 			t.Fatalf("connections %d, want 3", got.Connections)
 		}

@@ -439,7 +439,13 @@ func TestSlowReaderDoesNotSlowOthers(t *testing.T) {
 	}
 	slow.send(`{"action":"subscribe","channel":"firehose"}`)
 	fast := subscribed(t, ts, p.publicKey, "firehose")
-	time.Sleep(100 * time.Millisecond) // the slow subscription is in (its ack is never read)
+	// The slow subscription is in (its ack is never read).
+	relaytest.EventuallyNil(t, 5*time.Second, func() error {
+		if r := owner.bearerGet("/channels/firehose", p.secretKey); num(r.json, "subscriberCount") != 2 {
+			return fmt.Errorf("GET /channels/firehose: %d %s, want 2 subscribers", r.status, r.raw)
+		}
+		return nil
+	})
 
 	payload := `"` + strings.Repeat("p", 100<<10) + `"`
 	const n = 400 // 40 MiB: beyond the slow peer's socket buffers and its 8 MiB queue

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -53,16 +55,12 @@ func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
 	a.expect(`{"error":"too_many_presence_members","channel":"room"}`)
 	a.conn.Close()
 	b.conn.Close()
-	deadline := time.Now().Add(3 * time.Second)
-	var last response
-	for time.Now().Before(deadline) {
-		last = owner.bearerGet("/channels/room/members", p.secretKey)
-		if strings.TrimSpace(last.raw) == `{"channel":"room","members":[]}` {
-			return
+	relaytest.EventuallyNil(t, 3*time.Second, func() error {
+		if r := owner.bearerGet("/channels/room/members", p.secretKey); strings.TrimSpace(r.raw) != `{"channel":"room","members":[]}` {
+			return fmt.Errorf("after every socket closed, members: %s", r.raw)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("after every socket closed, members: %s", last.raw)
+		return nil
+	})
 }
 
 // Client-emit rule 4 holds for an emit sent right behind a presence

@@ -127,15 +127,11 @@ func (h *hookLog) channelEvents(t *testing.T, secret string) []string {
 func (h *hookLog) expectEvents(t *testing.T, secret string, seen *int, want ...string) {
 	t.Helper()
 	var got []string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	relaytest.Within(5*time.Second, func() bool {
 		got = h.channelEvents(t, secret)[*seen:]
-		if len(got) >= len(want) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond) // and nothing more
+		return len(got) >= len(want)
+	})
+	time.Sleep(100 * time.Millisecond) // time by nature: and nothing more within 100 ms
 	got = h.channelEvents(t, secret)[*seen:]
 	a, b := slices.Clone(got), slices.Clone(want)
 	slices.Sort(a)
