@@ -174,12 +174,10 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
 	case *freeze:
 		g.frozen = true
-		if len(g.hist.held) > 0 {
-			g.hist.freezing = m.reply // the state once they land (landHeld)
-		} else {
-			m.reply <- g.state()
-		}
+		g.freeze(ctx, m.reply)   // once the held messages land (cluster_channel_history.go)
 		g.endWait(ctx, "frozen") // what it held is refused or ignored now
+	case *freezeOver:
+		g.freezeEnded(ctx)
 	case *historyStored:
 		g.stored(ctx, m)
 	case *landAgain:
@@ -365,6 +363,7 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 	res := &clusterpb.ChannelPublished{}
 	g.answered.remember(m.Id, now, res)
 	o := g.core.publish(&e)
+	g.hist.stamped = g.hist.stamped || o.err == ""
 	res.Seq, res.Subscribers, res.Delivered, res.Error = o.seq, int32(o.subscribers), int32(o.delivered), string(o.err)
 	if o.err != proto.CodeEmitIdentityMismatch {
 		res.Channel = budgetToProto(o.channel)
@@ -457,6 +456,8 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	var stored *storedReplay
 	if m.HasSince {
 		stored = g.storedReplay(m.Since, now)
+	} else if g.cfg.History != nil && (g.hist.on || !g.hist.told) {
+		g.loadSeq() // the join's seq is then the stored last one (landedSeq)
 	}
 	o := g.core.join(&joinRequest{node: node, conn: m.Sub.Conn, sub: coreSub{presence: m.Sub.Presence, clientID: m.Sub.ClientId},
 		hasSince: m.HasSince, since: m.Since, stored: stored}, now)

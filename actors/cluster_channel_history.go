@@ -32,10 +32,21 @@ type grainHistory struct {
 	seq     storedSeq
 	held    []*heldPublish  // in the order they came
 	pending map[string]bool // publish ids held: a retry waits for their answer
-	// freezing: a freeze waits for the held messages to land.
-	freezing chan *clusterpb.GrainState
-	landDue  bool // a landAgain is due (the node is fenced)
+	// freezing: freezes waiting for the held messages to land (at most
+	// freezeHold: then what is held is answered service_unavailable).
+	freezing     []chan *clusterpb.GrainState
+	landDue      bool      // a landAgain is due (the node is fenced)
+	stamped      bool      // this grain has stamped a message (its seq is no longer the clock's start)
+	lookupFailed time.Time // a publish id's lookup in the store failed then: none again for historyReadWait
 }
+
+// freezeHold bounds how long a freeze waits for held messages: less than
+// the handoff's freezeTimeout, after which the next owner may start
+// without this grain's state (and must not meet a message it lands late).
+const freezeHold = freezeTimeout * 3 / 4
+
+// freezeOver: freezeHold has passed since the freeze.
+type freezeOver struct{}
 
 // landAgain: the node was fenced when a held message could land; try again.
 type landAgain struct{}
@@ -57,14 +68,20 @@ func (g *channelGrain) keepsHistory(m *clusterpb.ChannelPublish) bool {
 	return g.cfg.History != nil && (g.hist.on || m.History)
 }
 
-// landedSeq is the last seq delivered (of seq, the last stamped): the
-// messages held for their commit are stamped, not yet delivered, and a
-// relay takes a join's seq as the last it has had.
+// landedSeq is the last seq delivered (of seq, the last stamped), which a
+// relay takes a join's seq for: below the messages held for their commit
+// (stamped, not yet delivered); and, before this grain has stamped
+// anything (its seq is the clock's start, no message's), the stored last
+// seq, so that a later catch-up from the store finds it stored and says no
+// gap.
 func (g *channelGrain) landedSeq(seq uint64) uint64 {
 	for _, h := range g.hist.held {
 		if h.msg != nil {
 			return h.msg.seq - 1
 		}
+	}
+	if !g.hist.stamped && !g.adopted && g.hist.seq.loaded && g.hist.seq.last > 0 {
+		return g.hist.seq.last
 	}
 	return seq
 }
@@ -72,22 +89,36 @@ func (g *channelGrain) landedSeq(seq uint64) uint64 {
 // loadSeq raises seq above the channel's stored last seq, once.
 func (g *channelGrain) loadSeq() bool { return g.hist.seq.load(g.core, g.cfg) }
 
-// storedPublish answers a publish sent again whose message the store
-// already holds (the owner that stamped it is gone): with its seq, as a
-// predecessor's answer known from a register would be. false: not stored
-// (or the store cannot say: it is decided as new, and the store refuses a
-// second record of it).
+// storedPublish answers a publish sent again (its first attempt went
+// unanswered) whose message the store already holds: with its seq, as a
+// predecessor's answer known from a register would be, when the record was
+// there when this grain read the stored last seq (so the relays' catch-ups
+// have it, or get it); service_unavailable when it came later (the owner
+// that stored it was frozen mid-commit: nobody delivers it), or when the
+// store cannot say. false: not stored, to be decided as new.
 func (g *channelGrain) storedPublish(ctx actor.Context, m *clusterpb.ChannelPublish, replyTo *actor.PID, now time.Time) bool {
-	if !m.Resent || g.adopted {
+	if !m.Resent {
 		return false
+	}
+	unavailable := func() bool {
+		ctx.Send(replyTo, &clusterpb.ChannelPublished{Id: m.Id, Error: string(proto.CodeUnavailable)})
+		return true
+	}
+	if !g.loadSeq() || !g.hist.lookupFailed.IsZero() && now.Sub(g.hist.lookupFailed) < historyReadWait {
+		return unavailable()
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
 	defer cancel()
 	seq, ok, err := g.cfg.History.HistorySeqOf(rctx, g.core.project, g.core.name, m.Id)
-	if err != nil || !ok {
+	switch {
+	case err != nil:
+		g.hist.lookupFailed = now
+		return unavailable()
+	case !ok:
 		return false
+	case seq > g.hist.seq.last:
+		return unavailable()
 	}
-	g.core.raise(seq)
 	g.c.duplicates.Add(1)
 	n := int32(g.core.subCount)
 	res := &clusterpb.ChannelPublished{Id: m.Id, Seq: seq, Subscribers: n, Delivered: n,
@@ -108,6 +139,7 @@ func (g *channelGrain) publishHeld(ctx actor.Context, m *clusterpb.ChannelPublis
 	g.hist.pending[m.Id] = true
 	keep := g.keepsHistory(m)
 	h.decide(g.core, g.cfg, e, keep, !keep || g.loadSeq(), ctx.Self(), m.Id)
+	g.hist.stamped = g.hist.stamped || h.msg != nil
 	g.landHeld(ctx)
 }
 
@@ -131,11 +163,35 @@ func (g *channelGrain) landHeld(ctx actor.Context) {
 		}
 		return h.stored
 	}, func(h *heldPublish) { g.answerHeld(ctx, h) })
-	if len(g.hist.held) == 0 {
-		if g.hist.freezing != nil {
-			g.hist.freezing <- g.state()
-			g.hist.freezing = nil
+	if len(g.hist.held) == 0 && len(g.hist.freezing) > 0 {
+		st := g.state()
+		for _, reply := range g.hist.freezing {
+			reply <- st
 		}
+		g.hist.freezing = nil
+	}
+}
+
+// freeze hands the state on once nothing is held, at most freezeHold
+// after the freeze: then what is still held is answered
+// service_unavailable, stored or not, and never delivered.
+func (g *channelGrain) freeze(ctx actor.Context, reply chan *clusterpb.GrainState) {
+	if len(g.hist.held) == 0 {
+		reply <- g.state()
+		return
+	}
+	if len(g.hist.freezing) == 0 {
+		self, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(freezeHold, func() { root.Send(self, &freezeOver{}) })
+	}
+	g.hist.freezing = append(g.hist.freezing, reply)
+}
+
+// freezeEnded: freezeHold has passed.
+func (g *channelGrain) freezeEnded(ctx actor.Context) {
+	if len(g.hist.freezing) > 0 {
+		failHeld(g.hist.held, true)
+		g.landHeld(ctx)
 	}
 }
 

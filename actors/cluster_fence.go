@@ -50,8 +50,12 @@ func (c *Cluster) fenced() bool {
 // beat records a pulse at now (since start): paused when it came more than
 // pauseLimit after the last, and the fence went up with it.
 func (f *pauseFence) beat(now time.Duration) (gap time.Duration, paused bool) {
-	gap = now - time.Duration(f.last.Swap(int64(now)))
-	return gap, gap > pauseLimit && !f.fenced.Swap(true)
+	gap = now - time.Duration(f.last.Load())
+	if gap > pauseLimit { // up before the pulse time moves on: fenced() never sees neither
+		paused = !f.fenced.Swap(true)
+	}
+	f.last.Store(int64(now))
+	return gap, paused
 }
 
 // startFence records the registration just made and starts the pulse.

@@ -160,3 +160,67 @@ func TestFreezeWaitsForHeldMessages(t *testing.T) {
 		t.Fatalf("answer %v, state seq %d with %d in its ring", p, st.Seq, len(st.Replay))
 	}
 }
+
+// A freeze whose held message is not committed within freezeHold answers it
+// service_unavailable and hands the state on: nothing lands after (the next
+// owner may have started without it), even when the commit ends later.
+func TestFreezeGivesUpOnASlowCommit(t *testing.T) {
+	gate := make(chan struct{})
+	h := &memHistory{gate: gate}
+	c := historyNode(t, h)
+	t.Cleanup(func() { close(gate) })
+	grain := startGrain(c, ownedChannel(t, c, "slow"))
+	relay, got := relayStub(c)
+	register(c, grain, relay, 0, 1)
+	publishWith(c, grain, relay, "s#1", true, false)
+	waitFor(t, "the commit under way", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.waiting == 1
+	})
+	states := make(chan *clusterpb.GrainState, 1)
+	c.sys.root.Send(grain, &freeze{reply: states})
+	select {
+	case <-states:
+	case <-time.After(freezeTimeout):
+		t.Fatal("no state within the handoff's bound")
+	}
+	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "service_unavailable" {
+		t.Fatalf("the held publish answered %v, want service_unavailable", p)
+	}
+	gate <- struct{}{} // the commit ends now: nothing is delivered
+	silent(t, got, 200*time.Millisecond)
+}
+
+// A publish sent again whose record the old owner stored after this grain
+// read the stored last seq (it was frozen mid-commit) is answered
+// service_unavailable: nobody delivered it. A fresh grain's join carries
+// the stored last seq, a message's, not the clock's start.
+func TestStoredAfterTheTakeOver(t *testing.T) {
+	h := &memHistory{}
+	c := historyNode(t, h)
+	identity := ownedChannel(t, c, "late")
+	project, channel := splitIdentity(identity)
+	rec := func(seq uint64, id string) HistoryRecord {
+		return HistoryRecord{Project: project, Channel: channel, Seq: seq, At: time.Now(), PublishID: id,
+			Message: []byte(fmt.Sprintf(`{"channel":%q,"payload":%d,"seq":%d}`, channel, seq, seq))}
+	}
+	h.recs = append(h.recs, rec(700, "old#700"))
+	grain := startGrain(c, identity)
+	relay, got := relayStub(c)
+	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 1}})
+	if j, ok := next(t, got, time.Second).(*clusterpb.ChannelJoined); !ok || j.Seq != 700 {
+		t.Fatalf("a fresh grain's join answered %v, want seq 700 (the stored last)", j)
+	}
+	h.mu.Lock()
+	h.recs = append(h.recs, rec(701, "old#701")) // the frozen owner's commit, after the take-over
+	h.mu.Unlock()
+	publishWith(c, grain, relay, "old#701", true, true)
+	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "service_unavailable" {
+		t.Fatalf("the publish stored after the take-over answered %v, want service_unavailable", p)
+	}
+	publishWith(c, grain, relay, "old#700", true, true)
+	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "" || p.Seq != 700 {
+		t.Fatalf("the publish stored before answered %v, want seq 700", p)
+	}
+}

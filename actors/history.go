@@ -288,6 +288,7 @@ type channelHistory struct {
 // storedSeq is a channel host's reading of its stored last seq.
 type storedSeq struct {
 	loaded bool      // seq continues above the stored last seq
+	last   uint64    // the stored last seq it read
 	failed time.Time // the last read of it failed then: not read again for historyReadWait
 }
 
@@ -313,7 +314,7 @@ func (l *storedSeq) load(core *channelCore, cfg *Config) bool {
 		return false
 	}
 	core.raise(last)
-	l.loaded = true
+	l.loaded, l.last = true, last
 	return true
 }
 

@@ -66,7 +66,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	)
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		connector := pgdriver.NewConnector(pgdriver.WithDSN(url))
+		connector := pgdriver.NewConnector(pgdriver.WithDSN(url), idleTransactionTimeout)
 		sqldb := sql.OpenDB(connector)
 		sqldb.SetMaxOpenConns(20)
 		sqldb.SetMaxIdleConns(20)
@@ -177,6 +177,23 @@ func (s *Store) Close() error { return s.db.Close() }
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
+
+// idleTransactionTimeout has PostgreSQL end a session that sits inside a
+// transaction for 2 s (unless the URL sets idle_in_transaction_session_timeout
+// itself). Every transaction of the relay runs its statements back to back:
+// one left idle is a node that froze (SIGSTOP, a paused VM) mid-commit, and
+// its locks (a channel history row's unique publish id, a project's
+// history_usage row) would hold every other node's commits back until it ran
+// again; and its commit, were it to come after the channel's next owner has
+// taken over (its etcd lease lasts 3 s), would store what nobody delivers.
+func idleTransactionTimeout(c *pgdriver.Config) {
+	if c.ConnParams == nil {
+		c.ConnParams = map[string]any{}
+	}
+	if _, set := c.ConnParams["idle_in_transaction_session_timeout"]; !set {
+		c.ConnParams["idle_in_transaction_session_timeout"] = "2000"
+	}
+}
 
 // migrationLockID keys the PostgreSQL advisory lock that serialises
 // migrations across nodes; unlike bun's lock table it dies with the session.
