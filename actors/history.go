@@ -414,8 +414,16 @@ func readStoredReplay(core *channelCore, cfg *Config, since float64, now time.Ti
 		return nil
 	}
 	out := &storedReplay{gap: true}
-	if n := len(rows); n > 0 && rows[n-1].Seq == from && float64(from) == since && from > 0 {
+	if n := len(rows); n > 0 && rows[n-1].Seq == from && from > 0 {
+		// The message at or just below since (not replayed): it is stored,
+		// so the sweeps (oldest first) took nothing after it.
 		rows, out.gap = rows[:n-1], false
+	} else if from > 0 && len(rows) <= HistoryReplayMax {
+		// since names no stored message (a seq no message has, as a
+		// subscribe's answer before anything was stamped): a message stored
+		// before it says the sweeps (oldest first) took nothing after it.
+		older, err := cfg.History.HistoryBefore(ctx, core.project, core.name, from, 0, 1)
+		out.gap = err != nil || len(older) == 0
 	}
 	if len(rows) > HistoryReplayMax {
 		rows, out.gap = rows[:HistoryReplayMax], true

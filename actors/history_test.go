@@ -360,6 +360,16 @@ func TestHistoryReplayFromStore(t *testing.T) {
 	if m[0]["type"] != "replay_gap" || m[1]["seq"] != float64(11) || m[HistoryReplayMax]["seq"] != float64(HistoryReplayMax+10) {
 		t.Fatalf("bounded replay: %v %v %v", m[0], m[1], m[HistoryReplayMax])
 	}
+	// A since no message has (a fraction here; a subscribe's answer before
+	// anything was stamped, in a cluster): the store holds messages before
+	// it, so nothing after it was swept: no gap.
+	k3 := &sink{id: 3}
+	sess3 := openConn(sys, "p1", k3)
+	sess3.HandleMessage([]byte(`{"action":"subscribe","channel":"room","since":1005.5}`))
+	waitFor(t, "the replay after a since between messages", func() bool { return len(k3.messages(t)) == 6 })
+	if m := k3.messages(t); m[0]["seq"] != float64(1006) || m[4]["seq"] != float64(1010) || m[5]["action"] != "subscribe" {
+		t.Fatalf("since 1005.5: %v", m)
+	}
 	res, err := sys.Publish(context.Background(), "p1", "later", []byte(`{}`))
 	if err != nil || res.Err != nil || res.Seq != future+1 {
 		t.Fatalf("seq after the stored last: %d, want %d (%v %v)", res.Seq, future+1, err, res.Err)
