@@ -20,6 +20,35 @@ func historyNode(t *testing.T, h *memHistory) *Cluster {
 	}})
 }
 
+// gatedHistoryNode is historyNode with a store whose commits each wait
+// for a receive on gate.
+func gatedHistoryNode(t *testing.T) (*Cluster, *memHistory, chan struct{}) {
+	t.Helper()
+	gate := make(chan struct{})
+	h := &memHistory{gate: gate}
+	c := historyNode(t, h)
+	t.Cleanup(func() { close(gate) }) // a failed test must not leave a commit waiting
+	return c, h, gate
+}
+
+// commitUnderWay waits until a commit of one record waits at the gate.
+func commitUnderWay(t *testing.T, h *memHistory) {
+	t.Helper()
+	waitFor(t, "the commit under way", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.waiting == 1
+	})
+}
+
+// storedRecord is the record a grain of identity stored for seq, stamped
+// by publish id.
+func storedRecord(identity string, seq uint64, id string) HistoryRecord {
+	project, channel := splitIdentity(identity)
+	return HistoryRecord{Project: project, Channel: channel, Seq: seq, At: time.Now(), PublishID: id,
+		Message: []byte(fmt.Sprintf(`{"channel":%q,"payload":%d,"seq":%d}`, channel, seq, seq))}
+}
+
 // publishWith sends a publish of id to grain from relay, history and
 // resent as given.
 func publishWith(c *Cluster, grain, relay *actor.PID, id string, history, resent bool) {
@@ -32,20 +61,13 @@ func publishWith(c *Cluster, grain, relay *actor.PID, id string, history, resent
 // stamped again; a failed commit answers service_unavailable and delivers
 // nothing.
 func TestGrainStoresBeforeItAnswers(t *testing.T) {
-	gate := make(chan struct{})
-	h := &memHistory{gate: gate}
-	c := historyNode(t, h)
-	t.Cleanup(func() { close(gate) })
+	c, h, gate := gatedHistoryNode(t)
 	identity := ownedChannel(t, c, "stored")
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
 	register(c, grain, relay, 0, 1)
 	publishWith(c, grain, relay, "e#1", true, false)
-	waitFor(t, "the commit under way", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.waiting == 1
-	})
+	commitUnderWay(t, h)
 	publishWith(c, grain, relay, "e#1", true, true) // the relay's retry, 300 ms later
 	// A subscribe meanwhile: its seq is the last delivered, below the held
 	// message (which its relay would otherwise take as had).
@@ -90,10 +112,8 @@ func TestNewOwnerReadsTheStore(t *testing.T) {
 	h := &memHistory{}
 	c := historyNode(t, h)
 	identity := ownedChannel(t, c, "crashed")
-	project, channel := splitIdentity(identity)
 	for seq := uint64(401); seq <= 410; seq++ {
-		h.recs = append(h.recs, HistoryRecord{Project: project, Channel: channel, Seq: seq, At: time.Now(),
-			Message: []byte(fmt.Sprintf(`{"channel":%q,"payload":%d,"seq":%d}`, channel, seq, seq)), PublishID: fmt.Sprintf("old#%d", seq)})
+		h.recs = append(h.recs, storedRecord(identity, seq, fmt.Sprintf("old#%d", seq)))
 	}
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
@@ -124,19 +144,12 @@ func TestNewOwnerReadsTheStore(t *testing.T) {
 // A freeze (this node hands its grains over) waits for the messages held
 // for their commit: they land first, and the state handed on has them.
 func TestFreezeWaitsForHeldMessages(t *testing.T) {
-	gate := make(chan struct{})
-	h := &memHistory{gate: gate}
-	c := historyNode(t, h)
-	t.Cleanup(func() { close(gate) })
+	c, h, gate := gatedHistoryNode(t)
 	grain := startGrain(c, ownedChannel(t, c, "frozen"))
 	relay, got := relayStub(c)
 	register(c, grain, relay, 0, 1)
 	publishWith(c, grain, relay, "f#1", true, false)
-	waitFor(t, "the commit under way", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.waiting == 1
-	})
+	commitUnderWay(t, h)
 	states := make(chan *clusterpb.GrainState, 1)
 	c.sys.root.Send(grain, &freeze{reply: states})
 	select {
@@ -165,19 +178,12 @@ func TestFreezeWaitsForHeldMessages(t *testing.T) {
 // service_unavailable and hands the state on: nothing lands after (the next
 // owner may have started without it), even when the commit ends later.
 func TestFreezeGivesUpOnASlowCommit(t *testing.T) {
-	gate := make(chan struct{})
-	h := &memHistory{gate: gate}
-	c := historyNode(t, h)
-	t.Cleanup(func() { close(gate) })
+	c, h, gate := gatedHistoryNode(t)
 	grain := startGrain(c, ownedChannel(t, c, "slow"))
 	relay, got := relayStub(c)
 	register(c, grain, relay, 0, 1)
 	publishWith(c, grain, relay, "s#1", true, false)
-	waitFor(t, "the commit under way", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.waiting == 1
-	})
+	commitUnderWay(t, h)
 	states := make(chan *clusterpb.GrainState, 1)
 	c.sys.root.Send(grain, &freeze{reply: states})
 	select {
@@ -200,12 +206,7 @@ func TestStoredAfterTheTakeOver(t *testing.T) {
 	h := &memHistory{}
 	c := historyNode(t, h)
 	identity := ownedChannel(t, c, "late")
-	project, channel := splitIdentity(identity)
-	rec := func(seq uint64, id string) HistoryRecord {
-		return HistoryRecord{Project: project, Channel: channel, Seq: seq, At: time.Now(), PublishID: id,
-			Message: []byte(fmt.Sprintf(`{"channel":%q,"payload":%d,"seq":%d}`, channel, seq, seq))}
-	}
-	h.recs = append(h.recs, rec(700, "old#700"))
+	h.recs = append(h.recs, storedRecord(identity, 700, "old#700"))
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
 	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 1}})
@@ -213,7 +214,7 @@ func TestStoredAfterTheTakeOver(t *testing.T) {
 		t.Fatalf("a fresh grain's join answered %v, want seq 700 (the stored last)", j)
 	}
 	h.mu.Lock()
-	h.recs = append(h.recs, rec(701, "old#701")) // the frozen owner's commit, after the take-over
+	h.recs = append(h.recs, storedRecord(identity, 701, "old#701")) // the frozen owner's commit, after the take-over
 	h.mu.Unlock()
 	publishWith(c, grain, relay, "old#701", true, true)
 	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "service_unavailable" {
