@@ -17,6 +17,10 @@ import (
 // wait for the connection-plane requests in progress nor, while waiting, hold
 // up new ones; once Drain begins both answer 503 at once, before those
 // requests finish, and Drain still waits for them.
+// TestMain stops the throwaway PostgreSQL the tests start (storetest), which
+// would otherwise outlive the test binary.
+func TestMain(m *testing.M) { storetest.Main(m) }
+
 func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 	st := storetest.Open(t, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"))
 	s := New(Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SessionKey: []byte("k")})
