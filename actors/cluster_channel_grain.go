@@ -320,10 +320,8 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		g.c.duplicates.Add(1)
 		if prev.Channel == nil && prev.Error == "" {
 			// Stamped by a predecessor that died, known from a relay's
-			// register (catchUp): its counts and budget are this grain's now.
-			n := int32(g.core.subCount)
-			prev = &clusterpb.ChannelPublished{Id: m.Id, Seq: prev.Seq, Subscribers: n, Delivered: n,
-				Channel: budgetToProto(g.core.window.peek(now, g.channelLimit(m)))}
+			// register (catchUp).
+			prev = g.predecessorAnswer(m, prev.Seq, now)
 		}
 		ctx.Send(replyTo, prev)
 		return
@@ -360,15 +358,28 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		g.publishHeld(ctx, m, replyTo, &e)
 		return
 	}
-	res := &clusterpb.ChannelPublished{}
-	g.answered.remember(m.Id, now, res)
 	o := g.core.publish(&e)
 	g.hist.stamped = g.hist.stamped || o.err == ""
-	res.Seq, res.Subscribers, res.Delivered, res.Error = o.seq, int32(o.subscribers), int32(o.delivered), string(o.err)
+	res := publishedOf(m.Id, o)
+	g.answered.remember(m.Id, now, res)
+	answer(res)
+}
+
+// publishedOf is the answer to publish id that the core decided as o.
+func publishedOf(id string, o emitOutcome) *clusterpb.ChannelPublished {
+	res := &clusterpb.ChannelPublished{Id: id, Seq: o.seq, Subscribers: int32(o.subscribers), Delivered: int32(o.delivered), Error: string(o.err)}
 	if o.err != proto.CodeEmitIdentityMismatch {
 		res.Channel = budgetToProto(o.channel)
 	}
-	answer(res)
+	return res
+}
+
+// predecessorAnswer answers publish m that a predecessor stamped as seq
+// (and died before answering): its counts and budget are this grain's now.
+func (g *channelGrain) predecessorAnswer(m *clusterpb.ChannelPublish, seq uint64, now time.Time) *clusterpb.ChannelPublished {
+	n := int32(g.core.subCount)
+	return &clusterpb.ChannelPublished{Id: m.Id, Seq: seq, Subscribers: n, Delivered: n,
+		Channel: budgetToProto(g.core.window.peek(now, g.channelLimit(m)))}
 }
 
 // channelLimit is the project's limit as this node loaded it; until it has

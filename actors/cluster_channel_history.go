@@ -120,9 +120,7 @@ func (g *channelGrain) storedPublish(ctx actor.Context, m *clusterpb.ChannelPubl
 		return unavailable()
 	}
 	g.c.duplicates.Add(1)
-	n := int32(g.core.subCount)
-	res := &clusterpb.ChannelPublished{Id: m.Id, Seq: seq, Subscribers: n, Delivered: n,
-		Channel: budgetToProto(g.core.window.peek(now, g.channelLimit(m)))}
+	res := g.predecessorAnswer(m, seq, now)
 	g.answered.remember(m.Id, now, res)
 	ctx.Send(replyTo, res)
 	return true
@@ -206,19 +204,14 @@ func (g *channelGrain) landLater(ctx actor.Context) {
 }
 
 func (g *channelGrain) answerHeld(ctx actor.Context, h *heldPublish) {
-	res := &clusterpb.ChannelPublished{Id: h.m.Id}
+	var res *clusterpb.ChannelPublished
 	switch {
 	case h.failed:
-		res.Error = string(proto.CodeUnavailable)
+		res = &clusterpb.ChannelPublished{Id: h.m.Id, Error: string(proto.CodeUnavailable)}
 	case h.msg == nil:
-		res.Error = string(h.out.err)
-		if h.out.err != proto.CodeEmitIdentityMismatch {
-			res.Channel = budgetToProto(h.out.channel)
-		}
+		res = publishedOf(h.m.Id, h.out)
 	default:
-		o := g.core.land(h.msg, h.at, h.out)
-		res.Seq, res.Subscribers, res.Delivered = o.seq, int32(o.subscribers), int32(o.delivered)
-		res.Channel = budgetToProto(o.channel)
+		res = publishedOf(h.m.Id, g.core.land(h.msg, h.at, h.out))
 	}
 	delete(g.hist.pending, h.m.Id)
 	if !h.failed { // a failed one may be sent again (the relay hears 503 and does not)
