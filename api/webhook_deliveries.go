@@ -37,16 +37,25 @@ func (c controlPlane) handleWebhookSecret(w http.ResponseWriter, r *http.Request
 	if !ok {
 		return
 	}
-	get := p.webhookSecret
-	if r.Method == http.MethodPost {
-		get = p.regenerateWebhookSecret
-	}
-	secret, err := get(r.Context())
+	body, err := p.webhookSecretBody(r.Context(), r.Method == http.MethodPost)
 	if err != nil {
 		c.writeOpError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"webhookSecret": secret})
+	writeJSON(w, http.StatusOK, body)
+}
+
+// webhookSecretBody is {"webhookSecret"}, replaced first when regenerate.
+func (p ownedProject) webhookSecretBody(ctx context.Context, regenerate bool) (map[string]string, error) {
+	get := p.webhookSecret
+	if regenerate {
+		get = p.regenerateWebhookSecret
+	}
+	secret, err := get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"webhookSecret": secret}, nil
 }
 
 // deliveryBody is one delivery on the wire (api/openapi.yaml, WebhookDelivery).
@@ -197,13 +206,5 @@ func (a *Admin) WebhookSecret(ctx context.Context, projectID string, regenerate 
 	if err != nil {
 		return nil, err
 	}
-	get := p.webhookSecret
-	if regenerate {
-		get = p.regenerateWebhookSecret
-	}
-	secret, err := get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]string{"webhookSecret": secret}, nil
+	return p.webhookSecretBody(ctx, regenerate)
 }
