@@ -273,10 +273,7 @@ func (s *Store) HistoryBytes(ctx context.Context, projectID string) (int64, erro
 // RecordHistoryUsage writes each project's history bytes now into its usage
 // row of day (YYYY-MM-DD, UTC), keeping the day's largest.
 func (s *Store) RecordHistoryUsage(ctx context.Context, day string) error {
-	greatest := "GREATEST"
-	if s.dialect == SQLite {
-		greatest = "MAX"
-	}
+	greatest := s.greatest()
 	// WHERE in the SELECT: SQLite reads an ON after a bare SELECT as a join's.
 	_, err := s.db.NewRaw(`INSERT INTO usage_daily (project_id, day, connection_count, message_count, peak_concurrent_connections,
 			deliveries, dropped, slow_consumers_closed, channel_rate_limited, project_rate_limited, client_emit_rate_limited,

@@ -491,10 +491,7 @@ func (s *Store) PruneRevocations(ctx context.Context, t time.Time) (int64, error
 // AddUsage adds counts to a project's row for day (YYYY-MM-DD, UTC), creating
 // it if needed; peak keeps the highest value seen.
 func (s *Store) AddUsage(ctx context.Context, u Usage) error {
-	greatest := "GREATEST"
-	if s.dialect == SQLite {
-		greatest = "MAX" // SQLite's two-argument scalar max
-	}
+	greatest := s.greatest()
 	_, err := s.db.NewInsert().Model(&u).
 		On("CONFLICT (project_id, day) DO UPDATE").
 		Set("connection_count = ?TableAlias.connection_count + EXCLUDED.connection_count").
@@ -513,6 +510,14 @@ func (s *Store) AddUsage(ctx context.Context, u Usage) error {
 		return ErrNotFound // the project was deleted meanwhile; its counts go with it
 	}
 	return err
+}
+
+// greatest is the dialect's two-argument maximum: SQLite's scalar max.
+func (s *Store) greatest() string {
+	if s.dialect == SQLite {
+		return "MAX"
+	}
+	return "GREATEST"
 }
 
 // Usage lists a project's daily rows from day from (inclusive), oldest first.
