@@ -21,6 +21,20 @@ func historyRows(project, channel string, from, to uint64, at time.Time) []store
 	return out
 }
 
+// historyProjects is a store with a user (owner, its id) and two of its
+// projects.
+func historyProjects(t *testing.T, url string) (s *store.Store, owner string, p, q store.Project) {
+	t.Helper()
+	s = open(t, url)
+	u, err := s.CreateUser(context.Background(), "a@example.com", "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ = newProject(t, s, u.ID)
+	q, _, _ = newProject(t, s, u.ID)
+	return s, u.ID, p, q
+}
+
 func seqsOf(ms []store.HistoryMessage) []int64 {
 	out := []int64{}
 	for _, m := range ms {
@@ -36,10 +50,7 @@ func seqsOf(ms []store.HistoryMessage) []int64 {
 func TestHistory(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		s := open(t, url)
-		u, _ := s.CreateUser(ctx, "a@example.com", "h")
-		p, _, _ := newProject(t, s, u.ID)
-		q, _, _ := newProject(t, s, u.ID)
+		s, owner, p, q := historyProjects(t, url)
 		now := time.Now().UTC()
 		if seq, err := s.LastHistorySeq(ctx, p.ID, "room"); err != nil || seq != 0 {
 			t.Fatalf("last seq of nothing: %d %v", seq, err)
@@ -93,7 +104,7 @@ func TestHistory(t *testing.T) {
 		if left, _ = s.HistoryAfter(ctx, p.ID, "other", 0, 100); len(left) != 3 {
 			t.Fatalf("p's other channel after the sweep: %v", seqsOf(left))
 		}
-		must(t, s.DeleteProject(ctx, p.ID, u.ID))
+		must(t, s.DeleteProject(ctx, p.ID, owner))
 		if left, _ = s.HistoryAfter(ctx, p.ID, "room", 0, 100); len(left) != 0 {
 			t.Fatalf("a deleted project's rows: %v", seqsOf(left))
 		}
@@ -109,10 +120,7 @@ func TestHistory(t *testing.T) {
 func TestHistoryBytesAndCap(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		s := open(t, url)
-		u, _ := s.CreateUser(ctx, "a@example.com", "h")
-		p, _, _ := newProject(t, s, u.ID)
-		q, _, _ := newProject(t, s, u.ID)
+		s, owner, p, q := historyProjects(t, url)
 		now := time.Now().UTC()
 		size := func(rows []store.HistoryMessage) int64 {
 			var n int64
@@ -190,7 +198,7 @@ func TestHistoryBytesAndCap(t *testing.T) {
 		if rows, _ = s.Usage(ctx, q.ID, day); len(rows) != 1 || rows[0].HistoryBytes != wantQ {
 			t.Fatalf("q's usage row: %+v", rows)
 		}
-		must(t, s.DeleteProject(ctx, p.ID, u.ID))
+		must(t, s.DeleteProject(ctx, p.ID, owner))
 		if n := bytesOf(p.ID); n != 0 {
 			t.Fatalf("a deleted project's history bytes: %d", n)
 		}
@@ -204,9 +212,7 @@ func TestHistoryBytesAndCap(t *testing.T) {
 func TestHistoryCapSteps(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		s := open(t, url)
-		u, _ := s.CreateUser(ctx, "a@example.com", "h")
-		p, _, _ := newProject(t, s, u.ID)
+		s, _, p, _ := historyProjects(t, url)
 		must(t, s.SaveSettings(ctx, store.Settings{ProjectID: p.ID, HistoryRetentionSeconds: 86400}))
 		now := time.Now().UTC()
 		big := func(from, to int) []store.HistoryMessage {
@@ -269,9 +275,7 @@ func TestHistoryCapSteps(t *testing.T) {
 func TestHistoryPublishID(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		s := open(t, url)
-		u, _ := s.CreateUser(ctx, "a@example.com", "h")
-		p, _, _ := newProject(t, s, u.ID)
+		s, _, p, _ := historyProjects(t, url)
 		now := time.Now().UTC()
 		rows := historyRows(p.ID, "room", 1, 3, now)
 		rows[1].PublishID = "pub-2"
