@@ -12,14 +12,15 @@ import (
 )
 
 // GET /channels/{channel}/messages on a project whose channel history is on
-// (README › Channel history), on one node: the store answers, paging
-// forwards (since) and backwards (before), limit messages a page (1–1000,
-// 100 when absent), oldest first, exactly as subscribers got them, with
-// more: true when the page was cut at limit (ask again with since = the
-// last seq, or before = the first). gap, with since: the message since
-// names is no longer stored (swept, or never stored), so some after it may
-// be missing. A project with history off (and any project in a cluster)
-// gets the ring's answer, as SPEC.md says.
+// (README › Channel history), on one node or several: the store answers,
+// paging forwards (since) and backwards (before), limit messages a page
+// (1–1000, 100 when absent), oldest first, exactly as subscribers got them,
+// with more: true when the page was cut at limit (ask again with since =
+// the last seq, or before = the first). gap, with since: no message at or
+// before since is stored (the sweeps delete the oldest first), so some
+// after it may be missing; as a subscribe's since reads the store
+// (actors.readStoredReplay). A project with history off gets the ring's
+// answer, as SPEC.md says.
 
 const (
 	defaultHistoryLimit = 100
@@ -45,7 +46,7 @@ func (s *Server) historyMessages(ctx context.Context, w http.ResponseWriter, r *
 	on, known := s.actors.HistoryOn(ctx, projectID)
 	if !known {
 		st, err := s.store.Settings(ctx, projectID)
-		on = err == nil && st.HistoryRetentionSeconds > 0 && s.actors.Cluster() == nil
+		on = err == nil && st.HistoryRetentionSeconds > 0
 	}
 	if !on {
 		return false
@@ -96,8 +97,8 @@ func (s *Server) readHistory(ctx context.Context, projectID, channel string, has
 		rows, err = s.store.HistoryBefore(ctx, projectID, channel, before, above, limit+2)
 		if n := len(rows); n > 0 && hasSince && uint64(rows[n-1].Seq) == since {
 			rows = rows[:n-1]
-		} else if hasSince {
-			page.Gap = len(rows) < limit+2 // every row above since was read, and since's is not among them
+		} else if hasSince && len(rows) < limit+2 { // every row above since was read, and since's is not among them
+			page.Gap = !s.storedBefore(ctx, projectID, channel, since)
 		}
 		if len(rows) > limit {
 			rows, page.More = rows[:limit], true
@@ -108,7 +109,7 @@ func (s *Server) readHistory(ctx context.Context, projectID, channel string, has
 		if len(rows) > 0 && since > 0 && uint64(rows[0].Seq) == since {
 			rows = rows[1:]
 		} else {
-			page.Gap = true
+			page.Gap = !s.storedBefore(ctx, projectID, channel, since)
 		}
 		if len(rows) > limit {
 			rows, page.More = rows[:limit], true
@@ -121,4 +122,15 @@ func (s *Server) readHistory(ctx context.Context, projectID, channel string, has
 		page.Messages = append(page.Messages, json.RawMessage(m.Message))
 	}
 	return page, nil
+}
+
+// storedBefore: a message of the channel below seq since (above 0) is
+// stored, so the sweeps, which delete the oldest first, took nothing after
+// since. A store that cannot say answers false (a gap).
+func (s *Server) storedBefore(ctx context.Context, projectID, channel string, since uint64) bool {
+	if since == 0 {
+		return false
+	}
+	rows, err := s.store.HistoryBefore(ctx, projectID, channel, since, 0, 1)
+	return err == nil && len(rows) > 0
 }

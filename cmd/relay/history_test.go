@@ -65,6 +65,27 @@ func TestChannelHistory(t *testing.T) {
 		page("?since=0", body(true, false, 0, 1, 2, 3, 4))
 		page("", body(false, false, 0, 1, 2, 3, 4))
 
+		// A since that names no stored message: no gap when a message
+		// before it is stored (the sweeps delete the oldest first), a gap
+		// when none is; forwards and backwards alike.
+		var sparse []store.HistoryMessage
+		for _, seq := range []int64{10, 20, 30} {
+			sparse = append(sparse, store.HistoryMessage{ProjectID: p.id, Channel: "sparse", Seq: seq,
+				Message: fmt.Sprintf(`{"channel":"sparse","payload":%d,"seq":%d}`, seq, seq), CreatedAt: time.Now()})
+		}
+		if err := ts.app.store.AppendHistory(t.Context(), sparse); err != nil {
+			t.Fatal(err)
+		}
+		msg := func(seq int) string { return fmt.Sprintf(`{"channel":"sparse","payload":%d,"seq":%d}`, seq, seq) }
+		for _, c := range []struct{ query, want string }{
+			{"?since=15", `{"channel":"sparse","messages":[` + msg(20) + `,` + msg(30) + `],"gap":false,"more":false}`},
+			{"?since=15&before=30", `{"channel":"sparse","messages":[` + msg(20) + `],"gap":false,"more":false}`},
+			{"?since=5", `{"channel":"sparse","messages":[` + msg(10) + `,` + msg(20) + `,` + msg(30) + `],"gap":true,"more":false}`},
+			{"?since=5&before=30", `{"channel":"sparse","messages":[` + msg(10) + `,` + msg(20) + `],"gap":true,"more":false}`},
+		} {
+			owner.bearerGet("/channels/sparse/messages"+c.query, p.secretKey).expect(t, http.StatusOK, c.want)
+		}
+
 		// The Go backend package pages the same.
 		be := backend.Server{EmitURL: ts.base + "/emit", SecretKey: p.secretKey}
 		u := func(n uint64) *uint64 { return &n }
