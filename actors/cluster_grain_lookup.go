@@ -26,6 +26,7 @@ type grainLookup struct {
 type grainResolved struct {
 	pid     *actor.PID
 	refused bool // the owner asked answered that it does not own the grain
+	lost    bool // the owner asked did not answer in time (activationWait)
 	gen     uint64
 }
 
@@ -52,8 +53,8 @@ func (l *grainLookup) resolve(ctx actor.Context) {
 	l.resolving = true
 	gen, self, root, place, identity, kind := l.gen, ctx.Self(), ctx.ActorSystem().Root, l.c.place, l.identity, l.kind
 	go func() {
-		pid, refused := place.get(kind, identity)
-		root.Send(self, &grainResolved{pid: pid, refused: refused, gen: gen})
+		pid, refused, lost := place.get(kind, identity)
+		root.Send(self, &grainResolved{pid: pid, refused: refused, lost: lost, gen: gen})
 	}()
 }
 
@@ -67,8 +68,9 @@ func (l *grainLookup) resolveOnce(ctx actor.Context) {
 // resolved takes a lookup's answer. It reports true when the answer is a
 // grain other than the one in use: the actor then sends it what it needs.
 // A lookup that found nothing (no member hosts the kind yet, or the owner
-// did not answer) is tried again after resolveRetry; one the owner refused,
-// after staleRetry.
+// failed to answer) is tried again after resolveRetry; one the owner
+// refused, after staleRetry; one whose request went unanswered, at once (it
+// waited activationWait already).
 func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 	if m.gen != l.gen {
 		return false // a later lookup is under way
@@ -78,6 +80,9 @@ func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 	case m.pid == nil && m.refused && l.stale < staleLookups:
 		l.stale++ // the owner asked has another member list than this node
 		l.again(ctx, m.gen, staleRetry)
+		return false
+	case m.pid == nil && m.lost:
+		l.resolve(ctx)
 		return false
 	case m.pid == nil:
 		l.again(ctx, m.gen, resolveRetry)

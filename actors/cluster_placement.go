@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -29,7 +30,12 @@ type placement struct {
 const activatorName = disthash.PartitionActivatorActorName
 
 // activationWait bounds one ask of a grain's owner (disthash waits 5 s).
-const activationWait = 5 * time.Second
+// The owner answers at once (a grain starts after its answer), so a longer
+// wait is a lost request: a peer tears its connection to an address down
+// up to 2 s late (its writer sleeps between connection attempts), dropping
+// what was queued on it, when a node restarts on that address. Asked again
+// (grainLookup), a lost request costs the channel this long, not 5 s.
+const activationWait = time.Second
 
 var _ cluster.IdentityLookup = (*placement)(nil)
 
@@ -59,28 +65,29 @@ func (p *placement) RemovePid(ci *cluster.ClusterIdentity, pid *actor.PID) {
 }
 
 func (p *placement) Get(ci *cluster.ClusterIdentity) *actor.PID {
-	pid, _ := p.get(ci.Kind, ci.Identity)
+	pid, _, _ := p.get(ci.Kind, ci.Identity)
 	return pid
 }
 
 // get asks the owner of a grain in this node's member list for it: its
 // PID; nil when no member hosts the kind or the owner did not answer, and
-// then refused when it answered that it does not own the grain.
-func (p *placement) get(kind, identity string) (pid *actor.PID, refused bool) {
+// then refused when it answered that it does not own the grain, lost when
+// it did not answer within activationWait.
+func (p *placement) get(kind, identity string) (pid *actor.PID, refused, lost bool) {
 	owner := p.c.ownerAddress(kind, identity)
 	if owner == "" {
-		return nil, false
+		return nil, false, false
 	}
 	req := &cluster.ActivationRequest{ClusterIdentity: &cluster.ClusterIdentity{Kind: kind, Identity: identity}}
 	res, err := p.pc.ActorSystem.Root.RequestFuture(actor.NewPID(owner, activatorName), req, activationWait).Result()
 	r, ok := res.(*cluster.ActivationResponse)
 	switch {
 	case err != nil || !ok:
-		return nil, false
+		return nil, false, errors.Is(err, actor.ErrTimeout)
 	case r.Failed || r.Pid == nil:
-		return nil, true
+		return nil, true, false
 	}
-	return r.Pid, false
+	return r.Pid, false, false
 }
 
 // activator starts this node's grains as its children, and stops those
