@@ -25,7 +25,12 @@ type channelCore struct {
 	cfg           *Config // limits, counters, the webhook queue
 	out           channelOutput
 
-	seq      uint64
+	seq uint64
+	// fresh: seq is still the clock's start, told to nobody (nothing
+	// stamped or handed over, no join answered with it): a channel that
+	// keeps history may continue from its stored last seq (continueFrom).
+	fresh    bool
+	known    uint64 // the highest seq a node said it delivered (raise)
 	window   fixedWindow
 	replay   replayRing
 	members  roster                        // presence subscriptions of every node, by clientId
@@ -75,7 +80,7 @@ type stamped struct {
 func newChannelCore(project, name string, cfg *Config, replayBytes *replayBudget, hooks channelHooks, out channelOutput) *channelCore {
 	seq := uint64(cfg.Now().UnixMicro())
 	return &channelCore{
-		project: project, name: name, cfg: cfg, out: out, seq: seq, hooks: hooks,
+		project: project, name: name, cfg: cfg, out: out, seq: seq, fresh: true, hooks: hooks,
 		window: fixedWindow{size: time.Minute},
 		replay: replayRing{ttl: cfg.ReplayTTL, maxBytes: cfg.ReplayMaxBytes, lowWater: seq,
 			project: replayBytes, projectMax: int64(cfg.MaxReplayBytesPerProject)},
@@ -137,6 +142,7 @@ func (c *channelCore) stamp(e *emitRequest) (*stamped, emitOutcome) {
 		return nil, emitOutcome{channel: budget, err: proto.CodeChannelRateLimited}
 	}
 	c.seq++
+	c.fresh = false
 	buf := encodeMessage(c.name, e.payload, c.seq, e.client, e.msgType, e.clientID)
 	m := &stamped{seq: c.seq, buf: buf, client: e.client, accepted: e.accepted, publishID: e.publishID}
 	if e.client {
@@ -360,19 +366,55 @@ func (c *channelCore) vacated() {
 // crashed stamped it): seq goes on from there, and what came before it is
 // not in the ring.
 func (c *channelCore) raise(seq uint64) {
+	c.known = max(c.known, seq)
 	if seq > c.seq {
 		c.seq = seq
 		c.replay.lowWater = max(c.replay.lowWater, seq)
 	}
 }
 
+// continueFrom: the channel keeps history, and last is its stored last
+// seq. A fresh core continues from there (or from what a node delivered, if
+// higher): after a restart, a crash or a quiet spell, seq goes on with no
+// jump. Every message a history channel delivered was stored first, so
+// nothing delivered is above last. Any other core raises its seq to it.
+func (c *channelCore) continueFrom(last uint64) {
+	if !c.fresh || last == 0 {
+		c.raise(last)
+		return
+	}
+	c.fresh = false
+	c.seq = max(last, c.known)
+	c.replay.lowWater = c.seq
+}
+
 // merge takes a previous owner's state (a handoff): its ring goes before
 // this one's (unless they could overlap: then a replay_gap is the honest
-// answer), seq stays the higher, and its window counts with this one's.
+// answer), and its window counts with this one's. A fresh core goes on
+// from the previous owner's seq (no jump on a handoff); any other keeps the
+// higher. seq 0: the previous owner was fresh itself (handedSeq), and had
+// nothing to hand on but its window.
 func (c *channelCore) merge(older []replayEntry, lowWater, seq uint64, windowStart time.Time, windowCount int) {
+	c.window.merge(windowStart, windowCount)
+	if seq == 0 {
+		return
+	}
+	if c.fresh {
+		c.seq, c.replay.lowWater, c.fresh = seq, seq, false
+	}
 	c.replay.prepend(older, lowWater, seq, c.replay.empty() && c.replay.lowWater == c.seq)
 	c.seq = max(c.seq, seq)
-	c.window.merge(windowStart, windowCount)
+	c.raise(c.known)
+}
+
+// handedSeq is the seq a handoff hands on: 0 while fresh (the clock's start
+// is no message's; the next owner keeps its own, or continues from the
+// store).
+func (c *channelCore) handedSeq() uint64 {
+	if c.fresh {
+		return 0
+	}
+	return c.seq
 }
 
 // bufferedMsg is one message of the ring.

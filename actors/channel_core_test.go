@@ -81,7 +81,7 @@ func (h *coreHarness) emitOutcome(e *emitRequest) string {
 	if o.err != "" {
 		return fmt.Sprintf("%s remaining %d", o.err, o.channel.Remaining)
 	}
-	return fmt.Sprintf("#%d subscribers %d delivered %d remaining %d", o.seq-h.base, o.subscribers, o.delivered, o.channel.Remaining)
+	return fmt.Sprintf("#%d subscribers %d delivered %d remaining %d", int64(o.seq-h.base), o.subscribers, o.delivered, o.channel.Remaining)
 }
 
 func join(node string, conn uint64, presence bool, clientID string) func(h *coreHarness) string {
@@ -137,9 +137,9 @@ func query(kind QueryKind, since uint64) func(h *coreHarness) string {
 func after(seq uint64) func(h *coreHarness) string {
 	return func(h *coreHarness) string {
 		gap, msgs := h.core.after(h.base+seq, h.now)
-		var seqs []uint64
+		var seqs []int64
 		for _, m := range msgs {
-			seqs = append(seqs, m.seq-h.base)
+			seqs = append(seqs, int64(m.seq-h.base))
 		}
 		return fmt.Sprintf("gap %v %v", gap, seqs)
 	}
@@ -160,6 +160,15 @@ func mergeState(count int, msgs ...uint64) func(h *coreHarness) string {
 		}
 		h.core.merge(older, h.base-msgs[0]-1, h.base-msgs[len(msgs)-1], h.now.Truncate(time.Minute), count)
 		return ""
+	}
+}
+
+// stored: the channel keeps history, its stored last seq base-back (the
+// host read it); the core's seq after, from base.
+func stored(back uint64) func(h *coreHarness) string {
+	return func(h *coreHarness) string {
+		h.core.continueFrom(h.base - back)
+		return fmt.Sprintf("seq %d", int64(h.core.seq-h.base))
 	}
 }
 
@@ -268,15 +277,28 @@ func TestChannelCore(t *testing.T) {
 			{replaceNode("a", map[uint64]coreSub{}), "roster changed true | hook member_removed ann"},
 			{replaceNode("b", nil), "roster changed true | hook member_removed bob | hook channel_vacated"},
 		}},
-		{name: "a handed-over state: its ring before this one's, its window counted, seq from the higher", steps: []coreStep{
+		{name: "a handed-over state: its ring before this one's, its window counted, seq going on from it", steps: []coreStep{
 			{mergeState(1, 3, 2, 1), ""}, // the previous owner stamped base-3, base-2, base-1
 			{joinSince("a", 1, 0), "replay 0 | hook channel_occupied"},
 			{func(h *coreHarness) string {
 				o := h.core.join(&joinRequest{node: "b", conn: 2, hasSince: true, since: float64(h.base - 3)}, h.now)
 				return fmt.Sprintf("gap %v replay %d", o.gap, len(o.replay))
 			}, "gap false replay 2"},
-			{emit(`1`), `#1 subscribers 2 delivered 2 remaining 0 | deliver a #1 {"channel":"room","payload":1,"seq":SEQ1} | deliver b #1 {"channel":"room","payload":1,"seq":SEQ1}`},
+			{emit(`1`), `#0 subscribers 2 delivered 2 remaining 0 | deliver a #0 {"channel":"room","payload":1,"seq":SEQ0} | deliver b #0 {"channel":"room","payload":1,"seq":SEQ0}`},
 			{emit(`2`), "channel_rate_limited remaining 0"}, // the handed-over emit counts in this window
+		}},
+		{name: "a handed-over state to a core that stamped already: seq from the higher", steps: []coreStep{
+			{emit(`1`), "#1 subscribers 0 delivered 0 remaining 1"},
+			{mergeState(0, 3, 2, 1), ""},
+			{emit(`2`), "#2 subscribers 0 delivered 0 remaining 0"},
+		}},
+		{name: "a fresh previous owner hands on no seq: this core's stays", steps: []coreStep{
+			{func(h *coreHarness) string {
+				prev := newChannelCore("p", "room", h.core.cfg, &replayBudget{}, channelHooks{}, h)
+				h.core.merge(nil, prev.replay.lowWater, prev.handedSeq(), h.now, 0)
+				return fmt.Sprintf("handed %d seq %d", prev.handedSeq(), int64(h.core.seq-h.base))
+			}, "handed 0 seq 0"},
+			{stored(100), "seq -100"}, // still fresh: it goes on from the store
 		}},
 		{name: "a node that delivered past this core's seq: seq goes on from there, with a gap before it", steps: []coreStep{
 			{emit(`1`), "#1 subscribers 0 delivered 0 remaining 1"},
@@ -285,6 +307,27 @@ func TestChannelCore(t *testing.T) {
 			{after(0), "gap true [1]"}, // #1 is still held, but what followed it up to #10 never was
 			{emit(`2`), "#11 subscribers 0 delivered 0 remaining 0"},
 			{after(10), "gap false [11]"},
+		}},
+		{name: "a history channel's new life goes on from its stored last seq, not from the clock", steps: []coreStep{
+			{stored(100), "seq -100"},
+			{emit(`1`), "#-99 subscribers 0 delivered 0 remaining 1"},
+			{joinSince("a", 1, 0), "replay 0 | hook channel_occupied"}, // since from before: nothing the ring holds (the host reads the store)
+			{after(-100 + 1<<64), "gap false [-99]"},
+			{stored(99), "seq -99"}, // read again: nothing to raise
+		}},
+		{name: "…from what a node delivered, if a relay said more than the store holds", steps: []coreStep{
+			{raise(-50 + 1<<64), ""}, // a relay delivered base-50 (below the clock's start: seq stays)
+			{stored(100), "seq -50"},
+			{emit(`1`), "#-49 subscribers 0 delivered 0 remaining 1"},
+		}},
+		{name: "a core that stamped does not go back", steps: []coreStep{
+			{emit(`1`), "#1 subscribers 0 delivered 0 remaining 1"},
+			{stored(100), "seq 1"},
+			{stored(-5 + 1<<64), "seq 5"}, // a higher stored seq raises it
+		}},
+		{name: "nor one that took a handed-over state", steps: []coreStep{
+			{mergeState(0, 3, 2, 1), ""},
+			{stored(100), "seq -1"},
 		}},
 		{name: "idle only when nobody listens, the window ran out and the ring is empty", steps: []coreStep{
 			{idle(), "idle true"},
@@ -306,7 +349,7 @@ func TestChannelCore(t *testing.T) {
 					got = strings.TrimSpace(got + " | " + strings.Join(nodeOrder(h.events), " | "))
 				}
 				want := s.want
-				for n := 1; n <= 3; n++ {
+				for n := 0; n <= 3; n++ {
 					want = strings.ReplaceAll(want, fmt.Sprintf("SEQ%d", n), fmt.Sprint(h.base+uint64(n)))
 				}
 				if got != want {

@@ -472,6 +472,9 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	}
 	o := g.core.join(&joinRequest{node: node, conn: m.Sub.Conn, sub: coreSub{presence: m.Sub.Presence, clientID: m.Sub.ClientId},
 		hasSince: m.HasSince, since: m.Since, stored: stored}, now)
+	if !g.hist.seq.loaded {
+		g.core.fresh = false // the relay is told the clock's start: seq goes on above it
+	}
 	g.c.send(ctx, g.relays[node], &clusterpb.ChannelJoined{Conn: m.Sub.Conn, Refused: string(o.refused), Seq: g.landedSeq(o.seq),
 		Gap: o.gap, GapSince: o.gapSince, Replay: o.replay, Members: o.members})
 }
@@ -568,7 +571,7 @@ func (g *channelGrain) sendRoster(ctx actor.Context) {
 func (g *channelGrain) state() *clusterpb.GrainState {
 	c := g.core
 	c.replay.expire(g.cfg.Now())
-	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.seq, LowWater: c.replay.lowWater,
+	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.handedSeq(), LowWater: c.replay.lowWater,
 		WindowStartUnixNano: c.window.start.UnixNano(), WindowCount: int32(c.window.count)}
 	for _, e := range c.replay.live() {
 		st.Replay = append(st.Replay, &clusterpb.ReplayEntry{Seq: e.seq, AtUnixNano: e.at.UnixNano(), Message: e.msg})

@@ -292,7 +292,8 @@ type storedSeq struct {
 	failed time.Time // the last read of it failed then: not read again for historyReadWait
 }
 
-// load raises core's seq above the channel's stored last seq, once.
+// load continues core's seq from the channel's stored last seq, once
+// (channelCore.continueFrom).
 //
 // A store that does not answer is asked again only historyReadWait after
 // the failed read: meanwhile each emit fails at once (503) instead of
@@ -313,7 +314,7 @@ func (l *storedSeq) load(core *channelCore, cfg *Config) bool {
 		cfg.Logger.Warn("channel history: last seq not read", "project", core.project, "channel", core.name, "err", err)
 		return false
 	}
-	core.raise(last)
+	core.continueFrom(last)
 	l.loaded, l.last = true, last
 	return true
 }
