@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +46,10 @@ type HistoryRecord struct {
 
 // HistoryStore is the store's channel history, as the actors use it.
 type HistoryStore interface {
-	// AppendHistory stores the records in one transaction, all or none.
-	AppendHistory(ctx context.Context, recs []HistoryRecord) error
+	// AppendHistory stores the records in one transaction, all or none,
+	// but for those whose seq (on their channel) or publish is stored
+	// already: it returns their indexes.
+	AppendHistory(ctx context.Context, recs []HistoryRecord) (refused []int, err error)
 	// LastHistorySeq is a channel's greatest stored seq, 0 when none.
 	LastHistorySeq(ctx context.Context, project, channel string) (uint64, error)
 	// HistoryBefore is a channel's records with above < seq < before,
@@ -89,10 +92,12 @@ type historyItem struct {
 }
 
 // historyStored tells a channel that its messages up to seq upTo are
-// committed (err nil) or failed.
+// committed (err nil) or failed, but for those refused (their seq or
+// publish was stored already: they fail alone).
 type historyStored struct {
-	upTo uint64
-	err  error
+	upTo    uint64
+	err     error
+	refused []uint64
 }
 
 func newHistoryWriter(st HistoryStore, root *actor.RootContext, log *slog.Logger) *historyWriter {
@@ -150,18 +155,28 @@ func (w *historyWriter) run() {
 			n += int64(len(it.rec.Message))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), historyCommitWait)
-		err := w.store.AppendHistory(ctx, recs)
+		refused, err := w.store.AppendHistory(ctx, recs)
 		cancel()
 		w.bytes.Add(-n)
 		if err != nil {
 			w.log.Warn("channel history not stored: its emits are answered 503", "messages", len(recs), "err", err)
+		}
+		var refusedOf map[*actor.PID][]uint64 // by channel
+		if len(refused) > 0 {
+			// A previous owner of the channel stored them (it crashed or
+			// froze mid-commit): the rest of the batch is stored.
+			w.log.Warn("channel history: messages whose seq or publish was stored already are answered 503", "messages", len(refused))
+			refusedOf = map[*actor.PID][]uint64{}
+			for _, i := range refused {
+				refusedOf[batch[i].to] = append(refusedOf[batch[i].to], batch[i].rec.Seq)
+			}
 		}
 		// One answer per channel: its last seq of the batch.
 		for i := len(batch) - 1; i >= 0; i-- {
 			it := batch[i]
 			if _, told := answered[it.to]; !told {
 				answered[it.to] = struct{}{}
-				w.root.Send(it.to, &historyStored{upTo: it.rec.Seq, err: err})
+				w.root.Send(it.to, &historyStored{upTo: it.rec.Seq, err: err, refused: refusedOf[it.to]})
 			}
 		}
 		clear(answered)
@@ -237,7 +252,7 @@ func (h *held) decide(core *channelCore, cfg *Config, e *emitRequest, keep, seqR
 func markStored[T holder](q []T, m *historyStored) {
 	for _, it := range q {
 		if h := it.part(); h.msg != nil && !h.stored && h.msg.seq <= m.upTo {
-			h.stored, h.failed = true, m.err != nil
+			h.stored, h.failed = true, m.err != nil || slices.Contains(m.refused, h.msg.seq)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +26,7 @@ type memHistory struct {
 	waiting int           // records of the commit that waits at the gate
 }
 
-func (h *memHistory) AppendHistory(ctx context.Context, recs []HistoryRecord) error {
+func (h *memHistory) AppendHistory(ctx context.Context, recs []HistoryRecord) ([]int, error) {
 	if g := h.gateOf(); g != nil {
 		h.mu.Lock()
 		h.waiting = len(recs)
@@ -39,15 +40,20 @@ func (h *memHistory) AppendHistory(ctx context.Context, recs []HistoryRecord) er
 	defer h.mu.Unlock()
 	h.commits++
 	if h.fail != nil {
-		return h.fail
+		return nil, h.fail
 	}
-	for _, r := range recs { // one record per publish, as the store keeps it
-		if _, dup, _ := h.seqOfLocked(r.Project, r.Channel, r.PublishID); dup {
-			return errors.New("duplicate publish id")
+	var refused []int
+	for i, r := range recs { // one record per seq and per publish, as the store keeps them
+		_, dup, _ := h.seqOfLocked(r.Project, r.Channel, r.PublishID)
+		if dup || slices.ContainsFunc(h.recs, func(s HistoryRecord) bool {
+			return s.Project == r.Project && s.Channel == r.Channel && s.Seq == r.Seq
+		}) {
+			refused = append(refused, i)
+			continue
 		}
+		h.recs = append(h.recs, r)
 	}
-	h.recs = append(h.recs, recs...)
-	return nil
+	return refused, nil
 }
 
 func (h *memHistory) gateOf() chan struct{} {
@@ -325,6 +331,51 @@ func TestHistoryOrderAndBatches(t *testing.T) {
 			t.Fatalf("out of order: %v after %v", s, last)
 		}
 		last = m["seq"].(float64)
+	}
+}
+
+// TestHistoryRefusedRecordFailsAlone: a record the store refuses (its seq
+// was stored meanwhile by another owner of the channel, as after a crash
+// mid-commit) fails its own emit, 503, and no other emit of its batch; its
+// channel goes on above it.
+func TestHistoryRefusedRecordFailsAlone(t *testing.T) {
+	gate := make(chan struct{})
+	h := &memHistory{gate: gate, recs: []HistoryRecord{
+		{Project: "p1", Channel: "room", Seq: 100, Message: []byte(`{}`)},
+		{Project: "p1", Channel: "lobby", Seq: 200, Message: []byte(`{}`)},
+	}}
+	sys := historySystem(t, h, time.Hour)
+	publish := func(ch string) chan PublishResult {
+		out := make(chan PublishResult, 1)
+		go func() {
+			res, err := sys.Publish(context.Background(), "p1", ch, []byte(`{}`))
+			if err != nil {
+				res.Err = &proto.Error{Code: proto.Code(err.Error())}
+			}
+			out <- res
+		}()
+		return out
+	}
+	first := publish("warm") // its commit waits at the gate
+	waitFor(t, "the first commit", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.waiting == 1 })
+	room, lobby := publish("room"), publish("lobby")
+	waitFor(t, "both emits queued", func() bool { return len(sys.cfg.historyWriter.q) == 2 })
+	h.mu.Lock()
+	h.recs = append(h.recs, HistoryRecord{Project: "p1", Channel: "room", Seq: 101, Message: []byte(`{"other":true}`)})
+	h.gate = nil
+	h.mu.Unlock()
+	gate <- struct{}{}
+	if res := <-first; res.Err != nil {
+		t.Fatalf("the first emit: %+v", res)
+	}
+	if res := <-room; res.Err == nil || res.Err.Code != proto.CodeUnavailable {
+		t.Fatalf("the emit whose seq was stored meanwhile: %+v, want service_unavailable", res)
+	}
+	if res := <-lobby; res.Err != nil || res.Seq != 201 {
+		t.Fatalf("the other channel's emit in the same batch: %+v, want seq 201", res)
+	}
+	if res := <-publish("room"); res.Err != nil || res.Seq != 102 {
+		t.Fatalf("the next emit on the refused one's channel: %+v, want seq 102", res)
 	}
 }
 

@@ -27,7 +27,7 @@ type HistoryMessage struct {
 	Size      int64     `bun:"size,notnull"` // len(Message), set by AppendHistory
 	CreatedAt time.Time `bun:"created_at,notnull"`
 	// PublishID is the cluster publish that stamped it ("": none, one node):
-	// one row at most per publish (ErrDuplicate).
+	// one row at most per publish (AppendHistory refuses a second).
 	PublishID string `bun:"publish_id,nullzero"`
 }
 
@@ -40,47 +40,74 @@ type historyUsage struct {
 	Bytes     int64  `bun:"bytes,notnull"`
 }
 
-// AppendHistory stores msgs in one transaction: all of them or none, with
-// the bytes their projects hold. A seq stored already refuses the whole
-// batch (ErrDuplicate).
-func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) error {
+// AppendHistory stores msgs in one transaction, with the bytes their
+// projects hold, all of them but those whose seq (on their channel) or
+// publish is stored already: it returns those indexes, in order. A refused
+// row is not stored and not counted; the others are.
+func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refused []int, err error) {
 	if len(msgs) == 0 {
-		return nil
+		return nil, nil
 	}
-	var added []historyUsage // per project, in the order they come
+	type key struct {
+		ProjectID string `bun:"project_id"`
+		Channel   string `bun:"channel"`
+		Seq       int64  `bun:"seq"`
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Microsecond)
 		m.Size = int64(len(m.Message))
-		if n := len(added); n > 0 && added[n-1].ProjectID == m.ProjectID {
-			added[n-1].Bytes += m.Size
-		} else if j := slices.IndexFunc(added, func(u historyUsage) bool { return u.ProjectID == m.ProjectID }); j >= 0 {
-			added[j].Bytes += m.Size
-		} else {
-			added = append(added, historyUsage{ProjectID: m.ProjectID, Bytes: m.Size})
-		}
 	}
-	// Counted in project order, so that two writers' transactions take the
-	// projects' rows in one order (no deadlock).
-	slices.SortFunc(added, func(a, b historyUsage) int { return strings.Compare(a.ProjectID, b.ProjectID) })
 	// One statement per chunk: SQLite allows 32 766 variables in one, five
-	// a row.
+	// a row. A row that meets a stored one (its key or its publish) is left
+	// out, and the rows stored come back.
 	const chunk = 1000
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	var stored []key
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		stored = stored[:0]
 		for from := 0; from < len(msgs); from += chunk {
 			part := msgs[from:min(from+chunk, len(msgs))]
-			if _, err := tx.NewInsert().Model(&part).Exec(ctx); err != nil {
+			var got []key
+			if _, err := tx.NewInsert().Model(&part).On("CONFLICT DO NOTHING").Returning("project_id, channel, seq").Exec(ctx, &got); err != nil {
 				return err
 			}
+			stored = append(stored, got...)
 		}
+		in := make(map[key]bool, len(stored))
+		for _, k := range stored {
+			in[k] = true
+		}
+		refused = refused[:0]
+		var added []historyUsage // per project
+		for i, m := range msgs {
+			k := key{m.ProjectID, m.Channel, m.Seq}
+			if !in[k] {
+				refused = append(refused, i)
+				continue
+			}
+			delete(in, k) // a second row of one key in msgs is refused too
+			if n := len(added); n > 0 && added[n-1].ProjectID == m.ProjectID {
+				added[n-1].Bytes += m.Size
+			} else if j := slices.IndexFunc(added, func(u historyUsage) bool { return u.ProjectID == m.ProjectID }); j >= 0 {
+				added[j].Bytes += m.Size
+			} else {
+				added = append(added, historyUsage{ProjectID: m.ProjectID, Bytes: m.Size})
+			}
+		}
+		if len(added) == 0 {
+			return nil
+		}
+		// Counted in project order, so that two writers' transactions take
+		// the projects' rows in one order (no deadlock).
+		slices.SortFunc(added, func(a, b historyUsage) int { return strings.Compare(a.ProjectID, b.ProjectID) })
 		_, err := tx.NewInsert().Model(&added).
 			On("CONFLICT (project_id) DO UPDATE").Set("bytes = history_usage.bytes + EXCLUDED.bytes").Exec(ctx)
 		return err
 	})
-	if err != nil && isDuplicate(err) {
-		return ErrDuplicate
+	if err != nil {
+		return nil, err
 	}
-	return err
+	return refused, nil
 }
 
 // HistoryAfter is a channel's stored messages with seq > after, oldest

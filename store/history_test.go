@@ -47,6 +47,14 @@ func seqsOf(ms []store.HistoryMessage) []int64 {
 // backwards by seq with exact bodies; the last seq; the retention sweep in
 // bounded batches, per project, and everything of a project whose history
 // is off; a deleted project's rows go with it.
+// appendAll stores rows, every one of them.
+func appendAll(t *testing.T, s *store.Store, rows []store.HistoryMessage) {
+	t.Helper()
+	if refused, err := s.AppendHistory(context.Background(), rows); err != nil || len(refused) > 0 {
+		t.Fatalf("append: refused %v, %v", refused, err)
+	}
+}
+
 func TestHistory(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
@@ -55,13 +63,13 @@ func TestHistory(t *testing.T) {
 		if seq, err := s.LastHistorySeq(ctx, p.ID, "room"); err != nil || seq != 0 {
 			t.Fatalf("last seq of nothing: %d %v", seq, err)
 		}
-		must(t, s.AppendHistory(ctx, historyRows(p.ID, "room", 101, 110, now.Add(-2*time.Hour))))
-		must(t, s.AppendHistory(ctx, historyRows(p.ID, "room", 111, 120, now)))
-		must(t, s.AppendHistory(ctx, historyRows(p.ID, "other", 1, 3, now)))
-		must(t, s.AppendHistory(ctx, historyRows(q.ID, "room", 1, 1500, now.Add(-2*time.Hour)))) // chunks of 1000
-		// A batch with a seq stored already stores nothing.
-		if err := s.AppendHistory(ctx, historyRows(p.ID, "room", 120, 125, now)); err != store.ErrDuplicate {
-			t.Fatalf("a duplicate seq: %v", err)
+		appendAll(t, s, historyRows(p.ID, "room", 101, 110, now.Add(-2*time.Hour)))
+		appendAll(t, s, historyRows(p.ID, "room", 111, 120, now))
+		appendAll(t, s, historyRows(p.ID, "other", 1, 3, now))
+		appendAll(t, s, historyRows(q.ID, "room", 1, 1500, now.Add(-2*time.Hour))) // chunks of 1000
+		// Seqs stored already are refused, and nothing of them stored.
+		if refused, err := s.AppendHistory(ctx, historyRows(p.ID, "room", 119, 120, now)); err != nil || fmt.Sprint(refused) != "[0 1]" {
+			t.Fatalf("duplicate seqs: refused %v, %v", refused, err)
 		}
 		if seq, err := s.LastHistorySeq(ctx, p.ID, "room"); err != nil || seq != 120 {
 			t.Fatalf("last seq: %d %v", seq, err)
@@ -145,13 +153,17 @@ func TestHistoryBytesAndCap(t *testing.T) {
 		other := historyRows(q.ID, "room", 1, 50, now.Add(-3*time.Hour))
 		mixed := append(historyRows(q.ID, "b", 1, 5, now), historyRows(p.ID, "b", 1, 5, now)...) // two projects in one batch
 		for _, rows := range [][]store.HistoryMessage{old, recent, other, mixed} {
-			must(t, s.AppendHistory(ctx, rows))
+			appendAll(t, s, rows)
 		}
 		wantP := size(old) + size(recent) + size(mixed[5:])
 		wantQ := size(other) + size(mixed[:5])
-		if err := s.AppendHistory(ctx, historyRows(p.ID, "room", 200, 210, now)); err != store.ErrDuplicate {
-			t.Fatalf("a duplicate seq: %v", err)
+		// A batch with a seq stored already: that row is refused, and not
+		// counted; the others are stored.
+		again := historyRows(p.ID, "room", 200, 210, now)
+		if refused, err := s.AppendHistory(ctx, again); err != nil || fmt.Sprint(refused) != "[0]" {
+			t.Fatalf("a duplicate seq: refused %v, %v", refused, err)
 		}
+		wantP += size(again[1:])
 		if bytesOf(p.ID) != wantP || bytesOf(q.ID) != wantQ {
 			t.Fatalf("bytes %d and %d, want %d and %d", bytesOf(p.ID), bytesOf(q.ID), wantP, wantQ)
 		}
@@ -181,7 +193,7 @@ func TestHistoryBytesAndCap(t *testing.T) {
 		if bytesOf(p.ID) != got || got > capBytes || got <= capBytes-int64(len(recent[0].Message))*2 {
 			t.Fatalf("p after the cap sweep: counted %d, holds %d, cap %d", bytesOf(p.ID), got, capBytes)
 		}
-		if len(left) == 0 || left[0].Seq <= 101 || left[len(left)-1].Seq != 200 || len(leftB) != 5 {
+		if len(left) == 0 || left[0].Seq <= 101 || left[len(left)-1].Seq != 210 || len(leftB) != 5 {
 			t.Fatalf("p kept room %v and b %v: want its newest", seqsOf(left), seqsOf(leftB))
 		}
 		if bytesOf(q.ID) != wantQ {
@@ -192,7 +204,7 @@ func TestHistoryBytesAndCap(t *testing.T) {
 		must(t, s.RecordHistoryUsage(ctx, day))
 		must(t, s.AddUsage(ctx, store.Usage{ProjectID: p.ID, Day: day, MessageCount: 3}))
 		rows, err := s.Usage(ctx, p.ID, day)
-		if err != nil || len(rows) != 1 || rows[0].HistoryBytes != size(old)+size(recent)+size(mixed[5:]) || rows[0].MessageCount != 3 {
+		if err != nil || len(rows) != 1 || rows[0].HistoryBytes != size(old)+size(recent)+size(mixed[5:])+size(again[1:]) || rows[0].MessageCount != 3 {
 			t.Fatalf("p's usage row: %+v %v", rows, err)
 		}
 		if rows, _ = s.Usage(ctx, q.ID, day); len(rows) != 1 || rows[0].HistoryBytes != wantQ {
@@ -224,7 +236,7 @@ func TestHistoryCapSteps(t *testing.T) {
 			return rows
 		}
 		rows := big(1, 60)
-		must(t, s.AppendHistory(ctx, rows))
+		appendAll(t, s, rows)
 		row := int64(len(rows[0].Message))
 		n, err := s.SweepHistory(ctx, now, 59*row, 1000, 10000)
 		if err != nil || n != 1 {
@@ -235,7 +247,7 @@ func TestHistoryCapSteps(t *testing.T) {
 		}
 
 		// Twice the cap, two sweeps at once.
-		must(t, s.AppendHistory(ctx, big(61, 178)))
+		appendAll(t, s, big(61, 178))
 		capBytes := 88 * row
 		var wg sync.WaitGroup
 		errs := make(chan error, 2)
@@ -279,24 +291,28 @@ func TestHistoryPublishID(t *testing.T) {
 		now := time.Now().UTC()
 		rows := historyRows(p.ID, "room", 1, 3, now)
 		rows[1].PublishID = "pub-2"
-		must(t, s.AppendHistory(ctx, rows))
-		must(t, s.AppendHistory(ctx, historyRows(p.ID, "room", 4, 6, now))) // no ids: no conflict among them
+		appendAll(t, s, rows)
+		appendAll(t, s, historyRows(p.ID, "room", 4, 6, now)) // no ids: no conflict among them
 		if seq, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-2"); err != nil || !ok || seq != 2 {
 			t.Fatalf("pub-2: %d %v %v", seq, ok, err)
 		}
 		if _, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-9"); err != nil || ok {
 			t.Fatalf("an unknown publish: %v %v", ok, err)
 		}
-		again := historyRows(p.ID, "room", 7, 8, now)
-		again[1].PublishID = "pub-2"
-		if err := s.AppendHistory(ctx, again); err != store.ErrDuplicate {
-			t.Fatalf("a second row for one publish: %v", err)
+		again := historyRows(p.ID, "room", 7, 9, now)
+		again[1].PublishID = "pub-2" // stored already, at seq 2
+		again[2].PublishID = "pub-9"
+		if refused, err := s.AppendHistory(ctx, again); err != nil || fmt.Sprint(refused) != "[1]" {
+			t.Fatalf("a second row for one publish: refused %v, %v", refused, err)
 		}
-		if last, _ := s.LastHistorySeq(ctx, p.ID, "room"); last != 6 {
-			t.Fatalf("the refused batch stored something: last seq %d", last)
+		if got, err := s.HistoryAfter(ctx, p.ID, "room", 6, 10); err != nil || fmt.Sprint(seqsOf(got)) != "[7 9]" {
+			t.Fatalf("the rest of the batch: %v %v", seqsOf(got), err)
+		}
+		if seq, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-2"); err != nil || !ok || seq != 2 {
+			t.Fatalf("pub-2 after the refused row: %d %v %v", seq, ok, err)
 		}
 		other := historyRows(p.ID, "lobby", 1, 1, now)
 		other[0].PublishID = "pub-2" // another channel: its own publish
-		must(t, s.AppendHistory(ctx, other))
+		appendAll(t, s, other)
 	})
 }

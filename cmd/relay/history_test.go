@@ -73,7 +73,7 @@ func TestChannelHistory(t *testing.T) {
 			sparse = append(sparse, store.HistoryMessage{ProjectID: p.id, Channel: "sparse", Seq: seq,
 				Message: fmt.Sprintf(`{"channel":"sparse","payload":%d,"seq":%d}`, seq, seq), CreatedAt: time.Now()})
 		}
-		if err := ts.app.store.AppendHistory(t.Context(), sparse); err != nil {
+		if _, err := ts.app.store.AppendHistory(t.Context(), sparse); err != nil {
 			t.Fatal(err)
 		}
 		msg := func(seq int) string { return fmt.Sprintf(`{"channel":"sparse","payload":%d,"seq":%d}`, seq, seq) }
@@ -119,7 +119,7 @@ func TestChannelHistory(t *testing.T) {
 		for i := range bulk {
 			bulk[i] = store.HistoryMessage{ProjectID: p.id, Channel: "bulk", Seq: int64(i + 1), Message: bulkMsg(i + 1), CreatedAt: time.Now()}
 		}
-		if err := ts.app.store.AppendHistory(t.Context(), bulk); err != nil {
+		if _, err := ts.app.store.AppendHistory(t.Context(), bulk); err != nil {
 			t.Fatal(err)
 		}
 		bulkPage := func(from, to int, more bool) string {

@@ -219,7 +219,7 @@ func TestHistoryRetentionSetting(t *testing.T) {
 		}
 		stored := []store.HistoryMessage{{ProjectID: p.id, Channel: "room", Seq: 1, Message: strings.Repeat("x", 1500), CreatedAt: time.Now()},
 			{ProjectID: p.id, Channel: "room", Seq: 2, Message: strings.Repeat("y", 1572), CreatedAt: time.Now()}}
-		if err := ts.app.store.AppendHistory(t.Context(), stored); err != nil {
+		if _, err := ts.app.store.AppendHistory(t.Context(), stored); err != nil {
 			t.Fatal(err)
 		}
 		if got := c.get(page).byID("history-size"); got != "3.0 KiB" {

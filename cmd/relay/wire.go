@@ -48,7 +48,7 @@ func settingsLoader(st *store.Store, now func() time.Time) actors.SettingsLoader
 // historyStore adapts the store's channel history to the actors.
 type historyStore struct{ st *store.Store }
 
-func (h historyStore) AppendHistory(ctx context.Context, recs []actors.HistoryRecord) error {
+func (h historyStore) AppendHistory(ctx context.Context, recs []actors.HistoryRecord) ([]int, error) {
 	rows := make([]store.HistoryMessage, len(recs))
 	for i, r := range recs {
 		rows[i] = store.HistoryMessage{ProjectID: r.Project, Channel: r.Channel, Seq: int64(r.Seq), Message: string(r.Message), CreatedAt: r.At,
