@@ -23,7 +23,7 @@ func historyRows(project, channel string, from, to uint64, at time.Time) []store
 
 // historyProjects is a store with a user (owner, its id) and two of its
 // projects.
-func historyProjects(t *testing.T, url string) (s *store.Store, owner string, p, q store.Project) {
+func historyProjects(t testing.TB, url string) (s *store.Store, owner string, p, q store.Project) {
 	t.Helper()
 	s = open(t, url)
 	u, err := s.CreateUser(context.Background(), "a@example.com", "h")

@@ -17,7 +17,7 @@ import (
 
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-func open(t *testing.T, url string) *store.Store { return storetest.Open(t, url) }
+func open(t testing.TB, url string) *store.Store { return storetest.Open(t, url) }
 
 func TestOpenRejectsUnknownScheme(t *testing.T) {
 	_, err := store.Open(context.Background(), "mysql://u:hunter2@h/db")
@@ -98,7 +98,7 @@ func TestUsers(t *testing.T) {
 	})
 }
 
-func newProject(t *testing.T, s *store.Store, owner string) (store.Project, store.APIKey, store.APIKey) {
+func newProject(t testing.TB, s *store.Store, owner string) (store.Project, store.APIKey, store.APIKey) {
 	t.Helper()
 	pub := store.APIKey{KeyType: "public", KeyHash: "hash-pub-" + owner + time.Now().String(), KeyPrefix: "pk_live_abcd************"}
 	sec := store.APIKey{KeyType: "secret", KeyHash: "hash-sec-" + owner + time.Now().String(), KeyPrefix: "sk_live_abcd************"}
