@@ -29,8 +29,12 @@ type channelCore struct {
 	// fresh: seq is still the clock's start, told to nobody (nothing
 	// stamped or handed over, no join answered with it): a channel that
 	// keeps history may continue from its stored last seq (continueFrom).
-	fresh    bool
-	known    uint64 // the highest seq a node said it delivered (raise)
+	fresh bool
+	// landed is the highest seq the channel delivered: here (land), by a
+	// previous owner (merge), on a node (raise), or stored (continueFrom).
+	// A relay is told no seq above it: a stamped message may still fail,
+	// and a next owner after a crash may stamp that number again.
+	landed   uint64
 	window   fixedWindow
 	replay   replayRing
 	members  roster                        // presence subscriptions of every node, by clientId
@@ -154,6 +158,7 @@ func (c *channelCore) stamp(e *emitRequest) (*stamped, emitOutcome) {
 // land is publish's second half: the stamped message m (accepted at at)
 // goes into the ring and to every node with subscribers now.
 func (c *channelCore) land(m *stamped, at time.Time, res emitOutcome) emitOutcome {
+	c.landed = max(c.landed, m.seq)
 	c.replay.add(m.seq, at, transport.FramePayload(m.buf))
 	res.subscribers, res.delivered = c.subCount, c.subCount
 	if m.client {
@@ -366,7 +371,7 @@ func (c *channelCore) vacated() {
 // crashed stamped it): seq goes on from there, and what came before it is
 // not in the ring.
 func (c *channelCore) raise(seq uint64) {
-	c.known = max(c.known, seq)
+	c.landed = max(c.landed, seq)
 	if seq > c.seq {
 		c.seq = seq
 		c.replay.lowWater = max(c.replay.lowWater, seq)
@@ -383,18 +388,18 @@ func (c *channelCore) continueFrom(last uint64) {
 		c.raise(last)
 		return
 	}
-	c.fresh = false
-	c.seq = max(last, c.known)
-	c.replay.lowWater = c.seq
+	c.landed = max(c.landed, last)
+	c.seq, c.replay.lowWater, c.fresh = c.landed, c.landed, false
 }
 
 // merge takes a previous owner's state (a handoff): its ring goes before
 // this one's (unless they could overlap: then a replay_gap is the honest
 // answer), and its window counts with this one's. A fresh core goes on
 // from the previous owner's seq (no jump on a handoff); any other keeps the
-// higher. seq 0: the previous owner was fresh itself (handedSeq), and had
-// nothing to hand on but its window.
-func (c *channelCore) merge(older []replayEntry, lowWater, seq uint64, windowStart time.Time, windowCount int) {
+// higher. seq 0: the previous owner was fresh itself and knew of nothing
+// delivered (handedSeq), and had nothing to hand on but its window. landed
+// is the previous owner's (0: not said, by an older node: seq).
+func (c *channelCore) merge(older []replayEntry, lowWater, seq, landed uint64, windowStart time.Time, windowCount int) {
 	c.window.merge(windowStart, windowCount)
 	if seq == 0 {
 		return
@@ -404,15 +409,18 @@ func (c *channelCore) merge(older []replayEntry, lowWater, seq uint64, windowSta
 	}
 	c.replay.prepend(older, lowWater, seq, c.replay.empty() && c.replay.lowWater == c.seq)
 	c.seq = max(c.seq, seq)
-	c.raise(c.known)
+	if landed == 0 {
+		landed = seq
+	}
+	c.raise(landed)
 }
 
-// handedSeq is the seq a handoff hands on: 0 while fresh (the clock's start
-// is no message's; the next owner keeps its own, or continues from the
-// store).
+// handedSeq is the seq a handoff hands on: while fresh (the clock's start
+// is no message's), only what a node said it delivered, if anything (0:
+// the next owner keeps its own, or continues from the store).
 func (c *channelCore) handedSeq() uint64 {
 	if c.fresh {
-		return 0
+		return c.landed
 	}
 	return c.seq
 }

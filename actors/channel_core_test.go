@@ -158,7 +158,7 @@ func mergeState(count int, msgs ...uint64) func(h *coreHarness) string {
 		for _, back := range msgs {
 			older = append(older, replayEntry{seq: h.base - back, at: h.now, msg: fmt.Appendf(nil, `{"old":%d}`, back)})
 		}
-		h.core.merge(older, h.base-msgs[0]-1, h.base-msgs[len(msgs)-1], h.now.Truncate(time.Minute), count)
+		h.core.merge(older, h.base-msgs[0]-1, h.base-msgs[len(msgs)-1], 0, h.now.Truncate(time.Minute), count)
 		return ""
 	}
 }
@@ -295,7 +295,7 @@ func TestChannelCore(t *testing.T) {
 		{name: "a fresh previous owner hands on no seq: this core's stays", steps: []coreStep{
 			{func(h *coreHarness) string {
 				prev := newChannelCore("p", "room", h.core.cfg, &replayBudget{}, channelHooks{}, h)
-				h.core.merge(nil, prev.replay.lowWater, prev.handedSeq(), h.now, 0)
+				h.core.merge(nil, prev.replay.lowWater, prev.handedSeq(), prev.landed, h.now, 0)
 				return fmt.Sprintf("handed %d seq %d", prev.handedSeq(), int64(h.core.seq-h.base))
 			}, "handed 0 seq 0"},
 			{stored(100), "seq -100"}, // still fresh: it goes on from the store

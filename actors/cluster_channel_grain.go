@@ -359,7 +359,6 @@ func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
 		return
 	}
 	o := g.core.publish(&e)
-	g.hist.stamped = g.hist.stamped || o.err == ""
 	res := publishedOf(m.Id, o)
 	g.answered.remember(m.Id, now, res)
 	answer(res)
@@ -468,14 +467,11 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	if m.HasSince {
 		stored = g.storedReplay(m.Since, now)
 	} else if g.cfg.History != nil && (g.hist.on || !g.hist.told) {
-		g.loadSeq() // the join's seq is then the stored last one (landedSeq)
+		g.loadSeq() // the join's seq is then the stored last one (joinSeq)
 	}
 	o := g.core.join(&joinRequest{node: node, conn: m.Sub.Conn, sub: coreSub{presence: m.Sub.Presence, clientID: m.Sub.ClientId},
 		hasSince: m.HasSince, since: m.Since, stored: stored}, now)
-	if !g.hist.seq.loaded {
-		g.core.fresh = false // the relay is told the clock's start: seq goes on above it
-	}
-	g.c.send(ctx, g.relays[node], &clusterpb.ChannelJoined{Conn: m.Sub.Conn, Refused: string(o.refused), Seq: g.landedSeq(o.seq),
+	g.c.send(ctx, g.relays[node], &clusterpb.ChannelJoined{Conn: m.Sub.Conn, Refused: string(o.refused), Seq: g.joinSeq(),
 		Gap: o.gap, GapSince: o.gapSince, Replay: o.replay, Members: o.members})
 }
 
@@ -571,7 +567,7 @@ func (g *channelGrain) sendRoster(ctx actor.Context) {
 func (g *channelGrain) state() *clusterpb.GrainState {
 	c := g.core
 	c.replay.expire(g.cfg.Now())
-	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.handedSeq(), LowWater: c.replay.lowWater,
+	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.handedSeq(), Landed: c.landed, LowWater: c.replay.lowWater,
 		WindowStartUnixNano: c.window.start.UnixNano(), WindowCount: int32(c.window.count)}
 	for _, e := range c.replay.live() {
 		st.Replay = append(st.Replay, &clusterpb.ReplayEntry{Seq: e.seq, AtUnixNano: e.at.UnixNano(), Message: e.msg})
@@ -599,7 +595,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 	for _, e := range st.Replay {
 		older = append(older, replayEntry{seq: e.Seq, at: time.Unix(0, e.AtUnixNano), msg: e.Message})
 	}
-	g.core.merge(older, st.LowWater, st.Seq, time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
+	g.core.merge(older, st.LowWater, st.Seq, st.Landed, time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, a := range st.Answered {
 		if a.Answer != nil {
 			g.answered.adopt(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)

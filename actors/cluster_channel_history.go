@@ -36,7 +36,6 @@ type grainHistory struct {
 	// freezeHold: then what is held is answered service_unavailable).
 	freezing     []chan *clusterpb.GrainState
 	landDue      bool      // a landAgain is due (the node is fenced)
-	stamped      bool      // this grain has stamped a message (its seq is no longer the clock's start)
 	lookupFailed time.Time // a publish id's lookup in the store failed then: none again for historyReadWait
 }
 
@@ -68,22 +67,25 @@ func (g *channelGrain) keepsHistory(m *clusterpb.ChannelPublish) bool {
 	return g.cfg.History != nil && (g.hist.on || m.History)
 }
 
-// landedSeq is the last seq delivered (of seq, the last stamped), which a
-// relay takes a join's seq for: below the messages held for their commit
-// (stamped, not yet delivered); and, before this grain has stamped
-// anything (its seq is the clock's start, no message's), the stored last
-// seq, so that a later catch-up from the store finds it stored and says no
-// gap.
-func (g *channelGrain) landedSeq(seq uint64) uint64 {
+// joinSeq is the seq a join is answered with, which the relay takes as
+// delivered already. With history: the channel's landed seq, never a
+// stamped message's that may still fail (nor a failed one's: after a
+// crash, the next owner continues from the stored last seq and may stamp
+// that number again). Without, or while nothing landed: seq (the clock's
+// start if nothing was stamped), below the messages held for their commit,
+// and the core is no longer fresh (that seq was told).
+func (g *channelGrain) joinSeq() uint64 {
+	c := g.core
+	if c.landed > 0 && g.cfg.History != nil && (g.hist.on || !g.hist.told) {
+		return c.landed
+	}
+	c.fresh = false
 	for _, h := range g.hist.held {
 		if h.msg != nil {
 			return h.msg.seq - 1
 		}
 	}
-	if !g.hist.stamped && !g.adopted && g.hist.seq.loaded && g.hist.seq.last > 0 {
-		return g.hist.seq.last
-	}
-	return seq
+	return c.seq
 }
 
 // loadSeq raises seq above the channel's stored last seq, once.
@@ -137,7 +139,6 @@ func (g *channelGrain) publishHeld(ctx actor.Context, m *clusterpb.ChannelPublis
 	g.hist.pending[m.Id] = true
 	keep := g.keepsHistory(m)
 	h.decide(g.core, g.cfg, e, keep, !keep || g.loadSeq(), ctx.Self(), m.Id)
-	g.hist.stamped = g.hist.stamped || h.msg != nil
 	g.landHeld(ctx)
 }
 

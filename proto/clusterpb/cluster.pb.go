@@ -2291,8 +2291,11 @@ type GrainState struct {
 	WindowCount         int32                  `protobuf:"varint,6,opt,name=window_count,json=windowCount,proto3" json:"window_count,omitempty"`
 	Relays              []*RelaySubs           `protobuf:"bytes,7,rep,name=relays,proto3" json:"relays,omitempty"`
 	Answered            []*AnsweredPublish     `protobuf:"bytes,8,rep,name=answered,proto3" json:"answered,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The highest seq the channel delivered (below seq when stamped messages
+	// failed: nobody was told those). 0 from nodes before it: seq is taken.
+	Landed        uint64 `protobuf:"varint,9,opt,name=landed,proto3" json:"landed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GrainState) Reset() {
@@ -2379,6 +2382,13 @@ func (x *GrainState) GetAnswered() []*AnsweredPublish {
 		return x.Answered
 	}
 	return nil
+}
+
+func (x *GrainState) GetLanded() uint64 {
+	if x != nil {
+		return x.Landed
+	}
+	return 0
 }
 
 type ReplayEntry struct {
@@ -3145,7 +3155,7 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x04took\x18\x04 \x01(\bR\x04took\x12\x1a\n" +
 	"\brefunded\x18\x05 \x01(\bR\brefunded\"'\n" +
 	"\x0fGrainHandoffAck\x12\x14\n" +
-	"\x05taken\x18\x01 \x01(\x05R\x05taken\"\xd1\x02\n" +
+	"\x05taken\x18\x01 \x01(\x05R\x05taken\"\xe9\x02\n" +
 	"\n" +
 	"GrainState\x12\x1a\n" +
 	"\bidentity\x18\x01 \x01(\tR\bidentity\x12\x10\n" +
@@ -3155,7 +3165,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x16window_start_unix_nano\x18\x05 \x01(\x03R\x13windowStartUnixNano\x12!\n" +
 	"\fwindow_count\x18\x06 \x01(\x05R\vwindowCount\x120\n" +
 	"\x06relays\x18\a \x03(\v2\x18.relay.cluster.RelaySubsR\x06relays\x12:\n" +
-	"\banswered\x18\b \x03(\v2\x1e.relay.cluster.AnsweredPublishR\banswered\"[\n" +
+	"\banswered\x18\b \x03(\v2\x1e.relay.cluster.AnsweredPublishR\banswered\x12\x16\n" +
+	"\x06landed\x18\t \x01(\x04R\x06landed\"[\n" +
 	"\vReplayEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
