@@ -20,6 +20,7 @@ type grainLookup struct {
 	gen       uint64     // the lookup whose answer counts
 	resolving bool
 	stale     int // lookups in a row that found the grain off the owner (staleLookups)
+	lost      int // lookups in a row whose ask went unanswered (activationWait doubles)
 }
 
 // grainResolved carries a grain lookup back into the actor.
@@ -52,8 +53,9 @@ func (l *grainLookup) resolve(ctx actor.Context) {
 	l.gen++
 	l.resolving = true
 	gen, self, root, place, identity, kind := l.gen, ctx.Self(), ctx.ActorSystem().Root, l.c.place, l.identity, l.kind
+	wait := min(activationWait<<min(l.lost, 3), activationWaitMax)
 	go func() {
-		pid, refused, lost := place.get(kind, identity)
+		pid, refused, lost := place.get(kind, identity, wait)
 		root.Send(self, &grainResolved{pid: pid, refused: refused, lost: lost, gen: gen})
 	}()
 }
@@ -70,18 +72,22 @@ func (l *grainLookup) resolveOnce(ctx actor.Context) {
 // A lookup that found nothing (no member hosts the kind yet, or the owner
 // failed to answer) is tried again after resolveRetry; one the owner
 // refused, after staleRetry; one whose request went unanswered, at once (it
-// waited activationWait already).
+// waited activationWait already, and the next waits twice as long).
 func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 	if m.gen != l.gen {
 		return false // a later lookup is under way
 	}
 	l.resolving = false
+	if !m.lost {
+		l.lost = 0
+	}
 	switch {
 	case m.pid == nil && m.refused && l.stale < staleLookups:
 		l.stale++ // the owner asked has another member list than this node
 		l.again(ctx, m.gen, staleRetry)
 		return false
 	case m.pid == nil && m.lost:
+		l.lost++
 		l.resolve(ctx)
 		return false
 	case m.pid == nil:

@@ -34,8 +34,14 @@ const activatorName = disthash.PartitionActivatorActorName
 // wait is a lost request: a peer tears its connection to an address down
 // up to 2 s late (its writer sleeps between connection attempts), dropping
 // what was queued on it, when a node restarts on that address. Asked again
-// (grainLookup), a lost request costs the channel this long, not 5 s.
-const activationWait = time.Second
+// (grainLookup), a lost request costs the channel this long, not 5 s; a
+// lookup whose asks go unanswered again and again waits longer each time
+// (an owner that slow would answer every short ask too late), up to
+// activationWaitMax.
+const (
+	activationWait    = time.Second
+	activationWaitMax = 5 * time.Second
+)
 
 var _ cluster.IdentityLookup = (*placement)(nil)
 
@@ -65,21 +71,21 @@ func (p *placement) RemovePid(ci *cluster.ClusterIdentity, pid *actor.PID) {
 }
 
 func (p *placement) Get(ci *cluster.ClusterIdentity) *actor.PID {
-	pid, _, _ := p.get(ci.Kind, ci.Identity)
+	pid, _, _ := p.get(ci.Kind, ci.Identity, activationWaitMax)
 	return pid
 }
 
 // get asks the owner of a grain in this node's member list for it: its
 // PID; nil when no member hosts the kind or the owner did not answer, and
 // then refused when it answered that it does not own the grain, lost when
-// it did not answer within activationWait.
-func (p *placement) get(kind, identity string) (pid *actor.PID, refused, lost bool) {
+// it did not answer within wait.
+func (p *placement) get(kind, identity string, wait time.Duration) (pid *actor.PID, refused, lost bool) {
 	owner := p.c.ownerAddress(kind, identity)
 	if owner == "" {
 		return nil, false, false
 	}
 	req := &cluster.ActivationRequest{ClusterIdentity: &cluster.ClusterIdentity{Kind: kind, Identity: identity}}
-	res, err := p.pc.ActorSystem.Root.RequestFuture(actor.NewPID(owner, activatorName), req, activationWait).Result()
+	res, err := p.pc.ActorSystem.Root.RequestFuture(actor.NewPID(owner, activatorName), req, wait).Result()
 	r, ok := res.(*cluster.ActivationResponse)
 	switch {
 	case err != nil || !ok:
