@@ -48,10 +48,11 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	type key struct {
+	type key struct { // a row as RETURNING names it (two rows of one seq differ by publish)
 		ProjectID string `bun:"project_id"`
 		Channel   string `bun:"channel"`
 		Seq       int64  `bun:"seq"`
+		PublishID string `bun:"publish_id"`
 	}
 	for i := range msgs {
 		m := &msgs[i]
@@ -68,7 +69,7 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 		for from := 0; from < len(msgs); from += chunk {
 			part := msgs[from:min(from+chunk, len(msgs))]
 			var got []key
-			if _, err := tx.NewInsert().Model(&part).On("CONFLICT DO NOTHING").Returning("project_id, channel, seq").Exec(ctx, &got); err != nil {
+			if _, err := tx.NewInsert().Model(&part).On("CONFLICT DO NOTHING").Returning("project_id, channel, seq, publish_id").Exec(ctx, &got); err != nil {
 				return err
 			}
 			stored = append(stored, got...)
@@ -80,7 +81,7 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 		refused = refused[:0]
 		var added []historyUsage // per project
 		for i, m := range msgs {
-			k := key{m.ProjectID, m.Channel, m.Seq}
+			k := key{m.ProjectID, m.Channel, m.Seq, m.PublishID}
 			if !in[k] {
 				refused = append(refused, i)
 				continue
@@ -274,6 +275,21 @@ func deleteRows(ctx context.Context, tx bun.Tx, projectID string, cutoff *time.T
 	return int64(len(sizes)), bytes, err
 }
 
+// clearStaleHistory deletes every message a project still stores from
+// before its history was turned off (the sweep deletes them, in time), as
+// the history is turned on again. A channel continues seq from its stored
+// last message, which must then be one stored since: while the history was
+// off its channels delivered messages with higher seqs, stored nowhere.
+func clearStaleHistory(ctx context.Context, tx bun.Tx, projectID string) error {
+	const batch = 10000
+	for {
+		n, _, err := deleteRows(ctx, tx, projectID, nil, batch)
+		if err != nil || n < batch {
+			return err
+		}
+	}
+}
+
 // HistorySeqOf is the seq of a channel's stored message that publish id
 // stamped; false when none is stored.
 func (s *Store) HistorySeqOf(ctx context.Context, projectID, channel, publishID string) (uint64, bool, error) {
@@ -298,14 +314,15 @@ func (s *Store) HistoryBytes(ctx context.Context, projectID string) (int64, erro
 }
 
 // RecordHistoryUsage writes each project's history bytes now into its usage
-// row of day (YYYY-MM-DD, UTC), keeping the day's largest.
+// row of day (YYYY-MM-DD, UTC), keeping the day's largest: a row already as
+// large is not written again (every node samples every 30 s).
 func (s *Store) RecordHistoryUsage(ctx context.Context, day string) error {
-	greatest := s.greatest()
 	// WHERE in the SELECT: SQLite reads an ON after a bare SELECT as a join's.
 	_, err := s.db.NewRaw(`INSERT INTO usage_daily (project_id, day, connection_count, message_count, peak_concurrent_connections,
 			deliveries, dropped, slow_consumers_closed, channel_rate_limited, project_rate_limited, client_emit_rate_limited,
 			latency_p99_ms, history_bytes)
 		SELECT project_id, ?, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, bytes FROM history_usage WHERE bytes > 0
-		ON CONFLICT (project_id, day) DO UPDATE SET history_bytes = `+greatest+`(usage_daily.history_bytes, EXCLUDED.history_bytes)`, day).Exec(ctx)
+		ON CONFLICT (project_id, day) DO UPDATE SET history_bytes = EXCLUDED.history_bytes
+		WHERE usage_daily.history_bytes < EXCLUDED.history_bytes`, day).Exec(ctx)
 	return err
 }

@@ -43,10 +43,6 @@ func seqsOf(ms []store.HistoryMessage) []int64 {
 	return out
 }
 
-// TestHistory: a batch is stored whole or not at all; reads forwards and
-// backwards by seq with exact bodies; the last seq; the retention sweep in
-// bounded batches, per project, and everything of a project whose history
-// is off; a deleted project's rows go with it.
 // appendAll stores rows, every one of them.
 func appendAll(t *testing.T, s *store.Store, rows []store.HistoryMessage) {
 	t.Helper()
@@ -55,6 +51,10 @@ func appendAll(t *testing.T, s *store.Store, rows []store.HistoryMessage) {
 	}
 }
 
+// TestHistory: a batch is stored but for the rows whose seq is stored
+// already; reads forwards and backwards by seq with exact bodies; the last
+// seq; the retention sweep in bounded batches, per project, and everything
+// of a project whose history is off; a deleted project's rows go with it.
 func TestHistory(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
@@ -310,6 +310,17 @@ func TestHistoryPublishID(t *testing.T) {
 		}
 		if seq, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-2"); err != nil || !ok || seq != 2 {
 			t.Fatalf("pub-2 after the refused row: %d %v %v", seq, ok, err)
+		}
+		// Two rows of one seq in a batch, the first of a publish stored
+		// already: the second is the one stored, and said so.
+		clash := historyRows(p.ID, "room", 10, 10, now)
+		clash = append(clash, clash[0])
+		clash[0].PublishID, clash[1].PublishID, clash[1].Message = "pub-2", "pub-10", `{"other":true}`
+		if refused, err := s.AppendHistory(ctx, clash); err != nil || fmt.Sprint(refused) != "[0]" {
+			t.Fatalf("two rows of seq 10, the first's publish stored: refused %v, %v", refused, err)
+		}
+		if got, err := s.HistoryAfter(ctx, p.ID, "room", 9, 10); err != nil || len(got) != 1 || got[0].PublishID != "pub-10" {
+			t.Fatalf("seq 10 stored as %+v %v, want pub-10's", got, err)
 		}
 		other := historyRows(p.ID, "lobby", 1, 1, now)
 		other[0].PublishID = "pub-2" // another channel: its own publish

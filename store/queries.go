@@ -378,7 +378,8 @@ func saveSettings(ctx context.Context, db bun.IDB, st Settings) error {
 // as a key change (no key revoked), as a change of channel authorization
 // is: every node sharing the store, including one that learns of changes
 // only from the store (a change made by `relay admin`), reloads the
-// project's settings.
+// project's settings. Turning channel history on (from off) deletes what
+// the project still stores from before (clearStaleHistory).
 func (s *Store) UpdateSettings(ctx context.Context, projectID string, change func(*Settings) error) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// On PostgreSQL by locking the project's row (SQLite transactions
@@ -397,8 +398,14 @@ func (s *Store) UpdateSettings(ctx context.Context, projectID string, change fun
 		case err != nil:
 			return err
 		}
+		wasOn := st.HistoryRetentionSeconds > 0
 		if err := change(&st); err != nil {
 			return err
+		}
+		if !wasOn && st.HistoryRetentionSeconds > 0 {
+			if err := clearStaleHistory(ctx, tx, projectID); err != nil {
+				return err
+			}
 		}
 		if err := saveSettings(ctx, tx, st); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -170,6 +171,47 @@ func TestChannelHistoryOffByDefault(t *testing.T) {
 		ws.expect(`{"type":"replay_gap","channel":"room","since":1}`)
 		ws.expect(strings.TrimSuffix(historyMsg(seq, 0), "}") + `,"replay":true}`)
 		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+	})
+}
+
+// TestChannelHistoryOffAndOnAgain, on both stores: while a project's
+// history is off its channels deliver messages stored nowhere; turned on
+// again, it deletes what it still stored from before, so that a channel
+// that starts again (a restart) goes on above the messages delivered
+// meanwhile, not from an older stored seq.
+func TestChannelHistoryOffAndOnAgain(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		ts := startServer(t, dbURL, nil)
+		owner := ts.signup("alice@example.com")
+		p := owner.createProject("toggled")
+		retention := func(seconds int) {
+			t.Helper()
+			if r := owner.do("PATCH", "/api/projects/"+p.id+"/settings", fmt.Sprintf(`{"historyRetentionSeconds":%d}`, seconds)); r.status != http.StatusOK {
+				t.Fatalf("historyRetentionSeconds %d: %d %s", seconds, r.status, r.raw)
+			}
+		}
+		emit := func(n int) uint64 {
+			t.Helper()
+			return uint64(num(ts.client().emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, n)).json, "seq"))
+		}
+		retention(3600)
+		emit(0)
+		retention(0)
+		var unstored uint64
+		relaytest.Eventually(t, 5*time.Second, func() bool { // once the channel has heard the history is off
+			unstored = emit(1)
+			last, err := ts.app.store.LastHistorySeq(t.Context(), p.id, "room")
+			return err == nil && last < unstored
+		}, "an emit not stored")
+		retention(3600)
+		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.id, "room"); err != nil || last != 0 {
+			t.Fatalf("turned on again, the project still stores up to %d (%v), want nothing from before", last, err)
+		}
+		ts.stop()
+		ts = startServer(t, dbURL, nil)
+		if seq := emit(2); seq <= unstored {
+			t.Fatalf("seq after the restart %d, not above %d (delivered while the history was off)", seq, unstored)
+		}
 	})
 }
 
