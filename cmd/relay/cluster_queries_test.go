@@ -4,11 +4,14 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
 
-// TestClusterQueries: occupancy, counts, members, messages and disconnect
+// TestClusterQueries: occupancy, counts, members, messages (the ring, and
+// the store for a history project) and disconnect
 // through each of three nodes agree on the whole cluster.
 func TestClusterQueries(t *testing.T) {
 	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"})
@@ -97,4 +100,30 @@ func TestClusterQueries(t *testing.T) {
 	}
 	hc.send("POST", "/clients/u2/disconnect", "", "", map[string]string{"Authorization": "Bearer " + p.secretKey}).
 		expect(t, 200, `{"ok":true,"closed":0}`)
+
+	// Channel history through the nodes that never served the project: a
+	// second project keeps history and emits through A alone; B and C hold
+	// no actor of it and answer from the store (a page of the store says
+	// "more"; the ring's answer does not).
+	q := owner.createProject("history")
+	if r := owner.do("PATCH", "/api/projects/"+q.id+"/settings", `{"historyRetentionSeconds":3600}`); r.status != 200 {
+		t.Fatalf("history on: %d %s", r.status, r.raw)
+	}
+	var stored []string
+	for i := range 3 {
+		r, err := emitAt(http.DefaultClient, a.proc.Base, q.secretKey, "log", fmt.Sprintf(`{"n":%d}`, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := expectEmitted(t, r, "log")
+		stored = append(stored, fmt.Sprintf(`{"channel":"log","payload":{"n":%d},"seq":%d}`, i, e.seq))
+	}
+	for _, n := range []*clusterNode{b, c} {
+		hc := n.on(t).client()
+		timed(n, "GET /channels/log/messages (history)", func() response {
+			return hc.bearerGet("/channels/log/messages?limit=2", q.secretKey)
+		}).expect(t, 200, `{"channel":"log","messages":[`+stored[1]+`,`+stored[2]+`],"gap":false,"more":true}`)
+		hc.bearerGet("/channels/log/messages?limit=5", q.secretKey).expect(t, 200,
+			`{"channel":"log","messages":[`+strings.Join(stored, ",")+`],"gap":false,"more":false}`)
+	}
 }
