@@ -11,8 +11,8 @@ import (
 )
 
 // TestClusterQueries: occupancy, counts, members, messages (the ring, and
-// the store for a history project) and disconnect
-// through each of three nodes agree on the whole cluster.
+// the store for a history project) and disconnect through each of three
+// nodes agree on the whole cluster.
 func TestClusterQueries(t *testing.T) {
 	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"})
 	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
