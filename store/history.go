@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 )
 
 // Durable channel history (issue 33), for the projects that turn it on
@@ -48,53 +49,30 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	type key struct { // a row as RETURNING names it (two rows of one seq differ by publish)
-		ProjectID string `bun:"project_id"`
-		Channel   string `bun:"channel"`
-		Seq       int64  `bun:"seq"`
-		PublishID string `bun:"publish_id"`
-	}
 	for i := range msgs {
 		m := &msgs[i]
 		m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Microsecond)
 		m.Size = int64(len(m.Message))
 	}
+	if s.dialect == Postgres {
+		return s.appendHistoryPostgres(ctx, msgs)
+	}
 	// One statement per chunk: SQLite allows 32 766 variables in one, five
 	// a row. A row that meets a stored one (its key or its publish) is left
 	// out, and the rows stored come back.
 	const chunk = 1000
-	var stored []key
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		stored = stored[:0]
+		var stored []historyKey
 		for from := 0; from < len(msgs); from += chunk {
 			part := msgs[from:min(from+chunk, len(msgs))]
-			var got []key
+			var got []historyKey
 			if _, err := tx.NewInsert().Model(&part).On("CONFLICT DO NOTHING").Returning("project_id, channel, seq, publish_id").Exec(ctx, &got); err != nil {
 				return err
 			}
 			stored = append(stored, got...)
 		}
-		in := make(map[key]bool, len(stored))
-		for _, k := range stored {
-			in[k] = true
-		}
-		refused = refused[:0]
 		var added []historyUsage // per project
-		for i, m := range msgs {
-			k := key{m.ProjectID, m.Channel, m.Seq, m.PublishID}
-			if !in[k] {
-				refused = append(refused, i)
-				continue
-			}
-			delete(in, k) // a second row of one key in msgs is refused too
-			if n := len(added); n > 0 && added[n-1].ProjectID == m.ProjectID {
-				added[n-1].Bytes += m.Size
-			} else if j := slices.IndexFunc(added, func(u historyUsage) bool { return u.ProjectID == m.ProjectID }); j >= 0 {
-				added[j].Bytes += m.Size
-			} else {
-				added = append(added, historyUsage{ProjectID: m.ProjectID, Bytes: m.Size})
-			}
-		}
+		refused, added = storedOf(msgs, stored)
 		if len(added) == 0 {
 			return nil
 		}
@@ -109,6 +87,75 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 		return nil, err
 	}
 	return refused, nil
+}
+
+// appendHistoryPostgres is AppendHistory in one statement, so one round
+// trip and no BEGIN or COMMIT of its own: the rows go in as one array per
+// column, and the projects' bytes are counted from what the insert returns
+// (in project order: two writers take the rows in one order).
+func (s *Store) appendHistoryPostgres(ctx context.Context, msgs []HistoryMessage) ([]int, error) {
+	n := len(msgs)
+	projects, channels, messages, publishes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	seqs, sizes, ats := make([]int64, n), make([]int64, n), make([]time.Time, n)
+	for i, m := range msgs {
+		projects[i], channels[i], messages[i], publishes[i] = m.ProjectID, m.Channel, m.Message, m.PublishID
+		seqs[i], sizes[i], ats[i] = m.Seq, m.Size, m.CreatedAt
+	}
+	var stored []historyKey
+	err := s.db.NewRaw(`WITH ins AS (
+		INSERT INTO channel_messages (project_id, channel, seq, message, size, created_at, publish_id)
+		SELECT r.project_id, r.channel, r.seq, r.message, r.size, r.created_at, NULLIF(r.publish_id, '')
+		FROM unnest(?::uuid[], ?::text[], ?::bigint[], ?::text[], ?::bigint[], ?::timestamptz[], ?::text[])
+			AS r(project_id, channel, seq, message, size, created_at, publish_id)
+		ON CONFLICT DO NOTHING
+		RETURNING project_id, channel, seq, publish_id, size
+	), counted AS (
+		INSERT INTO history_usage (project_id, bytes)
+		SELECT project_id, SUM(size) FROM ins GROUP BY project_id ORDER BY project_id
+		ON CONFLICT (project_id) DO UPDATE SET bytes = history_usage.bytes + EXCLUDED.bytes
+	)
+	SELECT project_id, channel, seq, publish_id FROM ins`,
+		pgdialect.Array(projects), pgdialect.Array(channels), pgdialect.Array(seqs), pgdialect.Array(messages),
+		pgdialect.Array(sizes), pgdialect.Array(ats), pgdialect.Array(publishes)).Scan(ctx, &stored)
+	if err != nil {
+		return nil, err
+	}
+	refused, _ := storedOf(msgs, stored)
+	return refused, nil
+}
+
+// historyKey is a stored row as RETURNING names it (two rows of one seq in
+// a batch differ by their publish).
+type historyKey struct {
+	ProjectID string `bun:"project_id"`
+	Channel   string `bun:"channel"`
+	Seq       int64  `bun:"seq"`
+	PublishID string `bun:"publish_id"`
+}
+
+// storedOf is which of msgs the insert refused (their indexes) given the
+// rows it stored, and the bytes it stored per project.
+func storedOf(msgs []HistoryMessage, stored []historyKey) (refused []int, added []historyUsage) {
+	in := make(map[historyKey]bool, len(stored))
+	for _, k := range stored {
+		in[k] = true
+	}
+	for i, m := range msgs {
+		k := historyKey{m.ProjectID, m.Channel, m.Seq, m.PublishID}
+		if !in[k] {
+			refused = append(refused, i)
+			continue
+		}
+		delete(in, k) // a second row of one key in msgs is refused too
+		if n := len(added); n > 0 && added[n-1].ProjectID == m.ProjectID {
+			added[n-1].Bytes += m.Size
+		} else if j := slices.IndexFunc(added, func(u historyUsage) bool { return u.ProjectID == m.ProjectID }); j >= 0 {
+			added[j].Bytes += m.Size
+		} else {
+			added = append(added, historyUsage{ProjectID: m.ProjectID, Bytes: m.Size})
+		}
+	}
+	return refused, added
 }
 
 // HistoryAfter is a channel's stored messages with seq > after, oldest

@@ -21,6 +21,15 @@ func historyRows(project, channel string, from, to uint64, at time.Time) []store
 	return out
 }
 
+// size is the bytes of rows' messages.
+func size(rows []store.HistoryMessage) int64 {
+	var n int64
+	for _, r := range rows {
+		n += int64(len(r.Message))
+	}
+	return n
+}
+
 // historyProjects is a store with a user (owner, its id) and two of its
 // projects.
 func historyProjects(t testing.TB, url string) (s *store.Store, owner string, p, q store.Project) {
@@ -130,13 +139,6 @@ func TestHistoryBytesAndCap(t *testing.T) {
 		ctx := context.Background()
 		s, owner, p, q := historyProjects(t, url)
 		now := time.Now().UTC()
-		size := func(rows []store.HistoryMessage) int64 {
-			var n int64
-			for _, r := range rows {
-				n += int64(len(r.Message))
-			}
-			return n
-		}
 		bytesOf := func(id string) int64 {
 			t.Helper()
 			n, err := s.HistoryBytes(ctx, id)
@@ -284,6 +286,39 @@ func TestHistoryCapSteps(t *testing.T) {
 // TestHistoryPublishID: a message stamped by a cluster publish keeps its id:
 // the seq is found by it, and a second row for the same publish is refused
 // (the whole batch); one-node rows (no id) never conflict.
+// TestHistoryAwkwardText: messages, channel names and publish ids with
+// quotes, backslashes, commas, braces, NULL-looking text and non-ASCII
+// come back byte for byte (PostgreSQL takes them as arrays).
+func TestHistoryAwkwardText(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s, _, p, _ := historyProjects(t, url)
+		texts := []string{`{"payload":"a \"quoted\" word, {braces}, a \\ backslash"}`, `{"payload":"NULL"}`, `{"payload":"ünïcødé ✓ 𝄞"}`,
+			`{"payload":"tab\t newline\n \u0000 end"}`, `{}`, `{"payload":" leading and trailing "}`}
+		var rows []store.HistoryMessage
+		for i, m := range texts {
+			rows = append(rows, store.HistoryMessage{ProjectID: p.ID, Channel: `room "one", {1}\`, Seq: int64(i + 1), Message: m,
+				PublishID: fmt.Sprintf(`node"%d",{x}\#%d`, i, i), CreatedAt: time.Now()})
+		}
+		appendAll(t, s, rows)
+		got, err := s.HistoryAfter(ctx, p.ID, `room "one", {1}\`, 0, 100)
+		if err != nil || len(got) != len(texts) {
+			t.Fatalf("read back %d rows, %v", len(got), err)
+		}
+		for i, g := range got {
+			if g.Message != texts[i] || g.Size != int64(len(texts[i])) || g.PublishID != rows[i].PublishID || g.Channel != rows[i].Channel {
+				t.Fatalf("row %d came back %+v, stored %+v", i, g, rows[i])
+			}
+		}
+		if seq, ok, err := s.HistorySeqOf(ctx, p.ID, rows[2].Channel, rows[2].PublishID); err != nil || !ok || seq != 3 {
+			t.Fatalf("publish %q: %d %v %v", rows[2].PublishID, seq, ok, err)
+		}
+		if n, err := s.HistoryBytes(ctx, p.ID); err != nil || n != size(rows) {
+			t.Fatalf("history bytes %d (%v), want %d", n, err, size(rows))
+		}
+	})
+}
+
 func TestHistoryPublishID(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
