@@ -208,9 +208,11 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *settleOver:
 		held := g.resent
 		g.resent = nil
+		g.lookUpResent(held)
 		for _, m := range held {
 			g.publish(ctx, m)
 		}
+		g.hist.found = nil
 	case *hooksChanged:
 		g.core.hooks.set(g.cfg, m.target)
 		g.limit = m.channelLimit

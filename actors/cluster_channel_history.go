@@ -37,6 +37,10 @@ type grainHistory struct {
 	freezing     []chan *clusterpb.GrainState
 	landDue      bool      // a landAgain is due (the node is fenced)
 	lookupFailed time.Time // a publish id's lookup in the store failed then: none again for historyReadWait
+	// found: the resent publishes held while the grain settled, looked up
+	// in one query before they are decided (lookUpResent): their stored
+	// seqs by id, 0 when none is stored.
+	found map[string]uint64
 }
 
 // freezeHold bounds how long a freeze waits for held messages: less than
@@ -109,14 +113,17 @@ func (g *channelGrain) storedPublish(ctx actor.Context, m *clusterpb.ChannelPubl
 	if !g.loadSeq() || !g.hist.lookupFailed.IsZero() && now.Sub(g.hist.lookupFailed) < historyReadWait {
 		return unavailable()
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
-	defer cancel()
-	seq, ok, err := g.cfg.History.HistorySeqOf(rctx, g.core.project, g.core.name, m.Id)
+	seq, ok := g.hist.found[m.Id]
+	if !ok {
+		found, err := g.seqsOf([]string{m.Id})
+		if err != nil {
+			g.hist.lookupFailed = now
+			return unavailable()
+		}
+		seq = found[m.Id]
+	}
 	switch {
-	case err != nil:
-		g.hist.lookupFailed = now
-		return unavailable()
-	case !ok:
+	case seq == 0:
 		return false
 	case seq > g.hist.seq.last:
 		return unavailable()
@@ -126,6 +133,37 @@ func (g *channelGrain) storedPublish(ctx actor.Context, m *clusterpb.ChannelPubl
 	g.answered.remember(m.Id, now, res)
 	ctx.Send(replyTo, res)
 	return true
+}
+
+// seqsOf asks the store for the seqs the publishes stamped.
+func (g *channelGrain) seqsOf(ids []string) (map[string]uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), historyReadWait)
+	defer cancel()
+	return g.cfg.History.HistorySeqsOf(ctx, g.core.project, g.core.name, ids)
+}
+
+// lookUpResent looks up in one query the resent publishes of a history
+// project held while the grain settled (a crash sends many at once), for
+// storedPublish; a failed lookup fails them all (lookupFailed).
+func (g *channelGrain) lookUpResent(held []*clusterpb.ChannelPublish) {
+	var ids []string
+	for _, m := range held {
+		if m.Resent && g.keepsHistory(m) {
+			ids = append(ids, m.Id)
+		}
+	}
+	if len(ids) == 0 || !g.loadSeq() || !g.hist.lookupFailed.IsZero() && g.cfg.Now().Sub(g.hist.lookupFailed) < historyReadWait {
+		return
+	}
+	found, err := g.seqsOf(ids)
+	if err != nil {
+		g.hist.lookupFailed = g.cfg.Now()
+		return
+	}
+	g.hist.found = make(map[string]uint64, len(ids))
+	for _, id := range ids {
+		g.hist.found[id] = found[id] // 0: not stored
+	}
 }
 
 // publishHeld decides a publish that must wait: one of a history project,

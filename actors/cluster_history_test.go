@@ -141,6 +141,41 @@ func TestNewOwnerReadsTheStore(t *testing.T) {
 	}
 }
 
+// The publishes sent again to a new owner while it settles (a crash sends
+// many at once) are looked up in the store in one query: those stored are
+// answered with their seqs, the others stamped above the stored last.
+func TestResentPublishesLookedUpTogether(t *testing.T) {
+	h := &memHistory{}
+	c := historyNode(t, h)
+	identity := ownedChannel(t, c, "resent")
+	for seq := uint64(401); seq <= 410; seq++ {
+		h.recs = append(h.recs, storedRecord(identity, seq, fmt.Sprintf("old#%d", seq)))
+	}
+	grain := startGrain(c, identity)
+	relay, got := relayStub(c)
+	register(c, grain, relay, 410, 1)
+	ids := []string{"old#408", "lost#1", "old#409", "old#410", "lost#2"}
+	for _, id := range ids {
+		publishWith(c, grain, relay, id, true, true)
+	}
+	seqs := map[string]uint64{}
+	for len(seqs) < len(ids) {
+		p := nextPublished(t, got)
+		if p.Error != "" {
+			t.Fatalf("%s answered %s", p.Id, p.Error)
+		}
+		seqs[p.Id] = p.Seq
+	}
+	if fmt.Sprint(seqs) != "map[lost#1:411 lost#2:412 old#408:408 old#409:409 old#410:410]" {
+		t.Fatalf("answers %v, want the stored ones' seqs and the others from 411", seqs)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lookups != 1 {
+		t.Fatalf("%d lookups of the publishes sent again, want 1", h.lookups)
+	}
+}
+
 // A freeze (this node hands its grains over) waits for the messages held
 // for their commit: they land first, and the state handed on has them.
 func TestFreezeWaitsForHeldMessages(t *testing.T) {

@@ -55,9 +55,10 @@ type HistoryStore interface {
 	// HistoryBefore is a channel's records with above < seq < before,
 	// newest first, at most limit.
 	HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]HistoryRecord, error)
-	// HistorySeqOf is the seq of the record a cluster publish stamped
-	// (false: none stored). A second record of one publish is refused.
-	HistorySeqOf(ctx context.Context, project, channel, publishID string) (uint64, bool, error)
+	// HistorySeqsOf is the seqs of the records the cluster publishes
+	// stamped, by publish id (absent: none stored). A second record of one
+	// publish is refused.
+	HistorySeqsOf(ctx context.Context, project, channel string, publishIDs []string) (map[string]uint64, error)
 }
 
 // Bounds of the history writer and of a replay from the store.

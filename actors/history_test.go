@@ -22,6 +22,7 @@ type memHistory struct {
 	fail    error
 	commits int
 	reads   int           // LastHistorySeq calls
+	lookups int           // HistorySeqsOf calls
 	gate    chan struct{} // non-nil: each commit waits for a receive
 	waiting int           // records of the commit that waits at the gate
 }
@@ -87,11 +88,20 @@ func (h *memHistory) HistoryBefore(ctx context.Context, project, channel string,
 	return out, h.fail
 }
 
-func (h *memHistory) HistorySeqOf(ctx context.Context, project, channel, publishID string) (uint64, bool, error) {
+func (h *memHistory) HistorySeqsOf(ctx context.Context, project, channel string, publishIDs []string) (map[string]uint64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	seq, ok, _ := h.seqOfLocked(project, channel, publishID)
-	return seq, ok, h.fail
+	h.lookups++
+	if h.fail != nil {
+		return nil, h.fail
+	}
+	out := map[string]uint64{}
+	for _, id := range publishIDs {
+		if seq, ok, _ := h.seqOfLocked(project, channel, id); ok {
+			out[id] = seq
+		}
+	}
+	return out, nil
 }
 
 func (h *memHistory) seqOfLocked(project, channel, publishID string) (uint64, bool, error) {

@@ -340,13 +340,29 @@ func clearStaleHistory(ctx context.Context, tx bun.Tx, projectID string) error {
 // HistorySeqOf is the seq of a channel's stored message that publish id
 // stamped; false when none is stored.
 func (s *Store) HistorySeqOf(ctx context.Context, projectID, channel, publishID string) (uint64, bool, error) {
-	var seq int64
-	err := s.db.NewSelect().Model((*HistoryMessage)(nil)).Column("seq").
-		Where("project_id = ? AND channel = ? AND publish_id = ?", projectID, channel, publishID).Scan(ctx, &seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
+	seqs, err := s.HistorySeqsOf(ctx, projectID, channel, []string{publishID})
+	seq, ok := seqs[publishID]
+	return seq, ok, err
+}
+
+// HistorySeqsOf is HistorySeqOf for several publishes (at most a few
+// thousand) in one query: the seqs by publish id, an id with none stored
+// absent.
+func (s *Store) HistorySeqsOf(ctx context.Context, projectID, channel string, publishIDs []string) (map[string]uint64, error) {
+	var rows []struct {
+		PublishID string `bun:"publish_id"`
+		Seq       int64  `bun:"seq"`
 	}
-	return uint64(seq), err == nil, err
+	err := s.db.NewSelect().Model((*HistoryMessage)(nil)).Column("publish_id", "seq").
+		Where("project_id = ? AND channel = ? AND publish_id IN (?)", projectID, channel, bun.In(publishIDs)).Scan(ctx, &rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(rows))
+	for _, r := range rows {
+		out[r.PublishID] = uint64(r.Seq)
+	}
+	return out, nil
 }
 
 // HistoryBytes is the channel history a project holds in the store, in

@@ -61,8 +61,8 @@ func (h historyStore) LastHistorySeq(ctx context.Context, project, channel strin
 	return h.st.LastHistorySeq(ctx, project, channel)
 }
 
-func (h historyStore) HistorySeqOf(ctx context.Context, project, channel, publishID string) (uint64, bool, error) {
-	return h.st.HistorySeqOf(ctx, project, channel, publishID)
+func (h historyStore) HistorySeqsOf(ctx context.Context, project, channel string, publishIDs []string) (map[string]uint64, error) {
+	return h.st.HistorySeqsOf(ctx, project, channel, publishIDs)
 }
 
 func (h historyStore) HistoryBefore(ctx context.Context, project, channel string, before, above uint64, limit int) ([]actors.HistoryRecord, error) {
