@@ -334,6 +334,9 @@ func TestHistoryPublishID(t *testing.T) {
 		if _, ok, err := s.HistorySeqOf(ctx, p.ID, "room", "pub-9"); err != nil || ok {
 			t.Fatalf("an unknown publish: %v %v", ok, err)
 		}
+		if seqs, err := s.HistorySeqsOf(ctx, p.ID, "room", []string{"pub-2", "pub-9", "pub-2"}); err != nil || fmt.Sprint(seqs) != "map[pub-2:2]" {
+			t.Fatalf("several publishes at once: %v %v", seqs, err)
+		}
 		again := historyRows(p.ID, "room", 7, 9, now)
 		again[1].PublishID = "pub-2" // stored already, at seq 2
 		again[2].PublishID = "pub-9"
