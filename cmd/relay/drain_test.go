@@ -41,7 +41,12 @@ func TestDrainKeepsTheShutdownBound(t *testing.T) {
 	if _, err := slow.Write([]byte(head + `{"channel":`)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the handler is now reading the body
+	// The handler is now reading the body once the server has taken in
+	// everything sent so far (its end of the socket holds nothing unread).
+	relaytest.Eventually(t, 5*time.Second, func() bool {
+		n, ok := relaytest.Unread(slow.RemoteAddr(), slow.LocalAddr())
+		return ok && n == 0
+	}, "the server reading the slow emit's headers and the start of its body")
 
 	a := ts.app
 	ts.app = nil // this test shuts it down

@@ -342,9 +342,13 @@ func TestRawFrames(t *testing.T) {
 	t.Run("split frame reassembled", func(t *testing.T) {
 		c := ts.dialWS(p.publicKey)
 		f := clientFrame(0x1, true, []byte(`{"action":"subscribe","channel":"split"}`))
-		for _, part := range [][]byte{f[:1], f[1:3], f[3:10], f[10:]} {
+		for i, part := range [][]byte{f[:1], f[1:3], f[3:10], f[10:]} {
 			c.sendRaw(part)
-			time.Sleep(30 * time.Millisecond)
+			// The server reads each part before the next is sent.
+			relaytest.Eventually(t, 5*time.Second, func() bool {
+				n, ok := relaytest.Unread(c.conn.RemoteAddr(), c.conn.LocalAddr())
+				return ok && n == 0
+			}, "the server reading part %d of the frame", i+1)
 		}
 		c.expect(`{"action":"subscribe","channel":"split","ok":true}`)
 		c.conn.Close()

@@ -1,6 +1,8 @@
 package relaytest
 
 import (
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -142,5 +144,41 @@ func TestRunBinary(t *testing.T) {
 	code, out := RunBinary(t, 30*time.Second, "IDLE_TIMEOUT_SECONDS=ten minutes")
 	if code != 1 || !strings.Contains(out, "IDLE_TIMEOUT_SECONDS") {
 		t.Fatalf("a start with a bad variable: exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestUnread(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n, ok := Unread(s.LocalAddr(), s.RemoteAddr()); !ok || n != 0 {
+		t.Fatalf("nothing sent: Unread %d, %v; want 0, true", n, ok)
+	}
+	c.Write([]byte("hello"))
+	Eventually(t, 5*time.Second, func() bool { n, _ := Unread(s.LocalAddr(), s.RemoteAddr()); return n == 5 }, "5 bytes unread")
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(s, buf); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := Unread(s.LocalAddr(), s.RemoteAddr()); !ok || n != 0 {
+		t.Fatalf("all read: Unread %d, %v; want 0, true", n, ok)
+	}
+	if _, ok := Unread(c.LocalAddr(), ln.Addr()); !ok {
+		t.Fatal("the client's end not found")
+	}
+	if _, ok := Unread(ln.Addr(), ln.Addr()); ok {
+		t.Fatal("a socket that does not exist found")
 	}
 }
