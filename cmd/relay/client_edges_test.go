@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayhq/relay/api/backend"
 	relay "github.com/relayhq/relay/api/client"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -87,12 +88,14 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 		_, err := c.Subscribe(sctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
 		subErr <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// The subscribe is at the proxy (held) before the emit is sent, and the
+	// emit is sent (waiting at the proxy, which reads no more) before both go on.
+	relaytest.Eventually(t, 5*time.Second, func() bool { return px.frozen.heldReads() > 0 }, "the subscribe held at the proxy")
 	go func() {
 		_, err := c.Emit(sctx, "room", "chat", 1, tok)
 		emitErr <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	relaytest.Eventually(t, 5*time.Second, func() bool { return px.unreadFromClients() > 0 }, "the emit waiting at the proxy")
 	px.frozen.Store(false)
 	if err := <-emitErr; err != nil {
 		t.Errorf("Emit: %v, want its ack", err)
@@ -174,19 +177,23 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"presence"}, TTL: time.Minute})
 	ann.eval(fmt.Sprintf(`relay.emit("room", "presence", "hi", %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
 	ann.waitForPrefix(0, "emitted:")
-	time.Sleep(500 * time.Millisecond)
+	bob.waitForPrefix(bobAt, "msg:") // fails with bob's log if it never comes as a message
 	if bob.count(bobAt, "msg:") != 1 {
 		t.Errorf("1. bob's log after ann's client-emit of type presence: %q, want a msg: line", bob.log()[bobAt:])
 	}
+	step1At := bobAt // checked again at the end: no second copy came meanwhile
 	bobAt = len(bob.log())
 
 	// 2.
 	bob.eval(`relay.subscribe("long", {presence: true, clientId: "x".repeat(129), onError: (e) => log.push("suberr:" + e.code)}).ready.catch((e) => log.push("readyfail:" + e.code))`)
-	time.Sleep(1 * time.Second)
-	if bob.count(bobAt, "suberr:client_id_too_long") != 1 || bob.count(bobAt, "readyfail:client_id_too_long") != 1 {
+	refusedTwice := func(from int) bool {
+		return bob.count(from, "suberr:client_id_too_long") == 1 && bob.count(from, "readyfail:client_id_too_long") == 1
+	}
+	if !relaytest.Within(5*time.Second, func() bool { return refusedTwice(bobAt) }) {
 		t.Errorf("2. bob's log after a refused subscribe: %q, want suberr: and readyfail:", bob.log()[bobAt:])
 	}
 	bob.eval(`relay.unsubscribe("long")`)
+	step2At := bobAt // checked again at the end: no second report came meanwhile
 	bobAt = len(bob.log())
 
 	// 3.
@@ -202,9 +209,17 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 			owner.do("POST", "/api/projects/"+p.id+"/keys/"+k.ID+"/revoke", "")
 		}
 	}
-	time.Sleep(5 * time.Second)
+	// Time by nature: no retry loop within 5 s (polled, so that a second
+	// attempt fails the test when it comes).
+	relaytest.Within(5*time.Second, func() bool { return bob.count(bobAt, "connect") > 1 })
 	if n := bob.count(bobAt, "connect"); n > 1 || !bob.check(`relay.state === "closed"`) {
 		t.Errorf("3. after 4001: %d connection attempts in 5 s, state not closed; log %q", n, bob.log()[bobAt:])
+	}
+	if n := bob.count(step1At, "msg:"); n != 1 {
+		t.Errorf("1. bob's log has %d msg: lines since ann's client-emit, want 1: %q", n, bob.log()[step1At:])
+	}
+	if !refusedTwice(step2At) {
+		t.Errorf("2. bob's log since the refused subscribe: %q, want one suberr: and one readyfail:", bob.log()[step2At:])
 	}
 }
 

@@ -69,15 +69,16 @@ func goroutineBaseline(t *testing.T, owner *client, p project) int {
 	if r := owner.emit(p.secretKey, `{"channel":"warm-up","payload":0}`); r.status != 200 {
 		t.Fatalf("warm-up emit: %s", r.raw)
 	}
+	// Still: the same count at six polls in a row (10 ms apart).
 	last, same := -1, 0
-	for same < 5 {
-		time.Sleep(10 * time.Millisecond)
+	relaytest.Eventually(t, 10*time.Second, func() bool {
 		if n := runtime.NumGoroutine(); n == last {
 			same++
 		} else {
 			last, same = n, 0
 		}
-	}
+		return same >= 5
+	}, "the goroutine count holding still (last %d)", last)
 	return last
 }
 
@@ -168,7 +169,7 @@ func (s *stepClock) health(t *testing.T) *clockWait {
 type proxy struct {
 	ln     net.Listener
 	target string
-	frozen atomic.Bool
+	frozen freeze
 	refuse atomic.Bool
 
 	mu       sync.Mutex
@@ -249,8 +250,8 @@ func (px *proxy) pipe(dst, src net.Conn, inject []byte) {
 	var head []byte
 	for {
 		n, err := src.Read(buf)
-		for px.frozen.Load() && err == nil {
-			time.Sleep(10 * time.Millisecond) // hold the bytes: the peer hears nothing
+		if err == nil {
+			px.frozen.hold(n) // while frozen: the peer hears nothing
 		}
 		data := buf[:n]
 		if inject != nil {
@@ -275,6 +276,62 @@ func (px *proxy) pipe(dst, src net.Conn, inject []byte) {
 			return
 		}
 	}
+}
+
+// freeze is a proxy's frozen switch: Store(true) makes every pipe hold the
+// bytes it reads until Store(false).
+type freeze struct {
+	mu     sync.Mutex
+	thawed chan struct{} // closed at Store(false); nil while not frozen
+	held   int           // reads held since the last Store(true)
+}
+
+func (f *freeze) Store(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case on && f.thawed == nil:
+		f.thawed, f.held = make(chan struct{}), 0
+	case !on && f.thawed != nil:
+		close(f.thawed)
+		f.thawed = nil
+	}
+}
+
+// hold waits while the proxy is frozen, counting a read of n bytes held.
+func (f *freeze) hold(n int) {
+	f.mu.Lock()
+	thawed := f.thawed
+	if thawed != nil && n > 0 {
+		f.held++
+	}
+	f.mu.Unlock()
+	if thawed != nil {
+		<-thawed
+	}
+}
+
+// heldReads is how many reads the pipes hold since the proxy froze.
+func (f *freeze) heldReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held
+}
+
+// unreadFromClients is how many bytes the clients sent that the proxy has
+// not read yet (a frozen pipe stops reading).
+func (px *proxy) unreadFromClients() int {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	total := 0
+	for c := range px.conns {
+		if c.LocalAddr().String() == px.ln.Addr().String() { // accepted from a client
+			if n, ok := relaytest.Unread(c.LocalAddr(), c.RemoteAddr()); ok {
+				total += n
+			}
+		}
+	}
+	return total
 }
 
 // cut closes every connection through the proxy.
