@@ -4,7 +4,9 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,12 +139,44 @@ func TestKeyOverlap(t *testing.T) {
 	})
 }
 
+// keyTicks is a test clock that counts the server's key ticks
+// (api.Server.KeyTick, every second of real time), each of which reads the
+// clock once: a test waits for them instead of for time.
+type keyTicks struct {
+	*relaytest.Clock
+	n atomic.Int64
+}
+
+// Now is the clock's time; a call made by KeyTick counts a tick.
+func (k *keyTicks) Now() time.Time {
+	var pc [4]uintptr
+	frames := runtime.CallersFrames(pc[:runtime.Callers(2, pc[:])])
+	for f, more := frames.Next(); ; f, more = frames.Next() {
+		if strings.HasSuffix(f.Function, "api.(*Server).KeyTick") {
+			k.n.Add(1) // before the clock is read: a tick counted after wait began reads it after too
+			break
+		}
+		if !more || !strings.HasSuffix(f.Function, "-fm") { // past the method value's wrapper: not KeyTick's own call
+			break
+		}
+	}
+	return k.Clock.Now()
+}
+
+// wait returns once a whole key tick has run after the call: the second
+// one to begin has begun, so the first is over.
+func (k *keyTicks) wait(t *testing.T) {
+	t.Helper()
+	n := k.n.Load()
+	relaytest.Eventually(t, 10*time.Second, func() bool { return k.n.Load() >= n+2 }, "two key ticks")
+}
+
 // TestKeyLastUsed: lastUsedAt is null until a key is used, then moves to the
 // time of use once a minute of the server's clock has passed (not before),
 // for emits and WebSocket handshakes; the dashboard shows it.
 func TestKeyLastUsed(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		clock := newClock()
+		clock := &keyTicks{Clock: newClock()}
 		ts := startServerAt(t, dbURL, nil, clock.Now)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
 		p, _ := alice.cpCreate(t, "Last used", aliceID)
@@ -162,7 +196,7 @@ func TestKeyLastUsed(t *testing.T) {
 			t.Fatalf("emit: %d %s", r.status, r.raw)
 		}
 		ts.dialWS(p.publicKey)
-		time.Sleep(1500 * time.Millisecond) // ticks pass; no minute of the clock has
+		clock.wait(t) // a tick passes; no minute of the clock has
 		if lastUsed(p.secretKey) != nil {
 			t.Fatal("last use written before a minute passed")
 		}
@@ -172,13 +206,13 @@ func TestKeyLastUsed(t *testing.T) {
 		}, "lastUsedAt %v / %v, want %s", lastUsed(p.secretKey), lastUsed(p.publicKey), stamp(t0))
 
 		// Used again: written at the next minute only, with the new time.
-		time.Sleep(1100 * time.Millisecond) // a tick has moved the use clock
+		clock.wait(t) // a tick has moved the use clock
 		t1 := clock.Now()
 		if r := emitter.emit(p.secretKey, `{"channel":"c","payload":2}`); r.status != http.StatusOK {
 			t.Fatalf("emit: %d %s", r.status, r.raw)
 		}
 		clock.Advance(30 * time.Second)
-		time.Sleep(1500 * time.Millisecond)
+		clock.wait(t) // a tick passes within the minute
 		if got := lastUsed(p.secretKey); got != stamp(t0) {
 			t.Fatalf("lastUsedAt %v within the minute, want still %s", got, stamp(t0))
 		}
@@ -190,7 +224,7 @@ func TestKeyLastUsed(t *testing.T) {
 		}
 
 		// Uses not yet written when the server stops are written at shutdown.
-		time.Sleep(1100 * time.Millisecond)
+		clock.wait(t) // a tick has moved the use clock
 		t2 := clock.Now()
 		ts.dialWS(p.publicKey)
 		ts.stop()
