@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -49,7 +50,9 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(50 * time.Millisecond)
+			// The handshakes race the rotation: under way, sockets opening.
+			relaytest.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(opened) >= 16 },
+				"round %d: 16 sockets opened before the rotation", round)
 			r := alice.cpRotate(p.id, `{"keyType":"public"}`)
 			if r.status != http.StatusCreated {
 				t.Fatalf("rotate: %d %s", r.status, r.raw)
@@ -57,13 +60,15 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 			stop.Store(true)
 			wg.Wait()
 			keep.expectClose(4001, 5*time.Second)
-			time.Sleep(500 * time.Millisecond)
+			// Each socket has until 0.5 s after that close to be closed; one
+			// closed sooner is done with sooner.
+			deadline := time.Now().Add(500 * time.Millisecond)
 			mu.Lock()
 			for _, c := range opened {
 				closed := false
 			drain:
 				for {
-					f, ok := c.next(10 * time.Millisecond)
+					f, ok := c.next(max(time.Until(deadline), 10*time.Millisecond))
 					switch {
 					case !ok:
 						break drain
