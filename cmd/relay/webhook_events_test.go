@@ -126,12 +126,21 @@ func (h *hookLog) channelEvents(t *testing.T, secret string) []string {
 // deliveries under way at once, so they may overtake each other).
 func (h *hookLog) expectEvents(t *testing.T, secret string, seen *int, want ...string) {
 	t.Helper()
+	h.expectEventsQuiet(t, secret, seen, 100*time.Millisecond, want...)
+}
+
+// expectEventsQuiet is expectEvents with nothing more for quiet once they
+// have come.
+func (h *hookLog) expectEventsQuiet(t *testing.T, secret string, seen *int, quiet time.Duration, want ...string) {
+	t.Helper()
 	var got []string
 	relaytest.Within(5*time.Second, func() bool {
 		got = h.channelEvents(t, secret)[*seen:]
 		return len(got) >= len(want)
 	})
-	time.Sleep(100 * time.Millisecond) // time by nature: and nothing more within 100 ms
+	// Time by nature: and nothing more within quiet (polled, so that one
+	// more ends the wait at once).
+	relaytest.Within(quiet, func() bool { return len(h.channelEvents(t, secret)) > *seen+len(want) })
 	got = h.channelEvents(t, secret)[*seen:]
 	a, b := slices.Clone(got), slices.Clone(want)
 	slices.Sort(a)
@@ -247,7 +256,19 @@ func TestWebhooksEventsOptIn(t *testing.T) {
 		setWebhookEvents(t, ts, p.id, h.srv.URL, "s", false, false)
 		e := presenceSub(t, ts, p.publicKey, "lobby", "eve")
 		e.conn.Close()
-		time.Sleep(200 * time.Millisecond)
+		// Eve's session is over on the server: her disconnect, the fifth
+		// (ann, bob, cat, dan, eve), has come; then nothing else.
+		relaytest.Eventually(t, 5*time.Second, func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			n := 0
+			for _, r := range h.bodies {
+				if strings.Contains(r.body, `"event":"disconnect"`) {
+					n++
+				}
+			}
+			return n >= 5
+		}, "eve's disconnect webhook")
 		expect()
 	})
 }
