@@ -106,9 +106,7 @@ func TestSoak(t *testing.T) {
 	}
 	warm.Close()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	for warmed := time.Now().Add(10 * time.Second); serverStats().open != 0 && time.Now().Before(warmed); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	relaytest.Within(10*time.Second, func() bool { return serverStats().open == 0 }) // the baseline is taken either way
 	idle := serverStats()
 
 	// acked[channel]: every emit answered 200, in the order sent (one emitter).
@@ -137,7 +135,11 @@ func TestSoak(t *testing.T) {
 			conn, _, err := dialer.Dial(wsURL, nil)
 			if err != nil {
 				dialFailures.Add(1)
-				time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
+				select { // a client's pace: try again in 0.2 to 1 s
+				case <-stop:
+					return
+				case <-time.After(time.Duration(200+rand.IntN(800)) * time.Millisecond):
+				}
 				continue
 			}
 			if !counted {
@@ -151,23 +153,21 @@ func TestSoak(t *testing.T) {
 			spanMu.Unlock()
 		}
 	}
+	ramp := time.NewTicker(100 * time.Millisecond) // the ramp's pace: 500 clients a tick
 	for i := range conns {
+		if i%500 == 0 && i > 0 {
+			<-ramp.C
+		}
 		wg.Add(1)
 		go client(i)
-		if i%500 == 499 {
-			time.Sleep(100 * time.Millisecond)
-		}
 	}
+	ramp.Stop()
 	// Every client connected once (the first ones may already be on their
 	// second connection: lifetimes are 5 to 65 s).
-	rampDeadline := time.Now().Add(2 * time.Minute)
-	for firstConnected.Load() < conns {
-		if time.Now().After(rampDeadline) {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("only %d of %d clients connected within 2 minutes", firstConnected.Load(), conns)
-		}
-		time.Sleep(500 * time.Millisecond)
+	if !relaytest.Within(2*time.Minute, func() bool { return firstConnected.Load() >= conns }) {
+		close(stop)
+		wg.Wait()
+		t.Fatalf("only %d of %d clients connected within 2 minutes", firstConnected.Load(), conns)
 	}
 	loaded := serverStats()
 
@@ -227,11 +227,20 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 
-	time.Sleep(duration / 3)
+	// The soak's phases are time by nature; the relay exiting ends one at once.
+	phase := func(d time.Duration, what string) {
+		select {
+		case <-time.After(d):
+		case <-proc.Exited:
+			close(stop)
+			t.Fatalf("relay exited %s:\n%s", what, proc.Logs)
+		}
+	}
+	phase(duration/3, "under load")
 	storetest.StopPostgres(t)
-	time.Sleep(10 * time.Second)
+	phase(10*time.Second, "with the database down")
 	storetest.StartPostgres(t)
-	time.Sleep(duration - duration/3 - 10*time.Second)
+	phase(duration-duration/3-10*time.Second, "after the database came back")
 	close(stop)
 	emitWG.Wait()
 	wg.Wait() // every client drains (ping/pong, at most 30 s) and closes
@@ -241,14 +250,10 @@ func TestSoak(t *testing.T) {
 	// idle level. Slack of 5: database/sql's cleaner goroutine (alive while
 	// the pool holds connections) and a turn or scrape in flight.
 	var after stats
-	settle := time.Now().Add(60 * time.Second)
-	for {
+	relaytest.Within(60*time.Second, func() bool { // judged below either way
 		after = serverStats()
-		if after.open == 0 && after.goroutines <= idle.goroutines+5 || time.Now().After(settle) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+		return after.open == 0 && after.goroutines <= idle.goroutines+5
+	})
 
 	// Loss over each whole connected span.
 	var lost, expected, received, drained, undrained, outOfOrder int
