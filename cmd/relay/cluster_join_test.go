@@ -92,7 +92,16 @@ func TestClusterJoin(t *testing.T) {
 	worker := func(name, base string, offset int) {
 		defer wg.Done()
 		hc := &http.Client{Timeout: 10 * time.Second}
+		pace := time.NewTicker(5 * time.Millisecond) // at most one emit per 5 ms
+		defer pace.Stop()
 		for i := 0; ; i++ {
+			if i > 0 {
+				select {
+				case <-stopped:
+					return
+				case <-pace.C:
+				}
+			}
 			select {
 			case <-stopped:
 				return
@@ -108,13 +117,13 @@ func TestClusterJoin(t *testing.T) {
 			mu.Lock()
 			during = append(during, e)
 			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
 		}
 	}
+	emits := func() int { mu.Lock(); defer mu.Unlock(); return len(during) }
 	wg.Add(2)
 	go worker("A", a.proc.Base, 0)
 	go worker("B", b.proc.Base, nChannels/2)
-	time.Sleep(300 * time.Millisecond)
+	relaytest.Eventually(t, 10*time.Second, func() bool { return emits() >= 20 }, "20 emits through A and B before C joins")
 
 	joinedAt := time.Now()
 	// On the test's t: C stays until the test ends. At debug level it logs
@@ -127,7 +136,14 @@ func TestClusterJoin(t *testing.T) {
 		n.waitMembers(t, 3, 10*time.Second)
 	}
 	t.Logf("C serving %v after its start, seen by every node after %v", serving.Round(time.Millisecond), time.Since(joinedAt).Round(time.Millisecond))
-	time.Sleep(2 * time.Second) // emits go on while the cluster settles
+	// Emits go on while the cluster settles: until A or B has handed the
+	// moved grains to C, and 60 more after that.
+	relaytest.Eventually(t, 15*time.Second, func() bool {
+		return strings.Contains(a.proc.Logs.String(), "handed moved channel grains") ||
+			strings.Contains(b.proc.Logs.String(), "handed moved channel grains")
+	}, "A or B handing the moved grains to C")
+	settled := emits()
+	relaytest.Eventually(t, 15*time.Second, func() bool { return emits() >= settled+60 }, "60 emits after the handover")
 	close(stopped)
 	wg.Wait()
 
