@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -166,6 +167,29 @@ func (h *haproxyFront) states() (map[string]string, error) {
 	return out, nil
 }
 
+// frontSessions is how many sessions (requests, sockets) the relay frontend
+// holds now: a session is logged when it ends.
+func (h *haproxyFront) frontSessions() (int, error) {
+	r, err := relaytest.Do(&http.Client{Timeout: 2 * time.Second}, "GET", h.stats+"/stats;csv", "", nil)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := csv.NewReader(strings.NewReader(strings.TrimPrefix(r.Raw, "# "))).ReadAll()
+	if err != nil || len(rows) < 2 {
+		return 0, fmt.Errorf("stats: %d %q: %v", r.Status, r.Raw, err)
+	}
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	for _, row := range rows[1:] {
+		if len(row) > col["scur"] && row[col["pxname"]] == "relay" && row[col["svname"]] == "FRONTEND" {
+			return strconv.Atoi(row[col["scur"]])
+		}
+	}
+	return 0, fmt.Errorf("no relay FRONTEND row in %q", r.Raw)
+}
+
 // dial opens a WebSocket through the front from frontClientAddr, with extra
 // request headers; the socket is read into frames from the start. It returns
 // errors instead of failing.
@@ -226,6 +250,20 @@ func (s *frontSub) lastSeq() int64 {
 		}
 	}
 	return last
+}
+
+// copies counts the client's messages whose seq is in want, a seq seen
+// twice counted twice.
+func (s *frontSub) copies(want map[int64]int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, f := range s.log {
+		if m, err := parseMessage(f); err == nil && want[m.seq] != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // seen counts the distinct seqs of want among the client's messages.
@@ -566,6 +604,10 @@ func TestClusterHAProxy(t *testing.T) {
 	go func() {
 		defer close(emitsDone)
 		hc := &http.Client{Timeout: 10 * time.Second}
+		// The client's pace: an emit or a resend at most every 50 ms, well
+		// under the channel budget (600 a minute) over the scenario's seconds.
+		pace := time.NewTicker(50 * time.Millisecond)
+		defer pace.Stop()
 		for i := 1; ; i++ {
 			select {
 			case <-stopEmits:
@@ -589,12 +631,16 @@ func TestClusterHAProxy(t *testing.T) {
 					when = fmt.Sprintf("+%v", a.at.Sub(at).Round(time.Millisecond))
 				}
 				a.refused = append(a.refused, when)
-				time.Sleep(50 * time.Millisecond)
+				<-pace.C
 			}
 			acksMu.Lock()
 			acks = append(acks, a)
 			acksMu.Unlock()
-			time.Sleep(50 * time.Millisecond) // well under the channel budget (600 a minute)
+			select {
+			case <-stopEmits:
+				return
+			case <-pace.C:
+			}
 		}
 	}()
 	relaytest.Eventually(t, 5*time.Second, func() bool { acksMu.Lock(); defer acksMu.Unlock(); return len(acks) >= 5 },
@@ -618,6 +664,8 @@ func TestClusterHAProxy(t *testing.T) {
 	defer close(stopPolling)
 	go func() {
 		last := ""
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
 		for time.Since(term) < 30*time.Second {
 			select {
 			case <-stopPolling:
@@ -633,7 +681,11 @@ func TestClusterHAProxy(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-stopPolling:
+				return
+			case <-tick.C:
+			}
 		}
 		close(takenOut)
 	}()
@@ -714,8 +766,12 @@ func TestClusterHAProxy(t *testing.T) {
 	t.Logf("%s exited 0 %v after SIGTERM; haproxy marked %s DOWN %v after SIGTERM (%v after the exit); its states: %v",
 		victim.name, exited.Round(time.Millisecond), server, out.Round(time.Millisecond), (out - exited).Round(time.Millisecond), stateLog)
 
-	// Emits go on with the node down, then stop.
-	time.Sleep(time.Second)
+	// Emits go on with the node down (20 more answered), then stop.
+	acksMu.Lock()
+	out0 := len(acks)
+	acksMu.Unlock()
+	relaytest.Eventually(t, 10*time.Second, func() bool { acksMu.Lock(); defer acksMu.Unlock(); return len(acks) >= out0+20 },
+		"20 emits through haproxy answered with %s out", server)
 	close(stopEmits)
 	<-emitsDone
 
@@ -736,7 +792,7 @@ func TestClusterHAProxy(t *testing.T) {
 		seqN[int64(num(a.res.json, "seq"))] = a.n
 		lastAnswer = max(lastAnswer, a.at.Sub(term))
 	}
-	t.Logf("%d emits through haproxy from 5 before the SIGTERM to 1 s after %s was out; %d answered 200, the last at +%v",
+	t.Logf("%d emits through haproxy from 5 before the SIGTERM to 20 after %s was out; %d answered 200, the last at +%v",
 		len(stream), server, len(seqN), lastAnswer.Round(time.Millisecond))
 	if len(retried503) > 0 {
 		t.Logf("emits answered 503 by the draining %s (before haproxy's checks took it out) and sent again: %v", victim.name, retried503)
@@ -756,13 +812,25 @@ func TestClusterHAProxy(t *testing.T) {
 
 	// Every client has every acknowledged message once, in seq order: live,
 	// or replayed after its resume; no replay_gap.
-	deadline := time.Now().Add(10 * time.Second)
-	for _, s := range subs {
-		for s.seen(seqN) < len(seqN) && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+	// (Judged below, with what is missing, either way.)
+	relaytest.Within(10*time.Second, func() bool {
+		for _, s := range subs {
+			if s.seen(seqN) < len(seqN) {
+				return false
+			}
 		}
-	}
-	time.Sleep(300 * time.Millisecond) // a late duplicate
+		return true
+	})
+	// Time by nature: a late duplicate would come within 300 ms (polled:
+	// one ends the wait, and is reported below).
+	relaytest.Within(300*time.Millisecond, func() bool {
+		for _, s := range subs {
+			if s.copies(seqN) > s.seen(seqN) {
+				return true
+			}
+		}
+		return false
+	})
 	close(stopReads)
 	readers.Wait()
 	ackFrame := `{"action":"subscribe","channel":"` + ch + `","ok":true}`
@@ -870,9 +938,10 @@ func TestClusterHAProxy(t *testing.T) {
 		r := viaFront.emit(p.secretKey, `{"channel":"x","payload":1}`)
 		r.expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
 	})
-	// Sockets are logged when they end, so now: the reconnects HAProxy
-	// first sent to the stopping node and then elsewhere.
-	time.Sleep(200 * time.Millisecond)
+	// Sockets are logged when they end, so once none is left: the
+	// reconnects HAProxy first sent to the stopping node and then elsewhere.
+	// (For the log only: it goes on either way.)
+	relaytest.Within(5*time.Second, func() bool { n, err := h.frontSessions(); return err == nil && n == 0 })
 	for _, line := range strings.Split(h.logs.String()[logFrom:], "\n") {
 		if m := haproxyLogRe.FindStringSubmatch(line); m != nil && m[4] == "GET" && m[3] != "0" {
 			t.Logf("a WebSocket handshake haproxy retried on another node: %s", line)
