@@ -59,6 +59,8 @@ func TestClusterKeyOverlap(t *testing.T) {
 	}
 
 	// After the end, on both nodes: refused as revoked; the sockets close.
+	// Time by nature: the window must have ended (the closes, the only sign
+	// of it, may come a tick later, and the emits must be refused at once).
 	time.Sleep(time.Until(end) + 50*time.Millisecond)
 	for _, c := range []*client{viaA, viaB} {
 		emitOn(c, p.secretKey).expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)

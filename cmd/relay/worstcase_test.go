@@ -21,6 +21,8 @@ import (
 )
 
 // settle gives the server a moment (GC, queues drained) before a reading.
+// Time by nature: a measurement's fixed rest, the same before every reading
+// (OPERATING.md's figures were taken so).
 func settle() { time.Sleep(3 * time.Second) }
 
 // A public key holder, one address: MAX_CONNECTIONS_PER_ADDRESS sockets, each
@@ -102,7 +104,9 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	}
 	// Nobody reads: the joins and syncs queue up to each socket's write
 	// queue bound, which is part of what this holder can make the server
-	// hold. Give the server time to process every subscribe.
+	// hold. Give the server time to process every subscribe. Time by
+	// nature: the peak RSS is sampled over these fixed 10 s (and without
+	// reading, no answer shows that a socket's subscribes are all done).
 	time.Sleep(10 * time.Second)
 	close(sampling)
 	<-sampled
