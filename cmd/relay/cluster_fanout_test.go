@@ -454,10 +454,7 @@ func TestClusterFanout(t *testing.T) {
 		dc.submit(page, page+"/budget", url.Values{"limit": {fmt.Sprint(limit)}}).expectRedirect(t, page+"?done=budget-saved")
 
 		// Budgets are fixed wall-clock minutes: keep the emits inside one.
-		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
-			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
-			time.Sleep(left + 100*time.Millisecond)
-		}
+		awaitWindow(t, time.Minute, 5*time.Second, 100*time.Millisecond)
 		clients := map[*clusterNode]*client{a: a.on(t).client(), b: b.on(t).client(), c: c.on(t).client()}
 		for i := range limit + 3 {
 			n := nodes[i%3]
@@ -523,13 +520,10 @@ func TestClusterFanout(t *testing.T) {
 		const metric = "relay_cluster_duplicates_dropped_total"
 		var sum float64
 		var each string
-		poll := time.Now()
-		for {
-			if sum, each = sumMetric([]*clusterNode{a, b, c, d}, metric); sum >= 1 || time.Since(poll) > 3*time.Second {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		relaytest.Within(3*time.Second, func() bool { // judged below either way
+			sum, each = sumMetric([]*clusterNode{a, b, c, d}, metric)
+			return sum >= 1
+		})
 		t.Logf("%s: %s", metric, each)
 		if retries := d.metric(t, "relay_cluster_publish_retries_total"); retries < 1 {
 			t.Errorf("relay_cluster_publish_retries_total on D is %v: its held-back publish was not sent again", retries)
@@ -635,6 +629,8 @@ func TestClusterFanout(t *testing.T) {
 		sent := map[int64]string{} // seq acknowledged -> its channel
 		received := map[int64]bool{}
 		gapped := map[string]bool{}
+		retry := time.NewTicker(100 * time.Millisecond) // a refused emit is sent again at the next tick
+		defer retry.Stop()
 		for _, name := range after {
 			attempts := 0
 			var last string
@@ -646,7 +642,7 @@ func TestClusterFanout(t *testing.T) {
 				r, err := emitAt(hc, a.proc.Base, p.secretKey, name, fmt.Sprint(attempts))
 				if err != nil || r.status != http.StatusOK {
 					last = fmt.Sprintf("%d %s %v", r.status, r.raw, err)
-					time.Sleep(100 * time.Millisecond)
+					<-retry.C
 					continue
 				}
 				seq := int64(num(r.json, "seq"))

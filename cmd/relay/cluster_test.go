@@ -216,6 +216,20 @@ const (
 	clusterConnSpread = 2 * time.Second
 )
 
+// awaitWindow waits, when less than room is left of the current wall-clock
+// window of period, until after past the start of the next one. Time by
+// nature: the budgets count fixed wall-clock windows (minutes; seconds for
+// the client-emit window), and a test must keep its emits inside one.
+func awaitWindow(t *testing.T, period, room, after time.Duration) {
+	t.Helper()
+	if left := time.Until(time.Now().Truncate(period).Add(period)); left < room {
+		if period >= time.Minute {
+			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
+		}
+		time.Sleep(left + after)
+	}
+}
+
 func TestCluster(t *testing.T) {
 	began := time.Now()
 	t.Run("SQLite refused", func(t *testing.T) {
@@ -264,10 +278,7 @@ func TestCluster(t *testing.T) {
 	t.Run("project backstop counted once for the cluster", func(t *testing.T) {
 		q := owner.createProject("burst")
 		// Budgets are fixed wall-clock minutes: keep the emits inside one.
-		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
-			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
-			time.Sleep(left + 100*time.Millisecond)
-		}
+		awaitWindow(t, time.Minute, 5*time.Second, 100*time.Millisecond)
 		clients := []*client{a.on(t).client(), b.on(t).client(), c.on(t).client()}
 		for i := range clusterBackstop + 3 {
 			n := nodes[i%3]
@@ -301,7 +312,7 @@ func TestCluster(t *testing.T) {
 		collectEach(socks, 1, time.Now().Add(5*time.Second), 300*time.Millisecond) // the syncs
 		for round := 1; ; round++ {
 			// Windows are whole seconds on the grain's clock: start just after one begins.
-			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+			awaitWindow(t, time.Second, time.Second, 50*time.Millisecond)
 			began := time.Now()
 			for _, s := range socks {
 				s.send(emitFrame2("room", tok))
@@ -342,6 +353,10 @@ func TestCluster(t *testing.T) {
 			t.Helper()
 			ts.handshake("/ws?publicKey="+q.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
 		}
+		// Time by nature: the counts travel between nodes once a second
+		// (actors/cluster_conns.go) and nothing shows their arrival but the
+		// refusals under test (a handshake polled to see one would open a
+		// socket past the cap): each sleep waits out that spread.
 		onA := []*wsClient{tsA.dialWS(q.publicKey), tsA.dialWS(q.publicKey)}
 		tsB.dialWS(q.publicKey)
 		time.Sleep(clusterConnSpread) // A's 2 and B's 1 reach C
@@ -359,10 +374,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("project budgets move with their grain when a node joins and when it stops", func(t *testing.T) {
 		// Fixed wall-clock minutes: keep the whole subtest inside one.
-		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 25*time.Second {
-			t.Logf("waiting %v for the next budget window", left.Round(time.Millisecond))
-			time.Sleep(left + 100*time.Millisecond)
-		}
+		awaitWindow(t, time.Minute, 25*time.Second, 100*time.Millisecond)
 		// Projects whose backstop is used up, their grains on A, B and C.
 		viaA := a.on(t).client()
 		var spent []project
@@ -589,31 +601,34 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("D, stopped with etcd down, exited 0 %v after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
 		relaytest.Eventually(t, 10*time.Second, func() bool { return a.metric(t, "relay_cluster_etcd_up") == 0 }, "A reports etcd down")
-		time.Sleep(time.Until(stopped.Add(8 * time.Second))) // well past the 3 s lease
+		// Time by nature: the outage itself, well past the 3 s lease.
+		time.Sleep(time.Until(stopped.Add(8 * time.Second)))
 		etcd.Start()
 		relaytest.Eventually(t, 10*time.Second, func() bool {
 			return a.metric(t, "relay_cluster_etcd_up") == 1 && b.metric(t, "relay_cluster_etcd_up") == 1
 		}, "A and B report etcd up")
-		time.Sleep(5 * time.Second) // past a lease the members might have lost
+		// Neither exits within 5 s, past a lease the members might have lost.
+		select {
+		case <-a.proc.Exited:
+			t.Fatalf("A exited after the etcd outage:\n%s", a.proc.Logs)
+		case <-b.proc.Exited:
+			t.Fatalf("B exited after the etcd outage:\n%s", b.proc.Logs)
+		case <-time.After(5 * time.Second):
+		}
 		for _, n := range []*clusterNode{a, b} {
-			select {
-			case <-n.proc.Exited:
-				t.Fatalf("%s exited after the etcd outage:\n%s", n.name, n.proc.Logs)
-			default:
-			}
 			n.waitMembers(t, 2, 10*time.Second) // D dropped: etcd back, its lease run out
 		}
 		t.Logf("etcd down %v: A and B stayed members", time.Since(stopped).Round(100*time.Millisecond))
 	})
 
-	t.Run("a node whose lease lapses (stopped 5 s) stops serving and exits non-zero", func(t *testing.T) {
+	t.Run("a node whose lease lapses (stopped until the others drop it) stops serving and exits non-zero", func(t *testing.T) {
 		if err := syscall.Kill(b.pid(), syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		stopped := time.Now()
 		a.waitMembers(t, 1, 15*time.Second)
+		// A dropping B shows its lease lapsed: B resumes now.
 		t.Logf("A dropped the stopped B %v after SIGSTOP", time.Since(stopped).Round(10*time.Millisecond))
-		time.Sleep(time.Until(stopped.Add(5 * time.Second)))
 		if err := syscall.Kill(b.pid(), syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
