@@ -78,7 +78,7 @@ func goroutineBaseline(t *testing.T, owner *client, p project) int {
 			last, same = n, 0
 		}
 		return same >= 5
-	}, "the goroutine count holding still (last %d)", last)
+	}, "the goroutine count holding still")
 	return last
 }
 
