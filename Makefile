@@ -17,12 +17,14 @@ run: build
 
 # The whole suite: format and vet checks, tsc on the browser client's types,
 # every test with the race detector on SQLite and a throwaway PostgreSQL, the
-# cluster tests, a 40-second soak, then every benchmark once.
+# cluster tests, a 40-second soak, the worst-case memory checks in short
+# form, then every benchmark once.
 test: lint
 	sh api/web/typecheck/check.sh
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	$(MAKE) test-cluster
 	SOAK_DURATION=40s $(MAKE) soak
+	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)
 
 # Several nodes as one relay (cmd/relay/CLUSTER.md): the tests start
@@ -112,7 +114,9 @@ vet:
 clean:
 	rm -rf bin
 
-# Worst-case memory one key holder can add, every limit at its default (cmd/relay/OPERATING.md › Abuse limits).
+# Worst-case memory one key holder can add, every limit at its default, and
+# the bounds it must stay under (cmd/relay/OPERATING.md › Abuse limits);
+# make test runs it in short form.
 worstcase:
 	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/
 

@@ -2,11 +2,13 @@
 
 package main
 
-// The worst-case memory measurement runs only with `make worstcase` (go test
+// The worst-case memory measurement runs with `make worstcase` (go test
 // -tags worstcase): the real binary with every limit at its default, on
 // loopback, bounded in count and time. It prints how much RSS one holder of a
 // public key (from one address) and one holder of a secret key can add,
 // doing the most each is allowed; cmd/relay/OPERATING.md › Abuse limits quotes the figures.
+// Each run also checks the bounds that page gives. `make test` runs a short
+// form (go test -short: 100 sockets, shorter phases) with the same checks.
 
 import (
 	"fmt"
@@ -24,6 +26,25 @@ import (
 // Time by nature: a measurement's fixed rest, the same before every reading
 // (OPERATING.md's figures were taken so).
 func settle() { time.Sleep(3 * time.Second) }
+
+// The defaults the bounds are made of: MAX_QUEUED_BYTES_PER_CONNECTION and
+// MAX_REPLAY_BYTES_PER_PROJECT; slack is the runtime's headroom (a heap
+// that may grow to twice its live size before a collection) and buffers.
+const (
+	queueBound  = 2 << 20
+	replayBound = 32 << 20
+	slack       = 64 << 20
+)
+
+// worstCaseSize is the public key holder's sockets, how long their peak is
+// sampled, and how long the secret key holder emits: make worstcase's, or
+// the short form's.
+func worstCaseSize() (sockets int, hold, emitFor time.Duration) {
+	if testing.Short() {
+		return 100, 3 * time.Second, 8 * time.Second
+	}
+	return 500, 10 * time.Second, 20 * time.Second
+}
 
 // A public key holder, one address: MAX_CONNECTIONS_PER_ADDRESS sockets, each
 // with MAX_SUBSCRIPTIONS_PER_CONNECTION presence subscriptions under a
@@ -44,7 +65,8 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	pid := proc.Cmd.Process.Pid
 	settle()
 	before := relaytest.RSS(t, pid)
-	const sockets, subs = 500, 200
+	sockets, hold, _ := worstCaseSize()
+	const subs = 200
 	var peak float64
 	sampling := make(chan struct{})
 	sampled := make(chan struct{})
@@ -105,16 +127,22 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	// Nobody reads: the joins and syncs queue up to each socket's write
 	// queue bound, which is part of what this holder can make the server
 	// hold. Give the server time to process every subscribe. Time by
-	// nature: the peak RSS is sampled over these fixed 10 s (and without
+	// nature: the peak RSS is sampled over this fixed hold (and without
 	// reading, no answer shows that a socket's subscribes are all done).
-	time.Sleep(10 * time.Second)
+	time.Sleep(hold)
 	close(sampling)
 	<-sampled
 	settle()
 	after := relaytest.RSS(t, pid)
 	open := ts.metrics(t).Get(t, "relay_connections_open", "")
 	t.Logf("public key holder, one address: %d sockets × %d presence subscriptions (128-byte clientIds), reading=%v: RSS %.0f MiB before, peak %.0f MiB (+%.0f MiB, %.1f KiB per socket), %.0f MiB after; %v sockets still open",
-		sockets, subs, reading, before/1024, peak/1024, (peak-before)/1024, (peak-before)/sockets, after/1024, open)
+		sockets, subs, reading, before/1024, peak/1024, (peak-before)/1024, (peak-before)/float64(sockets), after/1024, open)
+	// Reading or not, a socket holds at most its write queue and its
+	// subscriptions (a few hundred KiB for these).
+	if bound := float64(sockets*(queueBound+256<<10)+slack) / 1024; peak-before > bound {
+		t.Errorf("peak RSS grew by %.0f MiB, over the bound of %.0f MiB (%d sockets × (the write queue's 2 MiB + 256 KiB) + 64 MiB)",
+			(peak-before)/1024, bound/1024, sockets)
+	}
 	for _, c := range conns {
 		c.Close()
 	}
@@ -122,7 +150,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 
 // A secret key holder: emits of the largest allowed payload over many
 // channels at the default budgets (600 a minute per channel, 6 000 a minute
-// for the project) for 20 s, the replay window.
+// for the project) for 20 s, the replay window (8 s in the short form).
 func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	proc := relaytest.StartBinary(t)
 	ts := binaryServer(t, proc)
@@ -135,7 +163,8 @@ func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	var wg sync.WaitGroup
 	var ok, refused int64
 	var mu sync.Mutex
-	stop := time.Now().Add(20 * time.Second)
+	_, _, emitFor := worstCaseSize()
+	stop := time.Now().Add(emitFor)
 	for w := range 8 {
 		wg.Add(1)
 		go func() {
@@ -155,6 +184,11 @@ func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	wg.Wait()
 	settle()
 	after := relaytest.RSS(t, pid)
-	t.Logf("secret key holder: %d emits of 130 KB accepted (%d refused) over 250 channels in 20 s: RSS %.0f → %.0f MiB (+%.0f MiB)",
-		ok, refused, before/1024, after/1024, (after-before)/1024)
+	t.Logf("secret key holder: %d emits of 130 KB accepted (%d refused) over 250 channels in %v: RSS %.0f → %.0f MiB (+%.0f MiB)",
+		ok, refused, emitFor, before/1024, after/1024, (after-before)/1024)
+	// The project keeps at most twice its replay cap (OPERATING.md).
+	if bound := float64(2*replayBound+slack) / 1024; after-before > bound || ok == 0 {
+		t.Errorf("RSS grew by %.0f MiB with %d emits accepted: want some accepted, and at most %.0f MiB (twice the 32 MiB replay cap + 64 MiB)",
+			(after-before)/1024, ok, bound/1024)
+	}
 }
