@@ -172,6 +172,16 @@ func stored(back uint64) func(h *coreHarness) string {
 	}
 }
 
+// mergeEmpty hands the core a previous owner's state with an empty ring:
+// its low water base-lowBack, its seq base-seqBack (the stamps between
+// failed: nothing delivered after the low water).
+func mergeEmpty(lowBack, seqBack uint64) func(h *coreHarness) string {
+	return func(h *coreHarness) string {
+		h.core.merge(nil, h.base-lowBack, h.base-seqBack, h.base-lowBack, h.now.Truncate(time.Minute), 0)
+		return ""
+	}
+}
+
 func wait(d time.Duration) func(h *coreHarness) string {
 	return func(h *coreHarness) string { h.now = h.now.Add(d); return "" }
 }
@@ -286,6 +296,12 @@ func TestChannelCore(t *testing.T) {
 			}, "gap false replay 2"},
 			{emit(`1`), `#0 subscribers 2 delivered 2 remaining 0 | deliver a #0 {"channel":"room","payload":1,"seq":SEQ0} | deliver b #0 {"channel":"room","payload":1,"seq":SEQ0}`},
 			{emit(`2`), "channel_rate_limited remaining 0"}, // the handed-over emit counts in this window
+		}},
+		{name: "a handed-over state whose last stamps failed: no gap after its low water, seq going on above them", steps: []coreStep{
+			{mergeEmpty(5, 2), ""},
+			{after(-5 + 1<<64), "gap false []"}, // a relay that saw base-5 missed nothing
+			{after(-6 + 1<<64), "gap true []"},  // one that saw less did
+			{emit(`1`), "#-1 subscribers 0 delivered 0 remaining 1"},
 		}},
 		{name: "a handed-over state to a core that stamped already: seq from the higher", steps: []coreStep{
 			{emit(`1`), "#1 subscribers 0 delivered 0 remaining 1"},

@@ -569,7 +569,13 @@ func (g *channelGrain) sendRoster(ctx actor.Context) {
 func (g *channelGrain) state() *clusterpb.GrainState {
 	c := g.core
 	c.replay.expire(g.cfg.Now())
-	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.handedSeq(), Landed: c.landed, LowWater: c.replay.lowWater,
+	// Nothing landed since the low water: that, as nothing was delivered
+	// above it (unless fresh: then the low water is the clock's start).
+	landed := c.landed
+	if !c.fresh {
+		landed = max(landed, c.replay.lowWater)
+	}
+	st := &clusterpb.GrainState{Identity: g.identity, Seq: c.handedSeq(), LowWater: c.replay.lowWater, Landed: landed,
 		WindowStartUnixNano: c.window.start.UnixNano(), WindowCount: int32(c.window.count)}
 	for _, e := range c.replay.live() {
 		st.Replay = append(st.Replay, &clusterpb.ReplayEntry{Seq: e.seq, AtUnixNano: e.at.UnixNano(), Message: e.msg})

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -231,6 +232,45 @@ func TestFreezeGivesUpOnASlowCommit(t *testing.T) {
 	}
 	gate <- struct{}{} // the commit ends now: nothing is delivered
 	silent(t, got, 200*time.Millisecond)
+}
+
+// A new history channel, nothing stored, handed over while its only
+// message waits for a commit that then fails: the relay that joined was
+// told the seq before that message, and re-registering with the next owner
+// it gets no replay_gap (nothing was delivered after it).
+func TestHandedOverMidCommitNoFalseGap(t *testing.T) {
+	c, h, gate := gatedHistoryNode(t)
+	identity := ownedChannel(t, c, "new")
+	grain := startGrain(c, identity)
+	relay, got := relayStub(c)
+	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 1}})
+	j, ok := next(t, got, time.Second).(*clusterpb.ChannelJoined)
+	if !ok {
+		t.Fatal("no join answer")
+	}
+	publishWith(c, grain, relay, "n#1", true, false)
+	commitUnderWay(t, h)
+	states := make(chan *clusterpb.GrainState, 1)
+	c.sys.root.Send(grain, &freeze{reply: states})
+	st := <-states
+	if p := nextPublished(t, got); p.Error != "service_unavailable" {
+		t.Fatalf("the held publish answered %v, want service_unavailable", p)
+	}
+	h.set(errors.New("store down"))
+	gate <- struct{}{} // the commit fails: nothing stored, nothing delivered
+	h.set(nil)
+	c.sys.root.Stop(grain)
+
+	next2 := startGrain(c, identity)
+	c.sys.root.Send(next2, st)
+	register(c, next2, relay, j.Seq, 1)
+	select {
+	case m := <-got:
+		if up, ok := m.(*clusterpb.ChannelCatchUp); !ok || up.Gap || len(up.Messages) > 0 {
+			t.Fatalf("the relay re-registering after %d got %T %v, want no gap and nothing", j.Seq, m, m)
+		}
+	case <-time.After(300 * time.Millisecond):
+	}
 }
 
 // A publish sent again whose record the old owner stored after this grain

@@ -96,8 +96,12 @@ func (r *replayRing) prepend(older []replayEntry, lowWater, lastSeq uint64, fres
 		r.entries = append(older, r.live()...)
 		r.head = 0
 		r.lowWater = lowWater
+	case fresh && lowWater > 0:
+		// Nothing the earlier life delivered after lowWater is missing (its
+		// stamps after it, if any, failed and were never delivered).
+		r.lowWater = lowWater
 	case fresh:
-		r.lowWater = max(lowWater, lastSeq)
+		r.lowWater = max(r.lowWater, lastSeq)
 	}
 }
 
