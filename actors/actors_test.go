@@ -67,15 +67,25 @@ func (s *sink) messages(t *testing.T) []map[string]any {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	if !within(5*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// within polls cond every 2 ms until it holds (true) or timeout passes
+// (false), for a caller that reports the failure itself. The state it
+// waits on changes with no event to wait for (actors' mailboxes, maps).
+func within(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // the poll's interval
 	}
+	return true
 }
 
 func newTestSystem(t testing.TB, cfg Config) *System {

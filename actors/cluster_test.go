@@ -225,10 +225,8 @@ func TestConnectionCapCountsOtherMembers(t *testing.T) {
 	c := newTestCluster(t, sys, nil)
 	elsewhere := func(project string, want int) {
 		t.Helper()
-		for deadline := time.Now().Add(2 * time.Second); sys.connectionsElsewhere(project) != want; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s elsewhere: %d, want %d", project, sys.connectionsElsewhere(project), want)
-			}
+		if !within(2*time.Second, func() bool { return sys.connectionsElsewhere(project) == want }) {
+			t.Fatalf("%s elsewhere: %d, want %d", project, sys.connectionsElsewhere(project), want)
 		}
 	}
 	c.view.Store(newMemberView([]*pcluster.Member{{Id: "m2", Host: "10.0.0.2", Port: 7000}, {Id: "m3", Host: "10.0.0.3", Port: 7000}}, c.self))

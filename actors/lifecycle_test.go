@@ -246,7 +246,12 @@ func TestRetireRacesEmits(t *testing.T) {
 				}
 				if i%50 == 0 {
 					sys.DrainUsage(ctx)
-					time.Sleep(3 * time.Millisecond) // let some actors stop
+					// Time by nature, not a wait for an event: a gap in this
+					// worker's emits, on the real clock the dormancy ticks run
+					// on (two 1 ms ticks), so that actors stop while the other
+					// workers' emits race them. Waiting until this worker's
+					// project stopped would line the workers up instead.
+					time.Sleep(3 * time.Millisecond)
 				}
 			}
 		}()
