@@ -236,7 +236,13 @@ func TestSlowButSteadyPeerKept(t *testing.T) {
 			t.Fatalf("after %d bytes: %v", got, err)
 		}
 		got += n
-		time.Sleep(10 * time.Millisecond) // time by nature: a reader's pace, at most 6 MiB/s
+		// Time by nature: a reader's pace, at most 6 MiB/s. A close while
+		// the peer keeps reading fails at once, saying why.
+		select {
+		case info := <-e.closed:
+			t.Fatalf("closed with %+v after %d of %d bytes read at a steady pace", info, got, frames*len(frame))
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	if took := time.Since(start); took < 3*400*time.Millisecond {
 		t.Fatalf("read it all in %v: too fast to span several WriteTimeouts", took)

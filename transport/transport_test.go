@@ -320,11 +320,15 @@ func TestIdleTimeout(t *testing.T) {
 
 func TestActivityDefersIdleTimeout(t *testing.T) {
 	f := newFixture(t, Config{IdleTimeout: 1500 * time.Millisecond})
-	conn, br, _ := f.dial(t)
-	for range 4 {
+	conn, br, e := f.dial(t)
+	for i := range 4 {
 		// Time by nature: activity every 700 ms, 2.8 s in all, each gap
-		// within the 1.5 s idle timeout.
-		time.Sleep(700 * time.Millisecond)
+		// within the 1.5 s idle timeout; a close during a gap fails at once.
+		select {
+		case info := <-e.closed:
+			t.Fatalf("closed with %+v in the 700 ms gap before ping %d (idle timeout 1.5 s)", info, i)
+		case <-time.After(700 * time.Millisecond):
+		}
 		wsutil.WriteClientText(conn, []byte("ping"))
 		expectText(t, conn, br, "ping")
 	}
