@@ -27,6 +27,19 @@ type fanoutRig struct {
 	srv   *Server
 	conns []*Conn
 	got   atomic.Int64 // bytes read by every reader together
+	// want is what a waitFor waits for the readers to reach (0: none); the
+	// reader that takes it (or waitFor itself) sends on reached.
+	want    atomic.Int64
+	reached chan struct{}
+	timeout *time.Timer // waitFor's, reused: the measured loop allocates nothing for it
+}
+
+// read counts k more bytes read and wakes a waitFor they complete.
+func (r *fanoutRig) read(k int) {
+	got := r.got.Add(int64(k))
+	if w := r.want.Load(); w > 0 && got >= w && r.want.CompareAndSwap(w, 0) {
+		r.reached <- struct{}{}
+	}
 }
 
 // newFanoutRig fails b on error and is torn down when owner ends.
@@ -36,7 +49,8 @@ func newFanoutRig(b, owner *testing.B, n int, cfg Config) *fanoutRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rig := &fanoutRig{srv: srv}
+	rig := &fanoutRig{srv: srv, reached: make(chan struct{}, 1), timeout: time.NewTimer(time.Hour)}
+	rig.timeout.Stop()
 	opened := make(chan *Conn, 1)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		srv.Upgrade(w, r, func(c *Conn) Handler { opened <- c; return quiet{} })
@@ -66,7 +80,7 @@ func newFanoutRig(b, owner *testing.B, n int, cfg Config) *fanoutRig {
 			buf := make([]byte, 64<<10)
 			for {
 				k, err := rd.Read(buf)
-				rig.got.Add(int64(k))
+				rig.read(k)
 				if err != nil {
 					return
 				}
@@ -82,14 +96,22 @@ func newFanoutRig(b, owner *testing.B, n int, cfg Config) *fanoutRig {
 	return rig
 }
 
-// waitFor waits until the readers together have read at least total bytes.
+// waitFor waits until the readers together have read at least total bytes
+// (30 s at most): woken by the read that completes them, not by polling.
 func (r *fanoutRig) waitFor(b *testing.B, total int64) {
-	deadline := time.Now().Add(30 * time.Second)
-	for r.got.Load() < total {
-		if time.Now().After(deadline) {
-			b.Fatalf("readers got %d of %d bytes", r.got.Load(), total)
-		}
-		time.Sleep(50 * time.Microsecond)
+	if r.got.Load() >= total {
+		return
+	}
+	r.want.Store(total)
+	if r.got.Load() >= total && r.want.CompareAndSwap(total, 0) {
+		return // completed before a reader saw want
+	}
+	r.timeout.Reset(30 * time.Second)
+	defer r.timeout.Stop()
+	select {
+	case <-r.reached:
+	case <-r.timeout.C:
+		b.Fatalf("readers got %d of %d bytes", r.got.Load(), total)
 	}
 }
 
