@@ -74,37 +74,66 @@ var listeningRe = regexp.MustCompile(`msg=listening listener=public addr=(\S+)`)
 // listener.
 func startRelay(dir string, env ...string) (*relayProcess, error) {
 	p := &relayProcess{log: filepath.Join(dir, "relay.log"), done: make(chan error, 1)}
-	stderr, err := os.Create(p.log)
+	f, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
-	defer stderr.Close() // the process has its own copy
+	stderr := &listenWatch{f: f, addr: make(chan string, 1)}
 	p.cmd = exec.Command(relayBin, "serve")
 	p.cmd.Env = append(append(os.Environ(), "RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=", "LOG_FORMAT=text",
 		"DATABASE_URL=sqlite:"+filepath.Join(dir, "relay.db")), env...)
 	p.cmd.Stderr = stderr
 	if err := p.cmd.Start(); err != nil {
+		f.Close()
 		return nil, err
 	}
-	go func() { p.done <- p.cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if m := listeningRe.FindStringSubmatch(p.logs()); m != nil {
-			p.base = "http://" + m[1]
-			return p, nil
-		}
-		select {
-		case err := <-p.done:
-			return nil, fmt.Errorf("relay exited at start (%v):\n%s", err, p.logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.cmd.Process.Kill()
-			<-p.done
-			return nil, fmt.Errorf("relay did not start:\n%s", p.logs())
-		}
-		time.Sleep(10 * time.Millisecond)
+	go func() {
+		err := p.cmd.Wait() // once the process has exited and its stderr is copied
+		f.Close()
+		p.done <- err
+	}()
+	select {
+	case addr := <-stderr.addr:
+		p.base = "http://" + addr
+		return p, nil
+	case err := <-p.done:
+		return nil, fmt.Errorf("relay exited at start (%v):\n%s", err, p.logs())
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		return nil, fmt.Errorf("relay did not start:\n%s", p.logs())
 	}
+}
+
+// listenWatch copies the relay's stderr to its log file and, as the line
+// naming the public listener is written, sends that address on addr (once).
+// exec's one copying goroutine calls Write.
+type listenWatch struct {
+	f       *os.File
+	addr    chan string // buffered 1
+	partial []byte      // the line written so far, until the address is sent
+	sent    bool
+}
+
+func (w *listenWatch) Write(b []byte) (int, error) {
+	n, err := w.f.Write(b)
+	if w.sent {
+		return n, err
+	}
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if m := listeningRe.FindSubmatch(w.partial[:i]); m != nil {
+			w.addr <- string(m[1])
+			w.sent, w.partial = true, nil
+			break
+		}
+		w.partial = w.partial[i+1:]
+	}
+	return n, err
 }
 
 // stop interrupts the relay (SIGINT) and waits for it; one that has not
