@@ -568,24 +568,32 @@ func TestNaiveHub(t *testing.T) {
 	if code, body := post("wrong", `{"channel":"room","payload":1}`); code != http.StatusUnauthorized || body != `{"error":"invalid_secret_key"}` {
 		t.Errorf("wrong key: %d %s", code, body)
 	}
-	// The subscriber is registered once its handshake is answered; the
-	// first emit may still race it, so emit until it is counted.
-	var body string
-	for try := 0; try < 50; try++ {
-		var code int
-		if code, body = post(naiveSecretKey, `{"channel":"room","payload":{"n":1}}`); code != http.StatusOK {
-			t.Fatalf("emit: %d %s", code, body)
-		}
-		if strings.Contains(body, `"delivered":1`) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The hub registers the subscriber after it answers the handshake, and
+	// only then starts the reader that answers pings: a pong says the
+	// subscriber is registered, so a single emit must reach it.
+	ponged := make(chan struct{})
+	c.SetPongHandler(func(string) error { close(ponged); return nil })
+	type read struct {
+		msg []byte
+		err error
 	}
-	if !strings.Contains(body, `"channel":"room"`) || !strings.Contains(body, `"subscriberCount":1`) {
-		t.Fatalf("emit answer %s", body)
-	}
+	reads := make(chan read, 1)
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, msg, err := c.ReadMessage()
+	go func() { _, msg, err := c.ReadMessage(); reads <- read{msg, err} }() // handles the pong, then reads the message
+	if err := c.WriteControl(websocket.PingMessage, nil, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ponged:
+	case r := <-reads:
+		t.Fatalf("no pong before %q, %v", r.msg, r.err)
+	}
+	code, body := post(naiveSecretKey, `{"channel":"room","payload":{"n":1}}`)
+	if code != http.StatusOK || !strings.Contains(body, `"delivered":1`) || !strings.Contains(body, `"channel":"room"`) || !strings.Contains(body, `"subscriberCount":1`) {
+		t.Fatalf("emit answer %d %s", code, body)
+	}
+	r := <-reads // within the read deadline
+	msg, err := r.msg, r.err
 	if err != nil {
 		t.Fatal(err)
 	}
