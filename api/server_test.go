@@ -62,6 +62,9 @@ func TestReadyzDoesNotQueueBehindRequests(t *testing.T) {
 
 	drained := make(chan struct{})
 	go func() { s.Drain(context.Background()); close(drained) }()
+	// Polls /readyz until it answers 503: Drain's first step (it marks the
+	// server draining, then waits for the request in progress) has no event
+	// to wait on.
 	deadline := time.Now().Add(5 * time.Second)
 	for readyz("draining") != http.StatusServiceUnavailable {
 		if time.Now().After(deadline) {
