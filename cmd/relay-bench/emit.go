@@ -64,16 +64,7 @@ func runEmit(ctx context.Context, args []string) error {
 		em = newEmitters(c.bases, p.SecretKey, *workers, *payloadBytes)
 		b, err = em.nodes[0].preflight(ctx)
 	} else {
-		p, em, b, err = emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes, func(api apiCall, id string) error {
-			if *history == 0 {
-				return nil
-			}
-			status, out, err := api("PATCH", "/api/projects/"+id+"/settings", map[string]int{"historyRetentionSeconds": *history})
-			if err == nil && status != 200 {
-				err = fmt.Errorf("set historyRetentionSeconds %d: %d %v", *history, status, out)
-			}
-			return err
-		})
+		p, em, b, err = emitterFor(ctx, &c, "bench-emit", *workers, *payloadBytes, keepHistory(*history))
 	}
 	if err != nil {
 		return err

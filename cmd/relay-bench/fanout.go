@@ -36,6 +36,7 @@ func runFanout(ctx context.Context, args []string) error {
 	drain := fs.Duration("drain", 5*time.Second, "after the last emit, how long to wait for missing deliveries")
 	via := fs.String("via", "roundrobin", "several nodes: emit i goes through node i%nodes (roundrobin), or every emit to channel c through node c%nodes (channel)")
 	warmup := fs.Bool("warmup", false, "before the subscribers connect, emit once to every channel through every node (the channels' actors or grains start then, not during the measured run)")
+	history := fs.Int("history", 0, "the project's historyRetentionSeconds (channel history: each message is stored before it is delivered); 0: off")
 	debugList := fs.String("debug", "", "several nodes: their operator listeners (http://127.0.0.1:PORT, comma-separated, in -base's order), to find each channel grain's node and report latency by hops (with -via channel)")
 	profile := cpuProfile(fs)
 	stopProfile, err := c.begin(fs, args, profile)
@@ -61,7 +62,7 @@ func runFanout(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 
-	p, em, b, err := emitterFor(ctx, &c, "bench-fanout", *workers, *payloadBytes)
+	p, em, b, err := emitterFor(ctx, &c, "bench-fanout", *workers, *payloadBytes, keepHistory(*history))
 	if err != nil {
 		return err
 	}

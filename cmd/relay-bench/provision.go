@@ -73,6 +73,21 @@ func provisionWith(ctx context.Context, c *common, name string) (project, apiCal
 	return pr, call, nil
 }
 
+// keepHistory is a project set-up that turns its channel history on for
+// seconds (0: leaves it off).
+func keepHistory(seconds int) func(apiCall, string) error {
+	return func(api apiCall, id string) error {
+		if seconds == 0 {
+			return nil
+		}
+		status, out, err := api("PATCH", "/api/projects/"+id+"/settings", map[string]int{"historyRetentionSeconds": seconds})
+		if err == nil && status != 200 {
+			err = fmt.Errorf("set historyRetentionSeconds %d: %d %v", seconds, status, out)
+		}
+		return err
+	}
+}
+
 // emitterFor provisions a project named name (through the first node) and
 // its HTTP emitters (one per node), and reads the server's budgets with one
 // preflight emit.
