@@ -67,21 +67,32 @@ type healthSlot struct {
 }
 
 // healthRing is a ring of slots of one width; a slot is cleared when the
-// first add of a new period reaches it.
+// first add of a new period reaches it. A slot is made on its first add: a
+// project with a little traffic holds a few (a slot is about 500 bytes, the
+// two rings 72 of them).
 type healthRing struct {
 	width int64 // nanoseconds
 	mu    sync.Mutex
-	slots []healthSlot
+	slots []atomic.Pointer[healthSlot]
+}
+
+func newHealthRing(width, span time.Duration) healthRing {
+	return healthRing{width: int64(width), slots: make([]atomic.Pointer[healthSlot], span/width)}
 }
 
 func (r *healthRing) at(now int64) *healthSlot {
 	period := now / r.width
-	s := &r.slots[period%int64(len(r.slots))]
-	if s.period.Load() == period {
+	at := &r.slots[period%int64(len(r.slots))]
+	s := at.Load()
+	if s != nil && s.period.Load() == period {
 		return s
 	}
 	r.mu.Lock()
-	if s.period.Load() != period {
+	if s = at.Load(); s == nil {
+		s = &healthSlot{}
+		s.period.Store(period)
+		at.Store(s)
+	} else if s.period.Load() != period {
 		for i := range s.counts {
 			s.counts[i].Store(0)
 		}
@@ -98,7 +109,10 @@ func (r *healthRing) at(now int64) *healthSlot {
 func (r *healthRing) sum(now int64, into *HealthWindow) {
 	current := now / r.width
 	for i := range r.slots {
-		s := &r.slots[i]
+		s := r.slots[i].Load()
+		if s == nil {
+			continue
+		}
 		p := s.period.Load()
 		if p > current || p <= current-int64(len(r.slots)) {
 			continue
@@ -133,8 +147,8 @@ func (h *projectHealth) slots(now int64) [3]*healthSlot {
 
 func newProjectHealth() *projectHealth {
 	return &projectHealth{
-		minute: healthRing{width: int64(minuteSlotWidth), slots: make([]healthSlot, time.Minute/minuteSlotWidth)},
-		hour:   healthRing{width: int64(hourSlotWidth), slots: make([]healthSlot, time.Hour/hourSlotWidth)},
+		minute: newHealthRing(minuteSlotWidth, time.Minute),
+		hour:   newHealthRing(hourSlotWidth, time.Hour),
 	}
 }
 
