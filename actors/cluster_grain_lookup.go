@@ -128,6 +128,7 @@ func (l *grainLookup) retry(ctx actor.Context, m *resolveAgain) {
 // moved: the member list changed; look again if the grain has a new owner.
 func (l *grainLookup) moved(ctx actor.Context) {
 	if l.pid == nil || l.c.ownerAddress(l.kind, l.identity) != l.pid.Address {
+		l.lost = 0 // asks of another owner, or of one restarted: a short wait again
 		l.resolve(ctx)
 	}
 }
@@ -137,7 +138,7 @@ func (l *grainLookup) terminated(ctx actor.Context, who *actor.PID) bool {
 	if l.pid == nil || !who.Equal(l.pid) {
 		return false
 	}
-	l.pid = nil
+	l.pid, l.lost = nil, 0
 	l.resolve(ctx)
 	return true
 }

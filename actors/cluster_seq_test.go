@@ -133,3 +133,42 @@ func TestToldClockStartIsHandedOn(t *testing.T) {
 		t.Fatalf("next owner stamped %v; relay Y was told %d and drops it", p, j.Seq)
 	}
 }
+
+// A fresh grain raised by a register below its clock's start (the dead
+// owner's clock was behind) hands on the relay's seq; the next owner goes
+// on from it, and its ring's low water is not the old clock's start above
+// its own messages: a since between them is told no replay_gap.
+func TestFreshHandoverLowWaterNotAboveSeq(t *testing.T) {
+	c := failoverNode(t)
+	identity := ownedChannel(t, c, "lw")
+	g1 := startGrain(c, identity)
+	x, fromX := relayStub(c)
+	delivered := uint64(time.Now().Add(-10 * time.Second).UnixMicro())
+	register(c, g1, x, delivered, 1)
+	states := make(chan *clusterpb.GrainState, 1)
+	c.sys.root.Send(g1, &freeze{reply: states})
+	st := <-states
+	g2 := startGrain(c, identity)
+	c.sys.root.Send(g2, st)
+	register(c, g2, x, delivered, 1)
+	publishTo(c, g2, x, "n#1")
+	seq := nextPublished(t, fromX).Seq
+	if seq != delivered+1 {
+		t.Fatalf("the next owner stamped %d, want %d", seq, delivered+1)
+	}
+	publishTo(c, g2, x, "n#2")
+	nextPublished(t, fromX)
+	y, fromY := relayStub(c)
+	for i, since := range []uint64{delivered, seq} {
+		sendFrom(c, g2, y, &clusterpb.ChannelJoin{Relay: ref(y), Sub: &clusterpb.Subscriber{Conn: uint64(10 + i)},
+			HasSince: true, Since: float64(since)})
+		for {
+			if j, ok := next(t, fromY, time.Second).(*clusterpb.ChannelJoined); ok {
+				if j.Gap || len(j.Replay) != 2-i {
+					t.Errorf("join since %d: gap %v, %d replayed; want no gap and %d", since, j.Gap, len(j.Replay), 2-i)
+				}
+				break
+			}
+		}
+	}
+}

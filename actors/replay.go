@@ -98,8 +98,9 @@ func (r *replayRing) prepend(older []replayEntry, lowWater, lastSeq uint64, fres
 		r.lowWater = lowWater
 	case fresh && lowWater > 0:
 		// Nothing the earlier life delivered after lowWater is missing (its
-		// stamps after it, if any, failed and were never delivered).
-		r.lowWater = lowWater
+		// stamps after it, if any, failed and were never delivered); a low
+		// water above lastSeq is a fresh life's clock start, no message's.
+		r.lowWater = min(lowWater, lastSeq)
 	case fresh:
 		r.lowWater = max(r.lowWater, lastSeq)
 	}
