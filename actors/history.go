@@ -165,8 +165,9 @@ func (w *historyWriter) run() {
 		var refusedOf map[*actor.PID][]uint64 // by channel
 		if len(refused) > 0 {
 			// A previous owner of the channel stored them (it crashed or
-			// froze mid-commit): the rest of the batch is stored.
-			w.log.Warn("channel history: messages whose seq or publish was stored already are answered 503", "messages", len(refused))
+			// froze mid-commit), or the project is gone: the rest of the
+			// batch is stored.
+			w.log.Warn("channel history: messages the store refused (their seq or publish stored already, or their project deleted) are answered 503", "messages", len(refused))
 			refusedOf = map[*actor.PID][]uint64{}
 			for _, i := range refused {
 				refusedOf[batch[i].to] = append(refusedOf[batch[i].to], batch[i].rec.Seq)

@@ -43,8 +43,10 @@ type historyUsage struct {
 
 // AppendHistory stores msgs in one transaction, with the bytes their
 // projects hold, all of them but those whose seq (on their channel) or
-// publish is stored already: it returns those indexes, in order. A refused
-// row is not stored and not counted; the others are.
+// publish is stored already, or whose project is gone (deleted while its
+// messages waited): it returns those indexes, in order. A refused row is
+// not stored and not counted; the others are, whatever other tenants'
+// rows of the batch are.
 func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refused []int, err error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -62,9 +64,15 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 	// out, and the rows stored come back.
 	const chunk = 1000
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// The rows of projects that still exist (the transaction holds
+		// SQLite's write lock: none is deleted meanwhile).
+		rows, err := ofLiveProjects(ctx, tx, msgs)
+		if err != nil {
+			return err
+		}
 		var stored []historyKey
-		for from := 0; from < len(msgs); from += chunk {
-			part := msgs[from:min(from+chunk, len(msgs))]
+		for from := 0; from < len(rows); from += chunk {
+			part := rows[from:min(from+chunk, len(rows))]
 			var got []historyKey
 			if _, err := tx.NewInsert().Model(&part).On("CONFLICT DO NOTHING").Returning("project_id, channel, seq, publish_id").Exec(ctx, &got); err != nil {
 				return err
@@ -79,7 +87,7 @@ func (s *Store) AppendHistory(ctx context.Context, msgs []HistoryMessage) (refus
 		// Counted in project order, so that two writers' transactions take
 		// the projects' rows in one order (no deadlock).
 		slices.SortFunc(added, func(a, b historyUsage) int { return strings.Compare(a.ProjectID, b.ProjectID) })
-		_, err := tx.NewInsert().Model(&added).
+		_, err = tx.NewInsert().Model(&added).
 			On("CONFLICT (project_id) DO UPDATE").Set("bytes = history_usage.bytes + EXCLUDED.bytes").Exec(ctx)
 		return err
 	})
@@ -107,6 +115,7 @@ func (s *Store) appendHistoryPostgres(ctx context.Context, msgs []HistoryMessage
 		SELECT r.project_id, r.channel, r.seq, r.message, r.size, r.created_at, NULLIF(r.publish_id, '')
 		FROM unnest(?::uuid[], ?::text[], ?::bigint[], ?::text[], ?::bigint[], ?::timestamptz[], ?::text[])
 			AS r(project_id, channel, seq, message, size, created_at, publish_id)
+		WHERE EXISTS (SELECT 1 FROM projects p WHERE p.id = r.project_id)
 		ON CONFLICT DO NOTHING
 		RETURNING project_id, channel, seq, publish_id, size
 	), counted AS (
@@ -122,6 +131,30 @@ func (s *Store) appendHistoryPostgres(ctx context.Context, msgs []HistoryMessage
 	}
 	refused, _ := storedOf(msgs, stored)
 	return refused, nil
+}
+
+// ofLiveProjects is msgs without the rows of projects that no longer exist.
+func ofLiveProjects(ctx context.Context, tx bun.Tx, msgs []HistoryMessage) ([]HistoryMessage, error) {
+	var ids []string
+	for _, m := range msgs {
+		if !slices.Contains(ids, m.ProjectID) {
+			ids = append(ids, m.ProjectID)
+		}
+	}
+	var live []string
+	if err := tx.NewSelect().Model((*Project)(nil)).Column("id").Where("id IN (?)", bun.In(ids)).Scan(ctx, &live); err != nil {
+		return nil, err
+	}
+	if len(live) == len(ids) {
+		return msgs, nil
+	}
+	var out []HistoryMessage
+	for _, m := range msgs {
+		if slices.Contains(live, m.ProjectID) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // historyKey is a stored row as RETURNING names it (two rows of one seq in
@@ -298,15 +331,16 @@ func (s *Store) deleteOldest(ctx context.Context, projectID string, cutoff *time
 }
 
 // deleteRows deletes up to n of a project's oldest rows (those created
-// before cutoff; nil: any) and counts their bytes off its history_usage,
-// in tx: how many rows and bytes.
+// before cutoff; nil: any), by creation time then seq (messages of one
+// instant go in seq order, whatever order the store keeps them in), and
+// counts their bytes off its history_usage, in tx: how many rows and bytes.
 func deleteRows(ctx context.Context, tx bun.Tx, projectID string, cutoff *time.Time, n int) (rows, bytes int64, err error) {
 	q := `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
-		(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? ORDER BY created_at LIMIT ?) RETURNING size`
+		(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? ORDER BY created_at, seq LIMIT ?) RETURNING size`
 	args := []any{projectID, n}
 	if cutoff != nil {
 		q = `DELETE FROM channel_messages WHERE (project_id, channel, seq) IN
-		(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? AND created_at < ? ORDER BY created_at LIMIT ?) RETURNING size`
+		(SELECT project_id, channel, seq FROM channel_messages WHERE project_id = ? AND created_at < ? ORDER BY created_at, seq LIMIT ?) RETURNING size`
 		args = []any{projectID, *cutoff, n}
 	}
 	var sizes []int64

@@ -319,6 +319,28 @@ func TestHistoryAwkwardText(t *testing.T) {
 	})
 }
 
+// TestHistoryDeletedProject: a batch holding the rows of a project
+// deleted while they waited stores every other project's rows and refuses
+// only those (on PostgreSQL the foreign key failed the whole batch).
+func TestHistoryDeletedProject(t *testing.T) {
+	storetest.EachDB(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s, owner, p, q := historyProjects(t, url)
+		must(t, s.DeleteProject(ctx, q.ID, owner))
+		batch := append(historyRows(p.ID, "room", 1, 2, time.Now()), historyRows(q.ID, "room", 1, 2, time.Now())...)
+		batch = append(batch, historyRows(p.ID, "lobby", 1, 1, time.Now())...)
+		if refused, err := s.AppendHistory(ctx, batch); err != nil || fmt.Sprint(refused) != "[2 3]" {
+			t.Fatalf("a batch with a deleted project's rows: refused %v, %v; want [2 3]", refused, err)
+		}
+		if got, err := s.HistoryAfter(ctx, p.ID, "room", 0, 10); err != nil || fmt.Sprint(seqsOf(got)) != "[1 2]" {
+			t.Fatalf("the live project's rows: %v %v", seqsOf(got), err)
+		}
+		if n, err := s.HistoryBytes(ctx, p.ID); err != nil || n != size(batch[:2])+size(batch[4:]) {
+			t.Fatalf("the live project holds %d bytes (%v), want %d", n, err, size(batch[:2])+size(batch[4:]))
+		}
+	})
+}
+
 func TestHistoryPublishID(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ctx := context.Background()
