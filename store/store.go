@@ -244,6 +244,13 @@ func isDuplicate(err error) bool {
 	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "(2067)") || strings.Contains(msg, "(1555)")
 }
 
+// isForeignKeyViolation reports a PostgreSQL foreign-key violation (a row
+// naming a project that is gone).
+func isForeignKeyViolation(err error) bool {
+	var pgErr pgdriver.Error
+	return errors.As(err, &pgErr) && pgErr.Field('C') == "23503"
+}
+
 // notFound maps sql.ErrNoRows to ErrNotFound.
 func notFound(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
