@@ -475,7 +475,13 @@ func TestTokenExp(t *testing.T) {
 func TestNoReconnectAfter4012(t *testing.T) {
 	f := newFakeRelay(t)
 	tk := &tokens{name: "ann", ttl: 10 * time.Minute}
-	now := func(time.Duration) <-chan time.Time {
+	// Every wait but the token's refresh (minutes away) ends at once: a
+	// refresh at once, unanswered by the fake relay, would close the socket
+	// and reconnect before the 4012 arrives.
+	now := func(d time.Duration) <-chan time.Time {
+		if d > HealthyConnection {
+			return nil
+		}
 		ch := make(chan time.Time, 1)
 		ch <- time.Now()
 		return ch
