@@ -17,18 +17,13 @@ type project struct {
 	SecretKey string
 }
 
-// provision signs up (or logs in) and creates a project named name, through
-// -provision-base if set, else the first node.
-func provision(ctx context.Context, c *common, name string) (project, error) {
-	p, _, err := provisionWith(ctx, c, name)
-	return p, err
-}
-
 // apiCall is a signed-in JSON API call: method, path and body, answering
 // the status and the decoded body.
 type apiCall func(method, path string, body any) (int, map[string]any, error)
 
-// provisionWith is provision, also answering the signed-in API caller.
+// provisionWith signs up (or logs in) and creates a project named name,
+// through -provision-base if set, else the first node, and answers the
+// signed-in API caller too.
 func provisionWith(ctx context.Context, c *common, name string) (project, apiCall, error) {
 	base := c.base
 	if c.provisionBase != "" {
