@@ -385,17 +385,9 @@ func clearStaleHistory(ctx context.Context, tx bun.Tx, projectID string) error {
 	}
 }
 
-// HistorySeqOf is the seq of a channel's stored message that publish id
-// stamped; false when none is stored.
-func (s *Store) HistorySeqOf(ctx context.Context, projectID, channel, publishID string) (uint64, bool, error) {
-	seqs, err := s.HistorySeqsOf(ctx, projectID, channel, []string{publishID})
-	seq, ok := seqs[publishID]
-	return seq, ok, err
-}
-
-// HistorySeqsOf is HistorySeqOf for several publishes (at most a few
-// thousand) in one query: the seqs by publish id, an id with none stored
-// absent.
+// HistorySeqsOf is the seqs of a channel's stored messages that the given
+// publishes stamped (at most a few thousand ids, in one query), by publish
+// id; an id with none stored is absent.
 func (s *Store) HistorySeqsOf(ctx context.Context, projectID, channel string, publishIDs []string) (map[string]uint64, error) {
 	var rows []struct {
 		PublishID string `bun:"publish_id"`
