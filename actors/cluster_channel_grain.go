@@ -468,7 +468,7 @@ func (g *channelGrain) join(ctx actor.Context, m *clusterpb.ChannelJoin) {
 	var stored *storedReplay
 	if m.HasSince {
 		stored = g.storedReplay(m.Since, now)
-	} else if g.cfg.History != nil && (g.hist.on || !g.hist.told) {
+	} else if g.mayKeepHistory() {
 		g.loadSeq() // the join's seq is then the stored last one (joinSeq)
 	}
 	o := g.core.join(&joinRequest{node: node, conn: m.Sub.Conn, sub: coreSub{presence: m.Sub.Presence, clientID: m.Sub.ClientId},

@@ -71,6 +71,19 @@ func (g *channelGrain) keepsHistory(m *clusterpb.ChannelPublish) bool {
 	return g.cfg.History != nil && (g.hist.on || m.History)
 }
 
+// mayKeepHistory: the project keeps history, or its node has not said yet
+// (a new owner after a crash hears its relays register first): the store
+// is read for seq and replays.
+func (g *channelGrain) mayKeepHistory() bool {
+	return g.cfg.History != nil && (g.hist.on || !g.hist.told)
+}
+
+// lookupResting: a lookup of publish ids failed less than historyReadWait
+// ago; none is tried again meanwhile.
+func (g *channelGrain) lookupResting(now time.Time) bool {
+	return !g.hist.lookupFailed.IsZero() && now.Sub(g.hist.lookupFailed) < historyReadWait
+}
+
 // joinSeq is the seq a join is answered with, which the relay takes as
 // delivered already. With history: the channel's landed seq, never a
 // stamped message's that may still fail (nor a failed one's: after a
@@ -80,7 +93,7 @@ func (g *channelGrain) keepsHistory(m *clusterpb.ChannelPublish) bool {
 // and the core is no longer fresh (that seq was told).
 func (g *channelGrain) joinSeq() uint64 {
 	c := g.core
-	if c.landed > 0 && g.cfg.History != nil && (g.hist.on || !g.hist.told) {
+	if c.landed > 0 && g.mayKeepHistory() {
 		return c.landed
 	}
 	c.fresh = false
@@ -92,7 +105,8 @@ func (g *channelGrain) joinSeq() uint64 {
 	return c.seq
 }
 
-// loadSeq raises seq above the channel's stored last seq, once.
+// loadSeq continues seq from the channel's stored last seq, once
+// (storedSeq.load).
 func (g *channelGrain) loadSeq() bool { return g.hist.seq.load(g.core, g.cfg) }
 
 // storedPublish answers a publish sent again (its first attempt went
@@ -110,7 +124,7 @@ func (g *channelGrain) storedPublish(ctx actor.Context, m *clusterpb.ChannelPubl
 		ctx.Send(replyTo, &clusterpb.ChannelPublished{Id: m.Id, Error: string(proto.CodeUnavailable)})
 		return true
 	}
-	if !g.loadSeq() || !g.hist.lookupFailed.IsZero() && now.Sub(g.hist.lookupFailed) < historyReadWait {
+	if !g.loadSeq() || g.lookupResting(now) {
 		return unavailable()
 	}
 	seq, ok := g.hist.found[m.Id]
@@ -152,7 +166,7 @@ func (g *channelGrain) lookUpResent(held []*clusterpb.ChannelPublish) {
 			ids = append(ids, m.Id)
 		}
 	}
-	if len(ids) == 0 || !g.loadSeq() || !g.hist.lookupFailed.IsZero() && g.cfg.Now().Sub(g.hist.lookupFailed) < historyReadWait {
+	if len(ids) == 0 || !g.loadSeq() || g.lookupResting(g.cfg.Now()) {
 		return
 	}
 	found, err := g.seqsOf(ids)
@@ -271,11 +285,9 @@ func (g *channelGrain) dropHeld(ctx actor.Context) {
 
 // storedReplay is the store's part of a replay after since, for a join or
 // a register (nil: history off, the ring covers it, or the store could not
-// be read: the ring alone answers, with its honest gap). A grain whose node
-// has not yet said whether the project keeps history asks the store all the
-// same: a new owner after a crash hears its relays register first.
+// be read: the ring alone answers, with its honest gap).
 func (g *channelGrain) storedReplay(since float64, now time.Time) *storedReplay {
-	if g.cfg.History == nil || g.hist.told && !g.hist.on || !g.loadSeq() {
+	if !g.mayKeepHistory() || !g.loadSeq() {
 		return nil
 	}
 	return readStoredReplay(g.core, g.cfg, since, now)

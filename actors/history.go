@@ -217,7 +217,8 @@ func (a *projectActor) historyMode() historyMode {
 
 // held is what a channel host (the channel actor, a cluster's grain) holds
 // of an emit it has decided and not yet answered: its message waits for its
-// commit, or for an earlier one's. The hosts keep them in order (holdQueue).
+// commit, or for an earlier one's. The hosts keep them in the order they
+// came, and answer them in that order (landReady).
 type held struct {
 	msg    *stamped // nil: refused (out.err), or never stamped (failed)
 	out    emitOutcome
