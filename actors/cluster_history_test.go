@@ -186,8 +186,7 @@ func TestFreezeWaitsForHeldMessages(t *testing.T) {
 	register(c, grain, relay, 0, 1)
 	publishWith(c, grain, relay, "f#1", true, false)
 	commitUnderWay(t, h)
-	states := make(chan *clusterpb.GrainState, 1)
-	c.sys.root.Send(grain, &freeze{reply: states})
+	states := freezeFor(c, grain)
 	select {
 	case st := <-states:
 		t.Fatalf("state handed on before the held message landed: %v", st)
@@ -198,13 +197,7 @@ func TestFreezeWaitsForHeldMessages(t *testing.T) {
 	h.mu.Unlock()
 	gate <- struct{}{}
 	st := <-states
-	p := func() *clusterpb.ChannelPublished {
-		for {
-			if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); ok {
-				return p
-			}
-		}
-	}()
+	p := nextPublished(t, got)
 	if p.Error != "" || st.Seq != p.Seq || len(st.Replay) != 1 || st.Replay[0].Seq != p.Seq {
 		t.Fatalf("answer %v, state seq %d with %d in its ring", p, st.Seq, len(st.Replay))
 	}
@@ -220,8 +213,7 @@ func TestFreezeGivesUpOnASlowCommit(t *testing.T) {
 	register(c, grain, relay, 0, 1)
 	publishWith(c, grain, relay, "s#1", true, false)
 	commitUnderWay(t, h)
-	states := make(chan *clusterpb.GrainState, 1)
-	c.sys.root.Send(grain, &freeze{reply: states})
+	states := freezeFor(c, grain)
 	select {
 	case <-states:
 	case <-time.After(freezeTimeout):
@@ -243,15 +235,10 @@ func TestHandedOverMidCommitNoFalseGap(t *testing.T) {
 	identity := ownedChannel(t, c, "new")
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
-	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 1}})
-	j, ok := next(t, got, time.Second).(*clusterpb.ChannelJoined)
-	if !ok {
-		t.Fatal("no join answer")
-	}
+	j := joinAs(t, c, grain, relay, got, 1)
 	publishWith(c, grain, relay, "n#1", true, false)
 	commitUnderWay(t, h)
-	states := make(chan *clusterpb.GrainState, 1)
-	c.sys.root.Send(grain, &freeze{reply: states})
+	states := freezeFor(c, grain)
 	st := <-states
 	if p := nextPublished(t, got); p.Error != "service_unavailable" {
 		t.Fatalf("the held publish answered %v, want service_unavailable", p)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/relayhq/relay/proto/clusterpb"
 )
 
@@ -37,11 +39,7 @@ func TestJoinSeqIsTheLandedOne(t *testing.T) {
 	}
 	h.set(nil)
 	y, fromY := relayStub(c)
-	sendFrom(c, g1, y, &clusterpb.ChannelJoin{Relay: ref(y), Sub: &clusterpb.Subscriber{Conn: 2}})
-	j, ok := next(t, fromY, time.Second).(*clusterpb.ChannelJoined)
-	if !ok {
-		t.Fatal("no join answer")
-	}
+	j := joinAs(t, c, g1, y, fromY, 2)
 	t.Logf("relay Y told seq %d (stored last %d)", j.Seq, h.stored()[len(h.stored())-1].Seq)
 	c.sys.root.Stop(g1) // killed
 
@@ -73,8 +71,7 @@ func TestFreshGrainHandsOnWhatARelayDelivered(t *testing.T) {
 	x, _ := relayStub(c)
 	delivered := uint64(time.Now().Add(10 * time.Second).UnixMicro()) // a dead owner on a node whose clock ran ahead
 	register(c, g1, x, delivered, 1)
-	states := make(chan *clusterpb.GrainState, 1)
-	c.sys.root.Send(g1, &freeze{reply: states})
+	states := freezeFor(c, g1)
 	st := <-states
 	t.Logf("handed seq %d (relay delivered %d)", st.Seq, delivered)
 	g2 := startGrain(c, identity)
@@ -90,6 +87,26 @@ func TestFreshGrainHandsOnWhatARelayDelivered(t *testing.T) {
 			return
 		}
 	}
+}
+
+// freezeFor asks grain to freeze (its node hands it over): its state comes
+// on the channel.
+func freezeFor(c *Cluster, grain *actor.PID) chan *clusterpb.GrainState {
+	states := make(chan *clusterpb.GrainState, 1)
+	c.sys.root.Send(grain, &freeze{reply: states})
+	return states
+}
+
+// joinAs subscribes connection conn of relay to grain, and returns the
+// grain's answer.
+func joinAs(t *testing.T, c *Cluster, grain, relay *actor.PID, got chan any, conn uint64) *clusterpb.ChannelJoined {
+	t.Helper()
+	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: conn}})
+	j, ok := next(t, got, time.Second).(*clusterpb.ChannelJoined)
+	if !ok {
+		t.Fatal("no join answer")
+	}
+	return j
 }
 
 // nextPublished waits for the next ChannelPublished, skipping deliveries.
@@ -114,15 +131,9 @@ func TestToldClockStartIsHandedOn(t *testing.T) {
 	identity := ownedChannel(t, c, "empty")
 	g1 := startGrain(c, identity)
 	y, fromY := relayStub(c)
-	sendFrom(c, g1, y, &clusterpb.ChannelJoin{Relay: ref(y), Sub: &clusterpb.Subscriber{Conn: 2}})
-	j, ok := next(t, fromY, time.Second).(*clusterpb.ChannelJoined)
-	if !ok {
-		t.Fatal("no join answer")
-	}
-	states := make(chan *clusterpb.GrainState, 1)
-	c.sys.root.Send(g1, &freeze{reply: states})
+	j := joinAs(t, c, g1, y, fromY, 2)
+	states := freezeFor(c, g1)
 	st := <-states
-	t.Logf("relay Y told %d; handed seq %d", j.Seq, st.Seq)
 	clock.Add(-int64(time.Second)) // the next owner's node: its clock 1 s behind
 	g2 := startGrain(c, identity)
 	c.sys.root.Send(g2, st)
@@ -145,8 +156,7 @@ func TestFreshHandoverLowWaterNotAboveSeq(t *testing.T) {
 	x, fromX := relayStub(c)
 	delivered := uint64(time.Now().Add(-10 * time.Second).UnixMicro())
 	register(c, g1, x, delivered, 1)
-	states := make(chan *clusterpb.GrainState, 1)
-	c.sys.root.Send(g1, &freeze{reply: states})
+	states := freezeFor(c, g1)
 	st := <-states
 	g2 := startGrain(c, identity)
 	c.sys.root.Send(g2, st)
