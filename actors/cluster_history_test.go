@@ -50,6 +50,19 @@ func storedRecord(identity string, seq uint64, id string) HistoryRecord {
 		Message: []byte(fmt.Sprintf(`{"channel":%q,"payload":%d,"seq":%d}`, channel, seq, seq))}
 }
 
+// storedChannel is a history node and a channel it owns, whose store holds
+// the records of publishes old#from … old#to at those seqs.
+func storedChannel(t *testing.T, name string, from, to uint64) (*Cluster, *memHistory, string) {
+	t.Helper()
+	h := &memHistory{}
+	c := historyNode(t, h)
+	identity := ownedChannel(t, c, name)
+	for seq := from; seq <= to; seq++ {
+		h.recs = append(h.recs, storedRecord(identity, seq, fmt.Sprintf("old#%d", seq)))
+	}
+	return c, h, identity
+}
+
 // publishWith sends a publish of id to grain from relay, history and
 // resent as given.
 func publishWith(c *Cluster, grain, relay *actor.PID, id string, history, resent bool) {
@@ -110,12 +123,7 @@ func TestGrainStoresBeforeItAnswers(t *testing.T) {
 // relay that registers what the store holds after its last seq, with no
 // replay_gap; a subscribe with since reads the store the same way.
 func TestNewOwnerReadsTheStore(t *testing.T) {
-	h := &memHistory{}
-	c := historyNode(t, h)
-	identity := ownedChannel(t, c, "crashed")
-	for seq := uint64(401); seq <= 410; seq++ {
-		h.recs = append(h.recs, storedRecord(identity, seq, fmt.Sprintf("old#%d", seq)))
-	}
+	c, h, identity := storedChannel(t, "crashed", 401, 410)
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
 	register(c, grain, relay, 405, 1) // it delivered up to 405
@@ -146,12 +154,7 @@ func TestNewOwnerReadsTheStore(t *testing.T) {
 // many at once) are looked up in the store in one query: those stored are
 // answered with their seqs, the others stamped above the stored last.
 func TestResentPublishesLookedUpTogether(t *testing.T) {
-	h := &memHistory{}
-	c := historyNode(t, h)
-	identity := ownedChannel(t, c, "resent")
-	for seq := uint64(401); seq <= 410; seq++ {
-		h.recs = append(h.recs, storedRecord(identity, seq, fmt.Sprintf("old#%d", seq)))
-	}
+	c, h, identity := storedChannel(t, "resent", 401, 410)
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
 	register(c, grain, relay, 410, 1)
@@ -265,10 +268,7 @@ func TestHandedOverMidCommitNoFalseGap(t *testing.T) {
 // service_unavailable: nobody delivered it. A fresh grain's join carries
 // the stored last seq, a message's, not the clock's start.
 func TestStoredAfterTheTakeOver(t *testing.T) {
-	h := &memHistory{}
-	c := historyNode(t, h)
-	identity := ownedChannel(t, c, "late")
-	h.recs = append(h.recs, storedRecord(identity, 700, "old#700"))
+	c, h, identity := storedChannel(t, "late", 700, 700)
 	grain := startGrain(c, identity)
 	relay, got := relayStub(c)
 	sendFrom(c, grain, relay, &clusterpb.ChannelJoin{Relay: ref(relay), Sub: &clusterpb.Subscriber{Conn: 1}})

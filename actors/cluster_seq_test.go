@@ -21,10 +21,7 @@ import (
 // on from the stored last seq, and the relay takes its messages (it would
 // drop a seq it counts as seen, and catch-up would skip it).
 func TestJoinSeqIsTheLandedOne(t *testing.T) {
-	h := &memHistory{}
-	c := historyNode(t, h)
-	identity := ownedChannel(t, c, "told")
-	h.recs = append(h.recs, storedRecord(identity, 500, "old#500"))
+	c, h, identity := storedChannel(t, "told", 500, 500)
 	g1 := startGrain(c, identity)
 	x, fromX := relayStub(c)
 	register(c, g1, x, 500, 1)
