@@ -99,3 +99,36 @@ func TestHealthBookEviction(t *testing.T) {
 		t.Fatal("kept an hour idle")
 	}
 }
+
+// A project's ring slots are made as they are first written: a record
+// with one add holds one slot per ring, not 72; a later period in another
+// slot makes that one, and the same slot in a later period is reused.
+func TestHealthSlotsMadeOnUse(t *testing.T) {
+	h := newProjectHealth()
+	made := func(r *healthRing) (n int) {
+		for i := range r.slots {
+			if r.slots[i].Load() != nil {
+				n++
+			}
+		}
+		return n
+	}
+	start := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC).UnixNano()
+	if made(&h.minute)+made(&h.hour) != 0 {
+		t.Fatal("slots made before any add")
+	}
+	h.add(hEmitsHTTP, 1, start)
+	if made(&h.minute) != 1 || made(&h.hour) != 1 {
+		t.Fatalf("after one add: %d minute and %d hour slots, want 1 and 1", made(&h.minute), made(&h.hour))
+	}
+	h.add(hEmitsHTTP, 1, start+int64(10*time.Second)) // another minute slot, the same hour slot
+	h.add(hEmitsHTTP, 1, start+int64(time.Minute))    // the first minute slot again, a new hour slot
+	if made(&h.minute) != 2 || made(&h.hour) != 2 {
+		t.Fatalf("after three adds: %d minute and %d hour slots, want 2 and 2", made(&h.minute), made(&h.hour))
+	}
+	var w HealthWindow
+	h.minute.sum(start+int64(time.Minute), &w)
+	if w.counts[hEmitsHTTP] != 2 { // the emit a minute ago went with its slot's reuse
+		t.Fatalf("the minute ending now counts %d emits, want 2", w.counts[hEmitsHTTP])
+	}
+}
