@@ -113,6 +113,7 @@ func (p *page) startAuthz(base, publicKey, tokenQuery string) {
 				const m = JSON.parse(data);
 				if (m.type === "token_expiring") log.push("got:token_expiring");
 				if (m.action === "refresh") log.push("got:refresh:" + m.ok);
+				if (m.action === "subscribe" && m.ok) log.push("got:subscribe:" + m.channel);
 				if (m.error === "invalid_token") log.push("got:invalid_token");
 				dispatch(data);
 			};
@@ -280,7 +281,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	// a reconnect at once with a fresh token.
 	erin.eval(`window.garble = (n) => n === 4; relay.refresh()`)
 	erinAt = erin.waitFor(erinAt, "token:4", "sent:refresh", "got:invalid_token", "error:invalid_token", "state:reconnecting", "token:5", "state:open",
-		"sent:subscribe:private-user-42:since")
+		"sent:subscribe:private-user-42:since", "got:subscribe:private-user-42")
 	s7 := emit("private-user-42", 7)
 	erin.waitFor(erinAt, msg("private-user-42", s7, 7, false))
 	b.shot("authz-browser")
