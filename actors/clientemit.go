@@ -37,8 +37,8 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		fail(proto.CodeEmitTokenRevoked)
 		return
 	}
-	if a.budgets != nil { // rule 6 and the backstop count the whole cluster: ask the project grain
-		a.askBudgets(ctx, &budgetAsk{client: m, clientID: claims.clientID})
+	if a.budgets != nil { // rule 6 counts the whole cluster: ask the project grain
+		a.askClientWindow(ctx, m, claims.clientID)
 		return
 	}
 	if !a.clientWindows.take(claims.clientID, now, a.cfg.ClientEmitRatePerSecond) { // 6

@@ -10,41 +10,137 @@ import (
 )
 
 // In a cluster, the project backstop and the per-clientId client-emit
-// windows are counted once for the whole cluster by the project's grain
-// (cluster_project_grain.go). A project actor asks it once per emit and holds the
-// emit meanwhile; answered emits go on in the order they came, so that a
-// socket's emits are still answered in order. An ask left unanswered for
-// publishRetryAfter is sent again with the same id (the grain answers a
-// repeat from memory); a client emit left unanswered for clientEmitGiveUp
-// is refused service_unavailable, and an HTTP emit whose edge gave up is
-// dropped (its unit, if the grain took one, is given back).
+// windows count the whole cluster, in the project's grain
+// (cluster_project_grain.go).
+//
+// The backstop reaches the nodes as leases, so that an emit does not wait
+// for the grain: the grain grants a node's project actor a share of the
+// current window (see leaseShare) and counts it as spent at once; the actor
+// spends it emit by emit, asks for the next share when half of the last is
+// gone, and holds emits only when its share ran out (in the order they
+// came). A grant of nothing means the window is used up: the node refuses
+// until it ends. A unit an emit gave back (its channel refused it) goes
+// back to the node's share. So the cluster never accepts more than the
+// limit in a window, and may refuse up to about 1.5 shares per other node
+// early, while those nodes still hold units.
+//
+// The remaining an emit reports is the grain's at its last answer to this
+// node plus this node's unspent share: lower than the cluster's by the
+// other nodes' unspent shares, higher by what they accepted since that
+// answer. An emit waits for a new answer when the last is older than
+// leaseFresh, unless the grain is slow to answer: then the share goes on.
+//
+// A client emit asks the grain for its clientId's window (rule 6) once per
+// emit: a window of a second per clientId is too small to share out. Those
+// asks are answered in the order they came, so that a socket's emits are
+// still answered in order, then spend the backstop like an HTTP emit.
+//
+// An ask left unanswered for publishRetryAfter is sent again with the same
+// id (the grain answers a repeat from memory). A client emit left waiting
+// for clientEmitGiveUp is refused service_unavailable; an HTTP emit whose
+// edge gave up is dropped.
 type projectBudgets struct {
 	grain    grainLookup
 	self     *clusterpb.Ref
-	queue    []*budgetAsk // in the order they came
-	byID     map[string]*budgetAsk
+	lease    backstopLease
+	leasing  *grainAsk    // the lease ask in flight; nil when none
+	held     []*Publish   // emits waiting for a lease, in the order they came
+	clients  []*clientAsk // client emits waiting for rule 6, in the order they came
+	byID     map[string]*clientAsk
 	retrying bool
-	last     Budget // the backstop as the grain last answered (/debug/actors)
 }
 
-// budgetAsk is one emit waiting for its budgets: an HTTP emit (pub), or a
-// client emit that passed rules 1–5 (client, clientID).
-type budgetAsk struct {
-	msg      *clusterpb.ProjectTake
-	pub      *Publish
-	client   *clientEmit
+// leaseShares: a share is this fraction of the backstop's limit (see leaseShare).
+const leaseShares = 50
+
+// grainAsk is one ProjectTake the grain has not answered yet.
+type grainAsk struct {
+	msg    *clusterpb.ProjectTake
+	came   time.Time // asked first
+	sentAt time.Time // sent last
+}
+
+// clientAsk is one client emit that passed rules 1–5, waiting for rule 6.
+type clientAsk struct {
+	grainAsk
+	emit     *clientEmit
 	clientID string
-	came     time.Time
-	sentAt   time.Time
 	answer   *clusterpb.ProjectTaken
-	gaveUp   bool // answered service_unavailable (client) or dropped (HTTP) without the grain
+	gaveUp   bool // answered service_unavailable without the grain
+}
+
+// backstopLease is the node's share of the backstop's current window.
+type backstopLease struct {
+	limit    int
+	units    int       // granted and not spent
+	left     int       // the grain's remaining when it last answered
+	resetAt  time.Time // the end of the window the units belong to
+	answered time.Time // when that answer came, on this node's clock
+	dry      bool      // the grain had nothing left to grant in the window
+}
+
+// leaseFresh: an emit waits for a new answer of the grain when the last is
+// older, so the remaining it reports lags the cluster's by no more than
+// what the other nodes accepted in about that time.
+const leaseFresh = time.Second
+
+// take spends a unit at now; decided is false when the node must ask the
+// grain first: no share, a past window's, or an answer older than
+// leaseFresh, unless the grain is slow to answer (slow): then the share is
+// spent on the old answer rather than held, so a project grain whose node
+// froze or died does not stop the project's emits while shares last.
+func (l *backstopLease) take(now time.Time, slow bool) (b Budget, ok, decided bool) {
+	switch {
+	case !now.Before(l.resetAt):
+		return Budget{}, false, false
+	case l.units == 0 && l.dry: // nothing comes back in this window
+		return l.budget(), false, true
+	case l.units == 0 || (now.Sub(l.answered) > leaseFresh && !slow):
+		return Budget{}, false, false
+	}
+	l.units--
+	return l.budget(), true, true
+}
+
+// want is how many units to ask the grain for, the share being want units:
+// none (only the grain's remaining) while half of a share is left.
+func (l *backstopLease) want(share int) int {
+	if l.units >= (share+1)/2 {
+		return 0
+	}
+	return share
+}
+
+// refund gives back a unit taken for an emit at `at`, if its window is the share's.
+func (l *backstopLease) refund(at time.Time) {
+	if at.Before(l.resetAt) && !at.Before(l.resetAt.Add(-time.Minute)) {
+		l.units++
+	}
+}
+
+// grant adds the grain's answer to a lease ask, come at now.
+func (l *backstopLease) grant(ans *clusterpb.ProjectTaken, now time.Time) {
+	w := budgetFromProto(ans.Project)
+	if !w.ResetAt.Equal(l.resetAt) { // a new window: the last one's units are void
+		l.units = 0
+	}
+	l.limit, l.left, l.resetAt, l.answered = w.Limit, w.Remaining, w.ResetAt, now
+	l.units += int(ans.Leased)
+	if !ans.Leases && !ans.ProjectDenied { // an older grain (a rolling upgrade): it took one unit
+		l.units++
+	}
+	l.dry = w.Remaining == 0
+}
+
+func (l *backstopLease) budget() Budget {
+	return Budget{Limit: l.limit, Remaining: l.left + l.units, ResetAt: l.resetAt}
 }
 
 // budgetTick drives publishRetryAfter for the asks.
 type budgetTick struct{}
 
 func newProjectBudgets(c *Cluster, projectID string) *projectBudgets {
-	return &projectBudgets{grain: grainLookup{c: c, kind: ProjectKind, identity: projectID}, byID: map[string]*budgetAsk{}}
+	return &projectBudgets{grain: grainLookup{c: c, kind: ProjectKind, identity: projectID}, byID: map[string]*clientAsk{}}
 }
 
 // startBudgets is the project actor starting in a cluster.
@@ -65,10 +161,13 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 		b.retrying = false
 		a.retryBudgets(ctx)
 	case *grainResolved:
-		if b.grain.resolved(ctx, m) {
-			for _, ask := range b.queue { // a new grain: everything unanswered again, in order
+		if b.grain.resolved(ctx, m) { // a new grain: everything unanswered again, in order
+			if b.leasing != nil {
+				a.sendAsk(ctx, b.leasing)
+			}
+			for _, ask := range b.clients {
 				if ask.answer == nil && !ask.gaveUp {
-					a.sendAsk(ctx, ask)
+					a.sendAsk(ctx, &ask.grainAsk)
 				}
 			}
 		}
@@ -82,22 +181,74 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 	return true
 }
 
-// askBudgets sends one emit's ask to the project grain and holds the emit.
-func (a *projectActor) askBudgets(ctx actor.Context, ask *budgetAsk) {
+// leasedPublish spends a unit of the node's share for an HTTP emit, or a
+// client emit past rule 7, and sends it on to its channel; it holds the
+// emit while the share is to be asked for.
+func (a *projectActor) leasedPublish(ctx actor.Context, m *Publish) {
 	b := a.budgets
-	ask.came = a.cfg.Now()
-	ask.msg = &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self, ProjectLimit: int32(a.cfg.ProjectRatePerMinute)}
-	if ask.client != nil {
-		ask.msg.ClientId, ask.msg.ClientLimit = ask.clientID, int32(a.cfg.ClientEmitRatePerSecond)
-		ask.msg.ClientOnly = ask.client.msg.PayloadErr != nil // rule 7 refuses it after rule 6
+	if len(b.held) == 0 {
+		if budget, ok, decided := b.lease.take(a.cfg.Now(), a.grainSlow()); decided {
+			m.projectBudget, m.projectDenied = budget, !ok
+			a.send(ctx, m.Channel, m)
+			a.leaseAhead(ctx)
+			return
+		}
 	}
-	b.queue = append(b.queue, ask)
-	b.byID[ask.msg.Id] = ask
-	a.sendAsk(ctx, ask)
+	b.held = append(b.held, m)
+	a.askLease(ctx)
+}
+
+// grainSlow: the lease ask in flight has gone unanswered for publishRetryAfter.
+func (a *projectActor) grainSlow() bool {
+	l := a.budgets.leasing
+	return l != nil && a.cfg.Now().Sub(l.came) >= publishRetryAfter
+}
+
+// leaseShare is how many units a share is: one under a backstop of
+// 4×leaseShares, so that small backstops are counted exactly.
+func (a *projectActor) leaseShare() int {
+	if w := a.cfg.ProjectRatePerMinute / leaseShares; w >= 4 {
+		return w
+	}
+	return 1
+}
+
+// leaseAhead asks for the next share when half of the last is spent, so
+// that emits do not wait for it (not for shares of one unit: a unit asked
+// ahead would be held from the other nodes).
+func (a *projectActor) leaseAhead(ctx actor.Context) {
+	l, share := &a.budgets.lease, a.leaseShare()
+	if share > 1 && !l.dry && l.want(share) > 0 {
+		a.askLease(ctx)
+	}
+}
+
+func (a *projectActor) askLease(ctx actor.Context) {
+	b := a.budgets
+	if b.leasing != nil {
+		return
+	}
+	want := b.lease.want(a.leaseShare())
+	b.leasing = &grainAsk{msg: &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
+		ProjectLimit: int32(a.cfg.ProjectRatePerMinute), Lease: int32(want), Refresh: want == 0}, came: a.cfg.Now()}
+	a.sendAsk(ctx, b.leasing)
 	a.scheduleBudgetRetry(ctx)
 }
 
-func (a *projectActor) sendAsk(ctx actor.Context, ask *budgetAsk) {
+// askClientWindow sends a client emit's rule-6 ask to the project grain and holds the emit.
+func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientID string) {
+	b := a.budgets
+	ask := &clientAsk{emit: m, clientID: clientID}
+	ask.came = a.cfg.Now()
+	ask.msg = &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
+		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond)}
+	b.clients = append(b.clients, ask)
+	b.byID[ask.msg.Id] = ask
+	a.sendAsk(ctx, &ask.grainAsk)
+	a.scheduleBudgetRetry(ctx)
+}
+
+func (a *projectActor) sendAsk(ctx actor.Context, ask *grainAsk) {
 	b := a.budgets
 	if b.grain.pid == nil {
 		return // the lookup's answer sends it
@@ -111,7 +262,7 @@ func (a *projectActor) sendAsk(ctx actor.Context, ask *budgetAsk) {
 
 func (a *projectActor) scheduleBudgetRetry(ctx actor.Context) {
 	b := a.budgets
-	if b.retrying || len(b.queue) == 0 {
+	if b.retrying || (b.leasing == nil && len(b.clients) == 0 && len(b.held) == 0) {
 		return
 	}
 	b.retrying = true
@@ -124,18 +275,33 @@ func (a *projectActor) scheduleBudgetRetry(ctx actor.Context) {
 func (a *projectActor) retryBudgets(ctx actor.Context) {
 	b := a.budgets
 	now := a.cfg.Now()
-	for _, ask := range b.queue {
+	if b.leasing != nil && now.Sub(b.leasing.sentAt) >= publishRetryAfter {
+		a.sendAsk(ctx, b.leasing)
+	}
+	for _, ask := range b.clients {
 		switch {
 		case ask.answer != nil || ask.gaveUp:
-		case ask.pub != nil && ask.pub.abandoned(), ask.client != nil && now.Sub(ask.came) > clientEmitGiveUp:
+		case now.Sub(ask.came) > clientEmitGiveUp:
 			ask.gaveUp = true
-			a.refundAsk(ctx, ask.msg.Id) // the grain may have taken it
 		case now.Sub(ask.sentAt) >= publishRetryAfter:
-			a.sendAsk(ctx, ask)
+			a.sendAsk(ctx, &ask.grainAsk)
 		}
 	}
-	a.releaseBudgeted(ctx)
-	if b.grain.pid == nil && len(b.queue) > 0 {
+	kept := b.held[:0]
+	for _, m := range b.held {
+		switch {
+		case m.abandoned():
+		case m.Reply == nil && now.Sub(m.At) > clientEmitGiveUp:
+			a.refuseEmit(ctx, m.Channel, m.origin, proto.CodeUnavailable)
+		default:
+			kept = append(kept, m)
+		}
+	}
+	clear(b.held[len(kept):])
+	b.held = kept
+	a.releaseHeld(ctx) // a slow grain: the share goes on with its old answer
+	a.releaseClients(ctx)
+	if b.grain.pid == nil && (b.leasing != nil || len(b.clients) > 0) {
 		b.grain.resolveOnce(ctx)
 	}
 	a.scheduleBudgetRetry(ctx)
@@ -143,92 +309,94 @@ func (a *projectActor) retryBudgets(ctx actor.Context) {
 
 func (a *projectActor) budgetAnswered(ctx actor.Context, m *clusterpb.ProjectTaken) {
 	b := a.budgets
-	ask, ok := b.byID[m.Id]
-	if !ok || ask.answer != nil || ask.gaveUp {
-		return // a repeat answer
-	}
 	if m.Error == errNotOwner { // the project moved: look it up again; the tick resends
 		b.grain.resolveOnce(ctx)
 		return
 	}
-	ask.answer = m
-	if m.Project != nil {
-		b.last = budgetFromProto(m.Project)
-	}
-	a.releaseBudgeted(ctx)
-}
-
-// releaseBudgeted lets the answered emits at the head of the queue go on.
-func (a *projectActor) releaseBudgeted(ctx actor.Context) {
-	b := a.budgets
-	n := 0
-	for ; n < len(b.queue) && (b.queue[n].answer != nil || b.queue[n].gaveUp); n++ {
-		ask := b.queue[n]
-		delete(b.byID, ask.msg.Id)
-		b.queue[n] = nil
-		a.budgeted(ctx, ask)
-	}
-	if n > 0 {
-		b.queue = append(b.queue[:0], b.queue[n:]...)
-	}
-}
-
-// budgeted carries one emit on with the grain's answer, as the one-node
-// flow does with its own windows (publish, clientEmit).
-func (a *projectActor) budgeted(ctx actor.Context, ask *budgetAsk) {
-	ans := ask.answer
-	if ask.pub != nil {
-		if ask.gaveUp || ask.pub.abandoned() {
-			if !ask.gaveUp {
-				a.refundAsk(ctx, ask.msg.Id)
-			}
-			return
-		}
-		m := ask.pub
-		m.takeID, m.projectBudget, m.projectDenied = ask.msg.Id, budgetFromProto(ans.Project), ans.ProjectDenied
-		a.send(ctx, m.Channel, m)
+	if b.leasing != nil && m.Id == b.leasing.msg.Id {
+		b.leasing = nil
+		b.lease.grant(m, a.cfg.Now())
+		a.releaseHeld(ctx)
 		return
 	}
-	m := ask.client
-	switch {
-	case ask.gaveUp:
-		a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeUnavailable)
-	case ans.ClientDenied: // 6
-		a.cfg.counters.RateLimitedClient.Add(1)
-		a.usage.health.add(hLimitedClient, 1, ask.came.UnixNano())
-		a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeClientEmitRateLimited)
-	case m.msg.PayloadErr != nil: // 7
-		a.refuseEmit(ctx, m.msg.Channel, m.sink, m.msg.PayloadErr.Code)
-	default:
-		p := a.clientPublish(m, ask.clientID, ask.came)
-		p.takeID, p.projectBudget, p.projectDenied = ask.msg.Id, budgetFromProto(ans.Project), ans.ProjectDenied
-		a.send(ctx, p.Channel, p)
+	if ask, ok := b.byID[m.Id]; ok && ask.answer == nil && !ask.gaveUp {
+		ask.answer = m
+		a.releaseClients(ctx)
 	}
 }
 
-// refundAsk gives the grain back the unit it took for an ask, if it took one.
-func (a *projectActor) refundAsk(ctx actor.Context, id string) {
-	if g := a.budgets.grain.pid; g != nil {
-		a.budgets.grain.c.send(ctx, g, &clusterpb.ProjectRefund{Id: id})
+// releaseHeld sends on the held emits the node's share now covers.
+func (a *projectActor) releaseHeld(ctx actor.Context) {
+	b := a.budgets
+	n := 0
+	for ; n < len(b.held); n++ {
+		m := b.held[n]
+		if m.abandoned() {
+			continue
+		}
+		budget, ok, decided := b.lease.take(a.cfg.Now(), a.grainSlow())
+		if !decided {
+			a.askLease(ctx)
+			break
+		}
+		m.projectBudget, m.projectDenied = budget, !ok
+		a.send(ctx, m.Channel, m)
+	}
+	clear(b.held[:n])
+	b.held = append(b.held[:0], b.held[n:]...)
+	a.leaseAhead(ctx)
+}
+
+// releaseClients carries on the answered client emits at the head of the
+// queue, as the one-node flow does with its own window (clientEmit).
+func (a *projectActor) releaseClients(ctx actor.Context) {
+	b := a.budgets
+	n := 0
+	for ; n < len(b.clients) && (b.clients[n].answer != nil || b.clients[n].gaveUp); n++ {
+		ask := b.clients[n]
+		delete(b.byID, ask.msg.Id)
+		b.clients[n] = nil
+		m := ask.emit
+		switch {
+		case ask.gaveUp:
+			a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeUnavailable)
+		case ask.answer.ClientDenied: // 6
+			a.cfg.counters.RateLimitedClient.Add(1)
+			a.usage.health.add(hLimitedClient, 1, ask.came.UnixNano())
+			a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeClientEmitRateLimited)
+		case m.msg.PayloadErr != nil: // 7
+			a.refuseEmit(ctx, m.msg.Channel, m.sink, m.msg.PayloadErr.Code)
+		default:
+			a.publish(ctx, a.clientPublish(m, ask.clientID, ask.came))
+		}
+	}
+	if n > 0 {
+		b.clients = append(b.clients[:0], b.clients[n:]...)
 	}
 }
 
 // refuseHeldBudgets answers every emit still waiting for the grain, as refuse does.
 func (a *projectActor) refuseHeldBudgets(ctx actor.Context) {
-	if a.budgets == nil {
+	b := a.budgets
+	if b == nil {
 		return
 	}
-	for _, ask := range a.budgets.queue {
-		if ask.gaveUp {
-			continue
-		}
-		if ask.pub != nil {
-			if ask.pub.take() {
-				a.refuse(ctx, ask.pub)
-			}
-		} else {
-			a.refuse(ctx, ask.client)
+	for _, ask := range b.clients {
+		if !ask.gaveUp {
+			a.refuse(ctx, ask.emit)
 		}
 	}
-	a.budgets.queue = nil
+	for _, m := range b.held {
+		if m.Reply == nil {
+			a.refuseEmit(ctx, m.Channel, m.origin, proto.CodeUnavailable)
+		} else if m.take() {
+			a.refuse(ctx, m)
+		}
+	}
+	b.clients, b.held = nil, nil
+}
+
+// waiting reports whether an emit or an ask waits for the grain.
+func (b *projectBudgets) waiting() bool {
+	return b.leasing != nil || len(b.clients) > 0 || len(b.held) > 0
 }

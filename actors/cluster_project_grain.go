@@ -15,8 +15,9 @@ const ProjectKind = "relay-project"
 
 // projectGrain counts, for the whole cluster, the budgets that belong to a
 // project rather than a channel: the emit backstop
-// (PROJECT_RATE_LIMIT_PER_MINUTE) and the per-clientId client-emit windows.
-// Every node's project actor asks it once per emit (cluster_project_budgets.go).
+// (PROJECT_RATE_LIMIT_PER_MINUTE), which it leases out to the nodes' project
+// actors a share at a time, and the per-clientId client-emit windows, which
+// a client emit asks for (cluster_project_budgets.go).
 // Everything else of a project (keys, settings, revocations, connections)
 // stays with each node's project actor, kept in step by control-plane
 // broadcasts. Its windows run on its own clock. Every field is owned by
@@ -26,9 +27,9 @@ type projectGrain struct {
 	cfg *Config
 	id  string
 
-	backstop fixedWindow
+	backstop fixedWindow // counts every unit leased out
 	clients  clientWindows
-	answers  answerMemory[*projectTake]
+	answers  answerMemory[*clusterpb.ProjectTaken]
 	quiet    quietPeriod
 	frozen   bool // handed over: refuses (not_owner) until it stops
 }
@@ -37,17 +38,9 @@ type projectGrain struct {
 // takes: the project is moving to another member (cluster_handoff.go).
 type freezeProject struct{ reply chan *clusterpb.ProjectState }
 
-// projectTake is the grain's record of one answered ProjectTake.
-type projectTake struct {
-	answer   *clusterpb.ProjectTaken
-	took     bool      // a backstop unit was taken (a refund gives it back)
-	at       time.Time // when, on the grain's clock
-	refunded bool
-}
-
 func newProjectGrain(c *Cluster) *projectGrain {
 	return &projectGrain{c: c, cfg: c.sys.cfg, backstop: fixedWindow{size: time.Minute},
-		clients: clientWindows{}, answers: newAnswerMemory[*projectTake]()}
+		clients: clientWindows{}, answers: newAnswerMemory[*clusterpb.ProjectTaken]()}
 }
 
 func (g *projectGrain) Receive(ctx actor.Context) {
@@ -72,11 +65,7 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 		if g.c.refsItsSender(ctx, m) {
 			g.take(ctx, m)
 		}
-	case *clusterpb.ProjectRefund:
-		if t, ok := g.answers.get(m.Id); ok && t.took && !t.refunded {
-			t.refunded = true
-			g.backstop.refund(t.at)
-		}
+	case *clusterpb.ProjectRefund: // an older node's: the unit stays counted
 	case *quietTick:
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
 		if g.quiet.dormantAgain(g.dormant()) {
@@ -85,14 +74,15 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 	}
 }
 
-// take applies client-emit rule 6 (the clientId's window), then the backstop.
+// take applies client-emit rule 6 (the clientId's window) and grants a
+// lease of the backstop, as the ask says.
 func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 	now := g.cfg.Now()
 	g.answers.forget(now)
 	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
 	if prev, ok := g.answers.get(m.Id); ok {
 		g.c.duplicates.Add(1)
-		g.c.send(ctx, replyTo, prev.answer)
+		g.c.send(ctx, replyTo, prev)
 		return
 	}
 	if g.frozen || !g.c.owns(ProjectKind, g.id) { // a member joined or left: the project has moved
@@ -100,19 +90,20 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 		g.c.send(ctx, replyTo, &clusterpb.ProjectTaken{Id: m.Id, Error: errNotOwner})
 		return
 	}
-	t := &projectTake{answer: &clusterpb.ProjectTaken{Id: m.Id}, at: now}
-	g.answers.remember(m.Id, now, t)
-	switch {
-	case m.ClientId != "" && !g.clients.take(m.ClientId, now, int(m.ClientLimit)):
-		t.answer.ClientDenied = true
-	case m.ClientOnly:
-	default:
-		budget, ok := g.backstop.take(now, int(m.ProjectLimit))
-		t.took = ok
-		t.answer.ProjectDenied = !ok
-		t.answer.Project = budgetToProto(budget)
+	ans := &clusterpb.ProjectTaken{Id: m.Id}
+	g.answers.remember(m.Id, now, ans)
+	if m.ClientId != "" {
+		ans.ClientDenied = !g.clients.take(m.ClientId, now, int(m.ClientLimit))
 	}
-	g.c.send(ctx, replyTo, t.answer)
+	if m.ProjectLimit > 0 && !ans.ClientDenied { // a lease ask (refresh: of no units)
+		want := int(m.Lease)
+		if want == 0 && !m.Refresh && !m.ClientOnly {
+			want = 1 // an older node's ask, for the emit that asks
+		}
+		budget, n := g.backstop.lease(now, int(m.ProjectLimit), want)
+		ans.Leased, ans.Project, ans.ProjectDenied, ans.Leases = int32(n), budgetToProto(budget), want > 0 && n == 0, true
+	}
+	g.c.send(ctx, replyTo, ans)
 }
 
 // dormant: the windows ran out and no answer is remembered.
@@ -132,8 +123,8 @@ func (g *projectGrain) state() *clusterpb.ProjectState {
 			st.Clients = append(st.Clients, &clusterpb.ClientWindow{ClientId: id, StartUnixNano: w.start.UnixNano(), Count: int32(w.count)})
 		}
 	}
-	g.answers.each(func(id string, at time.Time, t *projectTake) {
-		st.Answered = append(st.Answered, &clusterpb.AnsweredTake{Id: id, AtUnixNano: at.UnixNano(), Answer: t.answer, Took: t.took, Refunded: t.refunded})
+	g.answers.each(func(id string, at time.Time, ans *clusterpb.ProjectTaken) {
+		st.Answered = append(st.Answered, &clusterpb.AnsweredTake{Id: id, AtUnixNano: at.UnixNano(), Answer: ans})
 	})
 	return st
 }
@@ -153,8 +144,7 @@ func (g *projectGrain) adopt(st *clusterpb.ProjectState) {
 	}
 	for _, a := range st.Answered {
 		if a.Answer != nil {
-			g.answers.adopt(a.Id, time.Unix(0, a.AtUnixNano), &projectTake{answer: a.Answer, took: a.Took,
-				at: time.Unix(0, a.AtUnixNano), refunded: a.Refunded})
+			g.answers.adopt(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)
 		}
 	}
 	g.answers.resort()

@@ -72,8 +72,8 @@ type inspectChannel struct {
 func (a *projectActor) inspect(m *inspectProject) {
 	now := a.cfg.Now()
 	backstop := a.backstop.peek(now, a.cfg.ProjectRatePerMinute)
-	if a.budgets != nil && a.budgets.last.Limit > 0 { // the cluster's, as the project grain last answered
-		backstop = a.budgets.last
+	if a.budgets != nil && a.budgets.lease.limit > 0 { // the cluster's, as this node's lease knows it
+		backstop = a.budgets.lease.budget()
 	}
 	info := ProjectInfo{
 		ID: a.id, Connections: len(a.conns), Channels: len(a.channels),

@@ -48,7 +48,6 @@ type Publish struct {
 	projectBudget Budget
 	projectDenied bool
 	channelLimit  int
-	takeID        string // in a cluster, the project grain's take (a refund names it)
 
 	// posterRuns asks the actor's mailbox to run the turn on the posting
 	// goroutine if the actor is idle (mailbox.runHere); the mailbox clears it.
@@ -174,18 +173,14 @@ type clientFrame struct{ msg proto.ClientMessage }
 type socketClosed struct{ status CloseStatus }
 
 // refund gives back a project-budget unit taken for an emit the channel refused.
-// takeID names the project grain's take in a cluster.
-type refund struct {
-	at     time.Time
-	takeID string
-}
+type refund struct{ at time.Time }
 
 // refundProject, from a channel actor or relay, gives the project backstop
 // back the unit m took for an emit that was not stamped (none if the
 // backstop itself refused it).
 func refundProject(ctx actor.Context, m *Publish) {
 	if !m.projectDenied {
-		ctx.Send(ctx.Parent(), &refund{at: m.At, takeID: m.takeID})
+		ctx.Send(ctx.Parent(), &refund{at: m.At})
 	}
 }
 

@@ -277,7 +277,7 @@ func (a *projectActor) common(ctx actor.Context) {
 			}
 		}
 	case *refund:
-		a.refundBackstop(ctx, m.at, m.takeID)
+		a.refundBackstop(m.at)
 	case *mayStop:
 		if c, ok := a.channels[m.channel]; ok && c.pid.Equal(m.pid) && c.sent == m.processed {
 			delete(a.channels, m.channel)
@@ -339,7 +339,7 @@ func (a *projectActor) dormant() bool {
 	now := a.cfg.Now()
 	if len(a.conns) > 0 || len(a.channels) > 0 || len(a.hookWatchers) > 0 || a.connects != 0 || a.usage.emits.Load() != 0 ||
 		a.loading || len(a.heldHooks) > 0 || len(a.heldEmits) > 0 || !a.backstop.idle(now) ||
-		(a.budgets != nil && len(a.budgets.queue) > 0) {
+		(a.budgets != nil && a.budgets.waiting()) {
 		return false
 	}
 	return a.clientWindows.idle(now)
@@ -370,8 +370,8 @@ func (a *projectActor) stop(ctx actor.Context, reason string) {
 func (a *projectActor) publish(ctx actor.Context, m *Publish) {
 	m.channelLimit = a.channelLimit()
 	m.history = a.historyMode() == historyOn
-	if a.budgets != nil { // the cluster's backstop: ask the project grain (cluster_project_budgets.go)
-		a.askBudgets(ctx, &budgetAsk{pub: m})
+	if a.budgets != nil { // the cluster's backstop: the node's lease of it (cluster_project_budgets.go)
+		a.leasedPublish(ctx, m)
 		return
 	}
 	var ok bool
@@ -388,11 +388,11 @@ func (a *projectActor) channelLimit() int {
 	return a.cfg.EmitRatePerMinute
 }
 
-// refundBackstop gives back the backstop unit an emit took: to the project
-// grain in a cluster (takeID), else to this actor's window.
-func (a *projectActor) refundBackstop(ctx actor.Context, at time.Time, takeID string) {
-	if takeID != "" && a.budgets != nil {
-		a.refundAsk(ctx, takeID)
+// refundBackstop gives back the backstop unit an emit took: to the node's
+// lease in a cluster, else to this actor's window.
+func (a *projectActor) refundBackstop(at time.Time) {
+	if a.budgets != nil {
+		a.budgets.lease.refund(at)
 		return
 	}
 	a.backstop.refund(at)
@@ -446,7 +446,7 @@ func (a *projectActor) refuseNewChannel(ctx actor.Context, channel string, msg a
 	switch m := msg.(type) {
 	case *Publish:
 		if !m.projectDenied {
-			a.refundBackstop(ctx, m.At, m.takeID)
+			a.refundBackstop(m.At)
 		}
 		if m.Reply != nil {
 			m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeTooManyChannels}}

@@ -40,6 +40,16 @@ func (w *fixedWindow) take(now time.Time, limit int) (Budget, bool) {
 	return w.budget(limit), true
 }
 
+// lease counts up to want events at once, as many as the window has room
+// for under limit (none when it is full): a project grain's grant of
+// backstop units to a node (cluster_project_budgets.go).
+func (w *fixedWindow) lease(now time.Time, limit, want int) (Budget, int) {
+	w.roll(now)
+	n := min(want, max(limit-w.count, 0))
+	w.count += n
+	return w.budget(limit), n
+}
+
 // peek reports the window without counting.
 func (w *fixedWindow) peek(now time.Time, limit int) Budget {
 	w.roll(now)

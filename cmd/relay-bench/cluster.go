@@ -498,6 +498,7 @@ type figures struct {
 	EmitP50            float64               `json:"emit_http_p50_ms,omitempty"`
 	EmitP99            float64               `json:"emit_http_p99_ms,omitempty"`
 	EmitOKPerSec       float64               `json:"emit_ok_per_sec,omitempty"`
+	EmitCPU            float64               `json:"emit_cpu_us_per_emit,omitempty"` // server CPU summed over the nodes, per accepted emit
 	Lost               float64               `json:"lost"`
 	Failed             float64               `json:"emits_failed"`
 	Saturated          []string              `json:"saturated,omitempty"`
@@ -548,6 +549,9 @@ func (r topoRun) figures() figures {
 	if r.emit != nil {
 		f.EmitP50, f.EmitP99 = num(r.emit, "emits.http_latency.p50_ms"), num(r.emit, "emits.http_latency.p99_ms")
 		f.EmitOKPerSec = num(r.emit, "emits.ok_per_sec")
+		if ok := num(r.emit, "emits.ok"); ok > 0 {
+			f.EmitCPU = num(r.emit, "server.cpu_seconds") / ok * 1e6
+		}
 	}
 	return f
 }
@@ -772,6 +776,24 @@ func (cb *clusterBench) summary(nodes, rounds int, setup clusterSetup) {
 			len(p99s) > 0 && ok(med), len(p99s) > 0, note("emit", -1),
 			fmt.Sprintf("fanout -subs %d -channels %d -rate %s -workers 64 -warmup", setup.EmitSubs, setup.EmitChannels, fmtFloat(setup.EmitRate))})
 		targets["emit_http_p99_ms"] = map[string]any{"cluster_per_round": p99s, "median": med, "goal": 10}
+
+		// The same run's server CPU per emit (every node's, the deliveries to
+		// its subscribers included; two channels in three are owned by
+		// another node than the one an emit comes through).
+		var ratios []float64
+		for i := 0; i < pairs; i++ {
+			if single[i].EmitCPU > 0 && multi[i].EmitCPU > 0 {
+				ratios = append(ratios, multi[i].EmitCPU/single[i].EmitCPU)
+			}
+		}
+		cpu1, _ := spanOf(collect(single, func(f figures) float64 { return f.EmitCPU }), us)
+		cpuN, _ := spanOf(collect(multi, func(f figures) float64 { return f.EmitCPU }), us)
+		cmp, cmed := spanOf(ratios, ratio)
+		within15 := func(v float64) bool { return v <= 1.5 }
+		rows = append(rows, row{"  the same run: server CPU per HTTP emit, summed over the nodes", fmt.Sprintf("%d nodes ≤ 1.5× one", nodes), cpu1, cpuN,
+			fmt.Sprintf("%s (median %s; %d of %d rounds within)", cmp, ratio(cmed), within(ratios, within15), len(ratios)),
+			len(ratios) > 0 && within15(cmed), len(ratios) > 0, "", ""})
+		targets["cpu_per_emit_ratio"] = map[string]any{"per_round": ratios, "median": cmed, "goal": 1.5}
 	}
 
 	// Idle memory per connection.

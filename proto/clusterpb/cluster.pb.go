@@ -2022,8 +2022,9 @@ func (x *GrainHandoff) GetProjects() []*ProjectState {
 	return nil
 }
 
-// ProjectState is what a project grain holds: its budget windows and the
-// takes it answered (so a retry is not counted twice).
+// ProjectState is what a project grain holds: its budget windows (the
+// backstop's count includes what it leased out) and the takes it answered
+// (so a retry is not counted twice).
 type ProjectState struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	ProjectId           string                 `protobuf:"bytes,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
@@ -2165,8 +2166,6 @@ type AnsweredTake struct {
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	AtUnixNano    int64                  `protobuf:"varint,2,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
 	Answer        *ProjectTaken          `protobuf:"bytes,3,opt,name=answer,proto3" json:"answer,omitempty"`
-	Took          bool                   `protobuf:"varint,4,opt,name=took,proto3" json:"took,omitempty"`
-	Refunded      bool                   `protobuf:"varint,5,opt,name=refunded,proto3" json:"refunded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2220,20 +2219,6 @@ func (x *AnsweredTake) GetAnswer() *ProjectTaken {
 		return x.Answer
 	}
 	return nil
-}
-
-func (x *AnsweredTake) GetTook() bool {
-	if x != nil {
-		return x.Took
-	}
-	return false
-}
-
-func (x *AnsweredTake) GetRefunded() bool {
-	if x != nil {
-		return x.Refunded
-	}
-	return false
 }
 
 type GrainHandoffAck struct {
@@ -2563,20 +2548,24 @@ func (x *AnsweredPublish) GetAnswer() *ChannelPublished {
 	return nil
 }
 
-// ProjectTake asks for one emit's budgets. id is unique per emit across the
-// cluster and the same on every retry: the grain takes at most once per id
-// and answers a repeat with the first answer.
+// ProjectTake asks the project grain for budgets. id is unique across the
+// cluster and the same on every retry: the grain counts at most once per id
+// and answers a repeat with the first answer. client_id: one client emit's
+// clientId window (client-emit rule 6). project_limit set: a lease ask, for
+// `lease` units of the backstop's current window for the asking node to
+// spend (actors/cluster_project_budgets.go); refresh: for none, the
+// window's remaining only. An ask of an older node sets neither lease nor
+// refresh: it takes one unit, for the emit that asks.
 type ProjectTake struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	ReplyTo      *Ref                   `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	ProjectLimit int32                  `protobuf:"varint,3,opt,name=project_limit,json=projectLimit,proto3" json:"project_limit,omitempty"` // PROJECT_RATE_LIMIT_PER_MINUTE
-	// A client emit takes its clientId's window first (client-emit rule 6);
-	// client_only: the emit is refused after rule 6 (its payload), so the
-	// backstop is not taken.
-	ClientId      string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	ClientLimit   int32  `protobuf:"varint,5,opt,name=client_limit,json=clientLimit,proto3" json:"client_limit,omitempty"` // per second
-	ClientOnly    bool   `protobuf:"varint,6,opt,name=client_only,json=clientOnly,proto3" json:"client_only,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ReplyTo       *Ref                   `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	ProjectLimit  int32                  `protobuf:"varint,3,opt,name=project_limit,json=projectLimit,proto3" json:"project_limit,omitempty"` // PROJECT_RATE_LIMIT_PER_MINUTE
+	ClientId      string                 `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientLimit   int32                  `protobuf:"varint,5,opt,name=client_limit,json=clientLimit,proto3" json:"client_limit,omitempty"` // per second
+	ClientOnly    bool                   `protobuf:"varint,6,opt,name=client_only,json=clientOnly,proto3" json:"client_only,omitempty"`    // an older node's: no unit for this emit
+	Lease         int32                  `protobuf:"varint,7,opt,name=lease,proto3" json:"lease,omitempty"`
+	Refresh       bool                   `protobuf:"varint,8,opt,name=refresh,proto3" json:"refresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2653,8 +2642,27 @@ func (x *ProjectTake) GetClientOnly() bool {
 	return false
 }
 
+func (x *ProjectTake) GetLease() int32 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *ProjectTake) GetRefresh() bool {
+	if x != nil {
+		return x.Refresh
+	}
+	return false
+}
+
 // ProjectTaken answers ProjectTake. error is empty or "not_owner" (this
-// grain no longer owns the project: resolve and retry).
+// grain no longer owns the project: resolve and retry). leased: the units
+// granted (fewer than asked, or none, when the window runs out);
+// project_denied: none was granted for units asked (what older nodes read);
+// project: the backstop's window after the grant, its remaining not yet
+// granted to any node. leases: the grain is of this version; an older one
+// answers a lease ask as an ask for one unit (project_denied false: it took it).
 type ProjectTaken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2662,6 +2670,8 @@ type ProjectTaken struct {
 	ClientDenied  bool                   `protobuf:"varint,3,opt,name=client_denied,json=clientDenied,proto3" json:"client_denied,omitempty"`
 	ProjectDenied bool                   `protobuf:"varint,4,opt,name=project_denied,json=projectDenied,proto3" json:"project_denied,omitempty"`
 	Project       *Budget                `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
+	Leased        int32                  `protobuf:"varint,6,opt,name=leased,proto3" json:"leased,omitempty"`
+	Leases        bool                   `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2731,8 +2741,23 @@ func (x *ProjectTaken) GetProject() *Budget {
 	return nil
 }
 
-// ProjectRefund gives back the backstop unit taken for an emit that was not
-// stamped (its channel refused it, or its edge gave up). At most once per id.
+func (x *ProjectTaken) GetLeased() int32 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *ProjectTaken) GetLeases() bool {
+	if x != nil {
+		return x.Leases
+	}
+	return false
+}
+
+// ProjectRefund gives back the unit an older node's ask took for an emit
+// that was not stamped. A grain of this version ignores it (the unit stays
+// counted): nodes now give units back to their own share.
 type ProjectRefund struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3146,14 +3171,12 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\fClientWindow\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12&\n" +
 	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x05R\x05count\"\xa5\x01\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\"\x81\x01\n" +
 	"\fAnsweredTake\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x123\n" +
-	"\x06answer\x18\x03 \x01(\v2\x1b.relay.cluster.ProjectTakenR\x06answer\x12\x12\n" +
-	"\x04took\x18\x04 \x01(\bR\x04took\x12\x1a\n" +
-	"\brefunded\x18\x05 \x01(\bR\brefunded\"'\n" +
+	"\x06answer\x18\x03 \x01(\v2\x1b.relay.cluster.ProjectTakenR\x06answerJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"'\n" +
 	"\x0fGrainHandoffAck\x12\x14\n" +
 	"\x05taken\x18\x01 \x01(\x05R\x05taken\"\xe9\x02\n" +
 	"\n" +
@@ -3179,7 +3202,7 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x127\n" +
-	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answer\"\xd2\x01\n" +
+	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answer\"\x82\x02\n" +
 	"\vProjectTake\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\breply_to\x18\x02 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12#\n" +
@@ -3187,13 +3210,17 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12!\n" +
 	"\fclient_limit\x18\x05 \x01(\x05R\vclientLimit\x12\x1f\n" +
 	"\vclient_only\x18\x06 \x01(\bR\n" +
-	"clientOnly\"\xb1\x01\n" +
+	"clientOnly\x12\x14\n" +
+	"\x05lease\x18\a \x01(\x05R\x05lease\x12\x18\n" +
+	"\arefresh\x18\b \x01(\bR\arefresh\"\xe1\x01\n" +
 	"\fProjectTaken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12#\n" +
 	"\rclient_denied\x18\x03 \x01(\bR\fclientDenied\x12%\n" +
 	"\x0eproject_denied\x18\x04 \x01(\bR\rprojectDenied\x12/\n" +
-	"\aproject\x18\x05 \x01(\v2\x15.relay.cluster.BudgetR\aproject\"\x1f\n" +
+	"\aproject\x18\x05 \x01(\v2\x15.relay.cluster.BudgetR\aproject\x12\x16\n" +
+	"\x06leased\x18\x06 \x01(\x05R\x06leased\x12\x16\n" +
+	"\x06leases\x18\a \x01(\bR\x06leases\"\x1f\n" +
 	"\rProjectRefund\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xbc\x01\n" +
 	"\x0fNodeConnections\x12\x16\n" +

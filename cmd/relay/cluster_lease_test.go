@@ -1,0 +1,81 @@
+//go:build cluster
+
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestClusterLeasedBackstop: with a backstop of 400 a minute each node
+// spends leases of 8 units (CLUSTER.md › Project budgets are the
+// cluster's). Emits round robin over three nodes until every node refuses:
+// the cluster accepts exactly the backstop (every unit leased is spent, a
+// unit given back by a refusing channel too), each answer's remaining is
+// within the documented tolerance of the cluster's, and the refusals are
+// the spec's 429.
+func TestClusterLeasedBackstop(t *testing.T) {
+	const backstop, share, channelCap = 400, 8, 20
+	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"},
+		fmt.Sprintf("PROJECT_RATE_LIMIT_PER_MINUTE=%d", backstop), fmt.Sprintf("EMIT_RATE_LIMIT_PER_MINUTE=%d", channelCap))
+	owner := cl.nodes[0].on(t).signup("alice@example.com")
+	p := owner.createProject("leases")
+	clients := []*client{cl.nodes[0].on(t).client(), cl.nodes[1].on(t).client(), cl.nodes[2].on(t).client()}
+
+	// Budgets are fixed wall-clock minutes: keep the emits inside one.
+	awaitWindow(t, time.Minute, 15*time.Second, 100*time.Millisecond)
+	accepted := 0
+	// The channel budget refuses the 21st emit on "hot" through A: its
+	// backstop unit goes back to A's share.
+	for i := range channelCap + 1 {
+		r := clients[0].emit(p.secretKey, fmt.Sprintf(`{"channel":"hot","payload":%d}`, i))
+		if i < channelCap {
+			expectEmitted(t, r, "hot")
+			accepted++
+			continue
+		}
+		if r.status != http.StatusTooManyRequests || r.json["error"] != "channel_rate_limited" {
+			t.Fatalf("emit %d on hot: %d %s; want 429 channel_rate_limited", i+1, r.status, r.raw)
+		}
+	}
+	refusedInARow, acceptedAt := make([]int, 3), make([][]time.Time, 3)
+	for i := 0; refusedInARow[0] < 3 || refusedInARow[1] < 3 || refusedInARow[2] < 3; i++ {
+		if i > backstop+100 {
+			t.Fatalf("%d emits and the nodes still accept (%d accepted, refusals in a row %v)", i, accepted, refusedInARow)
+		}
+		node := i % 3
+		now := time.Now()
+		r := clients[node].emit(p.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":%d}`, i/3%40, i))
+		if r.status == http.StatusOK {
+			accepted++
+			refusedInARow[node] = 0
+			acceptedAt[node] = append(acceptedAt[node], now)
+			// Remaining: the grain's at its last answer to this node (at
+			// most a second old) plus the node's share: above the cluster's
+			// by at most what the others accepted since, below by at most
+			// the others' shares.
+			b, _ := r.json["project_rate_limit"].(map[string]any)
+			truth, since := backstop-accepted, 0
+			for other, ats := range acceptedAt {
+				for j := len(ats) - 1; other != node && j >= 0 && now.Sub(ats[j]) < 1500*time.Millisecond; j-- {
+					since++
+				}
+			}
+			if rem := int(num(b, "remaining")); rem > truth+since || rem < truth-2*(share+share/2) {
+				t.Fatalf("emit %d through %s: project remaining %d, the cluster's is %d (others accepted %d in the last 1.5 s and hold at most %d): %s",
+					i, cl.nodes[node].name, rem, truth, since, 2*(share+share/2), r.raw)
+			}
+			continue
+		}
+		if r.status != http.StatusTooManyRequests || r.json["error"] != "project_rate_limited" || len(r.json) != 3 {
+			t.Fatalf("emit %d through %s after %d accepted: %d %s; want 429 project_rate_limited", i, cl.nodes[node].name, accepted, r.status, r.raw)
+		}
+		budget(t, now, r, "project_rate_limit", backstop, 0)
+		refusedInARow[node]++
+	}
+	if accepted != backstop {
+		t.Fatalf("the cluster accepted %d emits in the minute, want the backstop %d", accepted, backstop)
+	}
+}
