@@ -37,13 +37,20 @@ import (
 // batches many into one: a replay ring (up to 1 MiB) or a handed-off state must fit.
 const maxRemoteMsg = 64 << 20
 
+// remoteWindow: the actor remote's HTTP/2 flow-control windows, fixed. Left
+// to gRPC, they grow with a bandwidth estimate that pings the peer on data
+// received: at a few thousand small messages a second, a ping and its ack
+// for nearly every message.
+const remoteWindow = 4 << 20
+
 // ErrNoClusterTLS is JoinCluster's answer to a config with neither TLS nor Insecure.
 var ErrNoClusterTLS = errors.New("the actor remote needs TLS credentials (or Insecure, for loopback tests)")
 
 // remoteOptions are the actor remote's settings besides its address.
 func remoteOptions(cfg ClusterConfig, guard *remoteGuard) ([]remote.ConfigOption, error) {
 	server := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRemoteMsg), grpc.MaxSendMsgSize(maxRemoteMsg),
-		grpc.ChainStreamInterceptor(guard.stream), grpc.ChainUnaryInterceptor(guard.unary)}
+		grpc.ChainStreamInterceptor(guard.stream), grpc.ChainUnaryInterceptor(guard.unary),
+		grpc.InitialWindowSize(remoteWindow), grpc.InitialConnWindowSize(remoteWindow)}
 	// protoactor's default dial options are grpc.WithInsecure() alone, and
 	// WithDialOptions replaces them: the transport credentials are all we set.
 	var dial grpc.DialOption
@@ -58,7 +65,7 @@ func remoteOptions(cfg ClusterConfig, guard *remoteGuard) ([]remote.ConfigOption
 	}
 	return []remote.ConfigOption{
 		remote.WithServerOptions(server...),
-		remote.WithDialOptions(dial),
+		remote.WithDialOptions(dial, grpc.WithInitialWindowSize(remoteWindow), grpc.WithInitialConnWindowSize(remoteWindow)),
 		remote.WithCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteMsg), grpc.MaxCallSendMsgSize(maxRemoteMsg)),
 	}, nil
 }
