@@ -13,7 +13,7 @@ import (
 // Every refusal is an error frame to the emitter naming the channel.
 func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 	msg := &m.msg
-	fail := func(code proto.Code) { a.refuseEmit(ctx, msg.Channel, m.sink, code) }
+	fail := func(code proto.Code) { a.refuseClientEmitInOrder(ctx, m, code) }
 	now := a.cfg.Now()
 
 	if a.settings.ClientEmitSecret == "" { // 1

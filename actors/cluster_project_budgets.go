@@ -22,13 +22,17 @@ import (
 // until it ends. A unit an emit gave back (its channel refused it) goes
 // back to the node's share. So the cluster never accepts more than the
 // limit in a window, and may refuse up to about 1.5 shares per other node
-// early, while those nodes still hold units.
+// early, while those nodes still hold units (or held them when their
+// project actor went dormant).
 //
 // The remaining an emit reports is the grain's at its last answer to this
 // node plus this node's unspent share: lower than the cluster's by the
 // other nodes' unspent shares, higher by what they accepted since that
 // answer. An emit waits for a new answer when the last is older than
-// leaseFresh, unless the grain is slow to answer: then the share goes on.
+// leaseFresh (so a node emitting less than about once a second waits a
+// round trip each time), unless the grain is slow to answer: then the
+// share goes on. The share ends by this node's clock (the grain says how
+// long its window has left), so the two clocks need not agree.
 //
 // A client emit asks the grain for its clientId's window (rule 6) once per
 // emit: a window of a second per clientId is too small to share out. Those
@@ -44,7 +48,7 @@ type projectBudgets struct {
 	self     *clusterpb.Ref
 	lease    backstopLease
 	leasing  *grainAsk    // the lease ask in flight; nil when none
-	held     []*Publish   // emits waiting for a lease, in the order they came
+	held     []leaseWait  // emits waiting for a lease, in the order they came
 	clients  []*clientAsk // client emits waiting for rule 6, in the order they came
 	byID     map[string]*clientAsk
 	retrying bool
@@ -60,13 +64,25 @@ type grainAsk struct {
 	sentAt time.Time // sent last
 }
 
-// clientAsk is one client emit that passed rules 1–5, waiting for rule 6.
+// clientAsk is one client emit that passed rules 1–5, waiting for rule 6,
+// or one refused by them while earlier ones wait (refused: its code).
 type clientAsk struct {
 	grainAsk
 	emit     *clientEmit
 	clientID string
 	answer   *clusterpb.ProjectTaken
 	gaveUp   bool // answered service_unavailable without the grain
+	refused  proto.Code
+}
+
+// leaseWait is an emit waiting for a share (pub), or a client emit's
+// refusal waiting behind the emits held before it, so that a socket's
+// answers keep their order.
+type leaseWait struct {
+	pub     *Publish
+	channel string
+	sink    Sink
+	code    proto.Code
 }
 
 // backstopLease is the node's share of the backstop's current window.
@@ -74,8 +90,9 @@ type backstopLease struct {
 	limit    int
 	units    int       // granted and not spent
 	left     int       // the grain's remaining when it last answered
-	resetAt  time.Time // the end of the window the units belong to
-	answered time.Time // when that answer came, on this node's clock
+	resetAt  time.Time // the window's end on the grain's clock (reported, and names the window)
+	endsAt   time.Time // the same end on this node's clock: when the units are void
+	answered time.Time // when the grain last answered, on this node's clock
 	dry      bool      // the grain had nothing left to grant in the window
 }
 
@@ -91,7 +108,8 @@ const leaseFresh = time.Second
 // froze or died does not stop the project's emits while shares last.
 func (l *backstopLease) take(now time.Time, slow bool) (b Budget, ok, decided bool) {
 	switch {
-	case !now.Before(l.resetAt):
+	case !now.Before(l.endsAt):
+		l.units = 0 // void: ask for a share of the next window
 		return Budget{}, false, false
 	case l.units == 0 && l.dry: // nothing comes back in this window
 		return l.budget(), false, true
@@ -102,7 +120,7 @@ func (l *backstopLease) take(now time.Time, slow bool) (b Budget, ok, decided bo
 	return l.budget(), true, true
 }
 
-// want is how many units to ask the grain for, the share being want units:
+// want is how many units to ask the grain for, the share being share units:
 // none (only the grain's remaining) while half of a share is left.
 func (l *backstopLease) want(share int) int {
 	if l.units >= (share+1)/2 {
@@ -111,9 +129,10 @@ func (l *backstopLease) want(share int) int {
 	return share
 }
 
-// refund gives back a unit taken for an emit at `at`, if its window is the share's.
+// refund gives back a unit taken for an emit at `at` (this node's clock),
+// if its window is the share's.
 func (l *backstopLease) refund(at time.Time) {
-	if at.Before(l.resetAt) && !at.Before(l.resetAt.Add(-time.Minute)) {
+	if at.Before(l.endsAt) && !at.Before(l.endsAt.Add(-time.Minute)) {
 		l.units++
 	}
 }
@@ -125,9 +144,13 @@ func (l *backstopLease) grant(ans *clusterpb.ProjectTaken, now time.Time) {
 		l.units = 0
 	}
 	l.limit, l.left, l.resetAt, l.answered = w.Limit, w.Remaining, w.ResetAt, now
+	l.endsAt = now.Add(time.Duration(ans.ResetInNanos))
 	l.units += int(ans.Leased)
-	if !ans.Leases && !ans.ProjectDenied { // an older grain (a rolling upgrade): it took one unit
-		l.units++
+	if !ans.Leases { // an older grain (a rolling upgrade): it took one unit unless it refused, and tells no reset_in
+		l.endsAt = w.ResetAt
+		if !ans.ProjectDenied {
+			l.units++
+		}
 	}
 	l.dry = w.Remaining == 0
 }
@@ -166,7 +189,7 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 				a.sendAsk(ctx, b.leasing)
 			}
 			for _, ask := range b.clients {
-				if ask.answer == nil && !ask.gaveUp {
+				if ask.waiting() {
 					a.sendAsk(ctx, &ask.grainAsk)
 				}
 			}
@@ -194,8 +217,8 @@ func (a *projectActor) leasedPublish(ctx actor.Context, m *Publish) {
 			return
 		}
 	}
-	b.held = append(b.held, m)
-	a.askLease(ctx)
+	b.held = append(b.held, leaseWait{pub: m})
+	a.askLease(ctx, b.lease.want(a.leaseShare()))
 }
 
 // grainSlow: the lease ask in flight has gone unanswered for publishRetryAfter.
@@ -213,22 +236,27 @@ func (a *projectActor) leaseShare() int {
 	return 1
 }
 
-// leaseAhead asks for the next share when half of the last is spent, so
-// that emits do not wait for it (not for shares of one unit: a unit asked
-// ahead would be held from the other nodes).
+// leaseAhead asks for the next share when half of the last is spent (not
+// for shares of one unit: a unit asked ahead would be held from the other
+// nodes), and for the grain's remaining when its last answer is half
+// leaseFresh old, so that emits do not wait for either.
 func (a *projectActor) leaseAhead(ctx actor.Context) {
 	l, share := &a.budgets.lease, a.leaseShare()
-	if share > 1 && !l.dry && l.want(share) > 0 {
-		a.askLease(ctx)
+	switch {
+	case l.dry:
+	case share > 1 && l.want(share) > 0:
+		a.askLease(ctx, share)
+	case a.cfg.Now().Sub(l.answered) > leaseFresh/2:
+		a.askLease(ctx, 0)
 	}
 }
 
-func (a *projectActor) askLease(ctx actor.Context) {
+// askLease asks the grain for want units (0: its remaining only), unless an ask is in flight.
+func (a *projectActor) askLease(ctx actor.Context, want int) {
 	b := a.budgets
 	if b.leasing != nil {
 		return
 	}
-	want := b.lease.want(a.leaseShare())
 	b.leasing = &grainAsk{msg: &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
 		ProjectLimit: int32(a.cfg.ProjectRatePerMinute), Lease: int32(want), Refresh: want == 0}, came: a.cfg.Now()}
 	a.sendAsk(ctx, b.leasing)
@@ -247,6 +275,30 @@ func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientI
 	a.sendAsk(ctx, &ask.grainAsk)
 	a.scheduleBudgetRetry(ctx)
 }
+
+// refuseClientEmitInOrder answers a client emit refused before rule 6
+// behind the client emits of the project still waiting for the grain
+// (one node: at once).
+func (a *projectActor) refuseClientEmitInOrder(ctx actor.Context, m *clientEmit, code proto.Code) {
+	if b := a.budgets; b != nil && len(b.clients) > 0 {
+		b.clients = append(b.clients, &clientAsk{emit: m, refused: code})
+		return
+	}
+	a.refuseBehindHeld(ctx, m.msg.Channel, m.sink, code)
+}
+
+// refuseBehindHeld answers a refused client emit behind the emits held for
+// a share (one node: at once).
+func (a *projectActor) refuseBehindHeld(ctx actor.Context, channel string, sink Sink, code proto.Code) {
+	if b := a.budgets; b != nil && len(b.held) > 0 {
+		b.held = append(b.held, leaseWait{channel: channel, sink: sink, code: code})
+		return
+	}
+	a.refuseEmit(ctx, channel, sink, code)
+}
+
+// waiting: the ask is the grain's to answer.
+func (ask *clientAsk) waiting() bool { return ask.answer == nil && !ask.gaveUp && ask.refused == "" }
 
 func (a *projectActor) sendAsk(ctx actor.Context, ask *grainAsk) {
 	b := a.budgets
@@ -280,7 +332,7 @@ func (a *projectActor) retryBudgets(ctx actor.Context) {
 	}
 	for _, ask := range b.clients {
 		switch {
-		case ask.answer != nil || ask.gaveUp:
+		case !ask.waiting():
 		case now.Sub(ask.came) > clientEmitGiveUp:
 			ask.gaveUp = true
 		case now.Sub(ask.sentAt) >= publishRetryAfter:
@@ -288,13 +340,13 @@ func (a *projectActor) retryBudgets(ctx actor.Context) {
 		}
 	}
 	kept := b.held[:0]
-	for _, m := range b.held {
-		switch {
-		case m.abandoned():
-		case m.Reply == nil && now.Sub(m.At) > clientEmitGiveUp:
-			a.refuseEmit(ctx, m.Channel, m.origin, proto.CodeUnavailable)
+	for _, h := range b.held {
+		switch m := h.pub; {
+		case m != nil && m.abandoned():
+		case m != nil && m.Reply == nil && now.Sub(m.At) > clientEmitGiveUp: // its answer keeps its place
+			kept = append(kept, leaseWait{channel: m.Channel, sink: m.origin, code: proto.CodeUnavailable})
 		default:
-			kept = append(kept, m)
+			kept = append(kept, h)
 		}
 	}
 	clear(b.held[len(kept):])
@@ -325,22 +377,27 @@ func (a *projectActor) budgetAnswered(ctx actor.Context, m *clusterpb.ProjectTak
 	}
 }
 
-// releaseHeld sends on the held emits the node's share now covers.
+// releaseHeld sends on the held emits the node's share now covers, and the
+// refusals behind them.
 func (a *projectActor) releaseHeld(ctx actor.Context) {
 	b := a.budgets
 	n := 0
 	for ; n < len(b.held); n++ {
-		m := b.held[n]
-		if m.abandoned() {
+		h := b.held[n]
+		switch m := h.pub; {
+		case m == nil:
+			a.refuseEmit(ctx, h.channel, h.sink, h.code)
+			continue
+		case m.abandoned():
 			continue
 		}
 		budget, ok, decided := b.lease.take(a.cfg.Now(), a.grainSlow())
 		if !decided {
-			a.askLease(ctx)
+			a.askLease(ctx, b.lease.want(a.leaseShare()))
 			break
 		}
-		m.projectBudget, m.projectDenied = budget, !ok
-		a.send(ctx, m.Channel, m)
+		h.pub.projectBudget, h.pub.projectDenied = budget, !ok
+		a.send(ctx, h.pub.Channel, h.pub)
 	}
 	clear(b.held[:n])
 	b.held = append(b.held[:0], b.held[n:]...)
@@ -352,45 +409,57 @@ func (a *projectActor) releaseHeld(ctx actor.Context) {
 func (a *projectActor) releaseClients(ctx actor.Context) {
 	b := a.budgets
 	n := 0
-	for ; n < len(b.clients) && (b.clients[n].answer != nil || b.clients[n].gaveUp); n++ {
+	for ; n < len(b.clients) && !b.clients[n].waiting(); n++ {
 		ask := b.clients[n]
-		delete(b.byID, ask.msg.Id)
 		b.clients[n] = nil
-		m := ask.emit
+		m, code := ask.emit, ask.refused
+		if ask.msg != nil {
+			delete(b.byID, ask.msg.Id)
+		}
 		switch {
+		case code != "":
 		case ask.gaveUp:
-			a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeUnavailable)
+			code = proto.CodeUnavailable
 		case ask.answer.ClientDenied: // 6
 			a.cfg.counters.RateLimitedClient.Add(1)
 			a.usage.health.add(hLimitedClient, 1, ask.came.UnixNano())
-			a.refuseEmit(ctx, m.msg.Channel, m.sink, proto.CodeClientEmitRateLimited)
+			code = proto.CodeClientEmitRateLimited
 		case m.msg.PayloadErr != nil: // 7
-			a.refuseEmit(ctx, m.msg.Channel, m.sink, m.msg.PayloadErr.Code)
+			code = m.msg.PayloadErr.Code
 		default:
 			a.publish(ctx, a.clientPublish(m, ask.clientID, ask.came))
+			continue
 		}
+		a.refuseBehindHeld(ctx, m.msg.Channel, m.sink, code)
 	}
 	if n > 0 {
 		b.clients = append(b.clients[:0], b.clients[n:]...)
 	}
 }
 
-// refuseHeldBudgets answers every emit still waiting for the grain, as refuse does.
+// refuseHeldBudgets answers every emit still waiting for the grain, in the
+// order they came, as refuse does (a refusal already decided keeps its code).
 func (a *projectActor) refuseHeldBudgets(ctx actor.Context) {
 	b := a.budgets
 	if b == nil {
 		return
 	}
-	for _, ask := range b.clients {
-		if !ask.gaveUp {
-			a.refuse(ctx, ask.emit)
+	for _, h := range b.held {
+		switch m := h.pub; {
+		case m == nil:
+			a.refuseEmit(ctx, h.channel, h.sink, h.code)
+		case m.Reply == nil:
+			a.refuseEmit(ctx, m.Channel, m.origin, proto.CodeUnavailable)
+		case m.take():
+			a.refuse(ctx, m)
 		}
 	}
-	for _, m := range b.held {
-		if m.Reply == nil {
-			a.refuseEmit(ctx, m.Channel, m.origin, proto.CodeUnavailable)
-		} else if m.take() {
-			a.refuse(ctx, m)
+	for _, ask := range b.clients {
+		switch {
+		case ask.refused != "":
+			a.refuseEmit(ctx, ask.emit.msg.Channel, ask.emit.sink, ask.refused)
+		case !ask.gaveUp:
+			a.refuse(ctx, ask.emit)
 		}
 	}
 	b.clients, b.held = nil, nil

@@ -16,7 +16,7 @@ func TestBackstopLease(t *testing.T) {
 	ask := func(now time.Time, want int) {
 		t.Helper()
 		w, n := grain.lease(now, 20, want)
-		l.grant(&clusterpb.ProjectTaken{Leased: int32(n), Project: budgetToProto(w), Leases: true}, now)
+		l.grant(&clusterpb.ProjectTaken{Leased: int32(n), Project: budgetToProto(w), Leases: true, ResetInNanos: int64(w.ResetAt.Sub(now))}, now)
 	}
 	spend := func(now time.Time, wantOK, wantDecided bool, remaining int) {
 		t.Helper()
@@ -80,10 +80,25 @@ func TestBackstopLease(t *testing.T) {
 	next := start.Add(time.Minute)
 	spend(next, false, false, 0)
 	w, n := grain.lease(next, 20, 8)
-	l.grant(&clusterpb.ProjectTaken{Leased: int32(n), Project: budgetToProto(w), Leases: true}, next)
+	l.grant(&clusterpb.ProjectTaken{Leased: int32(n), Project: budgetToProto(w), Leases: true, ResetInNanos: int64(w.ResetAt.Sub(next))}, next)
 	if l.units != 8 || l.dry || l.left != 12 || !l.resetAt.Equal(start.Add(2*time.Minute)) {
 		t.Fatalf("the next window's share: %+v", l)
 	}
+
+	// This node's clock 3 s ahead of the grain's: the share ends 40 s after
+	// the answer by this node's clock too, not at the grain's resetAt read
+	// on this clock (which would void it 3 s early and make it ask again
+	// and again until the grain's window ends).
+	ahead := next.Add(20*time.Second + 3*time.Second)
+	l.grant(&clusterpb.ProjectTaken{Leased: 2, Project: budgetToProto(Budget{Limit: 20, Remaining: 10, ResetAt: start.Add(2 * time.Minute)}),
+		Leases: true, ResetInNanos: int64(40 * time.Second)}, ahead)
+	if b, ok, decided := l.take(ahead.Add(39*time.Second), true); !ok || !decided || b.Remaining != 10+9 || !b.ResetAt.Equal(start.Add(2*time.Minute)) {
+		t.Fatalf("39 s after the answer, by this clock: %+v ok %v decided %v", b, ok, decided)
+	}
+	if _, _, decided := l.take(ahead.Add(40*time.Second), true); decided {
+		t.Fatal("40 s after the answer, by this clock: the share is not void")
+	}
+	l.units = 8
 
 	// A grain of an older version (a rolling upgrade) answers a lease ask
 	// as an ask for one emit: it took one unit, unless it refused.

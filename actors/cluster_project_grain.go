@@ -102,6 +102,7 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 		}
 		budget, n := g.backstop.lease(now, int(m.ProjectLimit), want)
 		ans.Leased, ans.Project, ans.ProjectDenied, ans.Leases = int32(n), budgetToProto(budget), want > 0 && n == 0, true
+		ans.ResetInNanos = int64(budget.ResetAt.Sub(now))
 	}
 	g.c.send(ctx, replyTo, ans)
 }

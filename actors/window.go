@@ -63,11 +63,15 @@ func (w *fixedWindow) refund(at time.Time) {
 	}
 }
 
-// merge adds a handed-over window's count when it is this window, or when
-// this one holds nothing.
+// merge adds a handed-over window's count when it is this window, takes
+// it when this one holds nothing or the handed one is later (this clock is
+// behind: what was counted there must stay counted), and drops it when it
+// is earlier.
 func (w *fixedWindow) merge(start time.Time, count int) {
-	if w.count == 0 || w.start.Equal(start) {
-		w.start = start
+	switch {
+	case w.count == 0 || start.After(w.start):
+		w.start, w.count = start, count
+	case w.start.Equal(start):
 		w.count += count
 	}
 }

@@ -69,3 +69,32 @@ func TestWindowAfterAClockStep(t *testing.T) {
 		t.Fatalf("after the clock went back: %+v %v, want a fresh window ending %v", b, ok, start.Add(-time.Minute))
 	}
 }
+
+// TestFixedWindowMerge: a handed-over window's count adds up with this
+// one's when it is the same window, replaces it when it is later (this
+// grain's clock is behind: the count must stay counted) or when this one
+// holds nothing, and is dropped when it is earlier.
+func TestFixedWindowMerge(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name        string
+		start       time.Time
+		count       int
+		handedStart time.Time
+		handed      int
+		wantStart   time.Time
+		wantCount   int
+	}{
+		{"same window", t0, 3, t0, 4, t0, 7},
+		{"this one empty", time.Time{}, 0, t0, 4, t0, 4},
+		{"handed later", t0, 3, t0.Add(time.Minute), 4, t0.Add(time.Minute), 4},
+		{"handed earlier", t0.Add(time.Minute), 3, t0, 4, t0.Add(time.Minute), 3},
+	}
+	for _, c := range cases {
+		w := fixedWindow{size: time.Minute, start: c.start, count: c.count}
+		w.merge(c.handedStart, c.handed)
+		if !w.start.Equal(c.wantStart) || w.count != c.wantCount {
+			t.Errorf("%s: start %v count %d, want %v %d", c.name, w.start, w.count, c.wantStart, c.wantCount)
+		}
+	}
+}

@@ -5,8 +5,11 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayhq/relay/api/backend"
 )
 
 // TestClusterLeasedBackstop: with a backstop of 400 a minute each node
@@ -78,4 +81,24 @@ func TestClusterLeasedBackstop(t *testing.T) {
 	if accepted != backstop {
 		t.Fatalf("the cluster accepted %d emits in the minute, want the backstop %d", accepted, backstop)
 	}
+
+	// A socket's client emits are answered in order while the first waits
+	// for the project grain (its clientId's window, then a share: the
+	// project is new on B): the second, refused at rule 2, and the third,
+	// at rule 7, answer after the first's ack.
+	q := owner.createProject("order")
+	secret := owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: q.id, Channel: "room",
+		ClientID: "u1", Types: []string{"t"}, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := presenceSub(t, cl.nodes[1].on(t), q.publicKey, "room", "u1")
+	s.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	s.send(emitFrame2("room", tok))
+	s.send(`{"action":"emit","channel":"room","type":"t","payload":1}`)
+	s.send(`{"action":"emit","channel":"room","type":"t","payload":"` + strings.Repeat("x", 140<<10) + `","token":"` + tok + `"}`)
+	s.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+	s.expect(`{"error":"token_and_type_required","channel":"room"}`)
+	s.expect(`{"error":"payload_too_large","channel":"room"}`)
 }

@@ -2661,8 +2661,10 @@ func (x *ProjectTake) GetRefresh() bool {
 // granted (fewer than asked, or none, when the window runs out);
 // project_denied: none was granted for units asked (what older nodes read);
 // project: the backstop's window after the grant, its remaining not yet
-// granted to any node. leases: the grain is of this version; an older one
-// answers a lease ask as an ask for one unit (project_denied false: it took it).
+// granted to any node; reset_in_nanos: how long the window has left on the
+// grain's clock (the node ends its share by its own clock, so the two need
+// not agree). leases: the grain is of this version; an older one answers a
+// lease ask as an ask for one unit (project_denied false: it took it).
 type ProjectTaken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2672,6 +2674,7 @@ type ProjectTaken struct {
 	Project       *Budget                `protobuf:"bytes,5,opt,name=project,proto3" json:"project,omitempty"`
 	Leased        int32                  `protobuf:"varint,6,opt,name=leased,proto3" json:"leased,omitempty"`
 	Leases        bool                   `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
+	ResetInNanos  int64                  `protobuf:"varint,8,opt,name=reset_in_nanos,json=resetInNanos,proto3" json:"reset_in_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2753,6 +2756,13 @@ func (x *ProjectTaken) GetLeases() bool {
 		return x.Leases
 	}
 	return false
+}
+
+func (x *ProjectTaken) GetResetInNanos() int64 {
+	if x != nil {
+		return x.ResetInNanos
+	}
+	return 0
 }
 
 // ProjectRefund gives back the unit an older node's ask took for an emit
@@ -3212,7 +3222,7 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\vclient_only\x18\x06 \x01(\bR\n" +
 	"clientOnly\x12\x14\n" +
 	"\x05lease\x18\a \x01(\x05R\x05lease\x12\x18\n" +
-	"\arefresh\x18\b \x01(\bR\arefresh\"\xe1\x01\n" +
+	"\arefresh\x18\b \x01(\bR\arefresh\"\x87\x02\n" +
 	"\fProjectTaken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12#\n" +
@@ -3220,7 +3230,8 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x0eproject_denied\x18\x04 \x01(\bR\rprojectDenied\x12/\n" +
 	"\aproject\x18\x05 \x01(\v2\x15.relay.cluster.BudgetR\aproject\x12\x16\n" +
 	"\x06leased\x18\x06 \x01(\x05R\x06leased\x12\x16\n" +
-	"\x06leases\x18\a \x01(\bR\x06leases\"\x1f\n" +
+	"\x06leases\x18\a \x01(\bR\x06leases\x12$\n" +
+	"\x0ereset_in_nanos\x18\b \x01(\x03R\fresetInNanos\"\x1f\n" +
 	"\rProjectRefund\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xbc\x01\n" +
 	"\x0fNodeConnections\x12\x16\n" +
