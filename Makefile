@@ -18,10 +18,12 @@ run: build
 # The whole suite: format and vet checks, tsc on the browser client's types,
 # every test with the race detector on SQLite and a throwaway PostgreSQL, the
 # cluster tests, a 40-second soak, the worst-case memory checks in short
-# form, then every benchmark once.
+# form, then every benchmark once. -parallel 4: the tests marked t.Parallel
+# mostly wait on real time (ticks, timeouts), so more of them overlap than
+# there are cores.
 test: lint
 	sh api/web/typecheck/check.sh
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -parallel 4 -timeout 15m $(PKGS)
 	$(MAKE) test-cluster
 	SOAK_DURATION=40s $(MAKE) soak
 	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/

@@ -18,6 +18,7 @@ import (
 // ReadTimeout (30 s) or HTTP_IDLE_TIMEOUT_SECONDS (60 s) could have done it; meanwhile
 // everyone else is served.
 func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
+	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	addr := strings.TrimPrefix(ts.base, "http://")
 	const clients = 20

@@ -32,6 +32,7 @@ func (ts *testServer) dialWithToken(publicKey, token string) *wsClient {
 // handshakes check the connection token, private channels need a grant,
 // presence is the token's sub, and live connections follow the setting.
 func TestChannelAuthorization(t *testing.T) {
+	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		owner := ts.signup("alice@example.com")

@@ -170,6 +170,7 @@ func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth boo
 // cause's counter on /metrics (every other cause staying at zero) and the
 // transport's debug line "connection closed … cause=X code=N".
 func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
+	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	type result struct {
 		counts map[string]int64 // expected relay_connections_closed_total
 		logs   map[*regexp.Regexp]int
@@ -376,6 +377,7 @@ wait:
 // pong; once the pings stop, the idle close (1001 "idle timeout") follows,
 // not before the timeout has run from the last pong.
 func TestPingResetsIdleClock(t *testing.T) {
+	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	ts, _, p := lcServer(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "2"})
 	c := ts.dialWS(p.publicKey)
 	opened := time.Now()

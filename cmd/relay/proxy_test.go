@@ -124,6 +124,7 @@ func TestForwardedForIgnoredFromUntrustedPeers(t *testing.T) {
 // that has not failed, window after window; they only delay it (at most 4 s).
 // An address that keeps failing for the email is refused on its own.
 func TestLoginNotLockedOutFromOtherAddresses(t *testing.T) {
+	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, clock.Now)
