@@ -65,10 +65,13 @@ type grainAsk struct {
 }
 
 // clientAsk is one client emit that passed rules 1–5, waiting for rule 6,
-// or one refused by them while earlier ones wait (refused: its code).
+// or one refused by them while an earlier one of its socket waits
+// (refused: its code; emit nil, so that its payload is not kept).
 type clientAsk struct {
 	grainAsk
 	emit     *clientEmit
+	channel  string
+	sink     Sink
 	clientID string
 	answer   *clusterpb.ProjectTaken
 	gaveUp   bool // answered service_unavailable without the grain
@@ -129,22 +132,24 @@ func (l *backstopLease) want(share int) int {
 	return share
 }
 
-// refund gives back a unit taken for an emit at `at` (this node's clock),
-// if its window is the share's.
-func (l *backstopLease) refund(at time.Time) {
-	if at.Before(l.endsAt) && !at.Before(l.endsAt.Add(-time.Minute)) {
+// refund gives back a unit taken in the window that ends at window (the
+// grain's resetAt the emit reported), if it is still the share's.
+func (l *backstopLease) refund(window time.Time) {
+	if window.Equal(l.resetAt) && l.limit > 0 {
 		l.units++
 	}
 }
 
-// grant adds the grain's answer to a lease ask, come at now.
-func (l *backstopLease) grant(ans *clusterpb.ProjectTaken, now time.Time) {
+// grant adds the grain's answer to a lease ask first sent at asked. The
+// grain answered after that, so the share ends no later than its window
+// by this node's clock, even when the answer comes late or is a repeat.
+func (l *backstopLease) grant(ans *clusterpb.ProjectTaken, asked time.Time) {
 	w := budgetFromProto(ans.Project)
 	if !w.ResetAt.Equal(l.resetAt) { // a new window: the last one's units are void
 		l.units = 0
 	}
-	l.limit, l.left, l.resetAt, l.answered = w.Limit, w.Remaining, w.ResetAt, now
-	l.endsAt = now.Add(time.Duration(ans.ResetInNanos))
+	l.limit, l.left, l.resetAt, l.answered = w.Limit, w.Remaining, w.ResetAt, asked
+	l.endsAt = asked.Add(time.Duration(ans.ResetInNanos))
 	l.units += int(ans.Leased)
 	if !ans.Leases { // an older grain (a rolling upgrade): it took one unit unless it refused, and tells no reset_in
 		l.endsAt = w.ResetAt
@@ -266,7 +271,7 @@ func (a *projectActor) askLease(ctx actor.Context, want int) {
 // askClientWindow sends a client emit's rule-6 ask to the project grain and holds the emit.
 func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientID string) {
 	b := a.budgets
-	ask := &clientAsk{emit: m, clientID: clientID}
+	ask := &clientAsk{emit: m, channel: m.msg.Channel, sink: m.sink, clientID: clientID}
 	ask.came = a.cfg.Now()
 	ask.msg = &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
 		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond)}
@@ -277,24 +282,44 @@ func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientI
 }
 
 // refuseClientEmitInOrder answers a client emit refused before rule 6
-// behind the client emits of the project still waiting for the grain
-// (one node: at once).
+// behind its socket's client emits still waiting for the grain or a share
+// (one node, or none waiting: at once).
 func (a *projectActor) refuseClientEmitInOrder(ctx actor.Context, m *clientEmit, code proto.Code) {
-	if b := a.budgets; b != nil && len(b.clients) > 0 {
-		b.clients = append(b.clients, &clientAsk{emit: m, refused: code})
+	if b := a.budgets; b != nil && b.inClients(m.sink) {
+		b.clients = append(b.clients, &clientAsk{channel: m.msg.Channel, sink: m.sink, refused: code})
 		return
 	}
 	a.refuseBehindHeld(ctx, m.msg.Channel, m.sink, code)
 }
 
-// refuseBehindHeld answers a refused client emit behind the emits held for
-// a share (one node: at once).
+// refuseBehindHeld answers a refused client emit behind its socket's emits
+// held for a share (one node, or none held: at once).
 func (a *projectActor) refuseBehindHeld(ctx actor.Context, channel string, sink Sink, code proto.Code) {
-	if b := a.budgets; b != nil && len(b.held) > 0 {
+	if b := a.budgets; b != nil && b.inHeld(sink) {
 		b.held = append(b.held, leaseWait{channel: channel, sink: sink, code: code})
 		return
 	}
 	a.refuseEmit(ctx, channel, sink, code)
+}
+
+// inClients: a client emit of the socket waits for rule 6.
+func (b *projectBudgets) inClients(sink Sink) bool {
+	for _, ask := range b.clients {
+		if ask.sink.ID() == sink.ID() {
+			return true
+		}
+	}
+	return false
+}
+
+// inHeld: a client emit of the socket, or its refusal, waits for a share.
+func (b *projectBudgets) inHeld(sink Sink) bool {
+	for _, h := range b.held {
+		if s := h.sink; (s != nil && s.ID() == sink.ID()) || (h.pub != nil && h.pub.origin != nil && h.pub.origin.ID() == sink.ID()) {
+			return true
+		}
+	}
+	return false
 }
 
 // waiting: the ask is the grain's to answer.
@@ -366,8 +391,8 @@ func (a *projectActor) budgetAnswered(ctx actor.Context, m *clusterpb.ProjectTak
 		return
 	}
 	if b.leasing != nil && m.Id == b.leasing.msg.Id {
+		b.lease.grant(m, b.leasing.came)
 		b.leasing = nil
-		b.lease.grant(m, a.cfg.Now())
 		a.releaseHeld(ctx)
 		return
 	}
@@ -430,7 +455,7 @@ func (a *projectActor) releaseClients(ctx actor.Context) {
 			a.publish(ctx, a.clientPublish(m, ask.clientID, ask.came))
 			continue
 		}
-		a.refuseBehindHeld(ctx, m.msg.Channel, m.sink, code)
+		a.refuseBehindHeld(ctx, ask.channel, ask.sink, code)
 	}
 	if n > 0 {
 		b.clients = append(b.clients[:0], b.clients[n:]...)
@@ -457,7 +482,7 @@ func (a *projectActor) refuseHeldBudgets(ctx actor.Context) {
 	for _, ask := range b.clients {
 		switch {
 		case ask.refused != "":
-			a.refuseEmit(ctx, ask.emit.msg.Channel, ask.emit.sink, ask.refused)
+			a.refuseEmit(ctx, ask.channel, ask.sink, ask.refused)
 		case !ask.gaveUp:
 			a.refuse(ctx, ask.emit)
 		}

@@ -59,8 +59,8 @@ func TestBackstopLease(t *testing.T) {
 	l.units++ // as before that emit
 
 	// A refund of this window goes back to the share; one of the last window does not.
-	l.refund(later)
-	l.refund(start.Add(-time.Second))
+	l.refund(start.Add(time.Minute))
+	l.refund(start)
 	if l.units != 11 {
 		t.Fatalf("units %d after one refund of this window's, want 11", l.units)
 	}

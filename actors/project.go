@@ -277,7 +277,7 @@ func (a *projectActor) common(ctx actor.Context) {
 			}
 		}
 	case *refund:
-		a.refundBackstop(m.at)
+		a.refundBackstop(m.at, m.window)
 	case *mayStop:
 		if c, ok := a.channels[m.channel]; ok && c.pid.Equal(m.pid) && c.sent == m.processed {
 			delete(a.channels, m.channel)
@@ -388,11 +388,12 @@ func (a *projectActor) channelLimit() int {
 	return a.cfg.EmitRatePerMinute
 }
 
-// refundBackstop gives back the backstop unit an emit took: to the node's
-// lease in a cluster, else to this actor's window.
-func (a *projectActor) refundBackstop(at time.Time) {
+// refundBackstop gives back the backstop unit an emit took at `at`, in the
+// window ending at window: to the node's share in a cluster, else to this
+// actor's window.
+func (a *projectActor) refundBackstop(at, window time.Time) {
 	if a.budgets != nil {
-		a.budgets.lease.refund(at)
+		a.budgets.lease.refund(window)
 		return
 	}
 	a.backstop.refund(at)
@@ -446,7 +447,7 @@ func (a *projectActor) refuseNewChannel(ctx actor.Context, channel string, msg a
 	switch m := msg.(type) {
 	case *Publish:
 		if !m.projectDenied {
-			a.refundBackstop(m.At)
+			a.refundBackstop(m.At, m.projectBudget.ResetAt)
 		}
 		if m.Reply != nil {
 			m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeTooManyChannels}}

@@ -113,9 +113,9 @@ func TestChannelAuthorization(t *testing.T) {
 		u42.expect(`{"action":"subscribe","channel":"private-user-43","ok":true}`)
 
 		// A token about to expire: told at once, closed 4011 when it has.
-		short := ts.dialWithToken(p.publicKey, mint("user-44", 2*time.Second, nil))
+		short := ts.dialWithToken(p.publicKey, mint("user-44", 3*time.Second, nil))
 		m := short.expectExcept(`{"type":"token_expiring"}`, "exp")
-		if exp, _ := m["exp"].(float64); exp < float64(time.Now().Unix()) || exp > float64(time.Now().Add(3*time.Second).Unix()) {
+		if exp, _ := m["exp"].(float64); exp < float64(time.Now().Unix()) || exp > float64(time.Now().Add(4*time.Second).Unix()) {
 			t.Fatalf("token_expiring exp %v", m["exp"])
 		}
 		short.expectClose(4011, 10*time.Second)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,4 +102,58 @@ func TestClusterLeasedBackstop(t *testing.T) {
 	s.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
 	s.expect(`{"error":"token_and_type_required","channel":"room"}`)
 	s.expect(`{"error":"payload_too_large","channel":"room"}`)
+
+	// The project grain's node frozen: a node goes on with its share. Its
+	// emits, spread over the second after which its last answer from the
+	// grain is too old to report the remaining on, wait at most the 300 ms
+	// the grain has to answer, not until the frozen node is dropped from
+	// the cluster (3 s here) or the edge gives up (5 s).
+	c := cl.nodes[2]
+	var frozen project
+	for i := 0; frozen.id == ""; i++ {
+		if i == 20 {
+			t.Fatal("no project grain of 20 started on C")
+		}
+		q := owner.createProject(fmt.Sprintf("frozen-%d", i))
+		expectEmitted(t, clients[0].emit(q.secretKey, `{"channel":"warm","payload":0}`), "warm")
+		if c.hostsProject(t, q.id) {
+			frozen = q
+		}
+	}
+	var channel string // its grain not on C either
+	for i := 0; channel == ""; i++ {
+		if i == 30 {
+			t.Fatal("no channel grain of 30 started off C")
+		}
+		ch := fmt.Sprintf("off-c-%d", i)
+		expectEmitted(t, clients[0].emit(frozen.secretKey, `{"channel":"`+ch+`","payload":0}`), ch)
+		if !c.hostsGrain(t, frozen.id+"/"+ch) {
+			channel = ch
+		}
+	}
+	if err := syscall.Kill(c.pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	tick := time.NewTicker(550 * time.Millisecond) // the emits' rate: the third comes past leaseFresh (1 s)
+	defer tick.Stop()
+	var took []time.Duration
+	for i := range 3 {
+		<-tick.C
+		t0 := time.Now()
+		r := clients[0].emit(frozen.secretKey, fmt.Sprintf(`{"channel":"%s","payload":%d}`, channel, i))
+		took = append(took, time.Since(t0).Round(time.Millisecond))
+		if r.status != http.StatusOK || took[i] > time.Second {
+			syscall.Kill(c.pid(), syscall.SIGCONT)
+			t.Fatalf("emit %d through A with the project grain's node C frozen: %d %s after %v; want 200 within 1 s", i, r.status, r.raw, took[i])
+		}
+	}
+	frozenFor := time.Since(stopped)
+	if err := syscall.Kill(c.pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("3 emits through A with C (the project grain's node) frozen for %v: answered in %v", frozenFor.Round(time.Millisecond), took)
+	if frozenFor > 2800*time.Millisecond {
+		t.Fatalf("the emits took %v: C may have been dropped from the cluster (3 s), so the grain was not frozen throughout", frozenFor)
+	}
 }

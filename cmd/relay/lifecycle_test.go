@@ -377,7 +377,6 @@ wait:
 // pong; once the pings stop, the idle close (1001 "idle timeout") follows,
 // not before the timeout has run from the last pong.
 func TestPingResetsIdleClock(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	ts, _, p := lcServer(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "2"})
 	c := ts.dialWS(p.publicKey)
 	opened := time.Now()

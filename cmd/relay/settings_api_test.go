@@ -531,7 +531,6 @@ func TestAdminListsAndSettings(t *testing.T) {
 // running project on every node on the same store within about a second:
 // the key change the store records with them makes each node reload them.
 func TestAdminSettingsReachRunningNodes(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
 		p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
