@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -89,46 +90,49 @@ func TestRegisterCatchesUpAfterACrash(t *testing.T) {
 // reaches the new grain, which holds it until the relays have registered
 // what they delivered, then answers it with its first seq (the grain's
 // counts, a budget) instead of stamping it again; what came behind it
-// from the same relay is stamped after it.
+// from the same relay is stamped after it. In a testing/synctest bubble:
+// the hold is failoverSettle exactly.
 func TestRetryOfAStampedEmitIsAnswered(t *testing.T) {
-	c := failoverNode(t)
-	grain := startGrain(c, ownedChannel(t, c, "retried"))
-	started := time.Now()
-	emitter, fromEmitter := relayStub(c)
-	limit := int32(c.sys.cfg.EmitRatePerMinute) // the project's, as the edge and the grain's node read it
-	sendFrom(c, grain, emitter, &clusterpb.ChannelPublish{Id: "dead#1", ReplyTo: ref(emitter), Payload: []byte(`1`),
-		AtUnixNano: time.Now().UnixNano(), ChannelLimit: limit, Resent: true})
-	publishTo(c, grain, emitter, "new#1")
-	silent(t, fromEmitter, 100*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		c := failoverNode(t)
+		grain := startGrain(c, ownedChannel(t, c, "retried"))
+		started := time.Now()
+		emitter, fromEmitter := relayStub(c)
+		limit := int32(c.sys.cfg.EmitRatePerMinute) // the project's, as the edge and the grain's node read it
+		sendFrom(c, grain, emitter, &clusterpb.ChannelPublish{Id: "dead#1", ReplyTo: ref(emitter), Payload: []byte(`1`),
+			AtUnixNano: time.Now().UnixNano(), ChannelLimit: limit, Resent: true})
+		publishTo(c, grain, emitter, "new#1")
+		silent(t, fromEmitter, 100*time.Millisecond)
 
-	witness, fromWitness := relayStub(c) // its subscriber got dead#1 as seq 900
-	sendFrom(c, grain, witness, &clusterpb.ChannelRegister{Relay: ref(witness), LastSeq: 900,
-		Subs: []*clusterpb.Subscriber{{Conn: 5}}, Recent: []*clusterpb.RecentPublish{{Id: "dead#1", Seq: 900}}})
+		witness, fromWitness := relayStub(c) // its subscriber got dead#1 as seq 900
+		sendFrom(c, grain, witness, &clusterpb.ChannelRegister{Relay: ref(witness), LastSeq: 900,
+			Subs: []*clusterpb.Subscriber{{Conn: 5}}, Recent: []*clusterpb.RecentPublish{{Id: "dead#1", Seq: 900}}})
 
-	p, ok := next(t, fromEmitter, 2*time.Second).(*clusterpb.ChannelPublished)
-	if held := time.Since(started); held < failoverSettle-50*time.Millisecond {
-		t.Errorf("the retry was answered %v after the grain started, within its %v settle", held, failoverSettle)
-	}
-	if !ok || p.Id != "dead#1" || p.Seq != 900 || p.Error != "" || p.Subscribers != 1 || p.Delivered != 1 ||
-		p.Channel == nil || p.Channel.Limit != limit {
-		t.Fatalf("the retry answered %v, want id dead#1, seq 900, 1 subscriber, a budget of %d", p, limit)
-	}
-	if n := c.duplicates.Load(); n != 1 {
-		t.Errorf("duplicates %d, want 1", n)
-	}
-	p, ok = next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished)
-	if !ok || p.Id != "new#1" || p.Seq <= 900 || p.Error != "" {
-		t.Fatalf("the publish behind it answered %v", p)
-	}
-	// The witness: its catch-up (a gap: the dead owner's ring is gone), then
-	// new#1, and dead#1 never again.
-	if up, ok := next(t, fromWitness, time.Second).(*clusterpb.ChannelCatchUp); !ok || !up.Gap || len(up.Messages) != 0 {
-		t.Fatalf("witness catch-up %v", up)
-	}
-	if d, ok := next(t, fromWitness, time.Second).(*clusterpb.ChannelDeliver); !ok || d.Seq != p.Seq || d.PublishId != "new#1" {
-		t.Fatalf("witness got %v, want new#1 at seq %d", d, p.Seq)
-	}
-	silent(t, fromWitness, 100*time.Millisecond)
+		p, ok := next(t, fromEmitter, 2*time.Second).(*clusterpb.ChannelPublished)
+		if held := time.Since(started); held != failoverSettle {
+			t.Errorf("the retry was answered %v after the grain started, want at its %v settle", held, failoverSettle)
+		}
+		if !ok || p.Id != "dead#1" || p.Seq != 900 || p.Error != "" || p.Subscribers != 1 || p.Delivered != 1 ||
+			p.Channel == nil || p.Channel.Limit != limit {
+			t.Fatalf("the retry answered %v, want id dead#1, seq 900, 1 subscriber, a budget of %d", p, limit)
+		}
+		if n := c.duplicates.Load(); n != 1 {
+			t.Errorf("duplicates %d, want 1", n)
+		}
+		p, ok = next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished)
+		if !ok || p.Id != "new#1" || p.Seq <= 900 || p.Error != "" {
+			t.Fatalf("the publish behind it answered %v", p)
+		}
+		// The witness: its catch-up (a gap: the dead owner's ring is gone), then
+		// new#1, and dead#1 never again.
+		if up, ok := next(t, fromWitness, time.Second).(*clusterpb.ChannelCatchUp); !ok || !up.Gap || len(up.Messages) != 0 {
+			t.Fatalf("witness catch-up %v", up)
+		}
+		if d, ok := next(t, fromWitness, time.Second).(*clusterpb.ChannelDeliver); !ok || d.Seq != p.Seq || d.PublishId != "new#1" {
+			t.Fatalf("witness got %v, want new#1 at seq %d", d, p.Seq)
+		}
+		silent(t, fromWitness, 100*time.Millisecond)
+	})
 }
 
 // A relay writes each seq once, in order, whoever sends it (a catch-up, a

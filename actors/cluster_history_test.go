@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -209,24 +210,31 @@ func TestFreezeWaitsForHeldMessages(t *testing.T) {
 // A freeze whose held message is not committed within freezeHold answers it
 // service_unavailable and hands the state on: nothing lands after (the next
 // owner may have started without it), even when the commit ends later.
+// In a testing/synctest bubble: the state comes at freezeHold exactly.
 func TestFreezeGivesUpOnASlowCommit(t *testing.T) {
-	c, h, gate := gatedHistoryNode(t)
-	grain := startGrain(c, ownedChannel(t, c, "slow"))
-	relay, got := relayStub(c)
-	register(c, grain, relay, 0, 1)
-	publishWith(c, grain, relay, "s#1", true, false)
-	commitUnderWay(t, h)
-	states := freezeFor(c, grain)
-	select {
-	case <-states:
-	case <-time.After(freezeTimeout):
-		t.Fatal("no state within the handoff's bound")
-	}
-	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "service_unavailable" {
-		t.Fatalf("the held publish answered %v, want service_unavailable", p)
-	}
-	gate <- struct{}{} // the commit ends now: nothing is delivered
-	silent(t, got, 200*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		c, h, gate := gatedHistoryNode(t)
+		grain := startGrain(c, ownedChannel(t, c, "slow"))
+		relay, got := relayStub(c)
+		register(c, grain, relay, 0, 1)
+		publishWith(c, grain, relay, "s#1", true, false)
+		commitUnderWay(t, h)
+		began := time.Now()
+		states := freezeFor(c, grain)
+		select {
+		case <-states:
+		case <-time.After(freezeTimeout):
+			t.Fatal("no state within the handoff's bound")
+		}
+		if took := time.Since(began); took != freezeHold {
+			t.Errorf("the state came %v after the freeze, want freezeHold (%v)", took, freezeHold)
+		}
+		if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != "service_unavailable" {
+			t.Fatalf("the held publish answered %v, want service_unavailable", p)
+		}
+		gate <- struct{}{} // the commit ends now: nothing is delivered
+		silent(t, got, 200*time.Millisecond)
+	})
 }
 
 // A new history channel, nothing stored, handed over while its only

@@ -3,6 +3,7 @@ package actors
 import (
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -145,65 +146,81 @@ func TestNewOwnerWaitsForTheMovedState(t *testing.T) {
 	}
 }
 
+// In a testing/synctest bubble: the clock is the bubble's, so the bound is
+// checked to the nanosecond.
 func TestNewOwnerStopsWaitingAtTheEndMarkerOrTheBound(t *testing.T) {
-	c, relay, got := joinedNode(t)
+	synctest.Test(t, func(t *testing.T) {
+		c, relay, got := joinedNode(t)
 
-	// The previous owner had no grain for the channel: its end marker
-	// releases what waits.
-	cold := startGrain(c, ownedChannel(t, c, "cold"))
-	publishTo(c, cold, relay, "cold#1")
-	silent(t, got, 100*time.Millisecond)
-	began := time.Now()
-	c.takeHandoff(&clusterpb.GrainHandoff{From: "t@other"})
-	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Seq == 0 || p.Error != "" {
-		t.Fatalf("after the end marker: %v", p)
-	}
-	if d := time.Since(began); d > stateWait/2 {
-		t.Errorf("answered %v after the end marker", d)
-	}
-	// Once the marker is in, a new grain does not wait at all.
-	later := startGrain(c, ownedChannel(t, c, "later"))
-	publishTo(c, later, relay, "later#1")
-	if p, ok := next(t, got, 200*time.Millisecond).(*clusterpb.ChannelPublished); !ok || p.Seq == 0 {
-		t.Fatalf("a grain started after the end marker: %v", p)
-	}
+		// The previous owner had no grain for the channel: its end marker
+		// releases what waits, at once.
+		cold := startGrain(c, ownedChannel(t, c, "cold"))
+		publishTo(c, cold, relay, "cold#1")
+		silent(t, got, 100*time.Millisecond)
+		began := time.Now()
+		c.takeHandoff(&clusterpb.GrainHandoff{From: "t@other"})
+		if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Seq == 0 || p.Error != "" {
+			t.Fatalf("after the end marker: %v", p)
+		}
+		if d := time.Since(began); d != 0 {
+			t.Errorf("answered %v after the end marker", d)
+		}
+		// Once the marker is in, a new grain does not wait at all.
+		later := startGrain(c, ownedChannel(t, c, "later"))
+		publishTo(c, later, relay, "later#1")
+		if p, ok := next(t, got, time.Millisecond).(*clusterpb.ChannelPublished); !ok || p.Seq == 0 {
+			t.Fatalf("a grain started after the end marker: %v", p)
+		}
 
-	// No marker and no state (the previous owner died): the grain starts
-	// from the clock after stateWait.
-	c2, relay2, got2 := joinedNode(t)
-	lost := startGrain(c2, ownedChannel(t, c2, "lost"))
-	began = time.Now()
-	publishTo(c2, lost, relay2, "lost#1")
-	p, ok := next(t, got2, 3*stateWait).(*clusterpb.ChannelPublished)
-	waited := time.Since(began)
-	if !ok || p.Error != "" || p.Seq < uint64(began.Add(-time.Minute).UnixMicro()) {
-		t.Fatalf("after the bound: %v", p)
-	}
-	if waited < stateWait-100*time.Millisecond || waited > 2*stateWait {
-		t.Errorf("answered after %v, want about %v", waited, stateWait)
-	}
+		// No marker and no state (the previous owner died): the grain starts
+		// from the clock at stateWait, not before.
+		c2, relay2, got2 := joinedNode(t)
+		lost := startGrain(c2, ownedChannel(t, c2, "lost"))
+		began = time.Now()
+		publishTo(c2, lost, relay2, "lost#1")
+		time.Sleep(stateWait - time.Nanosecond)
+		synctest.Wait()
+		if len(got2) != 0 {
+			t.Fatalf("answered before stateWait: %v", <-got2)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if len(got2) == 0 {
+			t.Fatal("not answered at stateWait")
+		}
+		if p, ok := (<-got2).(*clusterpb.ChannelPublished); !ok || p.Error != "" || p.Seq < uint64(began.Add(-time.Minute).UnixMicro()) {
+			t.Fatalf("after the bound: %v", p)
+		}
+	})
 }
 
 // A grain started on a member that does not own the channel (a lookup that
-// used the member list before a change) stops by itself, unless it holds
-// something.
+// used the member list before a change) stops by itself at strayAfter,
+// unless it holds something. In a testing/synctest bubble.
 func TestStrayGrainStops(t *testing.T) {
-	c, relay, got := joinedNode(t)
-	var identity string
-	for i := range 100 {
-		if id := fmt.Sprintf("p/stray-%d", i); !c.owns(ChannelKind, id) {
-			identity = id
-			break
+	synctest.Test(t, func(t *testing.T) {
+		c, relay, got := joinedNode(t)
+		var identity string
+		for i := range 100 {
+			if id := fmt.Sprintf("p/stray-%d", i); !c.owns(ChannelKind, id) {
+				identity = id
+				break
+			}
 		}
-	}
-	stray := startGrain(c, identity)
-	publishTo(c, stray, relay, "stray#1")
-	if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != errNotOwner {
-		t.Fatalf("a grain off its owner answered %v, want not_owner", p)
-	}
-	began := time.Now()
-	waitFor(t, "the stray grain stops", func() bool { _, ok := c.grains.Load(identity); return !ok })
-	if d := time.Since(began); d > 3*strayAfter {
-		t.Errorf("stopped after %v", d)
-	}
+		stray := startGrain(c, identity)
+		publishTo(c, stray, relay, "stray#1")
+		if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != errNotOwner {
+			t.Fatalf("a grain off its owner answered %v, want not_owner", p)
+		}
+		time.Sleep(strayAfter - time.Nanosecond)
+		synctest.Wait()
+		if _, ok := c.grains.Load(identity); !ok {
+			t.Fatal("the stray grain stopped before strayAfter")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if _, ok := c.grains.Load(identity); ok {
+			t.Fatal("the stray grain is still there at strayAfter")
+		}
+	})
 }

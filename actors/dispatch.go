@@ -17,6 +17,8 @@ import (
 // another actor's (and an idle actor still holds no goroutine).
 type poolDispatcher struct {
 	turns      chan func()
+	quit       chan struct{}
+	stopOnce   sync.Once
 	throughput int
 }
 
@@ -25,20 +27,28 @@ type poolDispatcher struct {
 const dispatcherThroughput = 300
 
 func newPoolDispatcher(goroutines int) *poolDispatcher {
-	d := &poolDispatcher{turns: make(chan func()), throughput: dispatcherThroughput}
+	d := &poolDispatcher{turns: make(chan func()), quit: make(chan struct{}), throughput: dispatcherThroughput}
 	for range goroutines {
 		go d.serve()
 	}
 	return d
 }
 
-// serve runs turns for the life of the process: the pool is small and fixed,
-// and actor systems in one process share it.
+// serve runs turns until the pool's actor system shuts down; later turns
+// (a timer's message to an actor that is gone) get goroutines of their own.
 func (d *poolDispatcher) serve() {
-	for fn := range d.turns {
-		fn()
+	for {
+		select {
+		case fn := <-d.turns:
+			fn()
+		case <-d.quit:
+			return
+		}
 	}
 }
+
+// stop ends the pool's goroutines.
+func (d *poolDispatcher) stop() { d.stopOnce.Do(func() { close(d.quit) }) }
 
 func (d *poolDispatcher) Schedule(fn func()) {
 	select {
@@ -52,5 +62,7 @@ func (d *poolDispatcher) Throughput() int { return d.throughput }
 
 var _ actor.Dispatcher = (*poolDispatcher)(nil)
 
-// dispatcher is the pool every actor of the process runs on.
-var dispatcher = sync.OnceValue(func() *poolDispatcher { return newPoolDispatcher(4 * runtime.GOMAXPROCS(0)) })
+// newSystemDispatcher is the pool every actor of one actor system runs on
+// (one per system, so that a test's system takes its goroutines with it,
+// and a testing/synctest bubble holds all of them).
+func newSystemDispatcher() *poolDispatcher { return newPoolDispatcher(4 * runtime.GOMAXPROCS(0)) }

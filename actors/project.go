@@ -428,7 +428,7 @@ func (a *projectActor) send(ctx actor.Context, channel string, msg any) {
 				return r
 			}
 		}
-		props := actor.PropsFromProducer(produce, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
+		props := actor.PropsFromProducer(produce, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(a.cfg.dispatch))
 		c = &childChannel{pid: ctx.Spawn(props)}
 		a.channels[channel] = c
 	}

@@ -63,6 +63,7 @@ type Config struct {
 	jwks     *jwksCache               // the process's JWKS cache (authz_jwks.go)
 	health   *healthBook              // delivery health per project (health.go)
 	cluster  *atomic.Pointer[Cluster] // the System's, set by NewSystem: channels become relays in a cluster
+	dispatch *poolDispatcher          // the System's (dispatch.go)
 	Logger   *slog.Logger
 	Now      func() time.Time
 }
@@ -173,8 +174,9 @@ func NewSystem(cfg Config) *System {
 	// buffer (10 slots, the default's), 190 bytes less of its live heap
 	// (relay-bench conns, 15 000 sockets: 1.70 against 1.89 KiB), for one
 	// 24-byte allocation per message, of which a socket gets few.
+	cfg.dispatch = newSystemDispatcher()
 	connProps := actor.PropsFromProducer(func() actor.Actor { return &connActor{} },
-		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(dispatcher()), actor.WithMailbox(actor.UnboundedLockfree()))
+		actor.WithSupervisor(resumeOnPanic), actor.WithDispatcher(cfg.dispatch), actor.WithMailbox(actor.UnboundedLockfree()))
 	s := &System{cfg: &cfg, as: as, root: as.Root, connProps: connProps, live: map[string]int{}, byAddr: map[string]*addrCount{}, elsewhere: map[string]int{}}
 	s.cfg.cluster = &s.cluster
 	if cfg.History != nil {
@@ -223,7 +225,7 @@ func (s *System) spawnProject(id string) {
 		p := newProjectActor(id, cfg, ref, retired, authz)
 		p.mailbox = mb
 		return p
-	}, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(dispatcher()))
+	}, actor.WithSupervisor(resumeOnPanic), mb.props(), actor.WithDispatcher(s.cfg.dispatch))
 	// A retiring actor may still hold its name: each gets its own.
 	pid, err := s.root.SpawnNamed(props, "project/"+id+"#"+strconv.FormatUint(s.spawned, 10))
 	if err != nil {
@@ -570,6 +572,7 @@ func (s *System) Shutdown(ctx context.Context) error {
 		s.cfg.historyWriter.close()
 	}
 	s.cfg.jwks.close()
+	s.cfg.dispatch.stop()
 	return nil
 }
 
