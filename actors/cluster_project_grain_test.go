@@ -25,13 +25,18 @@ func projectNode(t *testing.T, now func() time.Time) *Cluster {
 	sys := newTestSystem(t, Config{Now: now})
 	sys.as.ProcessRegistry.Address = "127.0.0.1:1"
 	c := newTestCluster(t, sys, nil)
-	kinds := []string{ChannelKind, ProjectKind}
-	c.topology(&pcluster.ClusterTopology{Members: []*pcluster.Member{
-		{Id: c.self, Host: "127.0.0.1", Port: 1, Kinds: kinds},
-		{Id: "t@other", Host: "127.0.0.1", Port: 2, Kinds: kinds},
-	}})
+	c.topology(projectTopology(c))
 	c.moves.joinedAt.Store(time.Now().Add(-time.Hour).UnixNano())
 	return c
+}
+
+// projectTopology is c (127.0.0.1:1) and another member (:2), each hosting both kinds.
+func projectTopology(c *Cluster) *pcluster.ClusterTopology {
+	kinds := []string{ChannelKind, ProjectKind}
+	return &pcluster.ClusterTopology{Members: []*pcluster.Member{
+		{Id: c.self, Host: "127.0.0.1", Port: 1, Kinds: kinds},
+		{Id: "t@other", Host: "127.0.0.1", Port: 2, Kinds: kinds},
+	}}
 }
 
 // ownedProject is a project whose grain this node owns.
