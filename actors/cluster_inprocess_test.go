@@ -138,15 +138,19 @@ func TestInProcessFrozenProjectGrain(t *testing.T) {
 		// by the retry tick after it); frozen again, no ask in flight, and
 		// the answer over leaseFresh old: an emit asks, and spends its
 		// share when the grain has not answered in publishRetryAfter.
+		synctest.Wait() // the refresh reached the frozen grain's proxy before the thaw
 		n.frozen.Store(false)
-		time.Sleep(2*publishRetryAfter + time.Nanosecond)
+		time.Sleep(2*publishRetryAfter + time.Nanosecond) // + 1 ns: the test wakes after the second tick, not with it
 		synctest.Wait()
+		if asks := n.asks.Load(); asks != 3 {
+			t.Fatalf("%d asks reached the grain, want 3: the first share, the refresh sent again, the tick's refresh", asks)
+		}
 		n.frozen.Store(true)
 		time.Sleep(leaseFresh + time.Nanosecond)
 		synctest.Wait()
 		res, took := n.emit(t, project, channel)
-		if took != publishRetryAfter || res.Project.Remaining < 400-8 {
-			t.Fatalf("an emit on an old answer, the grain frozen: answered after %v, remaining %d; want %v and the share going on",
+		if took != publishRetryAfter || res.Project.Remaining != 400-4 { // the grain's 392 and 4 of the share left
+			t.Fatalf("an emit on an old answer, the grain frozen: answered after %v, remaining %d; want %v and 396",
 				took, res.Project.Remaining, publishRetryAfter)
 		}
 	})

@@ -10,7 +10,7 @@ import (
 
 // mailbox is the mailbox of project and channel actors. It keeps protoactor's
 // default semantics (system messages first, suspend and resume for the
-// supervisor, a panic escalated to it, turns on the shared pool dispatcher)
+// supervisor, a panic escalated to it, turns on the actor system's pool dispatcher)
 // and adds one thing: the poster of an HTTP emit runs the actor's turn itself
 // when the actor is idle. That goroutine would otherwise sleep until the
 // answer while a pool goroutine woke to do the work: two hand-offs between

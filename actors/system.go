@@ -554,6 +554,7 @@ func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, erro
 // Shutdown stops every project actor (and with them their channels), letting
 // each finish the messages already queued.
 func (s *System) Shutdown(ctx context.Context) error {
+	defer s.cfg.dispatch.stop() // last, and on every return: a turn scheduled after it gets a goroutine of its own
 	var futures []*actor.Future
 	s.projects.Range(func(_, ref any) bool {
 		futures = append(futures, s.root.PoisonFuture(ref.(*projectRef).pid))
@@ -572,7 +573,6 @@ func (s *System) Shutdown(ctx context.Context) error {
 		s.cfg.historyWriter.close()
 	}
 	s.cfg.jwks.close()
-	s.cfg.dispatch.stop()
 	return nil
 }
 
