@@ -55,13 +55,19 @@ func relayStub(c *Cluster) (*actor.PID, chan any) {
 // owned it before this node joined).
 func ownedChannel(t *testing.T, c *Cluster, prefix string) string {
 	t.Helper()
+	return owned(t, c, ChannelKind, "p/"+prefix+"-%d")
+}
+
+// owned is the first of 100 identities of kind (format of 0, 1, …) that
+// this node owns.
+func owned(t *testing.T, c *Cluster, kind, format string) string {
+	t.Helper()
 	for i := range 100 {
-		id := fmt.Sprintf("p/%s-%d", prefix, i)
-		if c.owns(ChannelKind, id) {
+		if id := fmt.Sprintf(format, i); c.owns(kind, id) {
 			return id
 		}
 	}
-	t.Fatal("this node owns none of 100 channels")
+	t.Fatalf("this node owns none of 100 %s identities like %q", kind, format)
 	return ""
 }
 

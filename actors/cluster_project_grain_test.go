@@ -42,13 +42,7 @@ func projectTopology(c *Cluster) *pcluster.ClusterTopology {
 // ownedProject is a project whose grain this node owns.
 func ownedProject(t *testing.T, c *Cluster) string {
 	t.Helper()
-	for i := range 100 {
-		if id := fmt.Sprintf("proj-%d", i); c.owns(ProjectKind, id) {
-			return id
-		}
-	}
-	t.Fatal("this node owns none of 100 projects")
-	return ""
+	return owned(t, c, ProjectKind, "proj-%d")
 }
 
 func startProjectGrain(c *Cluster, id string) *actor.PID {
