@@ -78,8 +78,9 @@ type clientAsk struct {
 	refused  proto.Code
 }
 
-// leaseWait is an emit waiting for a share (pub), or a client emit's
-// refusal waiting behind the emits held before it, so that a socket's
+// leaseWait is an emit waiting for a share (pub; sink: a client emit's
+// socket), or a client emit's refusal waiting behind the emits held
+// before it (sink, channel, code), so that a socket's
 // answers keep their order.
 type leaseWait struct {
 	pub     *Publish
@@ -213,23 +214,23 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 // client emit past rule 7, and sends it on to its channel; it holds the
 // emit while the share is to be asked for.
 func (a *projectActor) leasedPublish(ctx actor.Context, m *Publish) {
-	b := a.budgets
+	b, now := a.budgets, a.cfg.Now()
 	if len(b.held) == 0 {
-		if budget, ok, decided := b.lease.take(a.cfg.Now(), a.grainSlow()); decided {
+		if budget, ok, decided := b.lease.take(now, a.grainSlow(now)); decided {
 			m.projectBudget, m.projectDenied = budget, !ok
 			a.send(ctx, m.Channel, m)
-			a.leaseAhead(ctx)
+			a.leaseAhead(ctx, now)
 			return
 		}
 	}
-	b.held = append(b.held, leaseWait{pub: m})
+	b.held = append(b.held, leaseWait{pub: m, sink: m.origin})
 	a.askLease(ctx, b.lease.want(a.leaseShare()))
 }
 
 // grainSlow: the lease ask in flight has gone unanswered for publishRetryAfter.
-func (a *projectActor) grainSlow() bool {
+func (a *projectActor) grainSlow(now time.Time) bool {
 	l := a.budgets.leasing
-	return l != nil && a.cfg.Now().Sub(l.came) >= publishRetryAfter
+	return l != nil && now.Sub(l.came) >= publishRetryAfter
 }
 
 // leaseShare is how many units a share is: one under a backstop of
@@ -245,13 +246,13 @@ func (a *projectActor) leaseShare() int {
 // for shares of one unit: a unit asked ahead would be held from the other
 // nodes), and for the grain's remaining when its last answer is half
 // leaseFresh old, so that emits do not wait for either.
-func (a *projectActor) leaseAhead(ctx actor.Context) {
+func (a *projectActor) leaseAhead(ctx actor.Context, now time.Time) {
 	l, share := &a.budgets.lease, a.leaseShare()
 	switch {
 	case l.dry:
 	case share > 1 && l.want(share) > 0:
 		a.askLease(ctx, share)
-	case a.cfg.Now().Sub(l.answered) > leaseFresh/2:
+	case now.Sub(l.answered) > leaseFresh/2:
 		a.askLease(ctx, 0)
 	}
 }
@@ -315,7 +316,7 @@ func (b *projectBudgets) inClients(sink Sink) bool {
 // inHeld: a client emit of the socket, or its refusal, waits for a share.
 func (b *projectBudgets) inHeld(sink Sink) bool {
 	for _, h := range b.held {
-		if s := h.sink; (s != nil && s.ID() == sink.ID()) || (h.pub != nil && h.pub.origin != nil && h.pub.origin.ID() == sink.ID()) {
+		if h.sink != nil && h.sink.ID() == sink.ID() {
 			return true
 		}
 	}
@@ -405,7 +406,8 @@ func (a *projectActor) budgetAnswered(ctx actor.Context, m *clusterpb.ProjectTak
 // releaseHeld sends on the held emits the node's share now covers, and the
 // refusals behind them.
 func (a *projectActor) releaseHeld(ctx actor.Context) {
-	b := a.budgets
+	b, now := a.budgets, a.cfg.Now()
+	slow := a.grainSlow(now)
 	n := 0
 	for ; n < len(b.held); n++ {
 		h := b.held[n]
@@ -416,7 +418,7 @@ func (a *projectActor) releaseHeld(ctx actor.Context) {
 		case m.abandoned():
 			continue
 		}
-		budget, ok, decided := b.lease.take(a.cfg.Now(), a.grainSlow())
+		budget, ok, decided := b.lease.take(now, slow)
 		if !decided {
 			a.askLease(ctx, b.lease.want(a.leaseShare()))
 			break
@@ -426,7 +428,7 @@ func (a *projectActor) releaseHeld(ctx actor.Context) {
 	}
 	clear(b.held[:n])
 	b.held = append(b.held[:0], b.held[n:]...)
-	a.leaseAhead(ctx)
+	a.leaseAhead(ctx, now)
 }
 
 // releaseClients carries on the answered client emits at the head of the
