@@ -181,15 +181,23 @@ func TestResentPublishesLookedUpTogether(t *testing.T) {
 	}
 }
 
+// heldForCommit is a history channel's grain, with a relay registered and
+// one message (name#1) held while its commit is under way, until gate.
+func heldForCommit(t *testing.T, name string) (c *Cluster, h *memHistory, gate chan struct{}, grain *actor.PID, got chan any) {
+	t.Helper()
+	c, h, gate = gatedHistoryNode(t)
+	grain = startGrain(c, ownedChannel(t, c, name))
+	relay, got := relayStub(c)
+	register(c, grain, relay, 0, 1)
+	publishWith(c, grain, relay, name+"#1", true, false)
+	commitUnderWay(t, h)
+	return c, h, gate, grain, got
+}
+
 // A freeze (this node hands its grains over) waits for the messages held
 // for their commit: they land first, and the state handed on has them.
 func TestFreezeWaitsForHeldMessages(t *testing.T) {
-	c, h, gate := gatedHistoryNode(t)
-	grain := startGrain(c, ownedChannel(t, c, "frozen"))
-	relay, got := relayStub(c)
-	register(c, grain, relay, 0, 1)
-	publishWith(c, grain, relay, "f#1", true, false)
-	commitUnderWay(t, h)
+	c, h, gate, grain, got := heldForCommit(t, "frozen")
 	states := freezeFor(c, grain)
 	select {
 	case st := <-states:
@@ -213,12 +221,7 @@ func TestFreezeWaitsForHeldMessages(t *testing.T) {
 // In a testing/synctest bubble: the state comes at freezeHold exactly.
 func TestFreezeGivesUpOnASlowCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c, h, gate := gatedHistoryNode(t)
-		grain := startGrain(c, ownedChannel(t, c, "slow"))
-		relay, got := relayStub(c)
-		register(c, grain, relay, 0, 1)
-		publishWith(c, grain, relay, "s#1", true, false)
-		commitUnderWay(t, h)
+		c, _, gate, grain, got := heldForCommit(t, "slow")
 		began := time.Now()
 		states := freezeFor(c, grain)
 		select {
