@@ -174,14 +174,14 @@ type socketClosed struct{ status CloseStatus }
 
 // refund gives back a project-budget unit taken for an emit the channel
 // refused: window is the end of the backstop window it took the unit in.
-type refund struct{ at, window time.Time }
+type refund struct{ window time.Time }
 
 // refundProject, from a channel actor or relay, gives the project backstop
 // back the unit m took for an emit that was not stamped (none if the
 // backstop itself refused it).
 func refundProject(ctx actor.Context, m *Publish) {
 	if !m.projectDenied {
-		ctx.Send(ctx.Parent(), &refund{at: m.At, window: m.projectBudget.ResetAt})
+		ctx.Send(ctx.Parent(), &refund{window: m.projectBudget.ResetAt})
 	}
 }
 

@@ -277,7 +277,7 @@ func (a *projectActor) common(ctx actor.Context) {
 			}
 		}
 	case *refund:
-		a.refundBackstop(m.at, m.window)
+		a.refundBackstop(m.window)
 	case *mayStop:
 		if c, ok := a.channels[m.channel]; ok && c.pid.Equal(m.pid) && c.sent == m.processed {
 			delete(a.channels, m.channel)
@@ -388,15 +388,15 @@ func (a *projectActor) channelLimit() int {
 	return a.cfg.EmitRatePerMinute
 }
 
-// refundBackstop gives back the backstop unit an emit took at `at`, in the
-// window ending at window: to the node's share in a cluster, else to this
-// actor's window.
-func (a *projectActor) refundBackstop(at, window time.Time) {
+// refundBackstop gives back the backstop unit an emit took in the window
+// ending at window: to the node's share in a cluster, else to this actor's
+// window.
+func (a *projectActor) refundBackstop(window time.Time) {
 	if a.budgets != nil {
 		a.budgets.lease.refund(window)
 		return
 	}
-	a.backstop.refund(at)
+	a.backstop.refund(window)
 }
 
 // send delivers msg to the channel actor, starting it if needed, unless the
@@ -447,7 +447,7 @@ func (a *projectActor) refuseNewChannel(ctx actor.Context, channel string, msg a
 	switch m := msg.(type) {
 	case *Publish:
 		if !m.projectDenied {
-			a.refundBackstop(m.At, m.projectBudget.ResetAt)
+			a.refundBackstop(m.projectBudget.ResetAt)
 		}
 		if m.Reply != nil {
 			m.Reply <- PublishResult{Err: &proto.Error{Code: proto.CodeTooManyChannels}}

@@ -56,9 +56,10 @@ func (w *fixedWindow) peek(now time.Time, limit int) Budget {
 	return w.budget(limit)
 }
 
-// refund gives back one event taken in the current window.
-func (w *fixedWindow) refund(at time.Time) {
-	if w.count > 0 && !at.Before(w.start) {
+// refund gives back one event taken in the window that ends at end (the
+// resetAt its taker reported), if that is still the current one.
+func (w *fixedWindow) refund(end time.Time) {
+	if w.count > 0 && w.start.Add(w.size).Equal(end) {
 		w.count--
 	}
 }

@@ -98,3 +98,27 @@ func TestFixedWindowMerge(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedWindowRefund: a refund names the window its event was counted
+// in (the resetAt it reported): given back while that window is current,
+// also for an event timed a little before it (counted in it, see roll),
+// and not once the window has moved on.
+func TestFixedWindowRefund(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	w := fixedWindow{size: time.Minute}
+	w.take(t0.Add(time.Second), 5)
+	late, _ := w.take(t0.Add(-time.Millisecond), 5) // timed before the window, counted in it
+	if !late.ResetAt.Equal(t0.Add(time.Minute)) || w.count != 2 {
+		t.Fatalf("the late event: %+v, count %d", late, w.count)
+	}
+	w.refund(late.ResetAt)
+	w.refund(t0) // the window before: nothing to give back
+	if w.count != 1 {
+		t.Fatalf("count %d after one refund of this window and one of the last, want 1", w.count)
+	}
+	next, _ := w.take(t0.Add(time.Minute), 5) // the window moves on
+	w.refund(late.ResetAt)
+	if w.count != 1 || next.Remaining != 4 {
+		t.Fatalf("a refund of the last window changed the next: count %d", w.count)
+	}
+}
