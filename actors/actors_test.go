@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -72,6 +73,14 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	if !within(5*time.Second, cond) {
 		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// advance moves a testing/synctest bubble's clock on by d, then waits until
+// every goroutine of the bubble is blocked again: what the timers due by
+// then set off has all happened.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }
 
 // within polls cond every 2 ms until it holds (true) or timeout passes

@@ -123,7 +123,7 @@ func TestInProcessFrozenProjectGrain(t *testing.T) {
 		if _, took := n.emit(t, project, channel); took != 0 {
 			t.Fatalf("an emit on a fresh answer waited %v", took)
 		}
-		time.Sleep(leaseFresh) // the answer is leaseFresh old, not older: spent at once, and a refresh asked (unanswered)
+		advance(leaseFresh) // the answer is leaseFresh old, not older: spent at once, and a refresh asked (unanswered)
 		if _, took := n.emit(t, project, channel); took != 0 {
 			t.Fatalf("an emit on an answer leaseFresh old waited %v", took)
 		}
@@ -134,14 +134,12 @@ func TestInProcessFrozenProjectGrain(t *testing.T) {
 		// share when the grain has not answered in publishRetryAfter.
 		synctest.Wait() // the refresh reached the frozen grain's proxy before the thaw
 		n.frozen.Store(false)
-		time.Sleep(2*publishRetryAfter + time.Nanosecond) // + 1 ns: the test wakes after the second tick, not with it
-		synctest.Wait()
+		advance(2*publishRetryAfter + time.Nanosecond) // + 1 ns: the test wakes after the second tick, not with it
 		if asks := n.asks.Load(); asks != 3 {
 			t.Fatalf("%d asks reached the grain, want 3: the first share, the refresh sent again, the tick's refresh", asks)
 		}
 		n.frozen.Store(true)
-		time.Sleep(leaseFresh + time.Nanosecond)
-		synctest.Wait()
+		advance(leaseFresh + time.Nanosecond)
 		res, took := n.emit(t, project, channel)
 		if took != publishRetryAfter || res.Project.Remaining != 400-4 { // the grain's 392 and 4 of the share left
 			t.Fatalf("an emit on an old answer, the grain frozen: answered after %v, remaining %d; want %v and 396",

@@ -184,13 +184,11 @@ func TestNewOwnerStopsWaitingAtTheEndMarkerOrTheBound(t *testing.T) {
 		lost := startGrain(c2, ownedChannel(t, c2, "lost"))
 		began = time.Now()
 		publishTo(c2, lost, relay2, "lost#1")
-		time.Sleep(stateWait - time.Nanosecond)
-		synctest.Wait()
+		advance(stateWait - time.Nanosecond)
 		if len(got2) != 0 {
 			t.Fatalf("answered before stateWait: %v", <-got2)
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		advance(time.Nanosecond)
 		if len(got2) == 0 {
 			t.Fatal("not answered at stateWait")
 		}
@@ -218,13 +216,11 @@ func TestStrayGrainStops(t *testing.T) {
 		if p, ok := next(t, got, time.Second).(*clusterpb.ChannelPublished); !ok || p.Error != errNotOwner {
 			t.Fatalf("a grain off its owner answered %v, want not_owner", p)
 		}
-		time.Sleep(strayAfter - time.Nanosecond)
-		synctest.Wait()
+		advance(strayAfter - time.Nanosecond)
 		if _, ok := c.grains.Load(identity); !ok {
 			t.Fatal("the stray grain stopped before strayAfter")
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		advance(time.Nanosecond)
 		if _, ok := c.grains.Load(identity); ok {
 			t.Fatal("the stray grain is still there at strayAfter")
 		}

@@ -24,6 +24,7 @@ type Counters struct {
 type ProjectInfo struct {
 	ID                string        `json:"id"`
 	Connections       int           `json:"connections"`
+	ConnsElsewhere    int           `json:"connectionsOnOtherNodes,omitempty"` // in a cluster: what the connection cap adds, as last heard
 	Channels          int           `json:"channels"`
 	ConnectsUnrolled  int64         `json:"connectsSinceRollup"`
 	EmitsUnrolled     int64         `json:"emitsSinceRollup"`
@@ -82,6 +83,9 @@ func (a *projectActor) inspect(m *inspectProject) {
 		RevokedJTIs: len(a.revokedJTIs), RevokedClientIDs: len(a.revokedClients), ClientEmitWindows: len(a.clientWindows),
 		ClientEmit: a.settings.ClientEmitSecret != "", Webhook: a.settings.WebhookURL != "", Mailbox: a.mailbox.depth(),
 		HeldEmits: len(a.heldEmits), WebhookEvents: []string{},
+	}
+	if c := a.cfg.cluster.Load(); c != nil {
+		info.ConnsElsewhere = c.sys.connectionsElsewhere(a.id)
 	}
 	if t := a.hooks; t != nil {
 		if t.channel {

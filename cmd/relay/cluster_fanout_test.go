@@ -780,6 +780,28 @@ func (n *clusterNode) grains(t *testing.T) (channels, projects []string) {
 	return v.Cluster.Grains, v.Cluster.ProjectGrains
 }
 
+// connsElsewhere is what n's connection cap counts of project id on the
+// other nodes (its /debug/actors), -1 while n has no actor for the project.
+func (n *clusterNode) connsElsewhere(t *testing.T, id string) int {
+	t.Helper()
+	r, err := relaytest.Do(nil, "GET", n.proc.Debug+"/debug/actors?project="+id, "", nil)
+	if err != nil {
+		t.Fatalf("%s /debug/actors: %v", n.name, err)
+	}
+	var v struct {
+		Projects []struct {
+			Elsewhere int `json:"connectionsOnOtherNodes"`
+		} `json:"projects"`
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &v); err != nil {
+		t.Fatalf("%s /debug/actors: %v: %s", n.name, err, r.Raw)
+	}
+	if len(v.Projects) == 0 {
+		return -1
+	}
+	return v.Projects[0].Elsewhere
+}
+
 // budgetShape checks a budget object's fields: exactly limit, remaining
 // (0 to limit) and resetAt, the end of now's wall-clock minute.
 func budgetShape(t *testing.T, now time.Time, r response, field string, limit int) {

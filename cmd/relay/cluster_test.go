@@ -209,12 +209,8 @@ func closedAt(t *testing.T, what string, ch <-chan closing, code int) time.Time 
 const clusterBackstop, clusterClientCap = 8, 3
 
 // clusterConnCap is TestCluster's MAX_CONNECTIONS_PER_PROJECT, for the
-// whole cluster; clusterConnSpread is how long a node's count takes to
-// reach the others (sent every second) with room for a slow machine.
-const (
-	clusterConnCap    = 4
-	clusterConnSpread = 2 * time.Second
-)
+// whole cluster.
+const clusterConnCap = 4
 
 // awaitWindow waits, when less than room is left of the current wall-clock
 // window of period, until after past the start of the next one. Time by
@@ -353,22 +349,27 @@ func TestCluster(t *testing.T) {
 			t.Helper()
 			ts.handshake("/ws?publicKey="+q.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
 		}
-		// Time by nature: the counts travel between nodes once a second
-		// (actors/cluster_conns.go) and nothing shows their arrival but the
-		// refusals under test (a handshake polled to see one would open a
-		// socket past the cap): each sleep waits out that spread.
+		// The counts travel between nodes once a second
+		// (actors/cluster_conns.go); each node's /debug/actors says what it
+		// last heard, and a refusal is checked once every node has heard.
+		heard := func(n *clusterNode, want int) {
+			t.Helper()
+			relaytest.Eventually(t, 10*time.Second, func() bool { return n.connsElsewhere(t, q.id) == want },
+				"%s hears of %d connections on the other nodes", n.name, want)
+		}
+		tsC.dialWS(q.publicKey)
 		onA := []*wsClient{tsA.dialWS(q.publicKey), tsA.dialWS(q.publicKey)}
-		tsB.dialWS(q.publicKey)
-		time.Sleep(clusterConnSpread) // A's 2 and B's 1 reach C
-		tsC.dialWS(q.publicKey)       // the 4th of the cluster
-		time.Sleep(clusterConnSpread)
+		tsB.dialWS(q.publicKey) // the 4th of the cluster
+		heard(a, 2)
+		heard(b, 3)
+		heard(c, 3)
 		refused(tsA)
 		refused(tsB)
 		refused(tsC)
 		onA[0].conn.Close()
-		time.Sleep(clusterConnSpread) // A's 1 reaches C
+		heard(c, 2) // A's 1 and B's 1
 		tsC.dialWS(q.publicKey)
-		time.Sleep(clusterConnSpread)
+		heard(b, 3) // A's 1 and C's 2
 		refused(tsB)
 	})
 
