@@ -43,12 +43,11 @@ type channelGrain struct {
 
 	born      time.Time
 	rosterDue bool // a ChannelRoster waits for rosterSettle after the start
-	frozen    bool // handed off: refuses to stamp (not_owner) and ignores subscribers until it stops
 
-	// waiting: the channel's previous owner may be handing its state over
-	// (this node just joined, see moveOut); publishes and membership
-	// messages wait in held, in order, until it is here (at most stateWait).
-	waiting   bool
+	// receive is the grain's behaviour: awaiting, owning or frozen.
+	receive func(ctx actor.Context, msg any)
+
+	// What awaiting holds, in the order it came, and since when.
 	waitStart time.Time
 	held      []any
 	heldPubs  int
@@ -111,6 +110,7 @@ func refKey(r *clusterpb.Ref) string { return r.GetAddress() + "/" + r.GetId() }
 func newChannelGrain(c *Cluster) *channelGrain {
 	g := &channelGrain{c: c, cfg: c.sys.cfg, relays: map[string]*actor.PID{}, answered: newAnswerMemory[*clusterpb.ChannelPublished]()}
 	g.core = newChannelCore("", "", g.cfg, nil, channelHooks{}, g) // named at ClusterInit
+	g.receive = g.owning                                           // until ClusterInit says whether to await a state
 	return g
 }
 
@@ -120,13 +120,63 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 	if !g.c.refsItsSender(ctx, msg) { // checked as it comes: a held message is handled later, without its sender
 		return
 	}
-	if g.waiting && g.hold(ctx, msg) {
-		return
-	}
-	g.handle(ctx, msg)
+	g.receive(ctx, msg)
 }
 
-func (g *channelGrain) handle(ctx actor.Context, msg any) {
+// A grain behaves in one of three ways, each a receive function:
+//
+//   - awaiting: the channel's previous owner may be handing its state over
+//     (this node just joined, see moveOut). Publishes, membership messages
+//     and queries wait in held, in order, until the state is here, nothing
+//     is to come, or stateWait has passed; then it owns.
+//   - owning: it stamps publishes and keeps every relay's subscribers.
+//   - frozen: handed off (or refused at its start), it refuses to stamp
+//     (not_owner) and ignores subscribers until it stops; relays find the
+//     next owner. A repeated publish is still answered from memory.
+
+// awaiting holds what must wait for the previous owner's state.
+func (g *channelGrain) awaiting(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
+	case *clusterpb.GrainState:
+		g.adopt(ctx, m)
+		g.endWait(ctx, "state", g.owning)
+	case *recheckWait:
+		if !g.c.stateComing(g.identity) {
+			g.endWait(ctx, "nothing to come", g.owning)
+		}
+	case *waitOver:
+		g.endWait(ctx, "timed out", g.owning)
+	case *freeze:
+		g.freeze(ctx, m.reply)                  // once the held messages land (cluster_channel_history.go)
+		g.endWait(ctx, "frozen", g.frozenGrain) // what it held is refused or ignored now
+	case *quietTick: // never dormant while it waits
+		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+		g.quiet.dormantAgain(false)
+	default:
+		if !g.hold(ctx, msg) {
+			g.owning(ctx, msg)
+		}
+	}
+}
+
+// frozenGrain refuses to stamp and ignores subscribers.
+func (g *channelGrain) frozenGrain(ctx actor.Context, msg any) {
+	switch m := msg.(type) {
+	case *clusterpb.ChannelPublish:
+		if !g.answerRepeat(ctx, m, g.cfg.Now()) {
+			g.refuseNotOwner(ctx, m)
+		}
+	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
+		// the next owner has the subscribers; relays send these to it again
+	case *strayCheck: // stopping anyway
+	default:
+		g.owning(ctx, msg)
+	}
+}
+
+// owning is the grain's behaviour as the channel's writer, and what the
+// other two behaviours do with the messages they leave alone.
+func (g *channelGrain) owning(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *actor.Started:
 		g.c.grainsLive.Add(1)
@@ -138,7 +188,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.core.project, g.core.name = splitIdentity(g.identity)
 		if !proto.ValidChannel(g.core.name) { // a peer activated a name no edge accepts: it would break frames
 			g.c.refuseContent("channel name", g.identity)
-			g.frozen = true
+			g.receive = g.frozenGrain
 			ctx.Poison(ctx.Self())
 			return
 		}
@@ -147,7 +197,7 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 			// answer with a fresh ring (a replay_gap to the relays that
 			// register) while the channel's ring is on its next owner. Its
 			// relays get no answer and look it up again after the leave.
-			g.frozen = true
+			g.receive = g.frozenGrain
 			ctx.Poison(ctx.Self())
 			return
 		}
@@ -173,9 +223,8 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.c.grains.CompareAndDelete(g.identity, ctx.Self())
 		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
 	case *freeze:
-		g.frozen = true
-		g.freeze(ctx, m.reply)   // once the held messages land (cluster_channel_history.go)
-		g.endWait(ctx, "frozen") // what it held is refused or ignored now
+		g.receive = g.frozenGrain
+		g.freeze(ctx, m.reply) // once the held messages land (cluster_channel_history.go)
 	case *freezeOver:
 		g.freezeEnded(ctx)
 	case *historyStored:
@@ -185,18 +234,11 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 		g.landHeld(ctx)
 	case *actor.Stopping:
 		g.dropHeld(ctx)
-	case *clusterpb.GrainState:
+	case *clusterpb.GrainState: // it stamped already: the older messages go first (adopt)
 		g.adopt(ctx, m)
-		g.endWait(ctx, "state")
-	case *recheckWait:
-		if g.waiting && !g.c.stateComing(g.identity) {
-			g.endWait(ctx, "nothing to come")
-		}
-	case *waitOver:
-		g.endWait(ctx, "timed out")
 	case *strayCheck:
 		switch {
-		case g.owner() || g.frozen: // the owner after all; or handed off and stopping
+		case g.owner(): // the owner after all
 		case g.core.replay.empty() && g.answered.len() == 0:
 			ctx.Poison(ctx.Self())
 		default:
@@ -222,9 +264,6 @@ func (g *channelGrain) handle(ctx actor.Context, msg any) {
 	case *clusterpb.ChannelQuery:
 		g.answerQuery(ctx, m)
 	case *clusterpb.ChannelJoin, *clusterpb.ChannelLeave, *clusterpb.ChannelRegister, *actor.Terminated:
-		if g.frozen {
-			return // handed off: the next owner has the subscribers; relays send these to it again
-		}
 		g.membership(ctx, m)
 	case *quietTick:
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
@@ -254,15 +293,15 @@ func (g *channelGrain) membership(ctx actor.Context, msg any) {
 	}
 }
 
-// await starts holding messages if the channel's previous owner may be
-// handing its state over (see moveOut), for stateWait at most.
+// await turns to awaiting if the channel's previous owner may be handing
+// its state over (see moveOut), for stateWait at most.
 func (g *channelGrain) await(ctx actor.Context) {
 	g.c.moves.waiting.Store(g.identity, ctx.Self()) // before the check: an end marker arriving meanwhile rechecks
 	if !g.c.stateComing(g.identity) {
 		g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
 		return
 	}
-	g.waiting, g.waitStart = true, g.cfg.Now()
+	g.receive, g.waitStart = g.awaiting, g.cfg.Now()
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	time.AfterFunc(stateWait, func() { root.Send(self, &waitOver{}) })
 }
@@ -272,7 +311,7 @@ func (g *channelGrain) strayLater(ctx actor.Context) {
 	time.AfterFunc(strayAfter, func() { root.Send(self, &strayCheck{}) })
 }
 
-// hold keeps a message while the grain waits; false: handle it now.
+// hold keeps a message while the grain awaits; false: handle it now.
 func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
 	switch m := msg.(type) {
 	case *clusterpb.ChannelPublish:
@@ -289,19 +328,17 @@ func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
 	return true
 }
 
-// endWait handles what the grain held, in the order it came.
-func (g *channelGrain) endWait(ctx actor.Context, why string) {
-	if !g.waiting {
-		return
-	}
-	g.waiting = false
+// endWait ends awaiting: the grain turns to next, which handles what it
+// held, in the order it came.
+func (g *channelGrain) endWait(ctx actor.Context, why string, next func(actor.Context, any)) {
+	g.receive = next
 	g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
 	g.c.log.Debug("channel grain waited for its previous owner's state", "channel", g.identity, "end", why,
 		"waited", g.cfg.Now().Sub(g.waitStart), "held", len(g.held))
 	held := g.held
 	g.held, g.heldPubs = nil, 0
 	for _, m := range held {
-		g.handle(ctx, m)
+		next(ctx, m)
 	}
 }
 
@@ -310,29 +347,39 @@ func (g *channelGrain) endWait(ctx actor.Context, why string) {
 // the placement actor stops it, and the relays find the new owner.
 func (g *channelGrain) owner() bool { return g.c.owns(ChannelKind, g.identity) }
 
-func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
-	now := g.cfg.Now()
+// answerRepeat answers a publish the grain has seen (a relay's retry):
+// from memory, or, held for its commit, when it lands. False: a new one.
+func (g *channelGrain) answerRepeat(ctx actor.Context, m *clusterpb.ChannelPublish, now time.Time) bool {
 	g.answered.forget(now)
-	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
 	if g.hist.pending[m.Id] {
 		g.c.duplicates.Add(1)
-		return // held for its commit: answered when it lands
+		return true // held for its commit: answered when it lands
 	}
-	if prev, ok := g.answered.get(m.Id); ok {
-		g.c.duplicates.Add(1)
-		if prev.Channel == nil && prev.Error == "" {
-			// Stamped by a predecessor that died, known from a relay's
-			// register (catchUp).
-			prev = g.predecessorAnswer(m, prev.Seq, now)
-		}
-		ctx.Send(replyTo, prev)
+	prev, ok := g.answered.get(m.Id)
+	if !ok {
+		return false
+	}
+	g.c.duplicates.Add(1)
+	if prev.Channel == nil && prev.Error == "" {
+		// Stamped by a predecessor that died, known from a relay's
+		// register (catchUp).
+		prev = g.predecessorAnswer(m, prev.Seq, now)
+	}
+	ctx.Send(actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), prev)
+	return true
+}
+
+func (g *channelGrain) publish(ctx actor.Context, m *clusterpb.ChannelPublish) {
+	now := g.cfg.Now()
+	if g.answerRepeat(ctx, m, now) {
 		return
 	}
+	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
 	answer := func(a *clusterpb.ChannelPublished) {
 		a.Id = m.Id
 		ctx.Send(replyTo, a)
 	}
-	if g.frozen || !g.owner() || g.c.fenced() {
+	if !g.owner() || g.c.fenced() {
 		g.refuseNotOwner(ctx, m)
 		return
 	}
@@ -624,7 +671,7 @@ func (g *channelGrain) adopt(ctx actor.Context, st *clusterpb.GrainState) {
 // dormant: no relay has subscribers, and the window, the ring and the
 // dedupe memory are empty.
 func (g *channelGrain) dormant() bool {
-	if g.waiting || len(g.resent) > 0 || len(g.hist.held) > 0 {
+	if len(g.resent) > 0 || len(g.hist.held) > 0 {
 		return false
 	}
 	now := g.cfg.Now()

@@ -31,7 +31,11 @@ type projectGrain struct {
 	clients  clientWindows
 	answers  answerMemory[*clusterpb.ProjectTaken]
 	quiet    quietPeriod
-	frozen   bool // handed over: refuses (not_owner) until it stops
+
+	// receive is the grain's behaviour: owning, or frozen once its state is
+	// handed over (it answers repeats from memory, refuses the rest
+	// not_owner, and stops soon).
+	receive func(actor.Context)
 }
 
 // freezeProject asks a project grain for its state and makes it refuse
@@ -39,11 +43,26 @@ type projectGrain struct {
 type freezeProject struct{ reply chan *clusterpb.ProjectState }
 
 func newProjectGrain(c *Cluster) *projectGrain {
-	return &projectGrain{c: c, cfg: c.sys.cfg, backstop: fixedWindow{size: time.Minute},
+	g := &projectGrain{c: c, cfg: c.sys.cfg, backstop: fixedWindow{size: time.Minute},
 		clients: clientWindows{}, answers: newAnswerMemory[*clusterpb.ProjectTaken]()}
+	g.receive = g.owning
+	return g
 }
 
-func (g *projectGrain) Receive(ctx actor.Context) {
+func (g *projectGrain) Receive(ctx actor.Context) { g.receive(ctx) }
+
+// frozen answers asks it answered before, and refuses new ones.
+func (g *projectGrain) frozen(ctx actor.Context) {
+	if m, ok := ctx.Message().(*clusterpb.ProjectTake); ok {
+		if g.c.refsItsSender(ctx, m) && !g.answerRepeat(ctx, m, g.cfg.Now()) {
+			g.refuseNotOwner(ctx, m)
+		}
+		return
+	}
+	g.owning(ctx)
+}
+
+func (g *projectGrain) owning(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		g.c.activations.Add(1)
@@ -55,7 +74,7 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 			g.adopt(st.(*clusterpb.ProjectState))
 		}
 	case *freezeProject:
-		g.frozen = true
+		g.receive = g.frozen
 		m.reply <- g.state()
 	case *clusterpb.ProjectState:
 		g.adopt(m)
@@ -74,22 +93,35 @@ func (g *projectGrain) Receive(ctx actor.Context) {
 	}
 }
 
+// answerRepeat answers an ask it answered before (a retry) from memory;
+// false: a new one.
+func (g *projectGrain) answerRepeat(ctx actor.Context, m *clusterpb.ProjectTake, now time.Time) bool {
+	g.answers.forget(now)
+	prev, ok := g.answers.get(m.Id)
+	if ok {
+		g.c.duplicates.Add(1)
+		g.c.send(ctx, actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), prev)
+	}
+	return ok
+}
+
+func (g *projectGrain) refuseNotOwner(ctx actor.Context, m *clusterpb.ProjectTake) {
+	g.c.ownerRefusals.Add(1)
+	g.c.send(ctx, actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId()), &clusterpb.ProjectTaken{Id: m.Id, Error: errNotOwner})
+}
+
 // take applies client-emit rule 6 (the clientId's window) and grants a
 // lease of the backstop, as the ask says.
 func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 	now := g.cfg.Now()
-	g.answers.forget(now)
+	if g.answerRepeat(ctx, m, now) {
+		return
+	}
+	if !g.c.owns(ProjectKind, g.id) { // a member joined or left: the project has moved
+		g.refuseNotOwner(ctx, m)
+		return
+	}
 	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
-	if prev, ok := g.answers.get(m.Id); ok {
-		g.c.duplicates.Add(1)
-		g.c.send(ctx, replyTo, prev)
-		return
-	}
-	if g.frozen || !g.c.owns(ProjectKind, g.id) { // a member joined or left: the project has moved
-		g.c.ownerRefusals.Add(1)
-		g.c.send(ctx, replyTo, &clusterpb.ProjectTaken{Id: m.Id, Error: errNotOwner})
-		return
-	}
 	ans := &clusterpb.ProjectTaken{Id: m.Id}
 	g.answers.remember(m.Id, now, ans)
 	if m.ClientId != "" {
