@@ -71,11 +71,11 @@ const failoverSettle = 500 * time.Millisecond
 // settleOver: failoverSettle has passed; the resent publishes go on.
 type settleOver struct{}
 
-// heldMax bounds the publishes a waiting grain holds; more are refused
+// heldMax bounds the publishes an awaiting or settling grain holds; more are refused
 // not_owner (their relays send them again 300 ms later).
 const heldMax = 1024
 
-// recheckWait: something a waiting grain waits for may have changed (an
+// recheckWait: something an awaiting grain waits for may have changed (an
 // end marker arrived, or this node now knows the member list).
 type recheckWait struct{}
 
@@ -128,7 +128,8 @@ func (g *channelGrain) Receive(ctx actor.Context) {
 //   - awaiting: the channel's previous owner may be handing its state over
 //     (this node just joined, see moveOut). Publishes, membership messages
 //     and queries wait in held, in order, until the state is here, nothing
-//     is to come, or stateWait has passed; then it owns.
+//     is to come, or stateWait has passed; then it owns (or, frozen
+//     meanwhile, it is frozen).
 //   - owning: it stamps publishes and keeps every relay's subscribers.
 //   - frozen: handed off (or refused at its start), it refuses to stamp
 //     (not_owner) and ignores subscribers until it stops; relays find the
@@ -175,7 +176,9 @@ func (g *channelGrain) frozenGrain(ctx actor.Context, msg any) {
 }
 
 // owning is the grain's behaviour as the channel's writer, and what the
-// other two behaviours do with the messages they leave alone.
+// other two behaviours do with the messages they leave alone. What it held
+// itself (settleOver) goes through receive again: the grain may be frozen
+// by then.
 func (g *channelGrain) owning(ctx actor.Context, msg any) {
 	switch m := msg.(type) {
 	case *actor.Started:
@@ -234,7 +237,7 @@ func (g *channelGrain) owning(ctx actor.Context, msg any) {
 		g.landHeld(ctx)
 	case *actor.Stopping:
 		g.dropHeld(ctx)
-	case *clusterpb.GrainState: // it stamped already: the older messages go first (adopt)
+	case *clusterpb.GrainState: // late: the older messages go before its own (adopt)
 		g.adopt(ctx, m)
 	case *strayCheck:
 		switch {
@@ -252,7 +255,7 @@ func (g *channelGrain) owning(ctx actor.Context, msg any) {
 		g.resent = nil
 		g.lookUpResent(held)
 		for _, m := range held {
-			g.publish(ctx, m)
+			g.receive(ctx, m) // frozen meanwhile: its state went to the next owner, which stamps them
 		}
 		g.hist.found = nil
 	case *hooksChanged:
@@ -311,7 +314,7 @@ func (g *channelGrain) strayLater(ctx actor.Context) {
 	time.AfterFunc(strayAfter, func() { root.Send(self, &strayCheck{}) })
 }
 
-// hold keeps a message while the grain awaits; false: handle it now.
+// hold keeps a message while the grain awaits; false: owning handles it now.
 func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
 	switch m := msg.(type) {
 	case *clusterpb.ChannelPublish:

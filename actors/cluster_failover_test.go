@@ -135,6 +135,29 @@ func TestRetryOfAStampedEmitIsAnswered(t *testing.T) {
 	})
 }
 
+// A grain frozen while it holds resent publishes for its failover settle
+// stamps none of them when the settle ends: its state went to the next
+// owner, which would stamp the same seqs. They are refused not_owner, and
+// their relays send them to the next owner. In a testing/synctest bubble.
+func TestFrozenGrainStampsNothingItHeldForTheSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := failoverNode(t)
+		grain := startGrain(c, ownedChannel(t, c, "settling"))
+		emitter, fromEmitter := relayStub(c)
+		sendFrom(c, grain, emitter, &clusterpb.ChannelPublish{Id: "dead#1", ReplyTo: ref(emitter), Payload: []byte(`1`),
+			AtUnixNano: time.Now().UnixNano(), ChannelLimit: 60, Resent: true})
+		synctest.Wait()
+		states := make(chan *clusterpb.GrainState, 1)
+		c.sys.root.Send(grain, &freeze{reply: states})
+		handed := (<-states).Seq
+		advance(failoverSettle)
+		p, ok := next(t, fromEmitter, time.Second).(*clusterpb.ChannelPublished)
+		if !ok || p.Id != "dead#1" || p.Error != errNotOwner || p.Seq != 0 {
+			t.Fatalf("the frozen grain answered %v at the settle's end, want not_owner (its state handed seq %d)", p, handed)
+		}
+	})
+}
+
 // A relay writes each seq once, in order, whoever sends it (a catch-up, a
 // late message of a grain it left), and a gap from the seq its sockets
 // have; it remembers what it delivered for its next register.

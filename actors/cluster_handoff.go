@@ -182,8 +182,9 @@ func grainOwner(owners *cluster.Rendezvous, identity string) string {
 //     coming from me".
 //   - A grain that starts on a node that joined less than moveWindow ago,
 //     for a channel whose owner without this node (its owner before the join)
-//     is another member that has not sent its end marker yet, holds its
-//     publishes, subscribes, leaves and registers until the state arrives, the
+//     is another member that has not sent its end marker yet, awaits: it
+//     holds its publishes, subscribes, leaves, registers, queries and the
+//     ends of relays until the state arrives, the
 //     marker arrives (that member had no grain for the channel), or stateWait
 //     passes (that member died, or is too slow: the grain starts from the
 //     clock as after a crash). So the channel never has two grains stamping,
