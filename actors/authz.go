@@ -454,7 +454,6 @@ func (a *projectActor) forgetToken(c liveConn) {
 func (a *projectActor) tickTokens(ctx actor.Context) {
 	if a.tokenConns > 0 && !a.tokenTicker {
 		a.tokenTicker = true
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(time.Second, func() { root.Send(self, &tokenTick{}) })
+		sendLater(ctx, time.Second, &tokenTick{})
 	}
 }

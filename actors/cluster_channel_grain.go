@@ -305,13 +305,11 @@ func (g *channelGrain) await(ctx actor.Context) {
 		return
 	}
 	g.receive, g.waitStart = g.awaiting, g.cfg.Now()
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(stateWait, func() { root.Send(self, &waitOver{}) })
+	sendLater(ctx, stateWait, &waitOver{})
 }
 
 func (g *channelGrain) strayLater(ctx actor.Context) {
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(strayAfter, func() { root.Send(self, &strayCheck{}) })
+	sendLater(ctx, strayAfter, &strayCheck{})
 }
 
 // hold keeps a message while the grain awaits; false: owning handles it now.
@@ -478,8 +476,7 @@ func (g *channelGrain) holdResent(ctx actor.Context, m *clusterpb.ChannelPublish
 		return true
 	}
 	if len(g.resent) == 0 {
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(max(failoverSettle-now.Sub(g.born), 0), func() { root.Send(self, &settleOver{}) })
+		sendLater(ctx, max(failoverSettle-now.Sub(g.born), 0), &settleOver{})
 	}
 	g.resent = append(g.resent, m)
 	return true
@@ -604,8 +601,7 @@ func (g *channelGrain) rosterLater(ctx actor.Context) {
 		return
 	}
 	g.rosterDue = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(max(rosterSettle-g.cfg.Now().Sub(g.born), 0), func() { root.Send(self, &rosterTick{}) })
+	sendLater(ctx, max(rosterSettle-g.cfg.Now().Sub(g.born), 0), &rosterTick{})
 }
 
 func (g *channelGrain) sendRoster(ctx actor.Context) {

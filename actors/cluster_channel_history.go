@@ -232,8 +232,7 @@ func (g *channelGrain) freeze(ctx actor.Context, reply chan *clusterpb.GrainStat
 		return
 	}
 	if len(g.hist.freezing) == 0 {
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(freezeHold, func() { root.Send(self, &freezeOver{}) })
+		sendLater(ctx, freezeHold, &freezeOver{})
 	}
 	g.hist.freezing = append(g.hist.freezing, reply)
 }
@@ -252,8 +251,7 @@ func (g *channelGrain) landLater(ctx actor.Context) {
 		return
 	}
 	g.hist.landDue = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(landRecheck, func() { root.Send(self, &landAgain{}) })
+	sendLater(ctx, landRecheck, &landAgain{})
 }
 
 func (g *channelGrain) answerHeld(ctx actor.Context, h *heldPublish) {

@@ -256,8 +256,7 @@ func (r *channelRelay) scheduleRetry(ctx actor.Context) {
 		return
 	}
 	r.retrying = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(publishRetryAfter, func() { root.Send(self, &retryTick{}) })
+	sendLater(ctx, publishRetryAfter, &retryTick{})
 }
 
 // retry sends again what the grain has not answered, and gives up on what

@@ -114,8 +114,7 @@ func (l *grainLookup) resolved(ctx actor.Context, m *grainResolved) bool {
 // again schedules lookup gen once more after d (as resolveAgain).
 func (l *grainLookup) again(ctx actor.Context, gen uint64, d time.Duration) {
 	l.resolving = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(d, func() { root.Send(self, &resolveAgain{gen: gen}) })
+	sendLater(ctx, d, &resolveAgain{gen: gen})
 }
 
 // retry runs a scheduled lookup, unless a later one began meanwhile.

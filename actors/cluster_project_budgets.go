@@ -344,8 +344,7 @@ func (a *projectActor) scheduleBudgetRetry(ctx actor.Context) {
 		return
 	}
 	b.retrying = true
-	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(publishRetryAfter, func() { root.Send(self, &budgetTick{}) })
+	sendLater(ctx, publishRetryAfter, &budgetTick{})
 }
 
 // retryBudgets sends again what the grain has not answered, and gives up

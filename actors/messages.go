@@ -292,9 +292,14 @@ type quietTick struct{}
 
 var theQuietTick = &quietTick{}
 
-func scheduleQuietTick(ctx actor.Context, after time.Duration) {
+func scheduleQuietTick(ctx actor.Context, after time.Duration) { sendLater(ctx, after, theQuietTick) }
+
+// sendLater sends msg to the actor itself after d. Every timer an actor
+// sets for itself is one of these: its state is touched only in Receive,
+// when the message comes.
+func sendLater(ctx actor.Context, d time.Duration, msg any) {
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	time.AfterFunc(after, func() { root.Send(self, theQuietTick) })
+	time.AfterFunc(d, func() { root.Send(self, msg) })
 }
 
 // quietPeriod: an actor stops once it was dormant at two ticks in a row, so

@@ -490,8 +490,7 @@ func (a *projectActor) applySettings(ctx actor.Context, m *settingsLoaded) {
 		delay := min(loadRetryFirst<<min(a.loadFails, 5), loadRetryMax)
 		a.loadFails++
 		a.log.Error("load project settings", "err", m.err, "retry_in", delay.String())
-		self, root := ctx.Self(), ctx.ActorSystem().Root
-		time.AfterFunc(delay, func() { root.Send(self, &retryLoad{}) })
+		sendLater(ctx, delay, &retryLoad{})
 		if !a.isReady {
 			for _, e := range a.heldEmits {
 				a.refuse(ctx, e)
