@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -182,12 +183,37 @@ func (e *Etcd) Stop() {
 }
 
 // FreeAddr returns 127.0.0.1:PORT with a port that was free a moment ago.
+// The port is below the kernel's ephemeral range (ip_local_port_range), so
+// that no connection or port-0 listener of another test, which the kernel
+// gives ephemeral ports, takes it before the caller binds it.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	const lowest = 10000
+	if top := ephemeralLow(); top-lowest >= 1000 {
+		for range 100 {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lowest+rand.IntN(top-lowest)))
+			if err == nil {
+				ln.Close()
+				return ln.Addr().String()
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr())
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 when
+// unknown).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var low int
+	fmt.Sscan(string(b), &low)
+	return low
 }
