@@ -74,9 +74,10 @@ type HandoffStats struct {
 	Failed  int // grains whose new owner did not acknowledge in time
 }
 
-// HandOff freezes every channel grain on this node (they stop stamping), sends
-// each one's state to the member that owns the channel once this node is
-// gone, waits for their acks (at most AckTimeout), then deregisters from
+// HandOff freezes every grain on this node, of both kinds (they stop
+// stamping and granting), sends each one's state to the member that owns it
+// once this node is gone, in the same messages, waits for their acks (at
+// most AckTimeout), then deregisters from
 // etcd, so that the other members move the grains at once. Call it after the
 // API stopped taking emits and before the sockets close; Leave finishes the
 // departure.
@@ -85,81 +86,124 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 	if c.pc == nil || c.leaving.Swap(true) {
 		return st, nil
 	}
-	rest := c.view.Load().others
 	var pids []*actor.PID
 	c.grains.Range(func(_, v any) bool {
 		pids = append(pids, v.(*actor.PID))
 		return true
 	})
-	projects := c.freezeProjects(func(string) bool { return true })
-	st = c.handTo(ctx, c.freezeAll(pids), len(pids), rest)
-	c.handProjects(ctx, projects, rest)
+	st = c.handOver(ctx, c.freeze(pids, func(string) bool { return true }), c.view.Load().others)
 	err := c.deregister(ctx)
 	return st, err
 }
 
-// freezeAll sends every grain a freeze at once; their states come back on
-// the channel returned.
-func (c *Cluster) freezeAll(pids []*actor.PID) <-chan *clusterpb.GrainState {
-	states := make(chan *clusterpb.GrainState, len(pids))
-	for _, pid := range pids {
-		c.sys.root.Send(pid, &freeze{reply: states})
-	}
-	return states
+// frozenGrains are the grains of both kinds frozen for a handoff: their
+// states come back on the channels.
+type frozenGrains struct {
+	channels    chan *clusterpb.GrainState
+	nChannels   int
+	projects    chan *clusterpb.ProjectState
+	projectPIDs []*actor.PID
 }
 
-// handTo collects the states of n frozen grains (within freezeTimeout: the
-// rest stopped meanwhile, or are stuck), sends each to the node actor of its
-// owner in owners, per owner in messages of about handoffChunk bytes, and
-// waits for their acks (at most AckTimeout).
-func (c *Cluster) handTo(ctx context.Context, states <-chan *clusterpb.GrainState, n int, owners *cluster.Rendezvous) HandoffStats {
+// freeze sends the channel grains pids, and the project grains here whose
+// project moving says moves, a freeze at once (before protoactor's
+// placement actor stops them).
+func (c *Cluster) freeze(pids []*actor.PID, moving func(projectID string) bool) frozenGrains {
+	f := frozenGrains{channels: make(chan *clusterpb.GrainState, len(pids)), nChannels: len(pids)}
+	for _, pid := range pids {
+		c.sys.root.Send(pid, &freeze{reply: f.channels})
+	}
+	c.projectGrains.Range(func(k, p any) bool {
+		if moving(k.(string)) {
+			f.projectPIDs = append(f.projectPIDs, p.(*actor.PID))
+		}
+		return true
+	})
+	f.projects = make(chan *clusterpb.ProjectState, len(f.projectPIDs))
+	for _, pid := range f.projectPIDs {
+		c.sys.root.Send(pid, &freezeProject{reply: f.projects})
+	}
+	return f
+}
+
+// handOver collects the frozen grains' states (within freezeTimeout: the
+// rest stopped meanwhile, or are stuck), sends each to the node actor of
+// its owner in owners, per owner in messages of about handoffChunk bytes,
+// waits for their acks (at most AckTimeout), and stops the project grains
+// (protoactor's placement stops the channel grains). Its stats count the
+// channel grains; a project whose state is lost restarts its windows empty.
+func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.Rendezvous) HandoffStats {
 	var st HandoffStats
 	byOwner := map[string][]*clusterpb.GrainHandoff{} // per owner, messages of about handoffChunk bytes each
 	size := map[string]int{}                          // bytes in each owner's last message
+	add := func(kind, identity string, bytes int) *clusterpb.GrainHandoff {
+		owner := owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
+		if owner == "" || owner == c.sys.as.Address() {
+			return nil // no member left to take it
+		}
+		hs := byOwner[owner]
+		if len(hs) == 0 || size[owner] > handoffChunk {
+			hs = append(hs, &clusterpb.GrainHandoff{From: c.self})
+			byOwner[owner], size[owner] = hs, 0
+		}
+		size[owner] += bytes
+		return hs[len(hs)-1]
+	}
+	channels, projects, gotProjects := f.channels, f.projects, 0
+	if f.nChannels == 0 {
+		channels = nil
+	}
+	if len(f.projectPIDs) == 0 {
+		projects = nil
+	}
 	bound := time.NewTimer(freezeTimeout)
 	defer bound.Stop()
-collect:
-	for range n {
+	for channels != nil || projects != nil {
 		select {
-		case s := <-states:
-			st.Grains++
-			owner := grainOwner(owners, s.Identity)
-			if owner == "" || owner == c.sys.as.Address() {
-				st.Failed++ // no member left to take it
-				continue
+		case s := <-channels:
+			if st.Grains++; st.Grains == f.nChannels {
+				channels = nil
 			}
-			hs := byOwner[owner]
-			if len(hs) == 0 || size[owner] > handoffChunk {
-				hs = append(hs, &clusterpb.GrainHandoff{From: c.self})
-				byOwner[owner], size[owner] = hs, 0
+			if h := add(ChannelKind, s.Identity, proto.Size(s)); h != nil {
+				h.Grains = append(h.Grains, s)
+			} else {
+				st.Failed++
 			}
-			hs[len(hs)-1].Grains = append(hs[len(hs)-1].Grains, s)
-			size[owner] += proto.Size(s)
+		case p := <-projects:
+			if gotProjects++; gotProjects == len(f.projectPIDs) {
+				projects = nil
+			}
+			if h := add(ProjectKind, p.ProjectId, proto.Size(p)); h != nil {
+				h.Projects = append(h.Projects, p)
+			}
 		case <-bound.C: // the rest stopped meanwhile, or are stuck
-			break collect
+			channels, projects = nil, nil
 		case <-ctx.Done():
-			break collect
+			channels, projects = nil, nil
 		}
 	}
-	st.Failed += n - st.Grains
+	st.Failed += f.nChannels - st.Grains
 	st.Members = len(byOwner)
 	type sent struct {
 		owner string
-		n     int
+		h     *clusterpb.GrainHandoff
 		f     *actor.Future
 	}
 	var futures []sent
 	for owner, hs := range byOwner {
 		for _, h := range hs {
-			futures = append(futures, sent{owner, len(h.Grains), c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)})
+			futures = append(futures, sent{owner, h, c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)})
 		}
 	}
 	for _, s := range futures {
 		if _, err := s.f.Result(); err != nil {
-			st.Failed += s.n
-			c.log.Warn("grain handoff not acknowledged: those channels restart empty (replay_gap for clients that resume)",
-				"member", s.owner, "grains", s.n, "err", err)
+			st.Failed += len(s.h.Grains)
+			c.log.Warn("grain handoff not acknowledged: those channels restart empty (replay_gap for clients that resume), those projects' budget windows empty",
+				"member", s.owner, "grains", len(s.h.Grains), "projects", len(s.h.Projects), "err", err)
 		}
+	}
+	for _, pid := range f.projectPIDs {
+		c.sys.root.Poison(pid)
 	}
 	return st
 }
@@ -229,18 +273,16 @@ func (c *Cluster) moveOut(old, v *memberView, in bool) {
 			joined = append(joined, m.Address())
 		}
 	}
-	projects := c.freezeProjects(func(id string) bool {
+	f := c.freeze(pids, func(id string) bool {
 		owner := v.owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ProjectKind, Identity: id})
 		return owner != "" && owner != self
 	})
-	if len(pids) == 0 && len(joined) == 0 && projects.n == 0 {
+	if len(pids) == 0 && len(joined) == 0 && len(f.projectPIDs) == 0 {
 		return
 	}
-	states := c.freezeAll(pids)
 	go func() {
 		began := time.Now()
-		c.handProjects(context.Background(), projects, v.owners)
-		st := c.handTo(context.Background(), states, len(pids), v.owners)
+		st := c.handOver(context.Background(), f, v.owners)
 		for _, addr := range joined {
 			c.sys.root.RequestFuture(actor.NewPID(addr, NodeActorName), &clusterpb.GrainHandoff{From: c.self}, c.ackTimeout)
 		}
@@ -315,77 +357,6 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 // Project grains move the same way, without the wait: a project grain that
 // starts before its state arrives counts from zero, and the state, when it
 // comes, adds its counts to the same windows (projectGrain.adopt).
-
-// frozenProjects are the project grains freezeProjects froze; their states
-// come back on states.
-type frozenProjects struct {
-	pids   []*actor.PID
-	n      int
-	states chan *clusterpb.ProjectState
-}
-
-// freezeProjects freezes the project grains here whose project moving
-// says moves, at once (before protoactor's placement actor stops them).
-func (c *Cluster) freezeProjects(moving func(id string) bool) frozenProjects {
-	var f frozenProjects
-	c.projectGrains.Range(func(k, p any) bool {
-		if moving(k.(string)) {
-			f.pids = append(f.pids, p.(*actor.PID))
-		}
-		return true
-	})
-	f.n = len(f.pids)
-	f.states = make(chan *clusterpb.ProjectState, f.n)
-	for _, pid := range f.pids {
-		c.sys.root.Send(pid, &freezeProject{reply: f.states})
-	}
-	return f
-}
-
-// handProjects collects the frozen project grains' states (within
-// freezeTimeout), sends them to their owners in owners, one message per
-// owner, waits for the acks (at most AckTimeout) and stops the grains.
-func (c *Cluster) handProjects(ctx context.Context, f frozenProjects, owners *cluster.Rendezvous) {
-	if f.n == 0 {
-		return
-	}
-	byOwner := map[string]*clusterpb.GrainHandoff{}
-	bound := time.NewTimer(freezeTimeout)
-	defer bound.Stop()
-	got := 0
-collect:
-	for got < f.n {
-		select {
-		case st := <-f.states:
-			got++
-			owner := owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: ProjectKind, Identity: st.ProjectId})
-			if owner == "" || owner == c.sys.as.Address() {
-				continue
-			}
-			if byOwner[owner] == nil {
-				byOwner[owner] = &clusterpb.GrainHandoff{From: c.self}
-			}
-			byOwner[owner].Projects = append(byOwner[owner].Projects, st)
-		case <-bound.C:
-			break collect
-		case <-ctx.Done():
-			break collect
-		}
-	}
-	futures := map[string]*actor.Future{}
-	for owner, h := range byOwner {
-		futures[owner] = c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)
-	}
-	for owner, fu := range futures {
-		if _, err := fu.Result(); err != nil {
-			c.log.Warn("project grain handoff not acknowledged: those projects' budget windows restart empty",
-				"member", owner, "projects", len(byOwner[owner].Projects), "err", err)
-		}
-	}
-	for _, pid := range f.pids {
-		c.sys.root.Poison(pid)
-	}
-}
 
 // takeProjects keeps the project states for grains that will start here, or
 // gives them to grains already running.
