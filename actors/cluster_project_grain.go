@@ -69,6 +69,14 @@ func (g *projectGrain) owning(ctx actor.Context) {
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
 	case *cluster.ClusterInit:
 		g.id = m.Identity.Identity
+		if g.c.leaving.Load() {
+			// This node has handed its project grains over: one started now
+			// would grant from empty windows that no one hands on. Its asks
+			// are refused not_owner and asked again of the next owner.
+			g.receive = g.frozen
+			ctx.Poison(ctx.Self())
+			return
+		}
 		g.c.projectGrains.Store(g.id, ctx.Self())
 		if st, ok := claimHanded(&g.c.projectHandoffs, g.id, time.Now()); ok {
 			g.adopt(st.(*clusterpb.ProjectState))

@@ -184,3 +184,40 @@ func TestProjectGrainHandsOver(t *testing.T) {
 		t.Fatalf("u1's window at the next owner: %v, want it full", ans)
 	}
 }
+
+// A project grain started on a node that has handed its grains over (a
+// lookup between the handoff and the node's deregistration) grants
+// nothing: its windows would be empty and handed to no one. It stops at
+// once, refusing not_owner what reaches it first, so the asker looks again.
+func TestProjectGrainStartedWhileLeavingGrantsNothing(t *testing.T) {
+	c := projectNode(t, time.Now)
+	c.leaving.Store(true)
+	id := ownedProject(t, c)
+	grain := startProjectGrain(c, id)
+	asker := newBudgetAsker(t, c, grain)
+	sendFrom(c, grain, asker.pid, &clusterpb.ProjectTake{Id: "n1#1", ReplyTo: ref(asker.pid), ProjectLimit: 20, Lease: 8})
+	gone := make(chan struct{})
+	c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		switch ctx.Message().(type) {
+		case *actor.Started:
+			ctx.Watch(grain)
+		case *actor.Terminated:
+			close(gone)
+		}
+	}))
+	select {
+	case <-gone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a grain started on a leaving node is still running")
+	}
+	select {
+	case ans := <-asker.got:
+		if ans.Error != errNotOwner || ans.Leased != 0 {
+			t.Fatalf("a grain started on a leaving node answered %v, want not_owner", ans)
+		}
+	default: // stopped before the ask came: a dead letter, and the asker's watch looks again
+	}
+	if _, ok := c.projectGrains.Load(id); ok {
+		t.Fatal("the grain registered itself on a leaving node")
+	}
+}
