@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
+.PHONY: build run test test-race cluster-then-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
 
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build fetches and compiles the dependencies, a few minutes"
@@ -15,18 +15,29 @@ run: build
 	mkdir -p data
 	./$(BIN) serve
 
-# The whole suite: format and vet checks, tsc on the browser client's types,
-# every test with the race detector on SQLite and a throwaway PostgreSQL, the
-# cluster tests, a 40-second soak, the worst-case memory checks in short
-# form, then every benchmark once. -parallel 4: the tests marked t.Parallel
-# mostly wait on real time (ticks, timeouts), so more of them overlap than
-# there are cores.
+# The whole suite: format and vet checks, tsc on the browser client's types;
+# then two lanes at once, each printed when it ends: every test with the race
+# detector on SQLite and a throwaway PostgreSQL (test-race), and the cluster
+# tests (test-cluster) followed by every benchmark once (bench-once); then a
+# 40-second soak and the worst-case memory checks in short form, each alone
+# (they measure). Most tests wait on real time (ticks, timeouts, other
+# processes) rather than on the CPU: the two lanes overlap on two cores, and
+# -parallel 4 lets more of the tests marked t.Parallel overlap than there are
+# cores.
 test: lint
 	sh api/web/typecheck/check.sh
-	$(GO) test -race -count=1 -parallel 4 -timeout 15m $(PKGS)
-	$(MAKE) test-cluster
+	$(MAKE) -j2 --output-sync=target test-race cluster-then-bench
 	SOAK_DURATION=40s $(MAKE) soak
 	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/
+
+test-race:
+	$(GO) test -race -count=1 -parallel 4 -timeout 15m $(PKGS)
+
+cluster-then-bench:
+	$(MAKE) test-cluster
+	$(MAKE) bench-once
+
+bench-once:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count=1 $(PKGS)
 
 # Several nodes as one relay (cmd/relay/CLUSTER.md): the tests start
