@@ -63,12 +63,38 @@ func newBrowser(t *testing.T, base string) *browser {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "chromium-profile")),
 		chromedp.WindowSize(1200, 900),
 	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	// Chromium has been seen to exit as it starts, once, with nothing in its
+	// output but the usual dbus complaints: a start that fails is tried
+	// again with a fresh profile, twice at most. What the tests check starts
+	// once it runs.
+	var ctx context.Context
+	for attempt := 1; ctx == nil; attempt++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+			append(opts, chromedp.UserDataDir(filepath.Join(t.TempDir(), "chromium-profile")))...)
+		tab, cancelTab := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+		// The first Do starts the browser; it must not run under a
+		// timeout, which would end the browser with it.
+		started := make(chan error, 1)
+		go func() { started <- chromedp.Do(tab) }()
+		select {
+		case err := <-started:
+			if err == nil {
+				ctx = tab
+				t.Cleanup(func() { cancelTab(); cancelAlloc() })
+				continue
+			}
+			cancelTab()
+			cancelAlloc()
+			if attempt == 3 {
+				t.Fatalf("start Chromium (%d attempts): %v", attempt, err)
+			}
+			t.Logf("Chromium exited as it started (attempt %d); starting it again: %v", attempt, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("Chromium did not start within 30s")
+		}
+	}
 
 	b := &browser{t: t, ctx: ctx, base: base, shots: filepath.Join(t.TempDir(), "screenshots")}
 	if dir := os.Getenv(screenshotsEnv); dir != "" {
@@ -76,18 +102,6 @@ func newBrowser(t *testing.T, base string) *browser {
 	}
 	if err := os.MkdirAll(b.shots, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	// The first Do starts the browser; it must not run under a timeout,
-	// which would end the browser with it.
-	started := make(chan error, 1)
-	go func() { started <- chromedp.Do(ctx) }()
-	select {
-	case err := <-started:
-		if err != nil {
-			t.Fatalf("start Chromium: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Chromium did not start within 30s")
 	}
 	t.Logf("dashboard screenshots: %s", b.shots)
 	return b
