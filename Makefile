@@ -28,7 +28,7 @@ test: lint
 	sh api/web/typecheck/check.sh
 	$(MAKE) -j2 --output-sync=target test-race cluster-then-bench
 	SOAK_DURATION=40s $(MAKE) soak
-	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/
+	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/e2e/load/
 
 test-race:
 	$(GO) test -race -count=1 -parallel 4 -timeout 15m $(PKGS)
@@ -122,7 +122,7 @@ fmt-check:
 # The build-tagged tests too (cluster, soak, worstcase): go vet skips them otherwise.
 vet:
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags cluster,soak,worstcase ./cmd/relay/
+	$(GO) vet -tags cluster,soak,worstcase ./cmd/relay/...
 
 clean:
 	rm -rf bin
@@ -131,12 +131,12 @@ clean:
 # the bounds it must stay under (cmd/relay/OPERATING.md › Abuse limits);
 # make test runs it in short form.
 worstcase:
-	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/
+	$(GO) test -tags worstcase -run WorstCase -count=1 -v -timeout 10m ./cmd/relay/e2e/load/
 
 # Bounded soak on loopback (make test runs it for 40 s): the real binary on a
 # throwaway PostgreSQL, 5 000 connections, the database restarted once.
 soak:
-	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/
+	$(GO) test -tags soak -run '^TestSoak$$' -count=1 -v -timeout 30m ./cmd/relay/e2e/load/
 
 # Coverage-guided fuzzing of every parser that sees outside bytes, one target
 # after another for FUZZTIME each (go test allows one -fuzz target per run).

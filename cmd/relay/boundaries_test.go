@@ -98,3 +98,32 @@ func TestImportBoundariesCatchAWrongImport(t *testing.T) {
 		t.Errorf("violations = %q", got)
 	}
 }
+
+// The end-to-end suites under cmd/relay/e2e reach the relay only as its
+// users do, through its listeners: their tests import none of the server's
+// packages. What they may use: the harness, storetest (a throwaway
+// PostgreSQL), the wire shapes and the client libraries.
+func TestEndToEndSuitesStayOutside(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "cluster,soak,worstcase",
+		"-f", `{{.ImportPath}}|{{join .TestImports " "}} {{join .XTestImports " "}} {{join .Imports " "}}`, module+"/cmd/relay/e2e/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	allowed := []string{module + "/cmd/relay/internal/relaytest", module + "/store/storetest", module + "/proto",
+		module + "/api/client", module + "/api/backend"}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, "|")
+	next:
+		for _, imp := range strings.Fields(imports) {
+			if !under(imp, module) {
+				continue
+			}
+			for _, a := range allowed {
+				if under(imp, a) {
+					continue next
+				}
+			}
+			t.Errorf("%s imports %s: an end-to-end suite reaches the relay only through its listeners", pkg, imp)
+		}
+	}
+}

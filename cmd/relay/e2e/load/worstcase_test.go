@@ -1,6 +1,6 @@
 //go:build worstcase
 
-package main
+package load
 
 // The worst-case memory measurement runs with `make worstcase` (go test
 // -tags worstcase): the real binary with every limit at its default, on
@@ -83,8 +83,7 @@ func TestWorstCasePublicKeyHolder(t *testing.T) {
 // socket's write queue fills up to its bound before it is closed.
 func publicKeyHolder(t *testing.T, reading bool) {
 	proc := relaytest.StartBinary(t)
-	ts := binaryServer(t, proc)
-	p := ts.signup("alice@example.com").createProject("target")
+	p := relaytest.Signup(t, proc.Base, "alice@example.com").CreateProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
 	before := relaytest.RSS(t, pid)
@@ -102,7 +101,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, _, err := websocket.DefaultDialer.Dial(ts.wsURL(p.publicKey), nil)
+			c, _, err := websocket.DefaultDialer.Dial(relaytest.WSURL(proc.Base, p.PublicKey), nil)
 			if err != nil {
 				errs <- err
 				return
@@ -143,7 +142,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 	peak := peakRSS()
 	settle()
 	after := relaytest.RSS(t, pid)
-	open := ts.metrics(t).Get(t, "relay_connections_open", "")
+	open := relaytest.ScrapeMetrics(t, proc.Debug+"/metrics").Get(t, "relay_connections_open", "")
 	t.Logf("public key holder, one address: %d sockets × %d presence subscriptions (128-byte clientIds), reading=%v: RSS %.0f MiB before, peak %.0f MiB (+%.0f MiB, %.1f KiB per socket), %.0f MiB after; %v sockets still open",
 		sockets, subs, reading, before/1024, peak/1024, (peak-before)/1024, (peak-before)/float64(sockets), after/1024, open)
 	// Reading or not, a socket holds at most its write queue and its
@@ -162,9 +161,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 // for the project) for 20 s, the replay window (8 s in the short form).
 func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	proc := relaytest.StartBinary(t)
-	ts := binaryServer(t, proc)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("target")
+	p := relaytest.Signup(t, proc.Base, "alice@example.com").CreateProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
 	before := relaytest.RSS(t, pid)
@@ -180,9 +177,9 @@ func TestWorstCaseSecretKeyHolder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Now().Before(stop) && i < 400; i++ {
-				r := owner.emitNoFail(p.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":%s}`, (w*400+i)%250, payload))
+				r, _ := relaytest.Emit(proc.Base, p.SecretKey, fmt.Sprintf(`{"channel":"c%d","payload":%s}`, (w*400+i)%250, payload))
 				mu.Lock()
-				if r.status == 200 {
+				if r.Status == 200 {
 					ok++
 				} else {
 					refused++

@@ -1,6 +1,6 @@
 //go:build soak
 
-package main
+package load
 
 // The soak test runs only with `make soak` (go test -tags soak): the real
 // binary on PostgreSQL, 5 000 WebSocket connections on loopback, emits at the
@@ -37,7 +37,6 @@ import (
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
-	"github.com/relayhq/relay/transport"
 )
 
 // soakAck is one emit answered 200: its seq, when it was sent and when its
@@ -72,16 +71,15 @@ func TestSoak(t *testing.T) {
 	const conns, channels = 5000, 10
 	url := storetest.PostgresURL(t)
 	proc := relaytest.StartBinary(t, "DATABASE_URL="+url, "USAGE_ROLLUP_SECONDS=5", "MAX_CONNECTIONS_PER_ADDRESS=100000")
-	ts := binaryServer(t, proc)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("soak")
-	wsURL := ts.wsURL(p.publicKey)
+	owner := relaytest.Signup(t, proc.Base, "alice@example.com")
+	p := owner.CreateProject("soak")
+	wsURL := relaytest.WSURL(proc.Base, p.PublicKey)
 
 	type stats struct{ rssKiB, heapMiB, goroutines, open float64 }
 	serverStats := func() stats {
 		var s stats
 		s.rssKiB = relaytest.RSS(t, proc.Cmd.Process.Pid)
-		m := ts.metrics(t)
+		m := relaytest.ScrapeMetrics(t, proc.Debug+"/metrics")
 		s.heapMiB = m.Get(t, "go_memstats_heap_inuse_bytes", "") / (1 << 20)
 		s.goroutines = m.Get(t, "go_goroutines", "")
 		s.open = m.Get(t, "relay_connections_open", "")
@@ -98,8 +96,8 @@ func TestSoak(t *testing.T) {
 	if _, _, err := warm.ReadMessage(); err != nil { // the ack
 		t.Fatal(err)
 	}
-	if r := owner.emit(p.secretKey, `{"channel":"warmup","payload":0}`); r.status != 200 {
-		t.Fatalf("warm-up emit: %d %s", r.status, r.raw)
+	if r, err := relaytest.Emit(proc.Base, p.SecretKey, `{"channel":"warmup","payload":0}`); err != nil || r.Status != 200 {
+		t.Fatalf("warm-up emit: %d %s %v", r.Status, r.Raw, err)
 	}
 	if _, _, err := warm.ReadMessage(); err != nil { // the message
 		t.Fatal(err)
@@ -187,8 +185,8 @@ func TestSoak(t *testing.T) {
 			case <-tick.C:
 			}
 			ch := i % channels
-			req, _ := http.NewRequest("POST", ts.base+"/emit", strings.NewReader(fmt.Sprintf(`{"channel":"c%d","payload":%d}`, ch, i)))
-			req.Header.Set("Authorization", "Bearer "+p.secretKey)
+			req, _ := http.NewRequest("POST", proc.Base+"/emit", strings.NewReader(fmt.Sprintf(`{"channel":"c%d","payload":%d}`, ch, i)))
+			req.Header.Set("Authorization", "Bearer "+p.SecretKey)
 			req.Header.Set("Content-Type", "application/json")
 			sent := time.Now()
 			res, err := emitter.Do(req)
@@ -299,10 +297,14 @@ func TestSoak(t *testing.T) {
 		return perSpan[int(q*float64(len(perSpan)-1))]
 	}
 	closedBy := []string{}
-	m := ts.metrics(t)
-	for _, c := range transport.Causes() {
-		if n, _ := m.Value("relay_connections_closed_total", `cause="`+c.String()+`"`); n != 0 {
-			closedBy = append(closedBy, fmt.Sprintf("%s=%v", c, n))
+	m := relaytest.ScrapeMetrics(t, proc.Debug+"/metrics")
+	if fam := m["relay_connections_closed_total"]; fam != nil {
+		for _, s := range fam.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if n := s.GetCounter().GetValue(); l.GetName() == "cause" && n != 0 {
+					closedBy = append(closedBy, fmt.Sprintf("%s=%v", l.GetValue(), n))
+				}
+			}
 		}
 	}
 
