@@ -368,6 +368,7 @@ func TestCluster(t *testing.T) {
 		refused(tsC)
 		onA[0].conn.Close()
 		heard(c, 2) // A's 1 and B's 1
+		heard(b, 2) // A's 1 and C's 1: the 3 below can only be C's new one
 		tsC.dialWS(q.publicKey)
 		heard(b, 3) // A's 1 and C's 2
 		refused(tsB)

@@ -92,6 +92,8 @@ func newBrowser(t *testing.T, base string) *browser {
 			}
 			t.Logf("Chromium exited as it started (attempt %d); starting it again: %v", attempt, err)
 		case <-time.After(30 * time.Second):
+			cancelTab()
+			cancelAlloc()
 			t.Fatal("Chromium did not start within 30s")
 		}
 	}

@@ -67,6 +67,9 @@ func WSURL(base, publicKey string) string {
 
 // Emit posts body to the relay's /emit with secretKey. It returns errors
 // rather than failing a test, so it also serves off the test's goroutine.
+// An emit not answered in 10 s is an error.
 func Emit(base, secretKey, body string) (Response, error) {
-	return Do(nil, "POST", base+"/emit", body, http.Header{"Authorization": {"Bearer " + secretKey}, "Content-Type": {"application/json"}})
+	return Do(emitClient, "POST", base+"/emit", body, http.Header{"Authorization": {"Bearer " + secretKey}, "Content-Type": {"application/json"}})
 }
+
+var emitClient = &http.Client{Timeout: 10 * time.Second}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -185,13 +186,19 @@ func (e *Etcd) Stop() {
 // FreeAddr returns 127.0.0.1:PORT with a port that was free a moment ago.
 // The port is below the kernel's ephemeral range (ip_local_port_range), so
 // that no connection or port-0 listener of another test, which the kernel
-// gives ephemeral ports, takes it before the caller binds it.
+// gives ephemeral ports, takes it before the caller binds it; and it is
+// never one this process was given before, so two calls made before either
+// port is bound do not collide.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	const lowest = 10000
 	if top := ephemeralLow(); top-lowest >= 1000 {
 		for range 100 {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lowest+rand.IntN(top-lowest)))
+			port := lowest + rand.IntN(top-lowest)
+			if _, taken := givenPorts.LoadOrStore(port, true); taken {
+				continue
+			}
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 			if err == nil {
 				ln.Close()
 				return ln.Addr().String()
@@ -205,6 +212,9 @@ func FreeAddr(t testing.TB) string {
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr())
 }
+
+// givenPorts are the ports FreeAddr chose in this process.
+var givenPorts sync.Map
 
 // ephemeralLow is the first port of the kernel's ephemeral range (0 when
 // unknown).
