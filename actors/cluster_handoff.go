@@ -127,78 +127,55 @@ func (c *Cluster) freeze(pids []*actor.PID, moving func(projectID string) bool) 
 }
 
 // handOver collects the frozen grains' states (within freezeTimeout: the
-// rest stopped meanwhile, or are stuck), sends each to the node actor of
-// its owner in owners, per owner in messages of about handoffChunk bytes,
-// waits for their acks (at most AckTimeout), and stops the project grains
-// (protoactor's placement stops the channel grains). Its stats count the
-// channel grains; a project whose state is lost restarts its windows empty.
+// rest stopped meanwhile, or are stuck) and sends each to the node actor of
+// its owner in owners, per owner in messages of about handoffChunk bytes:
+// the project states first, as soon as they are in (their grains answer at
+// once, and a new owner counts a project's windows from zero until its
+// state comes), then the channel states. It waits for the acks (at most
+// AckTimeout) and stops the project grains (protoactor's placement stops
+// the channel grains). Its stats count the channel grains.
 func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.Rendezvous) HandoffStats {
 	var st HandoffStats
-	byOwner := map[string][]*clusterpb.GrainHandoff{} // per owner, messages of about handoffChunk bytes each
-	size := map[string]int{}                          // bytes in each owner's last message
-	add := func(kind, identity string, bytes int) *clusterpb.GrainHandoff {
-		owner := owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
-		if owner == "" || owner == c.sys.as.Address() {
-			return nil // no member left to take it
-		}
-		hs := byOwner[owner]
-		if len(hs) == 0 || size[owner] > handoffChunk {
-			hs = append(hs, &clusterpb.GrainHandoff{From: c.self})
-			byOwner[owner], size[owner] = hs, 0
-		}
-		size[owner] += bytes
-		return hs[len(hs)-1]
-	}
-	channels, projects, gotProjects := f.channels, f.projects, 0
-	if f.nChannels == 0 {
-		channels = nil
-	}
-	if len(f.projectPIDs) == 0 {
-		projects = nil
-	}
+	out := handoffMessages{c: c, owners: owners, byOwner: map[string][]*clusterpb.GrainHandoff{}, size: map[string]int{}}
 	bound := time.NewTimer(freezeTimeout)
 	defer bound.Stop()
-	for channels != nil || projects != nil {
+	over := false // freezeTimeout passed, or ctx ended: the rest stopped meanwhile, or are stuck
+	for got := 0; got < len(f.projectPIDs) && !over; {
 		select {
-		case s := <-channels:
-			if st.Grains++; st.Grains == f.nChannels {
-				channels = nil
-			}
-			if h := add(ChannelKind, s.Identity, proto.Size(s)); h != nil {
-				h.Grains = append(h.Grains, s)
-			} else {
-				st.Failed++
-			}
-		case p := <-projects:
-			if gotProjects++; gotProjects == len(f.projectPIDs) {
-				projects = nil
-			}
-			if h := add(ProjectKind, p.ProjectId, proto.Size(p)); h != nil {
+		case p := <-f.projects:
+			got++
+			if h := out.add(ProjectKind, p.ProjectId, proto.Size(p)); h != nil {
 				h.Projects = append(h.Projects, p)
 			}
-		case <-bound.C: // the rest stopped meanwhile, or are stuck
-			channels, projects = nil, nil
+		case <-bound.C:
+			over = true
 		case <-ctx.Done():
-			channels, projects = nil, nil
+			over = true
+		}
+	}
+	sent := out.send()
+	for st.Grains < f.nChannels && !over {
+		select {
+		case s := <-f.channels:
+			st.Grains++
+			if h := out.add(ChannelKind, s.Identity, proto.Size(s)); h != nil {
+				h.Grains = append(h.Grains, s)
+			} else {
+				st.Failed++ // no member left to take it
+			}
+		case <-bound.C:
+			over = true
+		case <-ctx.Done():
+			over = true
 		}
 	}
 	st.Failed += f.nChannels - st.Grains
-	st.Members = len(byOwner)
-	type sent struct {
-		owner string
-		h     *clusterpb.GrainHandoff
-		f     *actor.Future
-	}
-	var futures []sent
-	for owner, hs := range byOwner {
-		for _, h := range hs {
-			futures = append(futures, sent{owner, h, c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, c.ackTimeout)})
-		}
-	}
-	for _, s := range futures {
+	sent = append(sent, out.send()...)
+	st.Members = len(out.members)
+	for _, s := range sent {
 		if _, err := s.f.Result(); err != nil {
 			st.Failed += len(s.h.Grains)
-			c.log.Warn("grain handoff not acknowledged: those channels restart empty (replay_gap for clients that resume), those projects' budget windows empty",
+			c.log.Warn("grain handoff not acknowledged: its channels restart empty (replay_gap for clients that resume), its projects' budget windows empty",
 				"member", s.owner, "grains", len(s.h.Grains), "projects", len(s.h.Projects), "err", err)
 		}
 	}
@@ -206,6 +183,56 @@ func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.
 		c.sys.root.Poison(pid)
 	}
 	return st
+}
+
+// handoffMessages gathers grain states per owner into messages of about
+// handoffChunk bytes, and sends what it holds.
+type handoffMessages struct {
+	c       *Cluster
+	owners  *cluster.Rendezvous
+	byOwner map[string][]*clusterpb.GrainHandoff // not sent yet
+	size    map[string]int                       // bytes in each owner's last message
+	members map[string]bool                      // owners sent to
+}
+
+// add returns the message a state of kind and identity goes in; nil when
+// no member but this one is left to take it.
+func (m *handoffMessages) add(kind, identity string, bytes int) *clusterpb.GrainHandoff {
+	owner := m.owners.GetByClusterIdentity(&cluster.ClusterIdentity{Kind: kind, Identity: identity})
+	if owner == "" || owner == m.c.sys.as.Address() {
+		return nil
+	}
+	hs := m.byOwner[owner]
+	if len(hs) == 0 || m.size[owner] > handoffChunk {
+		hs = append(hs, &clusterpb.GrainHandoff{From: m.c.self})
+		m.byOwner[owner], m.size[owner] = hs, 0
+	}
+	m.size[owner] += bytes
+	return hs[len(hs)-1]
+}
+
+// sentHandoff is one message sent and its ack to come.
+type sentHandoff struct {
+	owner string
+	h     *clusterpb.GrainHandoff
+	f     *actor.Future
+}
+
+// send sends every message gathered so far.
+func (m *handoffMessages) send() []sentHandoff {
+	var sent []sentHandoff
+	if m.members == nil {
+		m.members = map[string]bool{}
+	}
+	for owner, hs := range m.byOwner {
+		m.members[owner] = true
+		for _, h := range hs {
+			sent = append(sent, sentHandoff{owner, h, m.c.sys.root.RequestFuture(actor.NewPID(owner, NodeActorName), h, m.c.ackTimeout)})
+		}
+	}
+	clear(m.byOwner)
+	clear(m.size)
+	return sent
 }
 
 func grainOwner(owners *cluster.Rendezvous, identity string) string {
