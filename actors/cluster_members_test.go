@@ -1,0 +1,248 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	gproto "google.golang.org/protobuf/proto"
+)
+
+// Two members of a cluster in one process, each its own actor system, with
+// no remote: what one sends to the other's address is copied as the remote
+// would serialize it (a message that is not protobuf fails the test) and
+// handed to the other system's actor. Grains are started on their owner
+// through the placement's local lookup. Under -race, in testing/synctest
+// bubbles.
+
+// member is one of the two.
+type member struct {
+	c      *Cluster
+	addr   string
+	down   atomic.Bool // crashed: nothing reaches it or leaves it
+	mu     sync.Mutex
+	grains map[string]*actor.PID
+}
+
+// twoMembers starts members 127.0.0.1:1 and :2, joined long ago, each
+// hosting both kinds of grain.
+func twoMembers(t *testing.T, cfg Config) (a, b *member) {
+	t.Helper()
+	ms := make([]*member, 2)
+	for i := range ms {
+		sys := newTestSystem(t, cfg)
+		addr := fmt.Sprintf("127.0.0.1:%d", i+1)
+		sys.as.ProcessRegistry.Address = addr
+		c, err := sys.newCluster(ClusterConfig{Name: "t", Addr: addr, AckTimeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = &member{c: c, addr: addr, grains: map[string]*actor.PID{}}
+	}
+	kinds := []string{ChannelKind, ProjectKind}
+	top := &pcluster.ClusterTopology{}
+	for i, m := range ms {
+		top.Members = append(top.Members, &pcluster.Member{Id: m.c.self, Host: "127.0.0.1", Port: int32(i + 1), Kinds: kinds})
+	}
+	for i, m := range ms {
+		other := ms[1-i]
+		m.c.topology(top)
+		m.c.moves.joinedAt.Store(time.Now().Add(-time.Hour).UnixNano())
+		m.c.place = &placement{c: m.c, local: func(kind, identity string) *actor.PID {
+			owner := m
+			if m.c.ownerAddress(kind, identity) == other.addr {
+				owner = other
+			}
+			pid := owner.grain(kind, identity)
+			return actor.NewPID(pid.Address, pid.Id) // this member's own PID value
+		}}
+		m.c.sys.as.ProcessRegistry.RegisterAddressResolver(func(to *actor.PID) (actor.Process, bool) {
+			if to.Address != other.addr {
+				return nil, false
+			}
+			return crossing{t: t, from: m, to: other}, true
+		})
+		m.c.sys.cluster.Store(m.c)
+	}
+	return ms[0], ms[1]
+}
+
+// grain starts the grain of kind and identity here on first use.
+func (m *member) grain(kind, identity string) *actor.PID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := kind + "/" + identity
+	if pid, ok := m.grains[key]; ok {
+		return pid
+	}
+	var pid *actor.PID
+	if kind == ProjectKind {
+		pid = startProjectGrain(m.c, identity)
+	} else {
+		pid = startGrain(m.c, identity)
+	}
+	m.grains[key] = pid
+	return pid
+}
+
+// crossing is the other member's actors as this one reaches them: each
+// message is copied, as the remote's serialization would, with fresh PIDs.
+type crossing struct {
+	t        *testing.T
+	from, to *member
+}
+
+// local is the actor pid names on the other member; nothing while either
+// member is down (the message is lost, as on a dead connection).
+func (x crossing) local(pid *actor.PID) actor.Process {
+	to := x.to.c.sys.as
+	if x.from.down.Load() || x.to.down.Load() {
+		return lost{}
+	}
+	p, ok := to.ProcessRegistry.GetLocal(pid.Id)
+	if !ok {
+		return to.DeadLetter
+	}
+	return p
+}
+
+func (x crossing) copied(msg any) any {
+	if env, ok := msg.(*actor.MessageEnvelope); ok {
+		out := &actor.MessageEnvelope{Header: env.Header, Message: x.copied(env.Message)}
+		if env.Sender != nil {
+			out.Sender = actor.NewPID(env.Sender.Address, env.Sender.Id)
+		}
+		return out
+	}
+	m, ok := msg.(gproto.Message)
+	if !ok {
+		x.t.Errorf("a %T crossed members: only protobuf messages can", msg)
+		return msg
+	}
+	return gproto.Clone(m)
+}
+
+// lost drops what is sent to a member that is down.
+type lost struct{}
+
+func (lost) SendUserMessage(*actor.PID, any)   {}
+func (lost) SendSystemMessage(*actor.PID, any) {}
+func (lost) Stop(*actor.PID)                   {}
+
+func (x crossing) SendUserMessage(pid *actor.PID, msg any) {
+	x.local(pid).SendUserMessage(actor.NewPID(pid.Address, pid.Id), x.copied(msg))
+}
+
+func (x crossing) SendSystemMessage(pid *actor.PID, msg any) {
+	x.local(pid).SendSystemMessage(actor.NewPID(pid.Address, pid.Id), x.copied(msg))
+}
+
+func (x crossing) Stop(pid *actor.PID) { x.local(pid).Stop(actor.NewPID(pid.Address, pid.Id)) }
+
+// ownedBy is a project whose project grain and a channel of it whose grain
+// m owns.
+func (m *member) ownedProjectChannel(t *testing.T) (project, channel string) {
+	t.Helper()
+	for i := range 1000 {
+		p := fmt.Sprintf("proj-%d", i)
+		if m.c.ownerAddress(ProjectKind, p) != m.addr {
+			continue
+		}
+		for j := range 1000 {
+			ch := fmt.Sprintf("ch-%d", j)
+			if m.c.ownerAddress(ChannelKind, p+"/"+ch) == m.addr {
+				return p, ch
+			}
+		}
+	}
+	t.Fatal("no project and channel owned by " + m.addr)
+	return "", ""
+}
+
+// An emit through one member on a channel the other owns: the grain there
+// stamps it and both members' subscribers get it once, with the seq the
+// emit reports; the project's grain there counts it.
+func TestTwoMembersEmitAcross(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
+		project, channel := b.ownedProjectChannel(t)
+		onA := subscribeOne(t, a.c.sys, project, channel, 1)
+		onB := subscribeOne(t, b.c.sys, project, channel, 2)
+
+		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
+		if err != nil || res.Err != nil || res.Seq == 0 || res.Subscribers != 2 || res.Delivered != 2 || res.Project.Limit != 400 {
+			t.Fatalf("emit through A: %+v, %v; want seq, 2 subscribers, 2 delivered, the project's backstop", res, err)
+		}
+		synctest.Wait()
+		for _, k := range []*sink{onA, onB} {
+			msgs := k.messages(t)
+			if len(msgs) != 2 || msgs[1]["seq"] != float64(res.Seq) || fmt.Sprint(msgs[1]["payload"]) != "map[n:1]" {
+				t.Fatalf("socket %d got %v, want the ack and the message at seq %d", k.id, msgs, res.Seq)
+			}
+		}
+		if _, ok := b.grains[ChannelKind+"/"+project+"/"+channel]; !ok || len(a.grains) != 0 {
+			t.Fatalf("grains on A %v, on B %v: want both of the project's on B", a.grains, b.grains)
+		}
+	})
+}
+
+// The member that owns a channel crashes with an emit in flight: the other
+// member's relay sends it again once it has dropped the crashed member from
+// its list, to the grain that now starts on the survivor. The emit is
+// answered, stamped once, above what the subscriber had; the subscriber on
+// the survivor gets a replay_gap for what the dead grain may have stamped,
+// then the emit, once.
+func TestTwoMembersOwnerCrashes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
+		project, channel := b.ownedProjectChannel(t)
+		onA := subscribeOne(t, a.c.sys, project, channel, 1)
+		first, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
+		if err != nil || first.Err != nil {
+			t.Fatalf("first emit: %+v, %v", first, err)
+		}
+
+		b.down.Store(true)
+		type result struct {
+			res PublishResult
+			err error
+		}
+		second := make(chan result, 1)
+		go func() {
+			res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":2}`))
+			second <- result{res, err}
+		}()
+		advance(time.Second) // unanswered, sent again every publishRetryAfter
+		if len(second) != 0 {
+			t.Fatal("an emit was answered while the channel's owner was down and still listed")
+		}
+		a.c.topology(&pcluster.ClusterTopology{Members: []*pcluster.Member{
+			{Id: a.c.self, Host: "127.0.0.1", Port: 1, Kinds: []string{ChannelKind, ProjectKind}}}})
+		r := <-second
+		if r.err != nil || r.res.Err != nil || r.res.Seq <= first.Seq {
+			t.Fatalf("the emit in flight: %+v, %v; want answered above seq %d", r.res, r.err, first.Seq)
+		}
+		synctest.Wait()
+		// The new grain cannot know whether the dead one stamped more after
+		// the last seq the subscriber had: a replay_gap from there, then the
+		// emit, once.
+		got := onA.messages(t)[1:]
+		want := fmt.Sprint([]map[string]any{
+			{"channel": channel, "payload": map[string]any{"n": 1.0}, "seq": float64(first.Seq)},
+			{"channel": channel, "type": "replay_gap", "since": float64(first.Seq)},
+			{"channel": channel, "payload": map[string]any{"n": 2.0}, "seq": float64(r.res.Seq)},
+		})
+		if fmt.Sprint(got) != want {
+			t.Fatalf("the subscriber on A got %v, want %v", got, want)
+		}
+		if _, ok := a.grains[ChannelKind+"/"+project+"/"+channel]; !ok {
+			t.Fatal("no channel grain started on the survivor")
+		}
+	})
+}
