@@ -237,6 +237,9 @@ func (g *channelGrain) owning(ctx actor.Context, msg any) {
 		g.landHeld(ctx)
 	case *actor.Stopping:
 		g.dropHeld(ctx)
+		for _, pid := range g.relays { // a relay that ends later has no Terminated to send here
+			ctx.Unwatch(pid)
+		}
 	case *clusterpb.GrainState: // late: the older messages go before its own (adopt)
 		g.adopt(ctx, m)
 	case *strayCheck:

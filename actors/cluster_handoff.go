@@ -282,7 +282,7 @@ type moves struct {
 // topology: the freezes are then in the grains' mailboxes before the
 // placement actor's poison.
 func (c *Cluster) moveOut(old, v *memberView, in bool) {
-	if c.pc == nil || !in || c.leaving.Load() {
+	if !in || c.leaving.Load() {
 		return // HandOff moves the grains of a node that leaves
 	}
 	self := c.sys.as.Address()

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -18,8 +17,10 @@ import (
 // no remote: what one sends to the other's address is copied as the remote
 // would serialize it (a message that is not protobuf fails the test) and
 // handed to the other system's actor. Grains are started on their owner
-// through the placement's local lookup. Under -race, in testing/synctest
-// bubbles.
+// through the placement's local lookup. Under -race, on the real clock:
+// the dead letters a cluster makes as grains move (a watch ended on an
+// actor that stopped) start protoactor's log throttle, whose goroutine
+// would outlive a testing/synctest bubble.
 
 // member is one of the two.
 type member struct {
@@ -73,6 +74,14 @@ func twoMembers(t *testing.T, cfg Config) (a, b *member) {
 	return ms[0], ms[1]
 }
 
+// hosts tells whether m started the grain of kind and identity.
+func (m *member) hosts(kind, identity string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.grains[kind+"/"+identity]
+	return ok
+}
+
 // grain starts the grain of kind and identity here on first use.
 func (m *member) grain(kind, identity string) *actor.PID {
 	m.mu.Lock()
@@ -107,10 +116,23 @@ func (x crossing) local(pid *actor.PID) actor.Process {
 	}
 	p, ok := to.ProcessRegistry.GetLocal(pid.Id)
 	if !ok {
-		return to.DeadLetter
+		return gone{from: x.from}
 	}
 	return p
 }
+
+// gone is an actor of the other member that has stopped: a watch is
+// answered Terminated, as protoactor's remote answers it, and the rest is
+// dropped, as the remote drops what it cannot deliver.
+type gone struct{ from *member }
+
+func (g gone) SendUserMessage(*actor.PID, any) {}
+func (g gone) SendSystemMessage(pid *actor.PID, msg any) {
+	if w, ok := msg.(*actor.Watch); ok {
+		g.from.c.sys.root.Send(w.Watcher, &actor.Terminated{Who: actor.NewPID(pid.Address, pid.Id), Why: actor.TerminatedReason_NotFound})
+	}
+}
+func (g gone) Stop(*actor.PID) {}
 
 func (x crossing) copied(msg any) any {
 	if env, ok := msg.(*actor.MessageEnvelope); ok {
@@ -169,27 +191,25 @@ func (m *member) ownedProjectChannel(t *testing.T) (project, channel string) {
 // stamps it and both members' subscribers get it once, with the seq the
 // emit reports; the project's grain there counts it.
 func TestTwoMembersEmitAcross(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
-		project, channel := b.ownedProjectChannel(t)
-		onA := subscribeOne(t, a.c.sys, project, channel, 1)
-		onB := subscribeOne(t, b.c.sys, project, channel, 2)
+	a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
+	project, channel := b.ownedProjectChannel(t)
+	onA := subscribeOne(t, a.c.sys, project, channel, 1)
+	onB := subscribeOne(t, b.c.sys, project, channel, 2)
 
-		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
-		if err != nil || res.Err != nil || res.Seq == 0 || res.Subscribers != 2 || res.Delivered != 2 || res.Project.Limit != 400 {
-			t.Fatalf("emit through A: %+v, %v; want seq, 2 subscribers, 2 delivered, the project's backstop", res, err)
+	res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
+	if err != nil || res.Err != nil || res.Seq == 0 || res.Subscribers != 2 || res.Delivered != 2 || res.Project.Limit != 400 {
+		t.Fatalf("emit through A: %+v, %v; want seq, 2 subscribers, 2 delivered, the project's backstop", res, err)
+	}
+	waitFor(t, "the message on both sockets", func() bool { return len(onA.messages(t)) == 2 && len(onB.messages(t)) == 2 })
+	for _, k := range []*sink{onA, onB} {
+		msgs := k.messages(t)
+		if len(msgs) != 2 || msgs[1]["seq"] != float64(res.Seq) || fmt.Sprint(msgs[1]["payload"]) != "map[n:1]" {
+			t.Fatalf("socket %d got %v, want the ack and the message at seq %d", k.id, msgs, res.Seq)
 		}
-		synctest.Wait()
-		for _, k := range []*sink{onA, onB} {
-			msgs := k.messages(t)
-			if len(msgs) != 2 || msgs[1]["seq"] != float64(res.Seq) || fmt.Sprint(msgs[1]["payload"]) != "map[n:1]" {
-				t.Fatalf("socket %d got %v, want the ack and the message at seq %d", k.id, msgs, res.Seq)
-			}
-		}
-		if _, ok := b.grains[ChannelKind+"/"+project+"/"+channel]; !ok || len(a.grains) != 0 {
-			t.Fatalf("grains on A %v, on B %v: want both of the project's on B", a.grains, b.grains)
-		}
-	})
+	}
+	if !b.hosts(ChannelKind, project+"/"+channel) || !b.hosts(ProjectKind, project) || a.hosts(ChannelKind, project+"/"+channel) {
+		t.Fatal("want the project's grains on B, none on A")
+	}
 }
 
 // The member that owns a channel crashes with an emit in flight: the other
@@ -199,50 +219,124 @@ func TestTwoMembersEmitAcross(t *testing.T) {
 // the survivor gets a replay_gap for what the dead grain may have stamped,
 // then the emit, once.
 func TestTwoMembersOwnerCrashes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
-		project, channel := b.ownedProjectChannel(t)
-		onA := subscribeOne(t, a.c.sys, project, channel, 1)
-		first, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
-		if err != nil || first.Err != nil {
-			t.Fatalf("first emit: %+v, %v", first, err)
-		}
+	a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
+	project, channel := b.ownedProjectChannel(t)
+	onA := subscribeOne(t, a.c.sys, project, channel, 1)
+	first, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
+	if err != nil || first.Err != nil {
+		t.Fatalf("first emit: %+v, %v", first, err)
+	}
 
-		b.down.Store(true)
-		type result struct {
-			res PublishResult
-			err error
-		}
-		second := make(chan result, 1)
-		go func() {
-			res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":2}`))
-			second <- result{res, err}
-		}()
-		advance(time.Second) // unanswered, sent again every publishRetryAfter
-		if len(second) != 0 {
-			t.Fatal("an emit was answered while the channel's owner was down and still listed")
-		}
-		a.c.topology(&pcluster.ClusterTopology{Members: []*pcluster.Member{
-			{Id: a.c.self, Host: "127.0.0.1", Port: 1, Kinds: []string{ChannelKind, ProjectKind}}}})
-		r := <-second
-		if r.err != nil || r.res.Err != nil || r.res.Seq <= first.Seq {
-			t.Fatalf("the emit in flight: %+v, %v; want answered above seq %d", r.res, r.err, first.Seq)
-		}
-		synctest.Wait()
-		// The new grain cannot know whether the dead one stamped more after
-		// the last seq the subscriber had: a replay_gap from there, then the
-		// emit, once.
-		got := onA.messages(t)[1:]
-		want := fmt.Sprint([]map[string]any{
-			{"channel": channel, "payload": map[string]any{"n": 1.0}, "seq": float64(first.Seq)},
-			{"channel": channel, "type": "replay_gap", "since": float64(first.Seq)},
-			{"channel": channel, "payload": map[string]any{"n": 2.0}, "seq": float64(r.res.Seq)},
-		})
-		if fmt.Sprint(got) != want {
-			t.Fatalf("the subscriber on A got %v, want %v", got, want)
-		}
-		if _, ok := a.grains[ChannelKind+"/"+project+"/"+channel]; !ok {
-			t.Fatal("no channel grain started on the survivor")
-		}
+	b.down.Store(true)
+	type result struct {
+		res PublishResult
+		err error
+	}
+	second := make(chan result, 1)
+	go func() {
+		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":2}`))
+		second <- result{res, err}
+	}()
+	select { // unanswered, sent again every publishRetryAfter
+	case r := <-second:
+		t.Fatalf("an emit was answered while the channel's owner was down and still listed: %+v", r)
+	case <-time.After(time.Second):
+	}
+	a.c.topology(&pcluster.ClusterTopology{Members: []*pcluster.Member{
+		{Id: a.c.self, Host: "127.0.0.1", Port: 1, Kinds: []string{ChannelKind, ProjectKind}}}})
+	r := <-second
+	if r.err != nil || r.res.Err != nil || r.res.Seq <= first.Seq {
+		t.Fatalf("the emit in flight: %+v, %v; want answered above seq %d", r.res, r.err, first.Seq)
+	}
+	waitFor(t, "the emit on A's socket", func() bool { return len(onA.messages(t)) == 4 })
+	// The new grain cannot know whether the dead one stamped more after
+	// the last seq the subscriber had: a replay_gap from there, then the
+	// emit, once.
+	got := onA.messages(t)[1:]
+	want := fmt.Sprint([]map[string]any{
+		{"channel": channel, "payload": map[string]any{"n": 1.0}, "seq": float64(first.Seq)},
+		{"channel": channel, "type": "replay_gap", "since": float64(first.Seq)},
+		{"channel": channel, "payload": map[string]any{"n": 2.0}, "seq": float64(r.res.Seq)},
 	})
+	if fmt.Sprint(got) != want {
+		t.Fatalf("the subscriber on A got %v, want %v", got, want)
+	}
+	if !a.hosts(ChannelKind, project+"/"+channel) {
+		t.Fatal("no channel grain started on the survivor")
+	}
+}
+
+// bothTopology and onlyTopology are member lists of a and b, and of m alone.
+func bothTopology(a, b *member) *pcluster.ClusterTopology {
+	kinds := []string{ChannelKind, ProjectKind}
+	return &pcluster.ClusterTopology{Members: []*pcluster.Member{
+		{Id: a.c.self, Host: "127.0.0.1", Port: 1, Kinds: kinds}, {Id: b.c.self, Host: "127.0.0.1", Port: 2, Kinds: kinds}}}
+}
+
+func onlyTopology(m *member, port int32) *pcluster.ClusterTopology {
+	return &pcluster.ClusterTopology{Members: []*pcluster.Member{{Id: m.c.self, Host: "127.0.0.1", Port: port, Kinds: []string{ChannelKind, ProjectKind}}}}
+}
+
+// A member joins and becomes a channel's owner: the old owner hands the
+// grain's state over (moveOut, handOver), the new grain waits for it, and
+// seq goes on from the old ring, so the subscriber gets every message once,
+// with no replay_gap, and a since from before the join replays from the
+// handed ring.
+func TestTwoMembersJoinHandsTheChannelOver(t *testing.T) {
+	a, b := twoMembers(t, Config{})
+	project, channel := b.ownedProjectChannel(t) // B's once it is a member
+	a.c.topology(onlyTopology(a, 1))             // before B joined: A alone owns everything
+	onA := subscribeOne(t, a.c.sys, project, channel, 1)
+	var seqs []uint64
+	emit := func(n int) {
+		t.Helper()
+		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, fmt.Appendf(nil, `{"n":%d}`, n))
+		if err != nil || res.Err != nil {
+			t.Fatalf("emit %d: %+v, %v", n, res, err)
+		}
+		seqs = append(seqs, res.Seq)
+	}
+	emit(1)
+	emit(2)
+	if !a.hosts(ChannelKind, project+"/"+channel) {
+		t.Fatal("the channel's grain is not on A before the join")
+	}
+
+	b.c.moves.joinedAt.Store(time.Now().UnixNano()) // B has just joined
+	a.c.topology(bothTopology(a, b))
+	emit(3)
+	emit(4)
+	if !b.hosts(ChannelKind, project+"/"+channel) {
+		t.Fatal("the channel's grain did not move to B")
+	}
+	waitFor(t, "4 messages on A's socket", func() bool { return len(onA.messages(t)) == 5 })
+	var got []string
+	for _, m := range onA.messages(t)[1:] {
+		got = append(got, fmt.Sprint(m["type"], m["seq"]))
+	}
+	var want []string
+	for _, s := range seqs {
+		want = append(want, fmt.Sprint(nil, float64(s)))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || seqs[2] != seqs[1]+1 {
+		t.Fatalf("the subscriber on A got %v, want %v: every message once, no gap, seq going on from the old ring", got, want)
+	}
+
+	// A socket on B resuming from the first message: replayed from the
+	// ring B's grain took over (before the ack), without a gap.
+	k := &sink{id: 2}
+	openConn(b.c.sys, project, k).HandleMessage(fmt.Appendf(nil, `{"action":"subscribe","channel":%q,"since":%d}`, channel, seqs[0]))
+	waitFor(t, "the replay and the ack", func() bool { return len(k.messages(t)) == 4 })
+	var replayed []string
+	for _, m := range k.messages(t) {
+		replayed = append(replayed, fmt.Sprint(m["type"], m["seq"], m["replay"], m["ok"]))
+	}
+	wantReplay := []string{}
+	for _, s := range seqs[1:] {
+		wantReplay = append(wantReplay, fmt.Sprint(nil, float64(s), true, nil))
+	}
+	wantReplay = append(wantReplay, fmt.Sprint(nil, nil, nil, true))
+	if fmt.Sprint(replayed) != fmt.Sprint(wantReplay) {
+		t.Fatalf("a since=%d on B got %v, want seqs %v replayed, then the ack", seqs[0], k.messages(t), seqs[1:])
+	}
 }
