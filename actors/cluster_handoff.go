@@ -139,34 +139,27 @@ func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.
 	out := handoffMessages{c: c, owners: owners, byOwner: map[string][]*clusterpb.GrainHandoff{}, size: map[string]int{}}
 	bound := time.NewTimer(freezeTimeout)
 	defer bound.Stop()
-	over := false // freezeTimeout passed, or ctx ended: the rest stopped meanwhile, or are stuck
-	for got := 0; got < len(f.projectPIDs) && !over; {
-		select {
-		case p := <-f.projects:
-			got++
-			if h := out.add(ProjectKind, p.ProjectId, proto.Size(p)); h != nil {
-				h.Projects = append(h.Projects, p)
-			}
-		case <-bound.C:
-			over = true
-		case <-ctx.Done():
-			over = true
+	w := freezeWait{bound: bound.C, done: ctx.Done()}
+	for got := 0; got < len(f.projectPIDs); got++ {
+		p, ok := awaitState(&w, f.projects)
+		if !ok {
+			break
+		}
+		if h := out.add(ProjectKind, p.ProjectId, proto.Size(p)); h != nil {
+			h.Projects = append(h.Projects, p)
 		}
 	}
 	sent := out.send()
-	for st.Grains < f.nChannels && !over {
-		select {
-		case s := <-f.channels:
-			st.Grains++
-			if h := out.add(ChannelKind, s.Identity, proto.Size(s)); h != nil {
-				h.Grains = append(h.Grains, s)
-			} else {
-				st.Failed++ // no member left to take it
-			}
-		case <-bound.C:
-			over = true
-		case <-ctx.Done():
-			over = true
+	for st.Grains < f.nChannels {
+		s, ok := awaitState(&w, f.channels)
+		if !ok {
+			break
+		}
+		st.Grains++
+		if h := out.add(ChannelKind, s.Identity, proto.Size(s)); h != nil {
+			h.Grains = append(h.Grains, s)
+		} else {
+			st.Failed++ // no member left to take it
 		}
 	}
 	st.Failed += f.nChannels - st.Grains
@@ -183,6 +176,37 @@ func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.
 		c.sys.root.Poison(pid)
 	}
 	return st
+}
+
+// freezeWait is how long a handoff waits for frozen grains' states: until
+// bound (freezeTimeout) or done (the caller gave up); over once either came.
+type freezeWait struct {
+	bound <-chan time.Time
+	done  <-chan struct{}
+	over  bool
+}
+
+// awaitState takes the next state from ch: waiting for it until the wait
+// is over, and after that only one already there (grains that answered
+// are handed over even when another never does). False: none.
+func awaitState[T any](w *freezeWait, ch <-chan T) (T, bool) {
+	var zero T
+	if w.over {
+		select {
+		case v := <-ch:
+			return v, true
+		default:
+			return zero, false
+		}
+	}
+	select {
+	case v := <-ch:
+		return v, true
+	case <-w.bound:
+	case <-w.done:
+	}
+	w.over = true
+	return awaitState(w, ch)
 }
 
 // handoffMessages gathers grain states per owner into messages of about

@@ -150,7 +150,10 @@ func (x crossing) copied(msg any) any {
 	return gproto.Clone(m)
 }
 
-// lost drops what is sent to a member that is down.
+// lost drops what is sent to a member that is down: a network split more
+// than a crash (protoactor's remote would also tell the watchers of the
+// dead member's actors that they ended; the member list's change does it
+// here).
 type lost struct{}
 
 func (lost) SendUserMessage(*actor.PID, any)   {}
@@ -167,7 +170,18 @@ func (x crossing) SendSystemMessage(pid *actor.PID, msg any) {
 
 func (x crossing) Stop(pid *actor.PID) { x.local(pid).Stop(actor.NewPID(pid.Address, pid.Id)) }
 
-// ownedBy is a project whose project grain and a channel of it whose grain
+// quiet fails when k has other than n messages after a while: a
+// duplicate, or a late copy. Time by nature: a silence is checked over a
+// time.
+func quiet(t *testing.T, k *sink, n int) {
+	t.Helper()
+	<-time.After(200 * time.Millisecond)
+	if msgs := k.messages(t); len(msgs) != n {
+		t.Fatalf("socket %d got %d messages, want %d: %v", k.id, len(msgs), n, msgs)
+	}
+}
+
+// ownedProjectChannel is a project whose project grain and a channel of it whose grain
 // m owns.
 func (m *member) ownedProjectChannel(t *testing.T) (project, channel string) {
 	t.Helper()
@@ -202,6 +216,7 @@ func TestTwoMembersEmitAcross(t *testing.T) {
 	}
 	waitFor(t, "the message on both sockets", func() bool { return len(onA.messages(t)) == 2 && len(onB.messages(t)) == 2 })
 	for _, k := range []*sink{onA, onB} {
+		quiet(t, k, 2)
 		msgs := k.messages(t)
 		if len(msgs) != 2 || msgs[1]["seq"] != float64(res.Seq) || fmt.Sprint(msgs[1]["payload"]) != "map[n:1]" {
 			t.Fatalf("socket %d got %v, want the ack and the message at seq %d", k.id, msgs, res.Seq)
@@ -249,6 +264,7 @@ func TestTwoMembersOwnerCrashes(t *testing.T) {
 		t.Fatalf("the emit in flight: %+v, %v; want answered above seq %d", r.res, r.err, first.Seq)
 	}
 	waitFor(t, "the emit on A's socket", func() bool { return len(onA.messages(t)) == 4 })
+	quiet(t, onA, 4)
 	// The new grain cannot know whether the dead one stamped more after
 	// the last seq the subscriber had: a replay_gap from there, then the
 	// emit, once.
@@ -310,6 +326,7 @@ func TestTwoMembersJoinHandsTheChannelOver(t *testing.T) {
 		t.Fatal("the channel's grain did not move to B")
 	}
 	waitFor(t, "4 messages on A's socket", func() bool { return len(onA.messages(t)) == 5 })
+	quiet(t, onA, 5)
 	var got []string
 	for _, m := range onA.messages(t)[1:] {
 		got = append(got, fmt.Sprint(m["type"], m["seq"]))
@@ -327,6 +344,7 @@ func TestTwoMembersJoinHandsTheChannelOver(t *testing.T) {
 	k := &sink{id: 2}
 	openConn(b.c.sys, project, k).HandleMessage(fmt.Appendf(nil, `{"action":"subscribe","channel":%q,"since":%d}`, channel, seqs[0]))
 	waitFor(t, "the replay and the ack", func() bool { return len(k.messages(t)) == 4 })
+	quiet(t, k, 4)
 	var replayed []string
 	for _, m := range k.messages(t) {
 		replayed = append(replayed, fmt.Sprint(m["type"], m["seq"], m["replay"], m["ok"]))
