@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -356,5 +357,67 @@ func TestTwoMembersJoinHandsTheChannelOver(t *testing.T) {
 	wantReplay = append(wantReplay, fmt.Sprint(nil, nil, nil, true))
 	if fmt.Sprint(replayed) != fmt.Sprint(wantReplay) {
 		t.Fatalf("a since=%d on B got %v, want seqs %v replayed, then the ack", seqs[0], k.messages(t), seqs[1:])
+	}
+}
+
+// One clientId's client-emit window (rule 6) is the cluster's: its project
+// grain, on the other member, counts the emits of both members' sockets,
+// and each socket gets its answers in the order it emitted.
+func TestTwoMembersClientEmitsShareOneWindow(t *testing.T) {
+	now := time.Now()
+	const secret = "0123456789abcdef0123456789abcdef"
+	a, b := twoMembers(t, Config{
+		ClientEmitRatePerSecond: 3,
+		Now:                     func() time.Time { return now }, // one 1-second window throughout
+		LoadSettings:            func(context.Context, string) (Settings, error) { return Settings{ClientEmitSecret: secret}, nil },
+	})
+	project, channel := b.ownedProjectChannel(t)
+	tok := mintForTest(t, secret, project, channel, "ann", now)
+	var socks []*Session
+	var sinks []*sink
+	for i, m := range []*member{a, b} {
+		k := &sink{id: uint64(i + 1)}
+		sess := openConn(m.c.sys, project, k)
+		sess.HandleMessage(fmt.Appendf(nil, `{"action":"subscribe","channel":%q,"presence":true,"clientId":"ann"}`, channel))
+		waitFor(t, "subscribe ack", func() bool { return len(k.messages(t)) >= 2 }) // the ack and the sync
+		socks, sinks = append(socks, sess), append(sinks, k)
+	}
+	for i := range 6 { // A, B, A, B, A, B
+		socks[i%2].HandleMessage(fmt.Appendf(nil, `{"action":"emit","channel":%q,"type":"msg","payload":%d,"token":%q}`, channel, i, tok))
+	}
+	answers := func(k *sink) []string {
+		var out []string
+		for _, m := range k.messages(t) {
+			switch {
+			case m["action"] == "emit" && m["ok"] == true:
+				out = append(out, fmt.Sprint("ack ", m["payload"]))
+			case m["error"] != nil:
+				out = append(out, fmt.Sprint(m["error"]))
+			}
+		}
+		return out
+	}
+	waitFor(t, "every answer", func() bool { return len(answers(sinks[0])) == 3 && len(answers(sinks[1])) == 3 })
+	acks := 0
+	for _, k := range sinks {
+		got := answers(k)
+		for i, ans := range got {
+			switch {
+			case strings.HasPrefix(ans, "ack "):
+				acks++
+				if i > 0 && got[i-1] == "client_emit_rate_limited" {
+					t.Errorf("socket %d: %v; an emit accepted after a refused one in one window", k.id, got)
+				}
+			case ans != "client_emit_rate_limited":
+				t.Errorf("socket %d: %v; want acks and client_emit_rate_limited only", k.id, got)
+			}
+		}
+	}
+	if acks != 3 {
+		t.Fatalf("%d of 6 emits of one clientId through two members accepted in one window, want 3: A %v, B %v",
+			acks, answers(sinks[0]), answers(sinks[1]))
+	}
+	if !b.hosts(ProjectKind, project) || a.hosts(ProjectKind, project) {
+		t.Fatal("want the project grain on B only")
 	}
 }
