@@ -27,16 +27,14 @@ type inProcessNode struct {
 	c      *Cluster
 	asks   atomic.Int64
 	frozen atomic.Bool
-
-	mu     sync.Mutex
-	grains map[string]*actor.PID
+	grains startedGrains
 }
 
 func newInProcessNode(t *testing.T, cfg Config) *inProcessNode {
 	t.Helper()
 	sys := newTestSystem(t, cfg)
 	sys.as.ProcessRegistry.Address = "127.0.0.1:1"
-	n := &inProcessNode{c: newTestCluster(t, sys, nil), grains: map[string]*actor.PID{}}
+	n := &inProcessNode{c: newTestCluster(t, sys, nil)}
 	c := n.c
 	c.topology(projectTopology(c))
 	c.moves.joinedAt.Store(time.Now().Add(-time.Hour).UnixNano())
@@ -47,26 +45,47 @@ func newInProcessNode(t *testing.T, cfg Config) *inProcessNode {
 
 // grain is the placement's local lookup: a grain started on first use.
 func (n *inProcessNode) grain(kind, identity string) *actor.PID {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	key := kind + "/" + identity
-	if pid, ok := n.grains[key]; ok {
-		return pid
-	}
-	var pid *actor.PID
-	if kind == ChannelKind {
-		pid = startGrain(n.c, identity)
-	} else {
+	return n.grains.get(kind, identity, func() *actor.PID {
+		if kind == ChannelKind {
+			return startGrain(n.c, identity)
+		}
 		real := startProjectGrain(n.c, identity)
-		pid = n.c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		return n.c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 			if m, ok := ctx.Message().(*clusterpb.ProjectTake); ok && !n.frozen.Load() {
 				n.asks.Add(1)
 				ctx.RequestWithCustomSender(real, m, ctx.Sender())
 			}
 		}))
+	})
+}
+
+// startedGrains are the grains a test's placement started, by kind and
+// identity.
+type startedGrains struct {
+	mu  sync.Mutex
+	pid map[string]*actor.PID
+}
+
+// get returns the grain of kind and identity, started by start on first use.
+func (g *startedGrains) get(kind, identity string, start func() *actor.PID) *actor.PID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := kind + "/" + identity
+	if pid, ok := g.pid[key]; ok {
+		return pid
 	}
-	n.grains[key] = pid
-	return pid
+	if g.pid == nil {
+		g.pid = map[string]*actor.PID{}
+	}
+	g.pid[key] = start()
+	return g.pid[key]
+}
+
+func (g *startedGrains) has(kind, identity string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.pid[kind+"/"+identity]
+	return ok
 }
 
 // ownedProjectChannel is a project and a channel whose grains this node owns.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,8 +27,7 @@ type member struct {
 	c      *Cluster
 	addr   string
 	down   atomic.Bool // crashed: nothing reaches it or leaves it
-	mu     sync.Mutex
-	grains map[string]*actor.PID
+	grains startedGrains
 }
 
 // twoMembers starts members 127.0.0.1:1 and :2, joined long ago, each
@@ -45,7 +43,7 @@ func twoMembers(t *testing.T, cfg Config) (a, b *member) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms[i] = &member{c: c, addr: addr, grains: map[string]*actor.PID{}}
+		ms[i] = &member{c: c, addr: addr}
 	}
 	kinds := []string{ChannelKind, ProjectKind}
 	top := &pcluster.ClusterTopology{}
@@ -76,29 +74,16 @@ func twoMembers(t *testing.T, cfg Config) (a, b *member) {
 }
 
 // hosts tells whether m started the grain of kind and identity.
-func (m *member) hosts(kind, identity string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.grains[kind+"/"+identity]
-	return ok
-}
+func (m *member) hosts(kind, identity string) bool { return m.grains.has(kind, identity) }
 
 // grain starts the grain of kind and identity here on first use.
 func (m *member) grain(kind, identity string) *actor.PID {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := kind + "/" + identity
-	if pid, ok := m.grains[key]; ok {
-		return pid
-	}
-	var pid *actor.PID
-	if kind == ProjectKind {
-		pid = startProjectGrain(m.c, identity)
-	} else {
-		pid = startGrain(m.c, identity)
-	}
-	m.grains[key] = pid
-	return pid
+	return m.grains.get(kind, identity, func() *actor.PID {
+		if kind == ProjectKind {
+			return startProjectGrain(m.c, identity)
+		}
+		return startGrain(m.c, identity)
+	})
 }
 
 // crossing is the other member's actors as this one reaches them: each
