@@ -30,14 +30,14 @@ func SignedHS256(token string) bool {
 }
 
 // headerNamesHS256: a compact JWS's first part is a base64url (unpadded)
-// JSON object whose alg is HS256.
+// JSON object whose alg is HS256. The member is named exactly "alg" (a map:
+// a struct field would also take "ALg", as encoding/json matches names
+// without case).
 func headerNamesHS256(header string) bool {
 	b, err := base64.RawURLEncoding.DecodeString(header)
 	if err != nil {
 		return false
 	}
-	var h struct {
-		Alg string `json:"alg"`
-	}
-	return json.Unmarshal(b, &h) == nil && h.Alg == string(jwa.HS256)
+	var h map[string]any
+	return json.Unmarshal(b, &h) == nil && h["alg"] == string(jwa.HS256)
 }
