@@ -83,7 +83,7 @@ type HandoffStats struct {
 // departure.
 func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 	var st HandoffStats
-	if c.pc == nil || c.leaving.Swap(true) {
+	if !c.joined.Load() || c.leaving.Swap(true) {
 		return st, nil
 	}
 	var pids []*actor.PID

@@ -406,3 +406,41 @@ func TestTwoMembersClientEmitsShareOneWindow(t *testing.T) {
 		t.Fatal("want the project grain on B only")
 	}
 }
+
+// A member stops gracefully: it hands its grains to the other before it
+// goes, so the channel's next grain there goes on from the handed ring,
+// and the subscriber gets every message once, with no replay_gap.
+func TestTwoMembersGracefulLeave(t *testing.T) {
+	a, b := twoMembers(t, Config{})
+	project, channel := b.ownedProjectChannel(t)
+	onA := subscribeOne(t, a.c.sys, project, channel, 1)
+	var seqs []uint64
+	emit := func(n int) {
+		t.Helper()
+		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, fmt.Appendf(nil, `{"n":%d}`, n))
+		if err != nil || res.Err != nil {
+			t.Fatalf("emit %d: %+v, %v", n, res, err)
+		}
+		seqs = append(seqs, res.Seq)
+	}
+	emit(1)
+	emit(2)
+
+	b.c.deregistered.Store(true) // no etcd here to leave
+	st, err := b.c.HandOff(context.Background())
+	if err != nil || st.Grains != 1 || st.Failed != 0 || st.Members != 1 {
+		t.Fatalf("B's handoff: %+v, %v; want its one channel grain handed to A", st, err)
+	}
+	a.c.topology(onlyTopology(a, 1)) // B is gone from the member list
+	emit(3)
+	if !a.hosts(ChannelKind, project+"/"+channel) || seqs[2] != seqs[1]+1 {
+		t.Fatalf("seqs %v: want the channel's grain on A, going on from B's ring", seqs)
+	}
+	waitFor(t, "3 messages on A's socket", func() bool { return len(onA.messages(t)) == 4 })
+	quiet(t, onA, 4)
+	for i, m := range onA.messages(t)[1:] {
+		if m["type"] != nil || m["seq"] != float64(seqs[i]) {
+			t.Fatalf("the subscriber on A got %v, want seqs %v and no gap", onA.messages(t)[1:], seqs)
+		}
+	}
+}
