@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,26 @@ type member struct {
 	addr   string
 	down   atomic.Bool // crashed: nothing reaches it or leaves it
 	grains startedGrains
+
+	mu      sync.Mutex
+	watched map[string]watch // watches of this member's actors by the other's, by watchee and watcher
+}
+
+// watch is one actor of the other member watching one of this member's.
+type watch struct{ watchee, watcher *actor.PID }
+
+// crash stops m answering, as a kill -9 would, and tells the other member's
+// watchers of m's actors that they ended, as protoactor's remote does when
+// its connection to a member breaks.
+func (m *member) crash(other *member) {
+	m.down.Store(true)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.watched {
+		if p, ok := other.c.sys.as.ProcessRegistry.GetLocal(w.watcher.Id); ok {
+			p.SendSystemMessage(w.watcher, &actor.Terminated{Who: w.watchee, Why: actor.TerminatedReason_AddressTerminated})
+		}
+	}
 }
 
 // twoMembers starts members 127.0.0.1:1 and :2, joined long ago, each
@@ -43,7 +64,7 @@ func twoMembers(t *testing.T, cfg Config) (a, b *member) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms[i] = &member{c: c, addr: addr}
+		ms[i] = &member{c: c, addr: addr, watched: map[string]watch{}}
 	}
 	kinds := []string{ChannelKind, ProjectKind}
 	top := &pcluster.ClusterTopology{}
@@ -58,6 +79,9 @@ func twoMembers(t *testing.T, cfg Config) (a, b *member) {
 			owner := m
 			if m.c.ownerAddress(kind, identity) == other.addr {
 				owner = other
+			}
+			if owner.down.Load() {
+				return nil // the owner asked does not answer: the lookup is tried again
 			}
 			pid := owner.grain(kind, identity)
 			return actor.NewPID(pid.Address, pid.Id) // this member's own PID value
@@ -136,10 +160,7 @@ func (x crossing) copied(msg any) any {
 	return gproto.Clone(m)
 }
 
-// lost drops what is sent to a member that is down: a network split more
-// than a crash (protoactor's remote would also tell the watchers of the
-// dead member's actors that they ended; the member list's change does it
-// here).
+// lost drops what is sent to or from a member that is down.
 type lost struct{}
 
 func (lost) SendUserMessage(*actor.PID, any)   {}
@@ -151,6 +172,14 @@ func (x crossing) SendUserMessage(pid *actor.PID, msg any) {
 }
 
 func (x crossing) SendSystemMessage(pid *actor.PID, msg any) {
+	x.to.mu.Lock()
+	switch m := msg.(type) {
+	case *actor.Watch:
+		x.to.watched[pid.Id+" "+m.Watcher.Id] = watch{actor.NewPID(pid.Address, pid.Id), actor.NewPID(m.Watcher.Address, m.Watcher.Id)}
+	case *actor.Unwatch:
+		delete(x.to.watched, pid.Id+" "+m.Watcher.Id)
+	}
+	x.to.mu.Unlock()
 	x.local(pid).SendSystemMessage(actor.NewPID(pid.Address, pid.Id), x.copied(msg))
 }
 
@@ -228,7 +257,7 @@ func TestTwoMembersOwnerCrashes(t *testing.T) {
 		t.Fatalf("first emit: %+v, %v", first, err)
 	}
 
-	b.down.Store(true)
+	b.crash(a)
 	type result struct {
 		res PublishResult
 		err error
