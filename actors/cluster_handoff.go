@@ -76,9 +76,9 @@ type HandoffStats struct {
 
 // HandOff freezes every grain on this node, of both kinds (they stop
 // stamping and granting), sends each one's state to the member that owns it
-// once this node is gone, in the same messages, waits for their acks (at
-// most AckTimeout), then deregisters from
-// etcd, so that the other members move the grains at once. Call it after the
+// once this node is gone (handOver: the project states first), waits for
+// their acks (at most AckTimeout), then deregisters from etcd, so that the
+// other members move the grains at once. Call it after the
 // API stopped taking emits and before the sockets close; Leave finishes the
 // departure.
 func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
@@ -100,7 +100,7 @@ func (c *Cluster) HandOff(ctx context.Context) (HandoffStats, error) {
 // states come back on the channels.
 type frozenGrains struct {
 	channels    chan *clusterpb.GrainState
-	nChannels   int
+	channelPIDs []*actor.PID
 	projects    chan *clusterpb.ProjectState
 	projectPIDs []*actor.PID
 }
@@ -109,7 +109,7 @@ type frozenGrains struct {
 // project moving says moves, a freeze at once (before protoactor's
 // placement actor stops them).
 func (c *Cluster) freeze(pids []*actor.PID, moving func(projectID string) bool) frozenGrains {
-	f := frozenGrains{channels: make(chan *clusterpb.GrainState, len(pids)), nChannels: len(pids)}
+	f := frozenGrains{channels: make(chan *clusterpb.GrainState, len(pids)), channelPIDs: pids}
 	for _, pid := range pids {
 		c.sys.root.Send(pid, &freeze{reply: f.channels})
 	}
@@ -136,7 +136,7 @@ func (c *Cluster) freeze(pids []*actor.PID, moving func(projectID string) bool) 
 // the channel grains). Its stats count the channel grains.
 func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.Rendezvous) HandoffStats {
 	var st HandoffStats
-	out := handoffMessages{c: c, owners: owners, byOwner: map[string][]*clusterpb.GrainHandoff{}, size: map[string]int{}}
+	out := handoffMessages{c: c, owners: owners, byOwner: map[string][]*clusterpb.GrainHandoff{}, size: map[string]int{}, members: map[string]bool{}}
 	bound := time.NewTimer(freezeTimeout)
 	defer bound.Stop()
 	w := freezeWait{bound: bound.C, done: ctx.Done()}
@@ -150,7 +150,7 @@ func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.
 		}
 	}
 	sent := out.send()
-	for st.Grains < f.nChannels {
+	for st.Grains < len(f.channelPIDs) {
 		s, ok := awaitState(&w, f.channels)
 		if !ok {
 			break
@@ -162,7 +162,7 @@ func (c *Cluster) handOver(ctx context.Context, f frozenGrains, owners *cluster.
 			st.Failed++ // no member left to take it
 		}
 	}
-	st.Failed += f.nChannels - st.Grains
+	st.Failed += len(f.channelPIDs) - st.Grains
 	sent = append(sent, out.send()...)
 	st.Members = len(out.members)
 	for _, s := range sent {
@@ -245,9 +245,6 @@ type sentHandoff struct {
 // send sends every message gathered so far.
 func (m *handoffMessages) send() []sentHandoff {
 	var sent []sentHandoff
-	if m.members == nil {
-		m.members = map[string]bool{}
-	}
 	for owner, hs := range m.byOwner {
 		m.members[owner] = true
 		for _, h := range hs {
