@@ -95,15 +95,23 @@ func (n *inProcessNode) ownedProjectChannel(t *testing.T) (string, string) {
 	return project, strings.TrimPrefix(owned(t, n.c, ChannelKind, project+"/ch-%d"), project+"/")
 }
 
-// emit is an HTTP emit through this node's edge, with the edge's 5 s bound.
+// emit is an HTTP emit through this node's edge, and how long it took.
 func (n *inProcessNode) emit(t *testing.T, project, channel string) (PublishResult, time.Duration) {
 	t.Helper()
 	began := time.Now()
-	res, err := n.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`1`))
-	if err != nil || res.Err != nil {
-		t.Fatalf("emit: %+v, %v", res, err)
-	}
+	res := publishOK(t, n.c.sys, project, channel, []byte(`1`))
 	return res, time.Since(began)
+}
+
+// publishOK is an HTTP emit through sys's edge, with the edge's 5 s bound;
+// one not accepted fails the test.
+func publishOK(t *testing.T, sys *System, project, channel string, payload []byte) PublishResult {
+	t.Helper()
+	res, err := sys.PublishWithin(context.Background(), 5*time.Second, project, channel, payload)
+	if err != nil || res.Err != nil {
+		t.Fatalf("emit %s on %s/%s: %+v, %v", payload, project, channel, res, err)
+	}
+	return res
 }
 
 // With a backstop of 400 a minute (shares of 8), 20 emits through a node

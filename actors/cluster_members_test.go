@@ -225,9 +225,9 @@ func TestTwoMembersEmitAcross(t *testing.T) {
 	onA := subscribeOne(t, a.c.sys, project, channel, 1)
 	onB := subscribeOne(t, b.c.sys, project, channel, 2)
 
-	res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
-	if err != nil || res.Err != nil || res.Seq == 0 || res.Subscribers != 2 || res.Delivered != 2 || res.Project.Limit != 400 {
-		t.Fatalf("emit through A: %+v, %v; want seq, 2 subscribers, 2 delivered, the project's backstop", res, err)
+	res := publishOK(t, a.c.sys, project, channel, []byte(`{"n":1}`))
+	if res.Seq == 0 || res.Subscribers != 2 || res.Delivered != 2 || res.Project.Limit != 400 {
+		t.Fatalf("emit through A: %+v; want seq, 2 subscribers, 2 delivered, the project's backstop", res)
 	}
 	waitFor(t, "the message on both sockets", func() bool { return len(onA.messages(t)) == 2 && len(onB.messages(t)) == 2 })
 	for _, k := range []*sink{onA, onB} {
@@ -252,10 +252,7 @@ func TestTwoMembersOwnerCrashes(t *testing.T) {
 	a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
 	project, channel := b.ownedProjectChannel(t)
 	onA := subscribeOne(t, a.c.sys, project, channel, 1)
-	first, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, []byte(`{"n":1}`))
-	if err != nil || first.Err != nil {
-		t.Fatalf("first emit: %+v, %v", first, err)
-	}
+	first := publishOK(t, a.c.sys, project, channel, []byte(`{"n":1}`))
 
 	b.crash(a)
 	type result struct {
@@ -320,12 +317,7 @@ func TestTwoMembersJoinHandsTheChannelOver(t *testing.T) {
 	onA := subscribeOne(t, a.c.sys, project, channel, 1)
 	var seqs []uint64
 	emit := func(n int) {
-		t.Helper()
-		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, fmt.Appendf(nil, `{"n":%d}`, n))
-		if err != nil || res.Err != nil {
-			t.Fatalf("emit %d: %+v, %v", n, res, err)
-		}
-		seqs = append(seqs, res.Seq)
+		seqs = append(seqs, publishOK(t, a.c.sys, project, channel, fmt.Appendf(nil, `{"n":%d}`, n)).Seq)
 	}
 	emit(1)
 	emit(2)
@@ -445,12 +437,7 @@ func TestTwoMembersGracefulLeave(t *testing.T) {
 	onA := subscribeOne(t, a.c.sys, project, channel, 1)
 	var seqs []uint64
 	emit := func(n int) {
-		t.Helper()
-		res, err := a.c.sys.PublishWithin(context.Background(), 5*time.Second, project, channel, fmt.Appendf(nil, `{"n":%d}`, n))
-		if err != nil || res.Err != nil {
-			t.Fatalf("emit %d: %+v, %v", n, res, err)
-		}
-		seqs = append(seqs, res.Seq)
+		seqs = append(seqs, publishOK(t, a.c.sys, project, channel, fmt.Appendf(nil, `{"n":%d}`, n)).Seq)
 	}
 	emit(1)
 	emit(2)
