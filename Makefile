@@ -45,7 +45,7 @@ bench-once:
 # processes on loopback. Without -race: protoactor's cluster has a data race of
 # its own in its member list (see the test file).
 test-cluster:
-	$(GO) test -tags cluster -run '^TestCluster' -count=1 -v -timeout 10m ./cmd/relay/
+	$(GO) test -tags cluster -run '^TestCluster' -count=1 -v -timeout 10m ./cmd/relay/e2e/cluster/
 
 # Regenerates proto/clusterpb from proto/cluster.proto with Debian's protoc
 # (protobuf-compiler) and protoc-gen-go at the version go.mod pins for

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	addr := strings.TrimPrefix(ts.base, "http://")
+	addr := strings.TrimPrefix(ts.Base, "http://")
 	const clients = 20
 	// Headers that never end: no blank line ever comes.
 	header := "GET /healthz HTTP/1.1\r\nHost: relay\r\nX-Slow: " + strings.Repeat("a", 200)
@@ -80,7 +81,7 @@ func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 			t.Fatalf("%d of %d slow clients trickling after 5 s", i, clients)
 		}
 	}
-	if status, body := getText(t, ts.base+"/healthz"); status != 200 {
+	if status, body := relaytest.GetText(t, ts.Base+"/healthz"); status != 200 {
 		t.Fatalf("/healthz during the slowloris: %d %s", status, body)
 	}
 

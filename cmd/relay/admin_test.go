@@ -110,9 +110,9 @@ func TestAdminCommands(t *testing.T) {
 
 		// Keys made by the command line authenticate on a relay on the same store.
 		ts := startServer(t, dbURL, nil)
-		c := ts.client()
-		if r := c.emitNoFail(sec, `{"channel":"c","payload":1}`); r.status != 200 {
-			t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
+		c := ts.Client()
+		if r := c.EmitNoFail(sec, `{"channel":"c","payload":1}`); r.Status != 200 {
+			t.Fatalf("emit with the new secret key: %d %s", r.Status, r.Raw)
 		}
 		ts.stop()
 
@@ -131,12 +131,12 @@ func TestAdminCommands(t *testing.T) {
 		adminFails(t, dbURL, 1, "project_not_found", "rotate-key", "--project", "00000000-0000-0000-0000-000000000000", "--type", "public")
 
 		ts = startServer(t, dbURL, nil)
-		c = ts.client()
-		if r := c.emitNoFail(sec2, `{"channel":"c","payload":1}`); r.status != 200 {
-			t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
+		c = ts.Client()
+		if r := c.EmitNoFail(sec2, `{"channel":"c","payload":1}`); r.Status != 200 {
+			t.Fatalf("emit with the new secret key: %d %s", r.Status, r.Raw)
 		}
-		if r := c.emitNoFail(sec, `{"channel":"c","payload":1}`); r.status != 401 {
-			t.Fatalf("emit with the rotated secret key: %d %s", r.status, r.raw)
+		if r := c.EmitNoFail(sec, `{"channel":"c","payload":1}`); r.Status != 401 {
+			t.Fatalf("emit with the rotated secret key: %d %s", r.Status, r.Raw)
 		}
 		st, err := store.Open(context.Background(), dbURL)
 		if err != nil {
@@ -175,7 +175,7 @@ func TestAdminCommands(t *testing.T) {
 			t.Fatalf("the minted token does not verify with the client-emit secret: %v", err)
 		}
 		claims := tok.PrivateClaims()
-		if claims["pid"] != pid || claims["ch"] != "room" || claims["clientId"] != "u1" || canonical(claims["types"]) != `["move","chat"]` {
+		if claims["pid"] != pid || claims["ch"] != "room" || claims["clientId"] != "u1" || relaytest.Canonical(claims["types"]) != `["move","chat"]` {
 			t.Fatalf("token claims %v", claims)
 		}
 		if ttl := tok.Expiration().Sub(tok.IssuedAt()); ttl != 2*time.Minute {
@@ -257,7 +257,7 @@ func TestVersionCommand(t *testing.T) {
 
 	ts := debugServer(t, nil)
 	labels := `goversion="` + b.GoVersion + `",revision="` + b.Revision + `",version="` + b.Version + `"`
-	if v := ts.metrics(t).Get(t, "relay_build_info", labels); v != 1 {
+	if v := ts.Metrics(t).Get(t, "relay_build_info", labels); v != 1 {
 		t.Fatalf("relay_build_info{%s} = %v", labels, v)
 	}
 }
@@ -300,12 +300,12 @@ func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
 		// (subscribed, so its project actor has it).
 		var socks []*wsClient
 		for _, ts := range nodes {
-			if r := ts.client().emit(secret, body); r.status != http.StatusOK {
-				t.Fatalf("emit before the revoke: %d %s", r.status, r.raw)
+			if r := ts.Client().Emit(secret, body); r.Status != http.StatusOK {
+				t.Fatalf("emit before the revoke: %d %s", r.Status, r.Raw)
 			}
-			ws := ts.dialWS(public)
-			ws.send(`{"action":"subscribe","channel":"c"}`)
-			ws.expect(`{"action":"subscribe","channel":"c","ok":true}`)
+			ws := ts.DialWS(public)
+			ws.Send(`{"action":"subscribe","channel":"c"}`)
+			ws.Expect(`{"action":"subscribe","channel":"c","ok":true}`)
 			socks = append(socks, ws)
 		}
 		// refused polls each node until the key is refused, and fails the
@@ -315,16 +315,16 @@ func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
 			for i, ts := range nodes {
 				var last response
 				relaytest.EventuallyNil(t, time.Until(done.Add(2*time.Second)), func() error {
-					if last = try(ts); last.status != status {
-						return fmt.Errorf("node %d: %s still answered %d %s 2 s after the command", i, what, last.status, last.raw)
+					if last = try(ts); last.Status != status {
+						return fmt.Errorf("node %d: %s still answered %d %s 2 s after the command", i, what, last.Status, last.Raw)
 					}
 					return nil
 				})
-				last.expect(t, status, want)
+				last.Expect(t, status, want)
 			}
 		}
 		emitWith := func(key string) func(*testServer) response {
-			return func(ts *testServer) response { return ts.client().emitNoFail(key, body) }
+			return func(ts *testServer) response { return ts.Client().EmitNoFail(key, body) }
 		}
 
 		adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", keyID("secret"))
@@ -334,12 +334,12 @@ func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
 		adminOK(t, dbURL, "revoke-key", "--project", pid, "--key", keyID("public"))
 		done = time.Now()
 		for i, ws := range socks {
-			if f := ws.expectClose(4001, time.Until(done.Add(2*time.Second))); f.reason != "key revoked" {
-				t.Fatalf("node %d: the revoked key's socket closed with 4001 %q, want \"key revoked\"", i, f.reason)
+			if f := ws.ExpectClose(4001, time.Until(done.Add(2*time.Second))); f.Reason != "key revoked" {
+				t.Fatalf("node %d: the revoked key's socket closed with 4001 %q, want \"key revoked\"", i, f.Reason)
 			}
 		}
 		refused("handshake with the revoked public key", done, func(ts *testServer) response {
-			return ts.handshake("/ws?publicKey=" + public)
+			return ts.Handshake("/ws?publicKey=" + public)
 		}, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 
 		// A rotation from the command line: the key it replaced is refused,
@@ -347,15 +347,15 @@ func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
 		r := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")
 		done = time.Now()
 		rotated := r["key"].(map[string]any)["raw"].(string)
-		if r := nodes[0].client().emit(rotated, body); r.status != http.StatusOK {
-			t.Fatalf("emit with the rotated-in key: %d %s", r.status, r.raw)
+		if r := nodes[0].Client().Emit(rotated, body); r.Status != http.StatusOK {
+			t.Fatalf("emit with the rotated-in key: %d %s", r.Status, r.Raw)
 		}
 		newest := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")["key"].(map[string]any)["raw"].(string)
 		done = time.Now()
 		refused("emit with the rotated-out secret key", done, emitWith(rotated), http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
 		for i, ts := range nodes {
-			if r := ts.client().emit(newest, body); r.status != http.StatusOK {
-				t.Fatalf("node %d: emit with the new key: %d %s", i, r.status, r.raw)
+			if r := ts.Client().Emit(newest, body); r.Status != http.StatusOK {
+				t.Fatalf("node %d: emit with the new key: %d %s", i, r.Status, r.Raw)
 			}
 		}
 	})

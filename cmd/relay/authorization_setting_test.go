@@ -16,20 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
 // cpAuthorization is the exact body of the authorization routes, without a JWKS URL.
 func cpAuthorization(on bool, secret, previousUntil any) string {
-	return cpAuthorizationJWKS(on, secret, previousUntil, nil)
-}
-
-// cpAuthorizationJWKS is the exact body of the authorization routes, with
-// no channel marked private.
-func cpAuthorizationJWKS(on bool, secret, previousUntil, jwksURL any) string {
-	return cpJSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil, "jwksUrl": jwksURL,
-		"privateChannels": []string{}})
+	return relaytest.AuthorizationBody(on, secret, previousUntil, nil)
 }
 
 // TestAuthorizationSettingAPI: off with no secret until turned on; on makes
@@ -41,55 +35,55 @@ func TestAuthorizationSettingAPI(t *testing.T) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := alice.cpCreate(t, "Private", aliceID)
-		q, _ := alice.cpCreate(t, "Other", aliceID)
-		path := "/api/projects/" + p.id + "/authorization"
+		p, pb := cpCreate(alice, t, "Private", aliceID)
+		q, _ := cpCreate(alice, t, "Other", aliceID)
+		path := "/api/projects/" + p.ID + "/authorization"
 		rotate := path + "/rotate-secret"
 		off := cpAuthorization(false, nil, nil)
 
-		alice.do("GET", path, "").expect(t, http.StatusOK, off)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, off)
 		// Refusals before any secret exists: nothing made.
 		for _, body := range []string{"", `{}`, `{"authorization":null}`, `{"on":true}`} {
-			alice.do("PATCH", path, body).expect(t, http.StatusBadRequest, `{"error":"authorization_required"}`)
+			alice.Do("PATCH", path, body).Expect(t, http.StatusBadRequest, `{"error":"authorization_required"}`)
 		}
 		for _, body := range []string{`{"authorization":"true"}`, `{"authorization":1}`, `{"authorization":[true]}`, `[`, `true`} {
-			alice.do("PATCH", path, body).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+			alice.Do("PATCH", path, body).Expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 		}
-		alice.send("PATCH", path, `{"authorization":true}`, "text/plain", nil).expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
-		alice.do("GET", path, "").expect(t, http.StatusOK, off)
+		alice.Send("PATCH", path, `{"authorization":true}`, "text/plain", nil).Expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, off)
 
 		// On: the secret is made, random and long enough to sign with.
-		on := alice.do("PATCH", path, `{"authorization":true}`)
-		secret := on.str("secret")
-		on.expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		on := alice.Do("PATCH", path, `{"authorization":true}`)
+		secret := on.Str("secret")
+		on.Expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
 		if len(secret) < 43 || strings.ContainsAny(secret, "+/=") {
 			t.Fatalf("authorization secret %q: want 32 random bytes in base64url", secret)
 		}
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
-		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		alice.Do("PATCH", path, `{"authorization":true}`).Expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
 		// Off keeps the secret; on again brings it back.
-		alice.do("PATCH", path, `{"authorization":false}`).expect(t, http.StatusOK, cpAuthorization(false, secret, nil))
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(false, secret, nil))
-		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		alice.Do("PATCH", path, `{"authorization":false}`).Expect(t, http.StatusOK, cpAuthorization(false, secret, nil))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpAuthorization(false, secret, nil))
+		alice.Do("PATCH", path, `{"authorization":true}`).Expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
 		// Another project stays as it was.
-		alice.do("GET", "/api/projects/"+q.id+"/authorization", "").expect(t, http.StatusOK, off)
+		alice.Do("GET", "/api/projects/"+q.ID+"/authorization", "").Expect(t, http.StatusOK, off)
 
 		// Rotation: refused overlaps, in the key rotation's words.
 		for _, body := range []string{`{"overlapSeconds":-1}`, `{"overlapSeconds":86401}`, `{"overlapSeconds":1.5}`, `{"overlapSeconds":"60"}`, `{"overlapSeconds":true}`, `{"overlapSeconds":{}}`} {
-			alice.do("POST", rotate, body).expect(t, http.StatusBadRequest, `{"error":"invalid_overlap"}`)
+			alice.Do("POST", rotate, body).Expect(t, http.StatusBadRequest, `{"error":"invalid_overlap"}`)
 		}
 		for _, body := range []string{`[`, `{"overlapSeconds":`, `"x"`} {
-			alice.do("POST", rotate, body).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+			alice.Do("POST", rotate, body).Expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 		}
-		alice.send("POST", rotate, `{}`, "application/x-www-form-urlencoded", nil).expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		alice.Send("POST", rotate, `{}`, "application/x-www-form-urlencoded", nil).Expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
 
 		// Without overlap (empty body, {}, 0, null): a new secret, no previous.
 		seen := []string{secret}
 		for _, body := range []string{"", `{}`, `{"overlapSeconds":0}`, `{"overlapSeconds":null}`} {
-			r := alice.do("POST", rotate, body)
-			s := r.str("secret")
-			r.expect(t, http.StatusOK, cpAuthorization(true, s, nil))
+			r := alice.Do("POST", rotate, body)
+			s := r.Str("secret")
+			r.Expect(t, http.StatusOK, cpAuthorization(true, s, nil))
 			if slices.Contains(seen, s) || len(s) < 43 {
 				t.Fatalf("rotation %q made secret %q (seen %q)", body, s, seen)
 			}
@@ -98,57 +92,57 @@ func TestAuthorizationSettingAPI(t *testing.T) {
 		// With an overlap: the previous one is valid until now + overlap.
 		prev := seen[len(seen)-1]
 		until := clock.Now().UTC().Add(300 * time.Second).Format("2006-01-02T15:04:05.000Z")
-		r := alice.do("POST", rotate, `{"overlapSeconds":300}`)
-		cur := r.str("secret")
-		r.expect(t, http.StatusOK, cpAuthorization(true, cur, until))
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, cur, until))
-		stored, err := ts.app.store.Project(context.Background(), p.id)
+		r := alice.Do("POST", rotate, `{"overlapSeconds":300}`)
+		cur := r.Str("secret")
+		r.Expect(t, http.StatusOK, cpAuthorization(true, cur, until))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpAuthorization(true, cur, until))
+		stored, err := ts.app.store.Project(context.Background(), p.ID)
 		if err != nil || stored.AuthSecret != cur || stored.AuthSecretPrevious != prev {
 			t.Fatalf("stored: %+v, %v", stored, err)
 		}
 		// Turning it off and on leaves the overlap as it is.
-		alice.do("PATCH", path, `{"authorization":false}`).expect(t, http.StatusOK, cpAuthorization(false, cur, until))
-		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorization(true, cur, until))
+		alice.Do("PATCH", path, `{"authorization":false}`).Expect(t, http.StatusOK, cpAuthorization(false, cur, until))
+		alice.Do("PATCH", path, `{"authorization":true}`).Expect(t, http.StatusOK, cpAuthorization(true, cur, until))
 		// Once the overlap has ended, no previous secret is shown.
 		clock.Advance(300 * time.Second)
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorization(true, cur, nil))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpAuthorization(true, cur, nil))
 		// The longest overlap is the key rotation's.
-		r = alice.do("POST", rotate, `{"overlapSeconds":86400}`)
-		r.expect(t, http.StatusOK, cpAuthorization(true, r.str("secret"), clock.Now().UTC().Add(24*time.Hour).Format("2006-01-02T15:04:05.000Z")))
+		r = alice.Do("POST", rotate, `{"overlapSeconds":86400}`)
+		r.Expect(t, http.StatusOK, cpAuthorization(true, r.Str("secret"), clock.Now().UTC().Add(24*time.Hour).Format("2006-01-02T15:04:05.000Z")))
 
 		// jwksUrl: alone or with authorization, trimmed; null or "" removes
 		// it; a URL the webhook setting would refuse is invalid_jwks_url,
 		// a non-string invalid_json, each changing nothing.
-		cur = alice.do("POST", rotate, "").str("secret") // no overlap left to show
+		cur = alice.Do("POST", rotate, "").Str("secret") // no overlap left to show
 		seen = append(seen, cur)
 		jwks := "https://example.com/.well-known/jwks.json"
-		alice.do("PATCH", path, `{"jwksUrl":" `+jwks+` "}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
+		alice.Do("PATCH", path, `{"jwksUrl":" `+jwks+` "}`).Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, jwks))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, jwks))
 		for _, bad := range []string{`"ftp://example.com/jwks"`, `"example.com/jwks"`, `"https://user:pw@example.com/jwks"`, `"https://"`, `"https://example.com/` + strings.Repeat("a", 2048) + `"`} {
-			alice.do("PATCH", path, `{"authorization":false,"jwksUrl":`+bad+`}`).expect(t, http.StatusBadRequest, `{"error":"invalid_jwks_url"}`)
+			alice.Do("PATCH", path, `{"authorization":false,"jwksUrl":`+bad+`}`).Expect(t, http.StatusBadRequest, `{"error":"invalid_jwks_url"}`)
 		}
 		for _, bad := range []string{`1`, `true`, `["https://example.com"]`, `{}`} {
-			alice.do("PATCH", path, `{"jwksUrl":`+bad+`}`).expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+			alice.Do("PATCH", path, `{"jwksUrl":`+bad+`}`).Expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 		}
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, jwks))
 		// http:// as the webhook URL allows it; with authorization in one change.
-		alice.do("PATCH", path, `{"authorization":false,"jwksUrl":"http://keys.example.com/jwks"}`).expect(t, http.StatusOK, cpAuthorizationJWKS(false, cur, nil, "http://keys.example.com/jwks"))
-		alice.do("PATCH", path, `{"authorization":true}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, "http://keys.example.com/jwks"))
-		r = alice.do("POST", rotate, "")
-		r.expect(t, http.StatusOK, cpAuthorizationJWKS(true, r.str("secret"), nil, "http://keys.example.com/jwks"))
-		cur = r.str("secret")
+		alice.Do("PATCH", path, `{"authorization":false,"jwksUrl":"http://keys.example.com/jwks"}`).Expect(t, http.StatusOK, relaytest.AuthorizationBody(false, cur, nil, "http://keys.example.com/jwks"))
+		alice.Do("PATCH", path, `{"authorization":true}`).Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, "http://keys.example.com/jwks"))
+		r = alice.Do("POST", rotate, "")
+		r.Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, r.Str("secret"), nil, "http://keys.example.com/jwks"))
+		cur = r.Str("secret")
 		seen = append(seen, cur)
-		alice.do("PATCH", path, `{"jwksUrl":null}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, nil))
-		alice.do("PATCH", path, `{"jwksUrl":"`+jwks+`"}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, jwks))
-		alice.do("PATCH", path, `{"jwksUrl":"  "}`).expect(t, http.StatusOK, cpAuthorizationJWKS(true, cur, nil, nil))
-		alice.do("GET", "/api/projects/"+q.id+"/authorization", "").expect(t, http.StatusOK, off)
+		alice.Do("PATCH", path, `{"jwksUrl":null}`).Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, nil))
+		alice.Do("PATCH", path, `{"jwksUrl":"`+jwks+`"}`).Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, jwks))
+		alice.Do("PATCH", path, `{"jwksUrl":"  "}`).Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, cur, nil, nil))
+		alice.Do("GET", "/api/projects/"+q.ID+"/authorization", "").Expect(t, http.StatusOK, off)
 
 		// The secret is shown only by these routes.
-		get := alice.do("GET", "/api/projects/"+p.id, "")
-		get.expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
-		list := alice.do("GET", "/api/projects", "")
-		_, keys := alice.cpKeys(t, p.id)
-		for _, body := range []string{get.raw, list.raw, keys} {
+		get := alice.Do("GET", "/api/projects/"+p.ID, "")
+		get.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		list := alice.Do("GET", "/api/projects", "")
+		_, keys := cpKeys(alice, t, p.ID)
+		for _, body := range []string{get.Raw, list.Raw, keys} {
 			for _, s := range append(seen, cur) {
 				if strings.Contains(body, s) {
 					t.Fatalf("an authorization secret leaks outside its routes: %s", body)
@@ -277,22 +271,22 @@ func TestAdminProjectAuthorization(t *testing.T) {
 		show("--jwks-url", "https://example.com/jwks")
 
 		// --private-channels: set (sorted), a bad one is the API's refusal, "" removes them.
-		if v := show("--private-channels", "vault,team-*"); canonical(v["privateChannels"]) != `["team-*","vault"]` || v["jwksUrl"] != "https://example.com/jwks" {
+		if v := show("--private-channels", "vault,team-*"); relaytest.Canonical(v["privateChannels"]) != `["team-*","vault"]` || v["jwksUrl"] != "https://example.com/jwks" {
 			t.Fatalf("--private-channels: %v", v)
 		}
 		adminFails(t, dbURL, 1, "invalid_private_channels", "project", "authorization", "--project", pid, "--private-channels", "bad channel")
 		adminFails(t, dbURL, 2, "exclude --rotate-secret", "project", "authorization", "--project", pid, "--rotate-secret", "--private-channels", "vault")
-		if v := show("--private-channels", ""); canonical(v["privateChannels"]) != `[]` {
+		if v := show("--private-channels", ""); relaytest.Canonical(v["privateChannels"]) != `[]` {
 			t.Fatalf("--private-channels '': %v", v)
 		}
 
 		// A relay on the same store answers the same.
 		v = show("--on")
 		ts := startServer(t, dbURL, nil)
-		c := ts.client()
-		c.do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).expect(t, http.StatusOK,
+		c := ts.Client()
+		c.Do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).Expect(t, http.StatusOK,
 			cpJSON(map[string]string{"id": p["project"].(map[string]any)["ownerUserId"].(string), "email": "dana@example.com"}))
-		c.do("GET", "/api/projects/"+pid+"/authorization", "").expect(t, http.StatusOK, cpAuthorizationJWKS(true, v["secret"], nil, "https://example.com/jwks"))
+		c.Do("GET", "/api/projects/"+pid+"/authorization", "").Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, v["secret"], nil, "https://example.com/jwks"))
 
 		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "00000000-0000-0000-0000-000000000000", "--on")
 		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "nope")
@@ -325,110 +319,110 @@ func TestAdminProjectAuthorization(t *testing.T) {
 func TestDashboardAuthorization(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Private")
-		page := "/projects/" + p.id
-		var api client = *ts.client()
-		api.http.Jar = c.http.Jar
-		apiPath := "/api/projects/" + p.id + "/authorization"
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Private")
+		page := "/projects/" + p.ID
+		var api client = *ts.Client()
+		api.HTTP.Jar = c.HTTP.Jar
+		apiPath := "/api/projects/" + p.ID + "/authorization"
 
-		view := c.get(page)
-		if view.byID("authorization-state") != "off" || view.byID("no-authorization-secret") == "" || view.byID("authorization-secret") != "" ||
-			!strings.Contains(view.body, `href="/projects/`+p.id+`/authorization/on"`) || strings.Contains(view.body, "rotate-authorization") {
-			t.Fatalf("a new project's authorization section:\n%s", view.body)
+		view := c.Get(page)
+		if view.ByID("authorization-state") != "off" || view.ByID("no-authorization-secret") == "" || view.ByID("authorization-secret") != "" ||
+			!strings.Contains(view.Body, `href="/projects/`+p.ID+`/authorization/on"`) || strings.Contains(view.Body, "rotate-authorization") {
+			t.Fatalf("a new project's authorization section:\n%s", view.Body)
 		}
 
 		// On: GET and an unconfirmed POST only ask.
-		if r := c.get(page + "/authorization/on"); r.status != http.StatusOK || !strings.Contains(r.body, `name="confirm" value="yes"`) {
-			t.Fatalf("confirmation page: %d\n%s", r.status, r.body)
+		if r := c.Get(page + "/authorization/on"); r.Status != http.StatusOK || !strings.Contains(r.Body, `name="confirm" value="yes"`) {
+			t.Fatalf("confirmation page: %d\n%s", r.Status, r.Body)
 		}
-		if r := c.submit(page, page+"/authorization/on", nil); r.status != http.StatusOK || !strings.Contains(r.body, "Turn on channel authorization?") {
-			t.Fatalf("unconfirmed POST: %d", r.status)
+		if r := c.Submit(page, page+"/authorization/on", nil); r.Status != http.StatusOK || !strings.Contains(r.Body, "Turn on channel authorization?") {
+			t.Fatalf("unconfirmed POST: %d", r.Status)
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, nil, nil))
-		c.submit(page, page+"/authorization/on", url.Values{"confirm": {"yes"}}).expectRedirect(t, page+"?done=auth-on")
-		view = c.get(page + "?done=auth-on")
-		secret := view.byID("authorization-secret")
-		if view.byID("authorization-state") != "on" || len(secret) < 43 || !strings.Contains(view.noticeText(), "Channel authorization is on") {
-			t.Fatalf("after turning on: state %q secret %q notice %q", view.byID("authorization-state"), secret, view.noticeText())
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, cpAuthorization(false, nil, nil))
+		c.Submit(page, page+"/authorization/on", url.Values{"confirm": {"yes"}}).ExpectRedirect(t, page+"?done=auth-on")
+		view = c.Get(page + "?done=auth-on")
+		secret := view.ByID("authorization-secret")
+		if view.ByID("authorization-state") != "on" || len(secret) < 43 || !strings.Contains(view.NoticeText(), "Channel authorization is on") {
+			t.Fatalf("after turning on: state %q secret %q notice %q", view.ByID("authorization-state"), secret, view.NoticeText())
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, cpAuthorization(true, secret, nil))
 
 		// Rotate: a refused overlap changes nothing; one with an overlap shows its end.
 		for _, bad := range []string{"-1", "86401", "abc", "1.5"} {
-			c.submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {bad}}).expectError(t, http.StatusBadRequest, "whole number of seconds")
+			c.Submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {bad}}).ExpectError(t, http.StatusBadRequest, "whole number of seconds")
 		}
-		if got := c.get(page).byID("authorization-secret"); got != secret {
+		if got := c.Get(page).ByID("authorization-secret"); got != secret {
 			t.Fatalf("refused rotations changed the secret: %q", got)
 		}
-		c.submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {"3600"}}).expectRedirect(t, page+"?done=auth-overlap")
-		view = c.get(page + "?done=auth-overlap")
-		rotated := view.byID("authorization-secret")
-		if rotated == secret || rotated == "" || !strings.HasPrefix(view.byID("authorization-previous-until"), "previous secret valid until ") ||
-			!strings.Contains(view.noticeText(), "accepted until") {
-			t.Fatalf("after a rotation with overlap: secret %q until %q notice %q", rotated, view.byID("authorization-previous-until"), view.noticeText())
+		c.Submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {"3600"}}).ExpectRedirect(t, page+"?done=auth-overlap")
+		view = c.Get(page + "?done=auth-overlap")
+		rotated := view.ByID("authorization-secret")
+		if rotated == secret || rotated == "" || !strings.HasPrefix(view.ByID("authorization-previous-until"), "previous secret valid until ") ||
+			!strings.Contains(view.NoticeText(), "accepted until") {
+			t.Fatalf("after a rotation with overlap: secret %q until %q notice %q", rotated, view.ByID("authorization-previous-until"), view.NoticeText())
 		}
-		r := api.do("GET", apiPath, "")
-		r.expect(t, http.StatusOK, cpAuthorization(true, rotated, r.json["previousSecretExpiresAt"]))
-		if r.json["previousSecretExpiresAt"] == nil {
-			t.Fatalf("the API shows no previous secret: %s", r.raw)
+		r := api.Do("GET", apiPath, "")
+		r.Expect(t, http.StatusOK, cpAuthorization(true, rotated, r.JSON["previousSecretExpiresAt"]))
+		if r.JSON["previousSecretExpiresAt"] == nil {
+			t.Fatalf("the API shows no previous secret: %s", r.Raw)
 		}
-		c.submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {"0"}}).expectRedirect(t, page+"?done=auth-rotated")
-		view = c.get(page)
-		if again := view.byID("authorization-secret"); again == rotated || again == "" || view.byID("authorization-previous-until") != "" {
-			t.Fatalf("after a rotation without overlap: %q, until %q", again, view.byID("authorization-previous-until"))
+		c.Submit(page, page+"/authorization/rotate-secret", url.Values{"overlapSeconds": {"0"}}).ExpectRedirect(t, page+"?done=auth-rotated")
+		view = c.Get(page)
+		if again := view.ByID("authorization-secret"); again == rotated || again == "" || view.ByID("authorization-previous-until") != "" {
+			t.Fatalf("after a rotation without overlap: %q, until %q", again, view.ByID("authorization-previous-until"))
 		}
-		rotated = view.byID("authorization-secret")
+		rotated = view.ByID("authorization-secret")
 
 		// Off: asks first, keeps the secret.
-		if r := c.submit(page, page+"/authorization/off", nil); r.status != http.StatusOK || !strings.Contains(r.body, "Turn off channel authorization?") {
-			t.Fatalf("unconfirmed off: %d", r.status)
+		if r := c.Submit(page, page+"/authorization/off", nil); r.Status != http.StatusOK || !strings.Contains(r.Body, "Turn off channel authorization?") {
+			t.Fatalf("unconfirmed off: %d", r.Status)
 		}
-		c.submit(page, page+"/authorization/off", url.Values{"confirm": {"yes"}}).expectRedirect(t, page+"?done=auth-off")
-		view = c.get(page)
-		if view.byID("authorization-state") != "off" || view.byID("authorization-secret") != rotated {
-			t.Fatalf("after turning off: state %q secret %q", view.byID("authorization-state"), view.byID("authorization-secret"))
+		c.Submit(page, page+"/authorization/off", url.Values{"confirm": {"yes"}}).ExpectRedirect(t, page+"?done=auth-off")
+		view = c.Get(page)
+		if view.ByID("authorization-state") != "off" || view.ByID("authorization-secret") != rotated {
+			t.Fatalf("after turning off: state %q secret %q", view.ByID("authorization-state"), view.ByID("authorization-secret"))
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
 
 		// The JWKS URL: set, shown, refused as the API refuses it (the input
 		// kept), removed with an empty field.
-		if view.byID("jwks-url-current") != "" || !strings.Contains(view.body, `action="/projects/`+p.id+`/authorization/jwks-url"`) {
-			t.Fatalf("the JWKS URL form:\n%s", view.body)
+		if view.ByID("jwks-url-current") != "" || !strings.Contains(view.Body, `action="/projects/`+p.ID+`/authorization/jwks-url"`) {
+			t.Fatalf("the JWKS URL form:\n%s", view.Body)
 		}
 		jwksPath := page + "/authorization/jwks-url"
-		c.submit(page, jwksPath, url.Values{"url": {"https://example.com/jwks.json"}}).expectRedirect(t, page+"?done=auth-jwks-saved")
-		view = c.get(page + "?done=auth-jwks-saved")
-		if view.byID("jwks-url-current") != "https://example.com/jwks.json" || !strings.Contains(view.noticeText(), "JWKS URL saved") ||
-			!strings.Contains(view.body, `value="https://example.com/jwks.json"`) {
-			t.Fatalf("after setting the JWKS URL: %q, notice %q", view.byID("jwks-url-current"), view.noticeText())
+		c.Submit(page, jwksPath, url.Values{"url": {"https://example.com/jwks.json"}}).ExpectRedirect(t, page+"?done=auth-jwks-saved")
+		view = c.Get(page + "?done=auth-jwks-saved")
+		if view.ByID("jwks-url-current") != "https://example.com/jwks.json" || !strings.Contains(view.NoticeText(), "JWKS URL saved") ||
+			!strings.Contains(view.Body, `value="https://example.com/jwks.json"`) {
+			t.Fatalf("after setting the JWKS URL: %q, notice %q", view.ByID("jwks-url-current"), view.NoticeText())
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorizationJWKS(false, rotated, nil, "https://example.com/jwks.json"))
-		refusedPage := c.submit(page, jwksPath, url.Values{"url": {"ftp://example.com/keys"}})
-		refusedPage.expectError(t, http.StatusBadRequest, "The JWKS URL must be an absolute http:// or https:// URL")
-		if !strings.Contains(refusedPage.body, `value="ftp://example.com/keys"`) {
-			t.Fatalf("the refused input is not kept:\n%s", refusedPage.body)
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, relaytest.AuthorizationBody(false, rotated, nil, "https://example.com/jwks.json"))
+		refusedPage := c.Submit(page, jwksPath, url.Values{"url": {"ftp://example.com/keys"}})
+		refusedPage.ExpectError(t, http.StatusBadRequest, "The JWKS URL must be an absolute http:// or https:// URL")
+		if !strings.Contains(refusedPage.Body, `value="ftp://example.com/keys"`) {
+			t.Fatalf("the refused input is not kept:\n%s", refusedPage.Body)
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorizationJWKS(false, rotated, nil, "https://example.com/jwks.json"))
-		c.submit(page, jwksPath, url.Values{"url": {""}}).expectRedirect(t, page+"?done=auth-jwks-removed")
-		if view = c.get(page + "?done=auth-jwks-removed"); view.byID("jwks-url-current") != "" || !strings.Contains(view.noticeText(), "JWKS URL removed") {
-			t.Fatalf("after removing the JWKS URL: %q, notice %q", view.byID("jwks-url-current"), view.noticeText())
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, relaytest.AuthorizationBody(false, rotated, nil, "https://example.com/jwks.json"))
+		c.Submit(page, jwksPath, url.Values{"url": {""}}).ExpectRedirect(t, page+"?done=auth-jwks-removed")
+		if view = c.Get(page + "?done=auth-jwks-removed"); view.ByID("jwks-url-current") != "" || !strings.Contains(view.NoticeText(), "JWKS URL removed") {
+			t.Fatalf("after removing the JWKS URL: %q, notice %q", view.ByID("jwks-url-current"), view.NoticeText())
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
 
 		// CSRF and someone else's project: refused, nothing changes.
 		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret", jwksPath} {
-			c.post(path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).expectError(t, http.StatusForbidden, "CSRF check failed")
+			c.Post(path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).ExpectError(t, http.StatusForbidden, "CSRF check failed")
 		}
-		bob := ts.dash(t)
-		bob.signup("bob@example.com")
+		bob := ts.Dash(t)
+		bob.Signup("bob@example.com")
 		for _, path := range []string{page + "/authorization/on", page + "/authorization/off"} {
-			bob.get(path).expectError(t, http.StatusNotFound, "Project not found")
+			bob.Get(path).ExpectError(t, http.StatusNotFound, "Project not found")
 		}
 		for _, path := range []string{page + "/authorization/on", page + "/authorization/off", page + "/authorization/rotate-secret", jwksPath} {
-			bob.submit("/", path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).expectError(t, http.StatusNotFound, "Project not found")
+			bob.Submit("/", path, url.Values{"confirm": {"yes"}, "overlapSeconds": {"0"}}).ExpectError(t, http.StatusNotFound, "Project not found")
 		}
-		api.do("GET", apiPath, "").expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
+		api.Do("GET", apiPath, "").Expect(t, http.StatusOK, cpAuthorization(false, rotated, nil))
 	})
 }

@@ -143,19 +143,19 @@ func TestBrowserAuthorization(t *testing.T) {
 	start := time.Now()
 	clock := relaytest.NewClock(start) // stands still until the test sets it
 	ts := startServerAt(t, storetest.SQLiteURL(t), nil, clock.Now)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("private")
-	r := owner.do("PATCH", "/api/projects/"+p.id+"/authorization", `{"authorization":true}`)
-	secret, _ := r.json["secret"].(string)
-	if r.status != http.StatusOK || r.json["authorization"] != true || secret == "" {
-		t.Fatalf("turn authorization on: %d %s", r.status, r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("private")
+	r := owner.Do("PATCH", "/api/projects/"+p.ID+"/authorization", `{"authorization":true}`)
+	secret, _ := r.JSON["secret"].(string)
+	if r.Status != http.StatusOK || r.JSON["authorization"] != true || secret == "" {
+		t.Fatalf("turn authorization on: %d %s", r.Status, r.Raw)
 	}
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	front := tokenBackend(t, px.base(), secret, clock.Now)
 	b := newBrowser(t, front)
 	emit := func(channel string, payload int) uint64 {
 		t.Helper()
-		res, err := backend.Emit(context.Background(), nil, ts.base+"/emit", p.secretKey, channel, map[string]int{"n": payload})
+		res, err := backend.Emit(context.Background(), nil, ts.Base+"/emit", p.SecretKey, channel, map[string]int{"n": payload})
 		if err != nil || !res.OK {
 			t.Fatalf("emit on %s: %+v %v", channel, res, err)
 		}
@@ -172,10 +172,10 @@ func TestBrowserAuthorization(t *testing.T) {
 	// A token granting private-user-42 (with presence) to user-42: the
 	// subscribe is acked, presence as user-42 too, a backend emit arrives.
 	ann := b.newTab(t)
-	ann.startAuthz(front, p.publicKey, "user=user-42&grant=private-user-42&presence=1&ttl=600")
+	ann.startAuthz(front, p.PublicKey, "user=user-42&grant=private-user-42&presence=1&ttl=600")
 	ann.eval(`sub("private-user-42", { presence: true, clientId: "user-42" })`)
 	annAt := ann.waitFor(0, "token:1", "state:open", "sent:subscribe:private-user-42", "ready:private-user-42", "presence:private-user-42:sync:")
-	if !ann.check(`relay.url.endsWith("/ws?publicKey=` + p.publicKey + `") && relay.ws.url.includes("&token=ey")`) {
+	if !ann.check(`relay.url.endsWith("/ws?publicKey=` + p.PublicKey + `") && relay.ws.url.includes("&token=ey")`) {
 		t.Fatalf("ann's addresses: %q", ann.log())
 	}
 	s1 := emit("private-user-42", 1)
@@ -185,7 +185,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	// the subscription (onError and ready), and the client forgets it;
 	// presence under another clientId than the token's sub is refused.
 	bob := b.newTab(t)
-	bob.startAuthz(front, p.publicKey, "user=user-7&ttl=600")
+	bob.startAuthz(front, p.PublicKey, "user=user-7&ttl=600")
 	bob.eval(`sub("private-user-42")`)
 	bobAt := bob.waitFor(0, "token:1", "state:open", "suberror:private-user-42:channel_forbidden", "rejected:private-user-42:channel_forbidden")
 	bob.eval(`sub("lobby", { presence: true, clientId: "user-42" })`)
@@ -206,7 +206,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	// Without the token option: no token sent, public channels as before,
 	// presence refused with token_required.
 	cat := b.newTab(t)
-	cat.startAuthz(front, p.publicKey, "")
+	cat.startAuthz(front, p.PublicKey, "")
 	cat.eval(`sub("lobby"); sub("room", { presence: true, clientId: "cat" })`)
 	catAt := cat.waitFor(0, "state:open")
 	cat.waitFor(catAt, "ready:lobby")
@@ -240,7 +240,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	// loop with a backend minting short tokens).
 	dan := b.newTab(t)
 	ttl := 2 + int(time.Since(start).Seconds())
-	dan.startAuthz(front, p.publicKey, fmt.Sprintf("user=user-42&grant=private-user-42&ttl=%d", ttl))
+	dan.startAuthz(front, p.PublicKey, fmt.Sprintf("user=user-42&grant=private-user-42&ttl=%d", ttl))
 	dan.waitFor(0, "token:1", "state:open", "got:token_expiring", "token:2", "sent:refresh", "got:refresh:true")
 	if !dan.check(`relay.tokenShort === true`) || dan.count(0, "state:reconnecting") != 0 {
 		t.Fatalf("dan: %q", dan.log())
@@ -253,7 +253,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	// she reconnects at once (no backoff) with a fresh token, resuming
 	// with since. Her reconnect is held at the proxy while a message goes.
 	erin := b.newTab(t)
-	erin.startAuthz(front, p.publicKey, "user=user-42&grant=private-user-42&ttl=600")
+	erin.startAuthz(front, p.PublicKey, "user=user-42&grant=private-user-42&ttl=600")
 	erin.eval(`window.hang = (n) => n === 2; sub("private-user-42")`)
 	erinAt := erin.waitFor(0, "token:1", "state:open", "ready:private-user-42")
 	s5 := emit("private-user-42", 5)

@@ -108,8 +108,9 @@ func TestImportBoundariesCatchAWrongImport(t *testing.T) {
 // The end-to-end suites under cmd/relay/e2e reach the relay only as its
 // users do, through its listeners: no file there imports a package of the
 // server, whatever its build tags. What they may use: the harness, storetest
-// (a throwaway PostgreSQL), the client-facing wire shapes (proto, not the
-// cluster's proto/clusterpb) and the client libraries.
+// (a throwaway PostgreSQL), the client-facing wire shapes (proto) and the
+// client libraries; and the cluster suite alone the cluster port's protocol
+// (proto/clusterpb), which its attack tests speak.
 func TestEndToEndSuitesStayOutside(t *testing.T) {
 	bad, err := e2eViolations("e2e")
 	if err != nil {
@@ -121,15 +122,24 @@ func TestEndToEndSuitesStayOutside(t *testing.T) {
 }
 
 // The check itself: a file with any build tag is read, and only the
-// allowed packages pass.
+// allowed packages pass; the cluster port's protocol only in the cluster suite.
 func TestEndToEndCheckCatchesAWrongImport(t *testing.T) {
 	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "chaos"), 0o755)
-	os.WriteFile(filepath.Join(dir, "chaos", "a_test.go"), []byte("//go:build chaos\n\npackage chaos\n\nimport (\n\t\"testing\"\n\n\t\""+
-		module+"/actors\"\n\t\""+module+"/proto/clusterpb\"\n\t\""+module+"/proto\"\n\t\""+module+"/cmd/relay/internal/relaytest\"\n)\n"), 0o644)
+	file := func(pkg string, imports ...string) string {
+		os.MkdirAll(filepath.Join(dir, pkg), 0o755)
+		path := filepath.Join(dir, pkg, "a_test.go")
+		src := "//go:build " + pkg + "\n\npackage " + pkg + "\n\nimport (\n\t\"testing\"\n"
+		for _, p := range imports {
+			src += "\t\"" + module + p + "\"\n"
+		}
+		os.WriteFile(path, []byte(src+")\n"), 0o644)
+		return path
+	}
+	chaos := file("chaos", "/actors", "/proto/clusterpb", "/proto", "/cmd/relay/internal/relaytest")
+	cluster := file("cluster", "/actors", "/proto/clusterpb", "/cmd/relay/internal/relaytest")
 	got, err := e2eViolations(dir)
-	want := []string{filepath.Join(dir, "chaos", "a_test.go") + " imports " + module + "/actors",
-		filepath.Join(dir, "chaos", "a_test.go") + " imports " + module + "/proto/clusterpb"}
+	want := []string{chaos + " imports " + module + "/actors", chaos + " imports " + module + "/proto/clusterpb",
+		cluster + " imports " + module + "/actors"}
 	if err != nil || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("violations = %q (%v), want %q", got, err, want)
 	}
@@ -149,10 +159,11 @@ func e2eViolations(dir string) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		clusterSuite := under(filepath.ToSlash(path), filepath.ToSlash(filepath.Join(dir, "cluster")))
 	next:
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
-			if !under(p, module) || p == module+"/proto" {
+			if !under(p, module) || p == module+"/proto" || clusterSuite && p == module+"/proto/clusterpb" {
 				continue
 			}
 			for _, a := range allowed {

@@ -20,13 +20,13 @@ import (
 // frame; the connection stays usable.
 func TestClientIDTooLong(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CLIENT_ID_BYTES": "16"})
-	p := ts.signup("alice@example.com").createProject("demo")
-	c := ts.dialWS(p.publicKey)
-	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"` + strings.Repeat("x", 17) + `"}`)
-	c.expect(`{"error":"client_id_too_long","channel":"room"}`)
-	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"` + strings.Repeat("x", 16) + `"}`)
-	c.expect(`{"action":"subscribe","channel":"room","ok":true}`)
-	c.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	c := ts.DialWS(p.PublicKey)
+	c.Send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"` + strings.Repeat("x", 17) + `"}`)
+	c.Expect(`{"error":"client_id_too_long","channel":"room"}`)
+	c.Send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"` + strings.Repeat("x", 16) + `"}`)
+	c.Expect(`{"action":"subscribe","channel":"room","ok":true}`)
+	c.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 }
 
 // With MAX_PRESENCE_MEMBERS_PER_CHANNEL members, a new clientId's presence
@@ -36,77 +36,77 @@ func TestClientIDTooLong(t *testing.T) {
 // closed every new presence subscriber with 1013).
 func TestPresenceMembersCapped(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "40"})
-	p := ts.signup("alice@example.com").createProject("demo")
+	p := ts.Signup("alice@example.com").CreateProject("demo")
 	long := func(i int) string { return fmt.Sprintf("%03d", i) + strings.Repeat("m", 125) } // 128 bytes, the default cap
 	var members []*wsClient
 	for i := range 40 {
-		m := presenceSub(t, ts, p.publicKey, "room", long(i))
-		m.expectExcept(`{"type":"presence","channel":"room","event":"sync"}`, "members")
+		m := ts.PresenceSub(t, p.PublicKey, "room", long(i))
+		m.ExpectExcept(`{"type":"presence","channel":"room","event":"sync"}`, "members")
 		members = append(members, m)
 	}
-	extra := ts.dialWS(p.publicKey)
-	extra.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"one-too-many"}`)
-	extra.expect(`{"error":"too_many_presence_members","channel":"room"}`)
-	extra.send(`{"action":"ping"}`)
-	extra.expect(`{"action":"pong","ok":true}`)
+	extra := ts.DialWS(p.PublicKey)
+	extra.Send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"one-too-many"}`)
+	extra.Expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	extra.Send(`{"action":"ping"}`)
+	extra.Expect(`{"action":"pong","ok":true}`)
 
-	again := presenceSub(t, ts, p.publicKey, "room", long(7)) // a second tab of a member
-	sync := again.expectExcept(`{"type":"presence","channel":"room","event":"sync"}`, "members")
+	again := ts.PresenceSub(t, p.PublicKey, "room", long(7)) // a second tab of a member
+	sync := again.ExpectExcept(`{"type":"presence","channel":"room","event":"sync"}`, "members")
 	if n := len(sync["members"].([]any)); n != 40 {
 		t.Errorf("sync lists %d members, want 40", n)
 	}
-	plain := subscribed(t, ts, p.publicKey, "room")
-	plain.expectSilence(100 * time.Millisecond)
+	plain := ts.Subscribed(t, p.PublicKey, "room")
+	plain.ExpectSilence(100 * time.Millisecond)
 	last := members[len(members)-1] // joined last: nothing came after its sync
-	last.send(`{"action":"ping"}`)
-	last.expect(`{"action":"pong","ok":true}`)
+	last.Send(`{"action":"ping"}`)
+	last.Expect(`{"action":"pong","ok":true}`)
 }
 
 // MAX_CONNECTIONS_PER_ADDRESS: one client address cannot take a project's
 // connections; other projects, and the slot once freed, are not affected.
 func TestConnectionsPerAddress(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CONNECTIONS_PER_ADDRESS": "3"})
-	owner := ts.signup("alice@example.com")
-	p, other := owner.createProject("a"), owner.createProject("b")
+	owner := ts.Signup("alice@example.com")
+	p, other := owner.CreateProject("a"), owner.CreateProject("b")
 	var open []*wsClient
 	for range 3 {
-		open = append(open, ts.dialWS(p.publicKey))
+		open = append(open, ts.DialWS(p.PublicKey))
 	}
-	ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`) // the 4th from one address
-	ts.dialWS(other.publicKey)                                                                                           // another project has its own count
-	open[0].conn.Close()
+	ts.Handshake("/ws?publicKey="+p.PublicKey).Expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`) // the 4th from one address
+	ts.DialWS(other.PublicKey)                                                                                           // another project has its own count
+	open[0].Conn.Close()
 	var c *wsClient
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		cc, status, _ := ts.tryDialWS(p.publicKey)
+		cc, status, _ := ts.TryDialWS(p.PublicKey)
 		c = cc
 		return status == http.StatusSwitchingProtocols
 	}, "no slot after a connection closed")
-	c.send(`{"action":"ping"}`)
-	c.expect(`{"action":"pong","ok":true}`)
+	c.Send(`{"action":"ping"}`)
+	c.Expect(`{"action":"pong","ok":true}`)
 }
 
 // MAX_CHANNELS_PER_PROJECT: a new channel past the cap is refused (emit
 // 429, subscribe error frame); existing channels and other projects work.
 func TestChannelsPerProject(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "2"})
-	owner := ts.signup("alice@example.com")
-	p, other := owner.createProject("a"), owner.createProject("b")
-	sub := subscribed(t, ts, p.publicKey, "one")
-	if r := owner.emit(p.secretKey, `{"channel":"two","payload":1}`); r.status != http.StatusOK {
-		t.Fatalf("second channel: %d %s", r.status, r.raw)
+	owner := ts.Signup("alice@example.com")
+	p, other := owner.CreateProject("a"), owner.CreateProject("b")
+	sub := ts.Subscribed(t, p.PublicKey, "one")
+	if r := owner.Emit(p.SecretKey, `{"channel":"two","payload":1}`); r.Status != http.StatusOK {
+		t.Fatalf("second channel: %d %s", r.Status, r.Raw)
 	}
-	owner.emit(p.secretKey, `{"channel":"three","payload":1}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_channels"}`)
-	c := ts.dialWS(p.publicKey)
-	c.send(`{"action":"subscribe","channel":"four"}`)
-	c.expect(`{"error":"too_many_channels","channel":"four"}`)
-	c.send(`{"action":"unsubscribe","channel":"five"}`) // leaving what it never joined starts nothing
-	c.expect(`{"action":"unsubscribe","channel":"five","ok":true}`)
-	if r := owner.emit(p.secretKey, `{"channel":"one","payload":2}`); r.status != http.StatusOK || num(r.json, "delivered") != 1 {
-		t.Fatalf("existing channel: %d %s", r.status, r.raw)
+	owner.Emit(p.SecretKey, `{"channel":"three","payload":1}`).Expect(t, http.StatusTooManyRequests, `{"error":"too_many_channels"}`)
+	c := ts.DialWS(p.PublicKey)
+	c.Send(`{"action":"subscribe","channel":"four"}`)
+	c.Expect(`{"error":"too_many_channels","channel":"four"}`)
+	c.Send(`{"action":"unsubscribe","channel":"five"}`) // leaving what it never joined starts nothing
+	c.Expect(`{"action":"unsubscribe","channel":"five","ok":true}`)
+	if r := owner.Emit(p.SecretKey, `{"channel":"one","payload":2}`); r.Status != http.StatusOK || relaytest.Num(r.JSON, "delivered") != 1 {
+		t.Fatalf("existing channel: %d %s", r.Status, r.Raw)
 	}
-	sub.expectExcept(`{"channel":"one","payload":2}`, "seq")
-	if r := owner.emit(other.secretKey, `{"channel":"three","payload":1}`); r.status != http.StatusOK {
-		t.Fatalf("other project: %d %s", r.status, r.raw)
+	sub.ExpectExcept(`{"channel":"one","payload":2}`, "seq")
+	if r := owner.Emit(other.SecretKey, `{"channel":"three","payload":1}`); r.Status != http.StatusOK {
+		t.Fatalf("other project: %d %s", r.Status, r.Raw)
 	}
 }
 
@@ -114,50 +114,50 @@ func TestChannelsPerProject(t *testing.T) {
 // cap; what had to go is reported as a replay_gap, never silently missing.
 func TestReplayBytesPerProject(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_REPLAY_BYTES_PER_PROJECT": "3000"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("a")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("a")
 	big := `"` + strings.Repeat("x", 1200) + `"`
-	first := owner.emit(p.secretKey, `{"channel":"a","payload":`+big+`}`)
-	owner.emit(p.secretKey, `{"channel":"a","payload":`+big+`}`)
-	b1 := owner.emit(p.secretKey, `{"channel":"b","payload":`+big+`}`) // over the project's 3000 bytes: not kept
-	since := fmt.Sprint(int64(num(first.json, "seq")) - 1)
-	c := ts.dialWS(p.publicKey)
-	c.send(`{"action":"subscribe","channel":"a","since":` + since + `}`)
-	c.expectExcept(`{"channel":"a","replay":true}`, "payload", "seq")
-	c.expectExcept(`{"channel":"a","replay":true}`, "payload", "seq")
-	c.expect(`{"action":"subscribe","channel":"a","ok":true}`)
-	sinceB := fmt.Sprint(int64(num(b1.json, "seq")) - 1)
-	c.send(`{"action":"subscribe","channel":"b","since":` + sinceB + `}`)
-	c.expect(`{"type":"replay_gap","channel":"b","since":` + sinceB + `}`)
-	c.expect(`{"action":"subscribe","channel":"b","ok":true}`)
+	first := owner.Emit(p.SecretKey, `{"channel":"a","payload":`+big+`}`)
+	owner.Emit(p.SecretKey, `{"channel":"a","payload":`+big+`}`)
+	b1 := owner.Emit(p.SecretKey, `{"channel":"b","payload":`+big+`}`) // over the project's 3000 bytes: not kept
+	since := fmt.Sprint(int64(relaytest.Num(first.JSON, "seq")) - 1)
+	c := ts.DialWS(p.PublicKey)
+	c.Send(`{"action":"subscribe","channel":"a","since":` + since + `}`)
+	c.ExpectExcept(`{"channel":"a","replay":true}`, "payload", "seq")
+	c.ExpectExcept(`{"channel":"a","replay":true}`, "payload", "seq")
+	c.Expect(`{"action":"subscribe","channel":"a","ok":true}`)
+	sinceB := fmt.Sprint(int64(relaytest.Num(b1.JSON, "seq")) - 1)
+	c.Send(`{"action":"subscribe","channel":"b","since":` + sinceB + `}`)
+	c.Expect(`{"type":"replay_gap","channel":"b","since":` + sinceB + `}`)
+	c.Expect(`{"action":"subscribe","channel":"b","ok":true}`)
 }
 
 // MAX_PROJECTS_PER_USER, on both stores, through the API and the dashboard.
 func TestProjectsPerUser(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"MAX_PROJECTS_PER_USER": "2"})
-		owner := ts.signup("alice@example.com")
-		owner.createProject("one")
-		owner.createProject("two")
-		owner.do("POST", "/api/projects", `{"name":"three"}`).expect(t, http.StatusForbidden, `{"error":"too_many_projects"}`)
-		ts.signup("bob@example.com").createProject("bob's") // per user
-		if r := owner.do("GET", "/api/projects", ""); r.status != http.StatusOK || strings.Count(r.raw, `"name"`) != 2 {
-			t.Errorf("projects after the refusal: %d %s", r.status, r.raw)
+		owner := ts.Signup("alice@example.com")
+		owner.CreateProject("one")
+		owner.CreateProject("two")
+		owner.Do("POST", "/api/projects", `{"name":"three"}`).Expect(t, http.StatusForbidden, `{"error":"too_many_projects"}`)
+		ts.Signup("bob@example.com").CreateProject("bob's") // per user
+		if r := owner.Do("GET", "/api/projects", ""); r.Status != http.StatusOK || strings.Count(r.Raw, `"name"`) != 2 {
+			t.Errorf("projects after the refusal: %d %s", r.Status, r.Raw)
 		}
 
 		// The dashboard: the home page again, with the reason, the name
 		// typed kept in the form, and still two projects listed.
-		d := ts.dash(t)
-		d.signup("carol@example.com")
-		d.create("one")
-		d.create("two")
-		page := d.submit("/", "/projects", url.Values{"name": {"three"}})
-		page.expectError(t, http.StatusForbidden,
+		d := ts.Dash(t)
+		d.Signup("carol@example.com")
+		d.Create("one")
+		d.Create("two")
+		page := d.Submit("/", "/projects", url.Values{"name": {"three"}})
+		page.ExpectError(t, http.StatusForbidden,
 			"You have reached the number of projects an account may have (MAX_PROJECTS_PER_USER). Delete one to create another.")
-		if n := strings.Count(page.body, `<a href="/projects/`); n != 2 || !strings.Contains(page.body, `value="three"`) {
-			t.Fatalf("refused page lists %d projects (want 2) or lost the name typed:\n%s", n, page.body)
+		if n := strings.Count(page.Body, `<a href="/projects/`); n != 2 || !strings.Contains(page.Body, `value="three"`) {
+			t.Fatalf("refused page lists %d projects (want 2) or lost the name typed:\n%s", n, page.Body)
 		}
-		if n := strings.Count(d.get("/").body, `<a href="/projects/`); n != 2 {
+		if n := strings.Count(d.Get("/").Body, `<a href="/projects/`); n != 2 {
 			t.Fatalf("home lists %d projects after the refusal, want 2", n)
 		}
 	})
@@ -171,25 +171,25 @@ func TestRevocationBounds(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{"MAX_REVOCATIONS_PER_PROJECT": "2", "REVOKE_REQUESTS_PER_MINUTE": "5"}, clock.Now)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("a")
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("a")
 		revoke := func(body string) response {
-			return owner.send("POST", "/emit-tokens/revoke", body, "application/json", map[string]string{"Authorization": "Bearer " + p.secretKey})
+			return owner.Send("POST", "/emit-tokens/revoke", body, "application/json", map[string]string{"Authorization": "Bearer " + p.SecretKey})
 		}
-		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
-		revoke(`{"jti":"two"}`).expect(t, http.StatusOK, `{"ok":true}`)
-		revoke(`{"jti":"three"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
-		revoke(`{"jti":"one"}`).expect(t, http.StatusOK, `{"ok":true}`)
-		revoke(`{"jti":"one","clientId":"new"}`).expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
+		revoke(`{"jti":"one"}`).Expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"two"}`).Expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"three"}`).Expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
+		revoke(`{"jti":"one"}`).Expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"one","clientId":"new"}`).Expect(t, http.StatusTooManyRequests, `{"error":"too_many_revocations"}`)
 		r := revoke(`{"jti":"five"}`) // the sixth request this minute
-		r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
-		if r.header.Get("Retry-After") == "" {
+		r.Expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
+		if r.Header.Get("Retry-After") == "" {
 			t.Error("no Retry-After")
 		}
 		// Revocations stop counting once no token can match them (the token
 		// TTL cap, 600 s, plus a minute), and the revoke budget is per minute.
 		clock.Advance(12 * time.Minute)
-		revoke(`{"jti":"six"}`).expect(t, http.StatusOK, `{"ok":true}`)
+		revoke(`{"jti":"six"}`).Expect(t, http.StatusOK, `{"ok":true}`)
 	})
 }
 
@@ -198,29 +198,29 @@ func TestRevocationBounds(t *testing.T) {
 func TestRevokedPublicKeyClosesItsSockets(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("a")
-		old := subscribed(t, ts, p.publicKey, "room")
-		r := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
-		if r.status != http.StatusCreated && r.status != http.StatusOK {
-			t.Fatalf("rotate: %d %s", r.status, r.raw)
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("a")
+		old := ts.Subscribed(t, p.PublicKey, "room")
+		r := owner.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`)
+		if r.Status != http.StatusCreated && r.Status != http.StatusOK {
+			t.Fatalf("rotate: %d %s", r.Status, r.Raw)
 		}
-		f := old.expectClose(4001, 5*time.Second)
-		if f.reason != "key revoked" {
-			t.Errorf("close reason %q", f.reason)
+		f := old.ExpectClose(4001, 5*time.Second)
+		if f.Reason != "key revoked" {
+			t.Errorf("close reason %q", f.Reason)
 		}
-		newKey, activeID := r.str("key", "raw"), r.str("key", "id")
+		newKey, activeID := r.Str("key", "raw"), r.Str("key", "id")
 		if newKey == "" || activeID == "" {
-			t.Fatalf("no new key in %s", r.raw)
+			t.Fatalf("no new key in %s", r.Raw)
 		}
-		fresh := subscribed(t, ts, newKey, "room")
-		secretSocketsUnaffected := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
-		if secretSocketsUnaffected.status != http.StatusOK {
-			t.Fatalf("emit: %s", secretSocketsUnaffected.raw)
+		fresh := ts.Subscribed(t, newKey, "room")
+		secretSocketsUnaffected := owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`)
+		if secretSocketsUnaffected.Status != http.StatusOK {
+			t.Fatalf("emit: %s", secretSocketsUnaffected.Raw)
 		}
-		fresh.expectExcept(`{"channel":"room","payload":1}`, "seq")
-		owner.do("POST", "/api/projects/"+p.id+"/keys/"+activeID+"/revoke", "").expect(t, http.StatusOK, `{"ok":true}`)
-		fresh.expectClose(4001, 5*time.Second)
+		fresh.ExpectExcept(`{"channel":"room","payload":1}`, "seq")
+		owner.Do("POST", "/api/projects/"+p.ID+"/keys/"+activeID+"/revoke", "").Expect(t, http.StatusOK, `{"ok":true}`)
+		fresh.ExpectClose(4001, 5*time.Second)
 	})
 }
 
@@ -232,28 +232,28 @@ func TestRevokedPublicKeyClosesItsSockets(t *testing.T) {
 func TestAttackRowsStayBounded(t *testing.T) {
 	proc := relaytest.StartBinary(t)
 	ts := binaryServer(t, proc)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("target")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("target")
 	rss := func() float64 { return relaytest.RSS(t, proc.Cmd.Process.Pid) / 1024 }
 	before := rss()
 	huge := strings.Repeat("x", 100_000)
 	var socks []*wsClient
 	for range 50 {
-		c := ts.dialWS(p.publicKey)
+		c := ts.DialWS(p.PublicKey)
 		for ch := range 5 {
-			c.send(fmt.Sprintf(`{"action":"subscribe","channel":"c%d","presence":true,"clientId":"%s"}`, ch, huge))
+			c.Send(fmt.Sprintf(`{"action":"subscribe","channel":"c%d","presence":true,"clientId":"%s"}`, ch, huge))
 		}
 		socks = append(socks, c)
 	}
 	for _, c := range socks {
 		for ch := range 5 {
-			c.expect(fmt.Sprintf(`{"error":"client_id_too_long","channel":"c%d"}`, ch))
+			c.Expect(fmt.Sprintf(`{"error":"client_id_too_long","channel":"c%d"}`, ch))
 		}
 	}
 	payload := `"` + strings.Repeat("y", 130_000) + `"`
 	for i := range 500 {
-		if r := owner.emitNoFail(p.secretKey, fmt.Sprintf(`{"channel":"e%d","payload":%s}`, i%250, payload)); r.status != http.StatusOK {
-			t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+		if r := owner.EmitNoFail(p.SecretKey, fmt.Sprintf(`{"channel":"e%d","payload":%s}`, i%250, payload)); r.Status != http.StatusOK {
+			t.Fatalf("emit %d: %d %s", i, r.Status, r.Raw)
 		}
 	}
 	grown := rss() - before
@@ -280,20 +280,20 @@ func TestQueuedBytesPerConnection(t *testing.T) {
 	}
 	ts := debugServer(t, map[string]string{"MAX_QUEUED_BYTES_PER_CONNECTION": fmt.Sprint(queueCap),
 		"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	slow := lcDialSmallBuffer(t, ts, p.publicKey)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	slow := lcDialSmallBuffer(t, ts, p.PublicKey)
 	// Bounds on the bytes queued for it: its frames carry a channel and a
 	// seq besides the payload, and the probes of lcSubscribeUnread are small.
-	sentHi := 100 * lcSubscribeUnread(t, slow, owner, p.secretKey, "firehose")
+	sentHi := 100 * lcSubscribeUnread(t, slow, owner, p.SecretKey, "firehose")
 	sentLo := 0
 	for {
-		r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`)
-		if r.status != http.StatusOK || num(r.json, "subscriberCount") != 1 {
-			t.Fatalf("emit after %d bytes: %d %s", sentLo, r.status, r.raw)
+		r := owner.Emit(p.SecretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`)
+		if r.Status != http.StatusOK || relaytest.Num(r.JSON, "subscriberCount") != 1 {
+			t.Fatalf("emit after %d bytes: %d %s", sentLo, r.Status, r.Raw)
 		}
 		sentLo, sentHi = sentLo+len(lcBigPayload), sentHi+len(lcBigPayload)+100
-		if num(r.json, "delivered") == 1 {
+		if relaytest.Num(r.JSON, "delivered") == 1 {
 			if sentLo > queueCap+absorbed {
 				t.Fatalf("still queued after %d bytes to a peer that does not read: the %d-byte cap is not applied", sentLo, queueCap)
 			}
@@ -306,11 +306,11 @@ func TestQueuedBytesPerConnection(t *testing.T) {
 	}
 	lcExpectSlowConsumerEnd(t, slow)
 	// The queue overflowed (abrupt=false), not a blocked write's timeout.
-	lcWaitLogs(t, ts.logs, map[*regexp.Regexp]int{
+	lcWaitLogs(t, ts.Logs, map[*regexp.Regexp]int{
 		regexp.MustCompile(lcCloseLog("slow_consumer", 1013).String() + `reason="slow consumer" abrupt=false `): 1})
 	mtWaitMetrics(t, ts, mtSample{"relay_connections_closed_total", `cause="slow_consumer"`, 1})
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		return num(owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`).json, "subscriberCount") == 0
+		return relaytest.Num(owner.Emit(p.SecretKey, `{"channel":"firehose","payload":1}`).JSON, "subscriberCount") == 0
 	}, "the slow consumer unsubscribed")
 }
 
@@ -319,23 +319,23 @@ func TestQueuedBytesPerConnection(t *testing.T) {
 func TestRefusedSubscribeIsForgotten(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_CHANNELS_PER_PROJECT": "2", "MAX_SUBSCRIPTIONS_PER_CONNECTION": "2", "MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("a")
-	if r := owner.emit(p.secretKey, `{"channel":"alpha","payload":1}`); r.status != http.StatusOK {
-		t.Fatalf("emit: %d %s", r.status, r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("a")
+	if r := owner.Emit(p.SecretKey, `{"channel":"alpha","payload":1}`); r.Status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
-	presenceSub(t, ts, p.publicKey, "alpha", "first").expect(`{"type":"presence","channel":"alpha","event":"sync","members":[]}`)
-	c := ts.dialWS(p.publicKey)
-	c.send(`{"action":"subscribe","channel":"one"}`) // the project's second channel
-	c.expect(`{"action":"subscribe","channel":"one","ok":true}`)
-	c.send(`{"action":"subscribe","channel":"alpha","presence":true,"clientId":"second"}`)
-	c.expect(`{"error":"too_many_presence_members","channel":"alpha"}`)
-	c.send(`{"action":"subscribe","channel":"two"}`)
-	c.expect(`{"error":"too_many_channels","channel":"two"}`)
+	ts.PresenceSub(t, p.PublicKey, "alpha", "first").Expect(`{"type":"presence","channel":"alpha","event":"sync","members":[]}`)
+	c := ts.DialWS(p.PublicKey)
+	c.Send(`{"action":"subscribe","channel":"one"}`) // the project's second channel
+	c.Expect(`{"action":"subscribe","channel":"one","ok":true}`)
+	c.Send(`{"action":"subscribe","channel":"alpha","presence":true,"clientId":"second"}`)
+	c.Expect(`{"error":"too_many_presence_members","channel":"alpha"}`)
+	c.Send(`{"action":"subscribe","channel":"two"}`)
+	c.Expect(`{"error":"too_many_channels","channel":"two"}`)
 	// Had either refusal stayed recorded, this would be too_many_subscriptions.
-	c.send(`{"action":"subscribe","channel":"alpha"}`)
-	c.expect(`{"action":"subscribe","channel":"alpha","ok":true}`)
-	if r := owner.emit(p.secretKey, `{"channel":"alpha","payload":2}`); num(r.json, "delivered") != 2 {
-		t.Fatalf("emit after the subscribe: %s", r.raw)
+	c.Send(`{"action":"subscribe","channel":"alpha"}`)
+	c.Expect(`{"action":"subscribe","channel":"alpha","ok":true}`)
+	if r := owner.Emit(p.SecretKey, `{"channel":"alpha","payload":2}`); relaytest.Num(r.JSON, "delivered") != 2 {
+		t.Fatalf("emit after the subscribe: %s", r.Raw)
 	}
 }

@@ -37,8 +37,8 @@ func goClient(t *testing.T, base, publicKey string, opts relay.Options) *relay.C
 // and waited for its context.
 func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	p := ts.signup("alice@example.com").createProject("demo")
-	c := goClient(t, ts.base, p.publicKey, relay.Options{})
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
@@ -52,8 +52,8 @@ func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
 // MAX_CHANNELS_PER_PROJECT: Subscribe returns it (it waited for its context).
 func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "1"})
-	p := ts.signup("alice@example.com").createProject("demo")
-	c := goClient(t, ts.base, p.publicKey, relay.Options{})
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if _, err := c.Subscribe(ctx, "a", relay.SubscribeOptions{}); err != nil {
@@ -70,16 +70,16 @@ func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
 // hung). A frozen proxy holds both frames so that both wait together.
 func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	ctx := context.Background()
-	c := goClient(t, px.base(), p.publicKey, relay.Options{})
+	c := goClient(t, px.base(), p.PublicKey, relay.Options{})
 	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	px.frozen.Store(true)
@@ -110,12 +110,12 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 // Server frames). It used to arrive as a presence event or a gap.
 func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	ctx := context.Background()
-	a := goClient(t, ts.base, p.publicKey, relay.Options{})
-	b := goClient(t, ts.base, p.publicKey, relay.Options{})
+	a := goClient(t, ts.Base, p.PublicKey, relay.Options{})
+	b := goClient(t, ts.Base, p.PublicKey, relay.Options{})
 	if _, err := a.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"presence", "replay_gap"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"presence", "replay_gap"}, TTL: time.Minute})
 	for _, typ := range []string{"presence", "replay_gap"} {
 		seq, err := a.Emit(ctx, "room", typ, "hi", tok)
 		if err != nil {
@@ -143,9 +143,9 @@ func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 // answers ErrClosed (it waited for a connection that never came).
 func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	p := ts.signup("alice@example.com").createProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
-	c := goClient(t, px.base(), p.publicKey, relay.Options{NoReconnect: true})
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	c := goClient(t, px.base(), p.PublicKey, relay.Options{NoReconnect: true})
 	px.cut()
 	waitState(t, c, relay.Closed)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -163,18 +163,18 @@ func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
 //     handshake that can only fail.
 func TestBrowserClientProtocolEdges(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
-	b := newBrowser(t, ts.base)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
+	b := newBrowser(t, ts.Base)
 	ann, bob := b.newTab(t), b.newTab(t)
-	ann.start(ts.base, p.publicKey, "room", "ann", "{}")
+	ann.start(ts.Base, p.PublicKey, "room", "ann", "{}")
 	ann.waitFor(0, "state:open", "presence:sync:")
-	bob.start(ts.base, p.publicKey, "room", "bob", "{maxReconnectDelayMs: 300}")
+	bob.start(ts.Base, p.PublicKey, "room", "bob", "{maxReconnectDelayMs: 300}")
 	bobAt := bob.waitFor(0, "state:open", "presence:sync:ann")
 
 	// 1.
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"presence"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"presence"}, TTL: time.Minute})
 	ann.eval(fmt.Sprintf(`relay.emit("room", "presence", "hi", %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
 	ann.waitForPrefix(0, "emitted:")
 	bob.waitForPrefix(bobAt, "msg:") // fails with bob's log if it never comes as a message
@@ -201,12 +201,12 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 	var keys struct {
 		Keys []struct{ ID, KeyType string } `json:"keys"`
 	}
-	if err := json.Unmarshal([]byte(owner.do("GET", "/api/projects/"+p.id+"/keys", "").raw), &keys); err != nil {
+	if err := json.Unmarshal([]byte(owner.Do("GET", "/api/projects/"+p.ID+"/keys", "").Raw), &keys); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range keys.Keys {
 		if k.KeyType == "public" {
-			owner.do("POST", "/api/projects/"+p.id+"/keys/"+k.ID+"/revoke", "")
+			owner.Do("POST", "/api/projects/"+p.ID+"/keys/"+k.ID+"/revoke", "")
 		}
 	}
 	// Time by nature: no retry loop within 5 s (polled, so that a second
@@ -229,11 +229,11 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 // message the server still sent.)
 func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	ts.PresenceSub(t, p.PublicKey, "room", "first").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 	ctx := context.Background()
-	c := goClient(t, ts.base, p.publicKey, relay.Options{})
+	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
 	s, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -242,9 +242,9 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "second"}); !errors.As(err, &re) || re.Code != "too_many_presence_members" {
 		t.Fatalf("re-subscribe over the cap: %v", err)
 	}
-	r := owner.emit(p.secretKey, `{"channel":"room","payload":7}`)
-	if r.status != 200 || num(r.json, "subscriberCount") != 2 {
-		t.Fatalf("emit: %d %s", r.status, r.raw)
+	r := owner.Emit(p.SecretKey, `{"channel":"room","payload":7}`)
+	if r.Status != 200 || relaytest.Num(r.JSON, "subscriberCount") != 2 {
+		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
 	if ev := nextEvent(t, s); ev.Message == nil || string(ev.Message.Payload) != "7" {
 		t.Fatalf("after the refused re-subscribe: %+v, want the message", ev)
@@ -256,18 +256,18 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 // another socket too) keeps its handlers and gets the channel's messages.
 func TestBrowserClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "2"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	presenceSub(t, ts, p.publicKey, "room", "other").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":["other"]}`)
-	tab := newBrowser(t, ts.base).newTab(t)
-	tab.start(ts.base, p.publicKey, "room", "first", "{}") // members: other, first (the cap)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	ts.PresenceSub(t, p.PublicKey, "room", "other").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	ts.PresenceSub(t, p.PublicKey, "room", "first").Expect(`{"type":"presence","channel":"room","event":"sync","members":["other"]}`)
+	tab := newBrowser(t, ts.Base).newTab(t)
+	tab.start(ts.Base, p.PublicKey, "room", "first", "{}") // members: other, first (the cap)
 	at := tab.waitFor(0, "state:open", "presence:sync:first,other")
 	tab.eval(`relay.subscribe("room", {presence: true, clientId: "second"}).ready.catch((e) => log.push("readyfail:" + e.code))`)
 	at = tab.waitForPrefix(at, "readyfail:too_many_presence_members")
-	r := owner.emit(p.secretKey, `{"channel":"room","payload":7}`)
-	if r.status != 200 {
-		t.Fatalf("emit: %d %s", r.status, r.raw)
+	r := owner.Emit(p.SecretKey, `{"channel":"room","payload":7}`)
+	if r.Status != 200 {
+		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
-	tab.waitForPrefix(at, fmt.Sprintf("msg:%d:7", int64(num(r.json, "seq"))))
+	tab.waitForPrefix(at, fmt.Sprintf("msg:%d:7", int64(relaytest.Num(r.JSON, "seq"))))
 }

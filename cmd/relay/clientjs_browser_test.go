@@ -154,28 +154,28 @@ func TestBrowserClient(t *testing.T) {
 	addr := relaytest.FreeAddr(t)
 	env := map[string]string{"RELAY_ADDR": addr}
 	ts := startServer(t, url, env)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	px := newProxy(t, addr)
 	b := newBrowser(t, px.base())
 
 	ann, bob := b.newTab(t), b.newTab(t)
-	ann.start(px.base(), p.publicKey, "room", "ann", "{}")
+	ann.start(px.base(), p.PublicKey, "room", "ann", "{}")
 	annAt := ann.waitFor(0, "state:open", "presence:sync:")
-	bob.start(px.base(), p.publicKey, "room", "bob", "{}")
+	bob.start(px.base(), p.PublicKey, "room", "bob", "{}")
 	bobAt := bob.waitFor(0, "state:open", "presence:sync:ann")
 	annAt = ann.waitFor(annAt, "presence:join:bob")
 
-	r := owner.emit(p.secretKey, `{"channel":"room","payload":{"hi":1}}`)
-	seq := int64(num(r.json, "seq"))
+	r := owner.Emit(p.SecretKey, `{"channel":"room","payload":{"hi":1}}`)
+	seq := int64(relaytest.Num(r.JSON, "seq"))
 	annAt = ann.waitFor(annAt, fmt.Sprintf(`msg:%d:{"hi":1}`, seq))
 	bobAt = bob.waitFor(bobAt, fmt.Sprintf(`msg:%d:{"hi":1}`, seq))
 	b.shot("browser-client-two-pages")
 
 	// Presence leave: a third page joins and closes; the member list follows.
 	cat := b.newTab(t)
-	cat.start(px.base(), p.publicKey, "room", "cat", "{}")
+	cat.start(px.base(), p.PublicKey, "room", "cat", "{}")
 	cat.waitFor(0, "state:open", "presence:sync:ann,bob")
 	annAt = ann.waitFor(annAt, "presence:join:bob,cat")
 	bobAt = bob.waitFor(bobAt, "presence:join:ann,cat")
@@ -190,7 +190,7 @@ func TestBrowserClient(t *testing.T) {
 	// Client-emit with a token: the promise resolves with the seq, the other
 	// page gets the message with type and clientId. A refused emit rejects its
 	// own promise with the code; it is not an error event.
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
 	ann.eval(fmt.Sprintf(`relay.emit("room", "chat", {t: 1}, %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
 	var emitted int64
 	annAt = ann.waitForPrefix(annAt, "emitted:")
@@ -214,11 +214,11 @@ func TestBrowserClient(t *testing.T) {
 	px.holdNew()
 	ts.stop()
 	ts2 := startServer(t, url, env)
-	c2 := ts2.client()
+	c2 := ts2.Client()
 	var seqs []int64
 	for i := range 2 {
-		r := c2.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
-		seqs = append(seqs, int64(num(r.json, "seq")))
+		r := c2.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
+		seqs = append(seqs, int64(relaytest.Num(r.JSON, "seq")))
 	}
 	px.release()
 	for _, pg := range []*page{ann, bob} {
@@ -243,7 +243,7 @@ func TestBrowserClient(t *testing.T) {
 	// within interval + ack timeout, and reconnects when it flows again.
 	proxy := newProxy(t, addr)
 	hb := b.newTab(t)
-	hb.start(proxy.base(), p.publicKey, "hb", "carol", `{heartbeatIntervalMs: 300, heartbeatAckTimeoutMs: 400}`)
+	hb.start(proxy.base(), p.PublicKey, "hb", "carol", `{heartbeatIntervalMs: 300, heartbeatAckTimeoutMs: 400}`)
 	at := hb.waitFor(0, "state:open")
 	proxy.frozen.Store(true)
 	at = hb.waitFor(at, "state:reconnecting")
@@ -258,20 +258,20 @@ func TestBrowserClient(t *testing.T) {
 // reconnect: false a cut ends in the closed state, with no reconnect planned.
 func TestBrowserClientCut(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	b := newBrowser(t, px.base())
 	emit := func(payload string) int64 {
-		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"`+payload+`"}`)
-		if r.status != 200 {
-			t.Fatalf("emit: %s", r.raw)
+		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"`+payload+`"}`)
+		if r.Status != 200 {
+			t.Fatalf("emit: %s", r.Raw)
 		}
-		return int64(num(r.json, "seq"))
+		return int64(relaytest.Num(r.JSON, "seq"))
 	}
 
 	pg := b.newTab(t)
-	pg.start(px.base(), p.publicKey, "feed", "dan", "{}")
+	pg.start(px.base(), p.PublicKey, "feed", "dan", "{}")
 	at := pg.waitFor(0, "state:open", "presence:sync:")
 	first := emit("first")
 	at = pg.waitFor(at, fmt.Sprintf(`msg:%d:"first"`, first))
@@ -312,7 +312,7 @@ func TestBrowserClientCut(t *testing.T) {
 
 	// reconnect: false — a cut ends in the closed state.
 	once := b.newTab(t)
-	once.start(px.base(), p.publicKey, "feed", "eve", "{reconnect: false}")
+	once.start(px.base(), p.PublicKey, "feed", "eve", "{reconnect: false}")
 	oat := once.waitFor(0, "state:open", "presence:sync:dan")
 	px.cut()
 	once.waitFor(oat, "state:closed")

@@ -20,7 +20,7 @@ import (
 func TestClientJSCrossOrigin(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	for _, path := range []string{"/client.js", "/client.d.ts"} {
-		req, _ := http.NewRequest("GET", ts.base+path, nil)
+		req, _ := http.NewRequest("GET", ts.Base+path, nil)
 		req.Header.Set("Origin", "http://127.0.0.1:1")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -32,7 +32,7 @@ func TestClientJSCrossOrigin(t *testing.T) {
 		}
 	}
 	for _, path := range []string{"/demo.js", "/demo", "/healthz", "/api/projects", "/login"} {
-		res, err := http.Get(ts.base + path)
+		res, err := http.Get(ts.Base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,14 +42,14 @@ func TestClientJSCrossOrigin(t *testing.T) {
 		}
 	}
 
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("elsewhere")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("elsewhere")
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<!doctype html><title>another origin</title><p>a page that is not the relay's</p>`)
 	}))
 	t.Cleanup(site.Close)
-	if strings.TrimPrefix(site.URL, "http://") == strings.TrimPrefix(ts.base, "http://") {
+	if strings.TrimPrefix(site.URL, "http://") == strings.TrimPrefix(ts.Base, "http://") {
 		t.Fatal("the page and the relay share an origin")
 	}
 
@@ -67,9 +67,9 @@ func TestClientJSCrossOrigin(t *testing.T) {
 		}, (e) => log.push("importfail:" + e));
 		fetch(%q).then((r) => r.text()).then((s) => log.push("dts:" + s.includes("export class Relay")), (e) => log.push("dtsfail"));
 		fetch(%q).then(() => log.push("demojs:read"), () => log.push("demojs:refused"));`,
-		ts.base+"/client.js", ts.base, p.publicKey, ts.base+"/client.d.ts", ts.base+"/demo.js"))
+		ts.Base+"/client.js", ts.Base, p.PublicKey, ts.Base+"/client.d.ts", ts.Base+"/demo.js"))
 	at := pg.waitFor(0, "imported", "state:open", "ready")
-	owner.emit(p.secretKey, `{"channel":"room","payload":{"from":"curl"}}`)
+	owner.Emit(p.SecretKey, `{"channel":"room","payload":{"from":"curl"}}`)
 	pg.waitFor(at, `msg:{"from":"curl"}`)
 	pg.waitFor(0, "dts:true")
 	pg.waitFor(0, "demojs:refused")

@@ -20,16 +20,16 @@ import (
 // hand.
 func TestBrowserClientResume(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("resume")
-	b := newBrowser(t, ts.base)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("resume")
+	b := newBrowser(t, ts.Base)
 	emit := func(payload string) int64 {
 		t.Helper()
-		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"`+payload+`"}`)
-		if r.status != 200 {
-			t.Fatalf("emit: %s", r.raw)
+		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"`+payload+`"}`)
+		if r.Status != 200 {
+			t.Fatalf("emit: %s", r.Raw)
 		}
-		return int64(num(r.json, "seq"))
+		return int64(relaytest.Num(r.JSON, "seq"))
 	}
 	msgs := func(pg *page, from, to int) []string {
 		var out []string
@@ -42,16 +42,16 @@ func TestBrowserClientResume(t *testing.T) {
 	}
 
 	pg := b.newTab(t)
-	pg.start(ts.base, p.publicKey, "feed", "dan", "{resume: true}")
+	pg.start(ts.Base, p.PublicKey, "feed", "dan", "{resume: true}")
 	at := pg.waitFor(0, "state:open", "presence:sync:")
 	one, two := emit("one"), emit("two")
 	at = pg.waitFor(at, fmt.Sprintf(`msg:%d:"one"`, one), fmt.Sprintf(`msg:%d:"two"`, two))
 
 	// The page is left (pagehide writes what the client has not yet
 	// stored); two emits while no page is open; the page comes back.
-	pg.run(chromedp.Navigate(ts.base + "/healthz"))
+	pg.run(chromedp.Navigate(ts.Base + "/healthz"))
 	three, four := emit("three"), emit("four")
-	pg.start(ts.base, p.publicKey, "feed", "dan", "{resume: true}")
+	pg.start(ts.Base, p.PublicKey, "feed", "dan", "{resume: true}")
 	want := []string{fmt.Sprintf(`msg:%d:"three":replay`, three), fmt.Sprintf(`msg:%d:"four":replay`, four)}
 	end := pg.waitFor(0, want...)
 	five := emit("five")
@@ -76,14 +76,14 @@ func TestBrowserClientResume(t *testing.T) {
 		t.Fatalf("after subscribing again: %q, want the message after it alone", pg.log())
 	}
 	five = after
-	key := fmt.Sprintf("relay:%s:feed", p.publicKey)
+	key := fmt.Sprintf("relay:%s:feed", p.PublicKey)
 	relaytest.Eventually(t, 5*time.Second, func() bool {
 		return pg.check(fmt.Sprintf(`localStorage.getItem(%q) === %q`, key, fmt.Sprint(five)))
 	}, "localStorage holds the last seq")
 
 	// Without resume: nothing stored is used, nothing replayed.
 	fresh := b.newTab(t)
-	fresh.start(ts.base, p.publicKey, "feed", "eve", "{}")
+	fresh.start(ts.Base, p.PublicKey, "feed", "eve", "{}")
 	fat := fresh.waitFor(0, "state:open", "presence:sync:dan")
 	six := emit("six")
 	fat = fresh.waitFor(fat, fmt.Sprintf(`msg:%d:"six"`, six))

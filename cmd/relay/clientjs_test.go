@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
 func TestClientJSServedWithETag(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	res, err := http.Get(ts.base + "/client.js")
+	res, err := http.Get(ts.Base + "/client.js")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,9 +20,9 @@ func TestClientJSServedWithETag(t *testing.T) {
 	if res.StatusCode != 200 || etag == "" || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/javascript") {
 		t.Fatalf("/client.js: %d %q %q", res.StatusCode, etag, res.Header.Get("Content-Type"))
 	}
-	expectNotModified(t, ts.base+"/client.js", etag)
+	expectNotModified(t, ts.Base+"/client.js", etag)
 	for _, path := range []string{"/demo", "/demo.js", "/demo.css"} {
-		if status, body := getText(t, ts.base+path); status != 200 || body == "" {
+		if status, body := relaytest.GetText(t, ts.Base+path); status != 200 || body == "" {
 			t.Fatalf("%s: %d", path, status)
 		}
 	}

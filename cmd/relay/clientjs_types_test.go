@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -148,7 +149,7 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 
 func TestClientTypesServed(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	res, err := http.Get(ts.base + "/client.d.ts")
+	res, err := http.Get(ts.Base + "/client.d.ts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +164,9 @@ func TestClientTypesServed(t *testing.T) {
 	if body.String() != readWebFile(t, "client.d.ts") {
 		t.Fatal("/client.d.ts is not api/web/client.d.ts")
 	}
-	expectNotModified(t, ts.base+"/client.d.ts", etag)
+	expectNotModified(t, ts.Base+"/client.d.ts", etag)
 	// client.js points Deno at it.
-	if _, js := getText(t, ts.base+"/client.js"); !strings.HasPrefix(js, `// @ts-self-types="./client.d.ts"`) {
+	if _, js := relaytest.GetText(t, ts.Base+"/client.js"); !strings.HasPrefix(js, `// @ts-self-types="./client.d.ts"`) {
 		t.Fatal("/client.js does not start with its @ts-self-types line")
 	}
 }

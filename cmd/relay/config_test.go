@@ -706,15 +706,15 @@ func TestRunCommandMigrate(t *testing.T) {
 // is empty.
 func TestStartLogsClosedSignup(t *testing.T) {
 	closed := startServer(t, storetest.SQLiteURL(t), map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
-	logs := closed.logs.String()
+	logs := closed.Logs.String()
 	if !strings.Contains(logs, "signup is closed") || !strings.Contains(logs, "ALLOWED_SIGNUP_EMAILS") {
 		t.Fatalf("start with an empty ALLOWED_SIGNUP_EMAILS did not log that signup is closed:\n%s", logs)
 	}
-	r := closed.client().do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
-	r.expect(t, 403, `{"error":"email_not_allowed"}`)
+	r := closed.Client().Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
+	r.Expect(t, 403, `{"error":"email_not_allowed"}`)
 
 	open := startServer(t, storetest.SQLiteURL(t), nil)
-	if logs := open.logs.String(); strings.Contains(logs, "signup is closed") {
+	if logs := open.Logs.String(); strings.Contains(logs, "signup is closed") {
 		t.Fatalf("start with an allowlist logged that signup is closed:\n%s", logs)
 	}
 

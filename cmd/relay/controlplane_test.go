@@ -15,27 +15,19 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
 // ---------------------------------------------------------------------------
 // Helpers (prefixed cp so they cannot collide with other test files).
-
-var (
-	cpUUIDRe      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	cpPublicKeyRe = regexp.MustCompile(`^pk_live_[A-Za-z0-9_-]{22,}$`) // ≥ 22 base64url chars: ≥ 128 random bits
-	cpSecretKeyRe = regexp.MustCompile(`^sk_live_[A-Za-z0-9_-]{22,}$`)
-)
-
-const cpPassword = "correct horse"
 
 // cpJSON renders v as JSON, for building exact expected bodies.
 func cpJSON(v any) string {
@@ -46,37 +38,19 @@ func cpJSON(v any) string {
 	return string(b)
 }
 
-// cpOn returns the client c reporting to t (same cookie jar), for subtests.
-func (c *client) cpOn(t testing.TB) *client {
-	cc := *c
-	cc.t = t
-	return &cc
-}
-
-// cpWithCookie is a fresh client whose jar holds service_session=value.
-func (ts *testServer) cpWithCookie(value string) *client {
-	c := ts.client()
-	u, err := url.Parse(ts.base)
-	if err != nil {
-		ts.t.Fatal(err)
-	}
-	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: value, Path: "/"}})
-	return c
-}
-
 // cpSignup signs up email on a fresh client and returns it with the user id.
 func (ts *testServer) cpSignup(t testing.TB, email string) (*client, string) {
 	t.Helper()
-	c := ts.client().cpOn(t)
-	r := c.do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": cpPassword}))
-	r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": email}))
-	cpIsUUID(t, "user id", r.str("id"))
-	return c, r.str("id")
+	c := ts.Client().On(t)
+	r := c.Do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": relaytest.Password}))
+	r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.Str("id"), "email": email}))
+	cpIsUUID(t, "user id", r.Str("id"))
+	return c, r.Str("id")
 }
 
 func cpIsUUID(t testing.TB, what, s string) {
 	t.Helper()
-	if !cpUUIDRe.MatchString(s) {
+	if !relaytest.UUIDRe.MatchString(s) {
 		t.Fatalf("%s %q is not a UUID", what, s)
 	}
 }
@@ -98,7 +72,7 @@ func cpIsTime(t testing.TB, what string, v any) time.Time {
 func cpSessionCookies(t testing.TB, r response) []*http.Cookie {
 	t.Helper()
 	var out []*http.Cookie
-	for _, line := range r.header.Values("Set-Cookie") {
+	for _, line := range r.Header.Values("Set-Cookie") {
 		c, err := http.ParseSetCookie(line)
 		if err != nil {
 			t.Fatalf("bad Set-Cookie %q: %v", line, err)
@@ -116,7 +90,7 @@ func cpSessionCookie(t testing.TB, r response, wantSecure bool) *http.Cookie {
 	t.Helper()
 	cs := cpSessionCookies(t, r)
 	if len(cs) != 1 {
-		t.Fatalf("want exactly one %s cookie, got %d: %q", api.CookieName, len(cs), r.header.Values("Set-Cookie"))
+		t.Fatalf("want exactly one %s cookie, got %d: %q", api.CookieName, len(cs), r.Header.Values("Set-Cookie"))
 	}
 	c := cs[0]
 	if c.Value == "" {
@@ -177,7 +151,7 @@ func cpSessionCookie(t testing.TB, r response, wantSecure bool) *http.Cookie {
 func cpNoSessionCookie(t testing.TB, r response) {
 	t.Helper()
 	if cs := cpSessionCookies(t, r); len(cs) != 0 {
-		t.Fatalf("response sets a session cookie, want none: %q", r.header.Values("Set-Cookie"))
+		t.Fatalf("response sets a session cookie, want none: %q", r.Header.Values("Set-Cookie"))
 	}
 }
 
@@ -196,42 +170,42 @@ func cpJWT(alg string, key []byte, claims map[string]any) string {
 }
 
 // cpCreate creates a project and checks the exact 201 body (api/openapi.yaml).
-func (c *client) cpCreate(t testing.TB, name, ownerID string) (project, map[string]any) {
+func cpCreate(c *client, t testing.TB, name, ownerID string) (project, map[string]any) {
 	t.Helper()
-	r := c.cpOn(t).do("POST", "/api/projects", cpJSON(map[string]string{"name": name}))
-	pb, _ := r.json["project"].(map[string]any)
+	r := c.On(t).Do("POST", "/api/projects", cpJSON(map[string]string{"name": name}))
+	pb, _ := r.JSON["project"].(map[string]any)
 	want := map[string]any{
-		"project": map[string]any{"id": r.str("project", "id"), "name": name, "ownerUserId": ownerID, "createdAt": pb["createdAt"]},
-		"keys":    map[string]any{"publicKey": r.str("keys", "publicKey"), "secretKey": r.str("keys", "secretKey")},
+		"project": map[string]any{"id": r.Str("project", "id"), "name": name, "ownerUserId": ownerID, "createdAt": pb["createdAt"]},
+		"keys":    map[string]any{"publicKey": r.Str("keys", "publicKey"), "secretKey": r.Str("keys", "secretKey")},
 	}
-	r.expect(t, http.StatusCreated, cpJSON(want))
-	cpIsUUID(t, "project id", r.str("project", "id"))
+	r.Expect(t, http.StatusCreated, cpJSON(want))
+	cpIsUUID(t, "project id", r.Str("project", "id"))
 	cpIsTime(t, "project createdAt", pb["createdAt"])
-	p := project{id: r.str("project", "id"), publicKey: r.str("keys", "publicKey"), secretKey: r.str("keys", "secretKey")}
-	if !cpPublicKeyRe.MatchString(p.publicKey) {
-		t.Fatalf("public key %q: want pk_live_ and ≥ 22 base64url characters", p.publicKey)
+	p := project{ID: r.Str("project", "id"), PublicKey: r.Str("keys", "publicKey"), SecretKey: r.Str("keys", "secretKey")}
+	if !relaytest.PublicKeyRe.MatchString(p.PublicKey) {
+		t.Fatalf("public key %q: want pk_live_ and ≥ 22 base64url characters", p.PublicKey)
 	}
-	if !cpSecretKeyRe.MatchString(p.secretKey) {
-		t.Fatalf("secret key %q: want sk_live_ and ≥ 22 base64url characters", p.secretKey)
+	if !relaytest.SecretKeyRe.MatchString(p.SecretKey) {
+		t.Fatalf("secret key %q: want sk_live_ and ≥ 22 base64url characters", p.SecretKey)
 	}
 	return p, pb
 }
 
 // cpKeys lists a project's keys (200) and checks every entry's shape.
-func (c *client) cpKeys(t testing.TB, projectID string) (keys []map[string]any, raw string) {
+func cpKeys(c *client, t testing.TB, projectID string) (keys []map[string]any, raw string) {
 	t.Helper()
-	r := c.cpOn(t).do("GET", "/api/projects/"+projectID+"/keys", "")
-	if r.status != http.StatusOK {
-		t.Fatalf("list keys: %d %s", r.status, r.raw)
+	r := c.On(t).Do("GET", "/api/projects/"+projectID+"/keys", "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("list keys: %d %s", r.Status, r.Raw)
 	}
 	var body struct {
 		Keys []map[string]any `json:"keys"`
 	}
-	if err := json.Unmarshal([]byte(r.raw), &body); err != nil || body.Keys == nil {
-		t.Fatalf("list keys body %s: want {keys: [...]}", r.raw)
+	if err := json.Unmarshal([]byte(r.Raw), &body); err != nil || body.Keys == nil {
+		t.Fatalf("list keys body %s: want {keys: [...]}", r.Raw)
 	}
-	if len(r.json) != 1 {
-		t.Fatalf("list keys body %s: want only the keys field", r.raw)
+	if len(r.JSON) != 1 {
+		t.Fatalf("list keys body %s: want only the keys field", r.Raw)
 	}
 	for _, k := range body.Keys {
 		var fields []string
@@ -253,7 +227,7 @@ func (c *client) cpKeys(t testing.TB, projectID string) (keys []map[string]any, 
 			t.Fatalf("keyType %v", k["keyType"])
 		}
 	}
-	return body.Keys, r.raw
+	return body.Keys, r.Raw
 }
 
 func cpKeyByID(keys []map[string]any, id string) map[string]any {
@@ -329,19 +303,19 @@ func cpProjectRoutes(projectID, keyID string) []cpRoute {
 }
 
 // cpSnapshot is what an owner sees of a project, to prove nothing changed.
-func (c *client) cpSnapshot(t testing.TB, projectID string) string {
+func cpSnapshot(c *client, t testing.TB, projectID string) string {
 	t.Helper()
-	cc := c.cpOn(t)
-	get := cc.do("GET", "/api/projects/"+projectID, "")
-	if get.status != http.StatusOK {
-		t.Fatalf("get project: %d %s", get.status, get.raw)
+	cc := c.On(t)
+	get := cc.Do("GET", "/api/projects/"+projectID, "")
+	if get.Status != http.StatusOK {
+		t.Fatalf("get project: %d %s", get.Status, get.Raw)
 	}
-	_, keys := cc.cpKeys(t, projectID)
-	authz := cc.do("GET", "/api/projects/"+projectID+"/authorization", "")
-	if authz.status != http.StatusOK {
-		t.Fatalf("get authorization: %d %s", authz.status, authz.raw)
+	_, keys := cpKeys(cc, t, projectID)
+	authz := cc.Do("GET", "/api/projects/"+projectID+"/authorization", "")
+	if authz.Status != http.StatusOK {
+		t.Fatalf("get authorization: %d %s", authz.Status, authz.Raw)
 	}
-	return get.raw + keys + authz.raw
+	return get.Raw + keys + authz.Raw
 }
 
 // ---------------------------------------------------------------------------
@@ -350,20 +324,20 @@ func (c *client) cpSnapshot(t testing.TB, projectID string) string {
 func TestSignupCreatesUserAndSession(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.client()
-		r := c.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
-		id := r.str("id")
-		r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": id, "email": "alice@example.com"}))
+		c := ts.Client()
+		r := c.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
+		id := r.Str("id")
+		r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": id, "email": "alice@example.com"}))
 		cpIsUUID(t, "user id", id)
 		cpSessionCookie(t, r, false)
 
 		// The cookie is the session: the same client reaches session routes.
-		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
 		// A second user gets another id.
-		r = ts.client().do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"12345678"}`)
-		r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": "bob@example.com"}))
-		if r.str("id") == id {
+		r = ts.Client().Do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"12345678"}`)
+		r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.Str("id"), "email": "bob@example.com"}))
+		if r.Str("id") == id {
 			t.Fatalf("two users share id %s", id)
 		}
 	})
@@ -391,17 +365,17 @@ func TestSessionCookieSecure(t *testing.T) {
 		}
 		for _, tc := range cases {
 			ts := servers[tc.mode]
-			creds := cpJSON(map[string]string{"email": tc.email, "password": cpPassword})
-			r := ts.client().cpOn(t).send("POST", "/api/auth/signup", creds, "application/json", tc.hdr)
-			r.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.str("id"), "email": tc.email}))
+			creds := cpJSON(map[string]string{"email": tc.email, "password": relaytest.Password})
+			r := ts.Client().On(t).Send("POST", "/api/auth/signup", creds, "application/json", tc.hdr)
+			r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.Str("id"), "email": tc.email}))
 			cpSessionCookie(t, r, tc.secure)
-			r = ts.client().cpOn(t).send("POST", "/api/auth/login", creds, "application/json", tc.hdr)
-			r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.str("id"), "email": tc.email}))
+			r = ts.Client().On(t).Send("POST", "/api/auth/login", creds, "application/json", tc.hdr)
+			r.Expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.Str("id"), "email": tc.email}))
 			cpSessionCookie(t, r, tc.secure)
 		}
 		// auto: a plain-http request after an https one is again not Secure.
-		r := servers["auto"].client().cpOn(t).do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"correct horse"}`)
-		r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.str("id"), "email": "bob@example.com"}))
+		r := servers["auto"].Client().On(t).Do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"correct horse"}`)
+		r.Expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.Str("id"), "email": "bob@example.com"}))
 		cpSessionCookie(t, r, false)
 	})
 }
@@ -433,8 +407,8 @@ func TestSignupErrors(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				r := ts.client().cpOn(t).do("POST", "/api/auth/signup", tc.body)
-				r.expect(t, tc.status, tc.want)
+				r := ts.Client().On(t).Do("POST", "/api/auth/signup", tc.body)
+				r.Expect(t, tc.status, tc.want)
 				cpNoSessionCookie(t, r)
 			})
 		}
@@ -442,22 +416,22 @@ func TestSignupErrors(t *testing.T) {
 		// Nothing above created an account: alice can still sign up, with a
 		// password of exactly 8 characters and her address in another case
 		// (the allowlist is case-insensitive).
-		r := ts.client().do("POST", "/api/auth/signup", `{"email":"ALICE@Example.com","password":"12345678"}`)
-		if r.status != http.StatusCreated || !strings.EqualFold(r.str("email"), "alice@example.com") {
-			t.Fatalf("signup in upper case: %d %s", r.status, r.raw)
+		r := ts.Client().Do("POST", "/api/auth/signup", `{"email":"ALICE@Example.com","password":"12345678"}`)
+		if r.Status != http.StatusCreated || !strings.EqualFold(r.Str("email"), "alice@example.com") {
+			t.Fatalf("signup in upper case: %d %s", r.Status, r.Raw)
 		}
-		cpIsUUID(t, "user id", r.str("id"))
+		cpIsUUID(t, "user id", r.Str("id"))
 		cpSessionCookie(t, r, false)
 
 		// email_already_registered whatever the case.
 		for _, email := range []string{"ALICE@Example.com", "alice@example.com", "Alice@EXAMPLE.COM"} {
-			r := ts.client().do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": "another password"}))
-			r.expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
+			r := ts.Client().Do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": "another password"}))
+			r.Expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
 			cpNoSessionCookie(t, r)
 		}
 		// The first password still holds; the refused signups changed nothing.
-		ts.client().do("POST", "/api/auth/login", `{"email":"ALICE@Example.com","password":"12345678"}`).expect(t, http.StatusOK,
-			cpJSON(map[string]string{"id": r.str("id"), "email": r.str("email")}))
+		ts.Client().Do("POST", "/api/auth/login", `{"email":"ALICE@Example.com","password":"12345678"}`).Expect(t, http.StatusOK,
+			cpJSON(map[string]string{"id": r.Str("id"), "email": r.Str("email")}))
 	})
 }
 
@@ -467,12 +441,12 @@ func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
 		for _, email := range []string{"alice@example.com", "bob@example.com", "anyone@anywhere.test"} {
-			r := ts.client().do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": cpPassword}))
-			r.expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
+			r := ts.Client().Do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": relaytest.Password}))
+			r.Expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
 			cpNoSessionCookie(t, r)
 		}
-		ts.client().do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		ts.Client().Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 	})
 }
 
@@ -482,27 +456,27 @@ func TestLogin(t *testing.T) {
 		_, aliceID := ts.cpSignup(t, "alice@example.com")
 
 		// A new browser logs in and gets a working session.
-		c := ts.client()
-		c.do("GET", "/api/projects", "").expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-		r := c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
-		r.expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		c := ts.Client()
+		c.Do("GET", "/api/projects", "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		r := c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
+		r.Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		cpSessionCookie(t, r, false)
-		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
 		// Unknown email and wrong password answer identically.
-		wrong := ts.client().do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong horse"}`)
-		wrong.expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		wrong := ts.Client().Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong horse"}`)
+		wrong.Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		cpNoSessionCookie(t, wrong)
-		unknown := ts.client().do("POST", "/api/auth/login", `{"email":"nobody@example.com","password":"correct horse"}`)
-		unknown.expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		unknown := ts.Client().Do("POST", "/api/auth/login", `{"email":"nobody@example.com","password":"correct horse"}`)
+		unknown.Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		cpNoSessionCookie(t, unknown)
-		if wrong.raw != unknown.raw || wrong.status != unknown.status {
-			t.Fatalf("wrong password %d %q and unknown email %d %q differ", wrong.status, wrong.raw, unknown.status, unknown.raw)
+		if wrong.Raw != unknown.Raw || wrong.Status != unknown.Status {
+			t.Fatalf("wrong password %d %q and unknown email %d %q differ", wrong.Status, wrong.Raw, unknown.Status, unknown.Raw)
 		}
 		// A password that differs only in case or by a suffix is wrong too.
 		for _, pw := range []string{"Correct horse", "correct horse ", "correct hors"} {
-			ts.client().do("POST", "/api/auth/login", cpJSON(map[string]string{"email": "alice@example.com", "password": pw})).
-				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			ts.Client().Do("POST", "/api/auth/login", cpJSON(map[string]string{"email": "alice@example.com", "password": pw})).
+				Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		}
 
 		const required = `{"error":"email_and_password_required"}`
@@ -511,11 +485,11 @@ func TestLogin(t *testing.T) {
 			`{"email":"","password":"correct horse"}`, `{"email":"  ","password":"correct horse"}`,
 			`{"email":"alice@example.com","password":""}`,
 		} {
-			r := ts.client().do("POST", "/api/auth/login", body)
-			if r.status != http.StatusBadRequest {
-				t.Fatalf("login %q: %d %s", body, r.status, r.raw)
+			r := ts.Client().Do("POST", "/api/auth/login", body)
+			if r.Status != http.StatusBadRequest {
+				t.Fatalf("login %q: %d %s", body, r.Status, r.Raw)
 			}
-			r.expect(t, http.StatusBadRequest, required)
+			r.Expect(t, http.StatusBadRequest, required)
 			cpNoSessionCookie(t, r)
 		}
 	})
@@ -525,31 +499,31 @@ func TestLogout(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c, aliceID := ts.cpSignup(t, "alice@example.com")
-		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
-		r := c.do("POST", "/api/auth/logout", "")
-		r.expect(t, http.StatusOK, `{"ok":true}`)
+		r := c.Do("POST", "/api/auth/logout", "")
+		r.Expect(t, http.StatusOK, `{"ok":true}`)
 		cs := cpSessionCookies(t, r)
 		if len(cs) != 1 {
-			t.Fatalf("logout: want one Set-Cookie for %s, got %q", api.CookieName, r.header.Values("Set-Cookie"))
+			t.Fatalf("logout: want one Set-Cookie for %s, got %q", api.CookieName, r.Header.Values("Set-Cookie"))
 		}
 		if ck := cs[0]; ck.Value != "" || !(ck.MaxAge < 0 || (!ck.Expires.IsZero() && ck.Expires.Before(time.Now()))) || ck.Path != "/" {
 			t.Fatalf("logout does not clear the cookie (empty value, expired, Path=/): %q", ck.Raw)
 		}
 
 		// Later calls of the same browser are unauthorized.
-		c.do("GET", "/api/projects", "").expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-		c.do("POST", "/api/projects", `{"name":"After logout"}`).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		c.Do("GET", "/api/projects", "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		c.Do("POST", "/api/projects", `{"name":"After logout"}`).Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 
 		// Logout always answers 200, with no session or a garbage one.
-		ts.client().do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
-		ts.cpWithCookie("garbage").do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
-		c.do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		ts.Client().Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
+		ts.WithCookie("garbage").Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
+		c.Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
 
 		// Logging in again restores access.
-		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
-		c.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 	})
 }
 
@@ -561,12 +535,12 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Mine", aliceID)
-		keys, _ := alice.cpKeys(t, p.id)
-		before := alice.cpSnapshot(t, p.id)
+		p, _ := cpCreate(alice, t, "Mine", aliceID)
+		keys, _ := cpKeys(alice, t, p.ID)
+		before := cpSnapshot(alice, t, p.ID)
 
 		// The real session token, for tampering.
-		login := ts.client().do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
+		login := ts.Client().Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
 		real := cpSessionCookie(t, login, false).Value
 		parts := strings.Split(real, ".")
 		otherPayload := base64.RawURLEncoding.EncodeToString([]byte(cpJSON(map[string]any{
@@ -584,9 +558,9 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 		// Positive control: a token built by hand as documented (HS256) works,
 		// so the forgeries below fail for the reason they name.
 		good := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
-		r := ts.cpWithCookie(good).do("GET", "/api/projects", "")
-		if r.status != http.StatusOK || !strings.Contains(r.raw, p.id) {
-			t.Fatalf("hand-made HS256 session: %d %s", r.status, r.raw)
+		r := ts.WithCookie(good).Do("GET", "/api/projects", "")
+		if r.Status != http.StatusOK || !strings.Contains(r.Raw, p.ID) {
+			t.Fatalf("hand-made HS256 session: %d %s", r.Status, r.Raw)
 		}
 
 		cookies := []struct{ name, value string }{
@@ -609,29 +583,29 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 		routes := append([]cpRoute{
 			{"list", "GET", "/api/projects", ""},
 			{"create", "POST", "/api/projects", `{"name":"Sneaky"}`},
-		}, cpProjectRoutes(p.id, keys[0]["id"].(string))...)
+		}, cpProjectRoutes(p.ID, keys[0]["id"].(string))...)
 		for _, ck := range cookies {
 			t.Run(ck.name, func(t *testing.T) {
-				c := ts.client()
+				c := ts.Client()
 				if ck.value != "" {
-					c = ts.cpWithCookie(ck.value)
+					c = ts.WithCookie(ck.value)
 				}
-				c = c.cpOn(t)
+				c = c.On(t)
 				for _, rt := range routes {
-					r := c.do(rt.method, rt.path, rt.body)
-					if r.status != http.StatusUnauthorized {
-						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+					r := c.Do(rt.method, rt.path, rt.body)
+					if r.Status != http.StatusUnauthorized {
+						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
 						continue
 					}
-					r.expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+					r.Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 				}
 			})
 		}
-		if after := alice.cpSnapshot(t, p.id); after != before {
+		if after := cpSnapshot(alice, t, p.ID); after != before {
 			t.Fatalf("unauthorized calls changed the project:\nbefore %s\nafter  %s", before, after)
 		}
-		alice.do("GET", "/api/projects", "").expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{map[string]any{
-			"id": p.id, "name": "Mine", "ownerUserId": aliceID, "createdAt": alice.do("GET", "/api/projects/"+p.id, "").str("project", "createdAt"),
+		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{map[string]any{
+			"id": p.ID, "name": "Mine", "ownerUserId": aliceID, "createdAt": alice.Do("GET", "/api/projects/"+p.ID, "").Str("project", "createdAt"),
 		}}}))
 	})
 }
@@ -643,30 +617,30 @@ func TestProjectsCreateAndList(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		alice.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
-		p1, b1 := alice.cpCreate(t, "First", aliceID)
-		p2, b2 := alice.cpCreate(t, "Projet été 🚀", aliceID)
+		p1, b1 := cpCreate(alice, t, "First", aliceID)
+		p2, b2 := cpCreate(alice, t, "Projet été 🚀", aliceID)
 		seen := map[string]bool{}
-		for _, k := range []string{p1.publicKey, p1.secretKey, p2.publicKey, p2.secretKey} {
+		for _, k := range []string{p1.PublicKey, p1.SecretKey, p2.PublicKey, p2.SecretKey} {
 			rnd := k[len("pk_live_"):]
 			if seen[rnd] {
 				t.Fatalf("random part %q repeats across keys", rnd)
 			}
 			seen[rnd] = true
 		}
-		if p1.id == p2.id {
-			t.Fatalf("two projects share id %s", p1.id)
+		if p1.ID == p2.ID {
+			t.Fatalf("two projects share id %s", p1.ID)
 		}
 
 		// The list holds exactly the caller's projects, shaped {id,name,ownerUserId,createdAt}.
 		expectProjects := func(t *testing.T, c *client, want ...map[string]any) {
 			t.Helper()
-			r := c.cpOn(t).do("GET", "/api/projects", "")
-			if r.status != http.StatusOK {
-				t.Fatalf("list: %d %s", r.status, r.raw)
+			r := c.On(t).Do("GET", "/api/projects", "")
+			if r.Status != http.StatusOK {
+				t.Fatalf("list: %d %s", r.Status, r.Raw)
 			}
-			got, _ := r.json["projects"].([]any)
+			got, _ := r.JSON["projects"].([]any)
 			byID := map[string]any{}
 			for _, g := range got {
 				m, _ := g.(map[string]any)
@@ -681,25 +655,25 @@ func TestProjectsCreateAndList(t *testing.T) {
 			if len(ordered) != len(got) {
 				ordered = got // not the same set: show it as is
 			}
-			r.raw = cpJSON(map[string]any{"projects": ordered})
+			r.Raw = cpJSON(map[string]any{"projects": ordered})
 			wantAny := make([]any, len(want))
 			for i, w := range want {
 				wantAny[i] = w
 			}
-			r.expect(t, http.StatusOK, cpJSON(map[string]any{"projects": wantAny}))
+			r.Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": wantAny}))
 		}
 		expectProjects(t, alice, b1, b2)
 
 		// name_required: missing, empty, whitespace; nothing created.
 		for _, body := range []string{"", `{}`, `{"name":""}`, `{"name":"   "}`, `{"name":"\t\n"}`, `{"name":null}`, `{"other":"x"}`} {
-			alice.do("POST", "/api/projects", body).expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
+			alice.Do("POST", "/api/projects", body).Expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
 		}
 		expectProjects(t, alice, b1, b2)
 
 		// Another user sees only their own.
 		bob, bobID := ts.cpSignup(t, "bob@example.com")
-		bob.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
-		_, b3 := bob.cpCreate(t, "First", bobID)
+		bob.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
+		_, b3 := cpCreate(bob, t, "First", bobID)
 		expectProjects(t, bob, b3)
 		expectProjects(t, alice, b1, b2)
 	})
@@ -709,34 +683,34 @@ func TestProjectGetAndRename(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := alice.cpCreate(t, "Original", aliceID)
-		other, ob := alice.cpCreate(t, "Other", aliceID)
+		p, pb := cpCreate(alice, t, "Original", aliceID)
+		other, ob := cpCreate(alice, t, "Other", aliceID)
 
 		// GET: exactly the project create returned; never the client-emit secret.
-		secret := alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "")
-		secret.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret.str("clientEmitSecret")}))
-		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
-		_, keysBefore := alice.cpKeys(t, p.id)
+		secret := alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "")
+		secret.Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret.Str("clientEmitSecret")}))
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		_, keysBefore := cpKeys(alice, t, p.ID)
 
 		// PATCH renames: 200 {project: {id, name}}; id, owner, createdAt and keys untouched.
-		alice.do("PATCH", "/api/projects/"+p.id, `{"name":"Renamed"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Renamed"}}))
-		renamed := map[string]any{"id": p.id, "name": "Renamed", "ownerUserId": aliceID, "createdAt": pb["createdAt"]}
-		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
-		if _, keysAfter := alice.cpKeys(t, p.id); keysAfter != keysBefore {
+		alice.Do("PATCH", "/api/projects/"+p.ID, `{"name":"Renamed"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
+		renamed := map[string]any{"id": p.ID, "name": "Renamed", "ownerUserId": aliceID, "createdAt": pb["createdAt"]}
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
+		if _, keysAfter := cpKeys(alice, t, p.ID); keysAfter != keysBefore {
 			t.Fatalf("rename changed the keys:\nbefore %s\nafter  %s", keysBefore, keysAfter)
 		}
 		// Renaming to the same name is fine; the other project is untouched.
-		alice.do("PATCH", "/api/projects/"+p.id, `{"name":"Renamed"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Renamed"}}))
-		alice.do("GET", "/api/projects/"+other.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": ob}))
+		alice.Do("PATCH", "/api/projects/"+p.ID, `{"name":"Renamed"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
+		alice.Do("GET", "/api/projects/"+other.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": ob}))
 
 		// name_required on rename, and the name stays.
 		for _, body := range []string{"", `{}`, `{"name":""}`, `{"name":"  "}`, `{"name":"\t"}`, `{"name":null}`} {
-			alice.do("PATCH", "/api/projects/"+p.id, body).expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
+			alice.Do("PATCH", "/api/projects/"+p.ID, body).Expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
 		}
-		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
-		if _, keysAfter := alice.cpKeys(t, p.id); keysAfter != keysBefore {
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
+		if _, keysAfter := cpKeys(alice, t, p.ID); keysAfter != keysBefore {
 			t.Fatalf("refused renames changed the keys")
 		}
 	})
@@ -748,14 +722,14 @@ func TestProjectDeleteCascades(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Doomed", aliceID)
-		keep, kb := alice.cpCreate(t, "Kept", aliceID)
-		rot := alice.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
-		if rot.status != http.StatusCreated {
-			t.Fatalf("rotate: %d %s", rot.status, rot.raw)
+		p, _ := cpCreate(alice, t, "Doomed", aliceID)
+		keep, kb := cpCreate(alice, t, "Kept", aliceID)
+		rot := alice.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`)
+		if rot.Status != http.StatusCreated {
+			t.Fatalf("rotate: %d %s", rot.Status, rot.Raw)
 		}
-		keys, _ := alice.cpKeys(t, p.id)
-		_, keepKeys := alice.cpKeys(t, keep.id)
+		keys, _ := cpKeys(alice, t, p.ID)
+		_, keepKeys := cpKeys(alice, t, keep.ID)
 
 		// A second handle on the same database sees what HTTP cannot.
 		ctx := context.Background()
@@ -765,32 +739,32 @@ func TestProjectDeleteCascades(t *testing.T) {
 		}
 		defer st.Close()
 		day := time.Now().UTC().Format("2006-01-02")
-		for _, id := range []string{p.id, keep.id} {
+		for _, id := range []string{p.ID, keep.ID} {
 			if err := st.AddUsage(ctx, store.Usage{ProjectID: id, Day: day, ConnectionCount: 3, MessageCount: 7}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		raws := []string{p.publicKey, p.secretKey, rot.str("key", "raw")}
+		raws := []string{p.PublicKey, p.SecretKey, rot.Str("key", "raw")}
 		for _, raw := range raws {
 			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); err != nil {
 				t.Fatalf("key %s not stored before delete: %v", raw[:12], err)
 			}
 		}
 
-		alice.do("DELETE", "/api/projects/"+p.id, "").expect(t, http.StatusOK, `{"ok":true}`)
+		alice.Do("DELETE", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, `{"ok":true}`)
 
 		const gone = `{"error":"project_not_found"}`
-		for _, rt := range cpProjectRoutes(p.id, keys[0]["id"].(string)) {
-			r := alice.do(rt.method, rt.path, rt.body)
-			if r.status != http.StatusNotFound {
-				t.Fatalf("%s on deleted project: %d %s", rt.name, r.status, r.raw)
+		for _, rt := range cpProjectRoutes(p.ID, keys[0]["id"].(string)) {
+			r := alice.Do(rt.method, rt.path, rt.body)
+			if r.Status != http.StatusNotFound {
+				t.Fatalf("%s on deleted project: %d %s", rt.name, r.Status, r.Raw)
 			}
-			r.expect(t, http.StatusNotFound, gone)
+			r.Expect(t, http.StatusNotFound, gone)
 		}
-		alice.do("GET", "/api/projects", "").expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{kb}}))
+		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{kb}}))
 
 		// Cascade: keys (active and revoked) and usage rows are gone.
-		if ks, err := st.Keys(ctx, p.id); err != nil || len(ks) != 0 {
+		if ks, err := st.Keys(ctx, p.ID); err != nil || len(ks) != 0 {
 			t.Fatalf("keys of the deleted project: %d left (err %v)", len(ks), err)
 		}
 		for _, raw := range raws {
@@ -798,21 +772,21 @@ func TestProjectDeleteCascades(t *testing.T) {
 				t.Fatalf("key %s… of the deleted project still stored (err %v)", raw[:12], err)
 			}
 		}
-		if us, err := st.Usage(ctx, p.id, "0000-00-00"); err != nil || len(us) != 0 {
+		if us, err := st.Usage(ctx, p.ID, "0000-00-00"); err != nil || len(us) != 0 {
 			t.Fatalf("usage rows of the deleted project: %d left (err %v)", len(us), err)
 		}
 
 		// The other project is whole.
-		alice.do("GET", "/api/projects/"+keep.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": kb}))
-		if _, after := alice.cpKeys(t, keep.id); after != keepKeys {
+		alice.Do("GET", "/api/projects/"+keep.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": kb}))
+		if _, after := cpKeys(alice, t, keep.ID); after != keepKeys {
 			t.Fatalf("deleting one project changed another's keys")
 		}
-		for _, raw := range []string{keep.publicKey, keep.secretKey} {
+		for _, raw := range []string{keep.PublicKey, keep.SecretKey} {
 			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); err != nil {
 				t.Fatalf("key of the kept project lost: %v", err)
 			}
 		}
-		if us, err := st.Usage(ctx, keep.id, "0000-00-00"); err != nil || len(us) != 1 {
+		if us, err := st.Usage(ctx, keep.ID, "0000-00-00"); err != nil || len(us) != 1 {
 			t.Fatalf("usage rows of the kept project: %d (err %v), want 1", len(us), err)
 		}
 	})
@@ -824,31 +798,31 @@ func TestOtherUsersProjectIsNotFound(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := alice.cpCreate(t, "Alice's", aliceID)
-		secret := alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "").str("clientEmitSecret")
-		keys, _ := alice.cpKeys(t, p.id)
-		before := alice.cpSnapshot(t, p.id)
+		p, pb := cpCreate(alice, t, "Alice's", aliceID)
+		secret := alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "").Str("clientEmitSecret")
+		keys, _ := cpKeys(alice, t, p.ID)
+		before := cpSnapshot(alice, t, p.ID)
 
 		bob, bobID := ts.cpSignup(t, "bob@example.com")
-		q, qb := bob.cpCreate(t, "Bob's", bobID)
-		routes := append(cpProjectRoutes(p.id, keys[0]["id"].(string)),
-			cpRoute{"revoke other key", "POST", "/api/projects/" + p.id + "/keys/" + keys[1]["id"].(string) + "/revoke", ""})
+		q, qb := cpCreate(bob, t, "Bob's", bobID)
+		routes := append(cpProjectRoutes(p.ID, keys[0]["id"].(string)),
+			cpRoute{"revoke other key", "POST", "/api/projects/" + p.ID + "/keys/" + keys[1]["id"].(string) + "/revoke", ""})
 		for _, rt := range routes {
 			t.Run(rt.name, func(t *testing.T) {
-				bob.cpOn(t).do(rt.method, rt.path, rt.body).expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+				bob.On(t).Do(rt.method, rt.path, rt.body).Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 			})
 		}
 		// Alice's key id under Bob's own project is not Bob's key.
-		bob.do("POST", "/api/projects/"+q.id+"/keys/"+keys[0]["id"].(string)+"/revoke", "").
-			expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
+		bob.Do("POST", "/api/projects/"+q.ID+"/keys/"+keys[0]["id"].(string)+"/revoke", "").
+			Expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
 
-		if after := alice.cpSnapshot(t, p.id); after != before {
+		if after := cpSnapshot(alice, t, p.ID); after != before {
 			t.Fatalf("another user's calls changed the project:\nbefore %s\nafter  %s", before, after)
 		}
-		alice.do("GET", "/api/projects/"+p.id, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
-		alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).
-			expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret}))
-		bob.do("GET", "/api/projects", "").expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{qb}}))
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret}))
+		bob.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{qb}}))
 	})
 }
 
@@ -858,35 +832,35 @@ func TestMalformedProjectID(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Real", aliceID)
-		keys, _ := alice.cpKeys(t, p.id)
-		before := alice.cpSnapshot(t, p.id)
+		p, _ := cpCreate(alice, t, "Real", aliceID)
+		keys, _ := cpKeys(alice, t, p.ID)
+		before := cpSnapshot(alice, t, p.ID)
 
 		ids := []string{
 			"not-a-uuid",
 			"123",
-			p.id + "0",
-			p.id[:35],
-			strings.ReplaceAll(p.id, "-", ""),
+			p.ID + "0",
+			p.ID[:35],
+			strings.ReplaceAll(p.ID, "-", ""),
 			"00000000-0000-0000-0000-000000000000",
 			"zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz",
 			url.PathEscape("' OR '1'='1"),
-			url.PathEscape(p.id + "' OR owner_user_id <> '"),
+			url.PathEscape(p.ID + "' OR owner_user_id <> '"),
 		}
 		for _, id := range ids {
 			t.Run(id, func(t *testing.T) {
-				c := alice.cpOn(t)
+				c := alice.On(t)
 				for _, rt := range cpProjectRoutes(id, keys[0]["id"].(string)) {
-					r := c.do(rt.method, rt.path, rt.body)
-					if r.status != http.StatusNotFound {
-						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+					r := c.Do(rt.method, rt.path, rt.body)
+					if r.Status != http.StatusNotFound {
+						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
 						continue
 					}
-					r.expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+					r.Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 				}
 			})
 		}
-		if after := alice.cpSnapshot(t, p.id); after != before {
+		if after := cpSnapshot(alice, t, p.ID); after != before {
 			t.Fatalf("calls on malformed ids changed the project")
 		}
 	})
@@ -900,16 +874,16 @@ func TestIDsAreCaseInsensitive(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := alice.cpCreate(t, "Cased", aliceID)
-		keys, _ := alice.cpKeys(t, p.id)
-		upper := strings.ToUpper(p.id)
+		p, pb := cpCreate(alice, t, "Cased", aliceID)
+		keys, _ := cpKeys(alice, t, p.ID)
+		upper := strings.ToUpper(p.ID)
 
-		alice.do("GET", "/api/projects/"+upper, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
-		alice.do("PATCH", "/api/projects/"+upper, `{"name":"Renamed"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Renamed"}}))
-		alice.do("POST", "/api/projects/"+p.id+"/keys/"+strings.ToUpper(keys[0]["id"].(string))+"/revoke", "").
-			expect(t, http.StatusOK, `{"ok":true}`)
-		after, raw := alice.cpKeys(t, p.id)
+		alice.Do("GET", "/api/projects/"+upper, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		alice.Do("PATCH", "/api/projects/"+upper, `{"name":"Renamed"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
+		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+strings.ToUpper(keys[0]["id"].(string))+"/revoke", "").
+			Expect(t, http.StatusOK, `{"ok":true}`)
+		after, raw := cpKeys(alice, t, p.ID)
 		if got := cpKeyByID(after, keys[0]["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("revoke by upper-case key id did not revoke: %s", raw)
 		}
@@ -923,8 +897,8 @@ func TestKeysListIsMasked(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := alice.cpCreate(t, "Keys", aliceID)
-		keys, raw := alice.cpKeys(t, p.id)
+		p, pb := cpCreate(alice, t, "Keys", aliceID)
+		keys, raw := cpKeys(alice, t, p.ID)
 		if len(keys) != 2 {
 			t.Fatalf("want 2 keys, got %s", raw)
 		}
@@ -940,13 +914,13 @@ func TestKeysListIsMasked(t *testing.T) {
 			if kt, pt := cpIsTime(t, "key createdAt", k["createdAt"]), cpIsTime(t, "project createdAt", pb["createdAt"]); kt.Before(pt.Add(-time.Second)) {
 				t.Fatalf("key createdAt %v before project createdAt %v", kt, pt)
 			}
-			rawKey, prefix := p.publicKey, "pk_live_"
+			rawKey, prefix := p.PublicKey, "pk_live_"
 			if k["keyType"] == "secret" {
-				rawKey, prefix = p.secretKey, "sk_live_"
+				rawKey, prefix = p.SecretKey, "sk_live_"
 			}
 			cpCheckMasked(t, k["keyPrefix"].(string), rawKey, prefix)
 		}
-		for _, rawKey := range []string{p.publicKey, p.secretKey, p.publicKey[len("pk_live_"):], p.secretKey[len("sk_live_"):]} {
+		for _, rawKey := range []string{p.PublicKey, p.SecretKey, p.PublicKey[len("pk_live_"):], p.SecretKey[len("sk_live_"):]} {
 			if strings.Contains(raw, rawKey) {
 				t.Fatalf("key list shows a raw key: %s", raw)
 			}
@@ -961,22 +935,22 @@ func TestKeyRotate(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Rotating", aliceID)
-		initial, _ := alice.cpKeys(t, p.id)
+		p, _ := cpCreate(alice, t, "Rotating", aliceID)
+		initial, _ := cpKeys(alice, t, p.ID)
 		oldPublic, oldSecret := cpActive(initial, "public")[0], cpActive(initial, "secret")[0]
 
 		rotate := func(typ string) map[string]any {
 			t.Helper()
-			r := alice.do("POST", "/api/projects/"+p.id+"/keys", cpJSON(map[string]string{"keyType": typ}))
-			k, _ := r.json["key"].(map[string]any)
-			r.expect(t, http.StatusCreated, cpJSON(map[string]any{"key": map[string]any{
+			r := alice.Do("POST", "/api/projects/"+p.ID+"/keys", cpJSON(map[string]string{"keyType": typ}))
+			k, _ := r.JSON["key"].(map[string]any)
+			r.Expect(t, http.StatusCreated, cpJSON(map[string]any{"key": map[string]any{
 				"id": k["id"], "keyType": typ, "keyPrefix": k["keyPrefix"], "raw": k["raw"],
 			}}))
 			id, _ := k["id"].(string)
 			cpIsUUID(t, "key id", id)
-			re, prefix := cpPublicKeyRe, "pk_live_"
+			re, prefix := relaytest.PublicKeyRe, "pk_live_"
 			if typ == "secret" {
-				re, prefix = cpSecretKeyRe, "sk_live_"
+				re, prefix = relaytest.SecretKeyRe, "sk_live_"
 			}
 			if !re.MatchString(k["raw"].(string)) {
 				t.Fatalf("rotated %s key %q: want %s and ≥ 22 base64url characters", typ, k["raw"], prefix)
@@ -987,10 +961,10 @@ func TestKeyRotate(t *testing.T) {
 
 		// Rotate public: the old public key is revoked, the secret untouched.
 		newPublic := rotate("public")
-		if newPublic["raw"] == p.publicKey {
+		if newPublic["raw"] == p.PublicKey {
 			t.Fatalf("rotation returned the old key")
 		}
-		keys, raw := alice.cpKeys(t, p.id)
+		keys, raw := cpKeys(alice, t, p.ID)
 		if len(keys) != 3 {
 			t.Fatalf("after rotating public: want 3 keys, got %s", raw)
 		}
@@ -1010,10 +984,10 @@ func TestKeyRotate(t *testing.T) {
 
 		// Rotate secret: the old secret is revoked.
 		newSecret := rotate("secret")
-		if newSecret["raw"] == p.secretKey {
+		if newSecret["raw"] == p.SecretKey {
 			t.Fatalf("rotation returned the old key")
 		}
-		keys, raw = alice.cpKeys(t, p.id)
+		keys, raw = cpKeys(alice, t, p.ID)
 		if len(keys) != 4 {
 			t.Fatalf("after rotating secret: want 4 keys, got %s", raw)
 		}
@@ -1023,7 +997,7 @@ func TestKeyRotate(t *testing.T) {
 
 		// Rotating again revokes the key the last rotation issued; one active key per type.
 		third := rotate("public")
-		keys, raw = alice.cpKeys(t, p.id)
+		keys, raw = cpKeys(alice, t, p.ID)
 		if got := cpKeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("second-generation public key not revoked: %s", raw)
 		}
@@ -1038,11 +1012,11 @@ func TestKeyRotate(t *testing.T) {
 		}
 
 		// invalid_key_type, and nothing rotated.
-		_, before := alice.cpKeys(t, p.id)
+		_, before := cpKeys(alice, t, p.ID)
 		for _, body := range []string{"", `{}`, `{"keyType":""}`, `{"keyType":"Public"}`, `{"keyType":"SECRET"}`, `{"keyType":"admin"}`, `{"keyType":null}`, `{"type":"public"}`} {
-			alice.do("POST", "/api/projects/"+p.id+"/keys", body).expect(t, http.StatusBadRequest, `{"error":"invalid_key_type"}`)
+			alice.Do("POST", "/api/projects/"+p.ID+"/keys", body).Expect(t, http.StatusBadRequest, `{"error":"invalid_key_type"}`)
 		}
-		if _, after := alice.cpKeys(t, p.id); after != before {
+		if _, after := cpKeys(alice, t, p.ID); after != before {
 			t.Fatalf("refused rotations changed the keys")
 		}
 	})
@@ -1052,14 +1026,14 @@ func TestKeyRevoke(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "One", aliceID)
-		other, _ := alice.cpCreate(t, "Two", aliceID)
-		keys, _ := alice.cpKeys(t, p.id)
-		otherKeys, otherBefore := alice.cpKeys(t, other.id)
+		p, _ := cpCreate(alice, t, "One", aliceID)
+		other, _ := cpCreate(alice, t, "Two", aliceID)
+		keys, _ := cpKeys(alice, t, p.ID)
+		otherKeys, otherBefore := cpKeys(alice, t, other.ID)
 		pub, sec := cpActive(keys, "public")[0], cpActive(keys, "secret")[0]
 
-		alice.do("POST", "/api/projects/"+p.id+"/keys/"+pub["id"].(string)+"/revoke", "").expect(t, http.StatusOK, `{"ok":true}`)
-		keys, raw := alice.cpKeys(t, p.id)
+		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+pub["id"].(string)+"/revoke", "").Expect(t, http.StatusOK, `{"ok":true}`)
+		keys, raw := cpKeys(alice, t, p.ID)
 		if got := cpKeyByID(keys, pub["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("revoked key still active: %s", raw)
 		}
@@ -1070,8 +1044,8 @@ func TestKeyRevoke(t *testing.T) {
 			t.Fatalf("revoke must not issue a key: %s", raw)
 		}
 
-		alice.do("POST", "/api/projects/"+p.id+"/keys/"+sec["id"].(string)+"/revoke", "").expect(t, http.StatusOK, `{"ok":true}`)
-		keys, raw = alice.cpKeys(t, p.id)
+		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+sec["id"].(string)+"/revoke", "").Expect(t, http.StatusOK, `{"ok":true}`)
+		keys, raw = cpKeys(alice, t, p.ID)
 		if len(cpActive(keys, "public"))+len(cpActive(keys, "secret")) != 0 {
 			t.Fatalf("both keys should be revoked: %s", raw)
 		}
@@ -1087,9 +1061,9 @@ func TestKeyRevoke(t *testing.T) {
 			otherKeys[0]["id"].(string),
 			otherKeys[1]["id"].(string),
 		} {
-			alice.do("POST", "/api/projects/"+p.id+"/keys/"+id+"/revoke", "").expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
+			alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+id+"/revoke", "").Expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
 		}
-		if _, after := alice.cpKeys(t, other.id); after != otherBefore {
+		if _, after := cpKeys(alice, t, other.ID); after != otherBefore {
 			t.Fatalf("revoking through the wrong project changed its keys:\nbefore %s\nafter  %s", otherBefore, after)
 		}
 	})
@@ -1099,14 +1073,14 @@ func TestClientEmitSecret(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := alice.cpCreate(t, "Emitting", aliceID)
-		q, _ := alice.cpCreate(t, "Other", aliceID)
-		path := "/api/projects/" + p.id + "/client-emit-secret"
+		p, pb := cpCreate(alice, t, "Emitting", aliceID)
+		q, _ := cpCreate(alice, t, "Other", aliceID)
+		path := "/api/projects/" + p.ID + "/client-emit-secret"
 
 		secretOf := func(r response) string {
 			t.Helper()
-			s := r.str("clientEmitSecret")
-			r.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": s}))
+			s := r.Str("clientEmitSecret")
+			r.Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": s}))
 			if len(s) < 16 {
 				t.Fatalf("client-emit secret %q is too short to sign with", s)
 			}
@@ -1114,34 +1088,34 @@ func TestClientEmitSecret(t *testing.T) {
 		}
 
 		// First call generates; later calls without regenerate return it unchanged.
-		s1 := secretOf(alice.do("PATCH", path, ""))
+		s1 := secretOf(alice.Do("PATCH", path, ""))
 		for _, body := range []string{"", `{}`, `{"regenerate":false}`, `{"regenerate":null}`} {
-			if s := secretOf(alice.do("PATCH", path, body)); s != s1 {
+			if s := secretOf(alice.Do("PATCH", path, body)); s != s1 {
 				t.Fatalf("body %q changed the secret: %q → %q", body, s1, s)
 			}
 		}
 		// regenerate: true issues a new one, which then sticks.
-		s2 := secretOf(alice.do("PATCH", path, `{"regenerate":true}`))
+		s2 := secretOf(alice.Do("PATCH", path, `{"regenerate":true}`))
 		if s2 == s1 {
 			t.Fatalf("regenerate returned the old secret")
 		}
-		if s := secretOf(alice.do("PATCH", path, `{}`)); s != s2 {
+		if s := secretOf(alice.Do("PATCH", path, `{}`)); s != s2 {
 			t.Fatalf("after regenerate: %q, want %q", s, s2)
 		}
-		s3 := secretOf(alice.do("PATCH", path, `{"regenerate":true}`))
+		s3 := secretOf(alice.Do("PATCH", path, `{"regenerate":true}`))
 		if s3 == s2 || s3 == s1 {
 			t.Fatalf("second regenerate repeated a secret")
 		}
 		// Each project has its own; a first call with regenerate also generates.
-		if s := secretOf(alice.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`)); s == s3 || s == s1 || s == s2 {
+		if s := secretOf(alice.Do("PATCH", "/api/projects/"+q.ID+"/client-emit-secret", `{"regenerate":true}`)); s == s3 || s == s1 || s == s2 {
 			t.Fatalf("two projects share a client-emit secret")
 		}
 		// The secret is returned only by this route.
-		get := alice.do("GET", "/api/projects/"+p.id, "")
-		get.expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
-		list := alice.do("GET", "/api/projects", "")
-		_, keys := alice.cpKeys(t, p.id)
-		for _, body := range []string{get.raw, list.raw, keys} {
+		get := alice.Do("GET", "/api/projects/"+p.ID, "")
+		get.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		list := alice.Do("GET", "/api/projects", "")
+		_, keys := cpKeys(alice, t, p.ID)
+		for _, body := range []string{get.Raw, list.Raw, keys} {
 			if strings.Contains(body, s3) {
 				t.Fatalf("the client-emit secret leaks outside its route: %s", body)
 			}
@@ -1159,10 +1133,10 @@ func TestMalformedRequestBodies(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Stable", aliceID)
-		alice.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "")
-		before := alice.cpSnapshot(t, p.id)
-		anon := ts.client()
+		p, _ := cpCreate(alice, t, "Stable", aliceID)
+		alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "")
+		before := cpSnapshot(alice, t, p.ID)
+		anon := ts.Client()
 
 		routes := []struct {
 			name      string
@@ -1178,73 +1152,73 @@ func TestMalformedRequestBodies(t *testing.T) {
 				[]string{`{"email":"alice@example.com","password":true}`, `{"email":{},"password":"correct horse"}`}},
 			{"create project", alice, "POST", "/api/projects", `{"name":"New"}`,
 				[]string{`{"name":5}`, `{"name":{"x":1}}`, `{"name":["New"]}`, `"New"`, `5`, `true`}},
-			{"rename project", alice, "PATCH", "/api/projects/" + p.id, `{"name":"Renamed"}`,
+			{"rename project", alice, "PATCH", "/api/projects/" + p.ID, `{"name":"Renamed"}`,
 				[]string{`{"name":5}`, `{"name":false}`, `"Renamed"`}},
-			{"rotate key", alice, "POST", "/api/projects/" + p.id + "/keys", `{"keyType":"public"}`,
+			{"rotate key", alice, "POST", "/api/projects/" + p.ID + "/keys", `{"keyType":"public"}`,
 				[]string{`"public"`, `42`}},
-			{"client-emit-secret", alice, "PATCH", "/api/projects/" + p.id + "/client-emit-secret", `{"regenerate":true}`,
+			{"client-emit-secret", alice, "PATCH", "/api/projects/" + p.ID + "/client-emit-secret", `{"regenerate":true}`,
 				[]string{`{"regenerate":"yes"}`, `{"regenerate":1}`, `"regenerate"`}},
-			{"authorization", alice, "PATCH", "/api/projects/" + p.id + "/authorization", `{"authorization":true}`,
+			{"authorization", alice, "PATCH", "/api/projects/" + p.ID + "/authorization", `{"authorization":true}`,
 				[]string{`{"authorization":"yes"}`, `{"authorization":1}`, `true`}},
-			{"authorization rotate-secret", alice, "POST", "/api/projects/" + p.id + "/authorization/rotate-secret", `{"overlapSeconds":60}`,
+			{"authorization rotate-secret", alice, "POST", "/api/projects/" + p.ID + "/authorization/rotate-secret", `{"overlapSeconds":60}`,
 				[]string{`"rotate"`, `60`}},
 		}
 		malformed := []string{`{"name":`, `{bad json}`, `<html><body>hi</body></html>`, `{"name":"x"}}`, `{"name":"x",}`, `{'name':'x'}`, "\x00\x01", `{"name":"x"`}
 		oversize := `{"name":"` + strings.Repeat("a", 70000) + `"}`
 		for _, rt := range routes {
 			t.Run(rt.name, func(t *testing.T) {
-				c := rt.c.cpOn(t)
+				c := rt.c.On(t)
 				for _, body := range malformed {
-					r := c.do(rt.method, rt.path, body)
-					if r.status != http.StatusBadRequest {
-						t.Errorf("malformed %q: %d %s", body, r.status, r.raw)
+					r := c.Do(rt.method, rt.path, body)
+					if r.Status != http.StatusBadRequest {
+						t.Errorf("malformed %q: %d %s", body, r.Status, r.Raw)
 						continue
 					}
-					r.expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+					r.Expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 				}
 				for _, body := range append([]string{`[]`, `[{"name":"x"}]`}, rt.wrongType...) {
-					r := c.do(rt.method, rt.path, body)
-					if r.status != http.StatusBadRequest {
-						t.Errorf("wrong type %q: %d %s", body, r.status, r.raw)
+					r := c.Do(rt.method, rt.path, body)
+					if r.Status != http.StatusBadRequest {
+						t.Errorf("wrong type %q: %d %s", body, r.Status, r.Raw)
 						continue
 					}
-					r.expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
+					r.Expect(t, http.StatusBadRequest, `{"error":"invalid_json"}`)
 				}
 				for _, ct := range []string{"text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "application/jsonx", "json"} {
-					r := c.send(rt.method, rt.path, rt.valid, ct, nil)
-					if r.status != http.StatusUnsupportedMediaType {
-						t.Errorf("Content-Type %q: %d %s", ct, r.status, r.raw)
+					r := c.Send(rt.method, rt.path, rt.valid, ct, nil)
+					if r.Status != http.StatusUnsupportedMediaType {
+						t.Errorf("Content-Type %q: %d %s", ct, r.Status, r.Raw)
 						continue
 					}
-					r.expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+					r.Expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
 				}
-				r := c.do(rt.method, rt.path, oversize)
-				r.expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
-				r = c.send(rt.method, rt.path, oversize, "text/plain", nil)
-				r.expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
+				r := c.Do(rt.method, rt.path, oversize)
+				r.Expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
+				r = c.Send(rt.method, rt.path, oversize, "text/plain", nil)
+				r.Expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
 			})
 		}
 
 		// None of that changed anything: no user, no project, no key, no secret.
-		if after := alice.cpSnapshot(t, p.id); after != before {
+		if after := cpSnapshot(alice, t, p.ID); after != before {
 			t.Fatalf("refused requests changed the project:\nbefore %s\nafter  %s", before, after)
 		}
-		list := alice.do("GET", "/api/projects", "")
-		if ps, _ := list.json["projects"].([]any); len(ps) != 1 {
-			t.Fatalf("refused requests created projects: %s", list.raw)
+		list := alice.Do("GET", "/api/projects", "")
+		if ps, _ := list.JSON["projects"].([]any); len(ps) != 1 {
+			t.Fatalf("refused requests created projects: %s", list.Raw)
 		}
-		bob := ts.client().do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`)
-		bob.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": bob.str("id"), "email": "bob@example.com"}))
+		bob := ts.Client().Do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`)
+		bob.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": bob.Str("id"), "email": "bob@example.com"}))
 
 		// JSON media types with parameters or a +json suffix are JSON; a body
 		// of exactly 64 KiB is within the cap.
 		for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"} {
-			r := alice.send("PATCH", "/api/projects/"+p.id, `{"name":"Typed"}`, ct, nil)
-			r.expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": "Typed"}}))
+			r := alice.Send("PATCH", "/api/projects/"+p.ID, `{"name":"Typed"}`, ct, nil)
+			r.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Typed"}}))
 		}
 		name := strings.Repeat("b", 65536-len(`{"name":""}`))
-		r := alice.do("PATCH", "/api/projects/"+p.id, `{"name":"`+name+`"}`)
-		r.expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.id, "name": name}}))
+		r := alice.Do("PATCH", "/api/projects/"+p.ID, `{"name":"`+name+`"}`)
+		r.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": name}}))
 	})
 }
 
@@ -1252,10 +1226,10 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Routes", aliceID)
-		keys, _ := alice.cpKeys(t, p.id)
+		p, _ := cpCreate(alice, t, "Routes", aliceID)
+		keys, _ := cpKeys(alice, t, p.ID)
 		kid := keys[0]["id"].(string)
-		anon := ts.client()
+		anon := ts.Client()
 
 		notFound := []struct{ method, path string }{
 			{"GET", "/api/nope"},
@@ -1264,11 +1238,11 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"POST", "/api/auth/unknown"},
 			{"GET", "/api/auth"},
 			{"POST", "/api/project"},
-			{"GET", "/api/projects/" + p.id + "/nope"},
-			{"GET", "/api/projects/" + p.id + "/authorization/nope"},
-			{"GET", "/api/projects/" + p.id + "/keys/" + kid},
-			{"POST", "/api/projects/" + p.id + "/keys/" + kid + "/unrevoke"},
-			{"GET", "/api/projects/" + p.id + "/keys/" + kid + "/revoke/extra"},
+			{"GET", "/api/projects/" + p.ID + "/nope"},
+			{"GET", "/api/projects/" + p.ID + "/authorization/nope"},
+			{"GET", "/api/projects/" + p.ID + "/keys/" + kid},
+			{"POST", "/api/projects/" + p.ID + "/keys/" + kid + "/unrevoke"},
+			{"GET", "/api/projects/" + p.ID + "/keys/" + kid + "/revoke/extra"},
 			{"GET", "/api/v2/projects"},
 			{"GET", "/definitely-not-a-page"},
 			{"POST", "/some/deep/path.txt"},
@@ -1278,16 +1252,16 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 		}
 		for _, c := range []*client{anon, alice} {
 			for _, rt := range notFound {
-				r := c.do(rt.method, rt.path, "")
-				if r.status != http.StatusNotFound {
-					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+				r := c.Do(rt.method, rt.path, "")
+				if r.Status != http.StatusNotFound {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
 					continue
 				}
-				r.expect(t, http.StatusNotFound, `{"error":"not_found"}`)
+				r.Expect(t, http.StatusNotFound, `{"error":"not_found"}`)
 			}
 		}
 
-		base := "/api/projects/" + p.id
+		base := "/api/projects/" + p.ID
 		wrongMethod := []struct {
 			method, path string
 			allow        []string
@@ -1317,29 +1291,29 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 		}
 		for _, c := range []*client{anon, alice} {
 			for _, rt := range wrongMethod {
-				r := c.do(rt.method, rt.path, "")
-				if r.status != http.StatusMethodNotAllowed {
-					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+				r := c.Do(rt.method, rt.path, "")
+				if r.Status != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
 					continue
 				}
-				r.expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+				r.Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
 				allow := map[string]bool{}
-				for _, m := range strings.Split(r.header.Get("Allow"), ",") {
+				for _, m := range strings.Split(r.Header.Get("Allow"), ",") {
 					allow[strings.TrimSpace(m)] = true
 				}
 				for _, m := range rt.allow {
 					if !allow[m] {
-						t.Errorf("%s %s: Allow %q lacks %s", rt.method, rt.path, r.header.Get("Allow"), m)
+						t.Errorf("%s %s: Allow %q lacks %s", rt.method, rt.path, r.Header.Get("Allow"), m)
 					}
 				}
 				if allow[rt.method] {
-					t.Errorf("%s %s: Allow %q lists the refused method", rt.method, rt.path, r.header.Get("Allow"))
+					t.Errorf("%s %s: Allow %q lists the refused method", rt.method, rt.path, r.Header.Get("Allow"))
 				}
 			}
 		}
 		// Nothing above touched the project.
-		alice.do("GET", base, "").expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]any{
-			"id": p.id, "name": "Routes", "ownerUserId": aliceID, "createdAt": alice.do("GET", base, "").str("project", "createdAt"),
+		alice.Do("GET", base, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]any{
+			"id": p.ID, "name": "Routes", "ownerUserId": aliceID, "createdAt": alice.Do("GET", base, "").Str("project", "createdAt"),
 		}}))
 	})
 }
@@ -1347,16 +1321,16 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 func TestHealthAndSecurityHeaders(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.client()
-		healthz := c.do("GET", "/healthz", "")
-		healthz.expect(t, http.StatusOK, `{"status":"ok"}`)
-		readyz := c.do("GET", "/readyz", "")
-		readyz.expect(t, http.StatusOK, `{"status":"ok"}`)
-		traffic := c.do("GET", "/readyz/traffic", "")
-		traffic.expect(t, http.StatusOK, `{"status":"ok"}`)
+		c := ts.Client()
+		healthz := c.Do("GET", "/healthz", "")
+		healthz.Expect(t, http.StatusOK, `{"status":"ok"}`)
+		readyz := c.Do("GET", "/readyz", "")
+		readyz.Expect(t, http.StatusOK, `{"status":"ok"}`)
+		traffic := c.Do("GET", "/readyz/traffic", "")
+		traffic.Expect(t, http.StatusOK, `{"status":"ok"}`)
 
-		signup := c.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
-		signup.expect(t, http.StatusCreated, cpJSON(map[string]string{"id": signup.str("id"), "email": "alice@example.com"}))
+		signup := c.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
+		signup.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": signup.Str("id"), "email": "alice@example.com"}))
 		type named struct {
 			name string
 			r    response
@@ -1366,31 +1340,31 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 			{"readyz", readyz},
 			{"readyz/traffic", traffic},
 			{"signup 201", signup},
-			{"list 200", c.do("GET", "/api/projects", "")},
-			{"create 201", c.do("POST", "/api/projects", `{"name":"x"}`)},
-			{"invalid_json 400", c.do("POST", "/api/projects", `{`)},
-			{"project_not_found 404", c.do("GET", "/api/projects/00000000-0000-0000-0000-000000000000", "")},
-			{"unsupported_media_type 415", c.send("POST", "/api/projects", `{"name":"x"}`, "text/plain", nil)},
-			{"not_found 404 api", c.do("GET", "/api/nope", "")},
-			{"not_found 404 page", c.do("GET", "/nope", "")},
-			{"method_not_allowed 405", c.do("PUT", "/healthz", "")},
-			{"logout 200", c.do("POST", "/api/auth/logout", "")},
-			{"unauthorized 401", c.do("GET", "/api/projects", "")},
-			{"invalid_credentials 401", ts.client().do("POST", "/api/auth/login", `{"email":"x@example.com","password":"whatever1"}`)},
+			{"list 200", c.Do("GET", "/api/projects", "")},
+			{"create 201", c.Do("POST", "/api/projects", `{"name":"x"}`)},
+			{"invalid_json 400", c.Do("POST", "/api/projects", `{`)},
+			{"project_not_found 404", c.Do("GET", "/api/projects/00000000-0000-0000-0000-000000000000", "")},
+			{"unsupported_media_type 415", c.Send("POST", "/api/projects", `{"name":"x"}`, "text/plain", nil)},
+			{"not_found 404 api", c.Do("GET", "/api/nope", "")},
+			{"not_found 404 page", c.Do("GET", "/nope", "")},
+			{"method_not_allowed 405", c.Do("PUT", "/healthz", "")},
+			{"logout 200", c.Do("POST", "/api/auth/logout", "")},
+			{"unauthorized 401", c.Do("GET", "/api/projects", "")},
+			{"invalid_credentials 401", ts.Client().Do("POST", "/api/auth/login", `{"email":"x@example.com","password":"whatever1"}`)},
 		}
 		for _, n := range responses {
 			name, r := n.name, n.r
-			if r.status >= 500 {
-				t.Errorf("%s: %d %s", name, r.status, r.raw)
+			if r.Status >= 500 {
+				t.Errorf("%s: %d %s", name, r.Status, r.Raw)
 			}
-			if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
+			if got := r.Header.Get("X-Content-Type-Options"); got != "nosniff" {
 				t.Errorf("%s: X-Content-Type-Options %q, want nosniff", name, got)
 			}
-			csp := r.header.Get("Content-Security-Policy")
+			csp := r.Header.Get("Content-Security-Policy")
 			if !strings.Contains(csp, "frame-ancestors") {
 				t.Errorf("%s: Content-Security-Policy %q lacks frame-ancestors", name, csp)
 			}
-			if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 				t.Errorf("%s: Content-Type %q, want JSON", name, ct)
 			}
 		}
@@ -1405,12 +1379,12 @@ func TestConcurrentSignupsSameEmail(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		created := 0
-		for _, r := range ts.client().parallel(t, 4, "POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`) {
-			switch r.status {
+		for _, r := range ts.Client().Parallel(t, 4, "POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`) {
+			switch r.Status {
 			case http.StatusCreated:
 				created++
 			default:
-				r.expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
+				r.Expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
 			}
 		}
 		if created != 1 {
@@ -1427,16 +1401,16 @@ func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := alice.cpCreate(t, "Busy", aliceID)
+		p, _ := cpCreate(alice, t, "Busy", aliceID)
 		for round := 0; round < 3; round++ {
 			issued := map[string]bool{}
-			for _, r := range alice.parallel(t, 8, "POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`) {
-				if r.status != http.StatusCreated {
-					t.Fatalf("rotate: %d %s", r.status, r.raw)
+			for _, r := range alice.Parallel(t, 8, "POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`) {
+				if r.Status != http.StatusCreated {
+					t.Fatalf("rotate: %d %s", r.Status, r.Raw)
 				}
-				issued[r.str("key", "id")] = true
+				issued[r.Str("key", "id")] = true
 			}
-			keys, raw := alice.cpKeys(t, p.id)
+			keys, raw := cpKeys(alice, t, p.ID)
 			active := cpActive(keys, "public")
 			if len(active) != 1 {
 				t.Fatalf("round %d: %d active public keys after 8 concurrent rotations, want 1: %s", round, len(active), raw)
@@ -1459,14 +1433,14 @@ func TestConcurrentFirstClientEmitSecret(t *testing.T) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
 		for round := 0; round < 3; round++ {
-			p, _ := alice.cpCreate(t, "Fresh", aliceID)
-			path := "/api/projects/" + p.id + "/client-emit-secret"
+			p, _ := cpCreate(alice, t, "Fresh", aliceID)
+			path := "/api/projects/" + p.ID + "/client-emit-secret"
 			got := map[string]bool{}
-			for _, r := range alice.parallel(t, 8, "PATCH", path, `{}`) {
-				r.expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": r.str("clientEmitSecret")}))
-				got[r.str("clientEmitSecret")] = true
+			for _, r := range alice.Parallel(t, 8, "PATCH", path, `{}`) {
+				r.Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": r.Str("clientEmitSecret")}))
+				got[r.Str("clientEmitSecret")] = true
 			}
-			kept := alice.do("PATCH", path, `{}`).str("clientEmitSecret")
+			kept := alice.Do("PATCH", path, `{}`).Str("clientEmitSecret")
 			if len(got) != 1 || !got[kept] {
 				t.Fatalf("round %d: 8 concurrent first calls returned %d different secrets; the kept one among them: %v", round, len(got), got[kept])
 			}

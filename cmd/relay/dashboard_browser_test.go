@@ -257,8 +257,8 @@ func TestDashboardBrowser(t *testing.T) {
 	start := time.Now()
 	// A long rollup period: the usage rows this test writes stay exactly its own.
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"USAGE_ROLLUP_SECONDS": "3600"})
-	b := newBrowser(t, ts.base)
-	emitter := ts.client()
+	b := newBrowser(t, ts.Base)
+	emitter := ts.Client()
 	ctx := context.Background()
 
 	// 1. A new visitor lands on the login page and signs up.
@@ -293,7 +293,7 @@ func TestDashboardBrowser(t *testing.T) {
 	b.expectPage(http.StatusOK, "#notice", "Project created. Copy both keys now")
 	projectID := b.text("#project-id")
 	publicKey, secretKey := b.text("#raw-public-key"), b.text("#raw-secret-key")
-	if !cpUUIDRe.MatchString(projectID) || !cpPublicKeyRe.MatchString(publicKey) || !cpSecretKeyRe.MatchString(secretKey) {
+	if !relaytest.UUIDRe.MatchString(projectID) || !relaytest.PublicKeyRe.MatchString(publicKey) || !relaytest.SecretKeyRe.MatchString(secretKey) {
 		t.Fatalf("created project: id %q keys %q %q", projectID, publicKey, secretKey)
 	}
 	projectPath := "/projects/" + projectID
@@ -307,9 +307,9 @@ func TestDashboardBrowser(t *testing.T) {
 	// The snippets carry this server's address, the project's keys and
 	// channel; each has its copy button.
 	for sel, want := range map[string][]string{
-		"#snippet-browser": {`new Relay({ url: "` + ts.base + `", publicKey: "` + publicKey + `" })`, `relay.subscribe("demo"`},
-		"#snippet-curl":    {"curl -X POST '" + ts.base + "/emit'", "'Authorization: Bearer " + secretKey + "'", `{"channel":"demo","payload":{"text":"hello"}}`},
-		"#snippet-go":      {`"github.com/relayhq/relay/api/backend"`, `"` + ts.base + `/emit"`, `"` + secretKey + `", "demo"`},
+		"#snippet-browser": {`new Relay({ url: "` + ts.Base + `", publicKey: "` + publicKey + `" })`, `relay.subscribe("demo"`},
+		"#snippet-curl":    {"curl -X POST '" + ts.Base + "/emit'", "'Authorization: Bearer " + secretKey + "'", `{"channel":"demo","payload":{"text":"hello"}}`},
+		"#snippet-go":      {`"github.com/relayhq/relay/api/backend"`, `"` + ts.Base + `/emit"`, `"` + secretKey + `", "demo"`},
 	} {
 		got := browserRun(b, chromedp.TextContent(chromedp.CSS(sel)))
 		for _, w := range want {
@@ -348,10 +348,10 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Fatalf("the demo link led to %s", p)
 	}
 	emit := func(secret, channel string) response {
-		return emitter.emit(secret, `{"channel":"`+channel+`","payload":{"n":1}}`)
+		return emitter.Emit(secret, `{"channel":"`+channel+`","payload":{"n":1}}`)
 	}
-	if r := emit(secretKey, "hello"); r.status != http.StatusOK {
-		t.Fatalf("emit with the copied secret key: %d %s", r.status, r.raw)
+	if r := emit(secretKey, "hello"); r.Status != http.StatusOK {
+		t.Fatalf("emit with the copied secret key: %d %s", r.Status, r.Raw)
 	}
 	b.open(projectPath)
 	if b.has("#raw-secret-key") || b.has("#new-keys") {
@@ -381,16 +381,16 @@ func TestDashboardBrowser(t *testing.T) {
 	b.click("#rotate-secret")
 	b.expectPage(http.StatusOK, "#notice", "previous secret key is revoked")
 	newSecret := b.text("#raw-secret-key")
-	if !cpSecretKeyRe.MatchString(newSecret) || newSecret == secretKey || b.has("#raw-public-key") {
+	if !relaytest.SecretKeyRe.MatchString(newSecret) || newSecret == secretKey || b.has("#raw-public-key") {
 		t.Fatalf("rotation showed %q", newSecret)
 	}
 	if n := b.count("#keys-table tr.key.revoked"); n != 1 {
 		t.Fatalf("%d revoked keys listed, want 1", n)
 	}
 	b.shot("secret-rotated")
-	emit(secretKey, "hello").expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
-	if r := emit(newSecret, "hello"); r.status != http.StatusOK {
-		t.Fatalf("emit with the new secret key: %d %s", r.status, r.raw)
+	emit(secretKey, "hello").Expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+	if r := emit(newSecret, "hello"); r.Status != http.StatusOK {
+		t.Fatalf("emit with the new secret key: %d %s", r.Status, r.Raw)
 	}
 
 	// 4. Webhook: a bad URL is refused with a message, a good one gets a secret.
@@ -438,19 +438,19 @@ func TestDashboardBrowser(t *testing.T) {
 	relaytest.EventuallyNil(t, 5*time.Second, func() error {
 		r := emit(newSecret, fmt.Sprintf("probe-%d", probes))
 		probes++
-		if lim, _ := r.json["rate_limit"].(map[string]any); r.status == http.StatusOK && num(lim, "limit") == 2 {
+		if lim, _ := r.JSON["rate_limit"].(map[string]any); r.Status == http.StatusOK && relaytest.Num(lim, "limit") == 2 {
 			return nil
 		}
-		return fmt.Errorf("the emit endpoint does not apply the budget of 2: %d %s", r.status, r.raw)
+		return fmt.Errorf("the emit endpoint does not apply the budget of 2: %d %s", r.Status, r.Raw)
 	})
 	for i := 1; i <= 3; i++ {
 		r := emit(newSecret, "budgeted")
-		lim, _ := r.json["rate_limit"].(map[string]any)
-		if i < 3 && (r.status != http.StatusOK || num(lim, "limit") != 2) {
-			t.Fatalf("emit %d under the budget: %d %s", i, r.status, r.raw)
+		lim, _ := r.JSON["rate_limit"].(map[string]any)
+		if i < 3 && (r.Status != http.StatusOK || relaytest.Num(lim, "limit") != 2) {
+			t.Fatalf("emit %d under the budget: %d %s", i, r.Status, r.Raw)
 		}
-		if i == 3 && (r.status != http.StatusTooManyRequests || r.str("error") != "channel_rate_limited" || num(lim, "limit") != 2 || num(lim, "remaining") != 0) {
-			t.Fatalf("third emit: %d %s, want 429 channel_rate_limited with rate_limit.limit 2", r.status, r.raw)
+		if i == 3 && (r.Status != http.StatusTooManyRequests || r.Str("error") != "channel_rate_limited" || relaytest.Num(lim, "limit") != 2 || relaytest.Num(lim, "remaining") != 0) {
+			t.Fatalf("third emit: %d %s, want 429 channel_rate_limited with rate_limit.limit 2", r.Status, r.Raw)
 		}
 	}
 

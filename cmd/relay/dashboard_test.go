@@ -12,7 +12,6 @@ import (
 	"encoding/base64"
 	"html"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -25,158 +24,12 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// dashClient is one browser's worth of cookies; it does not follow redirects.
-type dashClient struct {
-	t      testing.TB
-	ts     *testServer
-	http   *http.Client
-	origin string // Origin header sent with POSTs ("" sends none)
-}
-
-func (ts *testServer) dash(t testing.TB) *dashClient {
-	jar, _ := cookiejar.New(nil)
-	return &dashClient{t: t, ts: ts, origin: ts.base, http: &http.Client{
-		Jar: jar, Timeout: 10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
-}
-
-// dashPage is an answer: status, headers and body.
-type dashPage struct {
-	status int
-	header http.Header
-	body   string
-}
-
-// send sends method path with body ("" for none) and header with the
-// client's cookies, and reads the answer.
-func (c *dashClient) send(method, path, body string, header http.Header) dashPage {
-	c.t.Helper()
-	r, err := relaytest.Do(c.http, method, c.ts.base+path, body, header)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return dashPage{status: r.Status, header: r.Header, body: r.Raw}
-}
-
-func (c *dashClient) get(path string) dashPage {
-	c.t.Helper()
-	return c.send("GET", path, "", nil)
-}
-
-// post submits form as a browser would (urlencoded, with Origin).
-func (c *dashClient) post(path string, form url.Values) dashPage {
-	c.t.Helper()
-	h := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
-	if c.origin != "" {
-		h.Set("Origin", c.origin)
-	}
-	return c.send("POST", path, form.Encode(), h)
-}
-
-// submit posts form with the CSRF token of the page at from.
-func (c *dashClient) submit(from, path string, form url.Values) dashPage {
-	c.t.Helper()
-	if form == nil {
-		form = url.Values{}
-	}
-	form.Set("csrf", c.get(from).csrf(c.t))
-	return c.post(path, form)
-}
-
-var (
-	dashCSRFRe   = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-	dashErrorRe  = regexp.MustCompile(`id="error">([^<]*)<`)
-	dashNoticeRe = regexp.MustCompile(`id="notice">([^<]*)<`)
+// The dashboard client under this package's short names.
+type (
+	dashClient  = relaytest.Dash
+	dashPage    = relaytest.Page
+	dashProject = relaytest.Project
 )
-
-func dashFind(re *regexp.Regexp, body string) string {
-	m := re.FindStringSubmatch(body)
-	if m == nil {
-		return ""
-	}
-	return html.UnescapeString(m[1])
-}
-
-// dashByID returns the text of the element with id (no nested tags).
-func (p dashPage) byID(id string) string {
-	return dashFind(regexp.MustCompile(`id="`+regexp.QuoteMeta(id)+`"[^>]*>([^<]*)<`), p.body)
-}
-
-func (p dashPage) csrf(t testing.TB) string {
-	t.Helper()
-	tok := dashFind(dashCSRFRe, p.body)
-	if tok == "" {
-		t.Fatalf("no CSRF token in the page (status %d):\n%s", p.status, p.body)
-	}
-	return tok
-}
-
-func (p dashPage) errorText() string  { return dashFind(dashErrorRe, p.body) }
-func (p dashPage) noticeText() string { return dashFind(dashNoticeRe, p.body) }
-
-// expectError fails unless the page has status and an error mentioning want.
-func (p dashPage) expectError(t testing.TB, status int, want string) {
-	t.Helper()
-	if p.status != status {
-		t.Fatalf("status %d, want %d; page:\n%s", p.status, status, p.body)
-	}
-	if !strings.Contains(p.errorText(), want) {
-		t.Fatalf("error %q, want it to say %q", p.errorText(), want)
-	}
-	if ct := p.header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
-		t.Fatalf("Content-Type %q", ct)
-	}
-}
-
-// expectRedirect fails unless the answer is a 303 to location.
-func (p dashPage) expectRedirect(t testing.TB, location string) {
-	t.Helper()
-	if p.status != http.StatusSeeOther || p.header.Get("Location") != location {
-		t.Fatalf("got %d Location %q, want 303 to %q; body:\n%s", p.status, p.header.Get("Location"), location, p.body)
-	}
-}
-
-// signup creates the account through the signup form; the client is then
-// logged in.
-func (c *dashClient) signup(email string) {
-	c.t.Helper()
-	c.submit("/signup", "/signup", url.Values{"email": {email}, "password": {cpPassword}}).expectRedirect(c.t, "/?done=welcome")
-}
-
-// dashProject is a project created through the dashboard, with its raw keys.
-type dashProject struct {
-	id, publicKey, secretKey string
-}
-
-// dashKeysShownRe is where a create or a rotation redirects: the project
-// page, which shows the new raw keys once.
-var dashKeysShownRe = regexp.MustCompile(`^/projects/([0-9a-f-]{36})\?done=keys-shown$`)
-
-// shown follows the 303 that answers a create or a rotation to the project
-// page, and returns that page (the one view that shows the raw keys).
-func (c *dashClient) shown(r dashPage) dashPage {
-	c.t.Helper()
-	loc := r.header.Get("Location")
-	if r.status != http.StatusSeeOther || !dashKeysShownRe.MatchString(loc) {
-		c.t.Fatalf("got %d Location %q, want 303 to the project page; body:\n%s", r.status, loc, r.body)
-	}
-	p := c.get(loc)
-	if p.status != http.StatusOK {
-		c.t.Fatalf("GET %s after the redirect: %d\n%s", loc, p.status, p.body)
-	}
-	return p
-}
-
-func (c *dashClient) create(name string) dashProject {
-	c.t.Helper()
-	p := c.shown(c.submit("/", "/projects", url.Values{"name": {name}}))
-	dp := dashProject{id: p.byID("project-id"), publicKey: p.byID("raw-public-key"), secretKey: p.byID("raw-secret-key")}
-	if !cpUUIDRe.MatchString(dp.id) || !cpPublicKeyRe.MatchString(dp.publicKey) || !cpSecretKeyRe.MatchString(dp.secretKey) {
-		c.t.Fatalf("created project page lacks id or raw keys: %+v", dp)
-	}
-	return dp
-}
 
 func dashSettings(t testing.TB, ts *testServer, projectID string) store.Settings {
 	t.Helper()
@@ -199,24 +52,24 @@ func dashProjectName(t testing.TB, ts *testServer, projectID string) string {
 func TestDashboardPagesAndHeaders(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
+		c := ts.Dash(t)
 
 		// Logged out: every page sends the browser to /login.
 		for _, path := range []string{"/", "/projects/00000000-0000-4000-8000-000000000000", "/projects/x/usage", "/projects/x/delete"} {
-			c.get(path).expectRedirect(t, "/login")
+			c.Get(path).ExpectRedirect(t, "/login")
 		}
-		c.get("/projects").expectRedirect(t, "/")
+		c.Get("/projects").ExpectRedirect(t, "/")
 
 		// Unknown paths keep the JSON 404 of the API; / takes GET only.
-		r := ts.client().do("GET", "/nope", "")
-		r.expect(t, http.StatusNotFound, `{"error":"not_found"}`)
-		ts.client().do("POST", "/", "").expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+		r := ts.Client().Do("GET", "/nope", "")
+		r.Expect(t, http.StatusNotFound, `{"error":"not_found"}`)
+		ts.Client().Do("POST", "/", "").Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
 
-		login := c.get("/login")
-		if login.status != http.StatusOK || !strings.Contains(login.body, `action="/login"`) {
-			t.Fatalf("login page: %d\n%s", login.status, login.body)
+		login := c.Get("/login")
+		if login.Status != http.StatusOK || !strings.Contains(login.Body, `action="/login"`) {
+			t.Fatalf("login page: %d\n%s", login.Status, login.Body)
 		}
-		h := login.header
+		h := login.Header
 		for k, want := range map[string]string{
 			"Content-Type":            "text/html; charset=utf-8",
 			"Cache-Control":           "no-store",
@@ -231,20 +84,20 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 		// Nothing inline that the CSP would block: the one script is ours,
 		// from a file.
 		for _, bad := range []string{"<style", " style=", "javascript:"} {
-			if strings.Contains(login.body, bad) {
+			if strings.Contains(login.Body, bad) {
 				t.Errorf("login page contains %q", bad)
 			}
 		}
-		scripts := regexp.MustCompile(`<script[^>]*>`).FindAllString(login.body, -1)
+		scripts := regexp.MustCompile(`<script[^>]*>`).FindAllString(login.Body, -1)
 		js := regexp.MustCompile(`^<script src="(/static/dashboard\.js\?v=[0-9a-f]+)" defer>$`).FindStringSubmatch(strings.Join(scripts, ""))
-		if len(scripts) != 1 || js == nil || strings.Count(login.body, "</script>") != 1 || !strings.Contains(login.body, scripts[0]+"</script>") {
+		if len(scripts) != 1 || js == nil || strings.Count(login.Body, "</script>") != 1 || !strings.Contains(login.Body, scripts[0]+"</script>") {
 			t.Fatalf("scripts in the login page: %q, want one empty <script src=/static/dashboard.js?v=… defer>", scripts)
 		}
 
 		// The stylesheet: ours, versioned, cacheable.
-		css := regexp.MustCompile(`href="(/static/dashboard\.css\?v=[0-9a-f]+)"`).FindStringSubmatch(login.body)
+		css := regexp.MustCompile(`href="(/static/dashboard\.css\?v=[0-9a-f]+)"`).FindStringSubmatch(login.Body)
 		if css == nil {
-			t.Fatalf("no stylesheet link in\n%s", login.body)
+			t.Fatalf("no stylesheet link in\n%s", login.Body)
 		}
 		// Each is versioned and cacheable, answers a conditional GET, and is
 		// briefly cacheable under any other version. The script's CSP is the
@@ -253,17 +106,17 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 			{"stylesheet", css[1], "text/css; charset=utf-8", "svg.chart"},
 			{"script", js[1], "text/javascript; charset=utf-8", "data-copy"},
 		} {
-			got := c.get(f.url)
-			if got.status != http.StatusOK || got.header.Get("Content-Type") != f.contentType ||
-				got.header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(got.body, f.marker) {
-				t.Fatalf("%s: %d %v", f.what, got.status, got.header)
+			got := c.Get(f.url)
+			if got.Status != http.StatusOK || got.Header.Get("Content-Type") != f.contentType ||
+				got.Header.Get("Cache-Control") != "public, max-age=31536000, immutable" || !strings.Contains(got.Body, f.marker) {
+				t.Fatalf("%s: %d %v", f.what, got.Status, got.Header)
 			}
-			if nm := c.send("GET", f.url, "", http.Header{"If-None-Match": {got.header.Get("ETag")}}); nm.status != http.StatusNotModified {
-				t.Fatalf("conditional GET of the %s: %d", f.what, nm.status)
+			if nm := c.Send("GET", f.url, "", http.Header{"If-None-Match": {got.Header.Get("ETag")}}); nm.Status != http.StatusNotModified {
+				t.Fatalf("conditional GET of the %s: %d", f.what, nm.Status)
 			}
 			other, _, _ := strings.Cut(f.url, "?")
-			if old := c.get(other + "?v=0000"); old.status != http.StatusOK || old.header.Get("Cache-Control") != "public, max-age=300" {
-				t.Fatalf("%s under another version: %d %v", f.what, old.status, old.header)
+			if old := c.Get(other + "?v=0000"); old.Status != http.StatusOK || old.Header.Get("Cache-Control") != "public, max-age=300" {
+				t.Fatalf("%s under another version: %d %v", f.what, old.Status, old.Header)
 			}
 		}
 	})
@@ -272,10 +125,10 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 func TestDashboardSignupAndLoginErrors(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		existing := ts.dash(t)
-		existing.signup("carol@example.com")
+		existing := ts.Dash(t)
+		existing.Signup("carol@example.com")
 
-		c := ts.dash(t)
+		c := ts.Dash(t)
 		form := func(email, password string) url.Values {
 			return url.Values{"email": {email}, "password": {password}}
 		}
@@ -284,51 +137,51 @@ func TestDashboardSignupAndLoginErrors(t *testing.T) {
 			status                      int
 			says                        string
 		}{
-			{"signup without email", "/signup", "", cpPassword, 400, "Enter both an email address and a password"},
+			{"signup without email", "/signup", "", relaytest.Password, 400, "Enter both an email address and a password"},
 			{"signup without password", "/signup", "alice@example.com", "", 400, "Enter both an email address and a password"},
 			{"signup short password", "/signup", "alice@example.com", "1234567", 400, "at least 8 characters"},
-			{"signup email not allowed", "/signup", "mallory@example.com", cpPassword, 403, "not allowed to sign up"},
-			{"signup email taken", "/signup", "Carol@example.com", cpPassword, 409, "already exists"},
+			{"signup email not allowed", "/signup", "mallory@example.com", relaytest.Password, 403, "not allowed to sign up"},
+			{"signup email taken", "/signup", "Carol@example.com", relaytest.Password, 409, "already exists"},
 			{"login without password", "/login", "carol@example.com", "", 400, "Enter both an email address and a password"},
 			{"login wrong password", "/login", "carol@example.com", "wrong password", 401, "Wrong email or password"},
-			{"login unknown email", "/login", "nobody@example.com", cpPassword, 401, "Wrong email or password"},
+			{"login unknown email", "/login", "nobody@example.com", relaytest.Password, 401, "Wrong email or password"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				c.t = t
-				p := c.submit(tc.page, tc.page, form(tc.email, tc.password))
-				p.expectError(t, tc.status, tc.says)
-				if tc.email != "" && !strings.Contains(p.body, `value="`+tc.email+`"`) {
+				c.T = t
+				p := c.Submit(tc.page, tc.page, form(tc.email, tc.password))
+				p.ExpectError(t, tc.status, tc.says)
+				if tc.email != "" && !strings.Contains(p.Body, `value="`+tc.email+`"`) {
 					t.Errorf("the email typed is not kept in the form")
 				}
-				if strings.Contains(p.body, tc.password) && tc.password != "" {
+				if strings.Contains(p.Body, tc.password) && tc.password != "" {
 					t.Errorf("the password is echoed in the page")
 				}
-				c.get("/").expectRedirect(t, "/login") // still logged out
+				c.Get("/").ExpectRedirect(t, "/login") // still logged out
 			})
 		}
-		c.t = t
+		c.T = t
 
 		// CSRF: a signup or login without the pre-session token is refused
 		// and creates nothing.
-		c.post("/signup", form("alice@example.com", cpPassword)).expectError(t, http.StatusForbidden, "CSRF check failed")
-		c.post("/login", form("carol@example.com", cpPassword)).expectError(t, http.StatusForbidden, "CSRF check failed")
+		c.Post("/signup", form("alice@example.com", relaytest.Password)).ExpectError(t, http.StatusForbidden, "CSRF check failed")
+		c.Post("/login", form("carol@example.com", relaytest.Password)).ExpectError(t, http.StatusForbidden, "CSRF check failed")
 		if _, err := ts.app.store.UserByEmail(context.Background(), "alice@example.com"); err == nil {
 			t.Fatal("a signup without CSRF token created the account")
 		}
 
 		// The right password logs in; the dashboard shows who is logged in,
 		// and /login then sends the user home.
-		c.submit("/login", "/login", form("carol@example.com", cpPassword)).expectRedirect(t, "/")
-		home := c.get("/")
-		if home.status != http.StatusOK || home.byID("who") != "carol@example.com" {
-			t.Fatalf("home after login: %d who=%q", home.status, home.byID("who"))
+		c.Submit("/login", "/login", form("carol@example.com", relaytest.Password)).ExpectRedirect(t, "/")
+		home := c.Get("/")
+		if home.Status != http.StatusOK || home.ByID("who") != "carol@example.com" {
+			t.Fatalf("home after login: %d who=%q", home.Status, home.ByID("who"))
 		}
-		c.get("/login").expectRedirect(t, "/")
+		c.Get("/login").ExpectRedirect(t, "/")
 
 		// The dashboard's session is the control plane's: same cookie.
-		var api client = *ts.client()
-		api.http.Jar = c.http.Jar
-		api.do("GET", "/api/projects", "").expect(t, http.StatusOK, `{"projects":[]}`)
+		var api client = *ts.Client()
+		api.HTTP.Jar = c.HTTP.Jar
+		api.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 	})
 }
 
@@ -337,28 +190,28 @@ func TestDashboardSignupAndLoginErrors(t *testing.T) {
 func TestDashboardThrottle(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "2", "SIGNUP_ATTEMPTS_PER_MINUTE": "2"})
-		c := ts.dash(t)
+		c := ts.Dash(t)
 		wrong := url.Values{"email": {"carol@example.com"}, "password": {"wrong password"}}
-		c.submit("/login", "/login", wrong).expectError(t, http.StatusUnauthorized, "Wrong email or password")
-		ts.client().do("POST", "/api/auth/login", `{"email":"carol@example.com","password":"wrong password"}`).
-			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
-		p := c.submit("/login", "/login", wrong)
-		p.expectError(t, http.StatusTooManyRequests, "Too many attempts. Wait")
-		if ra, err := strconv.Atoi(p.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
-			t.Fatalf("Retry-After %q", p.header.Get("Retry-After"))
+		c.Submit("/login", "/login", wrong).ExpectError(t, http.StatusUnauthorized, "Wrong email or password")
+		ts.Client().Do("POST", "/api/auth/login", `{"email":"carol@example.com","password":"wrong password"}`).
+			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		p := c.Submit("/login", "/login", wrong)
+		p.ExpectError(t, http.StatusTooManyRequests, "Too many attempts. Wait")
+		if ra, err := strconv.Atoi(p.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+			t.Fatalf("Retry-After %q", p.Header.Get("Retry-After"))
 		}
-		ts.client().do("POST", "/api/auth/login", `{"email":"carol@example.com","password":"wrong password"}`).
-			expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
+		ts.Client().Do("POST", "/api/auth/login", `{"email":"carol@example.com","password":"wrong password"}`).
+			Expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
 
 		// Signups per address: two that reach the password hash pass the
 		// limit, the third is refused; one refused before the hash (an email
 		// not allowed) does not count.
-		c.submit("/signup", "/signup", url.Values{"email": {"mallory@example.com"}, "password": {cpPassword}}).expectError(t, http.StatusForbidden, "not allowed")
-		c.signup("alice@example.com")
-		ts.dash(t).signup("bob@example.com")
-		other := ts.dash(t)
-		other.submit("/signup", "/signup", url.Values{"email": {"carol@example.com"}, "password": {cpPassword}}).
-			expectError(t, http.StatusTooManyRequests, "Too many attempts")
+		c.Submit("/signup", "/signup", url.Values{"email": {"mallory@example.com"}, "password": {relaytest.Password}}).ExpectError(t, http.StatusForbidden, "not allowed")
+		c.Signup("alice@example.com")
+		ts.Dash(t).Signup("bob@example.com")
+		other := ts.Dash(t)
+		other.Submit("/signup", "/signup", url.Values{"email": {"carol@example.com"}, "password": {relaytest.Password}}).
+			ExpectError(t, http.StatusTooManyRequests, "Too many attempts")
 		if _, err := ts.app.store.UserByEmail(context.Background(), "carol@example.com"); err == nil {
 			t.Fatal("a throttled signup created the account")
 		}
@@ -368,37 +221,37 @@ func TestDashboardThrottle(t *testing.T) {
 func TestDashboardLogout(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
-		c.signup("alice@example.com")
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
 
 		// Without the token: refused, still logged in.
-		c.post("/logout", url.Values{}).expectError(t, http.StatusForbidden, "CSRF check failed")
-		if p := c.get("/"); p.status != http.StatusOK {
-			t.Fatalf("a logout without token logged out: %d", p.status)
+		c.Post("/logout", url.Values{}).ExpectError(t, http.StatusForbidden, "CSRF check failed")
+		if p := c.Get("/"); p.Status != http.StatusOK {
+			t.Fatalf("a logout without token logged out: %d", p.Status)
 		}
 
-		c.submit("/", "/logout", nil).expectRedirect(t, "/login?done=logged-out")
-		c.get("/").expectRedirect(t, "/login")
-		if n := c.get("/login?done=logged-out").noticeText(); n != "You are logged out." {
+		c.Submit("/", "/logout", nil).ExpectRedirect(t, "/login?done=logged-out")
+		c.Get("/").ExpectRedirect(t, "/login")
+		if n := c.Get("/login?done=logged-out").NoticeText(); n != "You are logged out." {
 			t.Fatalf("notice %q", n)
 		}
 		// Logging out again without a session is harmless.
-		c.post("/logout", url.Values{}).expectRedirect(t, "/login?done=logged-out")
+		c.Post("/logout", url.Values{}).ExpectRedirect(t, "/login?done=logged-out")
 	})
 }
 
 func TestDashboardCSRF(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		alice := ts.dash(t)
-		alice.signup("alice@example.com")
-		p := alice.create("Original")
-		page := "/projects/" + p.id
-		token := alice.get(page).csrf(t)
+		alice := ts.Dash(t)
+		alice.Signup("alice@example.com")
+		p := alice.Create("Original")
+		page := "/projects/" + p.ID
+		token := alice.Get(page).CSRF(t)
 
-		bob := ts.dash(t)
-		bob.signup("bob@example.com")
-		bobToken := bob.get("/").csrf(t)
+		bob := ts.Dash(t)
+		bob.Signup("bob@example.com")
+		bobToken := bob.Get("/").CSRF(t)
 
 		rename := url.Values{"name": {"Renamed"}}
 		with := func(tok string) url.Values {
@@ -413,38 +266,38 @@ func TestDashboardCSRF(t *testing.T) {
 			form   url.Values
 			origin string
 		}{
-			{"no token", rename, ts.base},
-			{"empty token", with(""), ts.base},
-			{"wrong token", with(token[:len(token)-2] + "xx"), ts.base},
-			{"token of another session", with(bobToken), ts.base},
+			{"no token", rename, ts.Base},
+			{"empty token", with(""), ts.Base},
+			{"wrong token", with(token[:len(token)-2] + "xx"), ts.Base},
+			{"token of another session", with(bobToken), ts.Base},
 			{"right token, other origin", with(token), "https://evil.example"},
 			{"right token, null origin", with(token), "null"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				alice.t, alice.origin = t, tc.origin
-				alice.post(page+"/rename", tc.form).expectError(t, http.StatusForbidden, "CSRF check failed")
-				if n := dashProjectName(t, ts, p.id); n != "Original" {
+				alice.T, alice.Origin = t, tc.origin
+				alice.Post(page+"/rename", tc.form).ExpectError(t, http.StatusForbidden, "CSRF check failed")
+				if n := dashProjectName(t, ts, p.ID); n != "Original" {
 					t.Fatalf("refused form renamed the project to %q", n)
 				}
 			})
 		}
-		alice.t, alice.origin = t, ts.base
+		alice.T, alice.Origin = t, ts.Base
 
 		// Every state-changing form is covered, not only rename.
-		keys, _ := ts.app.store.Keys(context.Background(), p.id)
+		keys, _ := ts.app.store.Keys(context.Background(), p.ID)
 		for _, path := range []string{
 			"/projects", page + "/delete", page + "/keys/rotate", page + "/keys/" + keys[0].ID + "/revoke",
 			page + "/client-emit-secret", page + "/client-emit-secret/regenerate", page + "/webhook",
 			page + "/webhook/remove", page + "/webhook/secret", page + "/webhook/events", page + "/budget",
 		} {
 			form := url.Values{"confirm": {"yes"}, "keyType": {"secret"}, "url": {"https://example.com/h"}, "limit": {"5"}, "name": {"x"}}
-			alice.post(path, form).expectError(t, http.StatusForbidden, "CSRF check failed")
+			alice.Post(path, form).ExpectError(t, http.StatusForbidden, "CSRF check failed")
 		}
-		after, _ := ts.app.store.Keys(context.Background(), p.id)
+		after, _ := ts.app.store.Keys(context.Background(), p.ID)
 		if len(after) != 2 || !after[0].Active() || !after[1].Active() {
 			t.Fatalf("refused forms changed keys: %+v", after)
 		}
-		if st := dashSettings(t, ts, p.id); st.WebhookURL != "" || st.ChannelRateLimit != nil {
+		if st := dashSettings(t, ts, p.ID); st.WebhookURL != "" || st.ChannelRateLimit != nil {
 			t.Fatalf("refused forms changed settings: %+v", st)
 		}
 		if ps, _ := ts.app.store.ProjectsByOwner(context.Background(), mustUserID(t, ts, "alice@example.com")); len(ps) != 1 {
@@ -453,11 +306,11 @@ func TestDashboardCSRF(t *testing.T) {
 
 		// A request without Origin or Referer (not a browser) passes with the
 		// token; a same-origin Referer is accepted too.
-		alice.origin = ""
-		alice.post(page+"/rename", with(token)).expectRedirect(t, page+"?done=renamed")
-		alice.send("POST", page+"/rename", url.Values{"name": {"Again"}, "csrf": {token}}.Encode(),
-			http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "Referer": {ts.base + page}}).expectRedirect(t, page+"?done=renamed")
-		if n := dashProjectName(t, ts, p.id); n != "Again" {
+		alice.Origin = ""
+		alice.Post(page+"/rename", with(token)).ExpectRedirect(t, page+"?done=renamed")
+		alice.Send("POST", page+"/rename", url.Values{"name": {"Again"}, "csrf": {token}}.Encode(),
+			http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "Referer": {ts.Base + page}}).ExpectRedirect(t, page+"?done=renamed")
+		if n := dashProjectName(t, ts, p.ID); n != "Again" {
 			t.Fatalf("name %q", n)
 		}
 	})
@@ -475,68 +328,68 @@ func mustUserID(t testing.TB, ts *testServer, email string) string {
 func TestDashboardProjectErrors(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		alice := ts.dash(t)
-		alice.signup("alice@example.com")
-		p := alice.create("Mine")
-		page := "/projects/" + p.id
+		alice := ts.Dash(t)
+		alice.Signup("alice@example.com")
+		p := alice.Create("Mine")
+		page := "/projects/" + p.ID
 
-		alice.submit("/", "/projects", url.Values{"name": {"   "}}).expectError(t, http.StatusBadRequest, "Enter a project name")
-		alice.submit(page, page+"/rename", url.Values{"name": {""}}).expectError(t, http.StatusBadRequest, "Enter a project name")
-		alice.submit(page, page+"/keys/rotate", url.Values{"keyType": {"master"}}).expectError(t, http.StatusBadRequest, "public or secret")
-		alice.submit(page, page+"/keys/00000000-0000-4000-8000-000000000000/revoke", nil).expectError(t, http.StatusNotFound, "Key not found")
-		alice.submit(page, page+"/keys/not-a-uuid/revoke", nil).expectError(t, http.StatusNotFound, "Key not found")
-		alice.submit(page, page+"/webhook/secret", url.Values{"confirm": {"yes"}}).expectError(t, http.StatusBadRequest, "no webhook URL")
-		alice.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}}).expectError(t, http.StatusBadRequest, "no webhook URL")
+		alice.Submit("/", "/projects", url.Values{"name": {"   "}}).ExpectError(t, http.StatusBadRequest, "Enter a project name")
+		alice.Submit(page, page+"/rename", url.Values{"name": {""}}).ExpectError(t, http.StatusBadRequest, "Enter a project name")
+		alice.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"master"}}).ExpectError(t, http.StatusBadRequest, "public or secret")
+		alice.Submit(page, page+"/keys/00000000-0000-4000-8000-000000000000/revoke", nil).ExpectError(t, http.StatusNotFound, "Key not found")
+		alice.Submit(page, page+"/keys/not-a-uuid/revoke", nil).ExpectError(t, http.StatusNotFound, "Key not found")
+		alice.Submit(page, page+"/webhook/secret", url.Values{"confirm": {"yes"}}).ExpectError(t, http.StatusBadRequest, "no webhook URL")
+		alice.Submit(page, page+"/webhook/events", url.Values{"channel": {"on"}}).ExpectError(t, http.StatusBadRequest, "no webhook URL")
 
 		for _, bad := range []string{"", "example.com/hook", "ftp://example.com/hook", "javascript:alert(1)", "http://", "https://user:pw@example.com/h", "https://example.com/" + strings.Repeat("a", 2100)} {
-			r := alice.submit(page, page+"/webhook", url.Values{"url": {bad}})
-			r.expectError(t, http.StatusBadRequest, "http:// or https://")
-			if bad != "" && len(bad) < 100 && !strings.Contains(r.body, `value="`+html.EscapeString(bad)+`"`) {
+			r := alice.Submit(page, page+"/webhook", url.Values{"url": {bad}})
+			r.ExpectError(t, http.StatusBadRequest, "http:// or https://")
+			if bad != "" && len(bad) < 100 && !strings.Contains(r.Body, `value="`+html.EscapeString(bad)+`"`) {
 				t.Errorf("webhook URL %q not kept in the form", bad)
 			}
 		}
 		for _, bad := range []string{"abc", "0", "-1", "1.5", "1e3", "1000000001", "99999999999999999999"} {
-			alice.submit(page, page+"/budget", url.Values{"limit": {bad}}).expectError(t, http.StatusBadRequest, "whole number of messages per minute")
+			alice.Submit(page, page+"/budget", url.Values{"limit": {bad}}).ExpectError(t, http.StatusBadRequest, "whole number of messages per minute")
 		}
-		if st := dashSettings(t, ts, p.id); st.WebhookURL != "" || st.WebhookSecret != "" || st.ChannelRateLimit != nil {
+		if st := dashSettings(t, ts, p.ID); st.WebhookURL != "" || st.WebhookSecret != "" || st.ChannelRateLimit != nil {
 			t.Fatalf("refused forms changed settings: %+v", st)
 		}
-		if n := dashProjectName(t, ts, p.id); n != "Mine" {
+		if n := dashProjectName(t, ts, p.ID); n != "Mine" {
 			t.Fatalf("name %q", n)
 		}
 
 		// Unknown and malformed project ids: 404 page.
 		for _, path := range []string{"/projects/00000000-0000-4000-8000-000000000000", "/projects/nope", "/projects/nope/usage"} {
-			alice.get(path).expectError(t, http.StatusNotFound, "Project not found")
+			alice.Get(path).ExpectError(t, http.StatusNotFound, "Project not found")
 		}
 
 		// Someone else's project: 404 on every page and form, and nothing changes.
-		bob := ts.dash(t)
-		bob.signup("bob@example.com")
+		bob := ts.Dash(t)
+		bob.Signup("bob@example.com")
 		for _, path := range []string{page, page + "/usage", page + "/delete", page + "/client-emit-secret/regenerate", page + "/webhook/secret"} {
-			bob.get(path).expectError(t, http.StatusNotFound, "Project not found")
+			bob.Get(path).ExpectError(t, http.StatusNotFound, "Project not found")
 		}
-		keys, _ := ts.app.store.Keys(context.Background(), p.id)
+		keys, _ := ts.app.store.Keys(context.Background(), p.ID)
 		for _, path := range []string{
 			page + "/rename", page + "/delete", page + "/keys/rotate", page + "/keys/" + keys[0].ID + "/revoke",
 			page + "/client-emit-secret", page + "/client-emit-secret/regenerate", page + "/webhook",
 			page + "/webhook/remove", page + "/webhook/secret", page + "/webhook/events", page + "/budget",
 		} {
 			form := url.Values{"confirm": {"yes"}, "keyType": {"secret"}, "url": {"https://example.com/h"}, "limit": {"5"}, "name": {"Bob's"}}
-			bob.submit("/", path, form).expectError(t, http.StatusNotFound, "Project not found")
+			bob.Submit("/", path, form).ExpectError(t, http.StatusNotFound, "Project not found")
 		}
-		after, _ := ts.app.store.Keys(context.Background(), p.id)
+		after, _ := ts.app.store.Keys(context.Background(), p.ID)
 		if len(after) != 2 || !after[0].Active() || !after[1].Active() {
 			t.Fatalf("bob changed alice's keys: %+v", after)
 		}
-		st := dashSettings(t, ts, p.id)
-		if n := dashProjectName(t, ts, p.id); n != "Mine" || st.WebhookURL != "" || st.ChannelRateLimit != nil {
+		st := dashSettings(t, ts, p.ID)
+		if n := dashProjectName(t, ts, p.ID); n != "Mine" || st.WebhookURL != "" || st.ChannelRateLimit != nil {
 			t.Fatalf("bob changed alice's project: name %q settings %+v", n, st)
 		}
 		if ps, _ := ts.app.store.ProjectsByOwner(context.Background(), mustUserID(t, ts, "alice@example.com")); len(ps) != 1 {
 			t.Fatal("bob deleted alice's project")
 		}
-		if strings.Contains(bob.get("/").body, p.id) {
+		if strings.Contains(bob.Get("/").Body, p.ID) {
 			t.Fatal("bob's project list shows alice's project")
 		}
 	})
@@ -545,57 +398,57 @@ func TestDashboardProjectErrors(t *testing.T) {
 func TestDashboardSettings(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Hooks")
-		page := "/projects/" + p.id
-		view := c.get(page)
-		if view.byID("no-webhook") == "" || view.byID("budget-default") == "" {
-			t.Fatalf("new project shows a webhook or budget:\n%s", view.body)
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Hooks")
+		page := "/projects/" + p.ID
+		view := c.Get(page)
+		if view.ByID("no-webhook") == "" || view.ByID("budget-default") == "" {
+			t.Fatalf("new project shows a webhook or budget:\n%s", view.Body)
 		}
 
 		// Set: a secret is generated and shown.
-		c.submit(page, page+"/webhook", url.Values{"url": {" https://hooks.example.com/relay "}}).expectRedirect(t, page+"?done=webhook-saved")
-		st := dashSettings(t, ts, p.id)
+		c.Submit(page, page+"/webhook", url.Values{"url": {" https://hooks.example.com/relay "}}).ExpectRedirect(t, page+"?done=webhook-saved")
+		st := dashSettings(t, ts, p.ID)
 		if st.WebhookURL != "https://hooks.example.com/relay" || len(st.WebhookSecret) < 40 {
 			t.Fatalf("settings after set: %+v", st)
 		}
-		view = c.get(page + "?done=webhook-saved")
-		if view.byID("webhook-secret") != st.WebhookSecret || view.byID("webhook-current") != st.WebhookURL || !strings.Contains(view.noticeText(), "Webhook URL saved") {
-			t.Fatalf("page after set: secret %q url %q notice %q", view.byID("webhook-secret"), view.byID("webhook-current"), view.noticeText())
+		view = c.Get(page + "?done=webhook-saved")
+		if view.ByID("webhook-secret") != st.WebhookSecret || view.ByID("webhook-current") != st.WebhookURL || !strings.Contains(view.NoticeText(), "Webhook URL saved") {
+			t.Fatalf("page after set: secret %q url %q notice %q", view.ByID("webhook-secret"), view.ByID("webhook-current"), view.NoticeText())
 		}
 		secret := st.WebhookSecret
 
 		// Budget: saved beside the webhook, which stays.
-		c.submit(page, page+"/budget", url.Values{"limit": {" 25 "}}).expectRedirect(t, page+"?done=budget-saved")
-		st = dashSettings(t, ts, p.id)
+		c.Submit(page, page+"/budget", url.Values{"limit": {" 25 "}}).ExpectRedirect(t, page+"?done=budget-saved")
+		st = dashSettings(t, ts, p.ID)
 		if st.ChannelRateLimit == nil || *st.ChannelRateLimit != 25 || st.WebhookSecret != secret {
 			t.Fatalf("settings after budget: %+v", st)
 		}
-		if got := c.get(page).byID("budget-current"); got != "25" {
+		if got := c.Get(page).ByID("budget-current"); got != "25" {
 			t.Fatalf("budget shown %q", got)
 		}
 
 		// Change the URL: the secret and the budget stay.
-		c.submit(page, page+"/webhook", url.Values{"url": {"http://hooks.example.com:8080/v2?x=1"}}).expectRedirect(t, page+"?done=webhook-saved")
-		st = dashSettings(t, ts, p.id)
+		c.Submit(page, page+"/webhook", url.Values{"url": {"http://hooks.example.com:8080/v2?x=1"}}).ExpectRedirect(t, page+"?done=webhook-saved")
+		st = dashSettings(t, ts, p.ID)
 		if st.WebhookURL != "http://hooks.example.com:8080/v2?x=1" || st.WebhookSecret != secret || *st.ChannelRateLimit != 25 {
 			t.Fatalf("settings after change: %+v", st)
 		}
 
 		// Regenerate the secret: GET and an unconfirmed POST only ask.
-		confirm := c.get(page + "/webhook/secret")
-		if confirm.status != http.StatusOK || !strings.Contains(confirm.body, `name="confirm" value="yes"`) {
-			t.Fatalf("confirmation page: %d\n%s", confirm.status, confirm.body)
+		confirm := c.Get(page + "/webhook/secret")
+		if confirm.Status != http.StatusOK || !strings.Contains(confirm.Body, `name="confirm" value="yes"`) {
+			t.Fatalf("confirmation page: %d\n%s", confirm.Status, confirm.Body)
 		}
-		if r := c.submit(page, page+"/webhook/secret", nil); r.status != http.StatusOK || !strings.Contains(r.body, "Regenerate the webhook signing secret?") {
-			t.Fatalf("unconfirmed POST: %d", r.status)
+		if r := c.Submit(page, page+"/webhook/secret", nil); r.Status != http.StatusOK || !strings.Contains(r.Body, "Regenerate the webhook signing secret?") {
+			t.Fatalf("unconfirmed POST: %d", r.Status)
 		}
-		if dashSettings(t, ts, p.id).WebhookSecret != secret {
+		if dashSettings(t, ts, p.ID).WebhookSecret != secret {
 			t.Fatal("an unconfirmed POST regenerated the secret")
 		}
-		c.submit(page+"/webhook/secret", page+"/webhook/secret", url.Values{"confirm": {"yes"}}).expectRedirect(t, page+"?done=webhook-secret")
-		st = dashSettings(t, ts, p.id)
+		c.Submit(page+"/webhook/secret", page+"/webhook/secret", url.Values{"confirm": {"yes"}}).ExpectRedirect(t, page+"?done=webhook-secret")
+		st = dashSettings(t, ts, p.ID)
 		if st.WebhookSecret == secret || len(st.WebhookSecret) < 40 || st.WebhookURL == "" || *st.ChannelRateLimit != 25 {
 			t.Fatalf("settings after regenerate: %+v", st)
 		}
@@ -603,57 +456,57 @@ func TestDashboardSettings(t *testing.T) {
 		// Events beyond connect and disconnect: off until chosen; each box on its own.
 		events := func(channel, presence bool) {
 			t.Helper()
-			body := c.get(page).body
+			body := c.Get(page).Body
 			if strings.Contains(body, `id="webhook-channel-events" checked`) != channel || strings.Contains(body, `id="webhook-presence-events" checked`) != presence {
 				t.Fatalf("page shows event boxes other than channel %v presence %v", channel, presence)
 			}
-			if st := dashSettings(t, ts, p.id); st.WebhookChannelEvents != channel || st.WebhookPresenceEvents != presence {
+			if st := dashSettings(t, ts, p.ID); st.WebhookChannelEvents != channel || st.WebhookPresenceEvents != presence {
 				t.Fatalf("stored events %+v, want channel %v presence %v", st, channel, presence)
 			}
 		}
 		events(false, false)
-		c.submit(page, page+"/webhook/events", url.Values{"presence": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
+		c.Submit(page, page+"/webhook/events", url.Values{"presence": {"on"}}).ExpectRedirect(t, page+"?done=webhook-events")
 		events(false, true)
-		c.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}, "presence": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
+		c.Submit(page, page+"/webhook/events", url.Values{"channel": {"on"}, "presence": {"on"}}).ExpectRedirect(t, page+"?done=webhook-events")
 		events(true, true)
-		if !strings.Contains(c.get(page+"?done=webhook-events").noticeText(), "Webhook events saved") {
+		if !strings.Contains(c.Get(page+"?done=webhook-events").NoticeText(), "Webhook events saved") {
 			t.Fatal("no notice after saving the events")
 		}
 
 		// Remove: URL, secret and the event choice go, the budget stays.
-		c.submit(page, page+"/webhook/remove", nil).expectRedirect(t, page+"?done=webhook-removed")
-		st = dashSettings(t, ts, p.id)
+		c.Submit(page, page+"/webhook/remove", nil).ExpectRedirect(t, page+"?done=webhook-removed")
+		st = dashSettings(t, ts, p.ID)
 		if st.WebhookURL != "" || st.WebhookSecret != "" || st.WebhookChannelEvents || st.WebhookPresenceEvents ||
 			st.ChannelRateLimit == nil || *st.ChannelRateLimit != 25 {
 			t.Fatalf("settings after remove: %+v", st)
 		}
 		// Setting a URL again generates a fresh secret.
-		c.submit(page, page+"/webhook", url.Values{"url": {"https://hooks.example.com/relay"}}).expectRedirect(t, page+"?done=webhook-saved")
-		if st = dashSettings(t, ts, p.id); st.WebhookSecret == "" || st.WebhookSecret == secret {
+		c.Submit(page, page+"/webhook", url.Values{"url": {"https://hooks.example.com/relay"}}).ExpectRedirect(t, page+"?done=webhook-saved")
+		if st = dashSettings(t, ts, p.ID); st.WebhookSecret == "" || st.WebhookSecret == secret {
 			t.Fatalf("secret after setting again: %+v", st)
 		}
 
 		// Empty budget clears the override.
-		c.submit(page, page+"/budget", url.Values{"limit": {""}}).expectRedirect(t, page+"?done=budget-cleared")
-		if st = dashSettings(t, ts, p.id); st.ChannelRateLimit != nil || st.WebhookURL == "" {
+		c.Submit(page, page+"/budget", url.Values{"limit": {""}}).ExpectRedirect(t, page+"?done=budget-cleared")
+		if st = dashSettings(t, ts, p.ID); st.ChannelRateLimit != nil || st.WebhookURL == "" {
 			t.Fatalf("settings after clearing the budget: %+v", st)
 		}
 
 		// Client-emit secret: generated on request, the same the API returns,
 		// regenerated only after confirmation.
-		if c.get(page).byID("no-client-emit") == "" {
+		if c.Get(page).ByID("no-client-emit") == "" {
 			t.Fatal("a new project shows a client-emit secret")
 		}
-		c.submit(page, page+"/client-emit-secret", nil).expectRedirect(t, page+"?done=ces-generated")
-		shown := c.get(page).byID("client-emit-secret")
-		var api client = *ts.client()
-		api.http.Jar = c.http.Jar
-		api.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", "").expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": shown}))
-		if r := c.submit(page, page+"/client-emit-secret/regenerate", nil); r.status != http.StatusOK || c.get(page).byID("client-emit-secret") != shown {
-			t.Fatalf("unconfirmed regenerate: %d", r.status)
+		c.Submit(page, page+"/client-emit-secret", nil).ExpectRedirect(t, page+"?done=ces-generated")
+		shown := c.Get(page).ByID("client-emit-secret")
+		var api client = *ts.Client()
+		api.HTTP.Jar = c.HTTP.Jar
+		api.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "").Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": shown}))
+		if r := c.Submit(page, page+"/client-emit-secret/regenerate", nil); r.Status != http.StatusOK || c.Get(page).ByID("client-emit-secret") != shown {
+			t.Fatalf("unconfirmed regenerate: %d", r.Status)
 		}
-		c.submit(page, page+"/client-emit-secret/regenerate", url.Values{"confirm": {"yes"}}).expectRedirect(t, page+"?done=ces-regenerated")
-		if again := c.get(page).byID("client-emit-secret"); again == shown || again == "" {
+		c.Submit(page, page+"/client-emit-secret/regenerate", url.Values{"confirm": {"yes"}}).ExpectRedirect(t, page+"?done=ces-regenerated")
+		if again := c.Get(page).ByID("client-emit-secret"); again == shown || again == "" {
 			t.Fatalf("client-emit secret after regenerate: %q", again)
 		}
 	})
@@ -662,125 +515,125 @@ func TestDashboardSettings(t *testing.T) {
 func TestDashboardKeysRenameDelete(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Keys")
-		page := "/projects/" + p.id
-		emitter := ts.client()
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Keys")
+		page := "/projects/" + p.ID
+		emitter := ts.Client()
 		emitOK := func(secret string) {
 			t.Helper()
-			if r := emitter.emit(secret, `{"channel":"c","payload":1}`); r.status != http.StatusOK {
-				t.Fatalf("emit: %d %s", r.status, r.raw)
+			if r := emitter.Emit(secret, `{"channel":"c","payload":1}`); r.Status != http.StatusOK {
+				t.Fatalf("emit: %d %s", r.Status, r.Raw)
 			}
 		}
 		emitRefused := func(secret string) {
 			t.Helper()
-			emitter.emit(secret, `{"channel":"c","payload":1}`).expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+			emitter.Emit(secret, `{"channel":"c","payload":1}`).Expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
 		}
-		emitOK(p.secretKey)
+		emitOK(p.SecretKey)
 
 		// Later views show masked keys only.
-		view := c.get(page)
-		if strings.Contains(view.body, p.secretKey) || strings.Contains(view.body, p.publicKey) || view.byID("new-keys") != "" {
+		view := c.Get(page)
+		if strings.Contains(view.Body, p.SecretKey) || strings.Contains(view.Body, p.PublicKey) || view.ByID("new-keys") != "" {
 			t.Fatal("the project page shows a raw key again")
 		}
-		for _, raw := range []string{p.publicKey, p.secretKey} {
-			if !strings.Contains(view.body, "<code>"+raw[:12]+"************</code>") {
+		for _, raw := range []string{p.PublicKey, p.SecretKey} {
+			if !strings.Contains(view.Body, "<code>"+raw[:12]+"************</code>") {
 				t.Fatalf("masked key %s… not listed", raw[:12])
 			}
 		}
 
 		// Rotate the secret key: the new raw key is on the answer page only;
 		// the old one fails at once.
-		rot := c.shown(c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}))
-		newSecret := rot.byID("raw-secret-key")
-		if rot.status != http.StatusOK || !cpSecretKeyRe.MatchString(newSecret) || newSecret == p.secretKey || rot.byID("raw-public-key") != "" {
-			t.Fatalf("rotation page: %d new %q", rot.status, newSecret)
+		rot := c.Shown(c.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}))
+		newSecret := rot.ByID("raw-secret-key")
+		if rot.Status != http.StatusOK || !relaytest.SecretKeyRe.MatchString(newSecret) || newSecret == p.SecretKey || rot.ByID("raw-public-key") != "" {
+			t.Fatalf("rotation page: %d new %q", rot.Status, newSecret)
 		}
-		if !strings.Contains(rot.noticeText(), "shown only once") {
-			t.Fatalf("rotation notice %q", rot.noticeText())
+		if !strings.Contains(rot.NoticeText(), "shown only once") {
+			t.Fatalf("rotation notice %q", rot.NoticeText())
 		}
-		emitRefused(p.secretKey)
+		emitRefused(p.SecretKey)
 		emitOK(newSecret)
-		if n := strings.Count(c.get(page).body, `class="key revoked"`); n != 1 {
+		if n := strings.Count(c.Get(page).Body, `class="key revoked"`); n != 1 {
 			t.Fatalf("%d revoked keys listed, want 1", n)
 		}
 
 		// Revoke the new secret key from its row.
-		keys, _ := ts.app.store.Keys(context.Background(), p.id)
+		keys, _ := ts.app.store.Keys(context.Background(), p.ID)
 		var active string
 		for _, k := range keys {
 			if k.KeyType == "secret" && k.Active() {
 				active = k.ID
 			}
 		}
-		c.submit(page, page+"/keys/"+active+"/revoke", nil).expectRedirect(t, page+"?done=key-revoked")
+		c.Submit(page, page+"/keys/"+active+"/revoke", nil).ExpectRedirect(t, page+"?done=key-revoked")
 		emitRefused(newSecret)
-		view = c.get(page + "?done=key-revoked")
-		if n := strings.Count(view.body, `class="key revoked"`); n != 2 || !strings.Contains(view.noticeText(), "Key revoked") {
-			t.Fatalf("after revoke: %d revoked keys, notice %q", n, view.noticeText())
+		view = c.Get(page + "?done=key-revoked")
+		if n := strings.Count(view.Body, `class="key revoked"`); n != 2 || !strings.Contains(view.NoticeText(), "Key revoked") {
+			t.Fatalf("after revoke: %d revoked keys, notice %q", n, view.NoticeText())
 		}
-		last := c.shown(c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}})).byID("raw-secret-key")
+		last := c.Shown(c.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}})).ByID("raw-secret-key")
 		emitOK(last)
 
 		// Rename.
-		c.submit(page, page+"/rename", url.Values{"name": {"  Renamed <b>  "}}).expectRedirect(t, page+"?done=renamed")
-		if got := c.get(page).byID("project-name"); got != "Renamed <b>" {
+		c.Submit(page, page+"/rename", url.Values{"name": {"  Renamed <b>  "}}).ExpectRedirect(t, page+"?done=renamed")
+		if got := c.Get(page).ByID("project-name"); got != "Renamed <b>" {
 			t.Fatalf("name shown %q", got)
 		}
-		if !strings.Contains(c.get("/").body, "Renamed &lt;b&gt;") {
+		if !strings.Contains(c.Get("/").Body, "Renamed &lt;b&gt;") {
 			t.Fatal("the list does not show the new name, escaped")
 		}
 
 		// Delete: asks first, then deletes; the keys stop working.
-		if r := c.get(page + "/delete"); r.status != http.StatusOK || !strings.Contains(r.body, "cannot be undone") {
-			t.Fatalf("delete confirmation: %d", r.status)
+		if r := c.Get(page + "/delete"); r.Status != http.StatusOK || !strings.Contains(r.Body, "cannot be undone") {
+			t.Fatalf("delete confirmation: %d", r.Status)
 		}
-		if r := c.submit(page, page+"/delete", nil); r.status != http.StatusOK || !strings.Contains(r.body, "cannot be undone") {
-			t.Fatalf("unconfirmed delete: %d", r.status)
+		if r := c.Submit(page, page+"/delete", nil); r.Status != http.StatusOK || !strings.Contains(r.Body, "cannot be undone") {
+			t.Fatalf("unconfirmed delete: %d", r.Status)
 		}
 		emitOK(last)
-		c.submit(page, page+"/delete", url.Values{"confirm": {"yes"}}).expectRedirect(t, "/?done=deleted")
-		home := c.get("/?done=deleted")
-		if strings.Contains(home.body, p.id) || home.byID("no-projects") == "" || !strings.Contains(home.noticeText(), "deleted") {
-			t.Fatalf("home after delete:\n%s", home.body)
+		c.Submit(page, page+"/delete", url.Values{"confirm": {"yes"}}).ExpectRedirect(t, "/?done=deleted")
+		home := c.Get("/?done=deleted")
+		if strings.Contains(home.Body, p.ID) || home.ByID("no-projects") == "" || !strings.Contains(home.NoticeText(), "deleted") {
+			t.Fatalf("home after delete:\n%s", home.Body)
 		}
 		emitRefused(last)
-		c.get(page).expectError(t, http.StatusNotFound, "Project not found")
+		c.Get(page).ExpectError(t, http.StatusNotFound, "Project not found")
 	})
 }
 
 func TestDashboardUsage(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"USAGE_ROLLUP_SECONDS": "3600"})
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Counted")
-		page := "/projects/" + p.id + "/usage"
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Counted")
+		page := "/projects/" + p.ID + "/usage"
 
-		empty := c.get(page)
-		if empty.status != http.StatusOK || empty.byID("no-usage") == "" || strings.Contains(empty.body, "<svg") {
-			t.Fatalf("usage page without rows: %d\n%s", empty.status, empty.body)
+		empty := c.Get(page)
+		if empty.Status != http.StatusOK || empty.ByID("no-usage") == "" || strings.Contains(empty.Body, "<svg") {
+			t.Fatalf("usage page without rows: %d\n%s", empty.Status, empty.Body)
 		}
 
 		ctx := context.Background()
 		today := time.Now().UTC()
 		day := func(n int) string { return today.AddDate(0, 0, -n).Format(time.DateOnly) }
 		rows := []store.Usage{
-			{ProjectID: p.id, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7,
+			{ProjectID: p.ID, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7,
 				Deliveries: 40000, Dropped: 3, SlowConsumersClosed: 1, ChannelRateLimited: 2, ClientEmitRateLimited: 5, LatencyP99Ms: 12.288},
-			{ProjectID: p.id, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536},
-			{ProjectID: p.id, Day: day(29), ConnectionCount: 2, MessageCount: 1234567, PeakConcurrentConnections: 2},
-			{ProjectID: p.id, Day: day(30), ConnectionCount: 99, MessageCount: 99, PeakConcurrentConnections: 99}, // outside the 30 days
+			{ProjectID: p.ID, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536},
+			{ProjectID: p.ID, Day: day(29), ConnectionCount: 2, MessageCount: 1234567, PeakConcurrentConnections: 2},
+			{ProjectID: p.ID, Day: day(30), ConnectionCount: 99, MessageCount: 99, PeakConcurrentConnections: 99}, // outside the 30 days
 		}
 		for _, u := range rows {
 			if err := ts.app.store.AddUsage(ctx, u); err != nil {
 				t.Fatal(err)
 			}
 		}
-		view := c.get(page)
-		if view.status != http.StatusOK {
-			t.Fatalf("usage page: %d", view.status)
+		view := c.Get(page)
+		if view.Status != http.StatusOK {
+			t.Fatalf("usage page: %d", view.Status)
 		}
 		want := []string{
 			day(1) + "|12|3,400|7|40,000|3|1|2|0|5|12 ms",
@@ -789,13 +642,13 @@ func TestDashboardUsage(t *testing.T) {
 		}
 		rowRe := regexp.MustCompile(`<tr data-day="([^"]+)"><td>[^<]*</td>` + strings.Repeat(`<td[^>]*>([^<]*)</td>`, 10) + `</tr>`)
 		var got []string
-		for _, m := range rowRe.FindAllStringSubmatch(view.body, -1) {
+		for _, m := range rowRe.FindAllStringSubmatch(view.Body, -1) {
 			got = append(got, strings.Join(m[1:], "|"))
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("usage rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
-		if !strings.Contains(view.body, "<td>14</td><td>1,237,972</td><td>7 ") {
+		if !strings.Contains(view.Body, "<td>14</td><td>1,237,972</td><td>7 ") {
 			t.Fatal("totals row missing or wrong")
 		}
 		// The chart: one bar per day with data in each panel, carrying its value.
@@ -806,7 +659,7 @@ func TestDashboardUsage(t *testing.T) {
 			{"bar-messages", func(u store.Usage) int64 { return u.MessageCount }},
 			{"bar-connections", func(u store.Usage) int64 { return u.ConnectionCount }},
 		} {
-			bars := regexp.MustCompile(`<rect class="bar `+series.class+`"[^>]*data-day="([^"]+)" data-value="(\d+)"`).FindAllStringSubmatch(view.body, -1)
+			bars := regexp.MustCompile(`<rect class="bar `+series.class+`"[^>]*data-day="([^"]+)" data-value="(\d+)"`).FindAllStringSubmatch(view.Body, -1)
 			if len(bars) != 3 {
 				t.Fatalf("%d %s bars, want 3", len(bars), series.class)
 			}
@@ -816,7 +669,7 @@ func TestDashboardUsage(t *testing.T) {
 				}
 			}
 		}
-		if strings.Contains(view.body, " style=") || strings.Contains(view.body, "<style") {
+		if strings.Contains(view.Body, " style=") || strings.Contains(view.Body, "<style") {
 			t.Fatal("inline styles in the usage page: the CSP blocks them")
 		}
 	})
@@ -825,13 +678,13 @@ func TestDashboardUsage(t *testing.T) {
 // dashNewKeysCookie returns the sealed-keys cookie a page sets.
 func dashNewKeysCookie(t testing.TB, p dashPage) *http.Cookie {
 	t.Helper()
-	for _, line := range p.header.Values("Set-Cookie") {
+	for _, line := range p.Header.Values("Set-Cookie") {
 		c, err := http.ParseSetCookie(line)
 		if err == nil && c.Name == "relay_new_keys" {
 			return c
 		}
 	}
-	t.Fatalf("no relay_new_keys cookie set; Set-Cookie %q", p.header.Values("Set-Cookie"))
+	t.Fatalf("no relay_new_keys cookie set; Set-Cookie %q", p.Header.Values("Set-Cookie"))
 	return nil
 }
 
@@ -845,18 +698,18 @@ func TestDashboardNewKeysOnce(t *testing.T) {
 		clock := newClock()
 		nodeA := startServerAt(t, dbURL, nil, clock.Now)
 		nodeB := startServerAt(t, dbURL, nil, clock.Now) // behind the same load balancer
-		c := nodeA.dash(t)
-		c.signup("alice@example.com")
-		emitter := nodeA.client()
+		c := nodeA.Dash(t)
+		c.Signup("alice@example.com")
+		emitter := nodeA.Client()
 
-		created := c.submit("/", "/projects", url.Values{"name": {"Once"}})
-		m := dashKeysShownRe.FindStringSubmatch(created.header.Get("Location"))
-		if created.status != http.StatusSeeOther || m == nil {
-			t.Fatalf("create: %d Location %q, want 303 to the project page", created.status, created.header.Get("Location"))
+		created := c.Submit("/", "/projects", url.Values{"name": {"Once"}})
+		m := relaytest.KeysShownRe.FindStringSubmatch(created.Header.Get("Location"))
+		if created.Status != http.StatusSeeOther || m == nil {
+			t.Fatalf("create: %d Location %q, want 303 to the project page", created.Status, created.Header.Get("Location"))
 		}
 		page, shownAt := "/projects/"+m[1], m[0]
-		if created.header.Get("Cache-Control") != "no-store" || strings.Contains(created.body, "_live_") {
-			t.Fatalf("the redirect is cacheable or carries a key: %v\n%s", created.header, created.body)
+		if created.Header.Get("Cache-Control") != "no-store" || strings.Contains(created.Body, "_live_") {
+			t.Fatalf("the redirect is cacheable or carries a key: %v\n%s", created.Header, created.Body)
 		}
 		ck := dashNewKeysCookie(t, created)
 		if ck.Path != page || ck.MaxAge != 120 || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Secure {
@@ -867,14 +720,14 @@ func TestDashboardNewKeysOnce(t *testing.T) {
 		}
 
 		// The GET, answered by the other node: the keys, once, with the notice.
-		b := nodeB.dash(t)
-		b.http.Jar = c.http.Jar // one browser: the cookie jar does not tell ports apart
-		view := b.get(shownAt)
-		pk, sk := view.byID("raw-public-key"), view.byID("raw-secret-key")
-		if view.status != http.StatusOK || !cpPublicKeyRe.MatchString(pk) || !cpSecretKeyRe.MatchString(sk) {
-			t.Fatalf("project page after create: %d keys %q %q\n%s", view.status, pk, sk, view.body)
+		b := nodeB.Dash(t)
+		b.HTTP.Jar = c.HTTP.Jar // one browser: the cookie jar does not tell ports apart
+		view := b.Get(shownAt)
+		pk, sk := view.ByID("raw-public-key"), view.ByID("raw-secret-key")
+		if view.Status != http.StatusOK || !relaytest.PublicKeyRe.MatchString(pk) || !relaytest.SecretKeyRe.MatchString(sk) {
+			t.Fatalf("project page after create: %d keys %q %q\n%s", view.Status, pk, sk, view.Body)
 		}
-		if n := view.noticeText(); !strings.HasPrefix(n, "Project created. Copy both keys now") {
+		if n := view.NoticeText(); !strings.HasPrefix(n, "Project created. Copy both keys now") {
 			t.Fatalf("notice %q", n)
 		}
 		if cl := dashNewKeysCookie(t, view); cl.MaxAge >= 0 || cl.Path != page || cl.Value != "" {
@@ -882,94 +735,94 @@ func TestDashboardNewKeysOnce(t *testing.T) {
 		}
 		// The snippets carry this server's address and the keys.
 		for id, want := range map[string][]string{
-			"snippet-browser": {`url: "` + nodeB.base + `"`, `publicKey: "` + pk + `"`, `relay.subscribe("demo"`},
-			"snippet-curl":    {"curl -X POST '" + nodeB.base + "/emit'", "'Authorization: Bearer " + sk + "'", `"channel":"demo"`},
-			"snippet-go":      {`backend.Emit(context.Background(), nil, "` + nodeB.base + `/emit",`, `"` + sk + `", "demo"`},
+			"snippet-browser": {`url: "` + nodeB.Base + `"`, `publicKey: "` + pk + `"`, `relay.subscribe("demo"`},
+			"snippet-curl":    {"curl -X POST '" + nodeB.Base + "/emit'", "'Authorization: Bearer " + sk + "'", `"channel":"demo"`},
+			"snippet-go":      {`backend.Emit(context.Background(), nil, "` + nodeB.Base + `/emit",`, `"` + sk + `", "demo"`},
 		} {
 			for _, w := range want {
-				if got := view.byID(id); !strings.Contains(got, w) {
+				if got := view.ByID(id); !strings.Contains(got, w) {
 					t.Errorf("%s lacks %q:\n%s", id, w, got)
 				}
 			}
 		}
-		if view.byID("key-hint") != "" {
+		if view.ByID("key-hint") != "" {
 			t.Error("a key hint beside both raw keys")
 		}
-		if r := emitter.emit(sk, `{"channel":"c","payload":1}`); r.status != http.StatusOK {
-			t.Fatalf("emit with the key shown: %d %s", r.status, r.raw)
+		if r := emitter.Emit(sk, `{"channel":"c","payload":1}`); r.Status != http.StatusOK {
+			t.Fatalf("emit with the key shown: %d %s", r.Status, r.Raw)
 		}
 
 		// Reload: no key, no second project; the notice says why.
-		again := c.get(shownAt)
-		if again.status != http.StatusOK || strings.Contains(again.body, pk) || strings.Contains(again.body, sk) || again.byID("new-keys") != "" {
-			t.Fatalf("the reload shows a raw key again: %d", again.status)
+		again := c.Get(shownAt)
+		if again.Status != http.StatusOK || strings.Contains(again.Body, pk) || strings.Contains(again.Body, sk) || again.ByID("new-keys") != "" {
+			t.Fatalf("the reload shows a raw key again: %d", again.Status)
 		}
-		if !strings.Contains(again.noticeText(), "shown only once") || len(again.header.Values("Set-Cookie")) != 0 {
-			t.Fatalf("reload: notice %q, Set-Cookie %q", again.noticeText(), again.header.Values("Set-Cookie"))
+		if !strings.Contains(again.NoticeText(), "shown only once") || len(again.Header.Values("Set-Cookie")) != 0 {
+			t.Fatalf("reload: notice %q, Set-Cookie %q", again.NoticeText(), again.Header.Values("Set-Cookie"))
 		}
-		if hint := again.byID("key-hint"); !strings.Contains(hint, "<your public key>: your public key ("+pk[:12]+"…)") ||
+		if hint := again.ByID("key-hint"); !strings.Contains(hint, "<your public key>: your public key ("+pk[:12]+"…)") ||
 			!strings.Contains(hint, "<your secret key>: your secret key ("+sk[:12]+"…)") {
 			t.Fatalf("key hint %q", hint)
 		}
-		if !strings.Contains(again.byID("snippet-curl"), "Bearer <your secret key>") || !strings.Contains(again.byID("snippet-browser"), `publicKey: "<your public key>"`) {
-			t.Fatalf("snippets without the raw keys:\n%s\n%s", again.byID("snippet-curl"), again.byID("snippet-browser"))
+		if !strings.Contains(again.ByID("snippet-curl"), "Bearer <your secret key>") || !strings.Contains(again.ByID("snippet-browser"), `publicKey: "<your public key>"`) {
+			t.Fatalf("snippets without the raw keys:\n%s\n%s", again.ByID("snippet-curl"), again.ByID("snippet-browser"))
 		}
 		if ps, _ := nodeA.app.store.ProjectsByOwner(context.Background(), mustUserID(t, nodeA, "alice@example.com")); len(ps) != 1 {
 			t.Fatalf("%d projects after the reload, want 1", len(ps))
 		}
 
 		// Rotate: the same way, with the new key only.
-		two := c.create("Two")
-		u, _ := url.Parse(nodeA.base + page)
-		rot := c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"public"}})
-		rot.expectRedirect(t, shownAt)
+		two := c.Create("Two")
+		u, _ := url.Parse(nodeA.Base + page)
+		rot := c.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"public"}})
+		rot.ExpectRedirect(t, shownAt)
 		value := dashNewKeysCookie(t, rot).Value
 		withCookie := func(c *dashClient, path, v string) dashPage {
 			t.Helper()
-			return c.send("GET", path, "", http.Header{"Cookie": {"relay_new_keys=" + v}})
+			return c.Send("GET", path, "", http.Header{"Cookie": {"relay_new_keys=" + v}})
 		}
 		// Another session of the same user cannot open it...
-		other := nodeA.dash(t)
-		other.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
-		if p := withCookie(other, page, value); p.status != http.StatusOK || p.byID("new-keys") != "" || strings.Contains(p.body, "raw-public-key") {
-			t.Fatalf("another session opened the sealed keys: %d", p.status)
+		other := nodeA.Dash(t)
+		other.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
+		if p := withCookie(other, page, value); p.Status != http.StatusOK || p.ByID("new-keys") != "" || strings.Contains(p.Body, "raw-public-key") {
+			t.Fatalf("another session opened the sealed keys: %d", p.Status)
 		}
 		// ...nor does another project's page.
-		if p := withCookie(c, "/projects/"+two.id, value); p.status != http.StatusOK || p.byID("new-keys") != "" {
-			t.Fatalf("another project's page opened the sealed keys: %d", p.status)
+		if p := withCookie(c, "/projects/"+two.ID, value); p.Status != http.StatusOK || p.ByID("new-keys") != "" {
+			t.Fatalf("another project's page opened the sealed keys: %d", p.Status)
 		}
-		view = c.get(shownAt)
-		newPK := view.byID("raw-public-key")
-		if !cpPublicKeyRe.MatchString(newPK) || newPK == pk || view.byID("raw-secret-key") != "" ||
-			!strings.Contains(view.noticeText(), "New public key issued") {
-			t.Fatalf("after rotate: public %q, secret %q, notice %q", newPK, view.byID("raw-secret-key"), view.noticeText())
+		view = c.Get(shownAt)
+		newPK := view.ByID("raw-public-key")
+		if !relaytest.PublicKeyRe.MatchString(newPK) || newPK == pk || view.ByID("raw-secret-key") != "" ||
+			!strings.Contains(view.NoticeText(), "New public key issued") {
+			t.Fatalf("after rotate: public %q, secret %q, notice %q", newPK, view.ByID("raw-secret-key"), view.NoticeText())
 		}
-		if !strings.Contains(view.byID("snippet-browser"), `publicKey: "`+newPK+`"`) || !strings.Contains(view.byID("snippet-curl"), "Bearer <your secret key>") ||
-			!strings.Contains(view.byID("key-hint"), "<your secret key>") || strings.Contains(view.byID("key-hint"), "<your public key>") {
-			t.Fatalf("snippets after a public key rotation:\n%s\n%s\n%s", view.byID("snippet-browser"), view.byID("snippet-curl"), view.byID("key-hint"))
+		if !strings.Contains(view.ByID("snippet-browser"), `publicKey: "`+newPK+`"`) || !strings.Contains(view.ByID("snippet-curl"), "Bearer <your secret key>") ||
+			!strings.Contains(view.ByID("key-hint"), "<your secret key>") || strings.Contains(view.ByID("key-hint"), "<your public key>") {
+			t.Fatalf("snippets after a public key rotation:\n%s\n%s\n%s", view.ByID("snippet-browser"), view.ByID("snippet-curl"), view.ByID("key-hint"))
 		}
 
 		// Tampered: shown nothing, cleared.
-		c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).expectRedirect(t, shownAt)
-		for _, ck := range c.http.Jar.Cookies(u) {
+		c.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).ExpectRedirect(t, shownAt)
+		for _, ck := range c.HTTP.Jar.Cookies(u) {
 			if ck.Name == "relay_new_keys" {
 				flipped := []byte(ck.Value)
 				flipped[len(flipped)/2] ^= 1
-				c.http.Jar.SetCookies(u, []*http.Cookie{{Name: ck.Name, Value: string(flipped), Path: page}})
+				c.HTTP.Jar.SetCookies(u, []*http.Cookie{{Name: ck.Name, Value: string(flipped), Path: page}})
 			}
 		}
-		if p := c.get(shownAt); p.status != http.StatusOK || p.byID("new-keys") != "" {
-			t.Fatalf("a tampered cookie showed keys: %d", p.status)
+		if p := c.Get(shownAt); p.Status != http.StatusOK || p.ByID("new-keys") != "" {
+			t.Fatalf("a tampered cookie showed keys: %d", p.Status)
 		}
 
 		// Expired on the server's clock, whatever the browser keeps.
-		c.submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).expectRedirect(t, shownAt)
+		c.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"secret"}}).ExpectRedirect(t, shownAt)
 		clock.Advance(121 * time.Second)
-		if p := c.get(shownAt); p.status != http.StatusOK || p.byID("new-keys") != "" {
-			t.Fatalf("an expired cookie showed keys: %d", p.status)
+		if p := c.Get(shownAt); p.Status != http.StatusOK || p.ByID("new-keys") != "" {
+			t.Fatalf("an expired cookie showed keys: %d", p.Status)
 		}
-		if p := c.get(shownAt); len(p.header.Values("Set-Cookie")) != 0 {
-			t.Fatalf("the cookie was not cleared: %q", p.header.Values("Set-Cookie"))
+		if p := c.Get(shownAt); len(p.Header.Values("Set-Cookie")) != 0 {
+			t.Fatalf("the cookie was not cleared: %q", p.Header.Values("Set-Cookie"))
 		}
 	})
 }

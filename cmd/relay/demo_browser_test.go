@@ -21,17 +21,17 @@ import (
 // refusal's code.
 func TestDemoBrowserClientEmit(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	if secret == "" {
 		t.Fatal("no client-emit secret")
 	}
-	sub := ts.dialWS(p.publicKey)
-	sub.send(`{"action":"subscribe","channel":"demo"}`)
-	sub.expect(`{"action":"subscribe","channel":"demo","ok":true}`)
+	sub := ts.DialWS(p.PublicKey)
+	sub.Send(`{"action":"subscribe","channel":"demo"}`)
+	sub.Expect(`{"action":"subscribe","channel":"demo","ok":true}`)
 
-	b := newBrowser(t, ts.base)
+	b := newBrowser(t, ts.Base)
 	b.open("/demo")
 	b.expectPage(http.StatusOK, "h1", "Demo")
 	// The dashboard's look: its header bar, font and cards.
@@ -43,19 +43,19 @@ func TestDemoBrowserClientEmit(t *testing.T) {
 	if style[0] != "rgb(17, 24, 39)" || !strings.HasPrefix(style[1], "system-ui") || style[2] != "8px" || style[3] != "rgb(37, 99, 235)" {
 		t.Fatalf("demo styles %q: not the dashboard's", style)
 	}
-	if got := b.text("#curl"); !strings.Contains(got, "curl -X POST "+ts.base+"/emit") {
+	if got := b.text("#curl"); !strings.Contains(got, "curl -X POST "+ts.Base+"/emit") {
 		t.Fatalf("curl line %q", got)
 	}
 
 	// Join the board as a viewer.
-	b.fill("#key", p.publicKey)
+	b.fill("#key", p.PublicKey)
 	b.fill("#name", "viewer")
 	browserRun(b, chromedp.Click(chromedp.CSS("#join-button"))) // the page stays: no load
 	browserRun(b, chromedp.Poll[bool](`document.querySelector("#state").textContent === "open"`, chromedp.WithPollingTimeout(10*time.Second)))
 	b.shot("demo-joined")
 
 	// Paste a token: the channel and type come from its claims.
-	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "demo", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "demo", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +77,12 @@ func TestDemoBrowserClientEmit(t *testing.T) {
 	// The subscriber gets it (after ann's presence, if it comes first).
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		f, ok := sub.next(time.Until(deadline))
-		if !ok || f.closed || f.err != nil {
+		f, ok := sub.Next(time.Until(deadline))
+		if !ok || f.Closed || f.Err != nil {
 			t.Fatalf("no client-emitted message at the subscriber: %+v", f)
 		}
 		var m map[string]any
-		json.Unmarshal([]byte(f.text), &m)
+		json.Unmarshal([]byte(f.Text), &m)
 		if m["type"] == "presence" {
 			continue
 		}
@@ -102,7 +102,7 @@ func TestDemoBrowserClientEmit(t *testing.T) {
 	b.shot("demo-client-emitted")
 
 	// A token signed with another secret: refused, and the page says why.
-	forged, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: "not the project's secret", ProjectID: p.id, Channel: "demo", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	forged, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: "not the project's secret", ProjectID: p.ID, Channel: "demo", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
 	b.fill("#emit-token", forged)
 	browserRun(b, chromedp.Click(chromedp.CSS("#emit-send")))
 	browserRun(b, chromedp.Poll[bool](`document.querySelector("#emit-result").textContent.startsWith("Refused")`, chromedp.WithPollingTimeout(10*time.Second)))

@@ -17,7 +17,7 @@ import (
 // channel actors of all of them.
 func liveActors(t *testing.T, ts *testServer) (projects, channels int) {
 	t.Helper()
-	status, body := getText(t, ts.debug+"/debug/actors?limit=500")
+	status, body := relaytest.GetText(t, ts.Debug+"/debug/actors?limit=500")
 	var v struct {
 		Total    int `json:"projectsMatching"`
 		Projects []struct {
@@ -60,29 +60,29 @@ func idleProjectActorsStop(t *testing.T, dbURL string) {
 	ts := startServerAt(t, dbURL, map[string]string{
 		"RELAY_DEBUG_ADDR": "127.0.0.1:0", "ACTOR_DORMANCY_SECONDS": "1", "USAGE_ROLLUP_SECONDS": "1",
 	}, clock.Now)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("quiet")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("quiet")
 	emit := func(payload int, after float64) float64 {
 		t.Helper()
-		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, payload))
-		if r.status != http.StatusOK || num(r.json, "seq") <= after {
-			t.Fatalf("emit %d: %d %s (the seq before: %v)", payload, r.status, r.raw, after)
+		r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, payload))
+		if r.Status != http.StatusOK || relaytest.Num(r.JSON, "seq") <= after {
+			t.Fatalf("emit %d: %d %s (the seq before: %v)", payload, r.Status, r.Raw, after)
 		}
-		return num(r.json, "seq")
+		return relaytest.Num(r.JSON, "seq")
 	}
-	ws := subscribed(t, ts, p.publicKey, "room")
-	lobby := subscribed(t, ts, p.publicKey, "lobby")
+	ws := ts.Subscribed(t, p.PublicKey, "room")
+	lobby := ts.Subscribed(t, p.PublicKey, "lobby")
 	seq := emit(1, 0)
-	ws.expectExcept(`{"channel":"room","payload":1}`, "seq")
+	ws.ExpectExcept(`{"channel":"room","payload":1}`, "seq")
 	expectActors(t, ts, 0, 1, 2, "both channels in use")
 
-	ws.conn.Close()
+	ws.Conn.Close()
 	clock.Advance(time.Minute) // room's budget window and replay ring run out
 	expectActors(t, ts, 20*time.Second, 1, 1, "room idle, lobby still subscribed")
 	seq = emit(2, seq) // room's channel actor starts again inside the live project
 	expectActors(t, ts, 0, 1, 2, "room used again")
 
-	lobby.conn.Close()
+	lobby.Conn.Close()
 	clock.Advance(time.Minute)
 	expectActors(t, ts, 20*time.Second, 0, 0, "the whole project idle")
 	emit(3, seq)
@@ -101,11 +101,11 @@ func TestColdProjectWithoutSettingsRefusesEmits(t *testing.T) {
 	ts := startServerAt(t, "sqlite:"+filepath.Join(dir, "relay.db"), map[string]string{
 		"RELAY_DEBUG_ADDR": "127.0.0.1:0", "ACTOR_DORMANCY_SECONDS": "1", "USAGE_ROLLUP_SECONDS": "1",
 	}, clock.Now)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("cold")
-	subscribed(t, ts, p.publicKey, "room").conn.Close()
-	if r := owner.emit(p.secretKey, `{"channel":"room","payload":0}`); r.status != http.StatusOK {
-		t.Fatalf("first emit: %d %s", r.status, r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("cold")
+	ts.Subscribed(t, p.PublicKey, "room").Conn.Close()
+	if r := owner.Emit(p.SecretKey, `{"channel":"room","payload":0}`); r.Status != http.StatusOK {
+		t.Fatalf("first emit: %d %s", r.Status, r.Raw)
 	}
 	clock.Advance(time.Minute)
 	expectActors(t, ts, 20*time.Second, 0, 0, "the project gone cold")
@@ -114,20 +114,20 @@ func TestColdProjectWithoutSettingsRefusesEmits(t *testing.T) {
 	if err := os.Rename(dir, dir+".moved"); err != nil {
 		t.Fatal(err)
 	}
-	sub := subscribed(t, ts, p.publicKey, "room")
-	owner.emit(p.secretKey, `{"channel":"room","payload":1}`).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
-	sub.send(`{"action":"emit","channel":"room","type":"t","token":"x","payload":2}`)
-	sub.expect(`{"error":"service_unavailable","channel":"room"}`)
-	owner.emit(p.secretKey, `{"channel":"room","payload":3}`).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+	sub := ts.Subscribed(t, p.PublicKey, "room")
+	owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`).Expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+	sub.Send(`{"action":"emit","channel":"room","type":"t","token":"x","payload":2}`)
+	sub.Expect(`{"error":"service_unavailable","channel":"room"}`)
+	owner.Emit(p.SecretKey, `{"channel":"room","payload":3}`).Expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
 
 	if err := os.Rename(dir+".moved", dir); err != nil {
 		t.Fatal(err)
 	}
 	relaytest.Eventually(t, 10*time.Second, func() bool {
-		return owner.emit(p.secretKey, `{"channel":"room","payload":4}`).status == http.StatusOK
+		return owner.Emit(p.SecretKey, `{"channel":"room","payload":4}`).Status == http.StatusOK
 	}, "emits accepted once the settings load")
-	sub.expectExcept(`{"channel":"room","payload":4}`, "seq") // not 1, 2 or 3
-	sub.expectSilence(100 * time.Millisecond)
+	sub.ExpectExcept(`{"channel":"room","payload":4}`, "seq") // not 1, 2 or 3
+	sub.ExpectSilence(100 * time.Millisecond)
 }
 
 // A deleted project's connections close with 4004 and its actor stops.
@@ -137,12 +137,12 @@ func TestDeletedProjectActorStops(t *testing.T) {
 
 func deletedProjectActorStops(t *testing.T, dbURL string) {
 	ts := startServer(t, dbURL, map[string]string{"RELAY_DEBUG_ADDR": "127.0.0.1:0"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("doomed")
-	ws := subscribed(t, ts, p.publicKey, "room")
-	if r := owner.do("DELETE", "/api/projects/"+p.id, ""); r.status != http.StatusOK {
-		t.Fatalf("delete: %d %s", r.status, r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("doomed")
+	ws := ts.Subscribed(t, p.PublicKey, "room")
+	if r := owner.Do("DELETE", "/api/projects/"+p.ID, ""); r.Status != http.StatusOK {
+		t.Fatalf("delete: %d %s", r.Status, r.Raw)
 	}
-	ws.expectClose(4004, 5*time.Second)
+	ws.ExpectClose(4004, 5*time.Second)
 	expectActors(t, ts, 5*time.Second, 0, 0, "the deleted project")
 }

@@ -24,10 +24,10 @@ import (
 // new emit meanwhile.)
 func TestDrainKeepsTheShutdownBound(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"SHUTDOWN_TIMEOUT_SECONDS": "5"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	if r := owner.emit(p.secretKey, `{"channel":"a","payload":1}`); r.status != 200 {
-		t.Fatal(r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	if r := owner.Emit(p.SecretKey, `{"channel":"a","payload":1}`); r.Status != 200 {
+		t.Fatal(r.Raw)
 	}
 
 	// A slow emit: headers and part of the body, the rest later.
@@ -36,7 +36,7 @@ func TestDrainKeepsTheShutdownBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	head := "POST /emit HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer " + p.secretKey +
+	head := "POST /emit HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer " + p.SecretKey +
 		"\r\nContent-Type: application/json\r\nContent-Length: 27\r\n\r\n"
 	if _, err := slow.Write([]byte(head + `{"channel":`)); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestDrainKeepsTheShutdownBound(t *testing.T) {
 	// 503, or the listener, closed later in the shutdown, refuses.
 	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		res, err := probe.Get(ts.base + "/readyz/traffic")
+		res, err := probe.Get(ts.Base + "/readyz/traffic")
 		if err != nil {
 			return errors.Is(err, syscall.ECONNREFUSED)
 		}

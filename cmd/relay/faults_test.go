@@ -28,13 +28,13 @@ import (
 func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 	url := storetest.PostgresURL(t)
 	ts := startServer(t, url, map[string]string{"USAGE_ROLLUP_SECONDS": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	sub := subscribed(t, ts, p.publicKey, "a")
-	r := owner.emit(p.secretKey, `{"channel":"a","payload":"before"}`)
-	sub.expectExcept(`{"channel":"a","payload":"before"}`, "seq")
-	if r.status != 200 {
-		t.Fatal(r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	sub := ts.Subscribed(t, p.PublicKey, "a")
+	r := owner.Emit(p.SecretKey, `{"channel":"a","payload":"before"}`)
+	sub.ExpectExcept(`{"channel":"a","payload":"before"}`, "seq")
+	if r.Status != 200 {
+		t.Fatal(r.Raw)
 	}
 	base := resourcesOf(t, ts)
 
@@ -46,43 +46,43 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 		}
 	}()
 	for i := range 5 {
-		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"a","payload":%d}`, i))
-		if r.status != 200 || num(r.json, "delivered") != 1 {
-			t.Fatalf("emit with the database down: %d %s", r.status, r.raw)
+		r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"a","payload":%d}`, i))
+		if r.Status != 200 || relaytest.Num(r.JSON, "delivered") != 1 {
+			t.Fatalf("emit with the database down: %d %s", r.Status, r.Raw)
 		}
-		sub.expectExcept(fmt.Sprintf(`{"channel":"a","payload":%d}`, i), "seq")
+		sub.ExpectExcept(fmt.Sprintf(`{"channel":"a","payload":%d}`, i), "seq")
 	}
-	late := subscribed(t, ts, p.publicKey, "a") // a known key still connects
-	late.send(`{"action":"ping"}`)
-	late.expect(`{"action":"pong","ok":true}`)
-	status, body := getText(t, ts.base+"/readyz")
+	late := ts.Subscribed(t, p.PublicKey, "a") // a known key still connects
+	late.Send(`{"action":"ping"}`)
+	late.Expect(`{"action":"pong","ok":true}`)
+	status, body := relaytest.GetText(t, ts.Base+"/readyz")
 	if status != 503 || !strings.Contains(body, `"unavailable"`) {
 		t.Fatalf("/readyz with the database down: %d %s", status, body)
 	}
-	if status, body := getText(t, ts.base+"/readyz/traffic"); status != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
+	if status, body := relaytest.GetText(t, ts.Base+"/readyz/traffic"); status != 200 || strings.TrimSpace(body) != `{"status":"ok"}` {
 		t.Fatalf("/readyz/traffic with the database down: %d %s; a load balancer would drop a node that serves", status, body)
 	}
-	owner.do("GET", "/api/projects", "").expect(t, 503, `{"error":"service_unavailable"}`)
-	ts.client().emit("sk_live_neverseen", `{"channel":"a","payload":1}`).expect(t, 503, `{"error":"service_unavailable"}`)
-	ts.handshake("/ws?publicKey=pk_live_neverseen").expect(t, 503, `{"error":"service_unavailable"}`)
-	owner.revoke(p.secretKey, `{"jti":"during-the-outage"}`).expect(t, 503, `{"error":"service_unavailable"}`) // a known key; the store must keep it
+	owner.Do("GET", "/api/projects", "").Expect(t, 503, `{"error":"service_unavailable"}`)
+	ts.Client().Emit("sk_live_neverseen", `{"channel":"a","payload":1}`).Expect(t, 503, `{"error":"service_unavailable"}`)
+	ts.Handshake("/ws?publicKey=pk_live_neverseen").Expect(t, 503, `{"error":"service_unavailable"}`)
+	owner.Revoke(p.SecretKey, `{"jti":"during-the-outage"}`).Expect(t, 503, `{"error":"service_unavailable"}`) // a known key; the store must keep it
 
 	storetest.StartPostgres(t)
 	stopped = false
-	relaytest.Eventually(t, 5*time.Second, func() bool { s, _ := getText(t, ts.base+"/readyz"); return s == 200 }, "/readyz 200 again")
-	relaytest.Eventually(t, 5*time.Second, func() bool { return owner.do("GET", "/api/projects", "").status == 200 }, "GET /api/projects 200 again")
+	relaytest.Eventually(t, 5*time.Second, func() bool { s, _ := relaytest.GetText(t, ts.Base+"/readyz"); return s == 200 }, "/readyz 200 again")
+	relaytest.Eventually(t, 5*time.Second, func() bool { return owner.Do("GET", "/api/projects", "").Status == 200 }, "GET /api/projects 200 again")
 	day := time.Now().UTC().Format(time.DateOnly)
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		us, err := ts.app.store.Usage(context.Background(), p.id, day)
+		us, err := ts.app.store.Usage(context.Background(), p.ID, day)
 		return err == nil && len(us) == 1 && us[0].MessageCount == 6 && us[0].ConnectionCount == 2
 	}, "usage of the outage written")
-	if strings.Contains(ts.logs.String(), "panic") {
-		t.Fatalf("a panic was logged:\n%s", ts.logs.String())
+	if strings.Contains(ts.Logs.String(), "panic") {
+		t.Fatalf("a panic was logged:\n%s", ts.Logs.String())
 	}
 
 	// The connection opened during the outage goes; the rest of the process
 	// must come back to the baseline: no goroutine or file held by the outage.
-	late.conn.Close()
+	late.Conn.Close()
 	var now resources
 	relaytest.EventuallyNil(t, 15*time.Second, func() error {
 		if now = resourcesOf(t, ts); now.goroutines <= base.goroutines && now.files <= base.files {
@@ -102,10 +102,10 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 func TestStoreFaultIsInternalError(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		owner := ts.signup("alice@example.com")
-		owner.createProject("demo")
-		d := ts.dash(t)
-		d.signup("bob@example.com")
+		owner := ts.Signup("alice@example.com")
+		owner.CreateProject("demo")
+		d := ts.Dash(t)
+		d.Signup("bob@example.com")
 		st, err := store.Open(context.Background(), dbURL)
 		if err != nil {
 			t.Fatal(err)
@@ -114,13 +114,13 @@ func TestStoreFaultIsInternalError(t *testing.T) {
 		if _, err := st.DB().ExecContext(context.Background(), "ALTER TABLE projects RENAME TO projects_gone"); err != nil {
 			t.Fatal(err)
 		}
-		owner.do("GET", "/api/projects", "").expect(t, http.StatusInternalServerError, `{"error":"internal_error"}`)
-		page := d.get("/")
-		page.expectError(t, http.StatusInternalServerError, "Something went wrong on our side. Try again in a moment.")
-		if strings.Contains(page.body, "no such table") || strings.Contains(page.body, "does not exist") { // SQLite's, PostgreSQL's
-			t.Fatalf("the dashboard shows the cause:\n%s", page.body)
+		owner.Do("GET", "/api/projects", "").Expect(t, http.StatusInternalServerError, `{"error":"internal_error"}`)
+		page := d.Get("/")
+		page.ExpectError(t, http.StatusInternalServerError, "Something went wrong on our side. Try again in a moment.")
+		if strings.Contains(page.Body, "no such table") || strings.Contains(page.Body, "does not exist") { // SQLite's, PostgreSQL's
+			t.Fatalf("the dashboard shows the cause:\n%s", page.Body)
 		}
-		if logs := ts.logs.String(); !regexp.MustCompile(`level=ERROR .*projects`).MatchString(logs) {
+		if logs := ts.Logs.String(); !regexp.MustCompile(`level=ERROR .*projects`).MatchString(logs) {
 			t.Fatalf("the cause is not logged at ERROR:\n%s", logs)
 		}
 	})
@@ -157,30 +157,30 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 		env := []string{"DATABASE_URL=" + dbURL, "USAGE_ROLLUP_SECONDS=1"}
 		proc := relaytest.StartBinary(t, env...)
 		ts := binaryServer(t, proc)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("demo")
-		rot := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`)
-		secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
-		ts.client().revoke(rot.str("key", "raw"), `{"clientId":"mallory"}`).expect(t, 200, `{"ok":true}`)
-		c := ts.dialWS(p.publicKey)
-		c.send(`{"action":"ping"}`)
-		c.expect(`{"action":"pong","ok":true}`)
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("demo")
+		rot := owner.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"secret"}`)
+		secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
+		ts.Client().Revoke(rot.Str("key", "raw"), `{"clientId":"mallory"}`).Expect(t, 200, `{"ok":true}`)
+		c := ts.DialWS(p.PublicKey)
+		c.Send(`{"action":"ping"}`)
+		c.Expect(`{"action":"pong","ok":true}`)
 		// Settings, through the dashboard with the same session: a webhook
 		// (its secret generated and shown) and a channel budget override.
-		d := ts.dash(t)
-		d.http.Jar = owner.http.Jar
-		page := "/projects/" + p.id
-		d.submit(page, page+"/webhook", url.Values{"url": {"https://hooks.example.com/relay"}}).expectRedirect(t, page+"?done=webhook-saved")
-		hookSecret := d.get(page + "?done=webhook-saved").byID("webhook-secret")
+		d := ts.Dash(t)
+		d.HTTP.Jar = owner.HTTP.Jar
+		page := "/projects/" + p.ID
+		d.Submit(page, page+"/webhook", url.Values{"url": {"https://hooks.example.com/relay"}}).ExpectRedirect(t, page+"?done=webhook-saved")
+		hookSecret := d.Get(page + "?done=webhook-saved").ByID("webhook-secret")
 		if len(hookSecret) < 40 {
 			t.Fatalf("webhook secret shown: %q", hookSecret)
 		}
-		d.submit(page, page+"/budget", url.Values{"limit": {"25"}}).expectRedirect(t, page+"?done=budget-saved")
-		emits := awaitBudget(t, owner, rot.str("key", "raw"), 25) // the live state has it too
+		d.Submit(page, page+"/budget", url.Values{"limit": {"25"}}).ExpectRedirect(t, page+"?done=budget-saved")
+		emits := awaitBudget(t, owner, rot.Str("key", "raw"), 25) // the live state has it too
 		for range 3 {
-			r := owner.emit(rot.str("key", "raw"), `{"channel":"a","payload":1}`)
-			if r.status != 200 || budgetLimit(r) != 25 {
-				t.Fatalf("emit under the budget override of 25: %d %s", r.status, r.raw)
+			r := owner.Emit(rot.Str("key", "raw"), `{"channel":"a","payload":1}`)
+			if r.Status != 200 || budgetLimit(r) != 25 {
+				t.Fatalf("emit under the budget override of 25: %d %s", r.Status, r.Raw)
 			}
 			emits++
 		}
@@ -192,41 +192,41 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 		ctx := context.Background()
 		// At least one rollup after the traffic: its rows are written.
 		relaytest.Eventually(t, 10*time.Second, func() bool {
-			us, err := st.Usage(ctx, p.id, time.Now().UTC().Format(time.DateOnly))
+			us, err := st.Usage(ctx, p.ID, time.Now().UTC().Format(time.DateOnly))
 			return err == nil && len(us) == 1 && us[0].ConnectionCount == 1 && us[0].MessageCount == int64(emits)
 		}, "usage of the traffic rolled up")
 		proc.Cmd.Process.Signal(syscall.SIGKILL)
 		<-proc.Exited
-		pr, err := st.Project(ctx, p.id)
+		pr, err := st.Project(ctx, p.ID)
 		if err != nil || pr.ClientEmitSecret != secret {
 			t.Fatalf("project after kill: %+v %v", pr, err)
 		}
-		keys, _ := st.Keys(ctx, p.id)
+		keys, _ := st.Keys(ctx, p.ID)
 		if len(keys) != 3 {
 			t.Fatalf("keys after kill: %+v", keys)
 		}
-		if k, err := st.KeyByHash(ctx, hashOf(rot.str("key", "raw"))); err != nil || !k.Active() {
+		if k, err := st.KeyByHash(ctx, hashOf(rot.Str("key", "raw"))); err != nil || !k.Active() {
 			t.Fatalf("rotated key after kill: %+v %v", k, err)
 		}
-		if rs, _ := st.Revocations(ctx, p.id, time.Now()); len(rs) != 1 || rs[0].Value != "mallory" {
+		if rs, _ := st.Revocations(ctx, p.ID, time.Now()); len(rs) != 1 || rs[0].Value != "mallory" {
 			t.Fatalf("revocations after kill: %+v", rs)
 		}
-		set, err := st.Settings(ctx, p.id)
+		set, err := st.Settings(ctx, p.ID)
 		if err != nil || set.WebhookURL != "https://hooks.example.com/relay" || set.WebhookSecret != hookSecret ||
 			set.ChannelRateLimit == nil || *set.ChannelRateLimit != 25 {
 			t.Fatalf("settings after kill: %+v %v", set, err)
 		}
-		us, err := st.Usage(ctx, p.id, time.Now().UTC().Format(time.DateOnly))
+		us, err := st.Usage(ctx, p.ID, time.Now().UTC().Format(time.DateOnly))
 		if err != nil || len(us) != 1 || us[0].ConnectionCount != 1 || us[0].MessageCount != int64(emits) {
 			t.Fatalf("usage after kill (one rollup interval may be lost, none was due): %+v %v", us, err)
 		}
 		// And the service starts again on that database.
 		proc2 := relaytest.StartBinary(t, env...)
 		ts2 := binaryServer(t, proc2)
-		if r := ts2.client().emit(rot.str("key", "raw"), `{"channel":"a","payload":1}`); r.status != 200 {
-			t.Fatalf("emit after restart: %d %s", r.status, r.raw)
+		if r := ts2.Client().Emit(rot.Str("key", "raw"), `{"channel":"a","payload":1}`); r.Status != 200 {
+			t.Fatalf("emit after restart: %d %s", r.Status, r.Raw)
 		}
-		awaitBudget(t, ts2.client(), rot.str("key", "raw"), 25) // and applies the stored override
+		awaitBudget(t, ts2.Client(), rot.Str("key", "raw"), 25) // and applies the stored override
 	})
 }
 
@@ -236,9 +236,9 @@ func TestSIGKILLLosesNothingAcknowledged(t *testing.T) {
 func awaitBudget(t *testing.T, c *client, secretKey string, want float64) (emits int) {
 	t.Helper()
 	relaytest.Eventually(t, 10*time.Second, func() bool {
-		r := c.emit(secretKey, fmt.Sprintf(`{"channel":"probe-%d","payload":1}`, emits))
-		if r.status != 200 {
-			t.Fatalf("probe emit: %d %s", r.status, r.raw)
+		r := c.Emit(secretKey, fmt.Sprintf(`{"channel":"probe-%d","payload":1}`, emits))
+		if r.Status != 200 {
+			t.Fatalf("probe emit: %d %s", r.Status, r.Raw)
 		}
 		emits++
 		return budgetLimit(r) == want
@@ -248,8 +248,8 @@ func awaitBudget(t *testing.T, c *client, secretKey string, want float64) (emits
 
 // budgetLimit is the channel budget an emit answer reports.
 func budgetLimit(r response) float64 {
-	rl, _ := r.json["rate_limit"].(map[string]any)
-	return num(rl, "limit")
+	rl, _ := r.JSON["rate_limit"].(map[string]any)
+	return relaytest.Num(rl, "limit")
 }
 
 func hashOf(raw string) string { return api.HashKey(raw) }

@@ -46,21 +46,21 @@ func (s *seqMap) get(channel string) uint64 {
 // a channel with nothing saved starts from now on.
 func TestGoClientSeqStore(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("seqs")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("seqs")
 	ctx := context.Background()
 	emit := func(ch, payload string) uint64 {
 		t.Helper()
-		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":%q,"payload":%q}`, ch, payload))
-		if r.status != 200 {
-			t.Fatalf("emit: %s", r.raw)
+		r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":%q,"payload":%q}`, ch, payload))
+		if r.Status != 200 {
+			t.Fatalf("emit: %s", r.Raw)
 		}
-		return uint64(num(r.json, "seq"))
+		return uint64(relaytest.Num(r.JSON, "seq"))
 	}
 	store := &seqMap{seqs: map[string]uint64{}}
 	dial := func() *relay.Client {
 		t.Helper()
-		c, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{Seqs: store})
+		c, err := relay.Dial(ctx, ts.Base, p.PublicKey, relay.Options{Seqs: store})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,8 +66,8 @@ func expectNoEvent(t *testing.T, s *relay.Subscription) {
 // emit, and returns the goroutine count once it holds still.
 func goroutineBaseline(t *testing.T, owner *client, p project) int {
 	t.Helper()
-	if r := owner.emit(p.secretKey, `{"channel":"warm-up","payload":0}`); r.status != 200 {
-		t.Fatalf("warm-up emit: %s", r.raw)
+	if r := owner.Emit(p.SecretKey, `{"channel":"warm-up","payload":0}`); r.Status != 200 {
+		t.Fatalf("warm-up emit: %s", r.Raw)
 	}
 	// Still: the same count at six polls in a row (10 ms apart).
 	last, same := -1, 0
@@ -382,17 +382,17 @@ func (px *proxy) accepts() int {
 
 func TestGoClientSubscribePresenceEmit(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	ctx := context.Background()
 	before := goroutineBaseline(t, owner, p)
 
-	a, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{})
+	a, err := relay.Dial(ctx, ts.Base, p.PublicKey, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{})
+	b, err := relay.Dial(ctx, ts.Base, p.PublicKey, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,14 +414,14 @@ func TestGoClientSubscribePresenceEmit(t *testing.T) {
 		t.Fatalf("bob's sync %+v", ev)
 	}
 
-	r := owner.emit(p.secretKey, `{"channel":"room","payload":{"n":1}}`)
+	r := owner.Emit(p.SecretKey, `{"channel":"room","payload":{"n":1}}`)
 	for _, s := range []*relay.Subscription{sa, sb} {
-		if m := nextMessage(t, s); string(m.Payload) != `{"n":1}` || int64(m.Seq) != int64(num(r.json, "seq")) {
+		if m := nextMessage(t, s); string(m.Payload) != `{"n":1}` || int64(m.Seq) != int64(relaytest.Num(r.JSON, "seq")) {
 			t.Fatalf("message %+v", m)
 		}
 	}
 
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
 	seq, err := a.Emit(ctx, "room", "chat", map[string]string{"text": "hi"}, tok)
 	if err != nil {
 		t.Fatal(err)
@@ -465,12 +465,12 @@ func TestGoClientSubscribePresenceEmit(t *testing.T) {
 // belongs to (the payload is the emit's index).
 func TestGoClientPairsEmitAnswers(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "5"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	ctx := context.Background()
-	listener := subscribed(t, ts, p.publicKey, "room")
-	a, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{})
+	listener := ts.Subscribed(t, p.PublicKey, "room")
+	a, err := relay.Dial(ctx, ts.Base, p.PublicKey, relay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestGoClientPairsEmitAnswers(t *testing.T) {
 	if _, err := a.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute})
 
 	const n = 48
 	type result struct {
@@ -524,13 +524,13 @@ func TestGoClientPairsEmitAnswers(t *testing.T) {
 		t.Fatalf("%d emits accepted, want at least the cap, 5", len(accepted))
 	}
 	for range accepted {
-		m := listener.expectExcept(`{"channel":"room","type":"msg","clientId":"ann"}`, "seq", "payload")
-		seq, payload := int64(num(m, "seq")), int(num(m, "payload"))
+		m := listener.ExpectExcept(`{"channel":"room","type":"msg","clientId":"ann"}`, "seq", "payload")
+		seq, payload := int64(relaytest.Num(m, "seq")), int(relaytest.Num(m, "payload"))
 		if i, ok := accepted[seq]; !ok || i != payload {
 			t.Fatalf("seq %d carried emit %d, but Emit %d returned it (ok %v)", seq, payload, i, ok)
 		}
 	}
-	listener.expectSilence(100 * time.Millisecond)
+	listener.ExpectSilence(100 * time.Millisecond)
 }
 
 func TestGoClientReconnectsAndReplays(t *testing.T) {
@@ -538,14 +538,14 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 	addr := relaytest.FreeAddr(t) // the restarted server listens there again
 	env := map[string]string{"RELAY_ADDR": addr}
 	ts := startServer(t, url, env)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
 	ctx := context.Background()
 
 	clk := newStepClock()
 	var mu sync.Mutex
 	var states []relay.State
-	c, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{
+	c, err := relay.Dial(ctx, ts.Base, p.PublicKey, relay.Options{
 		Clock:             clk.After,
 		Jitter:            func() float64 { return 0.5 },
 		HeartbeatInterval: -1,
@@ -559,8 +559,8 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := owner.emit(p.secretKey, `{"channel":"feed","payload":"before"}`)
-	if m := nextMessage(t, s); string(m.Payload) != `"before"` || int64(m.Seq) != int64(num(r.json, "seq")) {
+	r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"before"}`)
+	if m := nextMessage(t, s); string(m.Payload) != `"before"` || int64(m.Seq) != int64(relaytest.Num(r.JSON, "seq")) {
 		t.Fatalf("before restart: %+v", m)
 	}
 
@@ -576,25 +576,25 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 	third := clk.backoff(t)
 	waits = append(waits, third.d)
 	ts2 := startServer(t, url, env)
-	owner2 := ts2.client()
-	r1 := owner2.emit(p.secretKey, `{"channel":"feed","payload":"while away 1"}`)
-	r2 := owner2.emit(p.secretKey, `{"channel":"feed","payload":"while away 2"}`)
+	owner2 := ts2.Client()
+	r1 := owner2.Emit(p.SecretKey, `{"channel":"feed","payload":"while away 1"}`)
+	r2 := owner2.Emit(p.SecretKey, `{"channel":"feed","payload":"while away 2"}`)
 	third.fire()
 
 	// The client resubscribes with since: the restart lost the old ring, so a
 	// gap first, then what was emitted before it came back, flagged replay.
 	ev := nextEvent(t, s)
 	if ev.Gap == nil || ev.Gap.Since != exactSeq(t, r) {
-		t.Fatalf("want a replay gap since %v, got %+v", r.json["seq"], ev)
+		t.Fatalf("want a replay gap since %v, got %+v", r.JSON["seq"], ev)
 	}
 	for _, want := range []response{r1, r2} {
 		ev := nextEvent(t, s)
-		if m := ev.Message; m == nil || !m.Replay || int64(m.Seq) != int64(num(want.json, "seq")) {
-			t.Fatalf("replayed %+v, want seq %v", ev, want.json["seq"])
+		if m := ev.Message; m == nil || !m.Replay || int64(m.Seq) != int64(relaytest.Num(want.JSON, "seq")) {
+			t.Fatalf("replayed %+v, want seq %v", ev, want.JSON["seq"])
 		}
 	}
-	r3 := owner2.emit(p.secretKey, `{"channel":"feed","payload":"live"}`)
-	if ev := nextEvent(t, s); ev.Message == nil || ev.Message.Replay || int64(ev.Message.Seq) != int64(num(r3.json, "seq")) {
+	r3 := owner2.Emit(p.SecretKey, `{"channel":"feed","payload":"live"}`)
+	if ev := nextEvent(t, s); ev.Message == nil || ev.Message.Replay || int64(ev.Message.Seq) != int64(relaytest.Num(r3.JSON, "seq")) {
 		t.Fatalf("live after reconnect %+v", ev)
 	}
 	if fmt.Sprint(waits) != "[500ms 1s 2s]" {
@@ -618,14 +618,14 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 // already has, which it must drop. Three rounds, then no goroutine is left.
 func TestGoClientReplaysAfterCut(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	before := goroutineBaseline(t, owner, p)
 	ctx := context.Background()
 
 	clk := newStepClock()
-	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, Jitter: func() float64 { return 0.5 }, HeartbeatInterval: -1})
+	c, err := relay.Dial(ctx, px.base(), p.PublicKey, relay.Options{Clock: clk.After, Jitter: func() float64 { return 0.5 }, HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,11 +634,11 @@ func TestGoClientReplaysAfterCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	emit := func(payload string) int64 {
-		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"`+payload+`"}`)
-		if r.status != 200 {
-			t.Fatalf("emit: %s", r.raw)
+		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"`+payload+`"}`)
+		if r.Status != 200 {
+			t.Fatalf("emit: %s", r.Raw)
 		}
-		return int64(num(r.json, "seq"))
+		return int64(relaytest.Num(r.JSON, "seq"))
 	}
 	last := emit("live 0")
 	if m := nextMessage(t, s); int64(m.Seq) != last || m.Replay {
@@ -676,11 +676,11 @@ func TestGoClientReplaysAfterCut(t *testing.T) {
 
 func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	proxy := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	proxy := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	before := goroutineBaseline(t, owner, p)
-	c, err := relay.Dial(context.Background(), proxy.base(), p.publicKey, relay.Options{
+	c, err := relay.Dial(context.Background(), proxy.base(), p.PublicKey, relay.Options{
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatAckTimeout: 300 * time.Millisecond,
 		MaxReconnectDelay: 200 * time.Millisecond,
 	})
@@ -698,7 +698,7 @@ func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 		waitState(t, c, relay.Open)
 		// The resubscribe is in once an emit reaches the subscription.
 		relaytest.Eventually(t, 10*time.Second, func() bool {
-			owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"a","payload":"after %d"}`, round))
+			owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"a","payload":"after %d"}`, round))
 			select {
 			case ev := <-s.Events():
 				return ev.Message != nil && string(ev.Message.Payload) == fmt.Sprintf(`"after %d"`, round)
@@ -719,9 +719,9 @@ func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 // at once and leave no goroutine.
 func TestGoClientCloseDuringReconnect(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	before := goroutineBaseline(t, owner, p)
 	ctx := context.Background()
 
@@ -740,7 +740,7 @@ func TestGoClientCloseDuringReconnect(t *testing.T) {
 	}
 
 	clk := newStepClock()
-	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, HeartbeatInterval: -1})
+	c, err := relay.Dial(ctx, px.base(), p.PublicKey, relay.Options{Clock: clk.After, HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -762,7 +762,7 @@ func TestGoClientCloseDuringReconnect(t *testing.T) {
 	}
 
 	clk2 := newStepClock()
-	c2, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk2.After, HeartbeatInterval: -1})
+	c2, err := relay.Dial(ctx, px.base(), p.PublicKey, relay.Options{Clock: clk2.After, HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -782,8 +782,8 @@ func TestGoClientCloseDuringReconnect(t *testing.T) {
 // also on the injected clock), but not after a short one.
 func TestGoClientBackoffThroughClock(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	p := ts.signup("alice@example.com").createProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	ctx := context.Background()
 
 	var mu sync.Mutex
@@ -799,7 +799,7 @@ func TestGoClientBackoffThroughClock(t *testing.T) {
 	lastJitter := func() float64 { mu.Lock(); defer mu.Unlock(); return jitters[len(jitters)-1] }
 	const max = 3 * time.Second
 	clk := newStepClock()
-	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, Jitter: jitter, MaxReconnectDelay: max, HeartbeatInterval: -1})
+	c, err := relay.Dial(ctx, px.base(), p.PublicKey, relay.Options{Clock: clk.After, Jitter: jitter, MaxReconnectDelay: max, HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -860,8 +860,8 @@ func exactSeq(t *testing.T, r response) uint64 {
 	var v struct {
 		Seq *uint64 `json:"seq"`
 	}
-	if err := json.Unmarshal([]byte(r.raw), &v); err != nil || v.Seq == nil || r.status != 200 {
-		t.Fatalf("emit answer %d %s: no seq (%v)", r.status, r.raw, err)
+	if err := json.Unmarshal([]byte(r.Raw), &v); err != nil || v.Seq == nil || r.Status != 200 {
+		t.Fatalf("emit answer %d %s: no seq (%v)", r.Status, r.Raw, err)
 	}
 	return *v.Seq
 }
@@ -873,21 +873,21 @@ func exactSeq(t *testing.T, r response) uint64 {
 func TestGoClientSubscribeSince(t *testing.T) {
 	clock := newClock()
 	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.base, "http://"))
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	before := goroutineBaseline(t, owner, p)
 	ctx := context.Background()
 	emit := func(channel, payload string) uint64 {
 		t.Helper()
-		return exactSeq(t, owner.emit(p.secretKey, `{"channel":"`+channel+`","payload":"`+payload+`"}`))
+		return exactSeq(t, owner.Emit(p.SecretKey, `{"channel":"`+channel+`","payload":"`+payload+`"}`))
 	}
 	var seqs []uint64
 	for i := range 3 {
 		seqs = append(seqs, emit("feed", fmt.Sprint("m", i)))
 	}
 	clk := newStepClock()
-	c, err := relay.Dial(ctx, px.base(), p.publicKey, relay.Options{Clock: clk.After, Jitter: func() float64 { return 0.5 }, HeartbeatInterval: -1})
+	c, err := relay.Dial(ctx, px.base(), p.PublicKey, relay.Options{Clock: clk.After, Jitter: func() float64 { return 0.5 }, HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -939,7 +939,7 @@ func TestGoClientSubscribeSince(t *testing.T) {
 	emit("old", "g1")
 	clock.Advance(2500 * time.Millisecond)
 	kept := emit("old", "g2")
-	d, err := relay.Dial(ctx, ts.base, p.publicKey, relay.Options{HeartbeatInterval: -1})
+	d, err := relay.Dial(ctx, ts.Base, p.PublicKey, relay.Options{HeartbeatInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,32 +49,32 @@ func hdrCheck(t *testing.T, what string, h http.Header, jsonBody bool) {
 // hdrGet sends method path with optional headers and returns status, headers and body.
 func hdrGet(t *testing.T, ts *testServer, method, path string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
-	c := &client{t: t, ts: ts, http: &http.Client{Timeout: 10 * time.Second}}
-	r := c.send(method, path, "", "", hdr)
-	return r.status, r.header, r.raw
+	c := &client{T: t, Server: ts.Server, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	r := c.Send(method, path, "", "", hdr)
+	return r.Status, r.Header, r.Raw
 }
 
 // TestSecurityHeadersOnConnectionPlane: /emit (200, every error, 429),
 // /emit-tokens/revoke and the refused /ws handshake carry the headers.
 func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	c := ts.client()
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	c := ts.Client()
 
 	check := func(what string, r response, status int, body string) {
 		t.Helper()
-		r.expect(t, status, body)
-		hdrCheck(t, what, r.header, true)
+		r.Expect(t, status, body)
+		hdrCheck(t, what, r.Header, true)
 	}
-	ok := c.emit(p.secretKey, `{"channel":"a","payload":1}`)
-	if ok.status != 200 {
-		t.Fatalf("emit: %d %s", ok.status, ok.raw)
+	ok := c.Emit(p.SecretKey, `{"channel":"a","payload":1}`)
+	if ok.Status != 200 {
+		t.Fatalf("emit: %d %s", ok.Status, ok.Raw)
 	}
-	hdrCheck(t, "emit 200", ok.header, true)
+	hdrCheck(t, "emit 200", ok.Header, true)
 	// One Date, of now: the relay sets its own (api's httpDate), which must
 	// replace net/http's, not stand beside it.
-	if dates := ok.header.Values("Date"); len(dates) != 1 {
+	if dates := ok.Header.Values("Date"); len(dates) != 1 {
 		t.Errorf("emit 200: Date %q, want exactly one", dates)
 	} else if at, err := http.ParseTime(dates[0]); err != nil || time.Since(at).Abs() > 5*time.Second {
 		t.Errorf("emit 200: Date %q (%v), want now in HTTP's format", dates[0], err)
@@ -82,35 +82,35 @@ func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 	// The channel budget is one a minute: the next emit on a is refused
 	// (unless the minute just turned, then the one after).
 	for i := 0; ; i++ {
-		r := c.emit(p.secretKey, `{"channel":"a","payload":1}`)
-		if r.status == 429 {
-			if r.json["error"] != "channel_rate_limited" {
-				t.Fatalf("429: %s", r.raw)
+		r := c.Emit(p.SecretKey, `{"channel":"a","payload":1}`)
+		if r.Status == 429 {
+			if r.JSON["error"] != "channel_rate_limited" {
+				t.Fatalf("429: %s", r.Raw)
 			}
-			hdrCheck(t, "emit 429", r.header, true)
+			hdrCheck(t, "emit 429", r.Header, true)
 			break
 		}
-		if r.status != 200 || i == 2 {
-			t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+		if r.Status != 200 || i == 2 {
+			t.Fatalf("emit %d: %d %s", i, r.Status, r.Raw)
 		}
 	}
-	check("emit missing key", c.emit("", `{"channel":"a","payload":1}`), 401, `{"error":"missing_secret_key"}`)
-	check("emit unknown key", c.emit("sk_live_nope", `{"channel":"a","payload":1}`), 401, `{"error":"invalid_secret_key"}`)
-	check("emit bad JSON", c.emit(p.secretKey, `{"channel":`), 400, `{"error":"invalid_json"}`)
-	check("emit bad channel", c.emit(p.secretKey, `{"channel":"a b","payload":1}`), 400, `{"error":"invalid_channel","channel":"a b"}`)
-	check("emit too large", c.emit(p.secretKey, `{"channel":"a","payload":"`+strings.Repeat("x", 131072)+`"}`), 413, `{"error":"payload_too_large","max_bytes":131072}`)
-	check("emit over the body cap", c.emit(p.secretKey, `{"channel":"a","payload":"`+strings.Repeat("x", 2<<20)+`"}`), 413, `{"error":"payload_too_large","max_bytes":131072}`)
+	check("emit missing key", c.Emit("", `{"channel":"a","payload":1}`), 401, `{"error":"missing_secret_key"}`)
+	check("emit unknown key", c.Emit("sk_live_nope", `{"channel":"a","payload":1}`), 401, `{"error":"invalid_secret_key"}`)
+	check("emit bad JSON", c.Emit(p.SecretKey, `{"channel":`), 400, `{"error":"invalid_json"}`)
+	check("emit bad channel", c.Emit(p.SecretKey, `{"channel":"a b","payload":1}`), 400, `{"error":"invalid_channel","channel":"a b"}`)
+	check("emit too large", c.Emit(p.SecretKey, `{"channel":"a","payload":"`+strings.Repeat("x", 131072)+`"}`), 413, `{"error":"payload_too_large","max_bytes":131072}`)
+	check("emit over the body cap", c.Emit(p.SecretKey, `{"channel":"a","payload":"`+strings.Repeat("x", 2<<20)+`"}`), 413, `{"error":"payload_too_large","max_bytes":131072}`)
 	status, h, body := hdrGet(t, ts, "GET", "/emit", nil)
 	if status != 405 || !strings.Contains(body, `"method_not_allowed"`) {
 		t.Fatalf("GET /emit: %d %s", status, body)
 	}
 	hdrCheck(t, "GET /emit 405", h, true)
 
-	check("revoke 200", c.revoke(p.secretKey, `{"jti":"x"}`), 200, `{"ok":true}`)
-	check("revoke 400", c.revoke(p.secretKey, `{}`), 400, `{"error":"jti_or_client_id_required"}`)
-	check("revoke bad JSON", c.revoke(p.secretKey, `{`), 400, `{"error":"invalid_json"}`)
-	check("revoke 401", c.revoke("", `{"jti":"x"}`), 401, `{"error":"missing_secret_key"}`)
-	check("revoke unknown key", c.revoke("sk_live_nope", `{"jti":"x"}`), 401, `{"error":"invalid_secret_key"}`)
+	check("revoke 200", c.Revoke(p.SecretKey, `{"jti":"x"}`), 200, `{"ok":true}`)
+	check("revoke 400", c.Revoke(p.SecretKey, `{}`), 400, `{"error":"jti_or_client_id_required"}`)
+	check("revoke bad JSON", c.Revoke(p.SecretKey, `{`), 400, `{"error":"invalid_json"}`)
+	check("revoke 401", c.Revoke("", `{"jti":"x"}`), 401, `{"error":"missing_secret_key"}`)
+	check("revoke unknown key", c.Revoke("sk_live_nope", `{"jti":"x"}`), 401, `{"error":"invalid_secret_key"}`)
 
 	// /ws refused: a plain GET without a key, and a real handshake with an
 	// unknown one.
@@ -119,18 +119,18 @@ func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 		t.Fatalf("GET /ws without a key: %d %s", status, body)
 	}
 	hdrCheck(t, "/ws 401 plain", h, true)
-	r := ts.handshake("/ws?publicKey=pk_live_unknown")
-	r.expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-	hdrCheck(t, "/ws 401 handshake", r.header, true)
+	r := ts.Handshake("/ws?publicKey=pk_live_unknown")
+	r.Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+	hdrCheck(t, "/ws 401 handshake", r.Header, true)
 	// The upgrade itself (101, written by the WebSocket library on the
 	// hijacked socket) carries them too.
-	r = ts.handshake("/ws?publicKey=" + p.publicKey)
-	if r.status != http.StatusSwitchingProtocols {
-		t.Fatalf("handshake with the public key: %d %s", r.status, r.raw)
+	r = ts.Handshake("/ws?publicKey=" + p.PublicKey)
+	if r.Status != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake with the public key: %d %s", r.Status, r.Raw)
 	}
-	hdrCheck(t, "/ws 101", r.header, false)
+	hdrCheck(t, "/ws 101", r.Header, false)
 	// A plain GET with a good key is no WebSocket: the library's 400.
-	status, h, _ = hdrGet(t, ts, "GET", "/ws?publicKey="+p.publicKey, nil)
+	status, h, _ = hdrGet(t, ts, "GET", "/ws?publicKey="+p.PublicKey, nil)
 	if status != 400 {
 		t.Fatalf("plain GET /ws with a key: %d", status)
 	}
@@ -157,8 +157,8 @@ func TestSecurityHeadersOnOtherRoutes(t *testing.T) {
 		{"POST", "/healthz", 405, `{"error":"method_not_allowed"}`},
 	} {
 		status, h, body := hdrGet(t, ts, c.method, c.path, nil)
-		r := response{status: status, header: h, raw: body}
-		r.expect(t, c.status, c.body)
+		r := response{Status: status, Header: h, Raw: body}
+		r.Expect(t, c.status, c.body)
 		hdrCheck(t, c.method+" "+c.path, h, true)
 	}
 	status, h, body := hdrGet(t, ts, "GET", "/client.js", nil)

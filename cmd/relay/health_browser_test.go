@@ -17,7 +17,7 @@ import (
 // route every 5 seconds).
 func TestDashboardBrowserHealth(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	b := newBrowser(t, ts.base)
+	b := newBrowser(t, ts.Base)
 	projectPath := b.signUpWithProject("alice@example.com", "Health")
 	publicKey, secretKey := b.text("#raw-public-key"), b.text("#raw-secret-key")
 
@@ -29,15 +29,15 @@ func TestDashboardBrowserHealth(t *testing.T) {
 	}
 
 	// After the page loaded: two subscribers, three emits they read.
-	subs := []*wsClient{subscribed(t, ts, publicKey, "room"), subscribed(t, ts, publicKey, "room")}
-	emitter := ts.client()
+	subs := []*wsClient{ts.Subscribed(t, publicKey, "room"), ts.Subscribed(t, publicKey, "room")}
+	emitter := ts.Client()
 	for i := range 3 {
-		r := emitter.emit(secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
-		if r.status != http.StatusOK {
-			t.Fatalf("emit: %d %s", r.status, r.raw)
+		r := emitter.Emit(secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
+		if r.Status != http.StatusOK {
+			t.Fatalf("emit: %d %s", r.Status, r.Raw)
 		}
 		for _, s := range subs {
-			s.expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, int64(num(r.json, "seq"))))
+			s.Expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, int64(relaytest.Num(r.JSON, "seq"))))
 		}
 	}
 	want := map[string]string{

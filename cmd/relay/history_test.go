@@ -28,27 +28,27 @@ func historyMsg(seq uint64, n int) string {
 func TestChannelHistory(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("history")
-		owner.do("PATCH", "/api/projects/"+p.id+"/settings", `{"historyRetentionSeconds":3600}`).expect(t, http.StatusOK,
-			cpSettings(p.id, nil, false, false, nil, false, 3600))
-		ws := ts.dialWS(p.publicKey)
-		ws.send(`{"action":"subscribe","channel":"room"}`)
-		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("history")
+		owner.Do("PATCH", "/api/projects/"+p.ID+"/settings", `{"historyRetentionSeconds":3600}`).Expect(t, http.StatusOK,
+			cpSettings(p.ID, nil, false, false, nil, false, 3600))
+		ws := ts.DialWS(p.PublicKey)
+		ws.Send(`{"action":"subscribe","channel":"room"}`)
+		ws.Expect(`{"action":"subscribe","channel":"room","ok":true}`)
 		var seqs []uint64
 		for i := range 5 {
-			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
-			seq := uint64(num(r.json, "seq"))
-			rows, err := ts.app.store.HistoryAfter(t.Context(), p.id, "room", seq-1, 2)
+			r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
+			seq := uint64(relaytest.Num(r.JSON, "seq"))
+			rows, err := ts.app.store.HistoryAfter(t.Context(), p.ID, "room", seq-1, 2)
 			if err != nil || len(rows) != 1 || rows[0].Message != historyMsg(seq, i) {
 				t.Fatalf("emit %d answered, stored %+v %v", i, rows, err)
 			}
-			ws.expect(historyMsg(seq, i))
+			ws.Expect(historyMsg(seq, i))
 			seqs = append(seqs, seq)
 		}
 		page := func(query, want string) {
 			t.Helper()
-			owner.bearerGet("/channels/room/messages"+query, p.secretKey).expect(t, http.StatusOK, want)
+			owner.BearerGet("/channels/room/messages"+query, p.SecretKey).Expect(t, http.StatusOK, want)
 		}
 		body := func(gap, more bool, idx ...int) string {
 			var msgs []string
@@ -71,7 +71,7 @@ func TestChannelHistory(t *testing.T) {
 		// when none is; forwards and backwards alike.
 		var sparse []store.HistoryMessage
 		for _, seq := range []int64{10, 20, 30} {
-			sparse = append(sparse, store.HistoryMessage{ProjectID: p.id, Channel: "sparse", Seq: seq,
+			sparse = append(sparse, store.HistoryMessage{ProjectID: p.ID, Channel: "sparse", Seq: seq,
 				Message: fmt.Sprintf(`{"channel":"sparse","payload":%d,"seq":%d}`, seq, seq), CreatedAt: time.Now()})
 		}
 		if _, err := ts.app.store.AppendHistory(t.Context(), sparse); err != nil {
@@ -84,11 +84,11 @@ func TestChannelHistory(t *testing.T) {
 			{"?since=5", `{"channel":"sparse","messages":[` + msg(10) + `,` + msg(20) + `,` + msg(30) + `],"gap":true,"more":false}`},
 			{"?since=5&before=30", `{"channel":"sparse","messages":[` + msg(10) + `,` + msg(20) + `],"gap":true,"more":false}`},
 		} {
-			owner.bearerGet("/channels/sparse/messages"+c.query, p.secretKey).expect(t, http.StatusOK, c.want)
+			owner.BearerGet("/channels/sparse/messages"+c.query, p.SecretKey).Expect(t, http.StatusOK, c.want)
 		}
 
 		// The Go backend package pages the same.
-		be := backend.Server{EmitURL: ts.base + "/emit", SecretKey: p.secretKey}
+		be := backend.Server{EmitURL: ts.Base + "/emit", SecretKey: p.SecretKey}
 		u := func(n uint64) *uint64 { return &n }
 		for _, c := range []struct {
 			q    backend.HistoryPage
@@ -104,13 +104,13 @@ func TestChannelHistory(t *testing.T) {
 				t.Fatalf("MessagesPage %+v: %s %v, want %s", c.q, got, err, c.want)
 			}
 		}
-		owner.bearerGet("/channels/room/messages?limit=0", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
-		owner.bearerGet("/channels/room/messages?before=x", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"before"}`)
+		owner.BearerGet("/channels/room/messages?limit=0", p.SecretKey).Expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
+		owner.BearerGet("/channels/room/messages?before=x", p.SecretKey).Expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"before"}`)
 		for _, q := range []string{"limit=1001", "limit=abc", "limit=-1", "limit="} {
-			owner.bearerGet("/channels/room/messages?"+q, p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
+			owner.BearerGet("/channels/room/messages?"+q, p.SecretKey).Expect(t, http.StatusBadRequest, `{"error":"invalid_query","param":"limit"}`)
 		}
-		owner.bearerGet("/channels/room/messages?since=x", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_since"}`)
-		owner.bearerGet("/channels/room/messages?since=x&limit=2", p.secretKey).expect(t, http.StatusBadRequest, `{"error":"invalid_since"}`)
+		owner.BearerGet("/channels/room/messages?since=x", p.SecretKey).Expect(t, http.StatusBadRequest, `{"error":"invalid_since"}`)
+		owner.BearerGet("/channels/room/messages?since=x&limit=2", p.SecretKey).Expect(t, http.StatusBadRequest, `{"error":"invalid_since"}`)
 
 		// 105 messages stored: without limit the newest 100, and more; limit
 		// 1000 (the most) takes them all.
@@ -118,7 +118,7 @@ func TestChannelHistory(t *testing.T) {
 		bulk := make([]store.HistoryMessage, stored)
 		bulkMsg := func(seq int) string { return fmt.Sprintf(`{"channel":"bulk","payload":{"n":%d},"seq":%d}`, seq, seq) }
 		for i := range bulk {
-			bulk[i] = store.HistoryMessage{ProjectID: p.id, Channel: "bulk", Seq: int64(i + 1), Message: bulkMsg(i + 1), CreatedAt: time.Now()}
+			bulk[i] = store.HistoryMessage{ProjectID: p.ID, Channel: "bulk", Seq: int64(i + 1), Message: bulkMsg(i + 1), CreatedAt: time.Now()}
 		}
 		if _, err := ts.app.store.AppendHistory(t.Context(), bulk); err != nil {
 			t.Fatal(err)
@@ -130,25 +130,25 @@ func TestChannelHistory(t *testing.T) {
 			}
 			return fmt.Sprintf(`{"channel":"bulk","messages":[%s],"gap":false,"more":%v}`, strings.Join(msgs, ","), more)
 		}
-		owner.bearerGet("/channels/bulk/messages", p.secretKey).expect(t, http.StatusOK, bulkPage(stored-99, stored, true))
-		owner.bearerGet("/channels/bulk/messages?limit=1000", p.secretKey).expect(t, http.StatusOK, bulkPage(1, stored, false))
-		ws.conn.Close()
+		owner.BearerGet("/channels/bulk/messages", p.SecretKey).Expect(t, http.StatusOK, bulkPage(stored-99, stored, true))
+		owner.BearerGet("/channels/bulk/messages?limit=1000", p.SecretKey).Expect(t, http.StatusOK, bulkPage(1, stored, false))
+		ws.Conn.Close()
 
 		// A restart: the ring is gone, the store is not.
 		ts.stop()
 		ts = startServer(t, dbURL, nil)
-		ws = ts.dialWS(p.publicKey)
-		ws.send(fmt.Sprintf(`{"action":"subscribe","channel":"room","since":%d}`, seqs[1]))
+		ws = ts.DialWS(p.PublicKey)
+		ws.Send(fmt.Sprintf(`{"action":"subscribe","channel":"room","since":%d}`, seqs[1]))
 		for i := 2; i < 5; i++ {
-			ws.expect(strings.TrimSuffix(historyMsg(seqs[i], i), "}") + `,"replay":true}`)
+			ws.Expect(strings.TrimSuffix(historyMsg(seqs[i], i), "}") + `,"replay":true}`)
 		}
-		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
-		r := ts.client().emit(p.secretKey, `{"channel":"room","payload":{"n":5}}`)
-		if seq := uint64(num(r.json, "seq")); seq != seqs[4]+1 {
+		ws.Expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		r := ts.Client().Emit(p.SecretKey, `{"channel":"room","payload":{"n":5}}`)
+		if seq := uint64(relaytest.Num(r.JSON, "seq")); seq != seqs[4]+1 {
 			t.Fatalf("seq after the restart %d, want %d", seq, seqs[4]+1)
 		}
-		ws.expect(historyMsg(uint64(num(r.json, "seq")), 5))
-		ws.conn.Close()
+		ws.Expect(historyMsg(uint64(relaytest.Num(r.JSON, "seq")), 5))
+		ws.Conn.Close()
 	})
 }
 
@@ -157,20 +157,20 @@ func TestChannelHistory(t *testing.T) {
 func TestChannelHistoryOffByDefault(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("plain")
-		r := owner.emit(p.secretKey, `{"channel":"room","payload":{"n":0}}`)
-		seq := uint64(num(r.json, "seq"))
-		owner.bearerGet("/channels/room/messages", p.secretKey).expect(t, http.StatusOK,
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("plain")
+		r := owner.Emit(p.SecretKey, `{"channel":"room","payload":{"n":0}}`)
+		seq := uint64(relaytest.Num(r.JSON, "seq"))
+		owner.BearerGet("/channels/room/messages", p.SecretKey).Expect(t, http.StatusOK,
 			`{"channel":"room","messages":[`+historyMsg(seq, 0)+`],"gap":false}`)
-		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.id, "room"); err != nil || last != 0 {
+		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.ID, "room"); err != nil || last != 0 {
 			t.Fatalf("history off stored up to %d (%v)", last, err)
 		}
-		ws := ts.dialWS(p.publicKey)
-		ws.send(`{"action":"subscribe","channel":"room","since":1}`)
-		ws.expect(`{"type":"replay_gap","channel":"room","since":1}`)
-		ws.expect(strings.TrimSuffix(historyMsg(seq, 0), "}") + `,"replay":true}`)
-		ws.expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		ws := ts.DialWS(p.PublicKey)
+		ws.Send(`{"action":"subscribe","channel":"room","since":1}`)
+		ws.Expect(`{"type":"replay_gap","channel":"room","since":1}`)
+		ws.Expect(strings.TrimSuffix(historyMsg(seq, 0), "}") + `,"replay":true}`)
+		ws.Expect(`{"action":"subscribe","channel":"room","ok":true}`)
 	})
 }
 
@@ -182,17 +182,17 @@ func TestChannelHistoryOffByDefault(t *testing.T) {
 func TestChannelHistoryOffAndOnAgain(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("toggled")
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("toggled")
 		retention := func(seconds int) {
 			t.Helper()
-			if r := owner.do("PATCH", "/api/projects/"+p.id+"/settings", fmt.Sprintf(`{"historyRetentionSeconds":%d}`, seconds)); r.status != http.StatusOK {
-				t.Fatalf("historyRetentionSeconds %d: %d %s", seconds, r.status, r.raw)
+			if r := owner.Do("PATCH", "/api/projects/"+p.ID+"/settings", fmt.Sprintf(`{"historyRetentionSeconds":%d}`, seconds)); r.Status != http.StatusOK {
+				t.Fatalf("historyRetentionSeconds %d: %d %s", seconds, r.Status, r.Raw)
 			}
 		}
 		emit := func(n int) uint64 {
 			t.Helper()
-			return uint64(num(ts.client().emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, n)).json, "seq"))
+			return uint64(relaytest.Num(ts.Client().Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, n)).JSON, "seq"))
 		}
 		retention(3600)
 		emit(0)
@@ -200,11 +200,11 @@ func TestChannelHistoryOffAndOnAgain(t *testing.T) {
 		var unstored uint64
 		relaytest.Eventually(t, 5*time.Second, func() bool { // once the channel has heard the history is off
 			unstored = emit(1)
-			last, err := ts.app.store.LastHistorySeq(t.Context(), p.id, "room")
+			last, err := ts.app.store.LastHistorySeq(t.Context(), p.ID, "room")
 			return err == nil && last < unstored
 		}, "an emit not stored")
 		retention(3600)
-		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.id, "room"); err != nil || last != 0 {
+		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.ID, "room"); err != nil || last != 0 {
 			t.Fatalf("turned on again, the project still stores up to %d (%v), want nothing from before", last, err)
 		}
 		ts.stop()
@@ -222,23 +222,23 @@ func TestChannelHistorySweep(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("sweep")
-		owner.do("PATCH", "/api/projects/"+p.id+"/settings", `{"historyRetentionSeconds":60}`).expect(t, http.StatusOK,
-			cpSettings(p.id, nil, false, false, nil, false, 60))
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("sweep")
+		owner.Do("PATCH", "/api/projects/"+p.ID+"/settings", `{"historyRetentionSeconds":60}`).Expect(t, http.StatusOK,
+			cpSettings(p.ID, nil, false, false, nil, false, 60))
 		var seqs []uint64
 		for i := range 3 {
 			if i == 2 {
 				clock.Advance(50 * time.Second)
 			}
-			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
-			seqs = append(seqs, uint64(num(r.json, "seq")))
+			r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
+			seqs = append(seqs, uint64(relaytest.Num(r.JSON, "seq")))
 		}
 		clock.Advance(30 * time.Second) // the first two are 80 s old, the third 30 s
 		ts.app.sweepHistory(t.Context())
-		owner.bearerGet("/channels/room/messages", p.secretKey).expect(t, http.StatusOK,
+		owner.BearerGet("/channels/room/messages", p.SecretKey).Expect(t, http.StatusOK,
 			`{"channel":"room","messages":[`+historyMsg(seqs[2], 2)+`],"gap":false,"more":false}`)
-		owner.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", seqs[0]), p.secretKey).expect(t, http.StatusOK,
+		owner.BearerGet(fmt.Sprintf("/channels/room/messages?since=%d", seqs[0]), p.SecretKey).Expect(t, http.StatusOK,
 			`{"channel":"room","messages":[`+historyMsg(seqs[2], 2)+`],"gap":true,"more":false}`)
 	})
 }
@@ -252,19 +252,19 @@ func TestChannelHistorySizeCap(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		msgBytes := len(historyMsg(1795783384197757, 10)) // each message below: 10 to 19, same length
 		ts := startServer(t, dbURL, map[string]string{"HISTORY_MAX_BYTES_PER_PROJECT": fmt.Sprint(4 * msgBytes)})
-		owner := ts.signup("alice@example.com")
-		p, q := owner.createProject("capped"), owner.createProject("small")
-		for _, id := range []string{p.id, q.id} {
-			owner.do("PATCH", "/api/projects/"+id+"/settings", `{"historyRetentionSeconds":3600}`).expect(t, http.StatusOK,
+		owner := ts.Signup("alice@example.com")
+		p, q := owner.CreateProject("capped"), owner.CreateProject("small")
+		for _, id := range []string{p.ID, q.ID} {
+			owner.Do("PATCH", "/api/projects/"+id+"/settings", `{"historyRetentionSeconds":3600}`).Expect(t, http.StatusOK,
 				cpSettings(id, nil, false, false, nil, false, 3600))
 		}
 		var seqs []uint64
 		for i := range 10 {
-			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, 10+i))
-			seqs = append(seqs, uint64(num(r.json, "seq")))
+			r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, 10+i))
+			seqs = append(seqs, uint64(relaytest.Num(r.JSON, "seq")))
 		}
-		owner.emit(q.secretKey, `{"channel":"room","payload":{"n":10}}`)
-		if n, _ := ts.app.store.HistoryBytes(t.Context(), p.id); n != int64(10*msgBytes) {
+		owner.Emit(q.SecretKey, `{"channel":"room","payload":{"n":10}}`)
+		if n, _ := ts.app.store.HistoryBytes(t.Context(), p.ID); n != int64(10*msgBytes) {
 			t.Fatalf("p holds %d bytes, want %d", n, 10*msgBytes)
 		}
 		ts.app.sweepHistory(t.Context())
@@ -273,14 +273,14 @@ func TestChannelHistorySizeCap(t *testing.T) {
 		for i, seq := range seqs[6:] {
 			kept = append(kept, historyMsg(seq, 16+i))
 		}
-		owner.bearerGet("/channels/room/messages", p.secretKey).expect(t, http.StatusOK,
+		owner.BearerGet("/channels/room/messages", p.SecretKey).Expect(t, http.StatusOK,
 			`{"channel":"room","messages":[`+strings.Join(kept, ",")+`],"gap":false,"more":false}`)
-		owner.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", seqs[0]), p.secretKey).expect(t, http.StatusOK,
+		owner.BearerGet(fmt.Sprintf("/channels/room/messages?since=%d", seqs[0]), p.SecretKey).Expect(t, http.StatusOK,
 			`{"channel":"room","messages":[`+strings.Join(kept, ",")+`],"gap":true,"more":false}`)
-		if n, _ := ts.app.store.HistoryBytes(t.Context(), p.id); n != int64(4*msgBytes) {
+		if n, _ := ts.app.store.HistoryBytes(t.Context(), p.ID); n != int64(4*msgBytes) {
 			t.Fatalf("p holds %d bytes after the sweep, want %d (the cap)", n, 4*msgBytes)
 		}
-		if n, _ := ts.app.store.HistoryBytes(t.Context(), q.id); n != int64(msgBytes) {
+		if n, _ := ts.app.store.HistoryBytes(t.Context(), q.ID); n != int64(msgBytes) {
 			t.Fatalf("q holds %d bytes, want %d", n, msgBytes)
 		}
 
@@ -288,13 +288,13 @@ func TestChannelHistorySizeCap(t *testing.T) {
 		// samples after it deleted, and the figure is the day's largest
 		// sample, so p's is the cap).
 		day := time.Now().UTC().Format(time.DateOnly)
-		r := owner.do("GET", "/api/projects/"+p.id+"/usage?from="+day+"&to="+day, "")
-		if days, _ := r.json["days"].([]any); r.status != http.StatusOK || len(days) != 1 || days[0].(map[string]any)["historyBytes"] != float64(4*msgBytes) {
-			t.Fatalf("p's usage: %d %s", r.status, r.raw)
+		r := owner.Do("GET", "/api/projects/"+p.ID+"/usage?from="+day+"&to="+day, "")
+		if days, _ := r.JSON["days"].([]any); r.Status != http.StatusOK || len(days) != 1 || days[0].(map[string]any)["historyBytes"] != float64(4*msgBytes) {
+			t.Fatalf("p's usage: %d %s", r.Status, r.Raw)
 		}
-		r = owner.do("GET", "/api/projects/"+q.id+"/usage?from="+day+"&to="+day, "")
-		if r.status != http.StatusOK || r.json["total"].(map[string]any)["historyBytes"] != float64(msgBytes) {
-			t.Fatalf("q's usage: %d %s", r.status, r.raw)
+		r = owner.Do("GET", "/api/projects/"+q.ID+"/usage?from="+day+"&to="+day, "")
+		if r.Status != http.StatusOK || r.JSON["total"].(map[string]any)["historyBytes"] != float64(msgBytes) {
+			t.Fatalf("q's usage: %d %s", r.Status, r.Raw)
 		}
 	})
 }

@@ -42,7 +42,7 @@ func (ts *testServer) dialHTTP(t *testing.T) *rawHTTP {
 func (ts *testServer) dialHTTPFrom(t *testing.T, from string) *rawHTTP {
 	t.Helper()
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(ts.base, "http://"))
+	conn, err := d.Dial("tcp", strings.TrimPrefix(ts.Base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,21 +161,21 @@ func TestHTTPConnectionCap(t *testing.T) {
 		// the server may not yet have seen the previous one go.
 		"MAX_HTTP_CONNECTIONS": "3", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "3", "MAX_CONNECTIONS_PER_PROJECT": "8",
 	})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	owner.http.CloseIdleConnections()
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	owner.HTTP.CloseIdleConnections()
 
 	for range perProject {
-		ts.dialWS(p.publicKey)
+		ts.DialWS(p.PublicKey)
 	}
-	ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
+	ts.Handshake("/ws?publicKey="+p.PublicKey).Expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
 	ts.httpCounts(t, 0, 0, nil) // the slots free up as the server sees the closes
 
 	// Each from its own address, every one within its share.
 	var held []*rawHTTP
 	for _, from := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
 		c := ts.dialHTTPFrom(t, from)
-		c.startSlowEmit(p.secretKey)
+		c.startSlowEmit(p.SecretKey)
 		held = append(held, c)
 	}
 	ts.httpCounts(t, maxHTTP, 0, nil)
@@ -201,15 +201,15 @@ func TestHTTPShareOfAddress(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_HTTP_CONNECTIONS": "4", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "2",
 	})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	owner.http.CloseIdleConnections()
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	owner.HTTP.CloseIdleConnections()
 	ts.httpCounts(t, 0, 0, nil)
 
 	// a holds its share with two requests whose bodies never finish.
 	a1, a2 := ts.dialHTTPFrom(t, a), ts.dialHTTPFrom(t, a)
-	a1.startSlowEmit(p.secretKey)
-	a2.startSlowEmit(p.secretKey)
+	a1.startSlowEmit(p.SecretKey)
+	a2.startSlowEmit(p.SecretKey)
 	ts.httpCounts(t, 2, 0, map[string]int{a: 2})
 	// Its next connection is closed at once, unanswered: it has nothing idle
 	// to give up.
@@ -247,7 +247,7 @@ func TestHTTPShareOfAddress(t *testing.T) {
 	// c's emit on a new connection: b2 is now the longest idle.
 	c2 := ts.dialHTTPFrom(t, c)
 	const emit = `{"channel":"room","payload":1}`
-	c2.write(fmt.Sprintf("POST /emit HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", p.secretKey, len(emit), emit))
+	c2.write(fmt.Sprintf("POST /emit HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", p.SecretKey, len(emit), emit))
 	var res struct {
 		OK              bool   `json:"ok"`
 		Channel         string `json:"channel"`
@@ -266,7 +266,7 @@ func TestHTTPShareOfAddress(t *testing.T) {
 	// c's handshake: c is at its share, so its own idle c1 makes way (not
 	// one of a's busy ones); once upgraded, the socket leaves the count.
 	c3 := ts.dialHTTPFrom(t, c)
-	c3.write("GET /ws?publicKey=" + p.publicKey + " HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+	c3.write("GET /ws?publicKey=" + p.PublicKey + " HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 	within("WebSocket handshake", c3, http.StatusSwitchingProtocols)
 	c1.closedUnanswered(time.Second, "c's own idle connection, c at its share")

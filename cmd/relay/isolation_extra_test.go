@@ -30,61 +30,61 @@ func isoMint(t *testing.T, secret, projectID, channel, clientID, jti string) str
 func TestIsolationRevokeByJTI(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
-		aliceC, bobC := ts.signup("alice@example.com"), ts.signup("bob@example.com")
-		a, b := aliceC.createProject("a"), bobC.createProject("b")
-		secretA := aliceC.do("PATCH", "/api/projects/"+a.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
-		secretB := bobC.do("PATCH", "/api/projects/"+b.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
+		a, b := aliceC.CreateProject("a"), bobC.CreateProject("b")
+		secretA := aliceC.Do("PATCH", "/api/projects/"+a.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
+		secretB := bobC.Do("PATCH", "/api/projects/"+b.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 		if secretA == "" || secretB == "" {
 			t.Fatal("no client-emit secrets")
 		}
 		// Same channel, same clientId, same jti in both projects.
-		tokA := isoMint(t, secretA, a.id, "room", "x", "same-jti")
-		tokB := isoMint(t, secretB, b.id, "room", "x", "same-jti")
-		onlyA := isoMint(t, secretA, a.id, "room", "x", "only-in-a")
+		tokA := isoMint(t, secretA, a.ID, "room", "x", "same-jti")
+		tokB := isoMint(t, secretB, b.ID, "room", "x", "same-jti")
+		onlyA := isoMint(t, secretA, a.ID, "room", "x", "only-in-a")
 
-		subA := presenceSub(t, ts, a.publicKey, "room", "x")
-		subA.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-		subB := presenceSub(t, ts, b.publicKey, "room", "x")
-		subB.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		subA := ts.PresenceSub(t, a.PublicKey, "room", "x")
+		subA.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		subB := ts.PresenceSub(t, b.PublicKey, "room", "x")
+		subB.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 		for _, c := range []struct {
 			sub *wsClient
 			tok string
 		}{{subA, tokA}, {subB, tokB}, {subA, onlyA}} {
-			c.sub.send(emitFrame2("room", c.tok))
-			c.sub.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+			c.sub.Send(relaytest.EmitFrame("room", "t", "1", c.tok))
+			c.sub.ExpectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
 		}
 
 		// B revokes "same-jti" (its own token has it) and "only-in-a" (a
 		// jti only A ever issued), on the endpoint and through the helper.
-		bobC.revoke(b.secretKey, `{"jti":"same-jti"}`).expect(t, 200, `{"ok":true}`)
-		if err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: ts.base + "/emit", SecretKey: b.secretKey, JTI: "only-in-a"}); err != nil {
+		bobC.Revoke(b.SecretKey, `{"jti":"same-jti"}`).Expect(t, 200, `{"ok":true}`)
+		if err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: ts.Base + "/emit", SecretKey: b.SecretKey, JTI: "only-in-a"}); err != nil {
 			t.Fatal(err)
 		}
-		subB.send(emitFrame2("room", tokB))
-		subB.expect(`{"error":"emit_token_revoked","channel":"room"}`) // the revoke did happen, in B
+		subB.Send(relaytest.EmitFrame("room", "t", "1", tokB))
+		subB.Expect(`{"error":"emit_token_revoked","channel":"room"}`) // the revoke did happen, in B
 		for _, tok := range []string{tokA, onlyA} {
-			subA.send(emitFrame2("room", tok))
-			subA.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+			subA.Send(relaytest.EmitFrame("room", "t", "1", tok))
+			subA.ExpectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
 		}
-		if rows, err := ts.app.store.Revocations(context.Background(), a.id, time.Now()); err != nil || len(rows) != 0 {
+		if rows, err := ts.app.store.Revocations(context.Background(), a.ID, time.Now()); err != nil || len(rows) != 0 {
 			t.Fatalf("revocations stored for A: %+v %v", rows, err)
 		}
-		if rows, err := ts.app.store.Revocations(context.Background(), b.id, time.Now()); err != nil || len(rows) != 2 {
+		if rows, err := ts.app.store.Revocations(context.Background(), b.ID, time.Now()); err != nil || len(rows) != 2 {
 			t.Fatalf("revocations stored for B: %+v %v, want 2", rows, err)
 		}
 
 		// After a restart on the same database: still B's only.
 		ts.stop()
 		ts2 := startServer(t, url, nil)
-		subA2 := presenceSub(t, ts2, a.publicKey, "room", "x")
-		subA2.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-		subB2 := presenceSub(t, ts2, b.publicKey, "room", "x")
-		subB2.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-		subB2.send(emitFrame2("room", tokB))
-		subB2.expect(`{"error":"emit_token_revoked","channel":"room"}`)
+		subA2 := ts2.PresenceSub(t, a.PublicKey, "room", "x")
+		subA2.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		subB2 := ts2.PresenceSub(t, b.PublicKey, "room", "x")
+		subB2.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		subB2.Send(relaytest.EmitFrame("room", "t", "1", tokB))
+		subB2.Expect(`{"error":"emit_token_revoked","channel":"room"}`)
 		for _, tok := range []string{tokA, onlyA} {
-			subA2.send(emitFrame2("room", tok))
-			subA2.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+			subA2.Send(relaytest.EmitFrame("room", "t", "1", tok))
+			subA2.ExpectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
 		}
 	})
 }
@@ -94,11 +94,11 @@ func TestIsolationRevokeByJTI(t *testing.T) {
 func TestIsolationWebhooks(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
-		aliceC, bobC := ts.signup("alice@example.com"), ts.signup("bob@example.com")
-		a, b := aliceC.createProject("a"), bobC.createProject("b")
+		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
+		a, b := aliceC.CreateProject("a"), bobC.CreateProject("b")
 		recA, recB := newReceiver(t, "whsec-a", 0), newReceiver(t, "whsec-b", 0)
-		setWebhook(t, ts, a.id, recA.srv.URL+"/hook", "whsec-a")
-		setWebhook(t, ts, b.id, recB.srv.URL+"/hook", "whsec-b")
+		setWebhook(t, ts, a.ID, recA.srv.URL+"/hook", "whsec-a")
+		setWebhook(t, ts, b.ID, recB.srv.URL+"/hook", "whsec-b")
 		silent := func(r *receiver, who string) {
 			t.Helper()
 			select {
@@ -112,10 +112,10 @@ func TestIsolationWebhooks(t *testing.T) {
 
 		// A's traffic: two connections, each connect and disconnect at A.
 		for range 2 {
-			c := ts.dialWS(a.publicKey)
-			id := checkEvent(t, recA.next(t), "connect", a.id)
-			c.conn.Close()
-			if got := checkEvent(t, recA.next(t), "disconnect", a.id); got != id {
+			c := ts.DialWS(a.PublicKey)
+			id := checkEvent(t, recA.next(t), "connect", a.ID)
+			c.Conn.Close()
+			if got := checkEvent(t, recA.next(t), "disconnect", a.ID); got != id {
 				t.Fatalf("disconnect of %s, want %s", got, id)
 			}
 		}
@@ -128,10 +128,10 @@ func TestIsolationWebhooks(t *testing.T) {
 		silent(recB, "B")
 
 		// B's traffic reaches B only.
-		c := ts.dialWS(b.publicKey)
-		id := checkEvent(t, recB.next(t), "connect", b.id)
-		c.conn.Close()
-		if got := checkEvent(t, recB.next(t), "disconnect", b.id); got != id {
+		c := ts.DialWS(b.PublicKey)
+		id := checkEvent(t, recB.next(t), "connect", b.ID)
+		c.Conn.Close()
+		if got := checkEvent(t, recB.next(t), "disconnect", b.ID); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
 		relaytest.Eventually(t, 5*time.Second, func() bool { return ts.app.webhooks.Stats().Sent == 6 }, "six webhooks sent")
@@ -146,40 +146,40 @@ func TestIsolationWebhooks(t *testing.T) {
 func TestIsolationPresence(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
-		aliceC, bobC := ts.signup("alice@example.com"), ts.signup("bob@example.com")
-		a, b := aliceC.createProject("a"), bobC.createProject("b")
+		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
+		a, b := aliceC.CreateProject("a"), bobC.CreateProject("b")
 
-		watchB := presenceSub(t, ts, b.publicKey, "room", "watcher")
-		watchB.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-		plainB := subscribed(t, ts, b.publicKey, "room")
-		watchA := presenceSub(t, ts, a.publicKey, "room", "watcher")
-		watchA.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`) // B's watcher is not here
+		watchB := ts.PresenceSub(t, b.PublicKey, "room", "watcher")
+		watchB.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		plainB := ts.Subscribed(t, b.PublicKey, "room")
+		watchA := ts.PresenceSub(t, a.PublicKey, "room", "watcher")
+		watchA.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`) // B's watcher is not here
 
-		ann := presenceSub(t, ts, a.publicKey, "room", "ann")
-		ann.expect(`{"type":"presence","channel":"room","event":"sync","members":["watcher"]}`)
-		watchA.expect(`{"type":"presence","channel":"room","event":"join","clientId":"ann"}`)
-		bob := presenceSub(t, ts, a.publicKey, "room", "bob")
-		bob.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann","watcher"]}`)
-		watchA.expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
-		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
-		ann.send(`{"action":"unsubscribe","channel":"room"}`)
-		ann.expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
-		watchA.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"ann"}`)
-		bob.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"ann"}`)
-		bob.conn.UnderlyingConn().Close() // an abrupt drop
-		watchA.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"bob"}`)
+		ann := ts.PresenceSub(t, a.PublicKey, "room", "ann")
+		ann.Expect(`{"type":"presence","channel":"room","event":"sync","members":["watcher"]}`)
+		watchA.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"ann"}`)
+		bob := ts.PresenceSub(t, a.PublicKey, "room", "bob")
+		bob.Expect(`{"type":"presence","channel":"room","event":"sync","members":["ann","watcher"]}`)
+		watchA.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
+		ann.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
+		ann.Send(`{"action":"unsubscribe","channel":"room"}`)
+		ann.Expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
+		watchA.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"ann"}`)
+		bob.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"ann"}`)
+		bob.Conn.UnderlyingConn().Close() // an abrupt drop
+		watchA.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"bob"}`)
 
 		// None of that reached B.
-		watchB.expectSilence(200 * time.Millisecond)
-		plainB.expectSilence(50 * time.Millisecond)
+		watchB.ExpectSilence(200 * time.Millisecond)
+		plainB.ExpectSilence(50 * time.Millisecond)
 
 		// B's own presence works, under a clientId A also used, and stays in B.
-		annB := presenceSub(t, ts, b.publicKey, "room", "ann")
-		annB.expect(`{"type":"presence","channel":"room","event":"sync","members":["watcher"]}`)
-		watchB.expect(`{"type":"presence","channel":"room","event":"join","clientId":"ann"}`)
-		annB.conn.Close()
-		watchB.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"ann"}`)
-		watchA.expectSilence(200 * time.Millisecond)
-		plainB.expectSilence(50 * time.Millisecond)
+		annB := ts.PresenceSub(t, b.PublicKey, "room", "ann")
+		annB.Expect(`{"type":"presence","channel":"room","event":"sync","members":["watcher"]}`)
+		watchB.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"ann"}`)
+		annB.Conn.Close()
+		watchB.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"ann"}`)
+		watchA.ExpectSilence(200 * time.Millisecond)
+		plainB.ExpectSilence(50 * time.Millisecond)
 	})
 }

@@ -20,14 +20,14 @@ import (
 func TestDashboardBrowserKeyOverlap(t *testing.T) {
 	clock := newClock()
 	ts := startServerAt(t, storetest.SQLiteURL(t), nil, clock.Now)
-	b := newBrowser(t, ts.base)
-	emitter := ts.client()
-	emit := func(secret string) response { return emitter.emit(secret, `{"channel":"c","payload":1}`) }
+	b := newBrowser(t, ts.Base)
+	emitter := ts.Client()
+	emit := func(secret string) response { return emitter.Emit(secret, `{"channel":"c","payload":1}`) }
 
 	projectPath := b.signUpWithProject("alice@example.com", "Overlap")
 	oldSecret := b.text("#raw-secret-key")
-	if r := emit(oldSecret); r.status != http.StatusOK {
-		t.Fatalf("emit: %d %s", r.status, r.raw)
+	if r := emit(oldSecret); r.Status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
 	used := clock.Now()
 	b.open(projectPath)
@@ -52,8 +52,8 @@ func TestDashboardBrowserKeyOverlap(t *testing.T) {
 	}
 	b.shot("secret-rotated-with-overlap")
 	for _, k := range []string{oldSecret, newSecret} {
-		if r := emit(k); r.status != http.StatusOK {
-			t.Fatalf("emit in the window: %d %s", r.status, r.raw)
+		if r := emit(k); r.Status != http.StatusOK {
+			t.Fatalf("emit in the window: %d %s", r.Status, r.Raw)
 		}
 	}
 
@@ -72,7 +72,7 @@ func TestDashboardBrowserKeyOverlap(t *testing.T) {
 
 	// After the window: expired, refused.
 	clock.Advance(4 * time.Minute)
-	emit(oldSecret).expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
+	emit(oldSecret).Expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
 	b.open(projectPath)
 	if b.has("#keys-table tr.key.overlap") || b.count("#keys-table tr.key.revoked") != 1 {
 		t.Fatalf("after the window: %d overlap rows, %d revoked rows", b.count("#keys-table tr.key.overlap"), b.count("#keys-table tr.key.revoked"))

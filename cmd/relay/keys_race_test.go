@@ -24,8 +24,8 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 		alice, aliceID := ts.cpSignup(t, "alice@example.com")
 		survivors := 0
 		for round := 0; round < 8 && survivors == 0; round++ {
-			p, _ := alice.cpCreate(t, "Race", aliceID)
-			keep := ts.dialWS(p.publicKey) // the project actor runs
+			p, _ := cpCreate(alice, t, "Race", aliceID)
+			keep := ts.DialWS(p.PublicKey) // the project actor runs
 			var (
 				mu     sync.Mutex
 				opened []*wsClient
@@ -37,7 +37,7 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for !stop.Load() {
-						c, status, err := ts.tryDialWS(p.publicKey)
+						c, status, err := ts.TryDialWS(p.PublicKey)
 						if err != nil {
 							if status == http.StatusUnauthorized {
 								return
@@ -53,13 +53,13 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 			// The handshakes race the rotation: under way, sockets opening.
 			relaytest.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(opened) >= 16 },
 				"round %d: 16 sockets opened before the rotation", round)
-			r := alice.cpRotate(p.id, `{"keyType":"public"}`)
-			if r.status != http.StatusCreated {
-				t.Fatalf("rotate: %d %s", r.status, r.raw)
+			r := cpRotate(alice, p.ID, `{"keyType":"public"}`)
+			if r.Status != http.StatusCreated {
+				t.Fatalf("rotate: %d %s", r.Status, r.Raw)
 			}
 			stop.Store(true)
 			wg.Wait()
-			keep.expectClose(4001, 5*time.Second)
+			keep.ExpectClose(4001, 5*time.Second)
 			// Each socket has until 0.5 s after that close to be closed; one
 			// closed sooner is done with sooner.
 			deadline := time.Now().Add(500 * time.Millisecond)
@@ -68,20 +68,20 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 				closed := false
 			drain:
 				for {
-					f, ok := c.next(max(time.Until(deadline), 10*time.Millisecond))
+					f, ok := c.Next(max(time.Until(deadline), 10*time.Millisecond))
 					switch {
 					case !ok:
 						break drain
-					case f.closed || f.err != nil:
+					case f.Closed || f.Err != nil:
 						closed = true
 						break drain
 					}
 				}
 				if !closed {
 					// Still served: a ping gets its pong.
-					c.send(`{"action":"ping"}`)
-					if f, ok := c.next(2 * time.Second); ok && f.text != "" {
-						t.Logf("socket opened with the revoked key answers: %s", f.text)
+					c.Send(`{"action":"ping"}`)
+					if f, ok := c.Next(2 * time.Second); ok && f.Text != "" {
+						t.Logf("socket opened with the revoked key answers: %s", f.Text)
 						survivors++
 					}
 				}

@@ -36,15 +36,15 @@ import (
 func lcServer(t *testing.T, env map[string]string) (*testServer, *client, project) {
 	t.Helper()
 	ts := debugServer(t, env)
-	owner := ts.signup("alice@example.com")
-	return ts, owner, owner.createProject("demo")
+	owner := ts.Signup("alice@example.com")
+	return ts, owner, owner.CreateProject("demo")
 }
 
 // lcClosedByMetrics reads relay_connections_closed_total{cause} for every
 // cause from the operator listener's /metrics.
 func lcClosedByMetrics(t *testing.T, ts *testServer) map[string]int64 {
 	t.Helper()
-	m := ts.metrics(t)
+	m := ts.Metrics(t)
 	out := map[string]int64{}
 	for _, c := range transport.Causes() {
 		out[c.String()] = int64(m.Get(t, "relay_connections_closed_total", `cause="`+c.String()+`"`))
@@ -101,12 +101,11 @@ func lcDialSmallBuffer(t *testing.T, ts *testServer, publicKey string) *wsClient
 		return serr
 	}}
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDialContext: nd.DialContext}
-	conn, _, err := d.Dial(ts.wsURL(publicKey), nil)
+	conn, _, err := d.Dial(ts.WSURL(publicKey), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	return &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
+	return relaytest.WSOn(t, conn)
 }
 
 // lcExpectSlowConsumerEnd reads what a peer that stopped reading was left
@@ -116,17 +115,17 @@ func lcDialSmallBuffer(t *testing.T, ts *testServer, publicKey string) *wsClient
 // frame).
 func lcExpectSlowConsumerEnd(t *testing.T, slow *wsClient) {
 	t.Helper()
-	go slow.readLoop()
+	slow.Read()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		f, ok := slow.next(time.Until(deadline))
+		f, ok := slow.Next(time.Until(deadline))
 		if !ok {
 			t.Fatal("slow consumer's connection did not end")
 		}
-		if f.closed && (f.closeCode != 1013 || f.reason != "slow consumer") && f.closeCode != websocket.CloseAbnormalClosure {
-			t.Fatalf("slow consumer closed with %d %q, want 1013 \"slow consumer\" or no frame", f.closeCode, f.reason)
+		if f.Closed && (f.CloseCode != 1013 || f.Reason != "slow consumer") && f.CloseCode != websocket.CloseAbnormalClosure {
+			t.Fatalf("slow consumer closed with %d %q, want 1013 \"slow consumer\" or no frame", f.CloseCode, f.Reason)
 		}
-		if f.closed || f.err != nil {
+		if f.Closed || f.Err != nil {
 			return
 		}
 	}
@@ -140,12 +139,12 @@ var lcBigPayload = `"` + strings.Repeat("p", 120<<10) + `"`
 // until the channel counts it; it returns how many emits that took.
 func lcSubscribeUnread(t *testing.T, c *wsClient, owner *client, secretKey, channel string) int {
 	t.Helper()
-	c.send(`{"action":"subscribe","channel":"` + channel + `"}`)
+	c.Send(`{"action":"subscribe","channel":"` + channel + `"}`)
 	emits := 0
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		r := owner.emit(secretKey, `{"channel":"`+channel+`","payload":0}`)
+		r := owner.Emit(secretKey, `{"channel":"`+channel+`","payload":0}`)
 		emits++
-		return r.status == 200 && num(r.json, "subscriberCount") == 1
+		return r.Status == 200 && relaytest.Num(r.JSON, "subscriberCount") == 1
 	}, "unread subscription counted")
 	return emits
 }
@@ -159,7 +158,7 @@ func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth boo
 		h = map[string]string{"Authorization": auth}
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return (&client{t: t, ts: ts, http: hc}).send(method, path, body, "application/json", h)
+	return (&client{T: t, Server: ts.Server, HTTP: hc}).Send(method, path, body, "application/json", h)
 }
 
 // ---- 1. every close cause: code, counter, log line ----
@@ -183,95 +182,95 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 		{"peer_closed", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
 			// A close frame with a code, one with none, and the library's own
 			// close: each is echoed and ends the connection.
-			a := ts.dialWS(p.publicKey)
-			a.sendRaw(clientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
-			a.expectClose(4000, 5*time.Second)
-			b := ts.dialWS(p.publicKey)
-			b.sendRaw(clientFrame(0x8, true, nil))
-			b.expectClose(websocket.CloseNoStatusReceived, 5*time.Second) // an empty close is echoed empty
-			c := ts.dialWS(p.publicKey)
-			if err := c.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"), time.Now().Add(5*time.Second)); err != nil {
+			a := ts.DialWS(p.PublicKey)
+			a.SendRaw(clientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
+			a.ExpectClose(4000, 5*time.Second)
+			b := ts.DialWS(p.PublicKey)
+			b.SendRaw(clientFrame(0x8, true, nil))
+			b.ExpectClose(websocket.CloseNoStatusReceived, 5*time.Second) // an empty close is echoed empty
+			c := ts.DialWS(p.PublicKey)
+			if err := c.Conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"), time.Now().Add(5*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			c.expectClose(1000, 5*time.Second)
+			c.ExpectClose(1000, 5*time.Second)
 			return result{map[string]int64{"peer_closed": 3}, map[*regexp.Regexp]int{
 				lcCloseLog("peer_closed", 4000): 1, lcCloseLog("peer_closed", 1005): 1, lcCloseLog("peer_closed", 1000): 1,
 			}}
 		}},
 		{"peer_gone", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			c := subscribed(t, ts, p.publicKey, "a")
-			c.conn.UnderlyingConn().Close() // TCP gone, no close frame either way
+			c := ts.Subscribed(t, p.PublicKey, "a")
+			c.Conn.UnderlyingConn().Close() // TCP gone, no close frame either way
 			return result{map[string]int64{"peer_gone": 1}, map[*regexp.Regexp]int{
 				regexp.MustCompile(lcCloseLog("peer_gone", 1006).String() + `reason="" abrupt=true `): 1,
 			}}
 		}},
 		{"idle", map[string]string{"IDLE_TIMEOUT_SECONDS": "1"}, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			c := ts.dialWS(p.publicKey)
-			if f := c.expectClose(1001, 5*time.Second); f.reason != "idle timeout" {
-				t.Fatalf("reason %q", f.reason)
+			c := ts.DialWS(p.PublicKey)
+			if f := c.ExpectClose(1001, 5*time.Second); f.Reason != "idle timeout" {
+				t.Fatalf("reason %q", f.Reason)
 			}
 			return result{map[string]int64{"idle": 1}, map[*regexp.Regexp]int{lcCloseLog("idle", 1001): 1}}
 		}},
 		{"lifetime", map[string]string{"CONNECTION_MAX_LIFETIME_SECONDS": "1"}, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			c := ts.dialWS(p.publicKey)
-			if f := c.expectClose(1001, 5*time.Second); f.reason != "connection lifetime exceeded" {
-				t.Fatalf("reason %q", f.reason)
+			c := ts.DialWS(p.PublicKey)
+			if f := c.ExpectClose(1001, 5*time.Second); f.Reason != "connection lifetime exceeded" {
+				t.Fatalf("reason %q", f.Reason)
 			}
 			return result{map[string]int64{"lifetime": 1}, map[*regexp.Regexp]int{lcCloseLog("lifetime", 1001): 1}}
 		}},
 		{"slow_consumer", map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"},
 			func(t *testing.T, ts *testServer, owner *client, p project) result {
-				slow := lcDialSmallBuffer(t, ts, p.publicKey)
-				lcSubscribeUnread(t, slow, owner, p.secretKey, "firehose")
+				slow := lcDialSmallBuffer(t, ts, p.PublicKey)
+				lcSubscribeUnread(t, slow, owner, p.SecretKey, "firehose")
 				// Its socket holds a few MiB at most; its queue
 				// (MAX_QUEUED_BYTES_PER_CONNECTION, 2 MiB) overflows soon after.
 				for i := 0; ts.app.transport.Stats().ClosedBy["slow_consumer"] == 0; i++ {
 					if i == 1000 {
 						t.Fatal("no slow consumer after 1000 messages of 120 KiB")
 					}
-					if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`); r.status != 200 {
-						t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+					if r := owner.Emit(p.SecretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`); r.Status != 200 {
+						t.Fatalf("emit %d: %d %s", i, r.Status, r.Raw)
 					}
 				}
 				lcExpectSlowConsumerEnd(t, slow)
-				if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":1}`); num(r.json, "subscriberCount") != 0 {
-					t.Fatalf("slow consumer still subscribed: %s", r.raw)
+				if r := owner.Emit(p.SecretKey, `{"channel":"firehose","payload":1}`); relaytest.Num(r.JSON, "subscriberCount") != 0 {
+					t.Fatalf("slow consumer still subscribed: %s", r.Raw)
 				}
 				return result{map[string]int64{"slow_consumer": 1}, map[*regexp.Regexp]int{lcCloseLog("slow_consumer", 1013): 1}}
 			}},
 		{"too_big", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			c := ts.dialWS(p.publicKey)
-			c.sendRaw(clientFrame(0x1, true, make([]byte, 300<<10))) // over the 256 KiB frame cap
-			c.expectClose(1009, 5*time.Second)
+			c := ts.DialWS(p.PublicKey)
+			c.SendRaw(clientFrame(0x1, true, make([]byte, 300<<10))) // over the 256 KiB frame cap
+			c.ExpectClose(1009, 5*time.Second)
 			return result{map[string]int64{"too_big": 1}, map[*regexp.Regexp]int{lcCloseLog("too_big", 1009): 1}}
 		}},
 		{"protocol", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			a := ts.dialWS(p.publicKey)
-			a.sendRaw([]byte{0x81, 0x02, '{', '}'}) // unmasked client frame
-			a.expectClose(1002, 5*time.Second)
-			b := ts.dialWS(p.publicKey)
-			b.sendRaw(clientFrame(0x1, true, []byte{'"', 0xff, '"'})) // text that is not UTF-8
-			b.expectClose(1007, 5*time.Second)
+			a := ts.DialWS(p.PublicKey)
+			a.SendRaw([]byte{0x81, 0x02, '{', '}'}) // unmasked client frame
+			a.ExpectClose(1002, 5*time.Second)
+			b := ts.DialWS(p.PublicKey)
+			b.SendRaw(clientFrame(0x1, true, []byte{'"', 0xff, '"'})) // text that is not UTF-8
+			b.ExpectClose(1007, 5*time.Second)
 			return result{map[string]int64{"protocol": 2}, map[*regexp.Regexp]int{lcCloseLog("protocol", 1002): 1, lcCloseLog("protocol", 1007): 1}}
 		}},
 		{"application", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			c := subscribed(t, ts, p.publicKey, "a")
-			owner.do("DELETE", "/api/projects/"+p.id, "").expect(t, 200, `{"ok":true}`)
-			if f := c.expectClose(4004, 5*time.Second); f.reason != "project deleted" {
-				t.Fatalf("reason %q", f.reason)
+			c := ts.Subscribed(t, p.PublicKey, "a")
+			owner.Do("DELETE", "/api/projects/"+p.ID, "").Expect(t, 200, `{"ok":true}`)
+			if f := c.ExpectClose(4004, 5*time.Second); f.Reason != "project deleted" {
+				t.Fatalf("reason %q", f.Reason)
 			}
 			return result{map[string]int64{"application": 1}, map[*regexp.Regexp]int{lcCloseLog("application", 4004): 1}}
 		}},
 		{"shutdown", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
-			c := subscribed(t, ts, p.publicKey, "a")
+			c := ts.Subscribed(t, p.PublicKey, "a")
 			done := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				done <- ts.app.shutdown(ctx)
 			}()
-			if f := c.expectClose(1001, 5*time.Second); f.reason != "server shutting down" {
-				t.Fatalf("reason %q", f.reason)
+			if f := c.ExpectClose(1001, 5*time.Second); f.Reason != "server shutting down" {
+				t.Fatalf("reason %q", f.Reason)
 			}
 			if err := <-done; err != nil {
 				t.Fatal(err)
@@ -292,17 +291,17 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 				// The operator's /metrics, polled: the counter moves when the
 				// socket is torn down, just after the client saw the close.
 				relaytest.EventuallyNil(t, 5*time.Second, func() error {
-					if got := lcClosedByMetrics(t, ts); canonical(got) != canonical(exp) {
+					if got := lcClosedByMetrics(t, ts); relaytest.Canonical(got) != relaytest.Canonical(exp) {
 						return fmt.Errorf("relay_connections_closed_total %v, want %v", got, exp)
 					}
 					return nil
 				})
 			}
 			// The transport's own counters (all there is once shut down).
-			if got := app.transport.Stats().ClosedBy; canonical(got) != canonical(exp) {
+			if got := app.transport.Stats().ClosedBy; relaytest.Canonical(got) != relaytest.Canonical(exp) {
 				t.Fatalf("transport Stats.ClosedBy %v, want %v", got, exp)
 			}
-			lcWaitLogs(t, ts.logs, want.logs)
+			lcWaitLogs(t, ts.Logs, want.logs)
 		})
 	}
 	for _, c := range transport.Causes() {
@@ -321,7 +320,7 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 func TestConnectionLifetimeCap(t *testing.T) {
 	ts, _, p := lcServer(t, map[string]string{"CONNECTION_MAX_LIFETIME_SECONDS": "1"})
 	start := time.Now()
-	c := ts.dialWS(p.publicKey)
+	c := ts.DialWS(p.PublicKey)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Second)
@@ -330,29 +329,29 @@ func TestConnectionLifetimeCap(t *testing.T) {
 wait:
 	for {
 		select {
-		case f, ok := <-c.frames:
+		case f, ok := <-c.Frames:
 			switch {
 			case !ok:
 				t.Fatal("connection over without a close frame")
-			case f.closed:
+			case f.Closed:
 				closed = f
 				break wait
-			case f.err != nil:
-				t.Fatal(f.err)
-			case f.text != `{"action":"pong","ok":true}`:
-				t.Fatalf("unexpected %s", f.text)
+			case f.Err != nil:
+				t.Fatal(f.Err)
+			case f.Text != `{"action":"pong","ok":true}`:
+				t.Fatalf("unexpected %s", f.Text)
 			}
 			pongs++
 		case <-tick.C:
-			c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-			c.conn.WriteMessage(websocket.TextMessage, []byte(`{"action":"ping"}`)) // after the close this may fail
+			c.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"action":"ping"}`)) // after the close this may fail
 		case <-deadline:
 			t.Fatalf("no lifetime close within 10s (%d pongs)", pongs)
 		}
 	}
 	age := time.Since(start)
-	if closed.closeCode != 1001 || closed.reason != "connection lifetime exceeded" {
-		t.Fatalf("closed with %d %q, want 1001 \"connection lifetime exceeded\"", closed.closeCode, closed.reason)
+	if closed.CloseCode != 1001 || closed.Reason != "connection lifetime exceeded" {
+		t.Fatalf("closed with %d %q, want 1001 \"connection lifetime exceeded\"", closed.CloseCode, closed.Reason)
 	}
 	if age < time.Second {
 		t.Fatalf("closed after %v, before the 1 s lifetime", age)
@@ -361,12 +360,12 @@ wait:
 		t.Fatal("no ping was answered while the connection was open")
 	}
 	// Reconnecting is what the client is meant to do.
-	again := ts.dialWS(p.publicKey)
-	again.send(`{"action":"ping"}`)
-	again.expect(`{"action":"pong","ok":true}`)
+	again := ts.DialWS(p.PublicKey)
+	again.Send(`{"action":"ping"}`)
+	again.Expect(`{"action":"pong","ok":true}`)
 	want := lcWantCauses(map[string]int64{"lifetime": 1})
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		return canonical(lcClosedByMetrics(t, ts)) == canonical(want)
+		return relaytest.Canonical(lcClosedByMetrics(t, ts)) == relaytest.Canonical(want)
 	}, "lifetime counted once")
 }
 
@@ -378,15 +377,15 @@ wait:
 // not before the timeout has run from the last pong.
 func TestPingResetsIdleClock(t *testing.T) {
 	ts, _, p := lcServer(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "2"})
-	c := ts.dialWS(p.publicKey)
+	c := ts.DialWS(p.PublicKey)
 	opened := time.Now()
 	tick := time.NewTicker(700 * time.Millisecond)
 	defer tick.Stop()
 	var lastPong time.Time
 	pings := 0
 	for time.Since(opened) < 4*time.Second {
-		c.send(`{"action":"ping"}`)
-		c.expect(`{"action":"pong","ok":true}`) // fails on a close frame instead
+		c.Send(`{"action":"ping"}`)
+		c.Expect(`{"action":"pong","ok":true}`) // fails on a close frame instead
 		lastPong = time.Now()
 		pings++
 		<-tick.C
@@ -394,16 +393,16 @@ func TestPingResetsIdleClock(t *testing.T) {
 	if pings < 4 {
 		t.Fatalf("only %d pings in 4 s", pings)
 	}
-	f := c.expectClose(1001, 5*time.Second)
-	if f.reason != "idle timeout" {
-		t.Fatalf("reason %q", f.reason)
+	f := c.ExpectClose(1001, 5*time.Second)
+	if f.Reason != "idle timeout" {
+		t.Fatalf("reason %q", f.Reason)
 	}
 	if quiet := time.Since(lastPong); quiet < 1500*time.Millisecond {
 		t.Fatalf("idle close %v after the last pong; the timeout is 2 s", quiet)
 	}
 	want := lcWantCauses(map[string]int64{"idle": 1})
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		return canonical(lcClosedByMetrics(t, ts)) == canonical(want)
+		return relaytest.Canonical(lcClosedByMetrics(t, ts)) == relaytest.Canonical(want)
 	}, "idle counted once")
 }
 
@@ -422,14 +421,14 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		// and one budget window.
 		clock := newClock()
 		ts := startServerAt(t, url, nil, clock.Now)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("demo")
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("demo")
 		opened := clock.Now()
-		sub := subscribed(t, ts, p.publicKey, "room.1") // the channel actor starts here
+		sub := ts.Subscribed(t, p.PublicKey, "room.1") // the channel actor starts here
 		// Fixed one-minute windows: both budgets reset at the end of the
 		// clock's minute, in the millisecond UTC form of every timestamp.
 		resetAt := opened.Truncate(time.Minute).Add(time.Minute).UTC().Format("2006-01-02T15:04:05.000Z")
-		bearer := "Bearer " + p.secretKey
+		bearer := "Bearer " + p.SecretKey
 		emitBody := `{"channel":"room.1","payload":{"x":[1,"two",null]}}`
 
 		wrongMethod := []struct{ method, path, allow string }{
@@ -442,13 +441,13 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		}
 		for _, rt := range wrongMethod {
 			for _, auth := range []string{"", bearer} {
-				r := lcPost(t, ts, rt.method, rt.path+"?publicKey="+p.publicKey, auth, auth != "", emitBody)
-				if r.status != http.StatusMethodNotAllowed {
-					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.status, r.raw)
+				r := lcPost(t, ts, rt.method, rt.path+"?publicKey="+p.PublicKey, auth, auth != "", emitBody)
+				if r.Status != http.StatusMethodNotAllowed {
+					t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
 					continue
 				}
-				r.expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
-				if got := r.header.Get("Allow"); got != rt.allow {
+				r.Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+				if got := r.Header.Get("Allow"); got != rt.allow {
 					t.Errorf("%s %s: Allow %q, want %q", rt.method, rt.path, got, rt.allow)
 				}
 			}
@@ -460,21 +459,21 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		}
 		for _, path := range unknown {
 			for _, method := range []string{"GET", "POST", "PUT"} {
-				r := lcPost(t, ts, method, path+"?publicKey="+p.publicKey, bearer, true, emitBody)
-				if r.status != http.StatusNotFound {
-					t.Errorf("%s %s: %d %s", method, path, r.status, r.raw)
+				r := lcPost(t, ts, method, path+"?publicKey="+p.PublicKey, bearer, true, emitBody)
+				if r.Status != http.StatusNotFound {
+					t.Errorf("%s %s: %d %s", method, path, r.Status, r.Raw)
 					continue
 				}
-				r.expect(t, http.StatusNotFound, `{"error":"not_found"}`)
+				r.Expect(t, http.StatusNotFound, `{"error":"not_found"}`)
 			}
 		}
 		// A real WebSocket handshake on an unknown path or with a wrong key
 		// is refused in JSON too, never upgraded.
 		for _, path := range []string{"/ws/", "/ws/x", "/wss"} {
-			ts.handshake(path+"?publicKey="+p.publicKey).expect(t, http.StatusNotFound, `{"error":"not_found"}`)
+			ts.Handshake(path+"?publicKey="+p.PublicKey).Expect(t, http.StatusNotFound, `{"error":"not_found"}`)
 		}
-		ts.handshake("/emit?publicKey="+p.publicKey).expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
-		ts.handshake("/ws?publicKey="+p.secretKey).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		ts.Handshake("/emit?publicKey="+p.PublicKey).Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+		ts.Handshake("/ws?publicKey="+p.SecretKey).Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 
 		// The Authorization header.
 		auths := []struct {
@@ -485,17 +484,17 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 			{"absent", "", false, "missing_secret_key"},
 			{"blank", "", true, "missing_secret_key"},
 			{"spaces only", "   ", true, "missing_secret_key"},
-			{"Basic", "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+p.secretKey)), true, "invalid_secret_key"},
+			{"Basic", "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+p.SecretKey)), true, "invalid_secret_key"},
 			{"Bearer alone", "Bearer", true, "invalid_secret_key"},
 			{"Bearer and spaces", "Bearer    ", true, "invalid_secret_key"},
 			{"Bearer and a tab", "Bearer \t", true, "invalid_secret_key"},
-			{"key without scheme", p.secretKey, true, "invalid_secret_key"},
-			{"Token scheme", "Token " + p.secretKey, true, "invalid_secret_key"},
-			{"Bearer glued to the key", "Bearer" + p.secretKey, true, "invalid_secret_key"},
-			{"Bearer with a colon", "Bearer: " + p.secretKey, true, "invalid_secret_key"},
+			{"key without scheme", p.SecretKey, true, "invalid_secret_key"},
+			{"Token scheme", "Token " + p.SecretKey, true, "invalid_secret_key"},
+			{"Bearer glued to the key", "Bearer" + p.SecretKey, true, "invalid_secret_key"},
+			{"Bearer with a colon", "Bearer: " + p.SecretKey, true, "invalid_secret_key"},
 			{"key and trailing junk", bearer + " junk", true, "invalid_secret_key"},
 			{"two keys", bearer + "," + bearer, true, "invalid_secret_key"},
-			{"public key", "Bearer " + p.publicKey, true, "invalid_secret_key"},
+			{"public key", "Bearer " + p.PublicKey, true, "invalid_secret_key"},
 			{"unknown key", "Bearer sk_live_doesnotexist", true, "invalid_secret_key"},
 		}
 		for _, path := range []string{"/emit", "/emit-tokens/revoke"} {
@@ -505,14 +504,14 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 			}
 			for _, a := range auths {
 				r := lcPost(t, ts, "POST", path, a.value, a.set, body)
-				if r.status != http.StatusUnauthorized {
-					t.Errorf("%s, %s: %d %s", path, a.name, r.status, r.raw)
+				if r.Status != http.StatusUnauthorized {
+					t.Errorf("%s, %s: %d %s", path, a.name, r.Status, r.Raw)
 					continue
 				}
-				r.expect(t, http.StatusUnauthorized, `{"error":"`+a.want+`"}`)
+				r.Expect(t, http.StatusUnauthorized, `{"error":"`+a.want+`"}`)
 			}
 		}
-		sub.expectSilence(100 * time.Millisecond) // nothing above was delivered
+		sub.ExpectSilence(100 * time.Millisecond) // nothing above was delivered
 
 		// The 200 body, every key compared. Nothing before this emitted: seq
 		// is the first of the channel (a channel's counter starts from the
@@ -520,26 +519,26 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 		// both budgets have spent exactly one.
 		r := lcPost(t, ts, "POST", "/emit", bearer, true, emitBody)
 		seq1 := uint64(opened.UnixMicro()) + 1
-		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
+		r.Expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
 			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5999,"resetAt":%q}}`, seq1, resetAt, resetAt))
-		sub.expect(fmt.Sprintf(`{"channel":"room.1","payload":{"x":[1,"two",null]},"seq":%d}`, seq1))
+		sub.Expect(fmt.Sprintf(`{"channel":"room.1","payload":{"x":[1,"two",null]},"seq":%d}`, seq1))
 
 		// The scheme is case-insensitive (RFC 7235); a channel nobody
 		// listens on: delivered and subscriberCount 0, its own seq (from the
 		// clock when it starts, here) and budget, the project's budget shared.
 		started := clock.Advance(time.Millisecond)
-		r = lcPost(t, ts, "POST", "/emit", "bearer "+p.secretKey, true, `{"channel":"empty","payload":null}`)
-		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"empty","seq":%d,"delivered":0,"subscriberCount":0,`+
+		r = lcPost(t, ts, "POST", "/emit", "bearer "+p.SecretKey, true, `{"channel":"empty","payload":null}`)
+		r.Expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"empty","seq":%d,"delivered":0,"subscriberCount":0,`+
 			`"rate_limit":{"limit":600,"remaining":599,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5998,"resetAt":%q}}`, started.UnixMicro()+1, resetAt, resetAt))
 
 		// The first channel again: the next seq.
 		clock.Advance(time.Millisecond)
 		r = lcPost(t, ts, "POST", "/emit", bearer, true, `{"channel":"room.1","payload":"again"}`)
-		r.expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
+		r.Expect(t, http.StatusOK, fmt.Sprintf(`{"ok":true,"channel":"room.1","seq":%d,"delivered":1,"subscriberCount":1,`+
 			`"rate_limit":{"limit":600,"remaining":598,"resetAt":%q},"project_rate_limit":{"limit":6000,"remaining":5997,"resetAt":%q}}`, seq1+1, resetAt, resetAt))
-		sub.expect(fmt.Sprintf(`{"channel":"room.1","payload":"again","seq":%d}`, seq1+1))
+		sub.Expect(fmt.Sprintf(`{"channel":"room.1","payload":"again","seq":%d}`, seq1+1))
 
-		lcPost(t, ts, "POST", "/emit-tokens/revoke", "bearer "+p.secretKey, true, `{"jti":"x"}`).expect(t, http.StatusOK, `{"ok":true}`)
+		lcPost(t, ts, "POST", "/emit-tokens/revoke", "bearer "+p.SecretKey, true, `{"jti":"x"}`).Expect(t, http.StatusOK, `{"ok":true}`)
 	})
 }
 
@@ -551,8 +550,8 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 // without closing it.)
 func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 	ts, _, p := lcServer(t, nil)
-	addr := strings.TrimPrefix(ts.base, "http://")
-	head := "GET /ws?publicKey=" + p.publicKey + " HTTP/1.1\r\nHost: " + addr + "\r\n"
+	addr := strings.TrimPrefix(ts.Base, "http://")
+	head := "GET /ws?publicKey=" + p.PublicKey + " HTTP/1.1\r\nHost: " + addr + "\r\n"
 	upgrade := "Upgrade: websocket\r\nConnection: Upgrade\r\n"
 	cases := []struct {
 		name, request string
@@ -592,7 +591,7 @@ func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 	// A kept-alive Go client goes on after a refusal.
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for range 3 {
-		res, err := hc.Get(ts.base + "/ws?publicKey=" + p.publicKey)
+		res, err := hc.Get(ts.Base + "/ws?publicKey=" + p.PublicKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -601,7 +600,7 @@ func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 		if res.StatusCode != http.StatusBadRequest {
 			t.Fatalf("plain GET /ws: %d", res.StatusCode)
 		}
-		res, err = hc.Get(ts.base + "/healthz")
+		res, err = hc.Get(ts.Base + "/healthz")
 		if err != nil {
 			t.Fatalf("next request on the same client: %v", err)
 		}
@@ -672,23 +671,23 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 			proc := relaytest.StartBinary(t, "LOG_LEVEL=debug", "SHUTDOWN_TIMEOUT_SECONDS="+strconv.Itoa(int(shutdownTimeout/time.Second)),
 				"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000", lcQueueEnv)
 			ts := binaryServer(t, proc)
-			owner := ts.signup("alice@example.com")
-			p := owner.createProject("demo")
+			owner := ts.Signup("alice@example.com")
+			p := owner.CreateProject("demo")
 			readers := []*wsClient{
-				subscribed(t, ts, p.publicKey, "live"), subscribed(t, ts, p.publicKey, "live"), subscribed(t, ts, p.publicKey, "live"),
+				ts.Subscribed(t, p.PublicKey, "live"), ts.Subscribed(t, p.PublicKey, "live"), ts.Subscribed(t, p.PublicKey, "live"),
 			}
-			r := owner.emit(p.secretKey, `{"channel":"live","payload":"before"}`)
-			if r.status != 200 || num(r.json, "delivered") != 3 {
-				t.Fatalf("emit: %d %s", r.status, r.raw)
+			r := owner.Emit(p.SecretKey, `{"channel":"live","payload":"before"}`)
+			if r.Status != 200 || relaytest.Num(r.JSON, "delivered") != 3 {
+				t.Fatalf("emit: %d %s", r.Status, r.Raw)
 			}
 			var stuck *wsClient
 			if holdDrain {
-				stuck = lcDialSmallBuffer(t, ts, p.publicKey)
-				lcSubscribeUnread(t, stuck, owner, p.secretKey, "firehose")
+				stuck = lcDialSmallBuffer(t, ts, p.PublicKey)
+				lcSubscribeUnread(t, stuck, owner, p.SecretKey, "firehose")
 				for i := range fill {
-					r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`)
-					if r.status != 200 || num(r.json, "delivered") != 1 {
-						t.Fatalf("filling emit %d: %d %s", i, r.status, r.raw)
+					r := owner.Emit(p.SecretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`)
+					if r.Status != 200 || relaytest.Num(r.JSON, "delivered") != 1 {
+						t.Fatalf("filling emit %d: %d %s", i, r.Status, r.Raw)
 					}
 				}
 			}
@@ -702,9 +701,9 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, c := range readers {
-				c.expectExcept(`{"channel":"live","payload":"before"}`, "seq")
-				if f := c.expectClose(1001, shutdownTimeout); f.reason != "server shutting down" {
-					t.Fatalf("reader %d: reason %q", i, f.reason)
+				c.ExpectExcept(`{"channel":"live","payload":"before"}`, "seq")
+				if f := c.ExpectClose(1001, shutdownTimeout); f.Reason != "server shutting down" {
+					t.Fatalf("reader %d: reason %q", i, f.Reason)
 				}
 			}
 			if stuck != nil {
@@ -714,13 +713,13 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 					t.Fatalf("exited while a connection was still draining:\n%s", proc.Logs.String())
 				default:
 				}
-				ts.handshake("/ws?publicKey="+p.publicKey).expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
-				owner.emit(p.secretKey, `{"channel":"live","payload":"late"}`).expect(t, 503, `{"error":"service_unavailable"}`)
-				owner.revoke(p.secretKey, `{"clientId":"x"}`).expect(t, 503, `{"error":"service_unavailable"}`)
-				if n := ts.metrics(t).Get(t, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {
+				ts.Handshake("/ws?publicKey="+p.PublicKey).Expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+				owner.Emit(p.SecretKey, `{"channel":"live","payload":"late"}`).Expect(t, 503, `{"error":"service_unavailable"}`)
+				owner.Revoke(p.SecretKey, `{"clientId":"x"}`).Expect(t, 503, `{"error":"service_unavailable"}`)
+				if n := ts.Metrics(t).Get(t, "relay_handshakes_refused_total", `reason="shutting_down"`); n != 1 {
 					t.Fatalf("relay_handshakes_refused_total{shutting_down} = %v, want 1", n)
 				}
-				stuck.conn.Close() // the last connection goes; the drain ends
+				stuck.Conn.Close() // the last connection goes; the drain ends
 			}
 			select {
 			case <-proc.Exited:
@@ -764,21 +763,21 @@ func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 	proc := relaytest.StartBinary(t, "LOG_LEVEL=debug", "DATABASE_URL="+url, "SHUTDOWN_TIMEOUT_SECONDS=2", "USAGE_ROLLUP_SECONDS=3600",
 		"EMIT_RATE_LIMIT_PER_MINUTE=100000", "PROJECT_RATE_LIMIT_PER_MINUTE=100000", lcQueueEnv)
 	ts := binaryServer(t, proc)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	reader := subscribed(t, ts, p.publicKey, "live")
-	stuck := lcDialSmallBuffer(t, ts, p.publicKey)
-	emits := lcSubscribeUnread(t, stuck, owner, p.secretKey, "firehose")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	reader := ts.Subscribed(t, p.PublicKey, "live")
+	stuck := lcDialSmallBuffer(t, ts, p.PublicKey)
+	emits := lcSubscribeUnread(t, stuck, owner, p.SecretKey, "firehose")
 	for i := range fill {
-		if r := owner.emit(p.secretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`); r.status != 200 || num(r.json, "delivered") != 1 {
-			t.Fatalf("filling emit %d: %d %s", i, r.status, r.raw)
+		if r := owner.Emit(p.SecretKey, `{"channel":"firehose","payload":`+lcBigPayload+`}`); r.Status != 200 || relaytest.Num(r.JSON, "delivered") != 1 {
+			t.Fatalf("filling emit %d: %d %s", i, r.Status, r.Raw)
 		}
 		emits++
 	}
 
 	signalled := time.Now()
 	proc.Cmd.Process.Signal(syscall.SIGTERM)
-	reader.expectClose(1001, shutdownTimeout)
+	reader.ExpectClose(1001, shutdownTimeout)
 	select {
 	case <-proc.Exited:
 	case <-time.After(time.Until(signalled.Add(shutdownTimeout + time.Second))):
@@ -801,7 +800,7 @@ func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	us, err := st.Usage(context.Background(), p.id, day)
+	us, err := st.Usage(context.Background(), p.ID, day)
 	if err != nil {
 		t.Fatal(err)
 	}

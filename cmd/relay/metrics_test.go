@@ -31,7 +31,7 @@ type mtSample struct {
 func mtWaitMetrics(t *testing.T, ts *testServer, samples ...mtSample) {
 	t.Helper()
 	relaytest.EventuallyNil(t, 5*time.Second, func() error {
-		m := ts.metrics(t)
+		m := ts.Metrics(t)
 		var bad []string
 		for _, s := range samples {
 			if got := m.Get(t, s.name, s.labels); got != s.want {
@@ -51,32 +51,32 @@ func mtWaitMetrics(t *testing.T, ts *testServer, samples ...mtSample) {
 // of delivered.
 func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 	ts := debugServer(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	slow := lcDialSmallBuffer(t, ts, p.publicKey)
-	slow.send(`{"action":"subscribe","channel":"firehose"}`)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	slow := lcDialSmallBuffer(t, ts, p.PublicKey)
+	slow.Send(`{"action":"subscribe","channel":"firehose"}`)
 
 	var mu sync.Mutex
 	var emitted, delivered, dropped int
 	emit := func(c *client, payload string) (response, bool) {
-		r := c.emitNoFail(p.secretKey, `{"channel":"firehose","payload":`+payload+`}`)
-		if r.status != 200 {
+		r := c.EmitNoFail(p.SecretKey, `{"channel":"firehose","payload":`+payload+`}`)
+		if r.Status != 200 {
 			return r, false
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		emitted++
-		delivered += int(num(r.json, "delivered"))
-		dropped += int(num(r.json, "subscriberCount") - num(r.json, "delivered"))
+		delivered += int(relaytest.Num(r.JSON, "delivered"))
+		dropped += int(relaytest.Num(r.JSON, "subscriberCount") - relaytest.Num(r.JSON, "delivered"))
 		return r, true
 	}
 	// The unread subscription is in once the channel counts it.
 	relaytest.Eventually(t, 5*time.Second, func() bool {
 		r, ok := emit(owner, "0")
 		if !ok {
-			t.Fatalf("emit: %d %s", r.status, r.raw)
+			t.Fatalf("emit: %d %s", r.Status, r.Raw)
 		}
-		return num(r.json, "subscriberCount") == 1
+		return relaytest.Num(r.JSON, "subscriberCount") == 1
 	}, "the unread subscription counted")
 	// Messages of 120 KiB from four emitters at once, so that the write
 	// queue (MAX_QUEUED_BYTES_PER_CONNECTION, 2 MiB) overflows well within
@@ -88,10 +88,10 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := ts.client()
+			c := ts.Client()
 			for ts.app.transport.Stats().SlowConsumers == 0 && sent.Add(1) <= 1000 {
 				if r, ok := emit(c, lcBigPayload); !ok {
-					failed.Store(fmt.Sprintf("emit: %d %s", r.status, r.raw))
+					failed.Store(fmt.Sprintf("emit: %d %s", r.Status, r.Raw))
 					return
 				}
 			}
@@ -108,13 +108,13 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 	relaytest.Eventually(t, 5*time.Second, func() bool {
 		r, ok := emit(owner, "1")
 		if !ok {
-			t.Fatalf("emit: %d %s", r.status, r.raw)
+			t.Fatalf("emit: %d %s", r.Status, r.Raw)
 		}
-		return num(r.json, "subscriberCount") == 0
+		return relaytest.Num(r.JSON, "subscriberCount") == 0
 	}, "the slow consumer unsubscribed")
 	// A queue overflow is a drop in the very emit that found it; a write
 	// timeout (abrupt) closes the peer on its own, so no emit need see it.
-	overflow := strings.Contains(ts.logs.String(), "cause=slow_consumer code=1013 reason=\"slow consumer\" abrupt=false")
+	overflow := strings.Contains(ts.Logs.String(), "cause=slow_consumer code=1013 reason=\"slow consumer\" abrupt=false")
 	t.Logf("%d emits, %d delivered, %d dropped; closed by queue overflow: %v", emitted, delivered, dropped, overflow)
 	if overflow && dropped < 1 {
 		t.Fatalf("the queue overflowed but no emit reported a drop (%d emits, %d delivered)", emitted, delivered)
@@ -136,27 +136,27 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 // and disconnect.
 func TestMetricsWebhookOutcomes(t *testing.T) {
 	ts := debugServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_ATTEMPTS": "1"})
-	owner := ts.signup("alice@example.com")
-	good, bad := owner.createProject("good"), owner.createProject("bad")
+	owner := ts.Signup("alice@example.com")
+	good, bad := owner.CreateProject("good"), owner.CreateProject("bad")
 	rec := newReceiver(t, "whsec-good", 0)
-	setWebhook(t, ts, good.id, rec.srv.URL+"/hook", "whsec-good")
+	setWebhook(t, ts, good.ID, rec.srv.URL+"/hook", "whsec-good")
 	var failing atomic.Int64
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		failing.Add(1)
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	t.Cleanup(broken.Close)
-	setWebhook(t, ts, bad.id, broken.URL+"/hook", "whsec-bad")
+	setWebhook(t, ts, bad.ID, broken.URL+"/hook", "whsec-bad")
 
-	c := ts.dialWS(good.publicKey)
-	id := checkEvent(t, rec.next(t), "connect", good.id)
-	c.conn.Close()
-	if got := checkEvent(t, rec.next(t), "disconnect", good.id); got != id {
+	c := ts.DialWS(good.PublicKey)
+	id := checkEvent(t, rec.next(t), "connect", good.ID)
+	c.Conn.Close()
+	if got := checkEvent(t, rec.next(t), "disconnect", good.ID); got != id {
 		t.Fatalf("disconnect of %s, want %s", got, id)
 	}
-	c2 := ts.dialWS(bad.publicKey)
+	c2 := ts.DialWS(bad.PublicKey)
 	relaytest.Eventually(t, 5*time.Second, func() bool { return failing.Load() == 1 }, "first failing delivery")
-	c2.conn.Close()
+	c2.Conn.Close()
 	relaytest.Eventually(t, 5*time.Second, func() bool { return failing.Load() == 2 }, "second failing delivery")
 	mtWaitMetrics(t, ts,
 		mtSample{"relay_webhooks_total", `outcome="sent"`, 2},
@@ -167,12 +167,12 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 
 	// The default configuration refuses a loopback target before connecting.
 	ts2 := debugServer(t, nil)
-	p2 := ts2.signup("alice@example.com").createProject("demo")
+	p2 := ts2.Signup("alice@example.com").CreateProject("demo")
 	rec2 := newReceiver(t, "s", 0)
-	setWebhook(t, ts2, p2.id, rec2.srv.URL, "s")
-	c3 := ts2.dialWS(p2.publicKey)
+	setWebhook(t, ts2, p2.ID, rec2.srv.URL, "s")
+	c3 := ts2.DialWS(p2.PublicKey)
 	mtWaitMetrics(t, ts2, mtSample{"relay_webhooks_total", `outcome="refused"`, 1})
-	c3.conn.Close()
+	c3.Conn.Close()
 	mtWaitMetrics(t, ts2,
 		mtSample{"relay_webhooks_total", `outcome="refused"`, 2},
 		mtSample{"relay_webhooks_total", `outcome="sent"`, 0},
@@ -191,23 +191,23 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 func TestMetricsProjectRateLimited(t *testing.T) {
 	clock := newClock() // the fixed window stays whole
 	ts := debugServerAt(t, map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
 	var ok, limited int
 	for i := 0; limited < 2; i++ {
 		if i == 10 {
 			t.Fatalf("after %d emits only %d were refused", i, limited)
 		}
-		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":1}`, i))
+		r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"c%d","payload":1}`, i))
 		switch {
-		case r.status == 200:
+		case r.Status == 200:
 			ok++
-		case r.status == 429 && r.json["error"] == "project_rate_limited":
+		case r.Status == 429 && r.JSON["error"] == "project_rate_limited":
 			limited++
-			budget(t, clock.Now(), r, "project_rate_limit", 2, 0)
-			budget(t, clock.Now(), r, "rate_limit", 600, 600)
+			relaytest.Budget(t, clock.Now(), r, "project_rate_limit", 2, 0)
+			relaytest.Budget(t, clock.Now(), r, "rate_limit", 600, 600)
 		default:
-			t.Fatalf("emit %d: %d %s", i, r.status, r.raw)
+			t.Fatalf("emit %d: %d %s", i, r.Status, r.Raw)
 		}
 	}
 	if ok < 2 {
@@ -228,28 +228,28 @@ func TestMetricsProjectRateLimited(t *testing.T) {
 func TestMetricsClientEmits(t *testing.T) {
 	clock := newClock() // both client-emits fall in one second of the window
 	ts := debugServerAt(t, map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	if secret == "" {
 		t.Fatal("no client-emit secret")
 	}
-	listener := subscribed(t, ts, p.publicKey, "room")
-	ann := presenceSub(t, ts, p.publicKey, "room", "ann")
-	ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room", ClientID: "ann", Types: []string{"t"}, TTL: time.Minute, Now: clock.Now()})
+	listener := ts.Subscribed(t, p.PublicKey, "room")
+	ann := ts.PresenceSub(t, p.PublicKey, "room", "ann")
+	ann.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"t"}, TTL: time.Minute, Now: clock.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann.send(emitFrame2("room", tok))
-	ann.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
-	ann.send(emitFrame2("room", tok))
-	ann.expect(`{"error":"client_emit_rate_limited","channel":"room"}`)
+	ann.Send(relaytest.EmitFrame("room", "t", "1", tok))
+	ann.ExpectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+	ann.Send(relaytest.EmitFrame("room", "t", "1", tok))
+	ann.Expect(`{"error":"client_emit_rate_limited","channel":"room"}`)
 	const acks, limited = 1, 1
 	for range acks {
-		listener.expectExcept(`{"channel":"room","type":"t","payload":1,"clientId":"ann"}`, "seq")
+		listener.ExpectExcept(`{"channel":"room","type":"t","payload":1,"clientId":"ann"}`, "seq")
 	}
-	listener.expectSilence(100 * time.Millisecond)
+	listener.ExpectSilence(100 * time.Millisecond)
 	mtWaitMetrics(t, ts,
 		mtSample{"relay_messages_emitted_total", `path="client"`, float64(acks)},
 		mtSample{"relay_messages_emitted_total", `path="http"`, 0},
@@ -266,16 +266,16 @@ func TestMetricsClientEmits(t *testing.T) {
 // limit and offset.
 func TestMetricsDebugActorsMailboxAndPaging(t *testing.T) {
 	ts := debugServer(t, nil)
-	owner := ts.signup("alice@example.com")
+	owner := ts.Signup("alice@example.com")
 	var ids []string
 	for i := range 5 {
-		p := owner.createProject(fmt.Sprintf("p%d", i))
-		if r := owner.emit(p.secretKey, `{"channel":"c","payload":1}`); r.status != 200 {
-			t.Fatalf("emit: %d %s", r.status, r.raw)
+		p := owner.CreateProject(fmt.Sprintf("p%d", i))
+		if r := owner.Emit(p.SecretKey, `{"channel":"c","payload":1}`); r.Status != 200 {
+			t.Fatalf("emit: %d %s", r.Status, r.Raw)
 		}
-		ids = append(ids, p.id)
+		ids = append(ids, p.ID)
 	}
-	owner.createProject("idle") // no traffic: no actor, not listed
+	owner.CreateProject("idle") // no traffic: no actor, not listed
 	slices.Sort(ids)
 
 	type page struct {
@@ -293,7 +293,7 @@ func TestMetricsDebugActorsMailboxAndPaging(t *testing.T) {
 	}
 	get := func(query string) page {
 		t.Helper()
-		status, body := getText(t, ts.debug+"/debug/actors"+query)
+		status, body := relaytest.GetText(t, ts.Debug+"/debug/actors"+query)
 		var v page
 		if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 {
 			t.Fatalf("/debug/actors%s: %d %s", query, status, body)

@@ -20,26 +20,26 @@ func TestOpenAPIHealth(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
 	owner := st.client(ts)
-	wantStatus(t, owner.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
-	p := owner.createProject("spec")
-	path := "/api/projects/" + p.id + "/health"
-	if r := owner.do("GET", path, ""); r.status != 200 || r.json["lastMinute"].(map[string]any)["latencyP99Ms"] != nil {
-		t.Fatalf("fresh: %d %s", r.status, r.raw)
+	wantStatus(t, owner.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
+	p := owner.CreateProject("spec")
+	path := "/api/projects/" + p.ID + "/health"
+	if r := owner.Do("GET", path, ""); r.Status != 200 || r.JSON["lastMinute"].(map[string]any)["latencyP99Ms"] != nil {
+		t.Fatalf("fresh: %d %s", r.Status, r.Raw)
 	}
-	sub := subscribed(t, ts, p.publicKey, "room")
-	wantStatus(t, owner.emit(p.secretKey, `{"channel":"room","payload":1}`), 200)
-	sub.next(5 * time.Second)
+	sub := ts.Subscribed(t, p.PublicKey, "room")
+	wantStatus(t, owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`), 200)
+	sub.Next(5 * time.Second)
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		r := owner.do("GET", path, "")
-		return r.status == 200 && r.json["lastMinute"].(map[string]any)["latencyP99Ms"] != nil
+		r := owner.Do("GET", path, "")
+		return r.Status == 200 && r.JSON["lastMinute"].(map[string]any)["latencyP99Ms"] != nil
 	}, "a latency in the figures")
 
 	anon := st.client(ts)
-	anon.do("GET", path, "").expect(t, 401, `{"error":"unauthorized"}`)
+	anon.Do("GET", path, "").Expect(t, 401, `{"error":"unauthorized"}`)
 	bob := st.client(ts)
-	wantStatus(t, bob.do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`), 201)
-	bob.do("GET", path, "").expect(t, 404, `{"error":"project_not_found"}`)
-	wantStatus(t, owner.do("POST", path, ""), 405)
+	wantStatus(t, bob.Do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`), 201)
+	bob.Do("GET", path, "").Expect(t, 404, `{"error":"project_not_found"}`)
+	wantStatus(t, owner.Do("POST", path, ""), 405)
 }
 
 // TestOpenAPIReadiness: /readyz and /readyz/traffic through the validator
@@ -53,28 +53,28 @@ func TestOpenAPIReadiness(t *testing.T) {
 	st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
 	owner := st.client(ts)
 	anon := st.client(ts)
-	wantStatus(t, owner.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
-	p := owner.createProject("spec")
-	wantStatus(t, owner.emit(p.secretKey, `{"channel":"room","payload":1}`), 200) // the key is now cached
-	anon.do("GET", "/readyz", "").expect(t, 200, `{"status":"ok"}`)
-	anon.do("GET", "/readyz/traffic", "").expect(t, 200, `{"status":"ok"}`)
+	wantStatus(t, owner.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
+	p := owner.CreateProject("spec")
+	wantStatus(t, owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`), 200) // the key is now cached
+	anon.Do("GET", "/readyz", "").Expect(t, 200, `{"status":"ok"}`)
+	anon.Do("GET", "/readyz/traffic", "").Expect(t, 200, `{"status":"ok"}`)
 
 	if err := os.Rename(dir, dir+".moved"); err != nil {
 		t.Fatal(err)
 	}
-	relaytest.Eventually(t, 5*time.Second, func() bool { return anon.do("GET", "/readyz", "").status == 503 }, "/readyz 503 with the store gone")
-	anon.do("GET", "/readyz", "").expect(t, 503, `{"status":"unavailable"}`)
-	anon.do("GET", "/readyz/traffic", "").expect(t, 200, `{"status":"ok"}`)
-	wantStatus(t, owner.emit(p.secretKey, `{"channel":"room","payload":2}`), 200)
+	relaytest.Eventually(t, 5*time.Second, func() bool { return anon.Do("GET", "/readyz", "").Status == 503 }, "/readyz 503 with the store gone")
+	anon.Do("GET", "/readyz", "").Expect(t, 503, `{"status":"unavailable"}`)
+	anon.Do("GET", "/readyz/traffic", "").Expect(t, 200, `{"status":"ok"}`)
+	wantStatus(t, owner.Emit(p.SecretKey, `{"channel":"room","payload":2}`), 200)
 	if err := os.Rename(dir+".moved", dir); err != nil {
 		t.Fatal(err)
 	}
-	relaytest.Eventually(t, 5*time.Second, func() bool { return anon.do("GET", "/readyz", "").status == 200 }, "/readyz 200 with the store back")
+	relaytest.Eventually(t, 5*time.Second, func() bool { return anon.Do("GET", "/readyz", "").Status == 200 }, "/readyz 200 with the store back")
 
-	wantStatus(t, anon.do("POST", "/readyz/traffic", ""), 405)
+	wantStatus(t, anon.Do("POST", "/readyz/traffic", ""), 405)
 	ts.app.api.Drain(context.Background())
-	anon.do("GET", "/readyz", "").expect(t, 503, `{"status":"unavailable"}`)
-	anon.do("GET", "/readyz/traffic", "").expect(t, 503, `{"status":"unavailable"}`)
+	anon.Do("GET", "/readyz", "").Expect(t, 503, `{"status":"unavailable"}`)
+	anon.Do("GET", "/readyz/traffic", "").Expect(t, 503, `{"status":"unavailable"}`)
 	for _, k := range []string{"GET /readyz OK", "GET /readyz Service Unavailable", "GET /readyz/traffic OK", "GET /readyz/traffic Service Unavailable", "POST /readyz/traffic 405"} {
 		if !st.seen[k] {
 			t.Errorf("%s not validated; seen %v", k, st.seen)
@@ -84,7 +84,7 @@ func TestOpenAPIReadiness(t *testing.T) {
 
 func wantStatus(t *testing.T, r response, status int) {
 	t.Helper()
-	if r.status != status {
-		t.Fatalf("%d %s, want %d", r.status, r.raw, status)
+	if r.Status != status {
+		t.Fatalf("%d %s, want %d", r.Status, r.Raw, status)
 	}
 }

@@ -16,34 +16,34 @@ import (
 func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 	// The clock stands still: the channel budget's minute window stays whole.
 	ts := debugServerAt(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "2"}, newClock().Now)
-	debug := ts.debug
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	owner.createProject("idle") // no traffic: no actor
-	subs := []*wsClient{subscribed(t, ts, p.publicKey, "a"), subscribed(t, ts, p.publicKey, "a")}
-	x := presenceSub(t, ts, p.publicKey, "a", "x")
-	x.expect(`{"type":"presence","channel":"a","event":"sync","members":[]}`)
+	debug := ts.Debug
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	owner.CreateProject("idle") // no traffic: no actor
+	subs := []*wsClient{ts.Subscribed(t, p.PublicKey, "a"), ts.Subscribed(t, p.PublicKey, "a")}
+	x := ts.PresenceSub(t, p.PublicKey, "a", "x")
+	x.Expect(`{"type":"presence","channel":"a","event":"sync","members":[]}`)
 	var seq int64
 	for range 2 {
-		r := owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
-		seq = int64(num(r.json, "seq"))
+		r := owner.Emit(p.SecretKey, `{"channel":"a","payload":1}`)
+		seq = int64(relaytest.Num(r.JSON, "seq"))
 	}
-	if r := owner.emit(p.secretKey, `{"channel":"a","payload":1}`); r.status != 429 {
-		t.Fatalf("third emit: %s", r.raw)
+	if r := owner.Emit(p.SecretKey, `{"channel":"a","payload":1}`); r.Status != 429 {
+		t.Fatalf("third emit: %s", r.Raw)
 	}
-	late := ts.dialWS(p.publicKey)
-	late.send(`{"action":"subscribe","channel":"b","since":1}`) // a gap: nothing of b is known
-	late.expect(`{"type":"replay_gap","channel":"b","since":1}`)
-	if _, status, _ := ts.tryDialWS("pk_live_unknown"); status != 401 {
+	late := ts.DialWS(p.PublicKey)
+	late.Send(`{"action":"subscribe","channel":"b","since":1}`) // a gap: nothing of b is known
+	late.Expect(`{"type":"replay_gap","channel":"b","since":1}`)
+	if _, status, _ := ts.TryDialWS("pk_live_unknown"); status != 401 {
 		t.Fatal("unknown key accepted")
 	}
 	for _, s := range append(subs, x) {
-		s.expectExcept(`{"channel":"a","payload":1}`, "seq")
-		s.expectExcept(`{"channel":"a","payload":1}`, "seq")
+		s.ExpectExcept(`{"channel":"a","payload":1}`, "seq")
+		s.ExpectExcept(`{"channel":"a","payload":1}`, "seq")
 	}
 
 	// /debug/actors: the project, then its channel.
-	status, body := getText(t, debug+"/debug/actors")
+	status, body := relaytest.GetText(t, debug+"/debug/actors")
 	var v struct {
 		Projects []struct {
 			ID          string `json:"id"`
@@ -65,10 +65,10 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 {
 		t.Fatalf("/debug/actors: %d %s", status, body)
 	}
-	if v.ProjectsMatching != 1 || v.Projects[0].ID != p.id || v.Projects[0].Connections != 4 || v.Projects[0].Channels != 2 || v.Transport.Open != 4 {
+	if v.ProjectsMatching != 1 || v.Projects[0].ID != p.ID || v.Projects[0].Connections != 4 || v.Projects[0].Channels != 2 || v.Transport.Open != 4 {
 		t.Fatalf("/debug/actors: %s", body)
 	}
-	status, body = getText(t, debug+"/debug/actors?project="+p.id+"&channel=a")
+	status, body = relaytest.GetText(t, debug+"/debug/actors?project="+p.ID+"&channel=a")
 	if err := json.Unmarshal([]byte(body), &v); err != nil || status != 200 || len(v.Projects) != 1 || len(v.Projects[0].ChannelList) != 1 {
 		t.Fatalf("/debug/actors?project&channel: %d %s", status, body)
 	}
@@ -77,18 +77,18 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 		ch.ReplayLength != 2 || ch.ReplayBytes == 0 || ch.ChannelBudget.Limit != 2 || ch.ChannelBudget.Remaining != 0 {
 		t.Fatalf("channel a: %+v", ch)
 	}
-	if _, body = getText(t, debug+"/debug/actors?project="+p.id+"&channel=*&limit=1&offset=1"); !strings.Contains(body, `"name":"b"`) || strings.Contains(body, `"name":"a"`) {
+	if _, body = relaytest.GetText(t, debug+"/debug/actors?project="+p.ID+"&channel=*&limit=1&offset=1"); !strings.Contains(body, `"name":"b"`) || strings.Contains(body, `"name":"a"`) {
 		t.Fatalf("second page of channels: %s", body)
 	}
-	if status, body = getText(t, debug+"/debug/"); status != 200 || !strings.Contains(body, p.id) {
+	if status, body = relaytest.GetText(t, debug+"/debug/"); status != 200 || !strings.Contains(body, p.ID) {
 		t.Fatalf("/debug/: %d", status)
 	}
-	if status, _ = getText(t, debug+"/debug/pprof/"); status != 200 {
+	if status, _ = relaytest.GetText(t, debug+"/debug/pprof/"); status != 200 {
 		t.Fatalf("/debug/pprof/: %d", status)
 	}
 
 	// /metrics against what the test did.
-	m := ts.metrics(t)
+	m := ts.Metrics(t)
 	checks := []struct {
 		name, labels string
 		want         float64
@@ -115,7 +115,7 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 	}
 	// The operator endpoints are not on the public listener.
 	for _, path := range []string{"/metrics", "/debug/actors", "/debug/pprof/"} {
-		if status, _ := getText(t, ts.base+path); status != 404 {
+		if status, _ := relaytest.GetText(t, ts.Base+path); status != 404 {
 			t.Errorf("public %s: %d, want 404", path, status)
 		}
 	}
@@ -126,8 +126,8 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 func TestShutdownWithThousandConnections(t *testing.T) {
 	url := storetest.SQLiteURL(t)
 	ts := startServer(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
 	const n = 1000
 	clients := make([]*wsClient, n)
 	var wg sync.WaitGroup
@@ -135,18 +135,18 @@ func TestShutdownWithThousandConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, _, err := ts.tryDialWS(p.publicKey)
+			c, _, err := ts.TryDialWS(p.PublicKey)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			c.send(`{"action":"subscribe","channel":"all"}`)
+			c.Send(`{"action":"subscribe","channel":"all"}`)
 			clients[i] = c
 		}()
 	}
 	wg.Wait()
 	for _, c := range clients {
-		c.expect(`{"action":"subscribe","channel":"all","ok":true}`)
+		c.Expect(`{"action":"subscribe","channel":"all","ok":true}`)
 	}
 	// Emit while the shutdown starts; remember what was acknowledged.
 	var acked []int64
@@ -155,20 +155,20 @@ func TestShutdownWithThousandConnections(t *testing.T) {
 	emitted := make(chan struct{})
 	go func() {
 		defer close(emitted)
-		c := ts.client()
+		c := ts.Client()
 		for i := 0; ; i++ {
 			select {
 			case <-stopEmit:
 				return
 			default:
 			}
-			r := c.emitNoFail(p.secretKey, fmt.Sprintf(`{"channel":"all","payload":%d}`, i))
-			if r.status == 200 {
+			r := c.EmitNoFail(p.SecretKey, fmt.Sprintf(`{"channel":"all","payload":%d}`, i))
+			if r.Status == 200 {
 				mu.Lock()
-				acked = append(acked, int64(num(r.json, "seq")))
+				acked = append(acked, int64(relaytest.Num(r.JSON, "seq")))
 				mu.Unlock()
 			}
-			if r.status == 0 {
+			if r.Status == 0 {
 				return // the listener is closed
 			}
 		}
@@ -192,22 +192,22 @@ func TestShutdownWithThousandConnections(t *testing.T) {
 	for i, c := range clients {
 		got := map[int64]bool{}
 		for {
-			f, ok := c.next(10 * time.Second)
+			f, ok := c.Next(10 * time.Second)
 			if !ok {
 				t.Fatalf("client %d: no close frame", i)
 			}
-			if f.closed {
-				if f.closeCode != 1001 {
-					t.Fatalf("client %d closed with %d", i, f.closeCode)
+			if f.Closed {
+				if f.CloseCode != 1001 {
+					t.Fatalf("client %d closed with %d", i, f.CloseCode)
 				}
 				break
 			}
-			if f.err != nil {
-				t.Fatalf("client %d: %v", i, f.err)
+			if f.Err != nil {
+				t.Fatalf("client %d: %v", i, f.Err)
 			}
 			var m map[string]any
-			json.Unmarshal([]byte(f.text), &m)
-			got[int64(num(m, "seq"))] = true
+			json.Unmarshal([]byte(f.Text), &m)
+			got[int64(relaytest.Num(m, "seq"))] = true
 		}
 		for _, s := range acked {
 			if !got[s] {
@@ -217,14 +217,8 @@ func TestShutdownWithThousandConnections(t *testing.T) {
 	}
 	// Usage rows are complete after the restart.
 	ts2 := startServer(t, url, nil)
-	us, err := ts2.app.store.Usage(context.Background(), p.id, time.Now().UTC().Format(time.DateOnly))
+	us, err := ts2.app.store.Usage(context.Background(), p.ID, time.Now().UTC().Format(time.DateOnly))
 	if err != nil || len(us) != 1 || us[0].ConnectionCount != n || us[0].MessageCount < int64(len(acked)) {
 		t.Fatalf("usage after shutdown: %+v %v; want %d connects and at least %d messages", us, err, n, len(acked))
 	}
-}
-
-// emitNoFail is emit that reports a refused connection as status 0.
-func (c *client) emitNoFail(secretKey, body string) response {
-	r, _ := c.try("POST", "/emit", body, "", map[string]string{"Authorization": "Bearer " + secretKey})
-	return r
 }

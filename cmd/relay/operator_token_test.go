@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
 
 // TestOperatorToken: with RELAY_DEBUG_TOKEN set, every route of the operator
@@ -20,16 +22,16 @@ func TestOperatorToken(t *testing.T) {
 				if auth != "" {
 					h.Set("Authorization", auth)
 				}
-				r, err := request(nil, "GET", ts.debug+path, "", h)
+				r, err := relaytest.Do(nil, "GET", ts.Debug+path, "", h)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if r.status != http.StatusUnauthorized {
-					t.Fatalf("Authorization %q: %d %.200s", auth, r.status, r.raw)
+				if r.Status != http.StatusUnauthorized {
+					t.Fatalf("Authorization %q: %d %.200s", auth, r.Status, r.Raw)
 				}
-				r.expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-				if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
-					t.Fatalf("WWW-Authenticate %q", r.header.Get("WWW-Authenticate"))
+				r.Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+				if !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer") {
+					t.Fatalf("WWW-Authenticate %q", r.Header.Get("WWW-Authenticate"))
 				}
 			}
 			want := http.StatusOK
@@ -37,25 +39,25 @@ func TestOperatorToken(t *testing.T) {
 				want = http.StatusNotFound
 			}
 			for _, auth := range []string{"Bearer " + token, "bearer " + token} {
-				r, err := request(nil, "GET", ts.debug+path, "", http.Header{"Authorization": {auth}})
+				r, err := relaytest.Do(nil, "GET", ts.Debug+path, "", http.Header{"Authorization": {auth}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if r.status != want {
-					t.Fatalf("Authorization %q: %d, want %d: %.200s", auth, r.status, want, r.raw)
+				if r.Status != want {
+					t.Fatalf("Authorization %q: %d, want %d: %.200s", auth, r.Status, want, r.Raw)
 				}
 			}
 		})
 	}
-	r, err := request(nil, "GET", ts.debug+"/metrics", "", http.Header{"Authorization": {"Bearer " + token}})
-	if err != nil || !strings.Contains(r.raw, "relay_connections_open") {
-		t.Fatalf("/metrics with the token: %v %.300s", err, r.raw)
+	r, err := relaytest.Do(nil, "GET", ts.Debug+"/metrics", "", http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil || !strings.Contains(r.Raw, "relay_connections_open") {
+		t.Fatalf("/metrics with the token: %v %.300s", err, r.Raw)
 	}
-	if strings.Contains(ts.logs.String(), token) {
+	if strings.Contains(ts.Logs.String(), token) {
 		t.Fatal("the token appears in the logs")
 	}
 	// The public listener knows nothing of it.
-	if status, _ := getText(t, ts.base+"/healthz"); status != http.StatusOK {
+	if status, _ := relaytest.GetText(t, ts.Base+"/healthz"); status != http.StatusOK {
 		t.Fatalf("/healthz: %d", status)
 	}
 }
@@ -66,14 +68,14 @@ func TestOperatorToken(t *testing.T) {
 // used to read /debug/actors, pprof and /metrics from the operator's browser.
 func TestOperatorWithoutTokenServesLoopbackNames(t *testing.T) {
 	ts := debugServer(t, nil)
-	_, port, _ := strings.Cut(strings.TrimPrefix(ts.debug, "http://"), ":")
+	_, port, _ := strings.Cut(strings.TrimPrefix(ts.Debug, "http://"), ":")
 	for _, path := range []string{"/debug/actors", "/debug/pprof/cmdline", "/metrics"} {
 		for host, want := range map[string]int{
 			"attacker.example:" + port: http.StatusUnauthorized, "attacker.example": http.StatusUnauthorized,
 			"127.0.0.1:" + port: http.StatusOK, "localhost:" + port: http.StatusOK, "LOCALHOST": http.StatusOK,
 			"[::1]:" + port: http.StatusOK, "127.0.0.2": http.StatusOK,
 		} {
-			req, err := http.NewRequest("GET", ts.debug+path, nil)
+			req, err := http.NewRequest("GET", ts.Debug+path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,124 +17,117 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jws"
 
 	"github.com/relayhq/relay/api/backend"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
-
-func presenceSub(t *testing.T, ts *testServer, key, channel, clientID string) *wsClient {
-	t.Helper()
-	c := ts.dialWS(key)
-	c.send(`{"action":"subscribe","channel":"` + channel + `","presence":true,"clientId":"` + clientID + `"}`)
-	c.expect(`{"action":"subscribe","channel":"` + channel + `","ok":true}`)
-	return c
-}
 
 func TestPresence(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("demo")
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("demo")
 
-		plain := subscribed(t, ts, p.publicKey, "room")
-		ann := presenceSub(t, ts, p.publicKey, "room", "ann")
-		ann.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-		bob := presenceSub(t, ts, p.publicKey, "room", "bob")
-		bob.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann"]}`)
-		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
-		cat := presenceSub(t, ts, p.publicKey, "room", "cat")
-		cat.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann","bob"]}`)
-		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"cat"}`)
-		bob.expect(`{"type":"presence","channel":"room","event":"join","clientId":"cat"}`)
+		plain := ts.Subscribed(t, p.PublicKey, "room")
+		ann := ts.PresenceSub(t, p.PublicKey, "room", "ann")
+		ann.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		bob := ts.PresenceSub(t, p.PublicKey, "room", "bob")
+		bob.Expect(`{"type":"presence","channel":"room","event":"sync","members":["ann"]}`)
+		ann.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"bob"}`)
+		cat := ts.PresenceSub(t, p.PublicKey, "room", "cat")
+		cat.Expect(`{"type":"presence","channel":"room","event":"sync","members":["ann","bob"]}`)
+		ann.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"cat"}`)
+		bob.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"cat"}`)
 
 		// Leave on unsubscribe, on a clean close, and on an abrupt drop.
-		cat.send(`{"action":"unsubscribe","channel":"room"}`)
-		cat.expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
-		ann.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
-		bob.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
-		cat.expectSilence(100 * time.Millisecond)
+		cat.Send(`{"action":"unsubscribe","channel":"room"}`)
+		cat.Expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
+		ann.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
+		bob.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
+		cat.ExpectSilence(100 * time.Millisecond)
 
-		bob.sendRaw(clientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
-		bob.expectClose(1000, 5*time.Second)
-		ann.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"bob"}`)
+		bob.SendRaw(clientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
+		bob.ExpectClose(1000, 5*time.Second)
+		ann.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"bob"}`)
 
-		dan := presenceSub(t, ts, p.publicKey, "room", "dan")
-		dan.expect(`{"type":"presence","channel":"room","event":"sync","members":["ann"]}`)
-		ann.expect(`{"type":"presence","channel":"room","event":"join","clientId":"dan"}`)
-		dan.conn.UnderlyingConn().Close()
-		ann.expect(`{"type":"presence","channel":"room","event":"leave","clientId":"dan"}`)
+		dan := ts.PresenceSub(t, p.PublicKey, "room", "dan")
+		dan.Expect(`{"type":"presence","channel":"room","event":"sync","members":["ann"]}`)
+		ann.Expect(`{"type":"presence","channel":"room","event":"join","clientId":"dan"}`)
+		dan.Conn.UnderlyingConn().Close()
+		ann.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"dan"}`)
 
 		// Presence never reached the plain subscriber, and never used the budgets.
-		plain.expectSilence(100 * time.Millisecond)
-		r := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
-		budget(t, ts.now(), r, "rate_limit", 600, 599)
-		budget(t, ts.now(), r, "project_rate_limit", 6000, 5999)
+		plain.ExpectSilence(100 * time.Millisecond)
+		r := owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`)
+		relaytest.Budget(t, ts.Now(), r, "rate_limit", 600, 599)
+		relaytest.Budget(t, ts.Now(), r, "project_rate_limit", 6000, 5999)
 	})
 }
 
 func TestPresenceSameClientOnTwoConnections(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	p := ts.signup("alice@example.com").createProject("demo")
-	watcher := presenceSub(t, ts, p.publicKey, "doc", "w")
-	watcher.expect(`{"type":"presence","channel":"doc","event":"sync","members":[]}`)
-	tab1 := presenceSub(t, ts, p.publicKey, "doc", "eve")
-	tab1.expect(`{"type":"presence","channel":"doc","event":"sync","members":["w"]}`)
-	watcher.expect(`{"type":"presence","channel":"doc","event":"join","clientId":"eve"}`)
-	tab2 := presenceSub(t, ts, p.publicKey, "doc", "eve")
-	tab2.expect(`{"type":"presence","channel":"doc","event":"sync","members":["eve","w"]}`)
-	watcher.expectSilence(100 * time.Millisecond) // eve was already present
-	tab1.conn.Close()
-	watcher.expectSilence(200 * time.Millisecond) // eve is still present on tab2
-	tab2.conn.Close()
-	watcher.expect(`{"type":"presence","channel":"doc","event":"leave","clientId":"eve"}`)
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	watcher := ts.PresenceSub(t, p.PublicKey, "doc", "w")
+	watcher.Expect(`{"type":"presence","channel":"doc","event":"sync","members":[]}`)
+	tab1 := ts.PresenceSub(t, p.PublicKey, "doc", "eve")
+	tab1.Expect(`{"type":"presence","channel":"doc","event":"sync","members":["w"]}`)
+	watcher.Expect(`{"type":"presence","channel":"doc","event":"join","clientId":"eve"}`)
+	tab2 := ts.PresenceSub(t, p.PublicKey, "doc", "eve")
+	tab2.Expect(`{"type":"presence","channel":"doc","event":"sync","members":["eve","w"]}`)
+	watcher.ExpectSilence(100 * time.Millisecond) // eve was already present
+	tab1.Conn.Close()
+	watcher.ExpectSilence(200 * time.Millisecond) // eve is still present on tab2
+	tab2.Conn.Close()
+	watcher.Expect(`{"type":"presence","channel":"doc","event":"leave","clientId":"eve"}`)
 }
 
 func TestReplay(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock()
 		ts := startServerAt(t, url, map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("demo")
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("demo")
 		var seqs []int64
 		for i := range 3 {
-			r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"feed","payload":%d}`, i))
-			seqs = append(seqs, int64(num(r.json, "seq")))
+			r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"feed","payload":%d}`, i))
+			seqs = append(seqs, int64(relaytest.Num(r.JSON, "seq")))
 		}
 		// since the first: the two after it, flagged, in order, before the ack.
-		c := ts.dialWS(p.publicKey)
-		c.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
-		c.expect(fmt.Sprintf(`{"channel":"feed","payload":1,"seq":%d,"replay":true}`, seqs[1]))
-		c.expect(fmt.Sprintf(`{"channel":"feed","payload":2,"seq":%d,"replay":true}`, seqs[2]))
-		c.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+		c := ts.DialWS(p.PublicKey)
+		c.Send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
+		c.Expect(fmt.Sprintf(`{"channel":"feed","payload":1,"seq":%d,"replay":true}`, seqs[1]))
+		c.Expect(fmt.Sprintf(`{"channel":"feed","payload":2,"seq":%d,"replay":true}`, seqs[2]))
+		c.Expect(`{"action":"subscribe","channel":"feed","ok":true}`)
 
 		// since the latest: nothing to replay, no gap.
-		c2 := ts.dialWS(p.publicKey)
-		c2.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[2]))
-		c2.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+		c2 := ts.DialWS(p.PublicKey)
+		c2.Send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[2]))
+		c2.Expect(`{"action":"subscribe","channel":"feed","ok":true}`)
 
 		// since older than anything this channel ever buffered: a gap, then all of it.
-		c3 := ts.dialWS(p.publicKey)
-		c3.send(`{"action":"subscribe","channel":"feed","since":5}`)
-		c3.expect(`{"type":"replay_gap","channel":"feed","since":5}`)
+		c3 := ts.DialWS(p.PublicKey)
+		c3.Send(`{"action":"subscribe","channel":"feed","since":5}`)
+		c3.Expect(`{"type":"replay_gap","channel":"feed","since":5}`)
 		for i, s := range seqs {
-			c3.expect(fmt.Sprintf(`{"channel":"feed","payload":%d,"seq":%d,"replay":true}`, i, s))
+			c3.Expect(fmt.Sprintf(`{"channel":"feed","payload":%d,"seq":%d,"replay":true}`, i, s))
 		}
-		c3.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+		c3.Expect(`{"action":"subscribe","channel":"feed","ok":true}`)
 
 		// After the TTL the messages are gone: a gap and nothing else.
 		clock.Advance(2500 * time.Millisecond)
-		r := owner.emit(p.secretKey, `{"channel":"feed","payload":"new"}`)
-		c4 := ts.dialWS(p.publicKey)
-		c4.send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
-		c4.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"feed","since":%d}`, seqs[0]))
-		c4.expect(fmt.Sprintf(`{"channel":"feed","payload":"new","seq":%d,"replay":true}`, int64(num(r.json, "seq"))))
-		c4.expect(`{"action":"subscribe","channel":"feed","ok":true}`)
+		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"new"}`)
+		c4 := ts.DialWS(p.PublicKey)
+		c4.Send(fmt.Sprintf(`{"action":"subscribe","channel":"feed","since":%d}`, seqs[0]))
+		c4.Expect(fmt.Sprintf(`{"type":"replay_gap","channel":"feed","since":%d}`, seqs[0]))
+		c4.Expect(fmt.Sprintf(`{"channel":"feed","payload":"new","seq":%d,"replay":true}`, int64(relaytest.Num(r.JSON, "seq"))))
+		c4.Expect(`{"action":"subscribe","channel":"feed","ok":true}`)
 
 		// Everything after since expired and nothing newer: the gap alone.
-		r = owner.emit(p.secretKey, `{"channel":"quiet","payload":1}`)
+		r = owner.Emit(p.SecretKey, `{"channel":"quiet","payload":1}`)
 		clock.Advance(2500 * time.Millisecond)
-		c5 := ts.dialWS(p.publicKey)
-		c5.send(fmt.Sprintf(`{"action":"subscribe","channel":"quiet","since":%d}`, int64(num(r.json, "seq"))-1))
-		c5.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"quiet","since":%d}`, int64(num(r.json, "seq"))-1))
-		c5.expect(`{"action":"subscribe","channel":"quiet","ok":true}`)
+		c5 := ts.DialWS(p.PublicKey)
+		c5.Send(fmt.Sprintf(`{"action":"subscribe","channel":"quiet","since":%d}`, int64(relaytest.Num(r.JSON, "seq"))-1))
+		c5.Expect(fmt.Sprintf(`{"type":"replay_gap","channel":"quiet","since":%d}`, int64(relaytest.Num(r.JSON, "seq"))-1))
+		c5.Expect(`{"action":"subscribe","channel":"quiet","ok":true}`)
 	})
 }
 
@@ -208,27 +201,27 @@ func newClientEmitSetup(t *testing.T, url string, env map[string]string) *client
 // clientEmitSetupOn is newClientEmitSetup on a server already started (on a
 // test clock, say).
 func clientEmitSetupOn(t *testing.T, ts *testServer) *clientEmitSetup {
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
 	s := &clientEmitSetup{ts: ts, owner: owner, p: p}
-	s.listener = subscribed(t, ts, p.publicKey, "chat")
-	s.ann = presenceSub(t, ts, p.publicKey, "chat", "ann")
-	s.ann.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
+	s.listener = ts.Subscribed(t, p.PublicKey, "chat")
+	s.ann = ts.PresenceSub(t, p.PublicKey, "chat", "ann")
+	s.ann.Expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
 	return s
 }
 
 func (s *clientEmitSetup) enable(t *testing.T) {
-	r := s.owner.do("PATCH", "/api/projects/"+s.p.id+"/client-emit-secret", `{}`)
-	s.secret = r.str("clientEmitSecret")
-	if r.status != 200 || len(s.secret) < 32 {
-		t.Fatalf("client-emit secret: %d %s", r.status, r.raw)
+	r := s.owner.Do("PATCH", "/api/projects/"+s.p.ID+"/client-emit-secret", `{}`)
+	s.secret = r.Str("clientEmitSecret")
+	if r.Status != 200 || len(s.secret) < 32 {
+		t.Fatalf("client-emit secret: %d %s", r.Status, r.Raw)
 	}
 }
 
 // token mints a token of ann for "msg" on chat, issued now on the server's
 // clock, as mod changes it.
 func (s *clientEmitSetup) token(t *testing.T, mod func(*backend.TokenOptions)) string {
-	o := backend.TokenOptions{Secret: s.secret, ProjectID: s.p.id, Channel: "chat", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute, Now: s.ts.now()}
+	o := backend.TokenOptions{Secret: s.secret, ProjectID: s.p.ID, Channel: "chat", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute, Now: s.ts.Now()}
 	if mod != nil {
 		mod(&o)
 	}
@@ -240,12 +233,13 @@ func (s *clientEmitSetup) token(t *testing.T, mod func(*backend.TokenOptions)) s
 }
 
 func (s *clientEmitSetup) tokenFor(clientID string) string {
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: s.secret, ProjectID: s.p.id, Channel: "chat", ClientID: clientID, Types: []string{"msg"}, TTL: time.Minute})
+	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: s.secret, ProjectID: s.p.ID, Channel: "chat", ClientID: clientID, Types: []string{"msg"}, TTL: time.Minute})
 	return tok
 }
 
+// emitFrame is a client emit on channel chat.
 func emitFrame(token, typ, payload string) string {
-	return `{"action":"emit","channel":"chat","type":"` + typ + `","payload":` + payload + `,"token":"` + token + `"}`
+	return relaytest.EmitFrame("chat", typ, payload, token)
 }
 
 func TestClientEmitRules(t *testing.T) {
@@ -254,14 +248,14 @@ func TestClientEmitRules(t *testing.T) {
 		ann := s.ann
 
 		// 1. no secret yet
-		ann.send(emitFrame("x", "msg", "1"))
-		ann.expect(`{"error":"client_emit_not_configured","channel":"chat"}`)
+		ann.Send(emitFrame("x", "msg", "1"))
+		ann.Expect(`{"error":"client_emit_not_configured","channel":"chat"}`)
 		s.enable(t)
 		// 2. token and type
-		ann.send(`{"action":"emit","channel":"chat","type":"msg","payload":1}`)
-		ann.expect(`{"error":"token_and_type_required","channel":"chat"}`)
-		ann.send(`{"action":"emit","channel":"chat","payload":1,"token":"` + s.token(t, nil) + `"}`)
-		ann.expect(`{"error":"token_and_type_required","channel":"chat"}`)
+		ann.Send(`{"action":"emit","channel":"chat","type":"msg","payload":1}`)
+		ann.Expect(`{"error":"token_and_type_required","channel":"chat"}`)
+		ann.Send(`{"action":"emit","channel":"chat","payload":1,"token":"` + s.token(t, nil) + `"}`)
+		ann.Expect(`{"error":"token_and_type_required","channel":"chat"}`)
 		// 3. signature, expiry, project, channel, type allowlist
 		bad := map[string]string{
 			"garbage":      "not.a.token",
@@ -285,38 +279,38 @@ func TestClientEmitRules(t *testing.T) {
 			"swapped claims":     tamperClaims(s),
 		}
 		for name, tok := range bad {
-			ann.send(emitFrame(tok, "msg", "1"))
-			if f, _ := ann.next(5 * time.Second); f.text != `{"error":"invalid_emit_token","channel":"chat"}` {
+			ann.Send(emitFrame(tok, "msg", "1"))
+			if f, _ := ann.Next(5 * time.Second); f.Text != `{"error":"invalid_emit_token","channel":"chat"}` {
 				t.Fatalf("%s: got %+v, want exactly the invalid_emit_token body", name, f)
 			}
 		}
 		// 4. identity: the token's clientId must be this connection's presence clientId.
-		ann.send(emitFrame(s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" }), "msg", "1"))
-		ann.expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
-		s.listener.send(emitFrame(s.token(t, nil), "msg", "1")) // subscribed, but without presence
-		s.listener.expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
+		ann.Send(emitFrame(s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" }), "msg", "1"))
+		ann.Expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
+		s.listener.Send(emitFrame(s.token(t, nil), "msg", "1")) // subscribed, but without presence
+		s.listener.Expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
 
 		// 8. success: relayed to the others (not the emitter), the emitter gets the ack.
-		ann.send(emitFrame(s.token(t, nil), "msg", `{"text": "hello"}`))
-		ack := ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		seq := int64(num(ack, "seq"))
-		s.listener.expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann"}`, seq))
-		ann.expectSilence(100 * time.Millisecond)
+		ann.Send(emitFrame(s.token(t, nil), "msg", `{"text": "hello"}`))
+		ack := ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		seq := int64(relaytest.Num(ack, "seq"))
+		s.listener.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann"}`, seq))
+		ann.ExpectSilence(100 * time.Millisecond)
 		// It is a message like any other: it takes seq and shows in the replay.
-		r := s.owner.emit(s.p.secretKey, `{"channel":"chat","payload":2}`)
-		if int64(num(r.json, "seq")) != seq+1 || num(r.json, "delivered") != 2 {
-			t.Fatalf("emit after client-emit: %s", r.raw)
+		r := s.owner.Emit(s.p.SecretKey, `{"channel":"chat","payload":2}`)
+		if int64(relaytest.Num(r.JSON, "seq")) != seq+1 || relaytest.Num(r.JSON, "delivered") != 2 {
+			t.Fatalf("emit after client-emit: %s", r.Raw)
 		}
-		budget(t, s.ts.now(), r, "rate_limit", 600, 598) // the client-emit used the channel budget too
-		s.ann.expect(fmt.Sprintf(`{"channel":"chat","payload":2,"seq":%d}`, seq+1))
-		late := s.ts.dialWS(s.p.publicKey)
-		late.send(fmt.Sprintf(`{"action":"subscribe","channel":"chat","since":%d}`, seq-1))
-		late.expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann","replay":true}`, seq))
+		relaytest.Budget(t, s.ts.Now(), r, "rate_limit", 600, 598) // the client-emit used the channel budget too
+		s.ann.Expect(fmt.Sprintf(`{"channel":"chat","payload":2,"seq":%d}`, seq+1))
+		late := s.ts.DialWS(s.p.PublicKey)
+		late.Send(fmt.Sprintf(`{"action":"subscribe","channel":"chat","since":%d}`, seq-1))
+		late.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann","replay":true}`, seq))
 
 		// 7. size: serialized {channel,payload} over 128 KiB
 		big := `"` + strings.Repeat("x", 131072) + `"`
-		ann.send(emitFrame(s.token(t, nil), "msg", big))
-		ann.expect(`{"error":"payload_too_large","channel":"chat"}`)
+		ann.Send(emitFrame(s.token(t, nil), "msg", big))
+		ann.Expect(`{"error":"payload_too_large","channel":"chat"}`)
 
 		// Controls for the re-signing helpers of rule 3: with HS256 and the
 		// secret their tokens pass, so the refusals above are the algorithm's.
@@ -324,8 +318,8 @@ func TestClientEmitRules(t *testing.T) {
 			resign(t, s.token(t, nil), jwa.HS256, []byte(s.secret)),
 			hmacWithHeader(s.token(t, nil), `{"alg":"HS256","typ":"JWT"}`, s.secret),
 		} {
-			ann.send(emitFrame(tok, "msg", "1"))
-			ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+			ann.Send(emitFrame(tok, "msg", "1"))
+			ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 		}
 	})
 }
@@ -340,34 +334,34 @@ func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
 	s.enable(t)
 	tok := s.token(t, nil)
 	for range 3 {
-		s.ann.send(emitFrame(tok, "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.Send(emitFrame(tok, "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	}
-	s.ann.send(emitFrame(tok, "msg", "1"))
-	s.ann.expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
+	s.ann.Send(emitFrame(tok, "msg", "1"))
+	s.ann.Expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
 	// Next second: allowed again, until the channel budget (5 a minute) runs out.
 	clock.Advance(time.Second)
 	for range 2 {
-		s.ann.send(emitFrame(tok, "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.Send(emitFrame(tok, "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	}
-	s.ann.send(emitFrame(tok, "msg", "1"))
-	s.ann.expect(`{"error":"channel_rate_limited","channel":"chat"}`)
+	s.ann.Send(emitFrame(tok, "msg", "1"))
+	s.ann.Expect(`{"error":"channel_rate_limited","channel":"chat"}`)
 	for range 5 { // the listener got exactly the five accepted ones
-		s.listener.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
+		s.listener.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
 	}
-	s.listener.expectSilence(100 * time.Millisecond)
+	s.listener.ExpectSilence(100 * time.Millisecond)
 }
 
 func TestClientEmitProjectBackstop(t *testing.T) {
 	clock := newClock() // one minute window for the backstop
 	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"}, clock.Now))
 	s.enable(t)
-	if r := s.owner.emit(s.p.secretKey, `{"channel":"other","payload":1}`); r.status != 200 {
-		t.Fatalf("emit: %s", r.raw)
+	if r := s.owner.Emit(s.p.SecretKey, `{"channel":"other","payload":1}`); r.Status != 200 {
+		t.Fatalf("emit: %s", r.Raw)
 	}
-	s.ann.send(emitFrame(s.token(t, nil), "msg", "1"))
-	s.ann.expect(`{"error":"project_rate_limited","channel":"chat"}`)
+	s.ann.Send(emitFrame(s.token(t, nil), "msg", "1"))
+	s.ann.Expect(`{"error":"project_rate_limited","channel":"chat"}`)
 }
 
 func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
@@ -375,27 +369,22 @@ func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
 		s := newClientEmitSetup(t, url, nil)
 		s.enable(t)
 		old := s.token(t, nil)
-		s.ann.send(emitFrame(old, "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		again := s.owner.do("PATCH", "/api/projects/"+s.p.id+"/client-emit-secret", `{}`)
-		if again.str("clientEmitSecret") != s.secret {
-			t.Fatalf("second call without regenerate changed the secret: %s", again.raw)
+		s.ann.Send(emitFrame(old, "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		again := s.owner.Do("PATCH", "/api/projects/"+s.p.ID+"/client-emit-secret", `{}`)
+		if again.Str("clientEmitSecret") != s.secret {
+			t.Fatalf("second call without regenerate changed the secret: %s", again.Raw)
 		}
-		r := s.owner.do("PATCH", "/api/projects/"+s.p.id+"/client-emit-secret", `{"regenerate":true}`)
-		if r.str("clientEmitSecret") == s.secret || r.status != 200 {
-			t.Fatalf("regenerate: %s", r.raw)
+		r := s.owner.Do("PATCH", "/api/projects/"+s.p.ID+"/client-emit-secret", `{"regenerate":true}`)
+		if r.Str("clientEmitSecret") == s.secret || r.Status != 200 {
+			t.Fatalf("regenerate: %s", r.Raw)
 		}
-		s.ann.send(emitFrame(old, "msg", "1"))
-		s.ann.expect(`{"error":"invalid_emit_token","channel":"chat"}`)
-		s.secret = r.str("clientEmitSecret")
-		s.ann.send(emitFrame(s.token(t, nil), "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.Send(emitFrame(old, "msg", "1"))
+		s.ann.Expect(`{"error":"invalid_emit_token","channel":"chat"}`)
+		s.secret = r.Str("clientEmitSecret")
+		s.ann.Send(emitFrame(s.token(t, nil), "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	})
-}
-
-func (c *client) revoke(secretKey, body string) response {
-	c.t.Helper()
-	return c.bearerPost("/emit-tokens/revoke", secretKey, body)
 }
 
 func TestRevokeEndpoint(t *testing.T) {
@@ -403,77 +392,77 @@ func TestRevokeEndpoint(t *testing.T) {
 		clock := newClock() // tokens are compared with revocations by the second
 		s := clientEmitSetupOn(t, startServerAt(t, url, nil, clock.Now))
 		s.enable(t)
-		c := s.ts.client()
-		c.revoke("", `{"jti":"x"}`).expect(t, 401, `{"error":"missing_secret_key"}`)
-		c.revoke("sk_live_nope", `{"jti":"x"}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
-		c.revoke(s.p.publicKey, `{"jti":"x"}`).expect(t, 401, `{"error":"invalid_secret_key"}`)
-		c.revoke(s.p.secretKey, `{"jti":`).expect(t, 400, `{"error":"invalid_json"}`)
-		c.revoke(s.p.secretKey, `{}`).expect(t, 400, `{"error":"jti_or_client_id_required"}`)
-		c.revoke(s.p.secretKey, `{"jti":"","clientId":""}`).expect(t, 400, `{"error":"jti_or_client_id_required"}`)
-		c.revoke(s.p.secretKey, `{"jti":"never-issued"}`).expect(t, 200, `{"ok":true}`)
-		c.revoke(s.p.secretKey, `{"jti":"never-issued"}`).expect(t, 200, `{"ok":true}`) // idempotent
+		c := s.ts.Client()
+		c.Revoke("", `{"jti":"x"}`).Expect(t, 401, `{"error":"missing_secret_key"}`)
+		c.Revoke("sk_live_nope", `{"jti":"x"}`).Expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.Revoke(s.p.PublicKey, `{"jti":"x"}`).Expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.Revoke(s.p.SecretKey, `{"jti":`).Expect(t, 400, `{"error":"invalid_json"}`)
+		c.Revoke(s.p.SecretKey, `{}`).Expect(t, 400, `{"error":"jti_or_client_id_required"}`)
+		c.Revoke(s.p.SecretKey, `{"jti":"","clientId":""}`).Expect(t, 400, `{"error":"jti_or_client_id_required"}`)
+		c.Revoke(s.p.SecretKey, `{"jti":"never-issued"}`).Expect(t, 200, `{"ok":true}`)
+		c.Revoke(s.p.SecretKey, `{"jti":"never-issued"}`).Expect(t, 200, `{"ok":true}`) // idempotent
 
 		// By jti: that token fails, another of the same clientId works.
 		one := s.token(t, func(o *backend.TokenOptions) { o.JTI = "one" })
 		two := s.token(t, func(o *backend.TokenOptions) { o.JTI = "two" })
-		err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: s.ts.base + "/emit", SecretKey: s.p.secretKey, JTI: "one"})
+		err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: s.ts.Base + "/emit", SecretKey: s.p.SecretKey, JTI: "one"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.ann.send(emitFrame(one, "msg", "1"))
-		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		s.ann.send(emitFrame(two, "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.Send(emitFrame(one, "msg", "1"))
+		s.ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		s.ann.Send(emitFrame(two, "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
 		// Both in one body: the jti (of ann's token) and every token of the
 		// clientId (bob's); ann's other tokens keep working.
-		bob := presenceSub(t, s.ts, s.p.publicKey, "chat", "bob")
-		bob.expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
-		s.ann.expect(`{"type":"presence","channel":"chat","event":"join","clientId":"bob"}`)
+		bob := s.ts.PresenceSub(t, s.p.PublicKey, "chat", "bob")
+		bob.Expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
+		s.ann.Expect(`{"type":"presence","channel":"chat","event":"join","clientId":"bob"}`)
 		three := s.token(t, func(o *backend.TokenOptions) { o.JTI = "three" })
 		bobOld := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
-		c.revoke(s.p.secretKey, `{"jti":"three","clientId":"bob"}`).expect(t, 200, `{"ok":true}`)
-		s.ann.send(emitFrame(three, "msg", "1"))
-		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		bob.send(emitFrame(bobOld, "msg", "1"))
-		bob.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		s.ann.send(emitFrame(two, "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		bob.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
+		c.Revoke(s.p.SecretKey, `{"jti":"three","clientId":"bob"}`).Expect(t, 200, `{"ok":true}`)
+		s.ann.Send(emitFrame(three, "msg", "1"))
+		s.ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		bob.Send(emitFrame(bobOld, "msg", "1"))
+		bob.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		s.ann.Send(emitFrame(two, "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		bob.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
 		// A token of bob minted in a later second than the revocation works.
 		clock.Advance(time.Second)
 		bobNew := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
-		bob.send(emitFrame(bobNew, "msg", "1"))
-		bob.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		s.ann.expectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"bob"}`, "seq")
+		bob.Send(emitFrame(bobNew, "msg", "1"))
+		bob.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"bob"}`, "seq")
 
 		// By clientId: every token issued up to now fails; one minted in a later second works.
-		c.revoke(s.p.secretKey, `{"clientId":"ann"}`).expect(t, 200, `{"ok":true}`)
-		s.ann.send(emitFrame(two, "msg", "1"))
-		s.ann.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		c.Revoke(s.p.SecretKey, `{"clientId":"ann"}`).Expect(t, 200, `{"ok":true}`)
+		s.ann.Send(emitFrame(two, "msg", "1"))
+		s.ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
 		clock.Advance(time.Second)
 		fresh := s.token(t, nil)
-		s.ann.send(emitFrame(fresh, "msg", "1"))
-		s.ann.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.ann.Send(emitFrame(fresh, "msg", "1"))
+		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
 		// Revocations survive a restart: the server stops, and a second one
 		// starts on the same database.
 		s.ts.stop()
 		ts2 := startServerAt(t, url, nil, clock.Now)
-		ann2 := presenceSub(t, ts2, s.p.publicKey, "chat", "ann")
-		ann2.expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
+		ann2 := ts2.PresenceSub(t, s.p.PublicKey, "chat", "ann")
+		ann2.Expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
 		for _, tok := range []string{one, two, three} {
-			ann2.send(emitFrame(tok, "msg", "1"))
-			ann2.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+			ann2.Send(emitFrame(tok, "msg", "1"))
+			ann2.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
 		}
-		ann2.send(emitFrame(fresh, "msg", "1"))
-		ann2.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		bob2 := presenceSub(t, ts2, s.p.publicKey, "chat", "bob")
-		bob2.expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
-		bob2.send(emitFrame(bobOld, "msg", "1"))
-		bob2.expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		bob2.send(emitFrame(bobNew, "msg", "1"))
-		bob2.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		ann2.Send(emitFrame(fresh, "msg", "1"))
+		ann2.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		bob2 := ts2.PresenceSub(t, s.p.PublicKey, "chat", "bob")
+		bob2.Expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
+		bob2.Send(emitFrame(bobOld, "msg", "1"))
+		bob2.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		bob2.Send(emitFrame(bobNew, "msg", "1"))
+		bob2.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	})
 }
 
@@ -492,18 +481,18 @@ func TestClientEmitAnswersInOrder(t *testing.T) {
 		if i%4 == 3 {
 			typ = "cursor" // not in the token's types
 		}
-		s.ann.send(emitFrame(tok, typ, fmt.Sprint(i)))
+		s.ann.Send(emitFrame(tok, typ, fmt.Sprint(i)))
 	}
 	accepted := map[int64]int{} // seq → index of the emit it answered
 	var order []int64
 	for i := range n {
-		f, ok := s.ann.next(5 * time.Second)
-		if !ok || f.text == "" {
+		f, ok := s.ann.Next(5 * time.Second)
+		if !ok || f.Text == "" {
 			t.Fatalf("answer %d: %+v", i, f)
 		}
 		var m map[string]any
-		if err := json.Unmarshal([]byte(f.text), &m); err != nil {
-			t.Fatalf("answer %d: %q", i, f.text)
+		if err := json.Unmarshal([]byte(f.Text), &m); err != nil {
+			t.Fatalf("answer %d: %q", i, f.Text)
 		}
 		want := `{"error":"client_emit_rate_limited","channel":"chat"}`
 		if i%4 == 3 {
@@ -511,22 +500,22 @@ func TestClientEmitAnswersInOrder(t *testing.T) {
 		}
 		switch {
 		case m["action"] == "emit" && i%4 != 3:
-			seq := int64(num(m, "seq"))
+			seq := int64(relaytest.Num(m, "seq"))
 			accepted[seq] = i
 			order = append(order, seq)
-		case f.text != want:
-			t.Fatalf("answer %d is %s, want %s or an emit ack", i, f.text, want)
+		case f.Text != want:
+			t.Fatalf("answer %d is %s, want %s or an emit ack", i, f.Text, want)
 		}
 	}
 	if len(accepted) < 5 {
 		t.Fatalf("%d emits accepted, want at least the cap, 5", len(accepted))
 	}
 	for range accepted {
-		m := s.listener.expectExcept(`{"channel":"chat","type":"msg","clientId":"ann"}`, "seq", "payload")
-		seq, payload := int64(num(m, "seq")), int(num(m, "payload"))
+		m := s.listener.ExpectExcept(`{"channel":"chat","type":"msg","clientId":"ann"}`, "seq", "payload")
+		seq, payload := int64(relaytest.Num(m, "seq")), int(relaytest.Num(m, "payload"))
 		if i, ok := accepted[seq]; !ok || i != payload {
 			t.Fatalf("seq %d carried emit %d, but its ack came as answer %d (acked seqs in order: %v)", seq, payload, i, order)
 		}
 	}
-	s.listener.expectSilence(100 * time.Millisecond)
+	s.listener.ExpectSilence(100 * time.Millisecond)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -27,11 +28,11 @@ func TestProjectScript(t *testing.T) {
 	}
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		alice := ts.signup("alice@example.com")
+		alice := ts.Signup("alice@example.com")
 		run := func(wantOK bool, env []string, args ...string) (string, string) {
 			t.Helper()
 			cmd := exec.Command("sh", append([]string{"../../api/examples/project.sh"}, args...)...)
-			cmd.Env = append(os.Environ(), "RELAY_URL="+ts.base, "RELAY_EMAIL=alice@example.com", "RELAY_PASSWORD=correct horse")
+			cmd.Env = append(os.Environ(), "RELAY_URL="+ts.Base, "RELAY_EMAIL=alice@example.com", "RELAY_PASSWORD=correct horse")
 			cmd.Env = append(cmd.Env, env...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -60,10 +61,10 @@ func TestProjectScript(t *testing.T) {
 		json.Unmarshal([]byte(cpSettings(id, hook, true, true, 90, true)), &settings)
 		var printed any
 		json.Unmarshal(up.Settings, &printed)
-		if canonical(printed) != canonical(settings) {
-			t.Fatalf("up printed the settings %s, want %s", canonical(printed), canonical(settings))
+		if relaytest.Canonical(printed) != relaytest.Canonical(settings) {
+			t.Fatalf("up printed the settings %s, want %s", relaytest.Canonical(printed), relaytest.Canonical(settings))
 		}
-		alice.do("GET", "/api/projects/"+id+"/settings", "").expect(t, http.StatusOK, cpSettings(id, hook, true, true, 90, true))
+		alice.Do("GET", "/api/projects/"+id+"/settings", "").Expect(t, http.StatusOK, cpSettings(id, hook, true, true, 90, true))
 		stored, err := ts.app.store.Project(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
@@ -75,11 +76,11 @@ func TestProjectScript(t *testing.T) {
 				st.WebhookSecret, stored.ClientEmitSecret, stored.AuthSecret, stored.Authorization)
 		}
 		emit := func(payload string) response {
-			return ts.client().send("POST", "/emit", `{"channel":"room","payload":`+payload+`}`, "application/json",
+			return ts.Client().Send("POST", "/emit", `{"channel":"room","payload":`+payload+`}`, "application/json",
 				map[string]string{"Authorization": "Bearer " + up.Keys.SecretKey})
 		}
-		if r := emit(`{"n":1}`); r.status != http.StatusOK || !strings.Contains(r.raw, `"limit":90`) {
-			t.Fatalf("emit with the printed secret key: %d %s", r.status, r.raw)
+		if r := emit(`{"n":1}`); r.Status != http.StatusOK || !strings.Contains(r.Raw, `"limit":90`) {
+			t.Fatalf("emit with the printed secret key: %d %s", r.Status, r.Raw)
 		}
 
 		// A refusal: the API's answer on stderr, a non-zero exit.
@@ -87,8 +88,8 @@ func TestProjectScript(t *testing.T) {
 		if !strings.Contains(stderr, `refused: {"error":"invalid_webhook_url"}`) {
 			t.Fatalf("a refused up said %q", stderr)
 		}
-		if r := alice.do("GET", "/api/projects", ""); r.status != http.StatusOK || strings.Contains(r.raw, `"refused"`) || !strings.Contains(r.raw, `"scripted"`) {
-			t.Fatalf("after a refused up (its project deleted again): %d %s", r.status, r.raw)
+		if r := alice.Do("GET", "/api/projects", ""); r.Status != http.StatusOK || strings.Contains(r.Raw, `"refused"`) || !strings.Contains(r.Raw, `"scripted"`) {
+			t.Fatalf("after a refused up (its project deleted again): %d %s", r.Status, r.Raw)
 		}
 		_, stderr = run(false, []string{"RELAY_PASSWORD=wrong"}, "down", id)
 		if !strings.Contains(stderr, `"error":"invalid_credentials"`) {
@@ -96,9 +97,9 @@ func TestProjectScript(t *testing.T) {
 		}
 
 		run(true, nil, "down", id)
-		alice.do("GET", "/api/projects/"+id, "").expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
-		if r := emit(`{"n":2}`); r.status != http.StatusUnauthorized {
-			t.Fatalf("emit after down: %d %s", r.status, r.raw)
+		alice.Do("GET", "/api/projects/"+id, "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+		if r := emit(`{"n":2}`); r.Status != http.StatusUnauthorized {
+			t.Fatalf("emit after down: %d %s", r.Status, r.Raw)
 		}
 		_, stderr = run(false, nil, "down", id)
 		if !strings.Contains(stderr, `{"error":"project_not_found"}`) {

@@ -23,13 +23,13 @@ import (
 
 // viaProxy sends a login or signup as a proxy at the client's address does,
 // with X-Forwarded-For set to xff ("" sends none).
-func (c *client) viaProxy(xff, path, body string) response {
-	c.t.Helper()
+func viaProxy(c *client, xff, path, body string) response {
+	c.T.Helper()
 	h := map[string]string{}
 	if xff != "" {
 		h["X-Forwarded-For"] = xff
 	}
-	return c.send("POST", path, body, "application/json", h)
+	return c.Send("POST", path, body, "application/json", h)
 }
 
 func loginBody(email, password string) string {
@@ -37,10 +37,10 @@ func loginBody(email, password string) string {
 }
 
 // expectLoggedIn checks a successful login of email.
-func (r response) expectLoggedIn(t *testing.T, email string) {
+func expectLoggedIn(r response, t *testing.T, email string) {
 	t.Helper()
-	if r.status != http.StatusOK || r.str("email") != email || r.header.Get("Set-Cookie") == "" {
-		t.Fatalf("login of %s: %d %s", email, r.status, r.raw)
+	if r.Status != http.StatusOK || r.Str("email") != email || r.Header.Get("Set-Cookie") == "" {
+		t.Fatalf("login of %s: %d %s", email, r.Status, r.Raw)
 	}
 }
 
@@ -55,30 +55,30 @@ func TestTrustedProxyLoginFlood(t *testing.T) {
 		ts := startServerAt(t, dbURL, map[string]string{
 			"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_ATTEMPTS_PER_MINUTE": "10",
 		}, clock.Now)
-		ts.signup("alice@example.com")
-		proxy := ts.clientFrom("127.0.0.1")
+		ts.Signup("alice@example.com")
+		proxy := ts.ClientFrom("127.0.0.1")
 
 		for i := range 40 {
-			proxy.viaProxy(fmt.Sprintf("198.51.100.%d", i+1), "/api/auth/login", loginBody(fmt.Sprintf("nobody%d@example.com", i), "wrong password")).
-				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			viaProxy(proxy, fmt.Sprintf("198.51.100.%d", i+1), "/api/auth/login", loginBody(fmt.Sprintf("nobody%d@example.com", i), "wrong password")).
+				Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		}
-		proxy.viaProxy("203.0.113.7", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+		expectLoggedIn(viaProxy(proxy, "203.0.113.7", "/api/auth/login", loginBody("alice@example.com", "correct horse")), t, "alice@example.com")
 
 		// One client behind the proxy: 3 × 10 failures, then refused. What it
 		// writes into X-Forwarded-For itself (left of what the proxy appends)
 		// changes nothing.
 		const perAddr = 30
 		for i := range perAddr {
-			proxy.viaProxy(fmt.Sprintf("6.6.6.%d, 198.51.100.200", i), "/api/auth/login", loginBody(fmt.Sprintf("guess%d@example.com", i), "wrong password")).
-				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			viaProxy(proxy, fmt.Sprintf("6.6.6.%d, 198.51.100.200", i), "/api/auth/login", loginBody(fmt.Sprintf("guess%d@example.com", i), "wrong password")).
+				Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		}
-		proxy.viaProxy("7.7.7.7, 198.51.100.200", "/api/auth/login", loginBody("guess-more@example.com", "wrong password")).expectThrottled(t)
-		proxy.viaProxy("198.51.100.200", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectThrottled(t)
+		expectThrottled(viaProxy(proxy, "7.7.7.7, 198.51.100.200", "/api/auth/login", loginBody("guess-more@example.com", "wrong password")), t)
+		expectThrottled(viaProxy(proxy, "198.51.100.200", "/api/auth/login", loginBody("alice@example.com", "correct horse")), t)
 		// Everyone else behind the proxy is unaffected.
-		proxy.viaProxy("203.0.113.8", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+		expectLoggedIn(viaProxy(proxy, "203.0.113.8", "/api/auth/login", loginBody("alice@example.com", "correct horse")), t, "alice@example.com")
 		// The window ends a minute after it began, on the server's clock.
 		clock.Advance(61 * time.Second)
-		proxy.viaProxy("198.51.100.200", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+		expectLoggedIn(viaProxy(proxy, "198.51.100.200", "/api/auth/login", loginBody("alice@example.com", "correct horse")), t, "alice@example.com")
 	})
 }
 
@@ -92,29 +92,29 @@ func TestForwardedForIgnoredFromUntrustedPeers(t *testing.T) {
 	flood := func(t *testing.T, attacker *client, xff func(i int) string) {
 		t.Helper()
 		for i := range perAddr {
-			attacker.viaProxy(xff(i), "/api/auth/login", loginBody(fmt.Sprintf("guess%d@example.com", i), "wrong password")).
-				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			viaProxy(attacker, xff(i), "/api/auth/login", loginBody(fmt.Sprintf("guess%d@example.com", i), "wrong password")).
+				Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		}
-		attacker.viaProxy(xff(perAddr), "/api/auth/login", loginBody("guess-more@example.com", "wrong password")).expectThrottled(t)
+		expectThrottled(viaProxy(attacker, xff(perAddr), "/api/auth/login", loginBody("guess-more@example.com", "wrong password")), t)
 	}
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		t.Run("no trusted proxies", func(t *testing.T) {
 			ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, newClock().Now)
-			ts.signup("alice@example.com")
-			flood(t, ts.clientFrom("127.0.0.1"), func(i int) string { return fmt.Sprintf("198.51.100.%d", i+1) })
-			ts.clientFrom("127.0.0.2").viaProxy("198.51.100.1", "/api/auth/login", loginBody("alice@example.com", "correct horse")).
-				expectLoggedIn(t, "alice@example.com")
+			ts.Signup("alice@example.com")
+			flood(t, ts.ClientFrom("127.0.0.1"), func(i int) string { return fmt.Sprintf("198.51.100.%d", i+1) })
+			expectLoggedIn(viaProxy(ts.ClientFrom("127.0.0.2"), "198.51.100.1", "/api/auth/login", loginBody("alice@example.com", "correct horse")),
+				t, "alice@example.com")
 		})
 		t.Run("peer not trusted", func(t *testing.T) {
 			ts := startServerAt(t, dbURL, map[string]string{
 				"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_ATTEMPTS_PER_MINUTE": "10",
 			}, newClock().Now)
-			ts.signup("bob@example.com")
+			ts.Signup("bob@example.com")
 			// The attacker, not the proxy, claims to be the victim's
 			// address, and to come through the proxy.
-			flood(t, ts.clientFrom("127.0.0.3"), func(i int) string { return "203.0.113.7, 127.0.0.1" })
-			ts.clientFrom("127.0.0.1").viaProxy("203.0.113.7", "/api/auth/login", loginBody("bob@example.com", "correct horse")).
-				expectLoggedIn(t, "bob@example.com")
+			flood(t, ts.ClientFrom("127.0.0.3"), func(i int) string { return "203.0.113.7, 127.0.0.1" })
+			expectLoggedIn(viaProxy(ts.ClientFrom("127.0.0.1"), "203.0.113.7", "/api/auth/login", loginBody("bob@example.com", "correct horse")),
+				t, "bob@example.com")
 		})
 	})
 }
@@ -128,19 +128,19 @@ func TestLoginNotLockedOutFromOtherAddresses(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, clock.Now)
-		ts.signup("alice@example.com")
+		ts.Signup("alice@example.com")
 		var attackers []*client
 		for i := range 4 {
-			attackers = append(attackers, ts.clientFrom(fmt.Sprintf("127.0.0.%d", i+2)))
+			attackers = append(attackers, ts.ClientFrom(fmt.Sprintf("127.0.0.%d", i+2)))
 		}
-		owner := ts.clientFrom("127.0.0.1")
+		owner := ts.ClientFrom("127.0.0.1")
 		for round := range 2 {
 			for i := range 12 {
-				attackers[i%len(attackers)].do("POST", "/api/auth/login", loginBody("alice@example.com", "wrong password")).
-					expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+				attackers[i%len(attackers)].Do("POST", "/api/auth/login", loginBody("alice@example.com", "wrong password")).
+					Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 			}
 			began := time.Now()
-			owner.do("POST", "/api/auth/login", loginBody("ALICE@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+			expectLoggedIn(owner.Do("POST", "/api/auth/login", loginBody("ALICE@example.com", "correct horse")), t, "alice@example.com")
 			if took := time.Since(began); took > 10*time.Second {
 				t.Fatalf("round %d: the owner's login took %v, want at most the 4 s delay (plus slack)", round, took)
 			}
@@ -149,16 +149,16 @@ func TestLoginNotLockedOutFromOtherAddresses(t *testing.T) {
 
 		// One address: 10 failures for alice, then refused, even with the
 		// right password; the owner elsewhere still gets in.
-		persistent := ts.clientFrom("127.0.0.9")
+		persistent := ts.ClientFrom("127.0.0.9")
 		for range 10 {
-			persistent.do("POST", "/api/auth/login", loginBody("alice@example.com", "wrong password")).
-				expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			persistent.Do("POST", "/api/auth/login", loginBody("alice@example.com", "wrong password")).
+				Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		}
-		persistent.do("POST", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectThrottled(t)
-		owner.do("POST", "/api/auth/login", loginBody("alice@example.com", "correct horse")).expectLoggedIn(t, "alice@example.com")
+		expectThrottled(persistent.Do("POST", "/api/auth/login", loginBody("alice@example.com", "correct horse")), t)
+		expectLoggedIn(owner.Do("POST", "/api/auth/login", loginBody("alice@example.com", "correct horse")), t, "alice@example.com")
 		// The dashboard shares the rule.
-		d := ts.dash(t)
-		d.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).expectRedirect(t, "/")
+		d := ts.Dash(t)
+		d.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).ExpectRedirect(t, "/")
 	})
 }
 
@@ -171,7 +171,7 @@ func TestInvalidSignupsDoNotCloseSignup(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{"SIGNUP_ATTEMPTS_PER_MINUTE": "20"}, clock.Now)
-		c := ts.client()
+		c := ts.Client()
 		invalid := []struct {
 			body   string
 			status int
@@ -184,18 +184,18 @@ func TestInvalidSignupsDoNotCloseSignup(t *testing.T) {
 			{`{"email":"mallory@example.com","password":"correct horse"}`, 403, `{"error":"email_not_allowed"}`},
 		}
 		for range 20 { // the attacker's 20 empty signups: signup stays open
-			c.do("POST", "/api/auth/signup", "").expect(t, http.StatusBadRequest, `{"error":"email_and_password_required"}`)
+			c.Do("POST", "/api/auth/signup", "").Expect(t, http.StatusBadRequest, `{"error":"email_and_password_required"}`)
 		}
-		ts.signup("alice@example.com")
+		ts.Signup("alice@example.com")
 		const budget = 5 * 20
 		for i := 20; i < budget; i++ {
 			tc := invalid[i%len(invalid)]
-			c.do("POST", "/api/auth/signup", tc.body).expect(t, tc.status, tc.want)
+			c.Do("POST", "/api/auth/signup", tc.body).Expect(t, tc.status, tc.want)
 		}
-		c.do("POST", "/api/auth/signup", "").expectThrottled(t)
-		ts.signup("bob@example.com")
+		expectThrottled(c.Do("POST", "/api/auth/signup", ""), t)
+		ts.Signup("bob@example.com")
 		clock.Advance(61 * time.Second)
-		c.do("POST", "/api/auth/signup", "").expect(t, http.StatusBadRequest, `{"error":"email_and_password_required"}`)
+		c.Do("POST", "/api/auth/signup", "").Expect(t, http.StatusBadRequest, `{"error":"email_and_password_required"}`)
 	})
 }
 
@@ -204,13 +204,13 @@ func TestInvalidSignupsDoNotCloseSignup(t *testing.T) {
 // whatever X-Forwarded-For it sent.
 func TestClientAddressInConnectionLogs(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32"})
-	p := ts.signup("alice@example.com").createProject("demo")
+	p := ts.Signup("alice@example.com").CreateProject("demo")
 	dial := func(from, xff string) {
 		t.Helper()
 		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDial: func(network, addr string) (net.Conn, error) {
 			return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).Dial(network, addr)
 		}}
-		conn, _, err := d.Dial(ts.wsURL(p.publicKey), http.Header{"X-Forwarded-For": {xff}})
+		conn, _, err := d.Dial(ts.WSURL(p.PublicKey), http.Header{"X-Forwarded-For": {xff}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,12 +220,12 @@ func TestClientAddressInConnectionLogs(t *testing.T) {
 	dial("127.0.0.2", "203.0.113.66")
 	waitLog := func(want string) {
 		t.Helper()
-		relaytest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(ts.logs.String(), want) }, "a log line with %q:\n%s", want, ts.logs)
+		relaytest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(ts.Logs.String(), want) }, "a log line with %q:\n%s", want, ts.Logs)
 	}
 	waitLog("msg=\"connection opened\"")
 	waitLog("addr=203.0.113.7")
 	waitLog("addr=127.0.0.2")
-	if strings.Contains(ts.logs.String(), "203.0.113.66") {
-		t.Fatalf("an untrusted peer's X-Forwarded-For was logged as its address:\n%s", ts.logs)
+	if strings.Contains(ts.Logs.String(), "203.0.113.66") {
+		t.Fatalf("an untrusted peer's X-Forwarded-For was logged as its address:\n%s", ts.Logs)
 	}
 }

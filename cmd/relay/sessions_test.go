@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/api"
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
@@ -21,7 +22,7 @@ import (
 // sessCookie is the service_session value a client's jar holds for ts.
 func sessCookie(t testing.TB, ts *testServer, jar http.CookieJar) string {
 	t.Helper()
-	u, _ := url.Parse(ts.base)
+	u, _ := url.Parse(ts.Base)
 	for _, c := range jar.Cookies(u) {
 		if c.Name == api.CookieName && c.Value != "" {
 			return c.Value
@@ -33,9 +34,9 @@ func sessCookie(t testing.TB, ts *testServer, jar http.CookieJar) string {
 
 // dashWithCookie is a fresh dashboard client holding service_session=value.
 func (ts *testServer) dashWithCookie(t testing.TB, value string) *dashClient {
-	c := ts.dash(t)
-	u, _ := url.Parse(ts.base)
-	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: value, Path: "/"}})
+	c := ts.Dash(t)
+	u, _ := url.Parse(ts.Base)
+	c.HTTP.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: value, Path: "/"}})
 	return c
 }
 
@@ -43,30 +44,30 @@ func (ts *testServer) dashWithCookie(t testing.TB, value string) *dashClient {
 // unauthorized) and the dashboard (a redirect to /login).
 func sessRefused(t testing.TB, ts *testServer, value, what string) {
 	t.Helper()
-	c := ts.cpWithCookie(value).cpOn(t)
+	c := ts.WithCookie(value).On(t)
 	for _, rt := range []cpRoute{{"list", "GET", "/api/projects", ""}, {"create", "POST", "/api/projects", `{"name":"Replayed"}`}} {
-		r := c.do(rt.method, rt.path, rt.body)
-		if r.status != http.StatusUnauthorized {
-			t.Fatalf("%s: %s %s with the cookie: %d %s", what, rt.method, rt.path, r.status, r.raw)
+		r := c.Do(rt.method, rt.path, rt.body)
+		if r.Status != http.StatusUnauthorized {
+			t.Fatalf("%s: %s %s with the cookie: %d %s", what, rt.method, rt.path, r.Status, r.Raw)
 		}
-		r.expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		r.Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 	}
 	d := ts.dashWithCookie(t, value)
-	d.get("/").expectRedirect(t, "/login")
-	d.get("/projects/00000000-0000-4000-8000-000000000000").expectRedirect(t, "/login")
-	if p := d.get("/login"); p.status != http.StatusOK {
-		t.Fatalf("%s: /login with the cookie: %d (a refused session must see the login form)", what, p.status)
+	d.Get("/").ExpectRedirect(t, "/login")
+	d.Get("/projects/00000000-0000-4000-8000-000000000000").ExpectRedirect(t, "/login")
+	if p := d.Get("/login"); p.Status != http.StatusOK {
+		t.Fatalf("%s: /login with the cookie: %d (a refused session must see the login form)", what, p.Status)
 	}
 }
 
 // sessAccepted fails unless the cookie value still works on both surfaces.
 func sessAccepted(t testing.TB, ts *testServer, value, what string) {
 	t.Helper()
-	if r := ts.cpWithCookie(value).cpOn(t).do("GET", "/api/projects", ""); r.status != http.StatusOK {
-		t.Fatalf("%s: GET /api/projects: %d %s", what, r.status, r.raw)
+	if r := ts.WithCookie(value).On(t).Do("GET", "/api/projects", ""); r.Status != http.StatusOK {
+		t.Fatalf("%s: GET /api/projects: %d %s", what, r.Status, r.Raw)
 	}
-	if p := ts.dashWithCookie(t, value).get("/"); p.status != http.StatusOK {
-		t.Fatalf("%s: dashboard /: %d", what, p.status)
+	if p := ts.dashWithCookie(t, value).Get("/"); p.Status != http.StatusOK {
+		t.Fatalf("%s: dashboard /: %d", what, p.Status)
 	}
 }
 
@@ -79,25 +80,25 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
 		c, aliceID := ts.cpSignup(t, "alice@example.com")
-		saved := sessCookie(t, ts, c.http.Jar)
-		other := ts.client().cpOn(t)
-		other.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
-		otherCookie := sessCookie(t, ts, other.http.Jar)
+		saved := sessCookie(t, ts, c.HTTP.Jar)
+		other := ts.Client().On(t)
+		other.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		otherCookie := sessCookie(t, ts, other.HTTP.Jar)
 		sessAccepted(t, ts, saved, "before logout")
 
-		c.do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		c.Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
 		sessRefused(t, ts, saved, "replayed after logout")
 		// Logging out with the ended cookie again is still 200, and changes nothing.
-		ts.cpWithCookie(saved).do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		ts.WithCookie(saved).Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
 		sessRefused(t, ts, saved, "after a second logout")
 
 		// Only that session ended.
 		sessAccepted(t, ts, otherCookie, "the user's other session")
 		// A new login gets a new session that works.
-		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
-		fresh := sessCookie(t, ts, c.http.Jar)
+		c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		fresh := sessCookie(t, ts, c.HTTP.Jar)
 		if fresh == saved {
 			t.Fatal("login handed out the ended cookie again")
 		}
@@ -107,7 +108,7 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 		now := time.Now().Unix()
 		handMade := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
 		sessAccepted(t, ts, handMade, "a hand-made cookie")
-		ts.cpWithCookie(handMade).do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		ts.WithCookie(handMade).Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
 		sessRefused(t, ts, handMade, "a hand-made cookie after its logout")
 		sessAccepted(t, ts, fresh, "the session of the new login")
 	})
@@ -121,7 +122,7 @@ func TestLogoutWithTheStoreFailing(t *testing.T) {
 	dbURL := storetest.SQLiteURL(t)
 	ts := startServer(t, dbURL, nil)
 	c, _ := ts.cpSignup(t, "alice@example.com")
-	saved := sessCookie(t, ts, c.http.Jar)
+	saved := sessCookie(t, ts, c.HTTP.Jar)
 	st, err := store.Open(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -130,14 +131,14 @@ func TestLogoutWithTheStoreFailing(t *testing.T) {
 	if _, err := st.DB().ExecContext(context.Background(), "ALTER TABLE session_revocations RENAME TO session_revocations_gone"); err != nil {
 		t.Fatal(err)
 	}
-	r := c.do("POST", "/api/auth/logout", "")
-	r.expect(t, http.StatusOK, `{"ok":true}`)
-	if ck := r.header.Get("Set-Cookie"); !strings.HasPrefix(ck, api.CookieName+"=;") || !strings.Contains(ck, "Max-Age=0") {
+	r := c.Do("POST", "/api/auth/logout", "")
+	r.Expect(t, http.StatusOK, `{"ok":true}`)
+	if ck := r.Header.Get("Set-Cookie"); !strings.HasPrefix(ck, api.CookieName+"=;") || !strings.Contains(ck, "Max-Age=0") {
 		t.Fatalf("Set-Cookie %q, want the cookie cleared", ck)
 	}
 	sessRefused(t, ts, saved, "on this node after a logout the store did not take")
-	if !strings.Contains(ts.logs.String(), "the session's end was not stored") {
-		t.Fatalf("the failure is not logged:\n%s", ts.logs)
+	if !strings.Contains(ts.Logs.String(), "the session's end was not stored") {
+		t.Fatalf("the failure is not logged:\n%s", ts.Logs)
 	}
 }
 
@@ -146,21 +147,21 @@ func TestLogoutWithTheStoreFailing(t *testing.T) {
 func TestLogoutEndsSessionDashboard(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		saved := sessCookie(t, ts, c.http.Jar)
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		saved := sessCookie(t, ts, c.HTTP.Jar)
 		sessAccepted(t, ts, saved, "before logout")
 
-		c.submit("/", "/logout", nil).expectRedirect(t, "/login?done=logged-out")
+		c.Submit("/", "/logout", nil).ExpectRedirect(t, "/login?done=logged-out")
 		sessRefused(t, ts, saved, "replayed after the dashboard's logout")
 		// The replayed cookie cannot be used to log out again with a page's
 		// token either: there is no session left to protect.
-		ts.dashWithCookie(t, saved).post("/logout", url.Values{}).expectRedirect(t, "/login?done=logged-out")
+		ts.dashWithCookie(t, saved).Post("/logout", url.Values{}).ExpectRedirect(t, "/login?done=logged-out")
 
 		// Logging in again through the form works.
-		c.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
-		if p := c.get("/"); p.status != http.StatusOK {
-			t.Fatalf("after logging in again: %d", p.status)
+		c.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
+		if p := c.Get("/"); p.Status != http.StatusOK {
+			t.Fatalf("after logging in again: %d", p.Status)
 		}
 	})
 }
@@ -173,58 +174,58 @@ func TestLogoutEverywhere(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
-		a := ts.dash(t)
-		a.signup("alice@example.com")
+		a := ts.Dash(t)
+		a.Signup("alice@example.com")
 		aliceID := mustUserID(t, ts, "alice@example.com")
-		b := ts.dash(t) // a second browser
-		b.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
-		jc := ts.client().cpOn(t) // a JSON client
-		jc.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		b := ts.Dash(t) // a second browser
+		b.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
+		jc := ts.Client().On(t) // a JSON client
+		jc.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		now := time.Now().Unix()
 		handMade := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
-		bob := ts.dash(t)
-		bob.signup("bob@example.com")
+		bob := ts.Dash(t)
+		bob.Signup("bob@example.com")
 		cookies := map[string]string{
-			"this browser":      sessCookie(t, ts, a.http.Jar),
-			"another browser":   sessCookie(t, ts, b.http.Jar),
-			"a JSON client":     sessCookie(t, ts, jc.http.Jar),
+			"this browser":      sessCookie(t, ts, a.HTTP.Jar),
+			"another browser":   sessCookie(t, ts, b.HTTP.Jar),
+			"a JSON client":     sessCookie(t, ts, jc.HTTP.Jar),
 			"a hand-made token": handMade,
 		}
 		for what, v := range cookies {
 			sessAccepted(t, ts, v, what+", before")
 		}
 
-		home := a.get("/")
-		if !strings.Contains(home.body, `action="/logout-everywhere"`) || home.byID("logout-everywhere") != "Log out everywhere" {
-			t.Fatalf("the projects page has no log-out-everywhere button:\n%s", home.body)
+		home := a.Get("/")
+		if !strings.Contains(home.Body, `action="/logout-everywhere"`) || home.ByID("logout-everywhere") != "Log out everywhere" {
+			t.Fatalf("the projects page has no log-out-everywhere button:\n%s", home.Body)
 		}
 		// Without the page's token, or from another site: refused, nothing ends.
-		a.post("/logout-everywhere", url.Values{}).expectError(t, http.StatusForbidden, "CSRF check failed")
-		forged := ts.dash(t)
-		forged.origin = "https://evil.example"
-		u, _ := url.Parse(ts.base)
-		forged.http.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: cookies["another browser"], Path: "/"}})
-		forged.post("/logout-everywhere", url.Values{"csrf": {home.csrf(t)}}).expectError(t, http.StatusForbidden, "CSRF check failed")
+		a.Post("/logout-everywhere", url.Values{}).ExpectError(t, http.StatusForbidden, "CSRF check failed")
+		forged := ts.Dash(t)
+		forged.Origin = "https://evil.example"
+		u, _ := url.Parse(ts.Base)
+		forged.HTTP.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: cookies["another browser"], Path: "/"}})
+		forged.Post("/logout-everywhere", url.Values{"csrf": {home.CSRF(t)}}).ExpectError(t, http.StatusForbidden, "CSRF check failed")
 		for what, v := range cookies {
 			sessAccepted(t, ts, v, what+", after refused forms")
 		}
 
-		a.submit("/", "/logout-everywhere", nil).expectRedirect(t, "/login?done=logged-out-all")
-		if n := a.get("/login?done=logged-out-all").noticeText(); !strings.Contains(n, "logged out everywhere") {
+		a.Submit("/", "/logout-everywhere", nil).ExpectRedirect(t, "/login?done=logged-out-all")
+		if n := a.Get("/login?done=logged-out-all").NoticeText(); !strings.Contains(n, "logged out everywhere") {
 			t.Fatalf("notice %q", n)
 		}
 		for what, v := range cookies {
 			sessRefused(t, ts, v, what+", after log out everywhere")
 		}
-		sessAccepted(t, ts, sessCookie(t, ts, bob.http.Jar), "another user's session")
+		sessAccepted(t, ts, sessCookie(t, ts, bob.HTTP.Jar), "another user's session")
 
 		// A login in the same second works: the cut is by epoch, not by time.
-		jc.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
-		sessAccepted(t, ts, sessCookie(t, ts, jc.http.Jar), "a login after log out everywhere")
-		a.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
-		sessAccepted(t, ts, sessCookie(t, ts, a.http.Jar), "a dashboard login after log out everywhere")
+		jc.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		sessAccepted(t, ts, sessCookie(t, ts, jc.HTTP.Jar), "a login after log out everywhere")
+		a.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
+		sessAccepted(t, ts, sessCookie(t, ts, a.HTTP.Jar), "a dashboard login after log out everywhere")
 		for what, v := range cookies {
 			sessRefused(t, ts, v, what+", after logging in again")
 		}
@@ -262,19 +263,19 @@ func TestLogoutReachesOtherNodes(t *testing.T) {
 		nodeA := startServerAt(t, dbURL, nil, clock.Now)
 		nodeB := startServerAt(t, dbURL, nil, clock.Now)
 		c, _ := nodeA.cpSignup(t, "alice@example.com")
-		saved := sessCookie(t, nodeA, c.http.Jar)
+		saved := sessCookie(t, nodeA, c.HTTP.Jar)
 		sessAccepted(t, nodeB, saved, "node B, before logout") // B now caches it as live
-		c.do("POST", "/api/auth/logout", "").expect(t, http.StatusOK, `{"ok":true}`)
+		c.Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
 		sessRefused(t, nodeA, saved, "node A, at once")
 		clock.Advance(11 * time.Second)
 		sessRefused(t, nodeB, saved, "node B, after 11 s")
 
 		// Log out everywhere on B reaches A the same way.
-		d := nodeB.dash(t)
-		d.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {cpPassword}}).expectRedirect(t, "/")
-		second := sessCookie(t, nodeB, d.http.Jar)
+		d := nodeB.Dash(t)
+		d.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
+		second := sessCookie(t, nodeB, d.HTTP.Jar)
 		sessAccepted(t, nodeA, second, "node A, before log out everywhere")
-		d.submit("/", "/logout-everywhere", nil).expectRedirect(t, "/login?done=logged-out-all")
+		d.Submit("/", "/logout-everywhere", nil).ExpectRedirect(t, "/login?done=logged-out-all")
 		sessRefused(t, nodeB, second, "node B, at once")
 		clock.Advance(11 * time.Second)
 		sessRefused(t, nodeA, second, "node A, after 11 s")

@@ -50,32 +50,32 @@ func cpSettings(projectID string, webhookURL any, channel, presence bool, limit 
 func TestSettingsAPI(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Hooks")
-		q := c.create("Other")
-		var alice client = *ts.client()
-		alice.http.Jar = c.http.Jar
-		alice.t = t
-		path := "/api/projects/" + p.id + "/settings"
-		defaults := cpSettings(p.id, nil, false, false, nil, false)
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Hooks")
+		q := c.Create("Other")
+		var alice client = *ts.Client()
+		alice.HTTP.Jar = c.HTTP.Jar
+		alice.T = t
+		path := "/api/projects/" + p.ID + "/settings"
+		defaults := cpSettings(p.ID, nil, false, false, nil, false)
 
-		alice.do("GET", path, "").expect(t, http.StatusOK, defaults)
-		ts.client().do("GET", path, "").expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-		ts.client().do("PATCH", path, `{"channelRateLimit":5}`).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, defaults)
+		ts.Client().Do("GET", path, "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		ts.Client().Do("PATCH", path, `{"channelRateLimit":5}`).Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 		bob, _ := ts.cpSignup(t, "bob@example.com")
-		bob.do("GET", path, "").expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
-		bob.do("PATCH", path, `{"channelRateLimit":5}`).expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+		bob.Do("GET", path, "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+		bob.Do("PATCH", path, `{"channelRateLimit":5}`).Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 		for _, bad := range []string{"00000000-0000-0000-0000-000000000000", "not-a-uuid"} {
-			alice.do("GET", "/api/projects/"+bad+"/settings", "").expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
-			alice.do("PATCH", "/api/projects/"+bad+"/settings", `{"channelRateLimit":5}`).expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+			alice.Do("GET", "/api/projects/"+bad+"/settings", "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+			alice.Do("PATCH", "/api/projects/"+bad+"/settings", `{"channelRateLimit":5}`).Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 		}
-		alice.do("PUT", path, `{}`).expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+		alice.Do("PUT", path, `{}`).Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
 
 		// Refusals, each changing nothing.
 		refused := func(body string, status int, want string) {
 			t.Helper()
-			alice.do("PATCH", path, body).expect(t, status, want)
+			alice.Do("PATCH", path, body).Expect(t, status, want)
 		}
 		for _, body := range []string{"", `{}`, `{"webhookEvents":null}`, `{"webhookEvents":{}}`, `{"webhook":"https://example.com"}`} {
 			refused(body, http.StatusBadRequest, `{"error":"setting_required"}`)
@@ -94,38 +94,38 @@ func TestSettingsAPI(t *testing.T) {
 		// All or none: a good URL with a bad budget, or a bad URL with a good one, saves neither.
 		refused(`{"webhookUrl":"https://hooks.example.com/a","channelRateLimit":0}`, http.StatusBadRequest, `{"error":"invalid_channel_rate_limit"}`)
 		refused(`{"webhookUrl":"ftp://hooks.example.com/a","channelRateLimit":5}`, http.StatusBadRequest, `{"error":"invalid_webhook_url"}`)
-		alice.send("PATCH", path, `{"channelRateLimit":5}`, "text/plain", nil).expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
-		big := ts.client() // a body refused before it is read ends its connection
-		big.http.Jar = c.http.Jar
-		big.do("PATCH", path, `{"channelRateLimit":5,"x":"`+strings.Repeat("a", 70<<10)+`"}`).expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
-		alice.do("GET", path, "").expect(t, http.StatusOK, defaults)
-		if st := dashSettings(t, ts, p.id); st.WebhookURL != "" || st.ChannelRateLimit != nil {
+		alice.Send("PATCH", path, `{"channelRateLimit":5}`, "text/plain", nil).Expect(t, http.StatusUnsupportedMediaType, `{"error":"unsupported_media_type"}`)
+		big := ts.Client() // a body refused before it is read ends its connection
+		big.HTTP.Jar = c.HTTP.Jar
+		big.Do("PATCH", path, `{"channelRateLimit":5,"x":"`+strings.Repeat("a", 70<<10)+`"}`).Expect(t, http.StatusRequestEntityTooLarge, `{"error":"body_too_large","max_bytes":65536}`)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, defaults)
+		if st := dashSettings(t, ts, p.ID); st.WebhookURL != "" || st.ChannelRateLimit != nil {
 			t.Fatalf("refusals saved settings: %+v", st)
 		}
 
 		// The round trip: several at once, trimmed, a signing secret made.
 		const hook = "https://hooks.example.com/relay"
-		want := cpSettings(p.id, hook, false, true, 25, false)
-		alice.do("PATCH", path, `{"webhookUrl":" `+hook+` ","webhookEvents":{"presence":true},"channelRateLimit":25}`).expect(t, http.StatusOK, want)
-		alice.do("GET", path, "").expect(t, http.StatusOK, want)
-		st := dashSettings(t, ts, p.id)
+		want := cpSettings(p.ID, hook, false, true, 25, false)
+		alice.Do("PATCH", path, `{"webhookUrl":" `+hook+` ","webhookEvents":{"presence":true},"channelRateLimit":25}`).Expect(t, http.StatusOK, want)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, want)
+		st := dashSettings(t, ts, p.ID)
 		secret := st.WebhookSecret
 		if st.WebhookURL != hook || len(secret) < 40 || st.WebhookChannelEvents || !st.WebhookPresenceEvents || *st.ChannelRateLimit != 25 {
 			t.Fatalf("stored after the PATCH: %+v", st)
 		}
 		// The dashboard shows the same.
-		view := c.get("/projects/" + p.id)
-		if view.byID("webhook-current") != hook || view.byID("webhook-secret") != secret || view.byID("budget-current") != "25" ||
-			strings.Contains(view.body, `id="webhook-channel-events" checked`) || !strings.Contains(view.body, `id="webhook-presence-events" checked`) {
-			t.Fatalf("the dashboard after the PATCH: url %q budget %q\n%s", view.byID("webhook-current"), view.byID("budget-current"), view.body)
+		view := c.Get("/projects/" + p.ID)
+		if view.ByID("webhook-current") != hook || view.ByID("webhook-secret") != secret || view.ByID("budget-current") != "25" ||
+			strings.Contains(view.Body, `id="webhook-channel-events" checked`) || !strings.Contains(view.Body, `id="webhook-presence-events" checked`) {
+			t.Fatalf("the dashboard after the PATCH: url %q budget %q\n%s", view.ByID("webhook-current"), view.ByID("budget-current"), view.Body)
 		}
-		if strings.Contains(alice.do("GET", path, "").raw, secret) {
+		if strings.Contains(alice.Do("GET", path, "").Raw, secret) {
 			t.Fatal("the webhook signing secret is in the settings")
 		}
 		// The running project applies the budget (the emit answers with it).
 		emitLimit := func() float64 {
-			r := ts.client().emit(p.secretKey, `{"channel":"budget`+strconv.FormatInt(time.Now().UnixNano(), 36)+`","payload":1}`)
-			rl, _ := r.json["rate_limit"].(map[string]any)
+			r := ts.Client().Emit(p.SecretKey, `{"channel":"budget`+strconv.FormatInt(time.Now().UnixNano(), 36)+`","payload":1}`)
+			rl, _ := r.JSON["rate_limit"].(map[string]any)
 			n, _ := rl["limit"].(float64)
 			return n
 		}
@@ -134,50 +134,50 @@ func TestSettingsAPI(t *testing.T) {
 		}
 
 		// One at a time: the others stay.
-		alice.do("PATCH", path, `{"webhookEvents":{"channel":true}}`).expect(t, http.StatusOK, cpSettings(p.id, hook, true, true, 25, false))
-		alice.do("PATCH", path, `{"webhookEvents":{"presence":false}}`).expect(t, http.StatusOK, cpSettings(p.id, hook, true, false, 25, false))
-		alice.do("PATCH", path, `{"channelRateLimit":7}`).expect(t, http.StatusOK, cpSettings(p.id, hook, true, false, 7, false))
+		alice.Do("PATCH", path, `{"webhookEvents":{"channel":true}}`).Expect(t, http.StatusOK, cpSettings(p.ID, hook, true, true, 25, false))
+		alice.Do("PATCH", path, `{"webhookEvents":{"presence":false}}`).Expect(t, http.StatusOK, cpSettings(p.ID, hook, true, false, 25, false))
+		alice.Do("PATCH", path, `{"channelRateLimit":7}`).Expect(t, http.StatusOK, cpSettings(p.ID, hook, true, false, 7, false))
 		relaytest.EventuallyNil(t, 2*time.Second, func() error {
 			if n := emitLimit(); n != 7 {
 				return fmt.Errorf("the channel budget after the PATCH: %v, want 7", n)
 			}
 			return nil
 		})
-		alice.do("PATCH", path, `{"webhookUrl":"http://hooks.example.com:8080/v2?x=1"}`).expect(t, http.StatusOK, cpSettings(p.id, "http://hooks.example.com:8080/v2?x=1", true, false, 7, false))
-		if got := dashSettings(t, ts, p.id).WebhookSecret; got != secret {
+		alice.Do("PATCH", path, `{"webhookUrl":"http://hooks.example.com:8080/v2?x=1"}`).Expect(t, http.StatusOK, cpSettings(p.ID, "http://hooks.example.com:8080/v2?x=1", true, false, 7, false))
+		if got := dashSettings(t, ts, p.ID).WebhookSecret; got != secret {
 			t.Fatal("changing the URL changed the signing secret")
 		}
-		alice.do("PATCH", path, `{"channelRateLimit":null}`).expect(t, http.StatusOK, cpSettings(p.id, "http://hooks.example.com:8080/v2?x=1", true, false, nil, false))
-		if c.get("/projects/"+p.id).byID("budget-default") == "" {
+		alice.Do("PATCH", path, `{"channelRateLimit":null}`).Expect(t, http.StatusOK, cpSettings(p.ID, "http://hooks.example.com:8080/v2?x=1", true, false, nil, false))
+		if c.Get("/projects/"+p.ID).ByID("budget-default") == "" {
 			t.Fatal("the dashboard shows an override after null")
 		}
 		// Removing the URL and choosing events in one change is refused whole.
 		refused(`{"webhookUrl":null,"webhookEvents":{"presence":true}}`, http.StatusBadRequest, `{"error":"webhook_url_required"}`)
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, "http://hooks.example.com:8080/v2?x=1", true, false, nil, false))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpSettings(p.ID, "http://hooks.example.com:8080/v2?x=1", true, false, nil, false))
 
 		// Changes made in the dashboard: the API shows them.
-		page := "/projects/" + p.id
-		c.submit(page, page+"/budget", url.Values{"limit": {"12"}}).expectRedirect(t, page+"?done=budget-saved")
-		c.submit(page, page+"/webhook/events", url.Values{"presence": {"on"}}).expectRedirect(t, page+"?done=webhook-events")
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, "http://hooks.example.com:8080/v2?x=1", false, true, 12, false))
-		c.submit(page, page+"/client-emit-secret", nil).expectRedirect(t, page+"?done=ces-generated")
-		c.submit(page, page+"/webhook/remove", nil).expectRedirect(t, page+"?done=webhook-removed")
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, 12, true))
+		page := "/projects/" + p.ID
+		c.Submit(page, page+"/budget", url.Values{"limit": {"12"}}).ExpectRedirect(t, page+"?done=budget-saved")
+		c.Submit(page, page+"/webhook/events", url.Values{"presence": {"on"}}).ExpectRedirect(t, page+"?done=webhook-events")
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpSettings(p.ID, "http://hooks.example.com:8080/v2?x=1", false, true, 12, false))
+		c.Submit(page, page+"/client-emit-secret", nil).ExpectRedirect(t, page+"?done=ces-generated")
+		c.Submit(page, page+"/webhook/remove", nil).ExpectRedirect(t, page+"?done=webhook-removed")
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpSettings(p.ID, nil, false, false, 12, true))
 		// The dashboard refuses what the API refuses, in words.
-		c.submit(page, page+"/webhook", url.Values{"url": {"ftp://x"}}).expectError(t, http.StatusBadRequest, "The webhook URL must be an absolute http:// or https:// URL")
-		c.submit(page, page+"/budget", url.Values{"limit": {"0"}}).expectError(t, http.StatusBadRequest, "The channel budget must be a whole number")
-		c.submit(page, page+"/webhook/events", url.Values{"channel": {"on"}}).expectError(t, http.StatusBadRequest, "This project has no webhook URL")
+		c.Submit(page, page+"/webhook", url.Values{"url": {"ftp://x"}}).ExpectError(t, http.StatusBadRequest, "The webhook URL must be an absolute http:// or https:// URL")
+		c.Submit(page, page+"/budget", url.Values{"limit": {"0"}}).ExpectError(t, http.StatusBadRequest, "The channel budget must be a whole number")
+		c.Submit(page, page+"/webhook/events", url.Values{"channel": {"on"}}).ExpectError(t, http.StatusBadRequest, "This project has no webhook URL")
 
 		// Removal through the API: null or "" (the secret and events go too).
 		for _, removal := range []string{`null`, `"  "`} {
-			alice.do("PATCH", path, `{"webhookUrl":"`+hook+`","webhookEvents":{"channel":true,"presence":true}}`).expect(t, http.StatusOK, cpSettings(p.id, hook, true, true, 12, true))
-			alice.do("PATCH", path, `{"webhookUrl":`+removal+`}`).expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, 12, true))
-			if st := dashSettings(t, ts, p.id); st.WebhookURL != "" || st.WebhookSecret != "" || st.WebhookChannelEvents || st.WebhookPresenceEvents {
+			alice.Do("PATCH", path, `{"webhookUrl":"`+hook+`","webhookEvents":{"channel":true,"presence":true}}`).Expect(t, http.StatusOK, cpSettings(p.ID, hook, true, true, 12, true))
+			alice.Do("PATCH", path, `{"webhookUrl":`+removal+`}`).Expect(t, http.StatusOK, cpSettings(p.ID, nil, false, false, 12, true))
+			if st := dashSettings(t, ts, p.ID); st.WebhookURL != "" || st.WebhookSecret != "" || st.WebhookChannelEvents || st.WebhookPresenceEvents {
 				t.Fatalf("stored after removal %s: %+v", removal, st)
 			}
 		}
 		// The other project is untouched.
-		alice.do("GET", "/api/projects/"+q.id+"/settings", "").expect(t, http.StatusOK, cpSettings(q.id, nil, false, false, nil, false))
+		alice.Do("GET", "/api/projects/"+q.ID+"/settings", "").Expect(t, http.StatusOK, cpSettings(q.ID, nil, false, false, nil, false))
 	})
 }
 
@@ -188,50 +188,50 @@ func TestSettingsAPI(t *testing.T) {
 func TestHistoryRetentionSetting(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"HISTORY_MAX_RETENTION_SECONDS": "3600"})
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("History")
-		var alice client = *ts.client()
-		alice.http.Jar = c.http.Jar
-		alice.t = t
-		path := "/api/projects/" + p.id + "/settings"
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("History")
+		var alice client = *ts.Client()
+		alice.HTTP.Jar = c.HTTP.Jar
+		alice.T = t
+		path := "/api/projects/" + p.ID + "/settings"
 		for _, v := range []string{`-1`, `3601`, `1.5`, `"60"`, `null`, `true`, `{}`} {
-			alice.do("PATCH", path, `{"historyRetentionSeconds":`+v+`}`).expect(t, http.StatusBadRequest, `{"error":"invalid_history_retention"}`)
+			alice.Do("PATCH", path, `{"historyRetentionSeconds":`+v+`}`).Expect(t, http.StatusBadRequest, `{"error":"invalid_history_retention"}`)
 		}
-		alice.do("PATCH", path, `{"channelRateLimit":5,"historyRetentionSeconds":-1}`).expect(t, http.StatusBadRequest, `{"error":"invalid_history_retention"}`)
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false))
-		alice.do("PATCH", path, `{"historyRetentionSeconds":3600}`).expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false, 3600))
-		if st := dashSettings(t, ts, p.id); st.HistoryRetentionSeconds != 3600 {
+		alice.Do("PATCH", path, `{"channelRateLimit":5,"historyRetentionSeconds":-1}`).Expect(t, http.StatusBadRequest, `{"error":"invalid_history_retention"}`)
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpSettings(p.ID, nil, false, false, nil, false))
+		alice.Do("PATCH", path, `{"historyRetentionSeconds":3600}`).Expect(t, http.StatusOK, cpSettings(p.ID, nil, false, false, nil, false, 3600))
+		if st := dashSettings(t, ts, p.ID); st.HistoryRetentionSeconds != 3600 {
 			t.Fatalf("stored: %+v", st)
 		}
-		s, err := settingsLoader(ts.app.store, time.Now)(t.Context(), p.id)
+		s, err := settingsLoader(ts.app.store, time.Now)(t.Context(), p.ID)
 		if err != nil || s.HistoryRetention != time.Hour {
 			t.Fatalf("the settings loader: %v %v", s.HistoryRetention, err)
 		}
-		page := "/projects/" + p.id
-		if got := c.get(page).byID("history-current"); got != "3600" {
+		page := "/projects/" + p.ID
+		if got := c.Get(page).ByID("history-current"); got != "3600" {
 			t.Fatalf("the dashboard shows %q", got)
 		}
 		// The size stored now, and the cap (HISTORY_MAX_BYTES_PER_PROJECT).
-		view := c.get(page)
-		if got := view.byID("history-size"); got != "0 B" || !strings.Contains(view.body, "of at most 1.0 GiB") {
+		view := c.Get(page)
+		if got := view.ByID("history-size"); got != "0 B" || !strings.Contains(view.Body, "of at most 1.0 GiB") {
 			t.Fatalf("history size %q with nothing stored", got)
 		}
-		stored := []store.HistoryMessage{{ProjectID: p.id, Channel: "room", Seq: 1, Message: strings.Repeat("x", 1500), CreatedAt: time.Now()},
-			{ProjectID: p.id, Channel: "room", Seq: 2, Message: strings.Repeat("y", 1572), CreatedAt: time.Now()}}
+		stored := []store.HistoryMessage{{ProjectID: p.ID, Channel: "room", Seq: 1, Message: strings.Repeat("x", 1500), CreatedAt: time.Now()},
+			{ProjectID: p.ID, Channel: "room", Seq: 2, Message: strings.Repeat("y", 1572), CreatedAt: time.Now()}}
 		if _, err := ts.app.store.AppendHistory(t.Context(), stored); err != nil {
 			t.Fatal(err)
 		}
-		if got := c.get(page).byID("history-size"); got != "3.0 KiB" {
+		if got := c.Get(page).ByID("history-size"); got != "3.0 KiB" {
 			t.Fatalf("history size %q with 3 072 bytes stored", got)
 		}
-		c.submit(page, page+"/history", url.Values{"seconds": {"3601"}}).expectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
-		c.submit(page, page+"/history", url.Values{"seconds": {"abc"}}).expectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
-		c.submit(page, page+"/history", url.Values{"seconds": {"120"}}).expectRedirect(t, page+"?done=history-saved")
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false, 120))
-		c.submit(page, page+"/history", url.Values{"seconds": {""}}).expectRedirect(t, page+"?done=history-off")
-		alice.do("GET", path, "").expect(t, http.StatusOK, cpSettings(p.id, nil, false, false, nil, false))
-		if c.get(page).byID("history-off") == "" {
+		c.Submit(page, page+"/history", url.Values{"seconds": {"3601"}}).ExpectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
+		c.Submit(page, page+"/history", url.Values{"seconds": {"abc"}}).ExpectError(t, http.StatusBadRequest, "The history retention must be a whole number of seconds")
+		c.Submit(page, page+"/history", url.Values{"seconds": {"120"}}).ExpectRedirect(t, page+"?done=history-saved")
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpSettings(p.ID, nil, false, false, nil, false, 120))
+		c.Submit(page, page+"/history", url.Values{"seconds": {""}}).ExpectRedirect(t, page+"?done=history-off")
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, cpSettings(p.ID, nil, false, false, nil, false))
+		if c.Get(page).ByID("history-off") == "" {
 			t.Fatal("the dashboard shows history on after it was turned off")
 		}
 	})
@@ -263,13 +263,13 @@ func usageCounts(u store.Usage) map[string]any {
 func TestUsageAPI(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"USAGE_ROLLUP_SECONDS": "3600"})
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Counted")
-		var alice client = *ts.client()
-		alice.http.Jar = c.http.Jar
-		alice.t = t
-		path := "/api/projects/" + p.id + "/usage"
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Counted")
+		var alice client = *ts.Client()
+		alice.HTTP.Jar = c.HTTP.Jar
+		alice.T = t
+		path := "/api/projects/" + p.ID + "/usage"
 		today := time.Now().UTC()
 		day := func(n int) string { return today.AddDate(0, 0, -n).Format(time.DateOnly) }
 		body := func(from, to string, rows []store.Usage) string {
@@ -279,17 +279,17 @@ func TestUsageAPI(t *testing.T) {
 				days = append(days, usageDay(u))
 				total.Merge(u)
 			}
-			return cpJSON(map[string]any{"projectId": p.id, "from": from, "to": to, "days": days, "total": usageCounts(total)})
+			return cpJSON(map[string]any{"projectId": p.ID, "from": from, "to": to, "days": days, "total": usageCounts(total)})
 		}
-		alice.do("GET", path, "").expect(t, http.StatusOK, body(day(29), day(0), nil))
+		alice.Do("GET", path, "").Expect(t, http.StatusOK, body(day(29), day(0), nil))
 
 		ctx := context.Background()
 		rows := []store.Usage{
-			{ProjectID: p.id, Day: day(30), ConnectionCount: 99, MessageCount: 99, PeakConcurrentConnections: 99}, // outside the 30 days
-			{ProjectID: p.id, Day: day(29), ConnectionCount: 2, MessageCount: 1234567, PeakConcurrentConnections: 2},
-			{ProjectID: p.id, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536,
+			{ProjectID: p.ID, Day: day(30), ConnectionCount: 99, MessageCount: 99, PeakConcurrentConnections: 99}, // outside the 30 days
+			{ProjectID: p.ID, Day: day(29), ConnectionCount: 2, MessageCount: 1234567, PeakConcurrentConnections: 2},
+			{ProjectID: p.ID, Day: day(4), ConnectionCount: 0, MessageCount: 5, PeakConcurrentConnections: 0, ProjectRateLimited: 1234, LatencyP99Ms: 1.536,
 				HistoryBytes: 5 << 20},
-			{ProjectID: p.id, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7,
+			{ProjectID: p.ID, Day: day(1), ConnectionCount: 12, MessageCount: 3400, PeakConcurrentConnections: 7,
 				Deliveries: 40000, Dropped: 3, SlowConsumersClosed: 1, ChannelRateLimited: 2, ClientEmitRateLimited: 5, LatencyP99Ms: 12.288},
 		}
 		for _, u := range rows {
@@ -297,19 +297,19 @@ func TestUsageAPI(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r := alice.do("GET", path, "")
-		r.expect(t, http.StatusOK, body(day(29), day(0), rows[1:]))
+		r := alice.Do("GET", path, "")
+		r.Expect(t, http.StatusOK, body(day(29), day(0), rows[1:]))
 
 		// The dashboard's page shows the same rows (newest first there).
-		page := c.get("/projects/" + p.id + "/usage")
+		page := c.Get("/projects/" + p.ID + "/usage")
 		rowRe := regexp.MustCompile(`<tr data-day="([^"]+)"><td>[^<]*</td>` + strings.Repeat(`<td[^>]*>([^<]*)</td>`, 10) + `</tr>`)
 		var shown []string
-		for _, m := range rowRe.FindAllStringSubmatch(page.body, -1) {
+		for _, m := range rowRe.FindAllStringSubmatch(page.Body, -1) {
 			shown = append(shown, strings.ReplaceAll(strings.Join(m[1:], "|"), ",", ""))
 		}
 		var fromAPI []string
 		var days []map[string]any
-		if err := json.Unmarshal([]byte(cpJSON(r.json["days"])), &days); err != nil {
+		if err := json.Unmarshal([]byte(cpJSON(r.JSON["days"])), &days); err != nil {
 			t.Fatal(err)
 		}
 		for i := len(days) - 1; i >= 0; i-- {
@@ -333,42 +333,42 @@ func TestUsageAPI(t *testing.T) {
 		}
 
 		// A range: from and to included, either alone.
-		alice.do("GET", path+"?from="+day(30)+"&to="+day(4), "").expect(t, http.StatusOK, body(day(30), day(4), rows[:3]))
-		alice.do("GET", path+"?from="+day(4), "").expect(t, http.StatusOK, body(day(4), day(0), rows[2:]))
-		alice.do("GET", path+"?to="+day(2), "").expect(t, http.StatusOK, body(today.AddDate(0, 0, -31).Format(time.DateOnly), day(2), rows[:3]))
-		alice.do("GET", path+"?from="+day(1)+"&to="+day(1), "").expect(t, http.StatusOK, body(day(1), day(1), rows[3:]))
-		alice.do("GET", path+"?from="+day(3)+"&to="+day(2), "").expect(t, http.StatusOK, body(day(3), day(2), nil))
+		alice.Do("GET", path+"?from="+day(30)+"&to="+day(4), "").Expect(t, http.StatusOK, body(day(30), day(4), rows[:3]))
+		alice.Do("GET", path+"?from="+day(4), "").Expect(t, http.StatusOK, body(day(4), day(0), rows[2:]))
+		alice.Do("GET", path+"?to="+day(2), "").Expect(t, http.StatusOK, body(today.AddDate(0, 0, -31).Format(time.DateOnly), day(2), rows[:3]))
+		alice.Do("GET", path+"?from="+day(1)+"&to="+day(1), "").Expect(t, http.StatusOK, body(day(1), day(1), rows[3:]))
+		alice.Do("GET", path+"?from="+day(3)+"&to="+day(2), "").Expect(t, http.StatusOK, body(day(3), day(2), nil))
 
 		// Refusals.
 		for _, tc := range []struct{ query, param string }{
 			{"from=yesterday", "from"}, {"from=2026-1-05", "from"}, {"from=2026-02-30", "from"}, {"to=2026-13-01", "to"}, {"to=", ""},
 			{"from=" + day(1) + "&to=" + day(2), "from"}, {"to=x&from=y", "to"},
 		} {
-			r := alice.do("GET", path+"?"+tc.query, "")
+			r := alice.Do("GET", path+"?"+tc.query, "")
 			if tc.param == "" { // empty is the default
-				r.expect(t, http.StatusOK, body(day(29), day(0), rows[1:]))
+				r.Expect(t, http.StatusOK, body(day(29), day(0), rows[1:]))
 				continue
 			}
-			r.expect(t, http.StatusBadRequest, cpJSON(map[string]string{"error": "invalid_query", "param": tc.param}))
+			r.Expect(t, http.StatusBadRequest, cpJSON(map[string]string{"error": "invalid_query", "param": tc.param}))
 		}
-		ts.client().do("GET", path, "").expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		ts.Client().Do("GET", path, "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 		bob, _ := ts.cpSignup(t, "bob@example.com")
-		bob.do("GET", path, "").expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
-		alice.do("GET", "/api/projects/00000000-0000-0000-0000-000000000000/usage", "").expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
-		alice.do("POST", path, "").expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
+		bob.Do("GET", path, "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+		alice.Do("GET", "/api/projects/00000000-0000-0000-0000-000000000000/usage", "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+		alice.Do("POST", path, "").Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
 
 		// relay admin project usage prints the same.
-		out := adminOK(t, dbURL, "project", "usage", "--project", p.id)
-		if got, want := canonical(out), canonical(r.json); got != want {
+		out := adminOK(t, dbURL, "project", "usage", "--project", p.ID)
+		if got, want := relaytest.Canonical(out), relaytest.Canonical(r.JSON); got != want {
 			t.Fatalf("relay admin project usage printed\n%s\nwant\n%s", got, want)
 		}
-		out = adminOK(t, dbURL, "project", "usage", "--project", p.id, "--from", day(30), "--to", day(4))
+		out = adminOK(t, dbURL, "project", "usage", "--project", p.ID, "--from", day(30), "--to", day(4))
 		var exp any
 		json.Unmarshal([]byte(body(day(30), day(4), rows[:3])), &exp)
-		if canonical(out) != canonical(exp) {
-			t.Fatalf("relay admin project usage --from --to printed %s", canonical(out))
+		if relaytest.Canonical(out) != relaytest.Canonical(exp) {
+			t.Fatalf("relay admin project usage --from --to printed %s", relaytest.Canonical(out))
 		}
-		adminFails(t, dbURL, 1, "--from and --to must be days", "project", "usage", "--project", p.id, "--from", "x")
+		adminFails(t, dbURL, 1, "--from and --to must be days", "project", "usage", "--project", p.ID, "--from", "x")
 		adminFails(t, dbURL, 1, "project_not_found", "project", "usage", "--project", "00000000-0000-0000-0000-000000000000")
 	})
 }
@@ -379,10 +379,10 @@ func TestUsageAPI(t *testing.T) {
 // does, with its refusals.
 func TestAdminListsAndSettings(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		if v := adminOK(t, dbURL, "list-users"); canonical(v) != `{"users":[]}` {
+		if v := adminOK(t, dbURL, "list-users"); relaytest.Canonical(v) != `{"users":[]}` {
 			t.Fatalf("list-users on an empty store: %v", v)
 		}
-		if v := adminOK(t, dbURL, "list-projects"); canonical(v) != `{"projects":[]}` {
+		if v := adminOK(t, dbURL, "list-projects"); relaytest.Canonical(v) != `{"projects":[]}` {
 			t.Fatalf("list-projects on an empty store: %v", v)
 		}
 		dana := adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
@@ -411,14 +411,14 @@ func TestAdminListsAndSettings(t *testing.T) {
 		}
 		v := adminOK(t, dbURL, "show-user", "--email", " DANA@example.com ")
 		if keysOf(v) != "projects,user" || v["user"].(map[string]any)["id"] != dana["id"] || v["user"].(map[string]any)["projects"] != 2.0 ||
-			canonical(v["projects"]) != canonical([]any{proj(p1), proj(p3)}) {
+			relaytest.Canonical(v["projects"]) != relaytest.Canonical([]any{proj(p1), proj(p3)}) {
 			t.Fatalf("show-user: %v", v)
 		}
 		adminFails(t, dbURL, 1, "no user with this email", "show-user", "--email", "nobody@example.com")
-		if v := adminOK(t, dbURL, "list-projects"); canonical(v["projects"]) != canonical([]any{proj(p1), proj(p2), proj(p3)}) {
+		if v := adminOK(t, dbURL, "list-projects"); relaytest.Canonical(v["projects"]) != relaytest.Canonical([]any{proj(p1), proj(p2), proj(p3)}) {
 			t.Fatalf("list-projects: %v", v)
 		}
-		if v := adminOK(t, dbURL, "list-projects", "--email", "erin@example.com"); canonical(v["projects"]) != canonical([]any{proj(p2)}) {
+		if v := adminOK(t, dbURL, "list-projects", "--email", "erin@example.com"); relaytest.Canonical(v["projects"]) != relaytest.Canonical([]any{proj(p2)}) {
 			t.Fatalf("list-projects --email: %v", v)
 		}
 		adminFails(t, dbURL, 1, "no user with this email", "list-projects", "--email", "nobody@example.com")
@@ -438,7 +438,7 @@ func TestAdminListsAndSettings(t *testing.T) {
 		if len(kl) != 3 || statuses["public active"] != 1 || statuses["public revoked"] != 1 || statuses["secret active"] != 1 {
 			t.Fatalf("list-keys: %v", keys)
 		}
-		if strings.Contains(canonical(keys), secretKey) {
+		if strings.Contains(relaytest.Canonical(keys), secretKey) {
 			t.Fatal("list-keys shows a raw key")
 		}
 		adminFails(t, dbURL, 1, "project_not_found", "list-keys", "--project", "00000000-0000-0000-0000-000000000000")
@@ -452,8 +452,8 @@ func TestAdminListsAndSettings(t *testing.T) {
 			t.Helper()
 			var w any
 			json.Unmarshal([]byte(want), &w)
-			if canonical(got) != canonical(w) {
-				t.Fatalf("project settings printed %s, want %s", canonical(got), canonical(w))
+			if relaytest.Canonical(got) != relaytest.Canonical(w) {
+				t.Fatalf("project settings printed %s, want %s", relaytest.Canonical(got), relaytest.Canonical(w))
 			}
 		}
 		expectSettings(settings(), cpSettings(pid, nil, false, false, nil, false))
@@ -488,9 +488,9 @@ func TestAdminListsAndSettings(t *testing.T) {
 		// keys, without a secret.
 		adminOK(t, dbURL, "project", "authorization", "--project", pid, "--on")
 		show := adminOK(t, dbURL, "show-project", "--project", pid)
-		if keysOf(show) != "authorization,keys,ownerEmail,project,settings" || canonical(show["project"]) != canonical(proj(p1)) ||
-			show["ownerEmail"] != "dana@example.com" || canonical(show["keys"]) != canonical(adminOK(t, dbURL, "list-keys", "--project", pid)["keys"]) ||
-			canonical(show["authorization"]) != `{"authorization":true,"jwksUrl":null,"secretSet":true}` {
+		if keysOf(show) != "authorization,keys,ownerEmail,project,settings" || relaytest.Canonical(show["project"]) != relaytest.Canonical(proj(p1)) ||
+			show["ownerEmail"] != "dana@example.com" || relaytest.Canonical(show["keys"]) != relaytest.Canonical(adminOK(t, dbURL, "list-keys", "--project", pid)["keys"]) ||
+			relaytest.Canonical(show["authorization"]) != `{"authorization":true,"jwksUrl":null,"secretSet":true}` {
 			t.Fatalf("show-project: %v", show)
 		}
 		expectSettings(show["settings"].(map[string]any), cpSettings(pid, "https://hooks.example.com/a", true, false, nil, false))
@@ -502,7 +502,7 @@ func TestAdminListsAndSettings(t *testing.T) {
 		stored, _ := st.Project(context.Background(), pid)
 		stSettings, _ := st.Settings(context.Background(), pid)
 		for _, secret := range []string{stored.AuthSecret, stSettings.WebhookSecret, secretKey} {
-			if secret == "" || strings.Contains(canonical(show), secret) {
+			if secret == "" || strings.Contains(relaytest.Canonical(show), secret) {
 				t.Fatalf("show-project shows a secret (or none was set): %q", secret)
 			}
 		}
@@ -520,9 +520,9 @@ func TestAdminListsAndSettings(t *testing.T) {
 		// A relay on the same store answers the same.
 		settings("--channel-rate-limit", "44", "--webhook-url", "https://hooks.example.com/b")
 		ts := startServer(t, dbURL, nil)
-		c := ts.client()
-		c.do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).expect(t, http.StatusOK, cpJSON(dana))
-		c.do("GET", "/api/projects/"+pid+"/settings", "").expect(t, http.StatusOK, cpSettings(pid, "https://hooks.example.com/b", false, false, 44, false))
+		c := ts.Client()
+		c.Do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).Expect(t, http.StatusOK, cpJSON(dana))
+		c.Do("GET", "/api/projects/"+pid+"/settings", "").Expect(t, http.StatusOK, cpSettings(pid, "https://hooks.example.com/b", false, false, 44, false))
 	})
 }
 
@@ -545,7 +545,7 @@ func TestAdminSettingsReachRunningNodes(t *testing.T) {
 			WebhookEvents    []string `json:"webhookEvents"`
 		}
 		project := func(ts *testServer) (loaded, error) {
-			status, body := getText(t, ts.debug+"/debug/actors?project="+pid)
+			status, body := relaytest.GetText(t, ts.Debug+"/debug/actors?project="+pid)
 			var v struct {
 				Projects []loaded `json:"projects"`
 			}
@@ -558,8 +558,8 @@ func TestAdminSettingsReachRunningNodes(t *testing.T) {
 			return v.Projects[0], nil
 		}
 		for i, ts := range nodes {
-			if r := ts.client().emit(secret, `{"channel":"c","payload":1}`); r.status != http.StatusOK {
-				t.Fatalf("node %d: emit: %d %s", i, r.status, r.raw)
+			if r := ts.Client().Emit(secret, `{"channel":"c","payload":1}`); r.Status != http.StatusOK {
+				t.Fatalf("node %d: emit: %d %s", i, r.Status, r.Raw)
 			}
 			if got, err := project(ts); err != nil || got.ChannelRateLimit != 600 || got.Webhook || len(got.WebhookEvents) != 0 {
 				t.Fatalf("node %d before: %+v, %v", i, got, err)
@@ -574,7 +574,7 @@ func TestAdminSettingsReachRunningNodes(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if canonical(got) != canonical(want) {
+					if relaytest.Canonical(got) != relaytest.Canonical(want) {
 						return fmt.Errorf("node %d runs %+v 2 s after the command, want %+v", i, got, want)
 					}
 					return nil
@@ -585,9 +585,9 @@ func TestAdminSettingsReachRunningNodes(t *testing.T) {
 			"--webhook-url", "https://hooks.example.com/r", "--webhook-presence-events", "on")
 		reached(loaded{ChannelRateLimit: 3, Webhook: true, WebhookEvents: []string{"presence"}})
 		for i, ts := range nodes {
-			r := ts.client().emit(secret, `{"channel":"fresh","payload":1}`)
-			if rl, _ := r.json["rate_limit"].(map[string]any); r.status != http.StatusOK || rl["limit"] != 3.0 {
-				t.Fatalf("node %d: emit after the change: %d %s", i, r.status, r.raw)
+			r := ts.Client().Emit(secret, `{"channel":"fresh","payload":1}`)
+			if rl, _ := r.JSON["rate_limit"].(map[string]any); r.Status != http.StatusOK || rl["limit"] != 3.0 {
+				t.Fatalf("node %d: emit after the change: %d %s", i, r.Status, r.Raw)
 			}
 		}
 		adminOK(t, dbURL, "project", "settings", "--project", pid, "--channel-rate-limit", "default", "--webhook-url", "")

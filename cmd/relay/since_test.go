@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -19,13 +20,13 @@ import (
 // with invalid_since.
 func TestSinceSameOnSocketAndHTTP(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	c := ts.client()
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	c := ts.Client()
 	var seqs []uint64
 	for i := range 3 {
-		r := owner.emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
-		seqs = append(seqs, uint64(num(r.json, "seq")))
+		r := owner.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":{"n":%d}}`, i))
+		seqs = append(seqs, uint64(relaytest.Num(r.JSON, "seq")))
 	}
 	s1, s2 := seqs[0], seqs[1]
 
@@ -35,17 +36,17 @@ func TestSinceSameOnSocketAndHTTP(t *testing.T) {
 	}
 	overSocket := func(since string) answer {
 		t.Helper()
-		ws := ts.dialWS(p.publicKey)
-		defer ws.conn.Close()
-		ws.send(`{"action":"subscribe","channel":"room","since":` + since + `}`)
+		ws := ts.DialWS(p.PublicKey)
+		defer ws.Conn.Close()
+		ws.Send(`{"action":"subscribe","channel":"room","since":` + since + `}`)
 		a := answer{seqs: []uint64{}}
 		for {
-			f, ok := ws.next(5 * time.Second)
-			if !ok || f.closed || f.err != nil {
+			f, ok := ws.Next(5 * time.Second)
+			if !ok || f.Closed || f.Err != nil {
 				t.Fatalf("since %s on the socket: %+v", since, f)
 			}
 			var m map[string]any
-			if err := json.Unmarshal([]byte(f.text), &m); err != nil {
+			if err := json.Unmarshal([]byte(f.Text), &m); err != nil {
 				t.Fatal(err)
 			}
 			switch {
@@ -56,21 +57,21 @@ func TestSinceSameOnSocketAndHTTP(t *testing.T) {
 			case m["action"] == "subscribe" && m["ok"] == true:
 				return a
 			default:
-				t.Fatalf("since %s on the socket: %s", since, f.text)
+				t.Fatalf("since %s on the socket: %s", since, f.Text)
 			}
 		}
 	}
 	overHTTP := func(since string) answer {
 		t.Helper()
-		r := c.bearerGet("/channels/room/messages?since="+url.QueryEscape(since), p.secretKey)
-		if r.status != 200 {
-			t.Fatalf("since %s over HTTP: %d %s", since, r.status, r.raw)
+		r := c.BearerGet("/channels/room/messages?since="+url.QueryEscape(since), p.SecretKey)
+		if r.Status != 200 {
+			t.Fatalf("since %s over HTTP: %d %s", since, r.Status, r.Raw)
 		}
 		var body struct {
 			Messages []struct{ Seq uint64 }
 			Gap      bool
 		}
-		if err := json.Unmarshal([]byte(r.raw), &body); err != nil {
+		if err := json.Unmarshal([]byte(r.Raw), &body); err != nil {
 			t.Fatal(err)
 		}
 		a := answer{seqs: []uint64{}, gap: body.Gap}
@@ -106,10 +107,10 @@ func TestSinceSameOnSocketAndHTTP(t *testing.T) {
 		}
 	}
 	for _, since := range []string{`"1"`, "1e400", "-1e400"} {
-		ws := ts.dialWS(p.publicKey)
-		ws.send(`{"action":"subscribe","channel":"room","since":` + since + `}`)
-		ws.expect(`{"error":"invalid_since","channel":"room"}`)
-		ws.conn.Close()
-		c.bearerGet("/channels/room/messages?since="+url.QueryEscape(since), p.secretKey).expect(t, 400, `{"error":"invalid_since"}`)
+		ws := ts.DialWS(p.PublicKey)
+		ws.Send(`{"action":"subscribe","channel":"room","since":` + since + `}`)
+		ws.Expect(`{"error":"invalid_since","channel":"room"}`)
+		ws.Conn.Close()
+		c.BearerGet("/channels/room/messages?since="+url.QueryEscape(since), p.SecretKey).Expect(t, 400, `{"error":"invalid_since"}`)
 	}
 }

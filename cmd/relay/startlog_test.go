@@ -49,7 +49,7 @@ func TestStartLogNamesTheDatabaseFile(t *testing.T) {
 // public "listening" line, whose format relaytest parses.
 func TestStartLogDashboardURL(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	logs := ts.logs.String()
+	logs := ts.Logs.String()
 	want := "msg=dashboard url=http://" + ts.app.addr.String() + "/\n"
 	listening := "msg=listening listener=public addr=" + ts.app.addr.String() + "\n"
 	if !strings.Contains(logs, want) || !strings.Contains(logs, listening) || strings.Index(logs, listening) > strings.Index(logs, want) {

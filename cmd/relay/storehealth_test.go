@@ -29,7 +29,7 @@ func trafficStatus(t *testing.T, ts *testServer) int {
 
 func probeStatus(t *testing.T, ts *testServer, path string) int {
 	t.Helper()
-	status, body := getText(t, ts.base+path)
+	status, body := relaytest.GetText(t, ts.Base+path)
 	want := map[int]string{200: `{"status":"ok"}`, 503: `{"status":"unavailable"}`}[status]
 	if want == "" || strings.TrimSpace(body) != want {
 		t.Fatalf("%s: %d %s", path, status, body)
@@ -54,15 +54,15 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 			t.Fatalf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
 		}
 	}
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	sub := subscribed(t, ts, p.publicKey, "a")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	sub := ts.Subscribed(t, p.PublicKey, "a")
 	if readyStatus(t, ts) != 200 {
 		t.Fatal("/readyz not 200 at start")
 	}
 
 	// /readyz is cheap: however often it is polled, at most one write a second.
-	inserts := func() float64 { return ts.metrics(t).Get(t, "relay_store_query_duration_seconds_count", `op="INSERT"`) }
+	inserts := func() float64 { return ts.Metrics(t).Get(t, "relay_store_query_duration_seconds_count", `op="INSERT"`) }
 	before := inserts()
 	start := time.Now()
 	for range 50 {
@@ -75,11 +75,11 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 	carriesOn := func(what string, i int) {
 		t.Helper()
 		body := `{"channel":"a","payload":` + string(rune('0'+i)) + `}`
-		if r := owner.emit(p.secretKey, body); r.status != 200 {
-			t.Fatalf("%s: emit with a known key: %d %s", what, r.status, r.raw)
+		if r := owner.Emit(p.SecretKey, body); r.Status != 200 {
+			t.Fatalf("%s: emit with a known key: %d %s", what, r.Status, r.Raw)
 		}
-		sub.expectExcept(body, "seq")
-		if s, _ := getText(t, ts.base+"/healthz"); s != 200 {
+		sub.ExpectExcept(body, "seq")
+		if s, _ := relaytest.GetText(t, ts.Base+"/healthz"); s != 200 {
 			t.Fatalf("%s: /healthz %d", what, s)
 		}
 		if s := trafficStatus(t, ts); s != 200 {
@@ -89,8 +89,8 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 	unavailable := func(what string) {
 		t.Helper()
 		relaytest.Eventually(t, 5*time.Second, func() bool { return readyStatus(t, ts) == 503 }, "%s: /readyz 503", what)
-		owner.do("POST", "/api/projects", `{"name":"after"}`).expect(t, 503, `{"error":"service_unavailable"}`)
-		owner.do("PATCH", "/api/projects/"+p.id, `{"name":"renamed"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+		owner.Do("POST", "/api/projects", `{"name":"after"}`).Expect(t, 503, `{"error":"service_unavailable"}`)
+		owner.Do("PATCH", "/api/projects/"+p.ID, `{"name":"renamed"}`).Expect(t, 503, `{"error":"service_unavailable"}`)
 		if _, err := os.Stat(path); !os.IsNotExist(err) {
 			t.Fatalf("%s: something was created at %s: %v", what, path, err)
 		}
@@ -106,7 +106,7 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	relaytest.Eventually(t, 5*time.Second, func() bool { return readyStatus(t, ts) == 200 }, "/readyz 200 once moved back")
-	owner.createProject("after")
+	owner.CreateProject("after")
 
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 	unavailable("an empty directory in its place")
 	carriesOn("an empty directory in its place", 3)
 
-	logs := ts.logs.String()
+	logs := ts.Logs.String()
 	if !strings.Contains(logs, "not ready: the store cannot commit a write") || !strings.Contains(logs, "ready again") {
 		t.Fatalf("readiness changes not logged:\n%s", logs)
 	}
@@ -135,18 +135,18 @@ func TestSQLiteDirectoryGone(t *testing.T) {
 // node in rotation through the outage.
 func TestReadyzPostgresStopped(t *testing.T) {
 	ts := startServer(t, storetest.PostgresURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	sub := subscribed(t, ts, p.publicKey, "a")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	sub := ts.Subscribed(t, p.PublicKey, "a")
 	emits := 0
 	emit := func(what string) {
 		t.Helper()
 		emits++
 		body := fmt.Sprintf(`{"channel":"a","payload":%d}`, emits)
-		if r := owner.emit(p.secretKey, body); r.status != 200 {
-			t.Fatalf("%s: emit with a known key: %d %s", what, r.status, r.raw)
+		if r := owner.Emit(p.SecretKey, body); r.Status != 200 {
+			t.Fatalf("%s: emit with a known key: %d %s", what, r.Status, r.Raw)
 		}
-		sub.expectExcept(body, "seq")
+		sub.ExpectExcept(body, "seq")
 	}
 	emit("before") // the secret key is now cached
 	if readyStatus(t, ts) != 200 || trafficStatus(t, ts) != 200 {
@@ -164,7 +164,7 @@ func TestReadyzPostgresStopped(t *testing.T) {
 		t.Fatalf("/readyz/traffic with PostgreSQL stopped: %d, want 200", got)
 	}
 	emit("PostgreSQL stopped")
-	owner.do("POST", "/api/projects", `{"name":"during"}`).expect(t, 503, `{"error":"service_unavailable"}`)
+	owner.Do("POST", "/api/projects", `{"name":"during"}`).Expect(t, 503, `{"error":"service_unavailable"}`)
 	if got := trafficStatus(t, ts); got != 200 {
 		t.Fatalf("/readyz/traffic with PostgreSQL stopped, after an emit: %d, want 200", got)
 	}
@@ -193,7 +193,7 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 		if got := trafficStatus(t, ts); got != 503 {
 			t.Fatalf("/readyz/traffic while draining: %d, want 503", got)
 		}
-		if status, body := getText(t, ts.base+"/healthz"); status != 200 {
+		if status, body := relaytest.GetText(t, ts.Base+"/healthz"); status != 200 {
 			t.Fatalf("/healthz while draining: %d %s", status, body)
 		}
 	})

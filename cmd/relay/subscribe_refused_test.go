@@ -18,26 +18,26 @@ import (
 // and messages kept coming.)
 func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("a")
-	presenceSub(t, ts, p.publicKey, "room", "first").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("a")
+	ts.PresenceSub(t, p.PublicKey, "room", "first").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 
-	c := ts.dialWS(p.publicKey)
-	c.send(`{"action":"subscribe","channel":"room"}`)
-	c.expect(`{"action":"subscribe","channel":"room","ok":true}`)
-	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"second"}`)
-	c.expect(`{"error":"too_many_presence_members","channel":"room"}`)
-	c.send(`{"action":"unsubscribe","channel":"room"}`)
-	c.expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
+	c := ts.DialWS(p.PublicKey)
+	c.Send(`{"action":"subscribe","channel":"room"}`)
+	c.Expect(`{"action":"subscribe","channel":"room","ok":true}`)
+	c.Send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"second"}`)
+	c.Expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	c.Send(`{"action":"unsubscribe","channel":"room"}`)
+	c.Expect(`{"action":"unsubscribe","channel":"room","ok":true}`)
 
-	r := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
-	if r.status != http.StatusOK {
-		t.Fatalf("emit: %d %s", r.status, r.raw)
+	r := owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`)
+	if r.Status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
-	if n := num(r.json, "subscriberCount"); n != 1 {
+	if n := relaytest.Num(r.JSON, "subscriberCount"); n != 1 {
 		t.Errorf("subscriberCount %v after unsubscribe, want 1 (the presence member only)", n)
 	}
-	c.expectSilence(300 * time.Millisecond) // unsubscribed: nothing may arrive
+	c.ExpectSilence(300 * time.Millisecond) // unsubscribed: nothing may arrive
 }
 
 // The same refusal leaves no ghost presence member: once every socket of
@@ -45,19 +45,19 @@ func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
 // leave sent: the closing connection did not name the channel.)
 func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("a")
-	a := presenceSub(t, ts, p.publicKey, "room", "x")
-	a.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-	b := presenceSub(t, ts, p.publicKey, "room", "x")
-	b.expect(`{"type":"presence","channel":"room","event":"sync","members":["x"]}`)
-	a.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"y"}`)
-	a.expect(`{"error":"too_many_presence_members","channel":"room"}`)
-	a.conn.Close()
-	b.conn.Close()
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("a")
+	a := ts.PresenceSub(t, p.PublicKey, "room", "x")
+	a.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	b := ts.PresenceSub(t, p.PublicKey, "room", "x")
+	b.Expect(`{"type":"presence","channel":"room","event":"sync","members":["x"]}`)
+	a.Send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"y"}`)
+	a.Expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	a.Conn.Close()
+	b.Conn.Close()
 	relaytest.EventuallyNil(t, 3*time.Second, func() error {
-		if r := owner.bearerGet("/channels/room/members", p.secretKey); strings.TrimSpace(r.raw) != `{"channel":"room","members":[]}` {
-			return fmt.Errorf("after every socket closed, members: %s", r.raw)
+		if r := owner.BearerGet("/channels/room/members", p.SecretKey); strings.TrimSpace(r.Raw) != `{"channel":"room","members":[]}` {
+			return fmt.Errorf("after every socket closed, members: %s", r.Raw)
 		}
 		return nil
 	})
@@ -71,16 +71,16 @@ func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
 	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	s.enable(t)
 	for i := 0; i < 10; i++ {
-		bob := s.ts.dialWS(s.p.publicKey)
-		bob.send(`{"action":"subscribe","channel":"chat","presence":true,"clientId":"bob"}`)
-		bob.send(emitFrame(s.tokenFor("bob"), "msg", "1"))
-		bob.expect(`{"error":"too_many_presence_members","channel":"chat"}`)
-		f, ok := bob.next(2 * time.Second)
-		if !ok || f.text != `{"error":"emit_identity_mismatch","channel":"chat"}` {
+		bob := s.ts.DialWS(s.p.PublicKey)
+		bob.Send(`{"action":"subscribe","channel":"chat","presence":true,"clientId":"bob"}`)
+		bob.Send(emitFrame(s.tokenFor("bob"), "msg", "1"))
+		bob.Expect(`{"error":"too_many_presence_members","channel":"chat"}`)
+		f, ok := bob.Next(2 * time.Second)
+		if !ok || f.Text != `{"error":"emit_identity_mismatch","channel":"chat"}` {
 			t.Fatalf("round %d: emit by a refused subscriber answered %+v (ok=%v), want emit_identity_mismatch", i, f, ok)
 		}
-		s.listener.expectSilence(100 * time.Millisecond)
-		bob.conn.Close()
+		s.listener.ExpectSilence(100 * time.Millisecond)
+		bob.Conn.Close()
 	}
 }
 
@@ -88,13 +88,13 @@ func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
 // replay (nor a replay_gap) a subscribe would have had.
 func TestRefusedSubscribeGetsNoReplay(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("a")
-	presenceSub(t, ts, p.publicKey, "room", "x").expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
-	if r := owner.emit(p.secretKey, `{"channel":"room","payload":"secret-ish"}`); r.status != http.StatusOK {
-		t.Fatalf("emit: %d %s", r.status, r.raw)
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("a")
+	ts.PresenceSub(t, p.PublicKey, "room", "x").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+	if r := owner.Emit(p.SecretKey, `{"channel":"room","payload":"secret-ish"}`); r.Status != http.StatusOK {
+		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
-	c := ts.dialWS(p.publicKey)
-	c.send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"y","since":0}`)
-	c.expect(`{"error":"too_many_presence_members","channel":"room"}`)
+	c := ts.DialWS(p.PublicKey)
+	c.Send(`{"action":"subscribe","channel":"room","presence":true,"clientId":"y","since":0}`)
+	c.Expect(`{"error":"too_many_presence_members","channel":"room"}`)
 }

@@ -11,9 +11,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
@@ -25,16 +23,6 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// clientFrom is a client whose connections come from ip, one of the loopback
-// addresses 127.0.0.0/8 (Linux answers on all of them).
-func (ts *testServer) clientFrom(ip string) *client {
-	jar, _ := cookiejar.New(nil)
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
-	tr := &http.Transport{DialContext: d.DialContext}
-	ts.t.Cleanup(tr.CloseIdleConnections)
-	return &client{t: ts.t, ts: ts, http: &http.Client{Jar: jar, Transport: tr, Timeout: 20 * time.Second}}
-}
-
 // serveFrom sends a JSON request through the server's handler as if from
 // remoteAddr: any address, IPv6 ones included, which loopback sockets cannot
 // give.
@@ -44,17 +32,17 @@ func (ts *testServer) serveFrom(remoteAddr, method, path, body string) response 
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	ts.app.api.ServeHTTP(rec, req)
-	r := response{status: rec.Code, header: rec.Header(), raw: rec.Body.String()}
-	json.Unmarshal(rec.Body.Bytes(), &r.json)
+	r := response{Status: rec.Code, Header: rec.Header(), Raw: rec.Body.String()}
+	json.Unmarshal(rec.Body.Bytes(), &r.JSON)
 	return r
 }
 
 // expectThrottled checks the answer of every brute-force refusal.
-func (r response) expectThrottled(t *testing.T) {
+func expectThrottled(r response, t *testing.T) {
 	t.Helper()
-	r.expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
-	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
-		t.Fatalf("Retry-After %q, want 1 to 60 seconds", r.header.Get("Retry-After"))
+	r.Expect(t, http.StatusTooManyRequests, `{"error":"too_many_attempts"}`)
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q, want 1 to 60 seconds", r.Header.Get("Retry-After"))
 	}
 }
 
@@ -62,13 +50,13 @@ func (r response) expectThrottled(t *testing.T) {
 // and returns their answers.
 func parallelLogins(t *testing.T, ts *testServer, n int, email, password string) (statuses []int, bodies []string) {
 	t.Helper()
-	c := &client{t: t, ts: ts, http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
-	defer c.http.CloseIdleConnections()
-	for _, r := range c.parallel(t, n, "POST", "/api/auth/login", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)) {
-		if r.status == http.StatusTooManyRequests && r.header.Get("Retry-After") == "" {
-			t.Fatalf("429 without Retry-After: %s", r.raw)
+	c := &client{T: t, Server: ts.Server, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
+	defer c.HTTP.CloseIdleConnections()
+	for _, r := range c.Parallel(t, n, "POST", "/api/auth/login", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)) {
+		if r.Status == http.StatusTooManyRequests && r.Header.Get("Retry-After") == "" {
+			t.Fatalf("429 without Retry-After: %s", r.Raw)
 		}
-		statuses, bodies = append(statuses, r.status), append(bodies, r.raw)
+		statuses, bodies = append(statuses, r.Status), append(bodies, r.Raw)
 	}
 	return statuses, bodies
 }
@@ -79,7 +67,7 @@ func parallelLogins(t *testing.T, ts *testServer, n int, email, password string)
 func TestLoginCountsBeforeTheHash(t *testing.T) {
 	const limit, n = 5, 12 // the address cap (15) stays out of the way
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": strconv.Itoa(limit)})
-	ts.signup("alice@example.com")
+	ts.Signup("alice@example.com")
 
 	statuses, bodies := parallelLogins(t, ts, n, "alice@example.com", "wrong password")
 	failed := 0
@@ -97,14 +85,14 @@ func TestLoginCountsBeforeTheHash(t *testing.T) {
 	}
 	// An attempt refused only because no hash slot came free in time is given
 	// back; whatever happened, the window admits exactly `limit` failures.
-	c := ts.client()
+	c := ts.Client()
 	for failed < limit {
-		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).
-			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).
+			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		failed++
 	}
-	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).expectThrottled(t)
-	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).expectThrottled(t)
+	expectThrottled(c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`), t)
+	expectThrottled(c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`), t)
 }
 
 // TestLoginHashCap: with every argon2 slot taken (a flood of logins in
@@ -113,7 +101,7 @@ func TestLoginCountsBeforeTheHash(t *testing.T) {
 // once slots are free they work again.
 func TestLoginHashCap(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	ts.signup("alice@example.com")
+	ts.Signup("alice@example.com")
 
 	release := api.HoldPasswordHashesForTest()
 	released := false
@@ -134,22 +122,22 @@ func TestLoginHashCap(t *testing.T) {
 	if d := time.Since(began); d > 20*time.Second {
 		t.Fatalf("refusals took %v", d)
 	}
-	c := ts.client()
-	r := c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
-	r.expectThrottled(t)
-	if r.header.Get("Set-Cookie") != "" {
+	c := ts.Client()
+	r := c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
+	expectThrottled(r, t)
+	if r.Header.Get("Set-Cookie") != "" {
 		t.Fatal("a refused login set a cookie")
 	}
-	c.do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`).expectThrottled(t)
-	d := ts.dash(t)
-	d.submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).
-		expectError(t, http.StatusTooManyRequests, "Too many attempts")
+	expectThrottled(c.Do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`), t)
+	d := ts.Dash(t)
+	d.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).
+		ExpectError(t, http.StatusTooManyRequests, "Too many attempts")
 
 	release()
 	released = true
-	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-		expect(t, http.StatusOK, fmt.Sprintf(`{"id":%q,"email":"alice@example.com"}`, mustUserID(t, ts, "alice@example.com")))
-	ts.signup("bob@example.com")
+	c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
+		Expect(t, http.StatusOK, fmt.Sprintf(`{"id":%q,"email":"alice@example.com"}`, mustUserID(t, ts, "alice@example.com")))
+	ts.Signup("bob@example.com")
 }
 
 // TestLoginPerAddressCap: an address gets three times the per-email budget
@@ -164,29 +152,29 @@ func TestLoginPerAddressCap(t *testing.T) {
 	next := 0
 	fresh := func() string { next++; return login(next) } // a new email each time: only the address counts
 
-	c := ts.client() // 127.0.0.1
+	c := ts.Client() // 127.0.0.1
 	for range perAddr {
-		c.do("POST", "/api/auth/login", fresh()).expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		c.Do("POST", "/api/auth/login", fresh()).Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 	}
-	c.do("POST", "/api/auth/login", fresh()).expectThrottled(t)
-	ts.clientFrom("127.0.0.2").do("POST", "/api/auth/login", fresh()).
-		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+	expectThrottled(c.Do("POST", "/api/auth/login", fresh()), t)
+	ts.ClientFrom("127.0.0.2").Do("POST", "/api/auth/login", fresh()).
+		Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 
 	// One /64, three hosts in it: one budget.
 	for i := range perAddr {
 		ts.serveFrom(fmt.Sprintf("[2001:db8:1:2::%x]:40000", i+1), "POST", "/api/auth/login", fresh()).
-			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 	}
-	ts.serveFrom("[2001:db8:1:2:ffff:ffff:ffff:ffff]:40000", "POST", "/api/auth/login", fresh()).expectThrottled(t)
+	expectThrottled(ts.serveFrom("[2001:db8:1:2:ffff:ffff:ffff:ffff]:40000", "POST", "/api/auth/login", fresh()), t)
 	ts.serveFrom("[2001:db8:1:3::1]:40000", "POST", "/api/auth/login", fresh()).
-		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 
 	// ::ffff:10.9.9.9 is 10.9.9.9.
 	for range perAddr {
 		ts.serveFrom("10.9.9.9:40000", "POST", "/api/auth/login", fresh()).
-			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 	}
-	ts.serveFrom("[::ffff:10.9.9.9]:40000", "POST", "/api/auth/login", fresh()).expectThrottled(t)
+	expectThrottled(ts.serveFrom("[::ffff:10.9.9.9]:40000", "POST", "/api/auth/login", fresh()), t)
 }
 
 // TestSignupThrottledPerEmail: signups for one email that reach the password
@@ -201,21 +189,21 @@ func TestSignupThrottledPerEmail(t *testing.T) {
 	}
 	for i := range 5 {
 		ts.serveFrom(fmt.Sprintf("10.0.0.%d:1234", i+1), "POST", "/api/auth/signup", signup("mallory@example.com")).
-			expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
+			Expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
 	}
-	if r := ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/signup", signup("alice@example.com")); r.status != http.StatusCreated {
-		t.Fatalf("first signup: %d %s", r.status, r.raw)
+	if r := ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/signup", signup("alice@example.com")); r.Status != http.StatusCreated {
+		t.Fatalf("first signup: %d %s", r.Status, r.Raw)
 	}
 	ts.serveFrom("10.0.0.2:1234", "POST", "/api/auth/signup", signup(" ALICE@Example.com ")).
-		expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
-	ts.serveFrom("10.0.0.3:1234", "POST", "/api/auth/signup", signup("alice@example.com")).expectThrottled(t)
+		Expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
+	expectThrottled(ts.serveFrom("10.0.0.3:1234", "POST", "/api/auth/signup", signup("alice@example.com")), t)
 	r := ts.serveFrom("10.0.0.3:1234", "POST", "/api/auth/signup", signup("bob@example.com"))
-	if r.status != http.StatusCreated {
-		t.Fatalf("another email from an address under its cap: %d %s", r.status, r.raw)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("another email from an address under its cap: %d %s", r.Status, r.Raw)
 	}
-	d := ts.dash(t)
-	d.submit("/signup", "/signup", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).
-		expectError(t, http.StatusTooManyRequests, "Too many attempts")
+	d := ts.Dash(t)
+	d.Submit("/signup", "/signup", url.Values{"email": {"alice@example.com"}, "password": {"correct horse"}}).
+		ExpectError(t, http.StatusTooManyRequests, "Too many attempts")
 }
 
 // TestThrottleMapBoundKeepsCounters: the counters live in bounded maps. When
@@ -228,30 +216,30 @@ func TestThrottleMapBoundKeepsCounters(t *testing.T) {
 	restore := api.SetThrottleMaxKeysForTest(bound)
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "3"})
 	restore() // read when the server was built
-	ts.signup("alice@example.com")
+	ts.Signup("alice@example.com")
 
-	c := ts.client()
+	c := ts.Client()
 	for range 3 {
-		c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).
-			expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).
+			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 	}
-	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`).expectThrottled(t)
+	expectThrottled(c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong password"}`), t)
 
 	// alice holds one key of each map; 7 fresh emails (from an address with
 	// a budget of 9) fill them, the 8th finds them full.
 	for i := range bound {
 		began := time.Now()
 		r := ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/login", fmt.Sprintf(`{"email":"flood%d@example.com","password":"x"}`, i))
-		r.expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		r.Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		if took := time.Since(began); i == bound-1 && took < 3*time.Second {
 			t.Fatalf("a fresh email past the full map was answered after %v, want the longest delay (4 s)", took)
 		}
 	}
-	c.do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).expectThrottled(t)
+	expectThrottled(c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`), t)
 	// Counters already in the maps go on counting while they are full.
 	ts.serveFrom("10.0.0.2:1234", "POST", "/api/auth/login", `{"email":"flood0@example.com","password":"x"}`).
-		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
+		Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 	ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/login", `{"email":"flood0@example.com","password":"x"}`).
-		expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`) // the address's 9th
-	ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/login", `{"email":"flood1@example.com","password":"x"}`).expectThrottled(t)
+		Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`) // the address's 9th
+	expectThrottled(ts.serveFrom("10.0.0.1:1234", "POST", "/api/auth/login", `{"email":"flood1@example.com","password":"x"}`), t)
 }

@@ -13,19 +13,19 @@ func TestUsageRowsExact(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock() // one minute window for the budget
 		ts := startServerAt(t, url, map[string]string{"USAGE_ROLLUP_SECONDS": "1", "EMIT_RATE_LIMIT_PER_MINUTE": "5"}, clock.Now)
-		owner := ts.signup("alice@example.com")
-		p := owner.createProject("demo")
-		other := owner.createProject("quiet")
-		conns := []*wsClient{ts.dialWS(p.publicKey), ts.dialWS(p.publicKey), ts.dialWS(p.publicKey)}
-		conns[2].send(`{"action":"subscribe","channel":"a"}`)
-		conns[2].expect(`{"action":"subscribe","channel":"a","ok":true}`)
+		owner := ts.Signup("alice@example.com")
+		p := owner.CreateProject("demo")
+		other := owner.CreateProject("quiet")
+		conns := []*wsClient{ts.DialWS(p.PublicKey), ts.DialWS(p.PublicKey), ts.DialWS(p.PublicKey)}
+		conns[2].Send(`{"action":"subscribe","channel":"a"}`)
+		conns[2].Expect(`{"action":"subscribe","channel":"a","ok":true}`)
 		for range 6 { // the 6th is refused by the channel budget and is not counted
-			owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
+			owner.Emit(p.SecretKey, `{"channel":"a","payload":1}`)
 		}
 		day := clock.Now().UTC().Format(time.DateOnly)
 		var rows []struct{ c, m, peak int64 }
 		relaytest.Eventually(t, 5*time.Second, func() bool {
-			us, err := ts.app.store.Usage(context.Background(), p.id, day)
+			us, err := ts.app.store.Usage(context.Background(), p.ID, day)
 			if err != nil || len(us) != 1 {
 				return false
 			}
@@ -39,17 +39,17 @@ func TestUsageRowsExact(t *testing.T) {
 			t.Fatalf("peak %d, want 3 live connections at the rollup", rows[0].peak)
 		}
 		// One more connect and emit, then a clean shutdown: flushed, not lost.
-		conns[0].conn.Close()
-		ts.dialWS(p.publicKey)
-		owner.emit(p.secretKey, `{"channel":"b","payload":1}`)
+		conns[0].Conn.Close()
+		ts.DialWS(p.PublicKey)
+		owner.Emit(p.SecretKey, `{"channel":"b","payload":1}`)
 		ts.stop()
 		ts2 := startServer(t, url, nil) // read back through a fresh process core
-		us, err := ts2.app.store.Usage(context.Background(), p.id, day)
+		us, err := ts2.app.store.Usage(context.Background(), p.ID, day)
 		if err != nil || len(us) != 1 || us[0].ConnectionCount != 4 || us[0].MessageCount != 6 || us[0].PeakConcurrentConnections != 3 ||
 			us[0].Deliveries != 5 || us[0].ChannelRateLimited != 1 {
 			t.Fatalf("after shutdown: %+v, %v; want 4 connects, 6 messages, peak 3", us, err)
 		}
-		if q, _ := ts2.app.store.Usage(context.Background(), other.id, day); len(q) != 0 {
+		if q, _ := ts2.app.store.Usage(context.Background(), other.ID, day); len(q) != 0 {
 			t.Fatalf("a project without traffic has rows: %+v", q)
 		}
 	})

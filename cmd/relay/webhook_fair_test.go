@@ -46,20 +46,20 @@ func TestWebhookQueueSettings(t *testing.T) {
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_TIMEOUT_MS": "60000",
 		"WEBHOOK_WORKERS": "2", "WEBHOOK_IN_FLIGHT_PER_PROJECT": "1", "WEBHOOK_QUEUE_PER_PROJECT": "3", "WEBHOOK_QUEUE_TOTAL": "4",
 	})
-	owner := ts.signup("alice@example.com")
+	owner := ts.Signup("alice@example.com")
 	var keys []string
 	var requests []*atomic.Int64
 	for _, name := range []string{"a", "b", "c"} {
-		p := owner.createProject(name)
+		p := owner.CreateProject(name)
 		url, n := hangingReceiver(t)
-		setWebhook(t, ts, p.id, url, "whsec-"+name)
-		keys, requests = append(keys, p.publicKey), append(requests, n)
+		setWebhook(t, ts, p.ID, url, "whsec-"+name)
+		keys, requests = append(keys, p.PublicKey), append(requests, n)
 	}
 	a, b, c := 0, 1, 2
 	connect := func(project, sockets int) {
 		t.Helper()
 		for range sockets {
-			ts.dialWS(keys[project])
+			ts.DialWS(keys[project])
 		}
 	}
 	drops := func(reason string) string { return `reason="` + reason + `"` }
@@ -96,19 +96,19 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 		"WEBHOOK_QUEUE_PER_PROJECT":       "200",
 		"WEBHOOK_TIMEOUT_MS":              "2500",
 	})
-	a := ts.signup("alice@example.com").createProject("attacker")
-	b := ts.signup("bob@example.com").createProject("bystander")
+	a := ts.Signup("alice@example.com").CreateProject("attacker")
+	b := ts.Signup("bob@example.com").CreateProject("bystander")
 
 	hangingURL, aRequests := hangingReceiver(t)
-	setWebhook(t, ts, a.id, hangingURL+"/hook?token=s3cret-a", "whsec-a")
+	setWebhook(t, ts, a.ID, hangingURL+"/hook?token=s3cret-a", "whsec-a")
 	rec := newReceiver(t, "whsec-b", 0)
-	setWebhook(t, ts, b.id, rec.srv.URL+"/hook", "whsec-b")
+	setWebhook(t, ts, b.ID, rec.srv.URL+"/hook", "whsec-b")
 
 	// A churns sockets from 8 goroutines until B is done.
-	churned, stop := churnSockets(t, ts, a.publicKey, 8)
+	churned, stop := churnSockets(t, ts, a.PublicKey, 8)
 	defer stop()
 	relaytest.Eventually(t, 10*time.Second, func() bool {
-		return ts.metrics(t).Get(t, "relay_webhook_projects_full", "") == 1
+		return ts.Metrics(t).Get(t, "relay_webhook_projects_full", "") == 1
 	}, "A's webhook queue full")
 
 	// B, meanwhile: every event within a second.
@@ -123,12 +123,12 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 	// measured 6 000 in all; its queue is full long before).
 	for round := 0; round < 5 || churned.Load() < 2000; round++ {
 		start := time.Now()
-		c := ts.dialWS(b.publicKey)
-		id := checkEvent(t, rec.next(t), "connect", b.id)
+		c := ts.DialWS(b.PublicKey)
+		id := checkEvent(t, rec.next(t), "connect", b.ID)
 		within("connect", start)
 		start = time.Now()
-		c.conn.Close()
-		if got := checkEvent(t, rec.next(t), "disconnect", b.id); got != id {
+		c.Conn.Close()
+		if got := checkEvent(t, rec.next(t), "disconnect", b.ID); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
 		within("disconnect", start)
@@ -142,7 +142,7 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 	// failed (timed out) or dropped because A's own queue was full; none
 	// dropped for the shared bound.
 	relaytest.EventuallyNil(t, 10*time.Second, func() error {
-		m := ts.metrics(t)
+		m := ts.Metrics(t)
 		get := func(name, labels string) float64 { return m.Get(t, name, labels) }
 		sent, failed := get("relay_webhooks_total", `outcome="sent"`), get("relay_webhooks_total", `outcome="failed"`)
 		ownDrops, sharedDrops := get("relay_webhook_drops_total", `reason="project_queue_full"`), get("relay_webhook_drops_total", `reason="queue_full"`)
@@ -155,15 +155,15 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 		}
 		return nil
 	})
-	if m := ts.metrics(t); m.Get(t, "relay_webhook_projects_full", "") != 1 {
+	if m := ts.Metrics(t); m.Get(t, "relay_webhook_projects_full", "") != 1 {
 		t.Fatal("A's queue is no longer full")
 	}
 
-	logs := ts.logs.String()
+	logs := ts.Logs.String()
 	if strings.Contains(logs, "s3cret-a") {
 		t.Fatalf("A's webhook query string was logged:\n%s", logs)
 	}
-	if !strings.Contains(logs, "webhook queue of a project is full") || !strings.Contains(logs, "project="+a.id) ||
+	if !strings.Contains(logs, "webhook queue of a project is full") || !strings.Contains(logs, "project="+a.ID) ||
 		!strings.Contains(logs, "/hook?redacted") {
 		t.Fatalf("no warning naming A with its URL redacted:\n%s", logs)
 	}
@@ -187,7 +187,7 @@ func churnSockets(t *testing.T, ts *testServer, publicKey string, workers int) (
 					return
 				default:
 				}
-				c, _, err := d.Dial(ts.wsURL(publicKey), nil)
+				c, _, err := d.Dial(ts.WSURL(publicKey), nil)
 				if err != nil {
 					t.Errorf("churning sockets: dial: %v", err)
 					return

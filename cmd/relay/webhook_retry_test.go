@@ -101,22 +101,22 @@ type delivery struct {
 }
 
 // deliveries lists projectID's deliveries through the API.
-func (c *client) deliveries(projectID string) []delivery {
-	c.t.Helper()
-	r := c.do("GET", "/api/projects/"+projectID+"/webhook-deliveries", "")
+func deliveries(c *client, projectID string) []delivery {
+	c.T.Helper()
+	r := c.Do("GET", "/api/projects/"+projectID+"/webhook-deliveries", "")
 	var out struct{ Deliveries []delivery }
-	if r.status != http.StatusOK || json.Unmarshal([]byte(r.raw), &out) != nil {
-		c.t.Fatalf("deliveries: %d %s", r.status, r.raw)
+	if r.Status != http.StatusOK || json.Unmarshal([]byte(r.Raw), &out) != nil {
+		c.T.Fatalf("deliveries: %d %s", r.Status, r.Raw)
 	}
 	return out.Deliveries
 }
 
 // waitDelivery polls the API until the delivery with id satisfies ok.
-func (c *client) waitDelivery(projectID, id string, within time.Duration, ok func(delivery) bool) delivery {
-	c.t.Helper()
+func waitDelivery(c *client, projectID, id string, within time.Duration, ok func(delivery) bool) delivery {
+	c.T.Helper()
 	var found delivery
-	relaytest.EventuallyNil(c.t, within, func() error {
-		for _, d := range c.deliveries(projectID) {
+	relaytest.EventuallyNil(c.T, within, func() error {
+		for _, d := range deliveries(c, projectID) {
 			if d.ID == id {
 				found = d
 				if ok(d) {
@@ -151,31 +151,31 @@ func TestWebhookRetries(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_SECONDS": "2",
 	})
-	owner := ts.signup("alice@example.com")
+	owner := ts.Signup("alice@example.com")
 
 	// 500, then 204: two attempts of one event.
-	p := owner.createProject("flaky")
+	p := owner.CreateProject("flaky")
 	flaky := newScriptedReceiver(t, "s1", 500, 204)
-	setWebhook(t, ts, p.id, flaky.srv.URL+"/hook", "s1")
-	ts.dialWS(p.publicKey)
+	setWebhook(t, ts, p.ID, flaky.srv.URL+"/hook", "s1")
+	ts.DialWS(p.PublicKey)
 	first, second := flaky.next(t), flaky.next(t)
 	id, _ := first.ev["id"].(string)
 	if first.body != second.body || first.idHeader != id || second.idHeader != id || !hookEventIDRe.MatchString(id) {
 		t.Fatalf("a retry differs from its first attempt:\n%+v\n%+v", first, second)
 	}
-	checkEvent(t, first.ev, "connect", p.id)
-	d := owner.waitDelivery(p.id, id, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
+	checkEvent(t, first.ev, "connect", p.ID)
+	d := waitDelivery(owner, p.ID, id, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
 	if d.Attempts != 2 || intOf(d.StatusCode) != 204 || strOf(d.LastError) != "HTTP 500" || d.Event != "connect" || d.NextAttemptAt != nil {
 		t.Fatalf("delivery %+v", d)
 	}
 
 	// 400: final at once.
-	p2 := owner.createProject("refusing")
+	p2 := owner.CreateProject("refusing")
 	refusing := newScriptedReceiver(t, "s2", 400)
-	setWebhook(t, ts, p2.id, refusing.srv.URL, "s2")
-	ts.dialWS(p2.publicKey)
+	setWebhook(t, ts, p2.ID, refusing.srv.URL, "s2")
+	ts.DialWS(p2.PublicKey)
 	id2, _ := refusing.next(t).ev["id"].(string)
-	d = owner.waitDelivery(p2.id, id2, 5*time.Second, func(d delivery) bool { return d.Status == "failed" })
+	d = waitDelivery(owner, p2.ID, id2, 5*time.Second, func(d delivery) bool { return d.Status == "failed" })
 	if d.Attempts != 1 || intOf(d.StatusCode) != 400 || strOf(d.LastError) != "HTTP 400" {
 		t.Fatalf("delivery %+v", d)
 	}
@@ -186,13 +186,13 @@ func TestWebhookRetries(t *testing.T) {
 	}
 
 	// 503 for good: retried until the 2 s bound, then given up.
-	p3 := owner.createProject("down")
+	p3 := owner.CreateProject("down")
 	down := newScriptedReceiver(t, "s3", 503)
-	setWebhook(t, ts, p3.id, down.srv.URL, "s3")
+	setWebhook(t, ts, p3.ID, down.srv.URL, "s3")
 	start := time.Now()
-	ts.dialWS(p3.publicKey)
+	ts.DialWS(p3.PublicKey)
 	id3, _ := down.next(t).ev["id"].(string)
-	d = owner.waitDelivery(p3.id, id3, 10*time.Second, func(d delivery) bool { return d.Status == "failed" })
+	d = waitDelivery(owner, p3.ID, id3, 10*time.Second, func(d delivery) bool { return d.Status == "failed" })
 	created, _ := time.Parse(time.RFC3339, d.CreatedAt)
 	last, _ := time.Parse(time.RFC3339, strOf(d.LastAttemptAt))
 	if d.Attempts < 2 || strOf(d.LastError) != "HTTP 503" || last.Sub(created) > 2*time.Second+time.Second || time.Since(start) > 8*time.Second {
@@ -210,19 +210,19 @@ func TestWebhookFailingProjectDelaysNobody(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_QUEUE_PER_PROJECT": "100", "WEBHOOK_WORKERS": "4",
 	})
-	a := ts.signup("alice@example.com").createProject("failing")
-	b := ts.signup("bob@example.com").createProject("healthy")
+	a := ts.Signup("alice@example.com").CreateProject("failing")
+	b := ts.Signup("bob@example.com").CreateProject("healthy")
 	var aRequests atomic.Int64
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		aRequests.Add(1)
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	t.Cleanup(failing.Close)
-	setWebhook(t, ts, a.id, failing.URL, "whsec-a")
+	setWebhook(t, ts, a.ID, failing.URL, "whsec-a")
 	rec := newReceiver(t, "whsec-b", 0)
-	setWebhook(t, ts, b.id, rec.srv.URL, "whsec-b")
+	setWebhook(t, ts, b.ID, rec.srv.URL, "whsec-b")
 
-	_, stop := churnSockets(t, ts, a.publicKey, 4)
+	_, stop := churnSockets(t, ts, a.PublicKey, 4)
 	defer stop()
 	relaytest.Eventually(t, 10*time.Second, func() bool {
 		st := ts.app.webhooks.Stats()
@@ -231,14 +231,14 @@ func TestWebhookFailingProjectDelaysNobody(t *testing.T) {
 
 	for round := range 5 {
 		start := time.Now()
-		c := ts.dialWS(b.publicKey)
-		id := checkEvent(t, rec.next(t), "connect", b.id)
+		c := ts.DialWS(b.PublicKey)
+		id := checkEvent(t, rec.next(t), "connect", b.ID)
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("round %d: B's connect took %v behind A's retries", round, took)
 		}
 		start = time.Now()
-		c.conn.Close()
-		if got := checkEvent(t, rec.next(t), "disconnect", b.id); got != id {
+		c.Conn.Close()
+		if got := checkEvent(t, rec.next(t), "disconnect", b.ID); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
 		if took := time.Since(start); took > time.Second {
@@ -266,54 +266,54 @@ func masked(body string) string {
 func TestWebhookDeliveriesAPI(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
-		alice, bob := ts.signup("alice@example.com"), ts.signup("bob@example.com")
-		p := alice.createProject("hooks")
-		list, test := "/api/projects/"+p.id+"/webhook-deliveries", "/api/projects/"+p.id+"/webhook-test"
+		alice, bob := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
+		p := alice.CreateProject("hooks")
+		list, test := "/api/projects/"+p.ID+"/webhook-deliveries", "/api/projects/"+p.ID+"/webhook-test"
 
-		alice.do("GET", list, "").expect(t, 200, `{"deliveries":[]}`)
-		alice.do("POST", test, "").expect(t, 400, `{"error":"webhook_url_required"}`)
-		ts.client().do("GET", list, "").expect(t, 401, `{"error":"unauthorized"}`)
-		ts.client().do("POST", test, "").expect(t, 401, `{"error":"unauthorized"}`)
-		bob.do("GET", list, "").expect(t, 404, `{"error":"project_not_found"}`)
-		bob.do("POST", test, "").expect(t, 404, `{"error":"project_not_found"}`)
-		alice.do("GET", "/api/projects/00000000-0000-0000-0000-000000000000/webhook-deliveries", "").expect(t, 404, `{"error":"project_not_found"}`)
-		alice.do("DELETE", list, "").expect(t, 405, `{"error":"method_not_allowed"}`)
-		alice.do("GET", test, "").expect(t, 405, `{"error":"method_not_allowed"}`)
+		alice.Do("GET", list, "").Expect(t, 200, `{"deliveries":[]}`)
+		alice.Do("POST", test, "").Expect(t, 400, `{"error":"webhook_url_required"}`)
+		ts.Client().Do("GET", list, "").Expect(t, 401, `{"error":"unauthorized"}`)
+		ts.Client().Do("POST", test, "").Expect(t, 401, `{"error":"unauthorized"}`)
+		bob.Do("GET", list, "").Expect(t, 404, `{"error":"project_not_found"}`)
+		bob.Do("POST", test, "").Expect(t, 404, `{"error":"project_not_found"}`)
+		alice.Do("GET", "/api/projects/00000000-0000-0000-0000-000000000000/webhook-deliveries", "").Expect(t, 404, `{"error":"project_not_found"}`)
+		alice.Do("DELETE", list, "").Expect(t, 405, `{"error":"method_not_allowed"}`)
+		alice.Do("GET", test, "").Expect(t, 405, `{"error":"method_not_allowed"}`)
 
 		rec := newScriptedReceiver(t, "whsec", 200)
-		setWebhook(t, ts, p.id, rec.srv.URL+"/hook", "whsec")
-		r := alice.do("POST", test, `{"ignored":true}`)
-		r.expect(t, 202, fmt.Sprintf(`{"delivery":{"id":%q,"event":"test","createdAt":%q,"status":"pending","attempts":0,`+
-			`"statusCode":null,"lastError":null,"lastAttemptAt":null,"nextAttemptAt":null}}`, r.str("delivery", "id"), r.str("delivery", "createdAt")))
-		if got := masked(r.raw); strings.TrimSpace(got) != `{"delivery":{"id":"I","event":"test","createdAt":"T","status":"pending","attempts":0,"statusCode":null,"lastError":null,"lastAttemptAt":null,"nextAttemptAt":null}}` {
-			t.Fatalf("202 body %s", r.raw)
+		setWebhook(t, ts, p.ID, rec.srv.URL+"/hook", "whsec")
+		r := alice.Do("POST", test, `{"ignored":true}`)
+		r.Expect(t, 202, fmt.Sprintf(`{"delivery":{"id":%q,"event":"test","createdAt":%q,"status":"pending","attempts":0,`+
+			`"statusCode":null,"lastError":null,"lastAttemptAt":null,"nextAttemptAt":null}}`, r.Str("delivery", "id"), r.Str("delivery", "createdAt")))
+		if got := masked(r.Raw); strings.TrimSpace(got) != `{"delivery":{"id":"I","event":"test","createdAt":"T","status":"pending","attempts":0,"statusCode":null,"lastError":null,"lastAttemptAt":null,"nextAttemptAt":null}}` {
+			t.Fatalf("202 body %s", r.Raw)
 		}
-		id := r.str("delivery", "id")
+		id := r.Str("delivery", "id")
 		hr := rec.next(t)
-		if masked(hr.body) != fmt.Sprintf(`{"id":"I","event":"test","projectId":%q,"timestamp":"T"}`, p.id) || hr.idHeader != id || hr.ev["id"] != id {
+		if masked(hr.body) != fmt.Sprintf(`{"id":"I","event":"test","projectId":%q,"timestamp":"T"}`, p.ID) || hr.idHeader != id || hr.ev["id"] != id {
 			t.Fatalf("test event %s (X-Relay-Event-Id %s), want id %s", hr.body, hr.idHeader, id)
 		}
-		alice.waitDelivery(p.id, id, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
-		r = alice.do("GET", list, "")
-		if got := strings.TrimSpace(masked(r.raw)); r.status != 200 || !strings.Contains(r.raw, `"id":"`+id+`"`) ||
+		waitDelivery(alice, p.ID, id, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
+		r = alice.Do("GET", list, "")
+		if got := strings.TrimSpace(masked(r.Raw)); r.Status != 200 || !strings.Contains(r.Raw, `"id":"`+id+`"`) ||
 			got != `{"deliveries":[{"id":"I","event":"test","createdAt":"T","status":"delivered","attempts":1,"statusCode":200,"lastError":null,"lastAttemptAt":"T","nextAttemptAt":null}]}` {
-			t.Fatalf("deliveries: %d %s", r.status, r.raw)
+			t.Fatalf("deliveries: %d %s", r.Status, r.Raw)
 		}
 
 		// A connect, then a second test: newest first.
-		ts.dialWS(p.publicKey)
+		ts.DialWS(p.PublicKey)
 		connectID, _ := rec.next(t).ev["id"].(string)
-		id2 := alice.do("POST", test, "").str("delivery", "id")
+		id2 := alice.Do("POST", test, "").Str("delivery", "id")
 		rec.next(t)
-		alice.waitDelivery(p.id, id2, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
+		waitDelivery(alice, p.ID, id2, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
 		var ids []string
-		for _, d := range alice.deliveries(p.id) {
+		for _, d := range deliveries(alice, p.ID) {
 			ids = append(ids, d.Event+":"+d.ID)
 		}
 		if want := []string{"test:" + id2, "connect:" + connectID, "test:" + id}; fmt.Sprint(ids) != fmt.Sprint(want) {
 			t.Fatalf("deliveries %v, want %v", ids, want)
 		}
-		bob.do("GET", list, "").expect(t, 404, `{"error":"project_not_found"}`)
+		bob.Do("GET", list, "").Expect(t, 404, `{"error":"project_not_found"}`)
 	})
 }
 
@@ -323,19 +323,19 @@ func TestWebhookTestQueueFull(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_QUEUE_PER_PROJECT": "1", "WEBHOOK_IN_FLIGHT_PER_PROJECT": "1", "WEBHOOK_TIMEOUT_MS": "60000",
 	})
-	alice := ts.signup("alice@example.com")
-	p := alice.createProject("busy")
+	alice := ts.Signup("alice@example.com")
+	p := alice.CreateProject("busy")
 	hanging, requests := hangingReceiver(t)
-	setWebhook(t, ts, p.id, hanging, "s")
-	test := "/api/projects/" + p.id + "/webhook-test"
-	if r := alice.do("POST", test, ""); r.status != 202 {
-		t.Fatalf("first: %d %s", r.status, r.raw)
+	setWebhook(t, ts, p.ID, hanging, "s")
+	test := "/api/projects/" + p.ID + "/webhook-test"
+	if r := alice.Do("POST", test, ""); r.Status != 202 {
+		t.Fatalf("first: %d %s", r.Status, r.Raw)
 	}
 	relaytest.Eventually(t, 5*time.Second, func() bool { return requests.Load() == 1 }, "the first test event under way")
-	if r := alice.do("POST", test, ""); r.status != 202 { // waits in the queue
-		t.Fatalf("second: %d %s", r.status, r.raw)
+	if r := alice.Do("POST", test, ""); r.Status != 202 { // waits in the queue
+		t.Fatalf("second: %d %s", r.Status, r.Raw)
 	}
-	alice.do("POST", test, "").expect(t, 429, `{"error":"webhook_queue_full"}`)
+	alice.Do("POST", test, "").Expect(t, 429, `{"error":"webhook_queue_full"}`)
 }
 
 // TestDashboardWebhookDeliveries: the project page lists the recent
@@ -344,42 +344,42 @@ func TestWebhookTestQueueFull(t *testing.T) {
 func TestDashboardWebhookDeliveries(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_SECONDS": "60"})
-		c := ts.dash(t)
-		c.signup("alice@example.com")
-		p := c.create("Hooks")
-		page := "/projects/" + p.id
-		view := c.get(page)
-		if strings.Contains(view.body, `id="webhook-deliveries"`) || strings.Contains(view.body, `id="send-test-event"`) {
-			t.Fatalf("deliveries card without a webhook:\n%s", view.body)
+		c := ts.Dash(t)
+		c.Signup("alice@example.com")
+		p := c.Create("Hooks")
+		page := "/projects/" + p.ID
+		view := c.Get(page)
+		if strings.Contains(view.Body, `id="webhook-deliveries"`) || strings.Contains(view.Body, `id="send-test-event"`) {
+			t.Fatalf("deliveries card without a webhook:\n%s", view.Body)
 		}
-		c.submit(page, page+"/webhook/test", nil).expectError(t, http.StatusBadRequest, "no webhook URL")
+		c.Submit(page, page+"/webhook/test", nil).ExpectError(t, http.StatusBadRequest, "no webhook URL")
 
 		rec := newScriptedReceiver(t, "", 500, 200)
-		c.submit(page, page+"/webhook", url.Values{"url": {rec.srv.URL + "/hook"}}).expectRedirect(t, page+"?done=webhook-saved")
+		c.Submit(page, page+"/webhook", url.Values{"url": {rec.srv.URL + "/hook"}}).ExpectRedirect(t, page+"?done=webhook-saved")
 		rec.mu.Lock()
-		rec.secret = dashSettings(t, ts, p.id).WebhookSecret // generated with the URL
+		rec.secret = dashSettings(t, ts, p.ID).WebhookSecret // generated with the URL
 		rec.mu.Unlock()
-		view = c.get(page)
-		if view.byID("no-deliveries") != "No deliveries yet." || !strings.Contains(view.body, `id="send-test-event"`) {
-			t.Fatalf("deliveries card:\n%s", view.body)
+		view = c.Get(page)
+		if view.ByID("no-deliveries") != "No deliveries yet." || !strings.Contains(view.Body, `id="send-test-event"`) {
+			t.Fatalf("deliveries card:\n%s", view.Body)
 		}
-		if r := c.post(page+"/webhook/test", url.Values{"csrf": {"forged"}}); r.status != http.StatusForbidden {
-			t.Fatalf("a forged form: %d", r.status)
+		if r := c.Post(page+"/webhook/test", url.Values{"csrf": {"forged"}}); r.Status != http.StatusForbidden {
+			t.Fatalf("a forged form: %d", r.Status)
 		}
-		c.submit(page, page+"/webhook/test", nil).expectRedirect(t, page+"?done=webhook-test")
+		c.Submit(page, page+"/webhook/test", nil).ExpectRedirect(t, page+"?done=webhook-test")
 		id, _ := rec.next(t).ev["id"].(string) // answered 500: retried
 		rec.next(t)
 		var shown dashPage
 		relaytest.Eventually(t, 10*time.Second, func() bool {
-			shown = c.get(page + "?done=webhook-test")
-			return shown.byID("delivery-status-"+id) == "delivered"
+			shown = c.Get(page + "?done=webhook-test")
+			return shown.ByID("delivery-status-"+id) == "delivered"
 		}, "the test event delivered on the page")
-		if shown.byID("delivery-attempts-"+id) != "2" || shown.byID("delivery-answer-"+id) != "200" ||
-			shown.byID("delivery-error-"+id) != "HTTP 500" || !strings.Contains(shown.noticeText(), "Test event queued") {
-			t.Fatalf("row of %s: attempts %q answer %q error %q notice %q", id, shown.byID("delivery-attempts-"+id),
-				shown.byID("delivery-answer-"+id), shown.byID("delivery-error-"+id), shown.noticeText())
+		if shown.ByID("delivery-attempts-"+id) != "2" || shown.ByID("delivery-answer-"+id) != "200" ||
+			shown.ByID("delivery-error-"+id) != "HTTP 500" || !strings.Contains(shown.NoticeText(), "Test event queued") {
+			t.Fatalf("row of %s: attempts %q answer %q error %q notice %q", id, shown.ByID("delivery-attempts-"+id),
+				shown.ByID("delivery-answer-"+id), shown.ByID("delivery-error-"+id), shown.NoticeText())
 		}
-		rows := regexp.MustCompile(`<tr class="delivery" id="delivery-([A-Za-z0-9_-]{22})"`).FindAllStringSubmatch(shown.body, -1)
+		rows := regexp.MustCompile(`<tr class="delivery" id="delivery-([A-Za-z0-9_-]{22})"`).FindAllStringSubmatch(shown.Body, -1)
 		if len(rows) != 1 || rows[0][1] != id {
 			t.Fatalf("rows %v, want the one test event", rows)
 		}
@@ -398,49 +398,49 @@ func TestOpenAPIWebhookDeliveries(t *testing.T) {
 		st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
 		want := func(r response, status int, code ...string) response {
 			t.Helper()
-			if r.status != status || (len(code) > 0 && r.str("error") != code[0]) {
-				t.Fatalf("%d %s, want %d %v", r.status, r.raw, status, code)
+			if r.Status != status || (len(code) > 0 && r.Str("error") != code[0]) {
+				t.Fatalf("%d %s, want %d %v", r.Status, r.Raw, status, code)
 			}
 			return r
 		}
 		alice, anon := st.client(ts), st.client(ts)
-		want(alice.do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
+		want(alice.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`), 201)
 		project := func(name string) string {
-			return want(alice.do("POST", "/api/projects", `{"name":"`+name+`"}`), 201).str("project", "id")
+			return want(alice.Do("POST", "/api/projects", `{"name":"`+name+`"}`), 201).Str("project", "id")
 		}
 		paths := func(id string) (string, string) {
 			return "/api/projects/" + id + "/webhook-deliveries", "/api/projects/" + id + "/webhook-test"
 		}
 		list, test := paths(project("none"))
-		want(alice.do("GET", list, ""), 200)
-		want(alice.do("POST", test, ""), 400, "webhook_url_required")
-		want(anon.do("GET", list, ""), 401, "unauthorized")
-		want(anon.do("POST", test, ""), 401, "unauthorized")
+		want(alice.Do("GET", list, ""), 200)
+		want(alice.Do("POST", test, ""), 400, "webhook_url_required")
+		want(anon.Do("GET", list, ""), 401, "unauthorized")
+		want(anon.Do("POST", test, ""), 401, "unauthorized")
 		goneList, goneTest := paths("00000000-0000-0000-0000-000000000000")
-		want(alice.do("GET", goneList, ""), 404, "project_not_found")
-		want(alice.do("POST", goneTest, ""), 404, "project_not_found")
-		want(alice.do("PUT", list, ""), 405)
-		want(alice.do("GET", test, ""), 405)
+		want(alice.Do("GET", goneList, ""), 404, "project_not_found")
+		want(alice.Do("POST", goneTest, ""), 404, "project_not_found")
+		want(alice.Do("PUT", list, ""), 405)
+		want(alice.Do("GET", test, ""), 405)
 
 		// Delivered; and retrying after a 500 (statusCode, lastError, nextAttemptAt).
 		okID := project("ok")
 		okRec := newScriptedReceiver(t, "s", 200)
 		setWebhook(t, ts, okID, okRec.srv.URL, "s")
 		okList, okTest := paths(okID)
-		id := want(alice.do("POST", okTest, ""), 202).str("delivery", "id")
+		id := want(alice.Do("POST", okTest, ""), 202).Str("delivery", "id")
 		okRec.next(t)
 		relaytest.Eventually(t, 5*time.Second, func() bool {
-			return strings.Contains(want(alice.do("GET", okList, ""), 200).raw, `"status":"delivered"`)
+			return strings.Contains(want(alice.Do("GET", okList, ""), 200).Raw, `"status":"delivered"`)
 		}, "the test event delivered")
 		failID := project("failing")
 		failRec := newScriptedReceiver(t, "s", 500)
 		setWebhook(t, ts, failID, failRec.srv.URL, "s")
 		failList, failTest := paths(failID)
-		want(alice.do("POST", failTest, ""), 202)
+		want(alice.Do("POST", failTest, ""), 202)
 		failRec.next(t)
 		relaytest.Eventually(t, 5*time.Second, func() bool {
-			r := want(alice.do("GET", failList, ""), 200)
-			return strings.Contains(r.raw, `"status":"retrying"`) && strings.Contains(r.raw, `"lastError":"HTTP 500"`)
+			r := want(alice.Do("GET", failList, ""), 200)
+			return strings.Contains(r.Raw, `"status":"retrying"`) && strings.Contains(r.Raw, `"lastError":"HTTP 500"`)
 		}, "the failing test event waiting for its retry")
 		if id == "" {
 			t.Fatal("no id")
@@ -451,10 +451,10 @@ func TestOpenAPIWebhookDeliveries(t *testing.T) {
 		hanging, requests := hangingReceiver(t)
 		setWebhook(t, ts, busyID, hanging, "s")
 		_, busyTest := paths(busyID)
-		want(alice.do("POST", busyTest, ""), 202)
+		want(alice.Do("POST", busyTest, ""), 202)
 		relaytest.Eventually(t, 5*time.Second, func() bool { return requests.Load() == 1 }, "the first test event under way")
-		want(alice.do("POST", busyTest, ""), 202)
-		want(alice.do("POST", busyTest, ""), 429, "webhook_queue_full")
+		want(alice.Do("POST", busyTest, ""), 202)
+		want(alice.Do("POST", busyTest, ""), 429, "webhook_queue_full")
 
 		for _, k := range []string{
 			"GET /api/projects/{projectId}/webhook-deliveries OK", "GET /api/projects/{projectId}/webhook-deliveries Unauthorized",

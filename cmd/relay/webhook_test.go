@@ -115,29 +115,29 @@ func checkEvent(t *testing.T, ev map[string]any, kind, projectID string, fields 
 func TestWebhooksConnectAndDisconnect(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
-		p := ts.signup("alice@example.com").createProject("demo")
+		p := ts.Signup("alice@example.com").CreateProject("demo")
 		rec := newReceiver(t, "whsec-test", 0)
-		setWebhook(t, ts, p.id, rec.srv.URL+"/hook", "whsec-test")
+		setWebhook(t, ts, p.ID, rec.srv.URL+"/hook", "whsec-test")
 
 		// Clean close with a status: the disconnect carries it.
-		c := ts.dialWS(p.publicKey)
-		id := checkEvent(t, rec.next(t), "connect", p.id)
-		c.sendRaw(clientFrame(0x8, true, append([]byte{0x0f, 0xa1}, "see you"...))) // 4001
-		c.expectClose(4001, 5*time.Second)
+		c := ts.DialWS(p.PublicKey)
+		id := checkEvent(t, rec.next(t), "connect", p.ID)
+		c.SendRaw(clientFrame(0x8, true, append([]byte{0x0f, 0xa1}, "see you"...))) // 4001
+		c.ExpectClose(4001, 5*time.Second)
 		ev := rec.next(t)
-		if checkEvent(t, ev, "disconnect", p.id, "disconnectStatusCode", "disconnectReason") != id ||
+		if checkEvent(t, ev, "disconnect", p.ID, "disconnectStatusCode", "disconnectReason") != id ||
 			ev["disconnectStatusCode"] != float64(4001) || ev["disconnectReason"] != "see you" {
 			t.Fatalf("disconnect %v, want connection %s with 4001 see you", ev, id)
 		}
 
 		// Abrupt drop: a disconnect without a status.
-		c2 := ts.dialWS(p.publicKey)
-		id2 := checkEvent(t, rec.next(t), "connect", p.id)
+		c2 := ts.DialWS(p.PublicKey)
+		id2 := checkEvent(t, rec.next(t), "connect", p.ID)
 		if id2 == id {
 			t.Fatal("connection ids repeat")
 		}
-		c2.conn.UnderlyingConn().Close()
-		if got := checkEvent(t, rec.next(t), "disconnect", p.id); got != id2 {
+		c2.Conn.UnderlyingConn().Close()
+		if got := checkEvent(t, rec.next(t), "disconnect", p.ID); got != id2 {
 			t.Fatalf("disconnect for %s, want %s", got, id2)
 		}
 	})
@@ -145,24 +145,24 @@ func TestWebhooksConnectAndDisconnect(t *testing.T) {
 
 func TestSlowWebhookDelaysNothing(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_TIMEOUT_MS": "2000"})
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
 	rec := newReceiver(t, "s", 10*time.Second)
-	setWebhook(t, ts, p.id, rec.srv.URL, "s")
-	listener := subscribed(t, ts, p.publicKey, "a")
+	setWebhook(t, ts, p.ID, rec.srv.URL, "s")
+	listener := ts.Subscribed(t, p.PublicKey, "a")
 	for i := range 20 {
 		start := time.Now()
-		c := subscribed(t, ts, p.publicKey, "a")
+		c := ts.Subscribed(t, p.PublicKey, "a")
 		if d := time.Since(start); d > time.Second {
 			t.Fatalf("handshake %d took %v behind a 10 s webhook receiver", i, d)
 		}
-		c.conn.Close()
+		c.Conn.Close()
 	}
 	start := time.Now()
-	r := owner.emit(p.secretKey, `{"channel":"a","payload":1}`)
-	listener.expectExcept(`{"channel":"a","payload":1}`, "seq")
-	if d := time.Since(start); d > time.Second || r.status != 200 {
-		t.Fatalf("emit took %v (%d)", d, r.status)
+	r := owner.Emit(p.SecretKey, `{"channel":"a","payload":1}`)
+	listener.ExpectExcept(`{"channel":"a","payload":1}`, "seq")
+	if d := time.Since(start); d > time.Second || r.Status != 200 {
+		t.Fatalf("emit took %v (%d)", d, r.Status)
 	}
 }
 
@@ -172,26 +172,26 @@ func TestWebhookReceiverDownOrPrivate(t *testing.T) {
 	down := "http://" + ln.Addr().String() + "/hook"
 	ln.Close()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_ATTEMPTS": "1"})
-	p := ts.signup("alice@example.com").createProject("demo")
-	setWebhook(t, ts, p.id, down, "s")
-	c := subscribed(t, ts, p.publicKey, "a")
-	c.send(`{"action":"ping"}`)
-	c.expect(`{"action":"pong","ok":true}`)
+	p := ts.Signup("alice@example.com").CreateProject("demo")
+	setWebhook(t, ts, p.ID, down, "s")
+	c := ts.Subscribed(t, p.PublicKey, "a")
+	c.Send(`{"action":"ping"}`)
+	c.Expect(`{"action":"pong","ok":true}`)
 	relaytest.Eventually(t, 5*time.Second, func() bool { return ts.app.webhooks.Stats().Failed >= 1 }, "a failed delivery")
 
 	// Private target with the default configuration: refused before connecting.
 	ts2 := startServer(t, storetest.SQLiteURL(t), nil)
-	p2 := ts2.signup("alice@example.com").createProject("demo")
+	p2 := ts2.Signup("alice@example.com").CreateProject("demo")
 	rec := newReceiver(t, "s", 0)
-	setWebhook(t, ts2, p2.id, rec.srv.URL, "s")
-	subscribed(t, ts2, p2.publicKey, "a")
+	setWebhook(t, ts2, p2.ID, rec.srv.URL, "s")
+	ts2.Subscribed(t, p2.PublicKey, "a")
 	relaytest.Eventually(t, 5*time.Second, func() bool { return ts2.app.webhooks.Stats().Refused >= 1 }, "a refused delivery")
 	select {
 	case ev := <-rec.events:
 		t.Fatalf("a loopback receiver got %v without WEBHOOK_ALLOW_PRIVATE_ADDRESSES", ev)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if strings.Contains(ts2.logs.String(), "level=ERROR") {
-		t.Fatalf("errors logged:\n%s", ts2.logs.String())
+	if strings.Contains(ts2.Logs.String(), "level=ERROR") {
+		t.Fatalf("errors logged:\n%s", ts2.Logs.String())
 	}
 }

@@ -19,9 +19,9 @@ import (
 // does ask for a WebSocket but gets the handshake wrong is the upgrader's.
 func TestPlainGetOnWS(t *testing.T) {
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	owner := ts.signup("alice@example.com")
-	p := owner.createProject("demo")
-	addr := strings.TrimPrefix(ts.base, "http://")
+	owner := ts.Signup("alice@example.com")
+	p := owner.CreateProject("demo")
+	addr := strings.TrimPrefix(ts.Base, "http://")
 	// exchange sends one request on a new connection and reads the answer,
 	// then (closes) whether the server closes the connection after it.
 	exchange := func(request string, closes bool) (*http.Response, string, error) {
@@ -52,7 +52,7 @@ func TestPlainGetOnWS(t *testing.T) {
 		return "GET /ws" + query + " HTTP/1.1\r\nHost: " + addr + "\r\n"
 	}
 
-	for _, query := range []string{"?publicKey=" + p.publicKey, "?publicKey=" + p.publicKey + "&x=1"} {
+	for _, query := range []string{"?publicKey=" + p.PublicKey, "?publicKey=" + p.PublicKey + "&x=1"} {
 		res, body, after := exchange(head(query)+"Accept: text/html\r\n\r\n", true)
 		if res.StatusCode != http.StatusBadRequest || res.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
 			t.Fatalf("plain GET /ws%s: %d %q", query, res.StatusCode, res.Header.Get("Content-Type"))
@@ -68,28 +68,28 @@ func TestPlainGetOnWS(t *testing.T) {
 		}
 	}
 	// An Upgrade header naming something else is no WebSocket either.
-	if res, body, _ := exchange(head("?publicKey="+p.publicKey)+"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n", true); res.StatusCode != 400 || !strings.Contains(body, "WebSocket endpoint") {
+	if res, body, _ := exchange(head("?publicKey="+p.PublicKey)+"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n", true); res.StatusCode != 400 || !strings.Contains(body, "WebSocket endpoint") {
 		t.Fatalf("Upgrade: h2c: %d %q", res.StatusCode, body)
 	}
 	// Asking for a WebSocket with a bad handshake: the upgrader's answer.
-	if res, body, _ := exchange(head("?publicKey="+p.publicKey)+"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n", true); res.StatusCode != 400 || strings.Contains(body, "WebSocket endpoint") {
+	if res, body, _ := exchange(head("?publicKey="+p.PublicKey)+"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n", true); res.StatusCode != 400 || strings.Contains(body, "WebSocket endpoint") {
 		t.Fatalf("a WebSocket request without Sec-WebSocket-Key: %d %q, want the upgrader's 400", res.StatusCode, body)
 	}
 
 	// The key is checked first, as for a handshake: JSON 401 (headers_test
 	// checks a plain GET without a key too).
-	for _, query := range []string{"", "?publicKey=", "?publicKey=pk_live_unknown", "?publicKey=" + p.secretKey} {
+	for _, query := range []string{"", "?publicKey=", "?publicKey=pk_live_unknown", "?publicKey=" + p.SecretKey} {
 		res, body, _ := exchange(head(query)+"\r\n", false)
 		if res.StatusCode != 401 || strings.TrimSpace(body) != `{"error":"unauthorized"}` {
 			t.Fatalf("plain GET /ws%s: %d %s, want the JSON 401", query, res.StatusCode, body)
 		}
-		ts.handshake("/ws"+query).expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
+		ts.Handshake("/ws"+query).Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 	}
 	// The plain GETs left no connection behind; a real handshake still opens.
 	if n := ts.app.transport.Len(); n != 0 {
 		t.Fatalf("%d connections registered", n)
 	}
-	if r := ts.handshake("/ws?publicKey=" + p.publicKey); r.status != http.StatusSwitchingProtocols {
-		t.Fatalf("handshake: %d %s", r.status, r.raw)
+	if r := ts.Handshake("/ws?publicKey=" + p.PublicKey); r.Status != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %d %s", r.Status, r.Raw)
 	}
 }

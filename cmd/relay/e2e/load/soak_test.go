@@ -71,9 +71,9 @@ func TestSoak(t *testing.T) {
 	const conns, channels = 5000, 10
 	url := storetest.PostgresURL(t)
 	proc := relaytest.StartBinary(t, "DATABASE_URL="+url, "USAGE_ROLLUP_SECONDS=5", "MAX_CONNECTIONS_PER_ADDRESS=100000")
-	owner := relaytest.Signup(t, proc.Base, "alice@example.com")
-	p := owner.CreateProject("soak")
-	wsURL := relaytest.WSURL(proc.Base, p.PublicKey)
+	srv := relaytest.ServerOf(t, proc)
+	p := srv.Signup("alice@example.com").CreateProject("soak")
+	wsURL := srv.WSURL(p.PublicKey)
 
 	type stats struct{ rssKiB, heapMiB, goroutines, open float64 }
 	serverStats := func() stats {

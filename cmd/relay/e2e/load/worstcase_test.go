@@ -83,7 +83,8 @@ func TestWorstCasePublicKeyHolder(t *testing.T) {
 // socket's write queue fills up to its bound before it is closed.
 func publicKeyHolder(t *testing.T, reading bool) {
 	proc := relaytest.StartBinary(t)
-	p := relaytest.Signup(t, proc.Base, "alice@example.com").CreateProject("target")
+	srv := relaytest.ServerOf(t, proc)
+	p := srv.Signup("alice@example.com").CreateProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
 	before := relaytest.RSS(t, pid)
@@ -101,7 +102,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, _, err := websocket.DefaultDialer.Dial(relaytest.WSURL(proc.Base, p.PublicKey), nil)
+			c, _, err := websocket.DefaultDialer.Dial(srv.WSURL(p.PublicKey), nil)
 			if err != nil {
 				errs <- err
 				return
@@ -161,7 +162,7 @@ func publicKeyHolder(t *testing.T, reading bool) {
 // for the project) for 20 s, the replay window (8 s in the short form).
 func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	proc := relaytest.StartBinary(t)
-	p := relaytest.Signup(t, proc.Base, "alice@example.com").CreateProject("target")
+	p := relaytest.ServerOf(t, proc).Signup("alice@example.com").CreateProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
 	before := relaytest.RSS(t, pid)

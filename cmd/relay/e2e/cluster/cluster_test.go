@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // Several nodes as one relay, black-box: `make test-cluster` (go test -tags
 // cluster, without -race: protoactor's cluster races in its own member list,
@@ -15,7 +15,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -36,7 +35,7 @@ type clusterNode struct {
 }
 
 // on is the node behind the package's helpers, for test t.
-func (n *clusterNode) on(t *testing.T) *testServer { return binaryServer(t, n.proc) }
+func (n *clusterNode) on(t *testing.T) *relaytest.Server { return relaytest.ServerOf(t, n.proc) }
 
 func (n *clusterNode) pid() int { return n.proc.Cmd.Process.Pid }
 
@@ -56,9 +55,7 @@ func startCluster(t *testing.T, within time.Duration, names []string, env ...str
 	t.Helper()
 	began := time.Now()
 	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t), ca: filepath.Join(t.TempDir(), "ca")}
-	if err := runCert([]string{"ca", "--out", c.ca}, io.Discard, io.Discard, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	relaytest.CommandOK(t, nil, "cert", "ca", "--out", c.ca)
 	for _, name := range names {
 		t0 := time.Now()
 		c.nodes = append(c.nodes, c.node(t, name, env...))
@@ -89,9 +86,7 @@ func (c *testCluster) node(t *testing.T, name string, env ...string) *clusterNod
 func (c *testCluster) nodeEnv(t *testing.T, addr string) []string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "node")
-	if err := runCert([]string{"node", "--ca", c.ca, "--addr", addr, "--out", dir}, io.Discard, io.Discard, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	relaytest.CommandOK(t, nil, "cert", "node", "--ca", c.ca, "--addr", addr, "--out", dir)
 	return append(c.etcd.Env(), "RELAY_CLUSTER_ADDR="+addr, "RELAY_CLUSTER_TLS_CA="+filepath.Join(c.ca, "ca.pem"),
 		"RELAY_CLUSTER_TLS_CERT="+filepath.Join(dir, "node.pem"), "RELAY_CLUSTER_TLS_KEY="+filepath.Join(dir, "node-key.pem"))
 }
@@ -170,22 +165,22 @@ func (n *clusterNode) waitExit(t *testing.T, timeout time.Duration) int {
 
 // closing is how a socket ended and when the end arrived.
 type closing struct {
-	frame
+	relaytest.Frame
 	at time.Time
 }
 
 // closeWatch records when and how a socket is closed, from now on.
-func closeWatch(c *wsClient) <-chan closing {
+func closeWatch(c *relaytest.WS) <-chan closing {
 	out := make(chan closing, 1)
 	go func() {
 		for {
-			f, ok := c.next(10 * time.Second)
+			f, ok := c.Next(10 * time.Second)
 			switch {
 			case !ok:
-				out <- closing{frame: frame{err: fmt.Errorf("no close within 10 s")}}
+				out <- closing{Frame: relaytest.Frame{Err: fmt.Errorf("no close within 10 s")}}
 				return
-			case f.closed || f.err != nil:
-				out <- closing{frame: f, at: time.Now()}
+			case f.Closed || f.Err != nil:
+				out <- closing{Frame: f, at: time.Now()}
 				return
 			}
 		}
@@ -197,8 +192,8 @@ func closeWatch(c *wsClient) <-chan closing {
 func closedAt(t *testing.T, what string, ch <-chan closing, code int) time.Time {
 	t.Helper()
 	f := <-ch
-	if f.err != nil || f.closeCode != code {
-		t.Fatalf("%s: closed %d %q (err %v), want %d", what, f.closeCode, f.reason, f.err, code)
+	if f.Err != nil || f.CloseCode != code {
+		t.Fatalf("%s: closed %d %q (err %v), want %d", what, f.CloseCode, f.Reason, f.Err, code)
 	}
 	return f.at
 }
@@ -269,50 +264,50 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	owner := a.on(t).signup("alice@example.com")
+	owner := a.on(t).Signup("alice@example.com")
 
 	t.Run("project backstop counted once for the cluster", func(t *testing.T) {
-		q := owner.createProject("burst")
+		q := owner.CreateProject("burst")
 		// Budgets are fixed wall-clock minutes: keep the emits inside one.
 		awaitWindow(t, time.Minute, 5*time.Second, 100*time.Millisecond)
-		clients := []*client{a.on(t).client(), b.on(t).client(), c.on(t).client()}
+		clients := []*relaytest.Client{a.on(t).Client(), b.on(t).Client(), c.on(t).Client()}
 		for i := range clusterBackstop + 3 {
 			n := nodes[i%3]
 			// A channel per emit: only the project's budget can refuse.
-			r := clients[i%3].emit(q.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":%d}`, i, i))
+			r := clients[i%3].Emit(q.SecretKey, fmt.Sprintf(`{"channel":"c%d","payload":%d}`, i, i))
 			now := time.Now()
 			if i < clusterBackstop {
 				expectEmitted(t, r, fmt.Sprintf("c%d", i))
-				budget(t, now, r, "project_rate_limit", clusterBackstop, clusterBackstop-1-i)
+				relaytest.Budget(t, now, r, "project_rate_limit", clusterBackstop, clusterBackstop-1-i)
 				continue
 			}
-			if r.status != http.StatusTooManyRequests || r.json["error"] != "project_rate_limited" || len(r.json) != 3 {
-				t.Fatalf("emit %d (through %s) after %d accepted in the cluster: %d %s; want 429 project_rate_limited", i+1, n.name, clusterBackstop, r.status, r.raw)
+			if r.Status != http.StatusTooManyRequests || r.JSON["error"] != "project_rate_limited" || len(r.JSON) != 3 {
+				t.Fatalf("emit %d (through %s) after %d accepted in the cluster: %d %s; want 429 project_rate_limited", i+1, n.name, clusterBackstop, r.Status, r.Raw)
 			}
-			budget(t, now, r, "project_rate_limit", clusterBackstop, 0)
-			budget(t, now, r, "rate_limit", 600, 600)
+			relaytest.Budget(t, now, r, "project_rate_limit", clusterBackstop, 0)
+			relaytest.Budget(t, now, r, "rate_limit", 600, 600)
 		}
 	})
 
 	t.Run("per-clientId client-emit window counted once for the cluster", func(t *testing.T) {
-		q := owner.createProject("clients")
-		secret := owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
-		tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: q.id, Channel: "room",
+		q := owner.CreateProject("clients")
+		secret := owner.Do("PATCH", "/api/projects/"+q.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
+		tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: q.ID, Channel: "room",
 			ClientID: "u9", Types: []string{"t"}, TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The same clientId on every node, each socket emitting twice at once.
-		socks := []*wsClient{presenceSub(t, a.on(t), q.publicKey, "room", "u9"),
-			presenceSub(t, b.on(t), q.publicKey, "room", "u9"), presenceSub(t, c.on(t), q.publicKey, "room", "u9")}
+		socks := []*relaytest.WS{a.on(t).PresenceSub(t, q.PublicKey, "room", "u9"),
+			b.on(t).PresenceSub(t, q.PublicKey, "room", "u9"), c.on(t).PresenceSub(t, q.PublicKey, "room", "u9")}
 		collectEach(socks, 1, time.Now().Add(5*time.Second), 300*time.Millisecond) // the syncs
 		for round := 1; ; round++ {
 			// Windows are whole seconds on the grain's clock: start just after one begins.
 			awaitWindow(t, time.Second, time.Second, 50*time.Millisecond)
 			began := time.Now()
 			for _, s := range socks {
-				s.send(emitFrame2("room", tok))
-				s.send(emitFrame2("room", tok))
+				s.Send(relaytest.EmitFrame("room", "t", "1", tok))
+				s.Send(relaytest.EmitFrame("room", "t", "1", tok))
 			}
 			// Each socket: its two answers and the messages the others had accepted.
 			frames := collectEach(socks, 2, time.Now().Add(5*time.Second), 500*time.Millisecond)
@@ -321,11 +316,11 @@ func TestCluster(t *testing.T) {
 			for i, fs := range frames {
 				for _, f := range fs {
 					switch {
-					case sameJSON(f.text, `{"error":"client_emit_rate_limited","channel":"room"}`):
+					case sameJSON(f.Text, `{"error":"client_emit_rate_limited","channel":"room"}`):
 						limited++
-					case strings.HasPrefix(f.text, `{"action":"emit"`):
+					case strings.HasPrefix(f.Text, `{"action":"emit"`):
 						acks++
-					case strings.HasPrefix(f.text, `{"channel":"room"`):
+					case strings.HasPrefix(f.Text, `{"channel":"room"`):
 					default:
 						t.Fatalf("socket on %s: unexpected %+v", nodes[i].name, f)
 					}
@@ -343,33 +338,33 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("connection cap counted across the cluster", func(t *testing.T) {
-		q := owner.createProject("crowd")
+		q := owner.CreateProject("crowd")
 		tsA, tsB, tsC := a.on(t), b.on(t), c.on(t)
-		refused := func(ts *testServer) {
+		refused := func(ts *relaytest.Server) {
 			t.Helper()
-			ts.handshake("/ws?publicKey="+q.publicKey).expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
+			ts.Handshake("/ws?publicKey="+q.PublicKey).Expect(t, http.StatusTooManyRequests, `{"error":"too_many_connections"}`)
 		}
 		// The counts travel between nodes once a second
 		// (actors/cluster_conns.go); each node's /debug/actors says what it
 		// last heard, and a refusal is checked once every node has heard.
 		heard := func(n *clusterNode, want int) {
 			t.Helper()
-			relaytest.Eventually(t, 10*time.Second, func() bool { return n.connsElsewhere(t, q.id) == want },
+			relaytest.Eventually(t, 10*time.Second, func() bool { return n.connsElsewhere(t, q.ID) == want },
 				"%s hears of %d connections on the other nodes", n.name, want)
 		}
-		tsC.dialWS(q.publicKey)
-		onA := []*wsClient{tsA.dialWS(q.publicKey), tsA.dialWS(q.publicKey)}
-		tsB.dialWS(q.publicKey) // the 4th of the cluster
+		tsC.DialWS(q.PublicKey)
+		onA := []*relaytest.WS{tsA.DialWS(q.PublicKey), tsA.DialWS(q.PublicKey)}
+		tsB.DialWS(q.PublicKey) // the 4th of the cluster
 		heard(a, 2)
 		heard(b, 3)
 		heard(c, 3)
 		refused(tsA)
 		refused(tsB)
 		refused(tsC)
-		onA[0].conn.Close()
+		onA[0].Conn.Close()
 		heard(c, 2) // A's 1 and B's 1
 		heard(b, 2) // A's 1 and C's 1: the 3 below can only be C's new one
-		tsC.dialWS(q.publicKey)
+		tsC.DialWS(q.PublicKey)
 		heard(b, 3) // A's 1 and C's 2
 		refused(tsB)
 	})
@@ -378,12 +373,12 @@ func TestCluster(t *testing.T) {
 		// Fixed wall-clock minutes: keep the whole subtest inside one.
 		awaitWindow(t, time.Minute, 25*time.Second, 100*time.Millisecond)
 		// Projects whose backstop is used up, their grains on A, B and C.
-		viaA := a.on(t).client()
-		var spent []project
+		viaA := a.on(t).Client()
+		var spent []relaytest.Project
 		for i := range 20 {
-			q := owner.createProject(fmt.Sprintf("spent-%d", i))
+			q := owner.CreateProject(fmt.Sprintf("spent-%d", i))
 			for j := range clusterBackstop {
-				expectEmitted(t, viaA.emit(q.secretKey, fmt.Sprintf(`{"channel":"c%d","payload":1}`, j)), fmt.Sprintf("c%d", j))
+				expectEmitted(t, viaA.Emit(q.SecretKey, fmt.Sprintf(`{"channel":"c%d","payload":1}`, j)), fmt.Sprintf("c%d", j))
 			}
 			spent = append(spent, q)
 		}
@@ -391,10 +386,10 @@ func TestCluster(t *testing.T) {
 			t.Helper()
 			for i, q := range spent {
 				n := nodes[i%3]
-				r := n.on(t).client().emit(q.secretKey, `{"channel":"more","payload":1}`)
-				if r.status != http.StatusTooManyRequests || r.json["error"] != "project_rate_limited" {
+				r := n.on(t).Client().Emit(q.SecretKey, `{"channel":"more","payload":1}`)
+				if r.Status != http.StatusTooManyRequests || r.JSON["error"] != "project_rate_limited" {
 					t.Fatalf("%s: project %d (backstop %d used up) through %s: %d %s; want 429 project_rate_limited",
-						when, i, clusterBackstop, n.name, r.status, r.raw)
+						when, i, clusterBackstop, n.name, r.Status, r.Raw)
 				}
 			}
 		}
@@ -405,7 +400,7 @@ func TestCluster(t *testing.T) {
 		refusedEverywhere("after E joined") // the emits start the moved grains on E
 		var onE []int
 		for i, q := range spent {
-			if e.hostsProject(t, q.id) {
+			if e.hostsProject(t, q.ID) {
 				onE = append(onE, i)
 			}
 		}
@@ -427,75 +422,75 @@ func TestCluster(t *testing.T) {
 		refusedEverywhere("after E stopped")
 	})
 
-	p := owner.createProject("spread")
+	p := owner.CreateProject("spread")
 
 	t.Run("client-emit secret regenerated through A: B refuses the old one at once", func(t *testing.T) {
 		tsB := b.on(t)
-		secret1 := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+		secret1 := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 		mint := func(secret string, issued time.Time) string {
-			tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "room",
+			tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room",
 				ClientID: "u1", Types: []string{"t"}, TTL: time.Minute, Now: issued})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return tok
 		}
-		sock := presenceSub(t, tsB, p.publicKey, "room", "u1")
-		sock.expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
+		sock := tsB.PresenceSub(t, p.PublicKey, "room", "u1")
+		sock.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 		old := mint(secret1, time.Now())
-		sock.send(emitFrame2("room", old))
-		sock.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq") // B holds secret 1
+		sock.Send(relaytest.EmitFrame("room", "t", "1", old))
+		sock.ExpectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq") // B holds secret 1
 
-		r := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{"regenerate":true}`)
-		secret2 := r.str("clientEmitSecret")
-		if r.status != http.StatusOK || secret2 == secret1 {
-			t.Fatalf("regenerate: %d %s", r.status, r.raw)
+		r := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{"regenerate":true}`)
+		secret2 := r.Str("clientEmitSecret")
+		if r.Status != http.StatusOK || secret2 == secret1 {
+			t.Fatalf("regenerate: %d %s", r.Status, r.Raw)
 		}
-		sock.send(emitFrame2("room", old)) // right after the answer
-		sock.expect(`{"error":"invalid_emit_token","channel":"room"}`)
-		sock.send(emitFrame2("room", mint(secret2, time.Now())))
-		sock.expectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
+		sock.Send(relaytest.EmitFrame("room", "t", "1", old)) // right after the answer
+		sock.Expect(`{"error":"invalid_emit_token","channel":"room"}`)
+		sock.Send(relaytest.EmitFrame("room", "t", "1", mint(secret2, time.Now())))
+		sock.ExpectExcept(`{"action":"emit","channel":"room","ok":true}`, "seq")
 
 		// A token revocation through A (stored, then applied on every node).
 		early := mint(secret2, time.Now().Add(-2*time.Second))
-		owner.revoke(p.secretKey, `{"clientId":"u1"}`).expect(t, http.StatusOK, `{"ok":true}`)
-		sock.send(emitFrame2("room", early))
-		sock.expect(`{"error":"emit_token_revoked","channel":"room"}`)
+		owner.Revoke(p.SecretKey, `{"clientId":"u1"}`).Expect(t, http.StatusOK, `{"ok":true}`)
+		sock.Send(relaytest.EmitFrame("room", "t", "1", early))
+		sock.Expect(`{"error":"emit_token_revoked","channel":"room"}`)
 	})
 
 	t.Run("secret key rotated through A: refused on B at once", func(t *testing.T) {
-		viaB := b.on(t).client()
-		if r := viaB.emit(p.secretKey, `{"channel":"x","payload":1}`); r.status != http.StatusOK {
-			t.Fatalf("emit on B: %d %s", r.status, r.raw) // B now holds the key in its cache
+		viaB := b.on(t).Client()
+		if r := viaB.Emit(p.SecretKey, `{"channel":"x","payload":1}`); r.Status != http.StatusOK {
+			t.Fatalf("emit on B: %d %s", r.Status, r.Raw) // B now holds the key in its cache
 		}
-		r := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"secret"}`)
-		fresh := r.str("key", "raw")
-		if r.status != http.StatusCreated || fresh == "" {
-			t.Fatalf("rotate: %d %s", r.status, r.raw)
+		r := owner.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"secret"}`)
+		fresh := r.Str("key", "raw")
+		if r.Status != http.StatusCreated || fresh == "" {
+			t.Fatalf("rotate: %d %s", r.Status, r.Raw)
 		}
-		if r := viaB.emit(p.secretKey, `{"channel":"x","payload":2}`); r.status != http.StatusUnauthorized {
-			t.Fatalf("old secret key on B after the rotation: %d %s", r.status, r.raw)
+		if r := viaB.Emit(p.SecretKey, `{"channel":"x","payload":2}`); r.Status != http.StatusUnauthorized {
+			t.Fatalf("old secret key on B after the rotation: %d %s", r.Status, r.Raw)
 		}
-		if r := viaB.emit(fresh, `{"channel":"x","payload":3}`); r.status != http.StatusOK {
-			t.Fatalf("new secret key on B: %d %s", r.status, r.raw)
+		if r := viaB.Emit(fresh, `{"channel":"x","payload":3}`); r.Status != http.StatusOK {
+			t.Fatalf("new secret key on B: %d %s", r.Status, r.Raw)
 		}
-		p.secretKey = fresh
+		p.SecretKey = fresh
 	})
 
 	t.Run("public key rotated through A: sockets on B and C close with 4001", func(t *testing.T) {
 		tsB, tsC := b.on(t), c.on(t)
-		onB, onC := subscribed(t, tsB, p.publicKey, "room"), subscribed(t, tsC, p.publicKey, "room")
+		onB, onC := tsB.Subscribed(t, p.PublicKey, "room"), tsC.Subscribed(t, p.PublicKey, "room")
 		closeB, closeC := closeWatch(onB), closeWatch(onC)
 		sent := time.Now()
-		r := owner.do("POST", "/api/projects/"+p.id+"/keys", `{"keyType":"public"}`)
+		r := owner.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`)
 		answered := time.Now()
-		fresh := r.str("key", "raw")
-		if r.status != http.StatusCreated || fresh == "" {
-			t.Fatalf("rotate: %d %s", r.status, r.raw)
+		fresh := r.Str("key", "raw")
+		if r.Status != http.StatusCreated || fresh == "" {
+			t.Fatalf("rotate: %d %s", r.Status, r.Raw)
 		}
 		// Every node has the change queued before A answers, so the old
 		// key is refused on B from the answer on...
-		if _, status, err := tsB.tryDialWS(p.publicKey); err == nil || status != http.StatusUnauthorized {
+		if _, status, err := tsB.TryDialWS(p.PublicKey); err == nil || status != http.StatusUnauthorized {
 			t.Fatalf("old public key on B after the answer: status %d, %v", status, err)
 		}
 		// ...and the sockets close promptly: their close frames are written
@@ -511,16 +506,16 @@ func TestCluster(t *testing.T) {
 				t.Errorf("%s closed %v after the answer", w.name, at.Sub(answered))
 			}
 		}
-		p.publicKey = fresh
+		p.PublicKey = fresh
 	})
 
 	t.Run("project deleted through A: sockets on B and C close with 4004", func(t *testing.T) {
-		onB, onC := subscribed(t, b.on(t), p.publicKey, "room"), subscribed(t, c.on(t), p.publicKey, "room")
+		onB, onC := b.on(t).Subscribed(t, p.PublicKey, "room"), c.on(t).Subscribed(t, p.PublicKey, "room")
 		closeB, closeC := closeWatch(onB), closeWatch(onC)
-		r := owner.do("DELETE", "/api/projects/"+p.id, "")
+		r := owner.Do("DELETE", "/api/projects/"+p.ID, "")
 		answered := time.Now()
-		if r.status != http.StatusOK && r.status != http.StatusNoContent {
-			t.Fatalf("delete: %d %s", r.status, r.raw)
+		if r.Status != http.StatusOK && r.Status != http.StatusNoContent {
+			t.Fatalf("delete: %d %s", r.Status, r.Raw)
 		}
 		for name, ch := range map[string]<-chan closing{"B": closeB, "C": closeC} {
 			at := closedAt(t, name, ch, 4004)
@@ -540,7 +535,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	q := owner.createProject("after")
+	q := owner.CreateProject("after")
 	t.Run("kill -9 of C: A and B drop it", func(t *testing.T) {
 		timedOut := a.metric(t, "relay_cluster_broadcasts_timed_out_total")
 		if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
@@ -552,7 +547,7 @@ func TestCluster(t *testing.T) {
 		took := make(chan time.Duration, 1)
 		go func() {
 			t0 := time.Now()
-			owner.try("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`, "application/json", nil)
+			owner.Try("PATCH", "/api/projects/"+q.ID+"/client-emit-secret", `{"regenerate":true}`, "application/json", nil)
 			took <- time.Since(t0)
 		}()
 		for _, n := range []*clusterNode{a, b} {
@@ -568,7 +563,7 @@ func TestCluster(t *testing.T) {
 			t.Errorf("timed out %v, want %v", got, timedOut+1)
 		}
 		t0 := time.Now()
-		owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`)
+		owner.Do("PATCH", "/api/projects/"+q.ID+"/client-emit-secret", `{"regenerate":true}`)
 		if d := time.Since(t0); d > 500*time.Millisecond {
 			t.Errorf("a change once C is dropped took %v", d)
 		}
@@ -592,8 +587,8 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("a node started with etcd down exits %d after %v", code, time.Since(stopped).Round(100*time.Millisecond))
 		received := b.metric(t, "relay_cluster_broadcasts_received_total")
-		if r := owner.do("PATCH", "/api/projects/"+q.id+"/client-emit-secret", `{"regenerate":true}`); r.status != http.StatusOK {
-			t.Fatalf("regenerate with etcd down: %d %s", r.status, r.raw)
+		if r := owner.Do("PATCH", "/api/projects/"+q.ID+"/client-emit-secret", `{"regenerate":true}`); r.Status != http.StatusOK {
+			t.Fatalf("regenerate with etcd down: %d %s", r.Status, r.Raw)
 		}
 		if got := b.metric(t, "relay_cluster_broadcasts_received_total"); got != received+1 {
 			t.Errorf("B received %v changes with etcd down, want %v", got, received+1)

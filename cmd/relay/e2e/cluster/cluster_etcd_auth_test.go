@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // Nodes that log in to etcd with a user and password
 // (RELAY_CLUSTER_ETCD_USERNAME, _PASSWORD), against a real etcd with its
@@ -18,7 +18,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -37,9 +36,7 @@ func TestClusterEtcdAuth(t *testing.T) {
 	etcd.EnableAuth(t, etcdAuthUser, etcdAuthPassword)
 	// startCluster's etcd has no users: the cluster is put together here, as it does.
 	c := &testCluster{etcd: etcd, dbURL: storetest.PostgresURL(t), ca: filepath.Join(t.TempDir(), "ca")}
-	if err := runCert([]string{"ca", "--out", c.ca}, io.Discard, io.Discard, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	relaytest.CommandOK(t, nil, "cert", "ca", "--out", c.ca)
 	user := []string{"RELAY_CLUSTER_ETCD_USERNAME=" + etcdAuthUser, "RELAY_CLUSTER_ETCD_PASSWORD=" + etcdAuthPassword}
 	a, b := c.node(t, "A", user...), c.node(t, "B", user...)
 	a.waitMembers(t, 2, 10*time.Second)
@@ -47,16 +44,16 @@ func TestClusterEtcdAuth(t *testing.T) {
 
 	t.Run("an emit on one node reaches a subscriber on the other", func(t *testing.T) {
 		tsA, tsB := a.on(t), b.on(t)
-		owner := tsA.signup("alice@example.com")
-		p := owner.createProject("etcd-auth")
-		sub := tsB.dialWS(p.publicKey)
-		sub.send(`{"action":"subscribe","channel":"room"}`)
-		sub.expect(`{"action":"subscribe","channel":"room","ok":true}`)
-		r := owner.emit(p.secretKey, `{"channel":"room","payload":1}`)
-		if r.status != http.StatusOK || num(r.json, "subscriberCount") != 1 {
-			t.Fatalf("emit on A: %d %s, want 200 and B's subscriber counted", r.status, r.raw)
+		owner := tsA.Signup("alice@example.com")
+		p := owner.CreateProject("etcd-auth")
+		sub := tsB.DialWS(p.PublicKey)
+		sub.Send(`{"action":"subscribe","channel":"room"}`)
+		sub.Expect(`{"action":"subscribe","channel":"room","ok":true}`)
+		r := owner.Emit(p.SecretKey, `{"channel":"room","payload":1}`)
+		if r.Status != http.StatusOK || relaytest.Num(r.JSON, "subscriberCount") != 1 {
+			t.Fatalf("emit on A: %d %s, want 200 and B's subscriber counted", r.Status, r.Raw)
 		}
-		sub.expect(fmt.Sprintf(`{"channel":"room","payload":1,"seq":%d}`, int64(num(r.json, "seq"))))
+		sub.Expect(fmt.Sprintf(`{"channel":"room","payload":1,"seq":%d}`, int64(relaytest.Num(r.JSON, "seq"))))
 	})
 
 	// A node that etcd refuses exits before it serves, naming etcd and why.

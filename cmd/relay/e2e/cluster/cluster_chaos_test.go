@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // The owner of busy channels crashes (kill -9, then a restart on the same
 // cluster address) and freezes (SIGSTOP longer than its etcd lease) under
@@ -154,14 +154,14 @@ func clusterChaos(t *testing.T, history bool) {
 	for _, n := range []*clusterNode{a, b, victim} {
 		n.waitMembers(t, 3, 30*time.Second)
 	}
-	owner := a.on(t).signup("alice@example.com")
-	p := owner.createProject("chaos")
+	owner := a.on(t).Signup("alice@example.com")
+	p := owner.CreateProject("chaos")
 	if history {
-		if r := owner.do("PATCH", "/api/projects/"+p.id+"/settings", `{"historyRetentionSeconds":3600}`); r.status != http.StatusOK {
-			t.Fatalf("history on: %d %s", r.status, r.raw)
+		if r := owner.Do("PATCH", "/api/projects/"+p.ID+"/settings", `{"historyRetentionSeconds":3600}`); r.Status != http.StatusOK {
+			t.Fatalf("history on: %d %s", r.Status, r.Raw)
 		}
 	}
-	viaA := a.on(t).client()
+	viaA := a.on(t).Client()
 
 	// Channels whose grains live on the victim, and one that does not.
 	var chans []string
@@ -202,7 +202,7 @@ func clusterChaos(t *testing.T, history bool) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					chaosSubscriber(t, p.publicKey, s.ch, func(attempt int) string { return baseOf(s.node + attempt) }, s.rec, stop, ready)
+					chaosSubscriber(t, p.PublicKey, s.ch, func(attempt int) string { return baseOf(s.node + attempt) }, s.rec, stop, ready)
 				}()
 			}
 		}
@@ -276,18 +276,18 @@ func clusterChaos(t *testing.T, history bool) {
 			go func() {
 				defer func() { <-inFlight; ewg.Done() }()
 				sent, w := time.Now().UnixNano(), window.Load()
-				r, err := emitAt(hc, base, p.secretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
-				if err != nil || r.status != http.StatusOK {
+				r, err := emitAt(hc, base, p.SecretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
+				if err != nil || r.Status != http.StatusOK {
 					refused.Add(1)
 					if w.holds(sent) && (base == a.proc.Base || base == b.proc.Base) {
 						stalled.Add(1)
 						t.Logf("stalled emit %d on %s through %s, sent %v after the window opened: %d %s %v",
-							id, ch, base, time.Duration(sent-w.from.Load()), r.status, r.raw, err)
+							id, ch, base, time.Duration(sent-w.from.Load()), r.Status, r.Raw, err)
 					}
 					return
 				}
 				ackMu.Lock()
-				acks = append(acks, chaosAck{id: id, seq: int64(num(r.json, "seq")), ch: ch})
+				acks = append(acks, chaosAck{id: id, seq: int64(relaytest.Num(r.JSON, "seq")), ch: ch})
 				ackMu.Unlock()
 				select {
 				case ackedOne <- struct{}{}:

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // The documented front, run as is: Debian's haproxy with
 // cmd/relay/deploy/haproxy.cfg in front of three nodes (README › Running
@@ -37,9 +37,9 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// haproxyConfig is the file operators use, relative to cmd/relay (go test's
+// haproxyConfig is the file operators use, relative to this package (go test's
 // working directory).
-const haproxyConfig = "deploy/haproxy.cfg"
+const haproxyConfig = "../../deploy/haproxy.cfg"
 
 // frontClientAddr is the local address the test's WebSocket clients connect
 // to HAProxy from: not 127.0.0.1 (HAProxy's own address towards the nodes,
@@ -193,7 +193,7 @@ func (h *haproxyFront) frontSessions() (int, error) {
 // dial opens a WebSocket through the front from frontClientAddr, with extra
 // request headers; the socket is read into frames from the start. It returns
 // errors instead of failing.
-func (h *haproxyFront) dial(t *testing.T, publicKey string, header http.Header) (*wsClient, error) {
+func (h *haproxyFront) dial(t *testing.T, publicKey string, header http.Header) (*relaytest.WS, error) {
 	local := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(frontClientAddr)}, Timeout: 5 * time.Second}
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDialContext: local.DialContext}
 	u := "ws://" + strings.TrimPrefix(h.base, "http://") + "/ws?publicKey=" + url.QueryEscape(publicKey)
@@ -205,9 +205,8 @@ func (h *haproxyFront) dial(t *testing.T, publicKey string, header http.Header) 
 		}
 		return nil, fmt.Errorf("dial through haproxy: status %d: %w", status, err)
 	}
-	c := &wsClient{t: t, conn: conn, frames: make(chan frame, 1024)}
-	t.Cleanup(func() { conn.Close() })
-	go c.readLoop()
+	c := relaytest.WSOn(t, conn)
+	c.Read()
 	return c, nil
 }
 
@@ -224,7 +223,7 @@ var openedAddrRe = regexp.MustCompile(`msg="connection opened" .*addr=(\S+)`)
 type frontSub struct {
 	name string
 	mu   sync.Mutex
-	log  []frame
+	log  []relaytest.Frame
 	at   []time.Time
 	// resumes[i] is the index in log where the i-th resumed socket begins.
 	resumes []int
@@ -233,7 +232,7 @@ type frontSub struct {
 	mustReplay bool
 }
 
-func (s *frontSub) add(f frame) {
+func (s *frontSub) add(f relaytest.Frame) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log, s.at = append(s.log, f), append(s.at, time.Now())
@@ -281,7 +280,7 @@ func (s *frontSub) seen(want map[int64]int) int {
 
 // read files c's frames under s until c closes (then it reports s on
 // closed) or stop is closed.
-func (s *frontSub) read(c *wsClient, stop <-chan struct{}, closed chan<- *frontSub, wg *sync.WaitGroup) {
+func (s *frontSub) read(c *relaytest.WS, stop <-chan struct{}, closed chan<- *frontSub, wg *sync.WaitGroup) {
 	defer wg.Done()
 	for {
 		select {
@@ -289,12 +288,12 @@ func (s *frontSub) read(c *wsClient, stop <-chan struct{}, closed chan<- *frontS
 			return
 		default:
 		}
-		f, ok := c.next(50 * time.Millisecond)
+		f, ok := c.Next(50 * time.Millisecond)
 		if !ok {
 			continue
 		}
 		s.add(f)
-		if f.closed || f.err != nil {
+		if f.Closed || f.Err != nil {
 			closed <- s
 			return
 		}
@@ -319,41 +318,41 @@ func TestClusterHAProxy(t *testing.T) {
 	// logs name each WebSocket's client address.
 	nodes := startCluster(t, 10*time.Second, []string{"A", "B", "C"}, "TRUSTED_PROXIES=127.0.0.1/32", "LOG_LEVEL=debug").nodes
 	h := startHAProxy(t, upstreams(nodes...))
-	front := &testServer{t: t, base: h.base, now: time.Now} // the helpers, pointed at HAProxy
-	viaFront := front.client()
+	front := &relaytest.Server{T: t, Base: h.base, Now: time.Now} // the helpers, pointed at HAProxy
+	viaFront := front.Client()
 
-	owner := front.signup("alice@example.com")
-	p := owner.createProject("behind-haproxy")
+	owner := front.Signup("alice@example.com")
+	p := owner.CreateProject("behind-haproxy")
 
 	t.Run("X-Forwarded-Proto comes from HAProxy, not the client", func(t *testing.T) {
 		login := `{"email":"alice@example.com","password":"correct horse"}`
 		spoof := map[string]string{"X-Forwarded-Proto": "https"}
 		// Directly, the relay marks the cookie Secure on the client's word
 		// (COOKIE_SECURE=auto)...
-		direct := nodes[0].on(t).client().send("POST", "/api/auth/login", login, "application/json", spoof)
-		if direct.status != http.StatusOK || !strings.Contains(direct.header.Get("Set-Cookie"), "Secure") {
-			t.Fatalf("direct login with X-Forwarded-Proto: https: %d, Set-Cookie %q", direct.status, direct.header.Get("Set-Cookie"))
+		direct := nodes[0].on(t).Client().Send("POST", "/api/auth/login", login, "application/json", spoof)
+		if direct.Status != http.StatusOK || !strings.Contains(direct.Header.Get("Set-Cookie"), "Secure") {
+			t.Fatalf("direct login with X-Forwarded-Proto: https: %d, Set-Cookie %q", direct.Status, direct.Header.Get("Set-Cookie"))
 		}
 		// ...through plain-HTTP HAProxy the header is replaced by "http".
-		r := front.client().send("POST", "/api/auth/login", login, "application/json", spoof)
-		if r.status != http.StatusOK || r.header.Get("Set-Cookie") == "" || strings.Contains(r.header.Get("Set-Cookie"), "Secure") {
-			t.Fatalf("login through haproxy with X-Forwarded-Proto: https: %d, Set-Cookie %q", r.status, r.header.Get("Set-Cookie"))
+		r := front.Client().Send("POST", "/api/auth/login", login, "application/json", spoof)
+		if r.Status != http.StatusOK || r.Header.Get("Set-Cookie") == "" || strings.Contains(r.Header.Get("Set-Cookie"), "Secure") {
+			t.Fatalf("login through haproxy with X-Forwarded-Proto: https: %d, Set-Cookie %q", r.Status, r.Header.Get("Set-Cookie"))
 		}
 	})
 
 	t.Run("dashboard through HAProxy: page and form on whichever node", func(t *testing.T) {
-		q := owner.createProject("dash-through-haproxy")
-		page := "/projects/" + q.id
-		dc := front.dash(t)
-		dc.http.Jar = owner.http.Jar
+		q := owner.CreateProject("dash-through-haproxy")
+		page := "/projects/" + q.ID
+		dc := front.Dash(t)
+		dc.HTTP.Jar = owner.HTTP.Jar
 		for range 3 {
-			if pg := dc.get(page); pg.status != http.StatusOK || !strings.Contains(pg.body, "dash-through-haproxy") {
-				t.Fatalf("GET %s through haproxy: %d", page, pg.status)
+			if pg := dc.Get(page); pg.Status != http.StatusOK || !strings.Contains(pg.Body, "dash-through-haproxy") {
+				t.Fatalf("GET %s through haproxy: %d", page, pg.Status)
 			}
 		}
 		// The CSRF token of a page served by one node is accepted by
 		// whichever node gets the form.
-		dc.submit(page, page+"/budget", url.Values{"limit": {"100"}}).expectRedirect(t, page+"?done=budget-saved")
+		dc.Submit(page, page+"/budget", url.Values{"limit": {"100"}}).ExpectRedirect(t, page+"?done=budget-saved")
 	})
 
 	t.Run("retries: a handshake refused with 503 goes to another node, an emit refused with 503 is not sent again", func(t *testing.T) {
@@ -388,15 +387,15 @@ func TestClusterHAProxy(t *testing.T) {
 
 		for i := 1; i <= 3; i++ {
 			t0 := time.Now()
-			c, err := h2.dial(t, p.publicKey, nil)
+			c, err := h2.dial(t, p.PublicKey, nil)
 			if err != nil {
 				t.Fatalf("handshake %d through haproxy, with a draining node in the pool: %v", i, err)
 			}
-			c.send(`{"action":"subscribe","channel":"retried"}`)
-			c.expect(`{"action":"subscribe","channel":"retried","ok":true}`)
+			c.Send(`{"action":"subscribe","channel":"retried"}`)
+			c.Expect(`{"action":"subscribe","channel":"retried","ok":true}`)
 			t.Logf("handshake %d: 101 in %v", i, time.Since(t0).Round(time.Microsecond))
 		}
-		r, err := emitAt(&http.Client{Timeout: 10 * time.Second}, h2.base, p.secretKey, "retried", "1")
+		r, err := emitAt(&http.Client{Timeout: 10 * time.Second}, h2.base, p.SecretKey, "retried", "1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,9 +407,9 @@ func TestClusterHAProxy(t *testing.T) {
 		if asked["GET /ws"] == 0 {
 			t.Errorf("the draining stand-in was never asked for a handshake, so no retry was tested: %v", asked)
 		}
-		if r.status != http.StatusServiceUnavailable || r.header.Get("X-Test-Node") != "draining" || asked["POST /emit"] != 1 {
+		if r.Status != http.StatusServiceUnavailable || r.Header.Get("X-Test-Node") != "draining" || asked["POST /emit"] != 1 {
 			t.Errorf("emit with a draining node in the pool: %d %s (X-Test-Node %q), the stand-in asked %d times; want its own 503, passed on once and not sent elsewhere",
-				r.status, r.raw, r.header.Get("X-Test-Node"), asked["POST /emit"])
+				r.Status, r.Raw, r.Header.Get("X-Test-Node"), asked["POST /emit"])
 		}
 	})
 
@@ -422,14 +421,14 @@ func TestClusterHAProxy(t *testing.T) {
 		logFromNode[n.name] = len(n.proc.Logs.String())
 	}
 	subs := make([]*frontSub, 6)
-	socks := make([]*wsClient, 6)
+	socks := make([]*relaytest.WS, 6)
 	for i := range socks {
 		var hdr http.Header
 		if i%2 == 1 {
 			hdr = http.Header{"X-Forwarded-For": {spoofed}}
 		}
 		t0 := time.Now()
-		c, err := h.dial(t, p.publicKey, hdr)
+		c, err := h.dial(t, p.PublicKey, hdr)
 		if err != nil {
 			t.Fatalf("socket %d: %v", i+1, err)
 		}
@@ -489,14 +488,14 @@ func TestClusterHAProxy(t *testing.T) {
 	// hands the channel's ring over.
 	ch := channelHostedBy(t, victim, viaFront, p, "front")
 	for _, s := range socks {
-		s.send(`{"action":"subscribe","channel":"` + ch + `"}`)
-		s.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
+		s.Send(`{"action":"subscribe","channel":"` + ch + `"}`)
+		s.Expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
 	}
 
 	t.Run("emit through HAProxy: every socket gets it once, with the seq of the 200", func(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			t0 := time.Now()
-			e := expectEmitted(t, viaFront.emit(p.secretKey, fmt.Sprintf(`{"channel":%q,"payload":{"k":%d}}`, ch, i)), ch)
+			e := expectEmitted(t, viaFront.Emit(p.SecretKey, fmt.Sprintf(`{"channel":%q,"payload":{"k":%d}}`, ch, i)), ch)
 			answered := time.Since(t0)
 			if e.delivered != 6 || e.subscriberCount != 6 {
 				t.Errorf("delivered %d, subscriberCount %d; want 6 and 6", e.delivered, e.subscriberCount)
@@ -504,7 +503,7 @@ func TestClusterHAProxy(t *testing.T) {
 			want := fmt.Sprintf(`{"channel":%q,"payload":{"k":%d},"seq":%d}`, ch, i, e.seq)
 			got := collectEach(socks, 1, time.Now().Add(5*time.Second), 200*time.Millisecond)
 			for j, frames := range got {
-				if len(frames) != 1 || !sameJSON(frames[0].text, want) {
+				if len(frames) != 1 || !sameJSON(frames[0].Text, want) {
 					t.Errorf("s%d: got %d frames %+v, want exactly %s", j+1, len(frames), frames, want)
 				}
 			}
@@ -520,8 +519,8 @@ func TestClusterHAProxy(t *testing.T) {
 		// node serves only keys it has already seen (README › The database
 		// goes away).
 		for _, n := range nodes {
-			if r, err := emitAt(nil, n.proc.Base, p.secretKey, "outage", "0"); err != nil || r.status != http.StatusOK {
-				t.Fatalf("emit on %s before the outage: %d %s %v", n.name, r.status, r.raw, err)
+			if r, err := emitAt(nil, n.proc.Base, p.SecretKey, "outage", "0"); err != nil || r.Status != http.StatusOK {
+				t.Fatalf("emit on %s before the outage: %d %s %v", n.name, r.Status, r.Raw, err)
 			}
 		}
 		storetest.StopPostgres(t)
@@ -535,7 +534,7 @@ func TestClusterHAProxy(t *testing.T) {
 		// /readyz (the store) fails on every node: the page-worthy signal.
 		for _, n := range nodes {
 			relaytest.EventuallyNil(t, 10*time.Second, func() error {
-				if s, body := getText(t, n.proc.Base+"/readyz"); s != http.StatusServiceUnavailable {
+				if s, body := relaytest.GetText(t, n.proc.Base+"/readyz"); s != http.StatusServiceUnavailable {
 					return fmt.Errorf("%s: /readyz %d %s with PostgreSQL stopped", n.name, s, body)
 				}
 				return nil
@@ -561,16 +560,16 @@ func TestClusterHAProxy(t *testing.T) {
 		}) {
 			t.Fatalf("with PostgreSQL stopped, want every node UP for 4 s: %s", notUp)
 		}
-		viaFront.do("GET", "/readyz/traffic", "").expect(t, http.StatusOK, `{"status":"ok"}`)
+		viaFront.Do("GET", "/readyz/traffic", "").Expect(t, http.StatusOK, `{"status":"ok"}`)
 		for i := 1; i <= 6; i++ {
-			expectEmitted(t, viaFront.emit(p.secretKey, fmt.Sprintf(`{"channel":"outage","payload":%d}`, i)), "outage")
+			expectEmitted(t, viaFront.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"outage","payload":%d}`, i)), "outage")
 		}
-		owner.do("GET", "/api/projects", "").expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+		owner.Do("GET", "/api/projects", "").Expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
 		storetest.StartPostgres(t)
 		down = false
 		for _, n := range nodes {
 			relaytest.EventuallyNil(t, 15*time.Second, func() error {
-				if s, body := getText(t, n.proc.Base+"/readyz"); s != http.StatusOK {
+				if s, body := relaytest.GetText(t, n.proc.Base+"/readyz"); s != http.StatusOK {
 					return fmt.Errorf("%s: /readyz %d %s with PostgreSQL back", n.name, s, body)
 				}
 				return nil
@@ -587,7 +586,7 @@ func TestClusterHAProxy(t *testing.T) {
 	// resume with since; HAProxy's check takes the node out.
 	type ack struct {
 		n       int
-		res     response // the last answer
+		res     relaytest.Response // the last answer
 		err     error
 		at      time.Time
 		refused []string // earlier 503 service_unavailable answers, retried
@@ -621,9 +620,9 @@ func TestClusterHAProxy(t *testing.T) {
 			// answered 503 would show as an unacknowledged seq below.
 			a := ack{n: i}
 			for try := 0; ; try++ {
-				a.res, a.err = emitAt(hc, h.base, p.secretKey, ch, fmt.Sprintf(`{"n":%d}`, i))
+				a.res, a.err = emitAt(hc, h.base, p.SecretKey, ch, fmt.Sprintf(`{"n":%d}`, i))
 				a.at = time.Now()
-				if try == 3 || a.err != nil || a.res.status != http.StatusServiceUnavailable || a.res.json["error"] != "service_unavailable" {
+				if try == 3 || a.err != nil || a.res.Status != http.StatusServiceUnavailable || a.res.JSON["error"] != "service_unavailable" {
 					break
 				}
 				when := "before the SIGTERM"
@@ -719,8 +718,8 @@ func TestClusterHAProxy(t *testing.T) {
 		s.mu.Lock()
 		last, at := s.log[len(s.log)-1], s.at[len(s.at)-1]
 		s.mu.Unlock()
-		if !last.closed || last.closeCode != 1001 {
-			t.Fatalf("%s: socket over with close %d %q (err %v), want 1001", s.name, last.closeCode, last.reason, last.err)
+		if !last.Closed || last.CloseCode != 1001 {
+			t.Fatalf("%s: socket over with close %d %q (err %v), want 1001", s.name, last.CloseCode, last.Reason, last.Err)
 		}
 		// The first client back reconnects at once (HAProxy may still
 		// count the stopping node as up); the others wait for an emit
@@ -732,21 +731,21 @@ func TestClusterHAProxy(t *testing.T) {
 				acksMu.Lock()
 				defer acksMu.Unlock()
 				last := acks[len(acks)-1]
-				return last.at.After(at) && last.err == nil && last.res.status == http.StatusOK
+				return last.at.After(at) && last.err == nil && last.res.Status == http.StatusOK
 			}, "%s: an emit acknowledged after its close", s.name)
 			waited = time.Since(w0)
 			s.mustReplay = true
 		}
 		since := s.lastSeq()
 		t0 := time.Now()
-		c, err := h.dial(t, p.publicKey, nil)
+		c, err := h.dial(t, p.PublicKey, nil)
 		if err != nil {
 			t.Fatalf("%s: reconnect through haproxy %v after SIGTERM: %v", s.name, time.Since(term).Round(time.Millisecond), err)
 		}
 		s.mu.Lock()
 		s.resumes = append(s.resumes, len(s.log))
 		s.mu.Unlock()
-		c.send(fmt.Sprintf(`{"action":"subscribe","channel":%q,"since":%d}`, ch, since))
+		c.Send(fmt.Sprintf(`{"action":"subscribe","channel":%q,"since":%d}`, ch, since))
 		readers.Add(1)
 		go s.read(c, stopReads, closed, &readers)
 		reconnects = append(reconnects, fmt.Sprintf("%s closed 1001 at +%v, waited %v for an emit, reconnected through haproxy in %v, since %d",
@@ -783,13 +782,13 @@ func TestClusterHAProxy(t *testing.T) {
 	var lastAnswer time.Duration
 	for _, a := range stream {
 		if len(a.refused) > 0 {
-			retried503 = append(retried503, fmt.Sprintf("n=%d refused at %v, then %d", a.n, a.refused, a.res.status))
+			retried503 = append(retried503, fmt.Sprintf("n=%d refused at %v, then %d", a.n, a.refused, a.res.Status))
 		}
-		if a.err != nil || a.res.status != http.StatusOK || num(a.res.json, "seq") <= 0 {
-			refused = append(refused, fmt.Sprintf("n=%d at +%v: %d %s %v", a.n, a.at.Sub(term).Round(time.Millisecond), a.res.status, a.res.raw, a.err))
+		if a.err != nil || a.res.Status != http.StatusOK || relaytest.Num(a.res.JSON, "seq") <= 0 {
+			refused = append(refused, fmt.Sprintf("n=%d at +%v: %d %s %v", a.n, a.at.Sub(term).Round(time.Millisecond), a.res.Status, a.res.Raw, a.err))
 			continue
 		}
-		seqN[int64(num(a.res.json, "seq"))] = a.n
+		seqN[int64(relaytest.Num(a.res.JSON, "seq"))] = a.n
 		lastAnswer = max(lastAnswer, a.at.Sub(term))
 	}
 	t.Logf("%d emits through haproxy from 5 before the SIGTERM to 20 after %s was out; %d answered 200, the last at +%v",
@@ -843,19 +842,19 @@ func TestClusterHAProxy(t *testing.T) {
 			if slices.Contains(s.resumes, i) {
 				resume++
 			}
-			if f.closed || f.err != nil {
-				if resume == len(s.resumes)-1 || f.closeCode != 1001 {
-					problems = append(problems, fmt.Sprintf("socket over: close %d %q, err %v", f.closeCode, f.reason, f.err))
+			if f.Closed || f.Err != nil {
+				if resume == len(s.resumes)-1 || f.CloseCode != 1001 {
+					problems = append(problems, fmt.Sprintf("socket over: close %d %q, err %v", f.CloseCode, f.Reason, f.Err))
 				}
 				continue
 			}
-			if sameJSON(f.text, ackFrame) {
+			if sameJSON(f.Text, ackFrame) {
 				acked++
 				continue
 			}
 			m, err := parseMessage(f)
 			if err != nil || m.channel != ch {
-				problems = append(problems, fmt.Sprintf("unexpected frame %s (%v)", f.text, err))
+				problems = append(problems, fmt.Sprintf("unexpected frame %s (%v)", f.Text, err))
 				continue
 			}
 			if m.replay {
@@ -935,8 +934,8 @@ func TestClusterHAProxy(t *testing.T) {
 			return nil
 		})
 		t.Logf("haproxy marked %v DOWN %v after kill -9", rest, time.Since(killed).Round(time.Millisecond))
-		r := viaFront.emit(p.secretKey, `{"channel":"x","payload":1}`)
-		r.expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
+		r := viaFront.Emit(p.SecretKey, `{"channel":"x","payload":1}`)
+		r.Expect(t, http.StatusServiceUnavailable, `{"error":"service_unavailable"}`)
 	})
 	// Sockets are logged when they end, so once none is left: the
 	// reconnects HAProxy first sent to the stopping node and then elsewhere.

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 import (
 	"fmt"
@@ -17,39 +17,39 @@ import (
 func TestClusterHealth(t *testing.T) {
 	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"}, "EMIT_RATE_LIMIT_PER_MINUTE=5")
 	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
-	owner := a.on(t).signup("alice@example.com")
-	p := owner.createProject("health")
+	owner := a.on(t).Signup("alice@example.com")
+	p := owner.CreateProject("health")
 
-	subs := []*wsClient{
-		subscribed(t, a.on(t), p.publicKey, "room"),
-		subscribed(t, b.on(t), p.publicKey, "room"),
-		subscribed(t, b.on(t), p.publicKey, "room"),
-		subscribed(t, c.on(t), p.publicKey, "room"),
+	subs := []*relaytest.WS{
+		a.on(t).Subscribed(t, p.PublicKey, "room"),
+		b.on(t).Subscribed(t, p.PublicKey, "room"),
+		b.on(t).Subscribed(t, p.PublicKey, "room"),
+		c.on(t).Subscribed(t, p.PublicKey, "room"),
 	}
 	for i := range 5 {
 		via := a
 		if i >= 3 {
 			via = c
 		}
-		e := expectEmitted(t, via.on(t).client().emit(p.secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i)), "room")
+		e := expectEmitted(t, via.on(t).Client().Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i)), "room")
 		if e.delivered != 4 {
 			t.Fatalf("emit %d through %s delivered %d, want 4", i, via.name, e.delivered)
 		}
 		for _, s := range subs {
-			s.expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, e.seq))
+			s.Expect(fmt.Sprintf(`{"channel":"room","payload":%d,"seq":%d}`, i, e.seq))
 		}
 	}
 	// The channel's budget of 5 is spent: a sixth, through B, is refused by
 	// the grain and counted by B.
-	if r := b.on(t).client().emit(p.secretKey, `{"channel":"room","payload":5}`); r.status != 429 || r.json["error"] != "channel_rate_limited" {
-		t.Fatalf("sixth emit through B: %d %s", r.status, r.raw)
+	if r := b.on(t).Client().Emit(p.SecretKey, `{"channel":"room","payload":5}`); r.Status != 429 || r.JSON["error"] != "channel_rate_limited" {
+		t.Fatalf("sixth emit through B: %d %s", r.Status, r.Raw)
 	}
-	var h healthReply
+	var h relaytest.HealthReply
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		h = owner.health(p.id)
+		h = owner.Health(p.ID)
 		return h.LastMinute.LatencySamples >= 4
 	}, "a latency sample from each socket")
-	for name, w := range map[string]healthFigures{"lastMinute": h.LastMinute, "lastHour": h.LastHour} {
+	for name, w := range map[string]relaytest.HealthFigures{"lastMinute": h.LastMinute, "lastHour": h.LastHour} {
 		if w.Emits != 5 || w.EmitsHTTP != 5 || w.Deliveries != 20 || w.Dropped != 0 || w.ChannelRateLimited != 1 ||
 			w.ProjectRateLimited != 0 || w.P99 == nil || *w.P99 > 5000 {
 			t.Errorf("%s through A: %+v", name, w)

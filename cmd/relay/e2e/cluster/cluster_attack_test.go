@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // Attacks on a TLS cluster from outside it, black-box: a process that can
 // reach a node's RELAY_CLUSTER_ADDR, or etcd, but holds no certificate of
@@ -39,8 +39,6 @@ import (
 	"google.golang.org/grpc/status"
 	protobuf "google.golang.org/protobuf/proto"
 
-	"github.com/relayhq/relay/actors"
-	"github.com/relayhq/relay/actors/clustertls"
 	"github.com/relayhq/relay/api/backend"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/proto/clusterpb"
@@ -168,10 +166,7 @@ func etcdMembers(t *testing.T, e *relaytest.Etcd, prefix string) map[string]stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots, err := clustertls.LoadCA(e.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	roots := relaytest.CertPool(t, e.CA)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 5 * time.Second,
 		TLS: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
 	if err != nil {
@@ -224,30 +219,30 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 
 	// The victim: a project with a subscriber of "room" on each node, and a
 	// clientId u1 holding a client-emit token on B.
-	owner := a.on(t).signup("alice@example.com")
-	p := owner.createProject("victim")
+	owner := a.on(t).Signup("alice@example.com")
+	p := owner.CreateProject("victim")
 	const ch = "room"
-	subs := []*wsClient{subscribed(t, a.on(t), p.publicKey, ch), subscribed(t, b.on(t), p.publicKey, ch)}
-	secret := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret")
+	subs := []*relaytest.WS{a.on(t).Subscribed(t, p.PublicKey, ch), b.on(t).Subscribed(t, p.PublicKey, ch)}
+	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 	if secret == "" {
 		t.Fatal("no client-emit secret")
 	}
-	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.id, Channel: "chat",
+	tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "chat",
 		ClientID: "u1", Types: []string{"t"}, TTL: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u1 := presenceSub(t, b.on(t), p.publicKey, "chat", "u1")
-	u1.expect(syncFrame("chat"))
-	u1.send(emitFrame2("chat", tok))
-	u1.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	u1 := b.on(t).PresenceSub(t, p.PublicKey, "chat", "u1")
+	u1.Expect(syncFrame("chat"))
+	u1.Send(relaytest.EmitFrame("chat", "t", "1", tok))
+	u1.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
 	// A few emits through each node, each reaching both subscribers.
 	var history []string // the message frames, in seq order
 	var firstSeq, lastSeq int64
 	emitRoom := func(via *clusterNode, payload string) {
 		t.Helper()
-		e := expectEmitted(t, via.on(t).client().emit(p.secretKey, `{"channel":"room","payload":`+payload+`}`), ch)
+		e := expectEmitted(t, via.on(t).Client().Emit(p.SecretKey, `{"channel":"room","payload":`+payload+`}`), ch)
 		if e.delivered != 2 || e.subscriberCount != 2 {
 			t.Fatalf("emit through %s: delivered %d, subscriberCount %d; want 2 and 2", via.name, e.delivered, e.subscriberCount)
 		}
@@ -260,7 +255,7 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 			firstSeq = e.seq
 		}
 		for _, s := range subs {
-			s.expect(msg)
+			s.Expect(msg)
 		}
 		history = append(history, msg)
 	}
@@ -269,16 +264,16 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 	}
 	roomCount := `{"channel":"room","subscriberCount":2,"presenceMemberCount":0}`
 	for _, n := range cl.nodes {
-		n.on(t).client().bearerGet("/channels/room", p.secretKey).expect(t, http.StatusOK, roomCount)
+		n.on(t).Client().BearerGet("/channels/room", p.SecretKey).Expect(t, http.StatusOK, roomCount)
 	}
 	var grainOn *clusterNode
 	for _, n := range cl.nodes {
-		if n.hostsGrain(t, p.id+"/"+ch) {
+		if n.hostsGrain(t, p.ID+"/"+ch) {
 			grainOn = n
 		}
 	}
 	if grainOn == nil {
-		t.Fatalf("no node hosts the grain of %s/%s", p.id, ch)
+		t.Fatalf("no node hosts the grain of %s/%s", p.ID, ch)
 	}
 	members := etcdMembers(t, cl.etcd, memberPrefix)
 	if len(members) != 2 {
@@ -308,26 +303,9 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 
 	// The two attackers. Each trusts the real CAs (CA certificates are no
 	// secret), so that only the node's or etcd's check of the client refuses it.
-	clusterCAs, err := clustertls.LoadCA(filepath.Join(cl.ca, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdCAs, err := clustertls.LoadCA(cl.etcd.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherCA, err := clustertls.NewCA("attacker CA", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherNode, err := clustertls.NewNode(otherCA, []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherCert, err := tls.X509KeyPair(otherNode.CertPEM, otherNode.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clusterCAs := relaytest.CertPool(t, filepath.Join(cl.ca, "ca.pem"))
+	etcdCAs := relaytest.CertPool(t, cl.etcd.CA)
+	otherCert := relaytest.NodeCert(t, relaytest.NewCA(t), "127.0.0.1:1") // a CA of the attacker's own
 	tlsTo := func(roots *x509.CertPool, cert *tls.Certificate) *tls.Config {
 		c := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 		if cert != nil {
@@ -369,13 +347,13 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 
 	grainPID := func(n *clusterNode) *actor.PID {
 		// What an ActivationResponse would name: the placement actor's child.
-		return &actor.PID{Address: n.addr, Id: "partition-activator/" + p.id + "/" + ch + "$1"}
+		return &actor.PID{Address: n.addr, Id: "partition-activator/" + p.ID + "/" + ch + "$1"}
 	}
 	// toNode sends a control-plane change, as the member whose API made it would.
 	toNode := func(m *clusterpb.Broadcast) func(n *clusterNode) []*remote.RemoteMessage {
-		m.Id, m.Origin, m.ProjectId = "attacker-1", "attacker", p.id
+		m.Id, m.Origin, m.ProjectId = "attacker-1", "attacker", p.ID
 		return func(n *clusterNode) []*remote.RemoteMessage {
-			return []*remote.RemoteMessage{attackBatch(t, self, attackEnvelope{&actor.PID{Address: n.addr, Id: actors.NodeActorName}, m})}
+			return []*remote.RemoteMessage{attackBatch(t, self, attackEnvelope{&actor.PID{Address: n.addr, Id: nodeActorName}, m})}
 		}
 	}
 	now := time.Now()
@@ -389,13 +367,13 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 		}},
 		{"1 batch: type 9 of no type names", func(n *clusterNode) []*remote.RemoteMessage {
 			return []*remote.RemoteMessage{{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
-				Targets:   []*actor.PID{{Address: n.addr, Id: actors.NodeActorName}},
+				Targets:   []*actor.PID{{Address: n.addr, Id: nodeActorName}},
 				Envelopes: []*remote.MessageEnvelope{{Target: 0, TypeId: 9}}}}}}
 		}},
 		{"2 ActivationRequest for the room, then ChannelJoin to its grain", func(n *clusterNode) []*remote.RemoteMessage {
 			return []*remote.RemoteMessage{attackBatch(t, self,
 				attackEnvelope{&actor.PID{Address: n.addr, Id: "partition-activator"}, &protocluster.ActivationRequest{
-					ClusterIdentity: &protocluster.ClusterIdentity{Kind: actors.ChannelKind, Identity: p.id + "/" + ch}, RequestId: "attacker-1"}},
+					ClusterIdentity: &protocluster.ClusterIdentity{Kind: channelKind, Identity: p.ID + "/" + ch}, RequestId: "attacker-1"}},
 				attackEnvelope{grainPID(n), &clusterpb.ChannelJoin{Relay: &clusterpb.Ref{Address: attackerAddr, Id: "attacker-relay"},
 					Sub: &clusterpb.Subscriber{Conn: 1}, HasSince: true, Since: 0}},
 			)}
@@ -412,7 +390,7 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 	}
 	fakeKey := memberPrefix + "attacker-member"
 	fakeValue := fmt.Sprintf(`{"id":"attacker-member","name":"relaytest","host":"127.0.0.1","address":"127.0.0.1","port":%d,"kinds":[%q],"alive":true}`,
-		trap.Addr().(*net.TCPAddr).Port, actors.ChannelKind)
+		trap.Addr().(*net.TCPAddr).Port, channelKind)
 
 	for _, at := range attackers {
 		t.Run(at.name, func(t *testing.T) {
@@ -501,30 +479,30 @@ func TestClusterAttacksFromOutside(t *testing.T) {
 		for _, n := range cl.nodes {
 			n.waitMembers(t, 2, 5*time.Second)
 		}
-		if !grainOn.hostsGrain(t, p.id+"/"+ch) {
+		if !grainOn.hostsGrain(t, p.ID+"/"+ch) {
 			t.Errorf("the room's grain left %s", grainOn.name)
 		}
 		// The tenant's data: the project, its subscribers, its history, its
 		// client-emit secret and its clientId u1's socket, as they were.
-		if r := owner.do("GET", "/api/projects/"+p.id, ""); r.status != http.StatusOK {
-			t.Fatalf("GET the project: %d %s", r.status, r.raw)
+		if r := owner.Do("GET", "/api/projects/"+p.ID, ""); r.Status != http.StatusOK {
+			t.Fatalf("GET the project: %d %s", r.Status, r.Raw)
 		}
 		for _, n := range cl.nodes {
-			hc := n.on(t).client()
-			hc.bearerGet("/channels/room", p.secretKey).expect(t, http.StatusOK, roomCount)
-			hc.bearerGet(fmt.Sprintf("/channels/room/messages?since=%d", firstSeq-1), p.secretKey).expect(t, http.StatusOK,
+			hc := n.on(t).Client()
+			hc.BearerGet("/channels/room", p.SecretKey).Expect(t, http.StatusOK, roomCount)
+			hc.BearerGet(fmt.Sprintf("/channels/room/messages?since=%d", firstSeq-1), p.SecretKey).Expect(t, http.StatusOK,
 				`{"channel":"room","messages":[`+strings.Join(history, ",")+`],"gap":false}`)
 		}
-		if got := owner.do("PATCH", "/api/projects/"+p.id+"/client-emit-secret", `{}`).str("clientEmitSecret"); got != secret {
+		if got := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret"); got != secret {
 			t.Errorf("client-emit secret %q, was %q", got, secret)
 		}
-		u1.send(emitFrame2("chat", tok)) // refused had B taken the attacker's secret; closed had it taken ClientDisconnect
-		u1.expectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		u1.Send(relaytest.EmitFrame("chat", "t", "1", tok)) // refused had B taken the attacker's secret; closed had it taken ClientDisconnect
+		u1.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 		for i, via := range []*clusterNode{a, b} {
 			emitRoom(via, fmt.Sprintf(`{"after":%d}`, i))
 		}
 		for _, s := range append(subs, u1) {
-			s.expectSilence(200 * time.Millisecond)
+			s.ExpectSilence(200 * time.Millisecond)
 		}
 		if n := trapped.Load(); n != 0 {
 			t.Errorf("a node dialed the attacker's address %d times", n)

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // A node joining a running cluster, black-box: the channels whose owner
 // becomes the new node move to it with their state (seq, replay ring,
@@ -41,8 +41,8 @@ func TestClusterJoin(t *testing.T) {
 	cl := startCluster(t, 10*time.Second, []string{"A", "B"}, env...)
 	a, b := cl.nodes[0], cl.nodes[1]
 	tsA, tsB := a.on(t), b.on(t)
-	owner := tsA.signup("alice@example.com")
-	p := owner.createProject("join")
+	owner := tsA.Signup("alice@example.com")
+	p := owner.CreateProject("join")
 
 	const nChannels = 20
 	var channels []string
@@ -51,12 +51,12 @@ func TestClusterJoin(t *testing.T) {
 	}
 	// One socket on A and one on B subscribed to every channel: they stay
 	// connected through the join.
-	var live []*wsClient
-	for _, ts := range []*testServer{tsA, tsB} {
-		w := ts.dialWS(p.publicKey)
+	var live []*relaytest.WS
+	for _, ts := range []*relaytest.Server{tsA, tsB} {
+		w := ts.DialWS(p.PublicKey)
 		for _, ch := range channels {
-			w.send(`{"action":"subscribe","channel":"` + ch + `"}`)
-			w.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
+			w.Send(`{"action":"subscribe","channel":"` + ch + `"}`)
+			w.Expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
 		}
 		live = append(live, w)
 	}
@@ -67,12 +67,12 @@ func TestClusterJoin(t *testing.T) {
 		acked[ch] = map[int64]string{}
 	}
 	var first = map[string]int64{} // each channel's first seq: resuming clients ask for what came after it
-	viaA, viaB := tsA.client(), tsB.client()
+	viaA, viaB := tsA.Client(), tsB.Client()
 	for i := range 3 {
 		for _, ch := range channels {
-			via := []*client{viaA, viaB}[i%2]
+			via := []*relaytest.Client{viaA, viaB}[i%2]
 			key := fmt.Sprintf("pre/%d", i)
-			e := expectEmitted(t, via.emit(p.secretKey, fmt.Sprintf(`{"channel":%q,"payload":{"w":"pre","i":%d}}`, ch, i)), ch)
+			e := expectEmitted(t, via.Emit(p.SecretKey, fmt.Sprintf(`{"channel":%q,"payload":{"w":"pre","i":%d}}`, ch, i)), ch)
 			acked[ch][e.seq] = key
 			if i == 0 {
 				first[ch] = e.seq
@@ -109,10 +109,10 @@ func TestClusterJoin(t *testing.T) {
 			}
 			ch := channels[(i+offset)%nChannels]
 			t0 := time.Now()
-			r, err := emitAt(hc, base, p.secretKey, ch, fmt.Sprintf(`{"w":%q,"i":%d}`, name, i))
-			e := joinEmit{ch: ch, key: fmt.Sprintf("%s/%d", name, i), at: t0, took: time.Since(t0), status: r.status, err: err}
-			if err == nil && r.status == http.StatusOK {
-				e.seq = int64(num(r.json, "seq"))
+			r, err := emitAt(hc, base, p.SecretKey, ch, fmt.Sprintf(`{"w":%q,"i":%d}`, name, i))
+			e := joinEmit{ch: ch, key: fmt.Sprintf("%s/%d", name, i), at: t0, took: time.Since(t0), status: r.Status, err: err}
+			if err == nil && r.Status == http.StatusOK {
+				e.seq = int64(relaytest.Num(r.JSON, "seq"))
 			}
 			mu.Lock()
 			during = append(during, e)
@@ -160,7 +160,7 @@ func TestClusterJoin(t *testing.T) {
 	relaytest.EventuallyNil(t, 5*time.Second, func() error {
 		moved = moved[:0]
 		for _, ch := range channels {
-			id := p.id + "/" + ch
+			id := p.ID + "/" + ch
 			onC := c.hostsGrain(t, id)
 			onA, onB := a.hostsGrain(t, id), b.hostsGrain(t, id)
 			if n := btoi(onA) + btoi(onB) + btoi(onC); n != 1 {
@@ -244,7 +244,7 @@ func TestClusterJoin(t *testing.T) {
 			for _, f := range frames {
 				m, err := parseMessage(f)
 				if err == nil && m.replay {
-					err = fmt.Errorf("a replayed message on a live subscription: %s", f.text)
+					err = fmt.Errorf("a replayed message on a live subscription: %s", f.Text)
 				}
 				if err != nil {
 					t.Errorf("subscriber on %s: %v", name, err)
@@ -270,27 +270,27 @@ func TestClusterJoin(t *testing.T) {
 	})
 
 	t.Run("since from before the join replays without replay_gap on any node; seq keeps rising", func(t *testing.T) {
-		nodes := []*testServer{tsA, tsB, c.on(t)}
+		nodes := []*relaytest.Server{tsA, tsB, c.on(t)}
 		for i, ch := range channels {
 			ts := nodes[i%len(nodes)]
-			sock := ts.dialWS(p.publicKey)
+			sock := ts.DialWS(p.PublicKey)
 			since := first[ch]
-			sock.send(fmt.Sprintf(`{"action":"subscribe","channel":%q,"since":%d}`, ch, since))
+			sock.Send(fmt.Sprintf(`{"action":"subscribe","channel":%q,"since":%d}`, ch, since))
 			var replayed []int64
 			for done := false; !done; {
-				f, ok := sock.next(5 * time.Second)
+				f, ok := sock.Next(5 * time.Second)
 				if !ok {
 					t.Fatalf("%s via %s: no subscribe ack within 5 s (replayed %v)", ch, []string{"A", "B", "C"}[i%3], replayed)
 				}
 				switch {
-				case sameJSON(f.text, `{"action":"subscribe","channel":"`+ch+`","ok":true}`):
+				case sameJSON(f.Text, `{"action":"subscribe","channel":"`+ch+`","ok":true}`):
 					done = true
-				case strings.Contains(f.text, `"replay_gap"`):
-					t.Errorf("%s (moved %v) via %s: %s", ch, slices.Contains(moved, ch), []string{"A", "B", "C"}[i%3], f.text)
+				case strings.Contains(f.Text, `"replay_gap"`):
+					t.Errorf("%s (moved %v) via %s: %s", ch, slices.Contains(moved, ch), []string{"A", "B", "C"}[i%3], f.Text)
 				default:
 					m, err := parseMessage(f)
 					if err != nil || !m.replay || m.channel != ch {
-						t.Fatalf("%s: while replaying: %s (%v)", ch, f.text, err)
+						t.Fatalf("%s: while replaying: %s (%v)", ch, f.Text, err)
 					}
 					replayed = append(replayed, m.seq)
 				}
@@ -305,11 +305,11 @@ func TestClusterJoin(t *testing.T) {
 				t.Errorf("%s (moved %v): replayed %v, want %v", ch, slices.Contains(moved, ch), replayed, want)
 			}
 			last := want[len(want)-1]
-			next := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+ch+`","payload":"next"}`), ch)
+			next := expectEmitted(t, viaA.Emit(p.SecretKey, `{"channel":"`+ch+`","payload":"next"}`), ch)
 			if next.seq <= last {
 				t.Errorf("%s (moved %v): seq after the join %d, not above %d", ch, slices.Contains(moved, ch), next.seq, last)
 			}
-			sock.expect(fmt.Sprintf(`{"channel":%q,"payload":"next","seq":%d}`, ch, next.seq))
+			sock.Expect(fmt.Sprintf(`{"channel":%q,"payload":"next","seq":%d}`, ch, next.seq))
 		}
 	})
 	t.Logf("join test took %v", time.Since(began).Round(100*time.Millisecond))

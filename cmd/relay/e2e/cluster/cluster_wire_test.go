@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 import (
 	"context"
@@ -20,8 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/relayhq/relay/actors"
-	"github.com/relayhq/relay/actors/clustertls"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
 
@@ -33,18 +31,8 @@ import (
 // (made with relay cert, as a node's), trusting clusterCA.
 func peerCreds(t *testing.T, caDir, clusterCA string) credentials.TransportCredentials {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "peer")
-	if err := runCert([]string{"node", "--ca", caDir, "--addr", "127.0.0.1:1", "--out", dir}, io.Discard, io.Discard, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "node.pem"), filepath.Join(dir, "node-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots, err := clustertls.LoadCA(filepath.Join(clusterCA, "ca.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pair := relaytest.NodeCert(t, caDir, "127.0.0.1:1")
+	roots := relaytest.CertPool(t, filepath.Join(clusterCA, "ca.pem"))
 	// Always shown (GetClientCertificate): Go's client sends one from Certificates
 	// only if it chains to a CA the server names as acceptable.
 	return credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13,
@@ -82,10 +70,7 @@ func checkRemoteWire(t *testing.T, cl *testCluster, n *clusterNode) {
 			t.Fatalf("connect: %v %v", res, err)
 		}
 	})
-	otherCA := filepath.Join(t.TempDir(), "other-ca")
-	if err := runCert([]string{"ca", "--out", otherCA}, io.Discard, io.Discard, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	otherCA := relaytest.NewCA(t)
 	for name, creds := range map[string]credentials.TransportCredentials{
 		"plain gRPC": insecure.NewCredentials(),
 		// It trusts the cluster's CA, so only the node's check of its certificate refuses it.
@@ -107,7 +92,7 @@ func checkRemoteWire(t *testing.T, cl *testCluster, n *clusterNode) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("stream ended with %v, want InvalidArgument", err)
 		}
-		bad.GetMessageBatch().Targets = []*actor.PID{{Address: n.addr, Id: actors.NodeActorName}}
+		bad.GetMessageBatch().Targets = []*actor.PID{{Address: n.addr, Id: nodeActorName}}
 		bad.GetMessageBatch().Envelopes[0] = &remote.MessageEnvelope{Target: 0, TypeId: 9}
 		if _, err := openStream(t, n.addr, peerCreds(t, cl.ca, cl.ca), bad); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("stream ended with %v, want InvalidArgument", err)

@@ -1,6 +1,6 @@
 //go:build cluster
 
-package main
+package cluster
 
 // Cross-node fan-out, black-box: channels as cluster grains (kind
 // "relay-channel", identity projectId/channel), the single writer of a
@@ -32,9 +32,9 @@ import (
 // emitAt posts {"channel":ch,"payload":payload} to base's /emit (a node's
 // or HAProxy's) with the secret key. It returns errors instead of failing,
 // for use off the test's goroutine.
-func emitAt(hc *http.Client, base, secretKey, ch, payload string) (response, error) {
+func emitAt(hc *http.Client, base, secretKey, ch, payload string) (relaytest.Response, error) {
 	h := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + secretKey}}
-	return request(hc, "POST", base+"/emit", `{"channel":"`+ch+`","payload":`+payload+`}`, h)
+	return relaytest.Do(hc, "POST", base+"/emit", `{"channel":"`+ch+`","payload":`+payload+`}`, h)
 }
 
 // emitted is a 200 answer of POST /emit, decoded.
@@ -43,12 +43,12 @@ type emitted struct {
 }
 
 // expectEmitted fails unless r is a 200 of POST /emit for ch and returns its numbers.
-func expectEmitted(t *testing.T, r response, ch string) emitted {
+func expectEmitted(t *testing.T, r relaytest.Response, ch string) emitted {
 	t.Helper()
-	if r.status != http.StatusOK || r.json["ok"] != true || r.json["channel"] != ch || num(r.json, "seq") <= 0 {
-		t.Fatalf("emit on %s: %d %s", ch, r.status, r.raw)
+	if r.Status != http.StatusOK || r.JSON["ok"] != true || r.JSON["channel"] != ch || relaytest.Num(r.JSON, "seq") <= 0 {
+		t.Fatalf("emit on %s: %d %s", ch, r.Status, r.Raw)
 	}
-	return emitted{seq: int64(num(r.json, "seq")), delivered: int64(num(r.json, "delivered")), subscriberCount: int64(num(r.json, "subscriberCount"))}
+	return emitted{seq: int64(relaytest.Num(r.JSON, "seq")), delivered: int64(relaytest.Num(r.JSON, "delivered")), subscriberCount: int64(relaytest.Num(r.JSON, "subscriberCount"))}
 }
 
 // message is a message frame from POST /emit (PROTOCOL.md › Server frames):
@@ -61,33 +61,33 @@ type message struct {
 }
 
 // parseMessage decodes f as a message frame; anything else is an error.
-func parseMessage(f frame) (message, error) {
-	if f.closed || f.err != nil {
-		return message{}, fmt.Errorf("socket over (close %d %q, err %v)", f.closeCode, f.reason, f.err)
+func parseMessage(f relaytest.Frame) (message, error) {
+	if f.Closed || f.Err != nil {
+		return message{}, fmt.Errorf("socket over (close %d %q, err %v)", f.CloseCode, f.Reason, f.Err)
 	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(f.text), &m); err != nil {
-		return message{}, fmt.Errorf("not a JSON object: %q", f.text)
+	if err := json.Unmarshal([]byte(f.Text), &m); err != nil {
+		return message{}, fmt.Errorf("not a JSON object: %q", f.Text)
 	}
 	var out message
 	var seq float64
 	if json.Unmarshal(m["channel"], &out.channel) != nil || json.Unmarshal(m["seq"], &seq) != nil || m["payload"] == nil || seq <= 0 {
-		return message{}, fmt.Errorf("not a message frame: %s", f.text)
+		return message{}, fmt.Errorf("not a message frame: %s", f.Text)
 	}
 	out.seq = int64(seq)
 	var payload any
 	json.Unmarshal(m["payload"], &payload)
-	out.payload = canonical(payload)
+	out.payload = relaytest.Canonical(payload)
 	keys := 3
 	if r, ok := m["replay"]; ok {
 		if string(r) != "true" {
-			return message{}, fmt.Errorf("replay is %s: %s", r, f.text)
+			return message{}, fmt.Errorf("replay is %s: %s", r, f.Text)
 		}
 		out.replay = true
 		keys++
 	}
 	if len(m) != keys {
-		return message{}, fmt.Errorf("a message frame with other fields: %s", f.text)
+		return message{}, fmt.Errorf("a message frame with other fields: %s", f.Text)
 	}
 	return out, nil
 }
@@ -95,20 +95,20 @@ func parseMessage(f frame) (message, error) {
 // collect reads c's frames until it has want of them or until passes, then
 // goes on until nothing more arrives for grace (a late duplicate). It stops
 // at a close or a failed socket. It does not touch t: goroutines use it.
-func collect(c *wsClient, want int, until time.Time, grace time.Duration) []frame {
-	var got []frame
-	add := func(f frame) bool {
+func collect(c *relaytest.WS, want int, until time.Time, grace time.Duration) []relaytest.Frame {
+	var got []relaytest.Frame
+	add := func(f relaytest.Frame) bool {
 		got = append(got, f)
-		return !f.closed && f.err == nil
+		return !f.Closed && f.Err == nil
 	}
 	for len(got) < want {
-		f, ok := c.next(time.Until(until))
+		f, ok := c.Next(time.Until(until))
 		if !ok || !add(f) {
 			return got
 		}
 	}
 	for {
-		f, ok := c.next(grace)
+		f, ok := c.Next(grace)
 		if !ok || !add(f) {
 			return got
 		}
@@ -116,8 +116,8 @@ func collect(c *wsClient, want int, until time.Time, grace time.Duration) []fram
 }
 
 // collectEach runs collect on every socket at once; frames[i] is socks[i]'s.
-func collectEach(socks []*wsClient, want int, until time.Time, grace time.Duration) [][]frame {
-	frames := make([][]frame, len(socks))
+func collectEach(socks []*relaytest.WS, want int, until time.Time, grace time.Duration) [][]relaytest.Frame {
+	frames := make([][]relaytest.Frame, len(socks))
 	var wg sync.WaitGroup
 	for i, s := range socks {
 		wg.Add(1)
@@ -136,27 +136,27 @@ func sameJSON(text, want string) bool {
 	if json.Unmarshal([]byte(text), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
 		return false
 	}
-	return canonical(g) == canonical(w)
+	return relaytest.Canonical(g) == relaytest.Canonical(w)
 }
 
 // waitFor reads c's frames until one is want or deadline passes, and returns
 // every frame read (want last when it came) with its arrival time; it does
 // not touch t.
-func waitFor(c *wsClient, want string, deadline time.Time) (frames []string, at []time.Time, found bool) {
+func waitFor(c *relaytest.WS, want string, deadline time.Time) (frames []string, at []time.Time, found bool) {
 	for {
-		f, ok := c.next(time.Until(deadline))
+		f, ok := c.Next(time.Until(deadline))
 		if !ok {
 			return frames, at, false
 		}
-		text := f.text
-		if f.closed || f.err != nil {
-			text = fmt.Sprintf("socket over (close %d %q, err %v)", f.closeCode, f.reason, f.err)
+		text := f.Text
+		if f.Closed || f.Err != nil {
+			text = fmt.Sprintf("socket over (close %d %q, err %v)", f.CloseCode, f.Reason, f.Err)
 		}
 		frames, at = append(frames, text), append(at, time.Now())
-		if f.closed || f.err != nil {
+		if f.Closed || f.Err != nil {
 			return frames, at, false
 		}
-		if sameJSON(f.text, want) {
+		if sameJSON(f.Text, want) {
 			return frames, at, true
 		}
 	}
@@ -198,28 +198,28 @@ func syncFrame(ch string, members ...string) string {
 // presenceTrio subscribes u1 on a, then u2 on b, then u3 on c to ch with
 // presence, and checks that each gets the sync of those before it and those
 // before it a join: one roster for the cluster.
-func presenceTrio(t *testing.T, publicKey, ch string, a, b, c *testServer) (u1, u2, u3 *wsClient) {
+func presenceTrio(t *testing.T, publicKey, ch string, a, b, c *relaytest.Server) (u1, u2, u3 *relaytest.WS) {
 	t.Helper()
-	u1 = presenceSub(t, a, publicKey, ch, "u1")
-	u1.expect(syncFrame(ch))
-	u2 = presenceSub(t, b, publicKey, ch, "u2")
-	u2.expect(syncFrame(ch, "u1"))
-	u1.expect(presenceFrame(ch, "join", "u2"))
-	u3 = presenceSub(t, c, publicKey, ch, "u3")
-	u3.expect(syncFrame(ch, "u1", "u2"))
-	u1.expect(presenceFrame(ch, "join", "u3"))
-	u2.expect(presenceFrame(ch, "join", "u3"))
+	u1 = a.PresenceSub(t, publicKey, ch, "u1")
+	u1.Expect(syncFrame(ch))
+	u2 = b.PresenceSub(t, publicKey, ch, "u2")
+	u2.Expect(syncFrame(ch, "u1"))
+	u1.Expect(presenceFrame(ch, "join", "u2"))
+	u3 = c.PresenceSub(t, publicKey, ch, "u3")
+	u3.Expect(syncFrame(ch, "u1", "u2"))
+	u1.Expect(presenceFrame(ch, "join", "u3"))
+	u2.Expect(presenceFrame(ch, "join", "u3"))
 	return u1, u2, u3
 }
 
 // channelHostedBy emits on PREFIX-0, PREFIX-1, … through via until n hosts
 // the channel's grain, and returns that channel; it fails after 60.
-func channelHostedBy(t *testing.T, n *clusterNode, via *client, p project, prefix string) string {
+func channelHostedBy(t *testing.T, n *clusterNode, via *relaytest.Client, p relaytest.Project, prefix string) string {
 	t.Helper()
 	for i := range 60 {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		expectEmitted(t, via.emit(p.secretKey, `{"channel":"`+name+`","payload":0}`), name)
-		if n.hostsGrain(t, p.id+"/"+name) {
+		expectEmitted(t, via.Emit(p.SecretKey, `{"channel":"`+name+`","payload":0}`), name)
+		if n.hostsGrain(t, p.ID+"/"+name) {
 			return name
 		}
 	}
@@ -233,30 +233,30 @@ func TestClusterFanout(t *testing.T) {
 	nodes := cl.nodes
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
-	owner := a.on(t).signup("alice@example.com")
-	p := owner.createProject("fanout")
+	owner := a.on(t).Signup("alice@example.com")
+	p := owner.CreateProject("fanout")
 	// ownerOn is the owner's session on node n, for subtest t.
-	ownerOn := func(t *testing.T, n *clusterNode) *client {
-		oc := n.on(t).client()
-		oc.http.Jar = owner.http.Jar
+	ownerOn := func(t *testing.T, n *clusterNode) *relaytest.Client {
+		oc := n.on(t).Client()
+		oc.HTTP.Jar = owner.HTTP.Jar
 		return oc
 	}
 
 	t.Run("1 emit through A reaches subscribers on A, B and C", func(t *testing.T) {
 		const ch = "one"
-		var subs []*wsClient
+		var subs []*relaytest.WS
 		for _, n := range nodes {
-			subs = append(subs, subscribed(t, n.on(t), p.publicKey, ch))
+			subs = append(subs, n.on(t).Subscribed(t, p.PublicKey, ch))
 		}
 		t0 := time.Now()
-		r := a.on(t).client().emit(p.secretKey, `{"channel":"one","payload":{"text":"hi","n":[1,2]}}`)
+		r := a.on(t).Client().Emit(p.SecretKey, `{"channel":"one","payload":{"text":"hi","n":[1,2]}}`)
 		e := expectEmitted(t, r, ch)
-		t.Logf("emit through A answered in %v: %s", time.Since(t0).Round(time.Microsecond), r.raw)
+		t.Logf("emit through A answered in %v: %s", time.Since(t0).Round(time.Microsecond), r.Raw)
 		if e.delivered != 3 || e.subscriberCount != 3 {
-			t.Errorf("delivered %d, subscriberCount %d; want 3 and 3 (one socket on each node): %s", e.delivered, e.subscriberCount, r.raw)
+			t.Errorf("delivered %d, subscriberCount %d; want 3 and 3 (one socket on each node): %s", e.delivered, e.subscriberCount, r.Raw)
 		}
 		for i, s := range subs {
-			s.expect(fmt.Sprintf(`{"channel":"one","payload":{"text":"hi","n":[1,2]},"seq":%d}`, e.seq))
+			s.Expect(fmt.Sprintf(`{"channel":"one","payload":{"text":"hi","n":[1,2]},"seq":%d}`, e.seq))
 			t.Logf("subscriber on %s got it %v after the emit", nodes[i].name, time.Since(t0).Round(time.Microsecond))
 		}
 		// One grain holds the channel, and it sent the message to the two
@@ -273,13 +273,13 @@ func TestClusterFanout(t *testing.T) {
 
 	t.Run("2 concurrent emits through A, B and C: one seq order, each message once everywhere", func(t *testing.T) {
 		const ch, perNode = "busy", 100
-		var subs []*wsClient
+		var subs []*relaytest.WS
 		for _, n := range nodes {
-			subs = append(subs, subscribed(t, n.on(t), p.publicKey, ch))
+			subs = append(subs, n.on(t).Subscribed(t, p.PublicKey, ch))
 		}
 		type ack struct {
 			key string // "A/17": emitted through A, the 18th
-			res response
+			res relaytest.Response
 			err error
 		}
 		acks := make([][]ack, len(nodes))
@@ -293,7 +293,7 @@ func TestClusterFanout(t *testing.T) {
 				hc := &http.Client{Timeout: 10 * time.Second}
 				<-start
 				for j := range perNode {
-					res, err := emitAt(hc, n.proc.Base, p.secretKey, ch, fmt.Sprintf(`{"node":%q,"i":%d}`, n.name, j))
+					res, err := emitAt(hc, n.proc.Base, p.SecretKey, ch, fmt.Sprintf(`{"node":%q,"i":%d}`, n.name, j))
 					acks[i] = append(acks[i], ack{key: fmt.Sprintf("%s/%d", n.name, j), res: res, err: err})
 				}
 			}(i, n)
@@ -307,13 +307,13 @@ func TestClusterFanout(t *testing.T) {
 		refused := map[string]int{} // node -> non-200 answers
 		for i, list := range acks {
 			for _, k := range list {
-				if k.err != nil || k.res.status != http.StatusOK || num(k.res.json, "seq") <= 0 {
+				if k.err != nil || k.res.Status != http.StatusOK || relaytest.Num(k.res.JSON, "seq") <= 0 {
 					if refused[nodes[i].name]++; refused[nodes[i].name] <= 3 {
-						t.Errorf("emit %s: %d %s %v", k.key, k.res.status, k.res.raw, k.err)
+						t.Errorf("emit %s: %d %s %v", k.key, k.res.Status, k.res.Raw, k.err)
 					}
 					continue
 				}
-				seq := int64(num(k.res.json, "seq"))
+				seq := int64(relaytest.Num(k.res.JSON, "seq"))
 				if other, dup := keyOf[seq]; dup {
 					t.Errorf("seq %d acknowledged twice: to %s and to %s", seq, other, k.key)
 				}
@@ -335,7 +335,7 @@ func TestClusterFanout(t *testing.T) {
 			for _, f := range frames {
 				m, err := parseMessage(f)
 				if err == nil && (m.channel != ch || m.replay) {
-					err = fmt.Errorf("not a live message of %s: %s", ch, f.text)
+					err = fmt.Errorf("not a live message of %s: %s", ch, f.Text)
 				}
 				if err != nil {
 					t.Errorf("subscriber on %s: %v", name, err)
@@ -379,97 +379,97 @@ func TestClusterFanout(t *testing.T) {
 
 	t.Run("3 replay from another node: since on C replays what was emitted through A", func(t *testing.T) {
 		const ch = "replayed"
-		onB := subscribed(t, b.on(t), p.publicKey, ch)
-		viaA := a.on(t).client()
+		onB := b.on(t).Subscribed(t, p.PublicKey, ch)
+		viaA := a.on(t).Client()
 		var seqs []int64
 		for i := 1; i <= 3; i++ {
-			seqs = append(seqs, expectEmitted(t, viaA.emit(p.secretKey, fmt.Sprintf(`{"channel":"replayed","payload":{"n":%d}}`, i)), ch).seq)
+			seqs = append(seqs, expectEmitted(t, viaA.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"replayed","payload":{"n":%d}}`, i)), ch).seq)
 		}
 		for i, seq := range seqs {
-			onB.expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":%d},"seq":%d}`, i+1, seq))
+			onB.Expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":%d},"seq":%d}`, i+1, seq))
 		}
-		onC := c.on(t).dialWS(p.publicKey)
-		onC.send(fmt.Sprintf(`{"action":"subscribe","channel":"replayed","since":%d}`, seqs[0]))
+		onC := c.on(t).DialWS(p.PublicKey)
+		onC.Send(fmt.Sprintf(`{"action":"subscribe","channel":"replayed","since":%d}`, seqs[0]))
 		// No replay_gap: the next frames are the 2nd and 3rd message, then the ack.
-		onC.expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":2},"seq":%d,"replay":true}`, seqs[1]))
-		onC.expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":3},"seq":%d,"replay":true}`, seqs[2]))
-		onC.expect(`{"action":"subscribe","channel":"replayed","ok":true}`)
-		onC.expectSilence(200 * time.Millisecond)
+		onC.Expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":2},"seq":%d,"replay":true}`, seqs[1]))
+		onC.Expect(fmt.Sprintf(`{"channel":"replayed","payload":{"n":3},"seq":%d,"replay":true}`, seqs[2]))
+		onC.Expect(`{"action":"subscribe","channel":"replayed","ok":true}`)
+		onC.ExpectSilence(200 * time.Millisecond)
 	})
 
 	t.Run("4 presence across nodes: one roster for the cluster", func(t *testing.T) {
 		const ch = "lobby"
-		u1, u2, u3 := presenceTrio(t, p.publicKey, ch, a.on(t), b.on(t), c.on(t))
+		u1, u2, u3 := presenceTrio(t, p.PublicKey, ch, a.on(t), b.on(t), c.on(t))
 
 		// u2 unsubscribes on B: A and C get leave.
-		u2.send(`{"action":"unsubscribe","channel":"lobby"}`)
-		u2.expect(`{"action":"unsubscribe","channel":"lobby","ok":true}`)
-		u1.expect(presenceFrame(ch, "leave", "u2"))
-		u3.expect(presenceFrame(ch, "leave", "u2"))
+		u2.Send(`{"action":"unsubscribe","channel":"lobby"}`)
+		u2.Expect(`{"action":"unsubscribe","channel":"lobby","ok":true}`)
+		u1.Expect(presenceFrame(ch, "leave", "u2"))
+		u3.Expect(presenceFrame(ch, "leave", "u2"))
 
 		// u2 back on the same socket, then the socket dropped (no close frame).
-		u2.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2"}`)
-		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
-		u2.expect(syncFrame(ch, "u1", "u3"))
-		u1.expect(presenceFrame(ch, "join", "u2"))
-		u3.expect(presenceFrame(ch, "join", "u2"))
+		u2.Send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2"}`)
+		u2.Expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u2.Expect(syncFrame(ch, "u1", "u3"))
+		u1.Expect(presenceFrame(ch, "join", "u2"))
+		u3.Expect(presenceFrame(ch, "join", "u2"))
 
 		// Subscribing again (PROTOCOL.md › subscribe): under another clientId,
 		// the old one leaves and the new one joins; without presence, it
 		// leaves; with presence again, it joins. The roster on the grain
 		// follows what B's relay tells it.
-		u2.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2b"}`)
-		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
-		u2.expect(syncFrame(ch, "u1", "u3"))
-		for _, u := range []*wsClient{u1, u3} {
-			u.expect(presenceFrame(ch, "leave", "u2"))
-			u.expect(presenceFrame(ch, "join", "u2b"))
+		u2.Send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2b"}`)
+		u2.Expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u2.Expect(syncFrame(ch, "u1", "u3"))
+		for _, u := range []*relaytest.WS{u1, u3} {
+			u.Expect(presenceFrame(ch, "leave", "u2"))
+			u.Expect(presenceFrame(ch, "join", "u2b"))
 		}
-		u2.send(`{"action":"subscribe","channel":"lobby"}`)
-		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
-		u1.expect(presenceFrame(ch, "leave", "u2b"))
-		u3.expect(presenceFrame(ch, "leave", "u2b"))
-		u2.send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2"}`)
-		u2.expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
-		u2.expect(syncFrame(ch, "u1", "u3"))
-		u1.expect(presenceFrame(ch, "join", "u2"))
-		u3.expect(presenceFrame(ch, "join", "u2"))
-		u2.expectSilence(50 * time.Millisecond)
+		u2.Send(`{"action":"subscribe","channel":"lobby"}`)
+		u2.Expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u1.Expect(presenceFrame(ch, "leave", "u2b"))
+		u3.Expect(presenceFrame(ch, "leave", "u2b"))
+		u2.Send(`{"action":"subscribe","channel":"lobby","presence":true,"clientId":"u2"}`)
+		u2.Expect(`{"action":"subscribe","channel":"lobby","ok":true}`)
+		u2.Expect(syncFrame(ch, "u1", "u3"))
+		u1.Expect(presenceFrame(ch, "join", "u2"))
+		u3.Expect(presenceFrame(ch, "join", "u2"))
+		u2.ExpectSilence(50 * time.Millisecond)
 
-		u2.conn.Close()
+		u2.Conn.Close()
 		closed := time.Now()
-		u1.expect(presenceFrame(ch, "leave", "u2"))
-		u3.expect(presenceFrame(ch, "leave", "u2"))
+		u1.Expect(presenceFrame(ch, "leave", "u2"))
+		u3.Expect(presenceFrame(ch, "leave", "u2"))
 		t.Logf("leave of u2 on A and C %v after its socket on B was dropped", time.Since(closed).Round(time.Microsecond))
-		u1.expectSilence(100 * time.Millisecond)
-		u3.expectSilence(50 * time.Millisecond)
+		u1.ExpectSilence(100 * time.Millisecond)
+		u3.ExpectSilence(50 * time.Millisecond)
 	})
 
 	t.Run("5 channel budget counted once for the cluster", func(t *testing.T) {
 		const ch, limit = "limited", 5
-		q := ownerOn(t, a).createProject("budget")
-		page := "/projects/" + q.id
-		dc := a.on(t).dash(t)
-		dc.http.Jar = owner.http.Jar
-		dc.submit(page, page+"/budget", url.Values{"limit": {fmt.Sprint(limit)}}).expectRedirect(t, page+"?done=budget-saved")
+		q := ownerOn(t, a).CreateProject("budget")
+		page := "/projects/" + q.ID
+		dc := a.on(t).Dash(t)
+		dc.HTTP.Jar = owner.HTTP.Jar
+		dc.Submit(page, page+"/budget", url.Values{"limit": {fmt.Sprint(limit)}}).ExpectRedirect(t, page+"?done=budget-saved")
 
 		// Budgets are fixed wall-clock minutes: keep the emits inside one.
 		awaitWindow(t, time.Minute, 5*time.Second, 100*time.Millisecond)
-		clients := map[*clusterNode]*client{a: a.on(t).client(), b: b.on(t).client(), c: c.on(t).client()}
+		clients := map[*clusterNode]*relaytest.Client{a: a.on(t).Client(), b: b.on(t).Client(), c: c.on(t).Client()}
 		for i := range limit + 3 {
 			n := nodes[i%3]
-			r := clients[n].emit(q.secretKey, fmt.Sprintf(`{"channel":"limited","payload":%d}`, i))
+			r := clients[n].Emit(q.SecretKey, fmt.Sprintf(`{"channel":"limited","payload":%d}`, i))
 			now := time.Now()
 			if i < limit {
 				expectEmitted(t, r, ch)
-				budget(t, now, r, "rate_limit", limit, limit-1-i)
+				relaytest.Budget(t, now, r, "rate_limit", limit, limit-1-i)
 				budgetShape(t, now, r, "project_rate_limit", 6000)
 				continue
 			}
-			if r.status != http.StatusTooManyRequests || r.json["error"] != "channel_rate_limited" || len(r.json) != 3 {
-				t.Fatalf("emit %d (through %s) after %d accepted in the cluster: %d %s; want 429 channel_rate_limited", i+1, n.name, limit, r.status, r.raw)
+			if r.Status != http.StatusTooManyRequests || r.JSON["error"] != "channel_rate_limited" || len(r.JSON) != 3 {
+				t.Fatalf("emit %d (through %s) after %d accepted in the cluster: %d %s; want 429 channel_rate_limited", i+1, n.name, limit, r.Status, r.Raw)
 			}
-			budget(t, now, r, "rate_limit", limit, 0)
+			relaytest.Budget(t, now, r, "rate_limit", limit, 0)
 			budgetShape(t, now, r, "project_rate_limit", 6000)
 		}
 	})
@@ -488,18 +488,18 @@ func TestClusterFanout(t *testing.T) {
 
 	t.Run("6 a publish retried by its node is delivered once", func(t *testing.T) {
 		const ch = "retried"
-		viaD := d.on(t).client()
+		viaD := d.on(t).Client()
 		// A first emit, before anyone subscribes, so that D's channel
 		// relay has found the grain: the hook holds back only a publish
 		// sent to a known grain (on a fresh relay the first publish waits
 		// for the lookup and goes without the delay).
 		t0 := time.Now()
-		expectEmitted(t, viaD.emit(p.secretKey, `{"channel":"retried","payload":"warm-up"}`), ch)
+		expectEmitted(t, viaD.Emit(p.SecretKey, `{"channel":"retried","payload":"warm-up"}`), ch)
 		t.Logf("warm-up emit through D (no subscriber yet) answered in %v", time.Since(t0).Round(time.Millisecond))
 
-		subs := []*wsClient{subscribed(t, a.on(t), p.publicKey, ch), subscribed(t, b.on(t), p.publicKey, ch)}
+		subs := []*relaytest.WS{a.on(t).Subscribed(t, p.PublicKey, ch), b.on(t).Subscribed(t, p.PublicKey, ch)}
 		t0 = time.Now()
-		e := expectEmitted(t, viaD.emit(p.secretKey, `{"channel":"retried","payload":{"once":true}}`), ch)
+		e := expectEmitted(t, viaD.Emit(p.SecretKey, `{"channel":"retried","payload":{"once":true}}`), ch)
 		answered := time.Now()
 		took := answered.Sub(t0)
 		t.Logf("emit through D answered in %v: seq %d, delivered %d, subscriberCount %d", took.Round(time.Millisecond), e.seq, e.delivered, e.subscriberCount)
@@ -511,9 +511,9 @@ func TestClusterFanout(t *testing.T) {
 		for i, frames := range got {
 			var texts []string
 			for _, f := range frames {
-				texts = append(texts, fmt.Sprintf("%q (close %d, err %v)", f.text, f.closeCode, f.err))
+				texts = append(texts, fmt.Sprintf("%q (close %d, err %v)", f.Text, f.CloseCode, f.Err))
 			}
-			if len(frames) != 1 || !sameJSON(frames[0].text, want) {
+			if len(frames) != 1 || !sameJSON(frames[0].Text, want) {
 				t.Errorf("subscriber on %s: got %d frames %v; want exactly %s", []string{"A", "B"}[i], len(frames), texts, want)
 			}
 		}
@@ -540,23 +540,23 @@ func TestClusterFanout(t *testing.T) {
 	t.Run("7 kill -9 of C: its presence member leaves, emits reach B again", func(t *testing.T) {
 		const ch = "survivors"
 		tsA, tsB := a.on(t), b.on(t)
-		u1, u2, _ := presenceTrio(t, p.publicKey, ch, tsA, tsB, c.on(t))
+		u1, u2, _ := presenceTrio(t, p.PublicKey, ch, tsA, tsB, c.on(t))
 
 		// A plain subscriber on B on several channels: some of their grains
 		// are likely to live on C.
 		var after []string
-		watcher := tsB.dialWS(p.publicKey)
+		watcher := tsB.DialWS(p.PublicKey)
 		for i := range 8 {
 			name := fmt.Sprintf("after-%d", i)
 			after = append(after, name)
-			watcher.send(`{"action":"subscribe","channel":"` + name + `"}`)
-			watcher.expect(`{"action":"subscribe","channel":"` + name + `","ok":true}`)
+			watcher.Send(`{"action":"subscribe","channel":"` + name + `"}`)
+			watcher.Expect(`{"action":"subscribe","channel":"` + name + `","ok":true}`)
 		}
 
 		// A channel whose grain (and ring) lives on C, with two messages in it.
-		viaA := tsA.client()
+		viaA := tsA.Client()
 		lost := channelHostedBy(t, c, viaA, p, "lost")
-		lostSeq := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+lost+`","payload":1}`), lost).seq
+		lostSeq := expectEmitted(t, viaA.Emit(p.SecretKey, `{"channel":"`+lost+`","payload":1}`), lost).seq
 
 		if err := syscall.Kill(c.pid(), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -565,15 +565,15 @@ func TestClusterFanout(t *testing.T) {
 		defer func() {
 			// The ring C held is gone: resuming from before it is an honest
 			// replay_gap, and seq goes on rising from where it was.
-			resumed := tsA.dialWS(p.publicKey)
-			resumed.send(fmt.Sprintf(`{"action":"subscribe","channel":"%s","since":%d}`, lost, lostSeq-1))
-			resumed.expect(fmt.Sprintf(`{"type":"replay_gap","channel":"%s","since":%d}`, lost, lostSeq-1))
-			resumed.expect(`{"action":"subscribe","channel":"` + lost + `","ok":true}`)
-			next := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+lost+`","payload":2}`), lost)
+			resumed := tsA.DialWS(p.PublicKey)
+			resumed.Send(fmt.Sprintf(`{"action":"subscribe","channel":"%s","since":%d}`, lost, lostSeq-1))
+			resumed.Expect(fmt.Sprintf(`{"type":"replay_gap","channel":"%s","since":%d}`, lost, lostSeq-1))
+			resumed.Expect(`{"action":"subscribe","channel":"` + lost + `","ok":true}`)
+			next := expectEmitted(t, viaA.Emit(p.SecretKey, `{"channel":"`+lost+`","payload":2}`), lost)
 			if next.seq <= lostSeq {
 				t.Errorf("seq after the crash %d, not above %d", next.seq, lostSeq)
 			}
-			resumed.expect(fmt.Sprintf(`{"channel":"%s","payload":2,"seq":%d}`, lost, next.seq))
+			resumed.Expect(fmt.Sprintf(`{"channel":"%s","payload":2,"seq":%d}`, lost, next.seq))
 		}()
 		select {
 		case <-c.proc.Exited:
@@ -591,9 +591,9 @@ func TestClusterFanout(t *testing.T) {
 		}
 		got := make([]arrivals, 2)
 		var wg sync.WaitGroup
-		for i, s := range []*wsClient{u1, u2} {
+		for i, s := range []*relaytest.WS{u1, u2} {
 			wg.Add(1)
-			go func(i int, s *wsClient) {
+			go func(i int, s *relaytest.WS) {
 				defer wg.Done()
 				frames, at, found := waitFor(s, leave, killed.Add(10*time.Second))
 				got[i] = arrivals{frames, at, found}
@@ -639,23 +639,23 @@ func TestClusterFanout(t *testing.T) {
 					t.Fatalf("%s: no emit through A reached B within 10 s (%d attempts; last: %s)", name, attempts, last)
 				}
 				attempts++
-				r, err := emitAt(hc, a.proc.Base, p.secretKey, name, fmt.Sprint(attempts))
-				if err != nil || r.status != http.StatusOK {
-					last = fmt.Sprintf("%d %s %v", r.status, r.raw, err)
+				r, err := emitAt(hc, a.proc.Base, p.SecretKey, name, fmt.Sprint(attempts))
+				if err != nil || r.Status != http.StatusOK {
+					last = fmt.Sprintf("%d %s %v", r.Status, r.Raw, err)
 					<-retry.C
 					continue
 				}
-				seq := int64(num(r.json, "seq"))
+				seq := int64(relaytest.Num(r.JSON, "seq"))
 				sent[seq] = name
-				last = r.raw
+				last = r.Raw
 				wait := min(time.Second, time.Until(deadline))
 				for until := time.Now().Add(wait); ; {
-					f, ok := watcher.next(time.Until(until))
+					f, ok := watcher.Next(time.Until(until))
 					if !ok {
 						break // not yet: emit again
 					}
 					var gap struct{ Type, Channel string }
-					if json.Unmarshal([]byte(f.text), &gap) == nil && gap.Type == "replay_gap" && slices.Contains(after, gap.Channel) && !gapped[gap.Channel] {
+					if json.Unmarshal([]byte(f.Text), &gap) == nil && gap.Type == "replay_gap" && slices.Contains(after, gap.Channel) && !gapped[gap.Channel] {
 						// The channel's owner died: B's relay cannot know whether it
 						// stamped something it never sent on (PROTOCOL.md › Replay and seq).
 						gapped[gap.Channel] = true
@@ -663,7 +663,7 @@ func TestClusterFanout(t *testing.T) {
 					}
 					m, err := parseMessage(f)
 					if err != nil || m.replay || sent[m.seq] != m.channel {
-						t.Fatalf("subscriber on B, waiting for %s: %s (%v)", name, f.text, err)
+						t.Fatalf("subscriber on B, waiting for %s: %s (%v)", name, f.Text, err)
 					}
 					if received[m.seq] {
 						t.Errorf("subscriber on B got seq %d of %s twice", m.seq, m.channel)
@@ -686,10 +686,10 @@ func TestClusterFanout(t *testing.T) {
 			n.waitMembers(t, 3, 15*time.Second) // A, B and D (started before subtest 6)
 		}
 		t.Logf("A and B see A, B and D %v after the kill", time.Since(killed).Round(time.Millisecond))
-		for i, s := range []*wsClient{u1, u2} {
+		for i, s := range []*relaytest.WS{u1, u2} {
 			var extra []string
 			for _, f := range collect(s, 0, time.Now(), 300*time.Millisecond) {
-				extra = append(extra, f.text)
+				extra = append(extra, f.Text)
 			}
 			if len(extra) > 0 {
 				t.Errorf("presence subscriber on %s after the leave of u3: %v; want nothing (u1 and u2 never left)", []string{"A", "B"}[i], extra)
@@ -699,18 +699,18 @@ func TestClusterFanout(t *testing.T) {
 
 	t.Run("8 graceful stop of D: its grains move with their rings; a client resumes on A without replay_gap", func(t *testing.T) {
 		tsA, tsD := a.on(t), d.on(t)
-		viaA := tsA.client()
+		viaA := tsA.Client()
 		ch := channelHostedBy(t, d, viaA, p, "handoff") // its grain lives on D
-		onD := subscribed(t, tsD, p.publicKey, ch)
-		onA := subscribed(t, tsA, p.publicKey, ch)
+		onD := tsD.Subscribed(t, p.PublicKey, ch)
+		onA := tsA.Subscribed(t, p.PublicKey, ch)
 		var seqs []int64
 		for i := 1; i <= 3; i++ {
-			seqs = append(seqs, expectEmitted(t, viaA.emit(p.secretKey, fmt.Sprintf(`{"channel":"%s","payload":{"n":%d}}`, ch, i)), ch).seq)
+			seqs = append(seqs, expectEmitted(t, viaA.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"%s","payload":{"n":%d}}`, ch, i)), ch).seq)
 		}
 		for i, seq := range seqs {
 			want := fmt.Sprintf(`{"channel":"%s","payload":{"n":%d},"seq":%d}`, ch, i+1, seq)
-			onD.expect(want)
-			onA.expect(want)
+			onD.Expect(want)
+			onA.Expect(want)
 		}
 		closed := closeWatch(onD)
 		stopped := time.Now()
@@ -722,21 +722,21 @@ func TestClusterFanout(t *testing.T) {
 
 		// The client of D resumes on A with the seq it saw first: the rest
 		// comes from the ring D handed over, with no replay_gap.
-		resumed := tsA.dialWS(p.publicKey)
-		resumed.send(fmt.Sprintf(`{"action":"subscribe","channel":"%s","since":%d}`, ch, seqs[0]))
-		resumed.expect(fmt.Sprintf(`{"channel":"%s","payload":{"n":2},"seq":%d,"replay":true}`, ch, seqs[1]))
-		resumed.expect(fmt.Sprintf(`{"channel":"%s","payload":{"n":3},"seq":%d,"replay":true}`, ch, seqs[2]))
-		resumed.expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
+		resumed := tsA.DialWS(p.PublicKey)
+		resumed.Send(fmt.Sprintf(`{"action":"subscribe","channel":"%s","since":%d}`, ch, seqs[0]))
+		resumed.Expect(fmt.Sprintf(`{"channel":"%s","payload":{"n":2},"seq":%d,"replay":true}`, ch, seqs[1]))
+		resumed.Expect(fmt.Sprintf(`{"channel":"%s","payload":{"n":3},"seq":%d,"replay":true}`, ch, seqs[2]))
+		resumed.Expect(`{"action":"subscribe","channel":"` + ch + `","ok":true}`)
 		t.Logf("resumed on A %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 
 		// seq goes on rising from the handed-over one, for both sockets.
-		next := expectEmitted(t, viaA.emit(p.secretKey, `{"channel":"`+ch+`","payload":{"n":4}}`), ch)
+		next := expectEmitted(t, viaA.Emit(p.SecretKey, `{"channel":"`+ch+`","payload":{"n":4}}`), ch)
 		if next.seq <= seqs[2] {
 			t.Errorf("seq after the handoff %d, not above %d", next.seq, seqs[2])
 		}
 		want := fmt.Sprintf(`{"channel":"%s","payload":{"n":4},"seq":%d}`, ch, next.seq)
-		resumed.expect(want)
-		onA.expect(want)
+		resumed.Expect(want)
+		onA.Expect(want)
 		if code := d.waitExit(t, 15*time.Second); code != 0 {
 			t.Errorf("D exited %d after SIGTERM:\n%s", code, d.proc.Logs)
 		}
@@ -804,9 +804,9 @@ func (n *clusterNode) connsElsewhere(t *testing.T, id string) int {
 
 // budgetShape checks a budget object's fields: exactly limit, remaining
 // (0 to limit) and resetAt, the end of now's wall-clock minute.
-func budgetShape(t *testing.T, now time.Time, r response, field string, limit int) {
+func budgetShape(t *testing.T, now time.Time, r relaytest.Response, field string, limit int) {
 	t.Helper()
-	bud, _ := r.json[field].(map[string]any)
+	bud, _ := r.JSON[field].(map[string]any)
 	var keys []string
 	for k := range bud {
 		keys = append(keys, k)
@@ -814,8 +814,8 @@ func budgetShape(t *testing.T, now time.Time, r response, field string, limit in
 	sort.Strings(keys)
 	reset, _ := bud["resetAt"].(string)
 	at, err := time.Parse(time.RFC3339, reset)
-	if strings.Join(keys, ",") != "limit,remaining,resetAt" || int(num(bud, "limit")) != limit ||
-		num(bud, "remaining") < 0 || num(bud, "remaining") > float64(limit) || err != nil || !at.Equal(now.Truncate(time.Minute).Add(time.Minute)) {
-		t.Fatalf("%s = %v, want {limit:%d, remaining, resetAt: end of this minute}: %s", field, bud, limit, r.raw)
+	if strings.Join(keys, ",") != "limit,remaining,resetAt" || int(relaytest.Num(bud, "limit")) != limit ||
+		relaytest.Num(bud, "remaining") < 0 || relaytest.Num(bud, "remaining") > float64(limit) || err != nil || !at.Equal(now.Truncate(time.Minute).Add(time.Minute)) {
+		t.Fatalf("%s = %v, want {limit:%d, remaining, resetAt: end of this minute}: %s", field, bud, limit, r.Raw)
 	}
 }

@@ -1,0 +1,9 @@
+// Package cluster holds the tests of several relay nodes as one relay
+// (`make test-cluster`: go test -tags cluster). Each test starts its own
+// etcd (Debian's etcd-server), a throwaway PostgreSQL, HAProxy where it
+// needs one, and real relay processes, all on loopback, and ends only the
+// processes it started, by their pids. They reach the relay as its users
+// and operators do, through its listeners and its commands, with the
+// shared harness cmd/relay/internal/relaytest; the attack tests also speak
+// the cluster port's own protocol, as an attacker who reached it would.
+package cluster
