@@ -265,8 +265,15 @@ func TestSharedBoundAndCloseDrops(t *testing.T) {
 	defer close(hang)
 	r := newReceiver(t, "s", http.StatusOK, hang)
 	d := New(Config{AllowPrivate: true, Workers: 2, QueueSize: 10, ProjectQueue: 4, ProjectInFlight: 1, Timeout: 30 * time.Second})
+	// p0's sixth event is over its own bound whether or not a worker has
+	// taken its first yet (at most 1 in flight and 4 queued); the others
+	// then fill the shared queue.
 	for p := range 5 {
-		for i := range 5 {
+		n := 5
+		if p == 0 {
+			n = 6
+		}
+		for i := range n {
 			d.Deliver(Delivery{URL: r.URL, Secret: "s", Event: Event{Event: "connect", ProjectID: fmt.Sprint("p", p), ConnectionID: fmt.Sprint(i)}})
 		}
 	}

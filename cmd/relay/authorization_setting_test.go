@@ -34,9 +34,9 @@ func TestAuthorizationSettingAPI(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := cpCreate(alice, t, "Private", aliceID)
-		q, _ := cpCreate(alice, t, "Other", aliceID)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, pb := relaytest.CreateChecked(alice, t, "Private", aliceID)
+		q, _ := relaytest.CreateChecked(alice, t, "Other", aliceID)
 		path := "/api/projects/" + p.ID + "/authorization"
 		rotate := path + "/rotate-secret"
 		off := cpAuthorization(false, nil, nil)
@@ -139,9 +139,9 @@ func TestAuthorizationSettingAPI(t *testing.T) {
 
 		// The secret is shown only by these routes.
 		get := alice.Do("GET", "/api/projects/"+p.ID, "")
-		get.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		get.Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": pb}))
 		list := alice.Do("GET", "/api/projects", "")
-		_, keys := cpKeys(alice, t, p.ID)
+		_, keys := relaytest.Keys(alice, t, p.ID)
 		for _, body := range []string{get.Raw, list.Raw, keys} {
 			for _, s := range append(seen, cur) {
 				if strings.Contains(body, s) {
@@ -285,7 +285,7 @@ func TestAdminProjectAuthorization(t *testing.T) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Client()
 		c.Do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).Expect(t, http.StatusOK,
-			cpJSON(map[string]string{"id": p["project"].(map[string]any)["ownerUserId"].(string), "email": "dana@example.com"}))
+			relaytest.JSON(map[string]string{"id": p["project"].(map[string]any)["ownerUserId"].(string), "email": "dana@example.com"}))
 		c.Do("GET", "/api/projects/"+pid+"/authorization", "").Expect(t, http.StatusOK, relaytest.AuthorizationBody(true, v["secret"], nil, "https://example.com/jwks"))
 
 		adminFails(t, dbURL, 1, "project_not_found", "project", "authorization", "--project", "00000000-0000-0000-0000-000000000000", "--on")

@@ -501,7 +501,7 @@ func TestDashboardSettings(t *testing.T) {
 		shown := c.Get(page).ByID("client-emit-secret")
 		var api client = *ts.Client()
 		api.HTTP.Jar = c.HTTP.Jar
-		api.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "").Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": shown}))
+		api.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "").Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"clientEmitSecret": shown}))
 		if r := c.Submit(page, page+"/client-emit-secret/regenerate", nil); r.Status != http.StatusOK || c.Get(page).ByID("client-emit-secret") != shown {
 			t.Fatalf("unconfirmed regenerate: %d", r.Status)
 		}

@@ -36,8 +36,8 @@ type (
 )
 
 // startServer starts a relay on dbURL with env overriding the defaults
-// (RELAY_ADDR on a free loopback port, debug listener off, signup open to
-// the addresses used by tests), on the wall clock.
+// (RELAY_ADDR on a free loopback port, debug listener off, then
+// relaytest.TestEnv), on the wall clock.
 func startServer(t testing.TB, dbURL string, env map[string]string) *testServer {
 	t.Helper()
 	return startServerAt(t, dbURL, env, time.Now)
@@ -47,21 +47,9 @@ func startServer(t testing.TB, dbURL string, env map[string]string) *testServer 
 // budgets, throttles, replay, tokens and usage days follow it.
 func startServerAt(t testing.TB, dbURL string, env map[string]string, now func() time.Time) *testServer {
 	t.Helper()
-	vars := map[string]string{
-		"RELAY_ADDR":            "127.0.0.1:0",
-		"RELAY_DEBUG_ADDR":      "",
-		"DATABASE_URL":          dbURL,
-		"ALLOWED_SIGNUP_EMAILS": "alice@example.com,bob@example.com,carol@example.com",
-		"LOG_LEVEL":             "debug",
-		// Tests sign up and fail logins far faster than people; the throttle
-		// has its own test.
-		"LOGIN_ATTEMPTS_PER_MINUTE":  "100000",
-		"SIGNUP_ATTEMPTS_PER_MINUTE": "100000",
-		// Every test socket comes from 127.0.0.1; the cap has its own test.
-		"MAX_CONNECTIONS_PER_ADDRESS": "100000",
-		// Nor may the share of HTTP slots refuse a test's burst of handshakes
-		// (TestHTTPShareOfAddress tests it).
-		"MAX_HTTP_CONNECTIONS_PER_ADDRESS": "4096",
+	vars := map[string]string{"RELAY_ADDR": "127.0.0.1:0", "RELAY_DEBUG_ADDR": "", "DATABASE_URL": dbURL}
+	for k, v := range relaytest.TestEnv {
+		vars[k] = v
 	}
 	for k, v := range env {
 		vars[k] = v

@@ -42,8 +42,8 @@ func TestKeyOverlap(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Overlap", aliceID)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Overlap", aliceID)
 		emitter := ts.Client()
 		emitOK := func(secret string) {
 			t.Helper()
@@ -58,7 +58,7 @@ func TestKeyOverlap(t *testing.T) {
 			cpRotate(alice, p.ID, `{"keyType":"secret","overlapSeconds":`+v+`}`).Expect(t, http.StatusBadRequest, `{"error":"invalid_overlap"}`)
 		}
 		cpRotate(alice, p.ID, `{"keyType":"both","overlapSeconds":-1}`).Expect(t, http.StatusBadRequest, `{"error":"invalid_key_type"}`)
-		if keys, raw := cpKeys(alice, t, p.ID); len(keys) != 2 {
+		if keys, raw := relaytest.Keys(alice, t, p.ID); len(keys) != 2 {
 			t.Fatalf("a refused rotation changed the keys: %s", raw)
 		}
 
@@ -76,7 +76,7 @@ func TestKeyOverlap(t *testing.T) {
 		}
 		newSecret, newPublic := rs.Str("key", "raw"), rp.Str("key", "raw")
 
-		keys, raw := cpKeys(alice, t, p.ID)
+		keys, raw := relaytest.Keys(alice, t, p.ID)
 		if len(keys) != 4 {
 			t.Fatalf("after two rotations: %s", raw)
 		}
@@ -111,7 +111,7 @@ func TestKeyOverlap(t *testing.T) {
 		fresh := ts.DialWS(newPublic)
 		fresh.ExpectSilence(1500 * time.Millisecond)
 
-		keys, raw = cpKeys(alice, t, p.ID)
+		keys, raw = relaytest.Keys(alice, t, p.ID)
 		for _, old := range []string{p.SecretKey, p.PublicKey} {
 			if k := cpKeyOf(keys, old); k == nil || k["expiresAt"] != endText || k["revokedAt"] != endText {
 				t.Fatalf("old key after its window: %v; want revokedAt = expiresAt = %s (%s)", k, endText, raw)
@@ -125,7 +125,7 @@ func TestKeyOverlap(t *testing.T) {
 			t.Fatalf("24 h overlap: %d %s", r3.Status, r3.Raw)
 		}
 		emitOK(newSecret)
-		keys, _ = cpKeys(alice, t, p.ID)
+		keys, _ = relaytest.Keys(alice, t, p.ID)
 		id, _ := cpKeyOf(keys, newSecret)["id"].(string)
 		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+id+"/revoke", "").Expect(t, http.StatusOK, `{"ok":true}`)
 		emitter.Emit(newSecret, `{"channel":"c","payload":1}`).Expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
@@ -180,11 +180,11 @@ func TestKeyLastUsed(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := &keyTicks{Clock: newClock()}
 		ts := startServerAt(t, dbURL, nil, clock.Now)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Last used", aliceID)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Last used", aliceID)
 		lastUsed := func(raw string) any {
 			t.Helper()
-			keys, _ := cpKeys(alice, t, p.ID)
+			keys, _ := relaytest.Keys(alice, t, p.ID)
 			return cpKeyOf(keys, raw)["lastUsedAt"]
 		}
 		stamp := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
@@ -232,7 +232,7 @@ func TestKeyLastUsed(t *testing.T) {
 		ts.stop()
 		ts = startServerAt(t, dbURL, nil, clock.Now)
 		alice = ts.Client()
-		alice.Do("POST", "/api/auth/login", cpJSON(map[string]string{"email": "alice@example.com", "password": relaytest.Password}))
+		alice.Do("POST", "/api/auth/login", relaytest.JSON(map[string]string{"email": "alice@example.com", "password": relaytest.Password}))
 		if got := lastUsed(p.PublicKey); got != stamp(t2) {
 			t.Fatalf("after shutdown the public key's lastUsedAt is %v, want %s", got, stamp(t2))
 		}
@@ -241,7 +241,7 @@ func TestKeyLastUsed(t *testing.T) {
 		c := ts.Dash(t)
 		c.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
 		page := c.Get("/projects/" + p.ID)
-		keys, _ := cpKeys(alice, t, p.ID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
 		pubID, _ := cpKeyOf(keys, p.PublicKey)["id"].(string)
 		secID, _ := cpKeyOf(keys, p.SecretKey)["id"].(string)
 		if got, want := page.ByID("last-used-"+pubID), t2.UTC().Format("2006-01-02 15:04 UTC"); got != want {

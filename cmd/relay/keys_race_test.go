@@ -21,10 +21,10 @@ import (
 func TestRevokeRacingHandshakes(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
 		survivors := 0
 		for round := 0; round < 8 && survivors == 0; round++ {
-			p, _ := cpCreate(alice, t, "Race", aliceID)
+			p, _ := relaytest.CreateChecked(alice, t, "Race", aliceID)
 			keep := ts.DialWS(p.PublicKey) // the project actor runs
 			var (
 				mu     sync.Mutex

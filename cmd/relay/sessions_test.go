@@ -45,10 +45,10 @@ func (ts *testServer) dashWithCookie(t testing.TB, value string) *dashClient {
 func sessRefused(t testing.TB, ts *testServer, value, what string) {
 	t.Helper()
 	c := ts.WithCookie(value).On(t)
-	for _, rt := range []cpRoute{{"list", "GET", "/api/projects", ""}, {"create", "POST", "/api/projects", `{"name":"Replayed"}`}} {
-		r := c.Do(rt.method, rt.path, rt.body)
+	for _, rt := range []relaytest.Route{{Name: "list", Method: "GET", Path: "/api/projects"}, {Name: "create", Method: "POST", Path: "/api/projects", Body: `{"name":"Replayed"}`}} {
+		r := c.Do(rt.Method, rt.Path, rt.Body)
 		if r.Status != http.StatusUnauthorized {
-			t.Fatalf("%s: %s %s with the cookie: %d %s", what, rt.method, rt.path, r.Status, r.Raw)
+			t.Fatalf("%s: %s %s with the cookie: %d %s", what, rt.Method, rt.Path, r.Status, r.Raw)
 		}
 		r.Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 	}
@@ -79,11 +79,11 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
-		c, aliceID := ts.cpSignup(t, "alice@example.com")
+		c, aliceID := ts.SignupID(t, "alice@example.com")
 		saved := sessCookie(t, ts, c.HTTP.Jar)
 		other := ts.Client().On(t)
 		other.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		otherCookie := sessCookie(t, ts, other.HTTP.Jar)
 		sessAccepted(t, ts, saved, "before logout")
 
@@ -97,7 +97,7 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 		sessAccepted(t, ts, otherCookie, "the user's other session")
 		// A new login gets a new session that works.
 		c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		fresh := sessCookie(t, ts, c.HTTP.Jar)
 		if fresh == saved {
 			t.Fatal("login handed out the ended cookie again")
@@ -106,7 +106,7 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 
 		// A cookie with no jti, signed with the session secret: logout ends it too.
 		now := time.Now().Unix()
-		handMade := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
+		handMade := relaytest.HandJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
 		sessAccepted(t, ts, handMade, "a hand-made cookie")
 		ts.WithCookie(handMade).Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)
 		sessRefused(t, ts, handMade, "a hand-made cookie after its logout")
@@ -121,7 +121,7 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 func TestLogoutWithTheStoreFailing(t *testing.T) {
 	dbURL := storetest.SQLiteURL(t)
 	ts := startServer(t, dbURL, nil)
-	c, _ := ts.cpSignup(t, "alice@example.com")
+	c, _ := ts.SignupID(t, "alice@example.com")
 	saved := sessCookie(t, ts, c.HTTP.Jar)
 	st, err := store.Open(context.Background(), dbURL)
 	if err != nil {
@@ -181,9 +181,9 @@ func TestLogoutEverywhere(t *testing.T) {
 		b.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
 		jc := ts.Client().On(t) // a JSON client
 		jc.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		now := time.Now().Unix()
-		handMade := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
+		handMade := relaytest.HandJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
 		bob := ts.Dash(t)
 		bob.Signup("bob@example.com")
 		cookies := map[string]string{
@@ -222,7 +222,7 @@ func TestLogoutEverywhere(t *testing.T) {
 
 		// A login in the same second works: the cut is by epoch, not by time.
 		jc.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		sessAccepted(t, ts, sessCookie(t, ts, jc.HTTP.Jar), "a login after log out everywhere")
 		a.Submit("/login", "/login", url.Values{"email": {"alice@example.com"}, "password": {relaytest.Password}}).ExpectRedirect(t, "/")
 		sessAccepted(t, ts, sessCookie(t, ts, a.HTTP.Jar), "a dashboard login after log out everywhere")
@@ -240,11 +240,11 @@ func TestSessionAgeCappedByIat(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
-		_, aliceID := ts.cpSignup(t, "alice@example.com")
+		_, aliceID := ts.SignupID(t, "alice@example.com")
 		now := time.Now()
 		day := int64(24 * time.Hour / time.Second)
 		far := now.Unix() + 365*day
-		jwt := func(claims map[string]any) string { return cpJWT("HS256", secret, claims) }
+		jwt := func(claims map[string]any) string { return relaytest.HandJWT("HS256", secret, claims) }
 
 		sessAccepted(t, ts, jwt(map[string]any{"sub": aliceID, "iat": now.Unix() - 6*day, "exp": far}), "iat 6 days ago, exp in a year")
 		sessRefused(t, ts, jwt(map[string]any{"sub": aliceID, "iat": now.Unix() - 8*day, "exp": far}), "iat 8 days ago, exp in a year")
@@ -262,7 +262,7 @@ func TestLogoutReachesOtherNodes(t *testing.T) {
 		clock := newClock()
 		nodeA := startServerAt(t, dbURL, nil, clock.Now)
 		nodeB := startServerAt(t, dbURL, nil, clock.Now)
-		c, _ := nodeA.cpSignup(t, "alice@example.com")
+		c, _ := nodeA.SignupID(t, "alice@example.com")
 		saved := sessCookie(t, nodeA, c.HTTP.Jar)
 		sessAccepted(t, nodeB, saved, "node B, before logout") // B now caches it as live
 		c.Do("POST", "/api/auth/logout", "").Expect(t, http.StatusOK, `{"ok":true}`)

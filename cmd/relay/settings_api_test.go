@@ -31,7 +31,7 @@ func cpSettings(projectID string, webhookURL any, channel, presence bool, limit 
 	if len(history) > 0 {
 		retention = history[0]
 	}
-	return cpJSON(map[string]any{
+	return relaytest.JSON(map[string]any{
 		"webhookUrl":              webhookURL,
 		"webhookEvents":           map[string]bool{"channel": channel, "presence": presence},
 		"channelRateLimit":        limit,
@@ -63,7 +63,7 @@ func TestSettingsAPI(t *testing.T) {
 		alice.Do("GET", path, "").Expect(t, http.StatusOK, defaults)
 		ts.Client().Do("GET", path, "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 		ts.Client().Do("PATCH", path, `{"channelRateLimit":5}`).Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-		bob, _ := ts.cpSignup(t, "bob@example.com")
+		bob, _ := ts.SignupID(t, "bob@example.com")
 		bob.Do("GET", path, "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 		bob.Do("PATCH", path, `{"channelRateLimit":5}`).Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 		for _, bad := range []string{"00000000-0000-0000-0000-000000000000", "not-a-uuid"} {
@@ -85,7 +85,7 @@ func TestSettingsAPI(t *testing.T) {
 			refused(body, http.StatusBadRequest, `{"error":"invalid_json"}`)
 		}
 		for _, u := range []string{"ftp://example.com/h", "example.com/h", "https://user:pw@example.com/h", "https://", "https://example.com/" + strings.Repeat("a", 2048)} {
-			refused(cpJSON(map[string]string{"webhookUrl": u}), http.StatusBadRequest, `{"error":"invalid_webhook_url"}`)
+			refused(relaytest.JSON(map[string]string{"webhookUrl": u}), http.StatusBadRequest, `{"error":"invalid_webhook_url"}`)
 		}
 		for _, v := range []string{`0`, `-1`, `1000000001`, `1.5`, `1e3`, `"25"`, `true`, `{}`, `[]`} {
 			refused(`{"channelRateLimit":`+v+`}`, http.StatusBadRequest, `{"error":"invalid_channel_rate_limit"}`)
@@ -279,7 +279,7 @@ func TestUsageAPI(t *testing.T) {
 				days = append(days, usageDay(u))
 				total.Merge(u)
 			}
-			return cpJSON(map[string]any{"projectId": p.ID, "from": from, "to": to, "days": days, "total": usageCounts(total)})
+			return relaytest.JSON(map[string]any{"projectId": p.ID, "from": from, "to": to, "days": days, "total": usageCounts(total)})
 		}
 		alice.Do("GET", path, "").Expect(t, http.StatusOK, body(day(29), day(0), nil))
 
@@ -309,7 +309,7 @@ func TestUsageAPI(t *testing.T) {
 		}
 		var fromAPI []string
 		var days []map[string]any
-		if err := json.Unmarshal([]byte(cpJSON(r.JSON["days"])), &days); err != nil {
+		if err := json.Unmarshal([]byte(relaytest.JSON(r.JSON["days"])), &days); err != nil {
 			t.Fatal(err)
 		}
 		for i := len(days) - 1; i >= 0; i-- {
@@ -349,10 +349,10 @@ func TestUsageAPI(t *testing.T) {
 				r.Expect(t, http.StatusOK, body(day(29), day(0), rows[1:]))
 				continue
 			}
-			r.Expect(t, http.StatusBadRequest, cpJSON(map[string]string{"error": "invalid_query", "param": tc.param}))
+			r.Expect(t, http.StatusBadRequest, relaytest.JSON(map[string]string{"error": "invalid_query", "param": tc.param}))
 		}
 		ts.Client().Do("GET", path, "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
-		bob, _ := ts.cpSignup(t, "bob@example.com")
+		bob, _ := ts.SignupID(t, "bob@example.com")
 		bob.Do("GET", path, "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 		alice.Do("GET", "/api/projects/00000000-0000-0000-0000-000000000000/usage", "").Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 		alice.Do("POST", path, "").Expect(t, http.StatusMethodNotAllowed, `{"error":"method_not_allowed"}`)
@@ -407,7 +407,7 @@ func TestAdminListsAndSettings(t *testing.T) {
 			if got["id"] != want.u["id"] || got["email"] != want.u["email"] || got["projects"] != want.n {
 				t.Fatalf("list-users row %d: %v", i, got)
 			}
-			cpIsTime(t, "createdAt", got["createdAt"])
+			relaytest.IsTime(t, "createdAt", got["createdAt"])
 		}
 		v := adminOK(t, dbURL, "show-user", "--email", " DANA@example.com ")
 		if keysOf(v) != "projects,user" || v["user"].(map[string]any)["id"] != dana["id"] || v["user"].(map[string]any)["projects"] != 2.0 ||
@@ -521,7 +521,7 @@ func TestAdminListsAndSettings(t *testing.T) {
 		settings("--channel-rate-limit", "44", "--webhook-url", "https://hooks.example.com/b")
 		ts := startServer(t, dbURL, nil)
 		c := ts.Client()
-		c.Do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).Expect(t, http.StatusOK, cpJSON(dana))
+		c.Do("POST", "/api/auth/login", `{"email":"dana@example.com","password":"correct horse"}`).Expect(t, http.StatusOK, relaytest.JSON(dana))
 		c.Do("GET", "/api/projects/"+pid+"/settings", "").Expect(t, http.StatusOK, cpSettings(pid, "https://hooks.example.com/b", false, false, 44, false))
 	})
 }

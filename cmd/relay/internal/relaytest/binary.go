@@ -56,7 +56,13 @@ var (
 // alice@example.com.
 func StartBinary(t testing.TB, env ...string) *Process {
 	t.Helper()
-	p := &Process{Cmd: serveCommand(t, env), Logs: &Buffer{}, Exited: make(chan struct{})}
+	return startProcess(t, binary, env)
+}
+
+// startProcess is StartBinary with the binary build makes.
+func startProcess(t testing.TB, build func() (string, error), env []string) *Process {
+	t.Helper()
+	p := &Process{Cmd: serveCommand(t, build, env), Logs: &Buffer{}, Exited: make(chan struct{})}
 	debugOn := true
 	for _, kv := range p.Cmd.Env { // the last one counts, as for exec
 		if v, ok := strings.CutPrefix(kv, "RELAY_DEBUG_ADDR="); ok {
@@ -101,9 +107,9 @@ func StartBinary(t testing.TB, env ...string) *Process {
 
 // serveCommand is `relay serve` in a fresh temp dir with StartBinary's
 // defaults, then env.
-func serveCommand(t testing.TB, env []string) *exec.Cmd {
+func serveCommand(t testing.TB, build func() (string, error), env []string) *exec.Cmd {
 	t.Helper()
-	bin, err := binary()
+	bin, err := build()
 	if err != nil {
 		t.Fatalf("build relay: %v", err)
 	}
@@ -129,8 +135,26 @@ func Binary(t testing.TB) string {
 
 // binary builds cmd/relay once per test binary, into a directory named after
 // this process; directories left by earlier test processes that are gone
-// are removed first.
-var binary = sync.OnceValues(func() (string, error) {
+// are removed first. raceBinary is the same build with the race detector.
+var (
+	binary     = sync.OnceValues(func() (string, error) { return build("relay") })
+	raceBinary = sync.OnceValues(func() (string, error) { return build("relay-race", "-race") })
+)
+
+func build(name string, flags ...string) (string, error) {
+	dir, err := buildDir()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, name)
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/relayhq/relay/cmd/relay")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%v: %s", err, out)
+	}
+	return bin, nil
+}
+
+var buildDir = sync.OnceValues(func() (string, error) {
 	tmp := os.TempDir()
 	stale, _ := filepath.Glob(filepath.Join(tmp, "relaytest-*"))
 	for _, d := range stale {
@@ -140,15 +164,7 @@ var binary = sync.OnceValues(func() (string, error) {
 		}
 	}
 	dir := filepath.Join(tmp, "relaytest-"+strconv.Itoa(os.Getpid()))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "relay")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/relayhq/relay/cmd/relay").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%v: %s", err, out)
-	}
-	return bin, nil
+	return dir, os.MkdirAll(dir, 0o755)
 })
 
 // RSS is a process's resident set size in KiB, from /proc.

@@ -327,7 +327,6 @@ func EmitFrame(channel, typ, payload, token string) string {
 // AuthorizationBody is the exact body of the authorization routes with no
 // channel marked private.
 func AuthorizationBody(on bool, secret, previousUntil, jwksURL any) string {
-	b, _ := json.Marshal(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil, "jwksUrl": jwksURL,
+	return JSON(map[string]any{"authorization": on, "secret": secret, "previousSecretExpiresAt": previousUntil, "jwksUrl": jwksURL,
 		"privateChannels": []string{}})
-	return string(b)
 }

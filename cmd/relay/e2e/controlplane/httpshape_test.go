@@ -1,17 +1,18 @@
-package main
+package controlplane
 
 import (
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
 // A malformed path (empty, "." or ".." segments) answers the JSON 404, not
 // net/http's redirect to the cleaned path.
 func TestMalformedPathsAnswerJSON404(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	c := ts.Signup("alice@example.com")
 	p := c.CreateProject("a")
 	c.HTTP.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -37,7 +38,7 @@ func TestMalformedPathsAnswerJSON404(t *testing.T) {
 // whatever its Content-Type says (curl -d declares a form): the protocol
 // defines those bodies as JSON and lists no 415 (api/README.md › Endpoints › HTTP choices).
 func TestConnectionPlaneContentType(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	c := ts.Signup("alice@example.com")
 	p := c.CreateProject("a")
 	auth := map[string]string{"Authorization": "Bearer " + p.SecretKey}

@@ -1,4 +1,4 @@
-package main
+package controlplane
 
 // Black-box tests of the control plane (api/openapi.yaml) through real HTTP, each on
 // SQLite and on PostgreSQL (storetest.EachDB). Shapes the product specification leaves open
@@ -7,336 +7,36 @@ package main
 // api/errors.go, our documented choices.
 
 import (
-	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/relayhq/relay/api"
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
-	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
-
-// ---------------------------------------------------------------------------
-// Helpers (prefixed cp so they cannot collide with other test files).
-
-// cpJSON renders v as JSON, for building exact expected bodies.
-func cpJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-// cpSignup signs up email on a fresh client and returns it with the user id.
-func (ts *testServer) cpSignup(t testing.TB, email string) (*client, string) {
-	t.Helper()
-	c := ts.Client().On(t)
-	r := c.Do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": relaytest.Password}))
-	r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.Str("id"), "email": email}))
-	cpIsUUID(t, "user id", r.Str("id"))
-	return c, r.Str("id")
-}
-
-func cpIsUUID(t testing.TB, what, s string) {
-	t.Helper()
-	if !relaytest.UUIDRe.MatchString(s) {
-		t.Fatalf("%s %q is not a UUID", what, s)
-	}
-}
-
-func cpIsTime(t testing.TB, what string, v any) time.Time {
-	t.Helper()
-	s, ok := v.(string)
-	if !ok {
-		t.Fatalf("%s %v is not a timestamp string", what, v)
-	}
-	tm, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		t.Fatalf("%s %q is not an RFC 3339 timestamp: %v", what, s, err)
-	}
-	return tm
-}
-
-// cpSessionCookies returns the service_session cookies a response sets.
-func cpSessionCookies(t testing.TB, r response) []*http.Cookie {
-	t.Helper()
-	var out []*http.Cookie
-	for _, line := range r.Header.Values("Set-Cookie") {
-		c, err := http.ParseSetCookie(line)
-		if err != nil {
-			t.Fatalf("bad Set-Cookie %q: %v", line, err)
-		}
-		if c.Name == api.CookieName {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// cpSessionCookie returns the one service_session cookie a response sets and
-// checks the cookie's attributes (httpOnly, SameSite=Lax, Path=/, 7 days).
-func cpSessionCookie(t testing.TB, r response, wantSecure bool) *http.Cookie {
-	t.Helper()
-	cs := cpSessionCookies(t, r)
-	if len(cs) != 1 {
-		t.Fatalf("want exactly one %s cookie, got %d: %q", api.CookieName, len(cs), r.Header.Values("Set-Cookie"))
-	}
-	c := cs[0]
-	if c.Value == "" {
-		t.Fatalf("session cookie is empty: %q", c.Raw)
-	}
-	if !c.HttpOnly {
-		t.Errorf("session cookie not HttpOnly: %q", c.Raw)
-	}
-	if c.SameSite != http.SameSiteLaxMode {
-		t.Errorf("session cookie SameSite %v, want Lax: %q", c.SameSite, c.Raw)
-	}
-	if c.Path != "/" {
-		t.Errorf("session cookie Path %q, want /: %q", c.Path, c.Raw)
-	}
-	if c.Secure != wantSecure {
-		t.Errorf("session cookie Secure=%v, want %v: %q", c.Secure, wantSecure, c.Raw)
-	}
-	// Lifetime 7 days, on the cookie and in the JWT.
-	const week = 7 * 24 * time.Hour
-	switch {
-	case c.MaxAge > 0:
-		if c.MaxAge != int(week/time.Second) {
-			t.Errorf("session cookie Max-Age %d, want %d", c.MaxAge, int(week/time.Second))
-		}
-	case !c.Expires.IsZero():
-		if d := time.Until(c.Expires); d < week-time.Minute || d > week+time.Minute {
-			t.Errorf("session cookie expires in %v, want 7 days", d)
-		}
-	default:
-		t.Errorf("session cookie is a browser-session cookie, want a 7-day lifetime: %q", c.Raw)
-	}
-	parts := strings.Split(c.Value, ".")
-	if len(parts) != 3 {
-		t.Fatalf("session cookie is not a JWS compact JWT: %q", c.Value)
-	}
-	var hdr struct {
-		Alg string `json:"alg"`
-	}
-	var claims struct {
-		Exp int64  `json:"exp"`
-		Sub string `json:"sub"`
-	}
-	for i, v := range []any{&hdr, &claims} {
-		b, err := base64.RawURLEncoding.DecodeString(parts[i])
-		if err != nil || json.Unmarshal(b, v) != nil {
-			t.Fatalf("session JWT part %d is not base64url JSON: %q", i, parts[i])
-		}
-	}
-	if hdr.Alg != "HS256" {
-		t.Errorf("session JWT alg %q, want HS256", hdr.Alg)
-	}
-	if d := time.Until(time.Unix(claims.Exp, 0)); d < week-time.Minute || d > week+time.Minute {
-		t.Errorf("session JWT expires in %v, want 7 days", d)
-	}
-	return c
-}
-
-func cpNoSessionCookie(t testing.TB, r response) {
-	t.Helper()
-	if cs := cpSessionCookies(t, r); len(cs) != 0 {
-		t.Fatalf("response sets a session cookie, want none: %q", r.Header.Values("Set-Cookie"))
-	}
-}
-
-// cpJWT builds a JWS compact token by hand: alg "none" gets no signature,
-// anything else an HMAC-SHA256 with key (whatever alg the header claims).
-func cpJWT(alg string, key []byte, claims map[string]any) string {
-	enc := base64.RawURLEncoding
-	in := enc.EncodeToString([]byte(cpJSON(map[string]string{"alg": alg, "typ": "JWT"}))) + "." +
-		enc.EncodeToString([]byte(cpJSON(claims)))
-	if alg == "none" {
-		return in + "."
-	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(in))
-	return in + "." + enc.EncodeToString(m.Sum(nil))
-}
-
-// cpCreate creates a project and checks the exact 201 body (api/openapi.yaml).
-func cpCreate(c *client, t testing.TB, name, ownerID string) (project, map[string]any) {
-	t.Helper()
-	r := c.On(t).Do("POST", "/api/projects", cpJSON(map[string]string{"name": name}))
-	pb, _ := r.JSON["project"].(map[string]any)
-	want := map[string]any{
-		"project": map[string]any{"id": r.Str("project", "id"), "name": name, "ownerUserId": ownerID, "createdAt": pb["createdAt"]},
-		"keys":    map[string]any{"publicKey": r.Str("keys", "publicKey"), "secretKey": r.Str("keys", "secretKey")},
-	}
-	r.Expect(t, http.StatusCreated, cpJSON(want))
-	cpIsUUID(t, "project id", r.Str("project", "id"))
-	cpIsTime(t, "project createdAt", pb["createdAt"])
-	p := project{ID: r.Str("project", "id"), PublicKey: r.Str("keys", "publicKey"), SecretKey: r.Str("keys", "secretKey")}
-	if !relaytest.PublicKeyRe.MatchString(p.PublicKey) {
-		t.Fatalf("public key %q: want pk_live_ and ≥ 22 base64url characters", p.PublicKey)
-	}
-	if !relaytest.SecretKeyRe.MatchString(p.SecretKey) {
-		t.Fatalf("secret key %q: want sk_live_ and ≥ 22 base64url characters", p.SecretKey)
-	}
-	return p, pb
-}
-
-// cpKeys lists a project's keys (200) and checks every entry's shape.
-func cpKeys(c *client, t testing.TB, projectID string) (keys []map[string]any, raw string) {
-	t.Helper()
-	r := c.On(t).Do("GET", "/api/projects/"+projectID+"/keys", "")
-	if r.Status != http.StatusOK {
-		t.Fatalf("list keys: %d %s", r.Status, r.Raw)
-	}
-	var body struct {
-		Keys []map[string]any `json:"keys"`
-	}
-	if err := json.Unmarshal([]byte(r.Raw), &body); err != nil || body.Keys == nil {
-		t.Fatalf("list keys body %s: want {keys: [...]}", r.Raw)
-	}
-	if len(r.JSON) != 1 {
-		t.Fatalf("list keys body %s: want only the keys field", r.Raw)
-	}
-	for _, k := range body.Keys {
-		var fields []string
-		for f := range k {
-			fields = append(fields, f)
-		}
-		sort.Strings(fields)
-		if got := strings.Join(fields, ","); got != "createdAt,expiresAt,id,keyPrefix,keyType,lastUsedAt,revokedAt" {
-			t.Fatalf("key fields %s, want createdAt,expiresAt,id,keyPrefix,keyType,lastUsedAt,revokedAt: %v", got, k)
-		}
-		id, _ := k["id"].(string)
-		cpIsUUID(t, "key id", id)
-		cpIsTime(t, "key createdAt", k["createdAt"])
-		if k["revokedAt"] != nil {
-			cpIsTime(t, "key revokedAt", k["revokedAt"])
-		}
-		typ, _ := k["keyType"].(string)
-		if typ != "public" && typ != "secret" {
-			t.Fatalf("keyType %v", k["keyType"])
-		}
-	}
-	return body.Keys, r.Raw
-}
-
-func cpKeyByID(keys []map[string]any, id string) map[string]any {
-	for _, k := range keys {
-		if k["id"] == id {
-			return k
-		}
-	}
-	return nil
-}
-
-func cpActive(keys []map[string]any, keyType string) []map[string]any {
-	var out []map[string]any
-	for _, k := range keys {
-		if k["keyType"] == keyType && k["revokedAt"] == nil {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// cpCheckMasked checks that keyPrefix is a masked form of raw: leading
-// characters of raw followed by masking characters, hiding most of it.
-func cpCheckMasked(t testing.TB, keyPrefix, raw, typePrefix string) {
-	t.Helper()
-	if keyPrefix == raw {
-		t.Fatalf("keyPrefix equals the raw key %q", raw)
-	}
-	if !strings.HasPrefix(keyPrefix, typePrefix) {
-		t.Fatalf("keyPrefix %q does not start with %s", keyPrefix, typePrefix)
-	}
-	isB64 := func(r rune) bool {
-		return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_'
-	}
-	i := strings.IndexFunc(keyPrefix[len(typePrefix):], func(r rune) bool { return !isB64(r) })
-	if i < 0 {
-		t.Fatalf("keyPrefix %q has no masking characters", keyPrefix)
-	}
-	visible, mask := keyPrefix[:len(typePrefix)+i], keyPrefix[len(typePrefix)+i:]
-	if strings.IndexFunc(mask, isB64) >= 0 {
-		t.Fatalf("keyPrefix %q: key characters after the mask", keyPrefix)
-	}
-	if !strings.HasPrefix(raw, visible) {
-		t.Fatalf("keyPrefix %q does not show the leading characters of %q", keyPrefix, raw)
-	}
-	if hidden := len(raw) - len(visible); hidden < 16 {
-		t.Fatalf("keyPrefix %q hides only %d characters of the key", keyPrefix, hidden)
-	}
-}
-
-// cpRoute is one control-plane request.
-type cpRoute struct{ name, method, path, body string }
-
-// cpProjectRoutes is every per-project route, with bodies that would succeed
-// for the owner.
-func cpProjectRoutes(projectID, keyID string) []cpRoute {
-	base := "/api/projects/" + projectID
-	return []cpRoute{
-		{"get", "GET", base, ""},
-		{"rename", "PATCH", base, `{"name":"Renamed"}`},
-		{"delete", "DELETE", base, ""},
-		{"list keys", "GET", base + "/keys", ""},
-		{"rotate public", "POST", base + "/keys", `{"keyType":"public"}`},
-		{"rotate secret", "POST", base + "/keys", `{"keyType":"secret"}`},
-		{"revoke", "POST", base + "/keys/" + keyID + "/revoke", ""},
-		{"client-emit-secret", "PATCH", base + "/client-emit-secret", `{}`},
-		{"client-emit-secret regenerate", "PATCH", base + "/client-emit-secret", `{"regenerate":true}`},
-		{"authorization", "GET", base + "/authorization", ""},
-		{"authorization on", "PATCH", base + "/authorization", `{"authorization":true}`},
-		{"authorization off", "PATCH", base + "/authorization", `{"authorization":false}`},
-		{"authorization rotate-secret", "POST", base + "/authorization/rotate-secret", `{"overlapSeconds":60}`},
-	}
-}
-
-// cpSnapshot is what an owner sees of a project, to prove nothing changed.
-func cpSnapshot(c *client, t testing.TB, projectID string) string {
-	t.Helper()
-	cc := c.On(t)
-	get := cc.Do("GET", "/api/projects/"+projectID, "")
-	if get.Status != http.StatusOK {
-		t.Fatalf("get project: %d %s", get.Status, get.Raw)
-	}
-	_, keys := cpKeys(cc, t, projectID)
-	authz := cc.Do("GET", "/api/projects/"+projectID+"/authorization", "")
-	if authz.Status != http.StatusOK {
-		t.Fatalf("get authorization: %d %s", authz.Status, authz.Raw)
-	}
-	return get.Raw + keys + authz.Raw
-}
 
 // ---------------------------------------------------------------------------
 // Auth: signup, login, logout, sessions.
 
 func TestSignupCreatesUserAndSession(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
+		ts := relaytest.Start(t, dbURL, nil)
 		c := ts.Client()
 		r := c.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
 		id := r.Str("id")
-		r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": id, "email": "alice@example.com"}))
-		cpIsUUID(t, "user id", id)
-		cpSessionCookie(t, r, false)
+		r.Expect(t, http.StatusCreated, relaytest.JSON(map[string]string{"id": id, "email": "alice@example.com"}))
+		relaytest.IsUUID(t, "user id", id)
+		relaytest.SessionCookieIn(t, r, false)
 
 		// The cookie is the session: the same client reaches session routes.
 		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
 		// A second user gets another id.
 		r = ts.Client().Do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"12345678"}`)
-		r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.Str("id"), "email": "bob@example.com"}))
+		r.Expect(t, http.StatusCreated, relaytest.JSON(map[string]string{"id": r.Str("id"), "email": "bob@example.com"}))
 		if r.Str("id") == id {
 			t.Fatalf("two users share id %s", id)
 		}
@@ -348,9 +48,9 @@ func TestSignupCreatesUserAndSession(t *testing.T) {
 func TestSessionCookieSecure(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		allow := "alice@example.com,bob@example.com,carol@example.com,dave@example.com"
-		servers := map[string]*testServer{}
+		servers := map[string]*relaytest.Server{}
 		for _, mode := range []string{"auto", "true", "false"} {
-			servers[mode] = startServer(t, dbURL, map[string]string{"COOKIE_SECURE": mode, "ALLOWED_SIGNUP_EMAILS": allow})
+			servers[mode] = relaytest.Start(t, dbURL, map[string]string{"COOKIE_SECURE": mode, "ALLOWED_SIGNUP_EMAILS": allow})
 		}
 		https := map[string]string{"X-Forwarded-Proto": "https"}
 		cases := []struct {
@@ -365,24 +65,24 @@ func TestSessionCookieSecure(t *testing.T) {
 		}
 		for _, tc := range cases {
 			ts := servers[tc.mode]
-			creds := cpJSON(map[string]string{"email": tc.email, "password": relaytest.Password})
+			creds := relaytest.JSON(map[string]string{"email": tc.email, "password": relaytest.Password})
 			r := ts.Client().On(t).Send("POST", "/api/auth/signup", creds, "application/json", tc.hdr)
-			r.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": r.Str("id"), "email": tc.email}))
-			cpSessionCookie(t, r, tc.secure)
+			r.Expect(t, http.StatusCreated, relaytest.JSON(map[string]string{"id": r.Str("id"), "email": tc.email}))
+			relaytest.SessionCookieIn(t, r, tc.secure)
 			r = ts.Client().On(t).Send("POST", "/api/auth/login", creds, "application/json", tc.hdr)
-			r.Expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.Str("id"), "email": tc.email}))
-			cpSessionCookie(t, r, tc.secure)
+			r.Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": r.Str("id"), "email": tc.email}))
+			relaytest.SessionCookieIn(t, r, tc.secure)
 		}
 		// auto: a plain-http request after an https one is again not Secure.
 		r := servers["auto"].Client().On(t).Do("POST", "/api/auth/login", `{"email":"bob@example.com","password":"correct horse"}`)
-		r.Expect(t, http.StatusOK, cpJSON(map[string]string{"id": r.Str("id"), "email": "bob@example.com"}))
-		cpSessionCookie(t, r, false)
+		r.Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": r.Str("id"), "email": "bob@example.com"}))
+		relaytest.SessionCookieIn(t, r, false)
 	})
 }
 
 func TestSignupErrors(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
+		ts := relaytest.Start(t, dbURL, nil)
 		const required = `{"error":"email_and_password_required"}`
 		cases := []struct {
 			name, body string
@@ -409,7 +109,7 @@ func TestSignupErrors(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				r := ts.Client().On(t).Do("POST", "/api/auth/signup", tc.body)
 				r.Expect(t, tc.status, tc.want)
-				cpNoSessionCookie(t, r)
+				relaytest.NoSessionCookie(t, r)
 			})
 		}
 
@@ -420,18 +120,18 @@ func TestSignupErrors(t *testing.T) {
 		if r.Status != http.StatusCreated || !strings.EqualFold(r.Str("email"), "alice@example.com") {
 			t.Fatalf("signup in upper case: %d %s", r.Status, r.Raw)
 		}
-		cpIsUUID(t, "user id", r.Str("id"))
-		cpSessionCookie(t, r, false)
+		relaytest.IsUUID(t, "user id", r.Str("id"))
+		relaytest.SessionCookieIn(t, r, false)
 
 		// email_already_registered whatever the case.
 		for _, email := range []string{"ALICE@Example.com", "alice@example.com", "Alice@EXAMPLE.COM"} {
-			r := ts.Client().Do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": "another password"}))
+			r := ts.Client().Do("POST", "/api/auth/signup", relaytest.JSON(map[string]string{"email": email, "password": "another password"}))
 			r.Expect(t, http.StatusConflict, `{"error":"email_already_registered"}`)
-			cpNoSessionCookie(t, r)
+			relaytest.NoSessionCookie(t, r)
 		}
 		// The first password still holds; the refused signups changed nothing.
 		ts.Client().Do("POST", "/api/auth/login", `{"email":"ALICE@Example.com","password":"12345678"}`).Expect(t, http.StatusOK,
-			cpJSON(map[string]string{"id": r.Str("id"), "email": r.Str("email")}))
+			relaytest.JSON(map[string]string{"id": r.Str("id"), "email": r.Str("email")}))
 	})
 }
 
@@ -439,11 +139,11 @@ func TestSignupErrors(t *testing.T) {
 // empty ALLOWED_SIGNUP_EMAILS (cmd/relay/README.md › Configuration: signup closed).
 func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
+		ts := relaytest.Start(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
 		for _, email := range []string{"alice@example.com", "bob@example.com", "anyone@anywhere.test"} {
-			r := ts.Client().Do("POST", "/api/auth/signup", cpJSON(map[string]string{"email": email, "password": relaytest.Password}))
+			r := ts.Client().Do("POST", "/api/auth/signup", relaytest.JSON(map[string]string{"email": email, "password": relaytest.Password}))
 			r.Expect(t, http.StatusForbidden, `{"error":"email_not_allowed"}`)
-			cpNoSessionCookie(t, r)
+			relaytest.NoSessionCookie(t, r)
 		}
 		ts.Client().Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
 			Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
@@ -452,30 +152,30 @@ func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
 
 func TestLogin(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		_, aliceID := ts.cpSignup(t, "alice@example.com")
+		ts := relaytest.Start(t, dbURL, nil)
+		_, aliceID := ts.SignupID(t, "alice@example.com")
 
 		// A new browser logs in and gets a working session.
 		c := ts.Client()
 		c.Do("GET", "/api/projects", "").Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 		r := c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
-		r.Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
-		cpSessionCookie(t, r, false)
+		r.Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+		relaytest.SessionCookieIn(t, r, false)
 		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
 		// Unknown email and wrong password answer identically.
 		wrong := ts.Client().Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"wrong horse"}`)
 		wrong.Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
-		cpNoSessionCookie(t, wrong)
+		relaytest.NoSessionCookie(t, wrong)
 		unknown := ts.Client().Do("POST", "/api/auth/login", `{"email":"nobody@example.com","password":"correct horse"}`)
 		unknown.Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
-		cpNoSessionCookie(t, unknown)
+		relaytest.NoSessionCookie(t, unknown)
 		if wrong.Raw != unknown.Raw || wrong.Status != unknown.Status {
 			t.Fatalf("wrong password %d %q and unknown email %d %q differ", wrong.Status, wrong.Raw, unknown.Status, unknown.Raw)
 		}
 		// A password that differs only in case or by a suffix is wrong too.
 		for _, pw := range []string{"Correct horse", "correct horse ", "correct hors"} {
-			ts.Client().Do("POST", "/api/auth/login", cpJSON(map[string]string{"email": "alice@example.com", "password": pw})).
+			ts.Client().Do("POST", "/api/auth/login", relaytest.JSON(map[string]string{"email": "alice@example.com", "password": pw})).
 				Expect(t, http.StatusUnauthorized, `{"error":"invalid_credentials"}`)
 		}
 
@@ -490,22 +190,22 @@ func TestLogin(t *testing.T) {
 				t.Fatalf("login %q: %d %s", body, r.Status, r.Raw)
 			}
 			r.Expect(t, http.StatusBadRequest, required)
-			cpNoSessionCookie(t, r)
+			relaytest.NoSessionCookie(t, r)
 		}
 	})
 }
 
 func TestLogout(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		c, aliceID := ts.cpSignup(t, "alice@example.com")
+		ts := relaytest.Start(t, dbURL, nil)
+		c, aliceID := ts.SignupID(t, "alice@example.com")
 		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
 		r := c.Do("POST", "/api/auth/logout", "")
 		r.Expect(t, http.StatusOK, `{"ok":true}`)
-		cs := cpSessionCookies(t, r)
+		cs := relaytest.SessionCookies(t, r)
 		if len(cs) != 1 {
-			t.Fatalf("logout: want one Set-Cookie for %s, got %q", api.CookieName, r.Header.Values("Set-Cookie"))
+			t.Fatalf("logout: want one Set-Cookie for %s, got %q", relaytest.SessionCookie, r.Header.Values("Set-Cookie"))
 		}
 		if ck := cs[0]; ck.Value != "" || !(ck.MaxAge < 0 || (!ck.Expires.IsZero() && ck.Expires.Before(time.Now()))) || ck.Path != "/" {
 			t.Fatalf("logout does not clear the cookie (empty value, expired, Path=/): %q", ck.Raw)
@@ -522,7 +222,7 @@ func TestLogout(t *testing.T) {
 
 		// Logging in again restores access.
 		c.Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"id": aliceID, "email": "alice@example.com"}))
 		c.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 	})
 }
@@ -533,17 +233,17 @@ func TestLogout(t *testing.T) {
 func TestProjectRoutesRequireSession(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
-		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Mine", aliceID)
-		keys, _ := cpKeys(alice, t, p.ID)
-		before := cpSnapshot(alice, t, p.ID)
+		ts := relaytest.Start(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Mine", aliceID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
+		before := relaytest.Snapshot(alice, t, p.ID)
 
 		// The real session token, for tampering.
 		login := ts.Client().Do("POST", "/api/auth/login", `{"email":"alice@example.com","password":"correct horse"}`)
-		real := cpSessionCookie(t, login, false).Value
+		real := relaytest.SessionCookieIn(t, login, false).Value
 		parts := strings.Split(real, ".")
-		otherPayload := base64.RawURLEncoding.EncodeToString([]byte(cpJSON(map[string]any{
+		otherPayload := base64.RawURLEncoding.EncodeToString([]byte(relaytest.JSON(map[string]any{
 			"sub": "00000000-0000-4000-8000-000000000000", "exp": time.Now().Add(time.Hour).Unix(),
 		})))
 		sig := []byte(parts[2])
@@ -557,7 +257,7 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 
 		// Positive control: a token built by hand as documented (HS256) works,
 		// so the forgeries below fail for the reason they name.
-		good := cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
+		good := relaytest.HandJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})
 		r := ts.WithCookie(good).Do("GET", "/api/projects", "")
 		if r.Status != http.StatusOK || !strings.Contains(r.Raw, p.ID) {
 			t.Fatalf("hand-made HS256 session: %d %s", r.Status, r.Raw)
@@ -570,20 +270,20 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 			{"payload swapped", parts[0] + "." + otherPayload + "." + parts[2]},
 			{"signature altered", parts[0] + "." + parts[1] + "." + string(sig)},
 			{"signature stripped", parts[0] + "." + parts[1] + "."},
-			{"alg none", cpJWT("none", nil, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
-			{"wrong key", cpJWT("HS256", []byte("not-the-session-secret"), map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
-			{"expired", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now - 7200, "exp": now - 3600})},
-			{"no exp", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now})},
-			{"no sub", cpJWT("HS256", secret, map[string]any{"iat": now, "exp": now + 3600})},
+			{"alg none", relaytest.HandJWT("none", nil, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"wrong key", relaytest.HandJWT("HS256", []byte("not-the-session-secret"), map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"expired", relaytest.HandJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now - 7200, "exp": now - 3600})},
+			{"no exp", relaytest.HandJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now})},
+			{"no sub", relaytest.HandJWT("HS256", secret, map[string]any{"iat": now, "exp": now + 3600})},
 			// Right key, HMAC-SHA256 signature, but the header names another algorithm.
-			{"header RS256", cpJWT("RS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
-			{"header HS512", cpJWT("HS512", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
-			{"exp zero", cpJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": 0})},
+			{"header RS256", relaytest.HandJWT("RS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"header HS512", relaytest.HandJWT("HS512", secret, map[string]any{"sub": aliceID, "iat": now, "exp": now + 3600})},
+			{"exp zero", relaytest.HandJWT("HS256", secret, map[string]any{"sub": aliceID, "iat": now, "exp": 0})},
 		}
-		routes := append([]cpRoute{
-			{"list", "GET", "/api/projects", ""},
-			{"create", "POST", "/api/projects", `{"name":"Sneaky"}`},
-		}, cpProjectRoutes(p.ID, keys[0]["id"].(string))...)
+		routes := append([]relaytest.Route{
+			{Name: "list", Method: "GET", Path: "/api/projects"},
+			{Name: "create", Method: "POST", Path: "/api/projects", Body: `{"name":"Sneaky"}`},
+		}, relaytest.ProjectRoutes(p.ID, keys[0]["id"].(string))...)
 		for _, ck := range cookies {
 			t.Run(ck.name, func(t *testing.T) {
 				c := ts.Client()
@@ -592,19 +292,19 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 				}
 				c = c.On(t)
 				for _, rt := range routes {
-					r := c.Do(rt.method, rt.path, rt.body)
+					r := c.Do(rt.Method, rt.Path, rt.Body)
 					if r.Status != http.StatusUnauthorized {
-						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
+						t.Errorf("%s %s: %d %s", rt.Method, rt.Path, r.Status, r.Raw)
 						continue
 					}
 					r.Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 				}
 			})
 		}
-		if after := cpSnapshot(alice, t, p.ID); after != before {
+		if after := relaytest.Snapshot(alice, t, p.ID); after != before {
 			t.Fatalf("unauthorized calls changed the project:\nbefore %s\nafter  %s", before, after)
 		}
-		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{map[string]any{
+		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"projects": []any{map[string]any{
 			"id": p.ID, "name": "Mine", "ownerUserId": aliceID, "createdAt": alice.Do("GET", "/api/projects/"+p.ID, "").Str("project", "createdAt"),
 		}}}))
 	})
@@ -615,12 +315,12 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 
 func TestProjectsCreateAndList(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
 		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
 
-		p1, b1 := cpCreate(alice, t, "First", aliceID)
-		p2, b2 := cpCreate(alice, t, "Projet été 🚀", aliceID)
+		p1, b1 := relaytest.CreateChecked(alice, t, "First", aliceID)
+		p2, b2 := relaytest.CreateChecked(alice, t, "Projet été 🚀", aliceID)
 		seen := map[string]bool{}
 		for _, k := range []string{p1.PublicKey, p1.SecretKey, p2.PublicKey, p2.SecretKey} {
 			rnd := k[len("pk_live_"):]
@@ -634,7 +334,7 @@ func TestProjectsCreateAndList(t *testing.T) {
 		}
 
 		// The list holds exactly the caller's projects, shaped {id,name,ownerUserId,createdAt}.
-		expectProjects := func(t *testing.T, c *client, want ...map[string]any) {
+		expectProjects := func(t *testing.T, c *relaytest.Client, want ...map[string]any) {
 			t.Helper()
 			r := c.On(t).Do("GET", "/api/projects", "")
 			if r.Status != http.StatusOK {
@@ -655,12 +355,12 @@ func TestProjectsCreateAndList(t *testing.T) {
 			if len(ordered) != len(got) {
 				ordered = got // not the same set: show it as is
 			}
-			r.Raw = cpJSON(map[string]any{"projects": ordered})
+			r.Raw = relaytest.JSON(map[string]any{"projects": ordered})
 			wantAny := make([]any, len(want))
 			for i, w := range want {
 				wantAny[i] = w
 			}
-			r.Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": wantAny}))
+			r.Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"projects": wantAny}))
 		}
 		expectProjects(t, alice, b1, b2)
 
@@ -671,9 +371,9 @@ func TestProjectsCreateAndList(t *testing.T) {
 		expectProjects(t, alice, b1, b2)
 
 		// Another user sees only their own.
-		bob, bobID := ts.cpSignup(t, "bob@example.com")
+		bob, bobID := ts.SignupID(t, "bob@example.com")
 		bob.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, `{"projects":[]}`)
-		_, b3 := cpCreate(bob, t, "First", bobID)
+		_, b3 := relaytest.CreateChecked(bob, t, "First", bobID)
 		expectProjects(t, bob, b3)
 		expectProjects(t, alice, b1, b2)
 	})
@@ -681,113 +381,37 @@ func TestProjectsCreateAndList(t *testing.T) {
 
 func TestProjectGetAndRename(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := cpCreate(alice, t, "Original", aliceID)
-		other, ob := cpCreate(alice, t, "Other", aliceID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, pb := relaytest.CreateChecked(alice, t, "Original", aliceID)
+		other, ob := relaytest.CreateChecked(alice, t, "Other", aliceID)
 
 		// GET: exactly the project create returned; never the client-emit secret.
 		secret := alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "")
-		secret.Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret.Str("clientEmitSecret")}))
-		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
-		_, keysBefore := cpKeys(alice, t, p.ID)
+		secret.Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"clientEmitSecret": secret.Str("clientEmitSecret")}))
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": pb}))
+		_, keysBefore := relaytest.Keys(alice, t, p.ID)
 
 		// PATCH renames: 200 {project: {id, name}}; id, owner, createdAt and keys untouched.
 		alice.Do("PATCH", "/api/projects/"+p.ID, `{"name":"Renamed"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
 		renamed := map[string]any{"id": p.ID, "name": "Renamed", "ownerUserId": aliceID, "createdAt": pb["createdAt"]}
-		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
-		if _, keysAfter := cpKeys(alice, t, p.ID); keysAfter != keysBefore {
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": renamed}))
+		if _, keysAfter := relaytest.Keys(alice, t, p.ID); keysAfter != keysBefore {
 			t.Fatalf("rename changed the keys:\nbefore %s\nafter  %s", keysBefore, keysAfter)
 		}
 		// Renaming to the same name is fine; the other project is untouched.
 		alice.Do("PATCH", "/api/projects/"+p.ID, `{"name":"Renamed"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
-		alice.Do("GET", "/api/projects/"+other.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": ob}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
+		alice.Do("GET", "/api/projects/"+other.ID, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": ob}))
 
 		// name_required on rename, and the name stays.
 		for _, body := range []string{"", `{}`, `{"name":""}`, `{"name":"  "}`, `{"name":"\t"}`, `{"name":null}`} {
 			alice.Do("PATCH", "/api/projects/"+p.ID, body).Expect(t, http.StatusBadRequest, `{"error":"name_required"}`)
 		}
-		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": renamed}))
-		if _, keysAfter := cpKeys(alice, t, p.ID); keysAfter != keysBefore {
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": renamed}))
+		if _, keysAfter := relaytest.Keys(alice, t, p.ID); keysAfter != keysBefore {
 			t.Fatalf("refused renames changed the keys")
-		}
-	})
-}
-
-// TestProjectDeleteCascades: DELETE answers {ok:true}; the project, its keys
-// and its usage rows are gone; other projects stay.
-func TestProjectDeleteCascades(t *testing.T) {
-	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Doomed", aliceID)
-		keep, kb := cpCreate(alice, t, "Kept", aliceID)
-		rot := alice.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`)
-		if rot.Status != http.StatusCreated {
-			t.Fatalf("rotate: %d %s", rot.Status, rot.Raw)
-		}
-		keys, _ := cpKeys(alice, t, p.ID)
-		_, keepKeys := cpKeys(alice, t, keep.ID)
-
-		// A second handle on the same database sees what HTTP cannot.
-		ctx := context.Background()
-		st, err := store.Open(ctx, dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		day := time.Now().UTC().Format("2006-01-02")
-		for _, id := range []string{p.ID, keep.ID} {
-			if err := st.AddUsage(ctx, store.Usage{ProjectID: id, Day: day, ConnectionCount: 3, MessageCount: 7}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		raws := []string{p.PublicKey, p.SecretKey, rot.Str("key", "raw")}
-		for _, raw := range raws {
-			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); err != nil {
-				t.Fatalf("key %s not stored before delete: %v", raw[:12], err)
-			}
-		}
-
-		alice.Do("DELETE", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, `{"ok":true}`)
-
-		const gone = `{"error":"project_not_found"}`
-		for _, rt := range cpProjectRoutes(p.ID, keys[0]["id"].(string)) {
-			r := alice.Do(rt.method, rt.path, rt.body)
-			if r.Status != http.StatusNotFound {
-				t.Fatalf("%s on deleted project: %d %s", rt.name, r.Status, r.Raw)
-			}
-			r.Expect(t, http.StatusNotFound, gone)
-		}
-		alice.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{kb}}))
-
-		// Cascade: keys (active and revoked) and usage rows are gone.
-		if ks, err := st.Keys(ctx, p.ID); err != nil || len(ks) != 0 {
-			t.Fatalf("keys of the deleted project: %d left (err %v)", len(ks), err)
-		}
-		for _, raw := range raws {
-			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); !errors.Is(err, store.ErrNotFound) {
-				t.Fatalf("key %s… of the deleted project still stored (err %v)", raw[:12], err)
-			}
-		}
-		if us, err := st.Usage(ctx, p.ID, "0000-00-00"); err != nil || len(us) != 0 {
-			t.Fatalf("usage rows of the deleted project: %d left (err %v)", len(us), err)
-		}
-
-		// The other project is whole.
-		alice.Do("GET", "/api/projects/"+keep.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": kb}))
-		if _, after := cpKeys(alice, t, keep.ID); after != keepKeys {
-			t.Fatalf("deleting one project changed another's keys")
-		}
-		for _, raw := range []string{keep.PublicKey, keep.SecretKey} {
-			if _, err := st.KeyByHash(ctx, api.HashKey(raw)); err != nil {
-				t.Fatalf("key of the kept project lost: %v", err)
-			}
-		}
-		if us, err := st.Usage(ctx, keep.ID, "0000-00-00"); err != nil || len(us) != 1 {
-			t.Fatalf("usage rows of the kept project: %d (err %v), want 1", len(us), err)
 		}
 	})
 }
@@ -796,33 +420,33 @@ func TestProjectDeleteCascades(t *testing.T) {
 // project_not_found for a project someone else owns, and changes nothing.
 func TestOtherUsersProjectIsNotFound(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := cpCreate(alice, t, "Alice's", aliceID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, pb := relaytest.CreateChecked(alice, t, "Alice's", aliceID)
 		secret := alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "").Str("clientEmitSecret")
-		keys, _ := cpKeys(alice, t, p.ID)
-		before := cpSnapshot(alice, t, p.ID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
+		before := relaytest.Snapshot(alice, t, p.ID)
 
-		bob, bobID := ts.cpSignup(t, "bob@example.com")
-		q, qb := cpCreate(bob, t, "Bob's", bobID)
-		routes := append(cpProjectRoutes(p.ID, keys[0]["id"].(string)),
-			cpRoute{"revoke other key", "POST", "/api/projects/" + p.ID + "/keys/" + keys[1]["id"].(string) + "/revoke", ""})
+		bob, bobID := ts.SignupID(t, "bob@example.com")
+		q, qb := relaytest.CreateChecked(bob, t, "Bob's", bobID)
+		routes := append(relaytest.ProjectRoutes(p.ID, keys[0]["id"].(string)),
+			relaytest.Route{Name: "revoke other key", Method: "POST", Path: "/api/projects/" + p.ID + "/keys/" + keys[1]["id"].(string) + "/revoke"})
 		for _, rt := range routes {
-			t.Run(rt.name, func(t *testing.T) {
-				bob.On(t).Do(rt.method, rt.path, rt.body).Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
+			t.Run(rt.Name, func(t *testing.T) {
+				bob.On(t).Do(rt.Method, rt.Path, rt.Body).Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 			})
 		}
 		// Alice's key id under Bob's own project is not Bob's key.
 		bob.Do("POST", "/api/projects/"+q.ID+"/keys/"+keys[0]["id"].(string)+"/revoke", "").
 			Expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
 
-		if after := cpSnapshot(alice, t, p.ID); after != before {
+		if after := relaytest.Snapshot(alice, t, p.ID); after != before {
 			t.Fatalf("another user's calls changed the project:\nbefore %s\nafter  %s", before, after)
 		}
-		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		alice.Do("GET", "/api/projects/"+p.ID, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": pb}))
 		alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": secret}))
-		bob.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, cpJSON(map[string]any{"projects": []any{qb}}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"clientEmitSecret": secret}))
+		bob.Do("GET", "/api/projects", "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"projects": []any{qb}}))
 	})
 }
 
@@ -830,11 +454,11 @@ func TestOtherUsersProjectIsNotFound(t *testing.T) {
 // project_not_found on every per-project route (never 400 or 500).
 func TestMalformedProjectID(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Real", aliceID)
-		keys, _ := cpKeys(alice, t, p.ID)
-		before := cpSnapshot(alice, t, p.ID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Real", aliceID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
+		before := relaytest.Snapshot(alice, t, p.ID)
 
 		ids := []string{
 			"not-a-uuid",
@@ -850,17 +474,17 @@ func TestMalformedProjectID(t *testing.T) {
 		for _, id := range ids {
 			t.Run(id, func(t *testing.T) {
 				c := alice.On(t)
-				for _, rt := range cpProjectRoutes(id, keys[0]["id"].(string)) {
-					r := c.Do(rt.method, rt.path, rt.body)
+				for _, rt := range relaytest.ProjectRoutes(id, keys[0]["id"].(string)) {
+					r := c.Do(rt.Method, rt.Path, rt.Body)
 					if r.Status != http.StatusNotFound {
-						t.Errorf("%s %s: %d %s", rt.method, rt.path, r.Status, r.Raw)
+						t.Errorf("%s %s: %d %s", rt.Method, rt.Path, r.Status, r.Raw)
 						continue
 					}
 					r.Expect(t, http.StatusNotFound, `{"error":"project_not_found"}`)
 				}
 			})
 		}
-		if after := cpSnapshot(alice, t, p.ID); after != before {
+		if after := relaytest.Snapshot(alice, t, p.ID); after != before {
 			t.Fatalf("calls on malformed ids changed the project")
 		}
 	})
@@ -872,19 +496,19 @@ func TestMalformedProjectID(t *testing.T) {
 // lower-case id.
 func TestIDsAreCaseInsensitive(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := cpCreate(alice, t, "Cased", aliceID)
-		keys, _ := cpKeys(alice, t, p.ID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, pb := relaytest.CreateChecked(alice, t, "Cased", aliceID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
 		upper := strings.ToUpper(p.ID)
 
-		alice.Do("GET", "/api/projects/"+upper, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		alice.Do("GET", "/api/projects/"+upper, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": pb}))
 		alice.Do("PATCH", "/api/projects/"+upper, `{"name":"Renamed"}`).
-			Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
+			Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Renamed"}}))
 		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+strings.ToUpper(keys[0]["id"].(string))+"/revoke", "").
 			Expect(t, http.StatusOK, `{"ok":true}`)
-		after, raw := cpKeys(alice, t, p.ID)
-		if got := cpKeyByID(after, keys[0]["id"].(string)); got == nil || got["revokedAt"] == nil {
+		after, raw := relaytest.Keys(alice, t, p.ID)
+		if got := relaytest.KeyByID(after, keys[0]["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("revoke by upper-case key id did not revoke: %s", raw)
 		}
 	})
@@ -895,15 +519,15 @@ func TestIDsAreCaseInsensitive(t *testing.T) {
 
 func TestKeysListIsMasked(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := cpCreate(alice, t, "Keys", aliceID)
-		keys, raw := cpKeys(alice, t, p.ID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, pb := relaytest.CreateChecked(alice, t, "Keys", aliceID)
+		keys, raw := relaytest.Keys(alice, t, p.ID)
 		if len(keys) != 2 {
 			t.Fatalf("want 2 keys, got %s", raw)
 		}
 		for _, typ := range []string{"public", "secret"} {
-			if n := len(cpActive(keys, typ)); n != 1 {
+			if n := len(relaytest.ActiveKeys(keys, typ)); n != 1 {
 				t.Fatalf("want one active %s key, got %d: %s", typ, n, raw)
 			}
 		}
@@ -911,14 +535,14 @@ func TestKeysListIsMasked(t *testing.T) {
 			if k["revokedAt"] != nil {
 				t.Fatalf("new key revokedAt %v, want null", k["revokedAt"])
 			}
-			if kt, pt := cpIsTime(t, "key createdAt", k["createdAt"]), cpIsTime(t, "project createdAt", pb["createdAt"]); kt.Before(pt.Add(-time.Second)) {
+			if kt, pt := relaytest.IsTime(t, "key createdAt", k["createdAt"]), relaytest.IsTime(t, "project createdAt", pb["createdAt"]); kt.Before(pt.Add(-time.Second)) {
 				t.Fatalf("key createdAt %v before project createdAt %v", kt, pt)
 			}
 			rawKey, prefix := p.PublicKey, "pk_live_"
 			if k["keyType"] == "secret" {
 				rawKey, prefix = p.SecretKey, "sk_live_"
 			}
-			cpCheckMasked(t, k["keyPrefix"].(string), rawKey, prefix)
+			relaytest.CheckMasked(t, k["keyPrefix"].(string), rawKey, prefix)
 		}
 		for _, rawKey := range []string{p.PublicKey, p.SecretKey, p.PublicKey[len("pk_live_"):], p.SecretKey[len("sk_live_"):]} {
 			if strings.Contains(raw, rawKey) {
@@ -933,21 +557,21 @@ func TestKeysListIsMasked(t *testing.T) {
 
 func TestKeyRotate(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Rotating", aliceID)
-		initial, _ := cpKeys(alice, t, p.ID)
-		oldPublic, oldSecret := cpActive(initial, "public")[0], cpActive(initial, "secret")[0]
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Rotating", aliceID)
+		initial, _ := relaytest.Keys(alice, t, p.ID)
+		oldPublic, oldSecret := relaytest.ActiveKeys(initial, "public")[0], relaytest.ActiveKeys(initial, "secret")[0]
 
 		rotate := func(typ string) map[string]any {
 			t.Helper()
-			r := alice.Do("POST", "/api/projects/"+p.ID+"/keys", cpJSON(map[string]string{"keyType": typ}))
+			r := alice.Do("POST", "/api/projects/"+p.ID+"/keys", relaytest.JSON(map[string]string{"keyType": typ}))
 			k, _ := r.JSON["key"].(map[string]any)
-			r.Expect(t, http.StatusCreated, cpJSON(map[string]any{"key": map[string]any{
+			r.Expect(t, http.StatusCreated, relaytest.JSON(map[string]any{"key": map[string]any{
 				"id": k["id"], "keyType": typ, "keyPrefix": k["keyPrefix"], "raw": k["raw"],
 			}}))
 			id, _ := k["id"].(string)
-			cpIsUUID(t, "key id", id)
+			relaytest.IsUUID(t, "key id", id)
 			re, prefix := relaytest.PublicKeyRe, "pk_live_"
 			if typ == "secret" {
 				re, prefix = relaytest.SecretKeyRe, "sk_live_"
@@ -955,7 +579,7 @@ func TestKeyRotate(t *testing.T) {
 			if !re.MatchString(k["raw"].(string)) {
 				t.Fatalf("rotated %s key %q: want %s and ≥ 22 base64url characters", typ, k["raw"], prefix)
 			}
-			cpCheckMasked(t, k["keyPrefix"].(string), k["raw"].(string), prefix)
+			relaytest.CheckMasked(t, k["keyPrefix"].(string), k["raw"].(string), prefix)
 			return k
 		}
 
@@ -964,18 +588,18 @@ func TestKeyRotate(t *testing.T) {
 		if newPublic["raw"] == p.PublicKey {
 			t.Fatalf("rotation returned the old key")
 		}
-		keys, raw := cpKeys(alice, t, p.ID)
+		keys, raw := relaytest.Keys(alice, t, p.ID)
 		if len(keys) != 3 {
 			t.Fatalf("after rotating public: want 3 keys, got %s", raw)
 		}
-		if got := cpKeyByID(keys, oldPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
+		if got := relaytest.KeyByID(keys, oldPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("old public key not revoked: %s", raw)
 		}
-		firstRevokedAt := cpKeyByID(keys, oldPublic["id"].(string))["revokedAt"]
-		if got := cpKeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] != nil || got["keyPrefix"] != newPublic["keyPrefix"] || got["keyType"] != "public" {
+		firstRevokedAt := relaytest.KeyByID(keys, oldPublic["id"].(string))["revokedAt"]
+		if got := relaytest.KeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] != nil || got["keyPrefix"] != newPublic["keyPrefix"] || got["keyType"] != "public" {
 			t.Fatalf("new public key not listed as active: %s", raw)
 		}
-		if got := cpKeyByID(keys, oldSecret["id"].(string)); cpJSON(got) != cpJSON(oldSecret) {
+		if got := relaytest.KeyByID(keys, oldSecret["id"].(string)); relaytest.JSON(got) != relaytest.JSON(oldSecret) {
 			t.Fatalf("rotating public changed the secret key: %v, was %v", got, oldSecret)
 		}
 		if strings.Contains(raw, newPublic["raw"].(string)) {
@@ -987,36 +611,36 @@ func TestKeyRotate(t *testing.T) {
 		if newSecret["raw"] == p.SecretKey {
 			t.Fatalf("rotation returned the old key")
 		}
-		keys, raw = cpKeys(alice, t, p.ID)
+		keys, raw = relaytest.Keys(alice, t, p.ID)
 		if len(keys) != 4 {
 			t.Fatalf("after rotating secret: want 4 keys, got %s", raw)
 		}
-		if got := cpKeyByID(keys, oldSecret["id"].(string)); got == nil || got["revokedAt"] == nil {
+		if got := relaytest.KeyByID(keys, oldSecret["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("old secret key not revoked: %s", raw)
 		}
 
 		// Rotating again revokes the key the last rotation issued; one active key per type.
 		third := rotate("public")
-		keys, raw = cpKeys(alice, t, p.ID)
-		if got := cpKeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
+		keys, raw = relaytest.Keys(alice, t, p.ID)
+		if got := relaytest.KeyByID(keys, newPublic["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("second-generation public key not revoked: %s", raw)
 		}
 		for typ, wantID := range map[string]any{"public": third["id"], "secret": newSecret["id"]} {
-			if act := cpActive(keys, typ); len(act) != 1 || act[0]["id"] != wantID {
+			if act := relaytest.ActiveKeys(keys, typ); len(act) != 1 || act[0]["id"] != wantID {
 				t.Fatalf("active %s keys %v, want only %v", typ, act, wantID)
 			}
 		}
 		// A revoked key keeps its first revocation time.
-		if got := cpKeyByID(keys, oldPublic["id"].(string)); got == nil || got["revokedAt"] != firstRevokedAt {
+		if got := relaytest.KeyByID(keys, oldPublic["id"].(string)); got == nil || got["revokedAt"] != firstRevokedAt {
 			t.Fatalf("old public key revocation %v, want it kept at %v", got, firstRevokedAt)
 		}
 
 		// invalid_key_type, and nothing rotated.
-		_, before := cpKeys(alice, t, p.ID)
+		_, before := relaytest.Keys(alice, t, p.ID)
 		for _, body := range []string{"", `{}`, `{"keyType":""}`, `{"keyType":"Public"}`, `{"keyType":"SECRET"}`, `{"keyType":"admin"}`, `{"keyType":null}`, `{"type":"public"}`} {
 			alice.Do("POST", "/api/projects/"+p.ID+"/keys", body).Expect(t, http.StatusBadRequest, `{"error":"invalid_key_type"}`)
 		}
-		if _, after := cpKeys(alice, t, p.ID); after != before {
+		if _, after := relaytest.Keys(alice, t, p.ID); after != before {
 			t.Fatalf("refused rotations changed the keys")
 		}
 	})
@@ -1024,20 +648,20 @@ func TestKeyRotate(t *testing.T) {
 
 func TestKeyRevoke(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "One", aliceID)
-		other, _ := cpCreate(alice, t, "Two", aliceID)
-		keys, _ := cpKeys(alice, t, p.ID)
-		otherKeys, otherBefore := cpKeys(alice, t, other.ID)
-		pub, sec := cpActive(keys, "public")[0], cpActive(keys, "secret")[0]
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "One", aliceID)
+		other, _ := relaytest.CreateChecked(alice, t, "Two", aliceID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
+		otherKeys, otherBefore := relaytest.Keys(alice, t, other.ID)
+		pub, sec := relaytest.ActiveKeys(keys, "public")[0], relaytest.ActiveKeys(keys, "secret")[0]
 
 		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+pub["id"].(string)+"/revoke", "").Expect(t, http.StatusOK, `{"ok":true}`)
-		keys, raw := cpKeys(alice, t, p.ID)
-		if got := cpKeyByID(keys, pub["id"].(string)); got == nil || got["revokedAt"] == nil {
+		keys, raw := relaytest.Keys(alice, t, p.ID)
+		if got := relaytest.KeyByID(keys, pub["id"].(string)); got == nil || got["revokedAt"] == nil {
 			t.Fatalf("revoked key still active: %s", raw)
 		}
-		if got := cpKeyByID(keys, sec["id"].(string)); cpJSON(got) != cpJSON(sec) {
+		if got := relaytest.KeyByID(keys, sec["id"].(string)); relaytest.JSON(got) != relaytest.JSON(sec) {
 			t.Fatalf("revoking the public key changed the secret key: %s", raw)
 		}
 		if len(keys) != 2 {
@@ -1045,8 +669,8 @@ func TestKeyRevoke(t *testing.T) {
 		}
 
 		alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+sec["id"].(string)+"/revoke", "").Expect(t, http.StatusOK, `{"ok":true}`)
-		keys, raw = cpKeys(alice, t, p.ID)
-		if len(cpActive(keys, "public"))+len(cpActive(keys, "secret")) != 0 {
+		keys, raw = relaytest.Keys(alice, t, p.ID)
+		if len(relaytest.ActiveKeys(keys, "public"))+len(relaytest.ActiveKeys(keys, "secret")) != 0 {
 			t.Fatalf("both keys should be revoked: %s", raw)
 		}
 
@@ -1063,7 +687,7 @@ func TestKeyRevoke(t *testing.T) {
 		} {
 			alice.Do("POST", "/api/projects/"+p.ID+"/keys/"+id+"/revoke", "").Expect(t, http.StatusNotFound, `{"error":"key_not_found"}`)
 		}
-		if _, after := cpKeys(alice, t, other.ID); after != otherBefore {
+		if _, after := relaytest.Keys(alice, t, other.ID); after != otherBefore {
 			t.Fatalf("revoking through the wrong project changed its keys:\nbefore %s\nafter  %s", otherBefore, after)
 		}
 	})
@@ -1071,16 +695,16 @@ func TestKeyRevoke(t *testing.T) {
 
 func TestClientEmitSecret(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, pb := cpCreate(alice, t, "Emitting", aliceID)
-		q, _ := cpCreate(alice, t, "Other", aliceID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, pb := relaytest.CreateChecked(alice, t, "Emitting", aliceID)
+		q, _ := relaytest.CreateChecked(alice, t, "Other", aliceID)
 		path := "/api/projects/" + p.ID + "/client-emit-secret"
 
-		secretOf := func(r response) string {
+		secretOf := func(r relaytest.Response) string {
 			t.Helper()
 			s := r.Str("clientEmitSecret")
-			r.Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": s}))
+			r.Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"clientEmitSecret": s}))
 			if len(s) < 16 {
 				t.Fatalf("client-emit secret %q is too short to sign with", s)
 			}
@@ -1112,9 +736,9 @@ func TestClientEmitSecret(t *testing.T) {
 		}
 		// The secret is returned only by this route.
 		get := alice.Do("GET", "/api/projects/"+p.ID, "")
-		get.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": pb}))
+		get.Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": pb}))
 		list := alice.Do("GET", "/api/projects", "")
-		_, keys := cpKeys(alice, t, p.ID)
+		_, keys := relaytest.Keys(alice, t, p.ID)
 		for _, body := range []string{get.Raw, list.Raw, keys} {
 			if strings.Contains(body, s3) {
 				t.Fatalf("the client-emit secret leaks outside its route: %s", body)
@@ -1131,16 +755,16 @@ func TestClientEmitSecret(t *testing.T) {
 // on every route that reads a body, and change nothing.
 func TestMalformedRequestBodies(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Stable", aliceID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Stable", aliceID)
 		alice.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", "")
-		before := cpSnapshot(alice, t, p.ID)
+		before := relaytest.Snapshot(alice, t, p.ID)
 		anon := ts.Client()
 
 		routes := []struct {
 			name      string
-			c         *client
+			c         *relaytest.Client
 			method    string
 			path      string
 			valid     string
@@ -1200,7 +824,7 @@ func TestMalformedRequestBodies(t *testing.T) {
 		}
 
 		// None of that changed anything: no user, no project, no key, no secret.
-		if after := cpSnapshot(alice, t, p.ID); after != before {
+		if after := relaytest.Snapshot(alice, t, p.ID); after != before {
 			t.Fatalf("refused requests changed the project:\nbefore %s\nafter  %s", before, after)
 		}
 		list := alice.Do("GET", "/api/projects", "")
@@ -1208,26 +832,26 @@ func TestMalformedRequestBodies(t *testing.T) {
 			t.Fatalf("refused requests created projects: %s", list.Raw)
 		}
 		bob := ts.Client().Do("POST", "/api/auth/signup", `{"email":"bob@example.com","password":"correct horse"}`)
-		bob.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": bob.Str("id"), "email": "bob@example.com"}))
+		bob.Expect(t, http.StatusCreated, relaytest.JSON(map[string]string{"id": bob.Str("id"), "email": "bob@example.com"}))
 
 		// JSON media types with parameters or a +json suffix are JSON; a body
 		// of exactly 64 KiB is within the cap.
 		for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"} {
 			r := alice.Send("PATCH", "/api/projects/"+p.ID, `{"name":"Typed"}`, ct, nil)
-			r.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Typed"}}))
+			r.Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": map[string]string{"id": p.ID, "name": "Typed"}}))
 		}
 		name := strings.Repeat("b", 65536-len(`{"name":""}`))
 		r := alice.Do("PATCH", "/api/projects/"+p.ID, `{"name":"`+name+`"}`)
-		r.Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]string{"id": p.ID, "name": name}}))
+		r.Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": map[string]string{"id": p.ID, "name": name}}))
 	})
 }
 
 func TestUnknownRoutesAndMethods(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Routes", aliceID)
-		keys, _ := cpKeys(alice, t, p.ID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Routes", aliceID)
+		keys, _ := relaytest.Keys(alice, t, p.ID)
 		kid := keys[0]["id"].(string)
 		anon := ts.Client()
 
@@ -1250,7 +874,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"GET", "/readyz/store"},
 			{"GET", "/readyz/traffic/extra"},
 		}
-		for _, c := range []*client{anon, alice} {
+		for _, c := range []*relaytest.Client{anon, alice} {
 			for _, rt := range notFound {
 				r := c.Do(rt.method, rt.path, "")
 				if r.Status != http.StatusNotFound {
@@ -1289,7 +913,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			{"DELETE", "/readyz", []string{"GET"}},
 			{"POST", "/readyz/traffic", []string{"GET"}},
 		}
-		for _, c := range []*client{anon, alice} {
+		for _, c := range []*relaytest.Client{anon, alice} {
 			for _, rt := range wrongMethod {
 				r := c.Do(rt.method, rt.path, "")
 				if r.Status != http.StatusMethodNotAllowed {
@@ -1312,7 +936,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 			}
 		}
 		// Nothing above touched the project.
-		alice.Do("GET", base, "").Expect(t, http.StatusOK, cpJSON(map[string]any{"project": map[string]any{
+		alice.Do("GET", base, "").Expect(t, http.StatusOK, relaytest.JSON(map[string]any{"project": map[string]any{
 			"id": p.ID, "name": "Routes", "ownerUserId": aliceID, "createdAt": alice.Do("GET", base, "").Str("project", "createdAt"),
 		}}))
 	})
@@ -1320,7 +944,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 
 func TestHealthAndSecurityHeaders(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
+		ts := relaytest.Start(t, dbURL, nil)
 		c := ts.Client()
 		healthz := c.Do("GET", "/healthz", "")
 		healthz.Expect(t, http.StatusOK, `{"status":"ok"}`)
@@ -1330,10 +954,10 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 		traffic.Expect(t, http.StatusOK, `{"status":"ok"}`)
 
 		signup := c.Do("POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`)
-		signup.Expect(t, http.StatusCreated, cpJSON(map[string]string{"id": signup.Str("id"), "email": "alice@example.com"}))
+		signup.Expect(t, http.StatusCreated, relaytest.JSON(map[string]string{"id": signup.Str("id"), "email": "alice@example.com"}))
 		type named struct {
 			name string
-			r    response
+			r    relaytest.Response
 		}
 		responses := []named{
 			{"healthz", healthz},
@@ -1377,7 +1001,7 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 // TestConcurrentSignupsSameEmail: one account, the other attempts 409.
 func TestConcurrentSignupsSameEmail(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
+		ts := relaytest.Start(t, dbURL, nil)
 		created := 0
 		for _, r := range ts.Client().Parallel(t, 4, "POST", "/api/auth/signup", `{"email":"alice@example.com","password":"correct horse"}`) {
 			switch r.Status {
@@ -1399,9 +1023,9 @@ func TestConcurrentSignupsSameEmail(t *testing.T) {
 // Endpoints: rotation revokes the old key; a key rotated away must not keep working).
 func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
-		p, _ := cpCreate(alice, t, "Busy", aliceID)
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
+		p, _ := relaytest.CreateChecked(alice, t, "Busy", aliceID)
 		for round := 0; round < 3; round++ {
 			issued := map[string]bool{}
 			for _, r := range alice.Parallel(t, 8, "POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`) {
@@ -1410,15 +1034,15 @@ func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 				}
 				issued[r.Str("key", "id")] = true
 			}
-			keys, raw := cpKeys(alice, t, p.ID)
-			active := cpActive(keys, "public")
+			keys, raw := relaytest.Keys(alice, t, p.ID)
+			active := relaytest.ActiveKeys(keys, "public")
 			if len(active) != 1 {
 				t.Fatalf("round %d: %d active public keys after 8 concurrent rotations, want 1: %s", round, len(active), raw)
 			}
 			if !issued[active[0]["id"].(string)] {
 				t.Fatalf("round %d: the active public key is not one of the rotations' keys", round)
 			}
-			if len(cpActive(keys, "secret")) != 1 {
+			if len(relaytest.ActiveKeys(keys, "secret")) != 1 {
 				t.Fatalf("round %d: rotating public keys changed the secret keys: %s", round, raw)
 			}
 		}
@@ -1430,14 +1054,14 @@ func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 // call does not return (it could sign only tokens that never verify).
 func TestConcurrentFirstClientEmitSecret(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
-		alice, aliceID := ts.cpSignup(t, "alice@example.com")
+		ts := relaytest.Start(t, dbURL, nil)
+		alice, aliceID := ts.SignupID(t, "alice@example.com")
 		for round := 0; round < 3; round++ {
-			p, _ := cpCreate(alice, t, "Fresh", aliceID)
+			p, _ := relaytest.CreateChecked(alice, t, "Fresh", aliceID)
 			path := "/api/projects/" + p.ID + "/client-emit-secret"
 			got := map[string]bool{}
 			for _, r := range alice.Parallel(t, 8, "PATCH", path, `{}`) {
-				r.Expect(t, http.StatusOK, cpJSON(map[string]string{"clientEmitSecret": r.Str("clientEmitSecret")}))
+				r.Expect(t, http.StatusOK, relaytest.JSON(map[string]string{"clientEmitSecret": r.Str("clientEmitSecret")}))
 				got[r.Str("clientEmitSecret")] = true
 			}
 			kept := alice.Do("PATCH", path, `{}`).Str("clientEmitSecret")

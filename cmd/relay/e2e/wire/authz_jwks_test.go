@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"crypto/rand"
@@ -35,7 +35,7 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 	}
 
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
+		ts := relaytest.Start(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		owner := ts.Signup("alice@example.com")
 		p := owner.CreateProject("demo")
 		path := "/api/projects/" + p.ID + "/authorization"
@@ -78,7 +78,7 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 
 		// A key not in the set, or the public key used as an HS256 secret: refused.
 		other, _ := rsa.GenerateKey(rand.Reader, 2048)
-		handshake := func(token string) response {
+		handshake := func(token string) relaytest.Response {
 			return ts.Handshake("/ws?publicKey=" + url.QueryEscape(p.PublicKey) + "&token=" + url.QueryEscape(token))
 		}
 		handshake(relaytest.SignRS256(t, other, "k1", map[string]any{"sub": "x", "exp": exp()})).Expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
@@ -91,7 +91,7 @@ func TestJWKSChannelAuthorization(t *testing.T) {
 		handshake(string(confused)).Expect(t, http.StatusUnauthorized, `{"error":"invalid_token"}`)
 
 		// With the guard on (the default), the loopback JWKS is not fetched.
-		guarded := startServer(t, dbURL, nil)
+		guarded := relaytest.Start(t, dbURL, nil)
 		bob := guarded.Signup("bob@example.com")
 		q := bob.CreateProject("guarded")
 		bob.Do("PATCH", "/api/projects/"+q.ID+"/authorization", `{"authorization":true,"jwksUrl":"`+jwksURL+`"}`).Expect(t, http.StatusOK,

@@ -1,4 +1,4 @@
-package main
+package controlplane
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
 )
 
 // TestOperatorToken: with RELAY_DEBUG_TOKEN set, every route of the operator
@@ -13,7 +14,7 @@ import (
 // another scheme gets 401 {"error":"unauthorized"}; the right one gets 200.
 func TestOperatorToken(t *testing.T) {
 	const token = "operator-token-0123456789"
-	ts := debugServer(t, map[string]string{"RELAY_DEBUG_TOKEN": token})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_TOKEN": token})
 	for _, path := range []string{"/metrics", "/debug/actors", "/debug/", "/debug/pprof/", "/debug/pprof/cmdline", "/nope"} {
 		t.Run(path, func(t *testing.T) {
 			for _, auth := range []string{"", "Bearer", "Bearer ", "Bearer wrong-token-0123456789", "Bearer " + token + "x",
@@ -67,7 +68,7 @@ func TestOperatorToken(t *testing.T) {
 // 401. A web page that rebinds its own name to 127.0.0.1 (DNS rebinding)
 // used to read /debug/actors, pprof and /metrics from the operator's browser.
 func TestOperatorWithoutTokenServesLoopbackNames(t *testing.T) {
-	ts := debugServer(t, nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	_, port, _ := strings.Cut(strings.TrimPrefix(ts.Debug, "http://"), ":")
 	for _, path := range []string{"/debug/actors", "/debug/pprof/cmdline", "/metrics"} {
 		for host, want := range map[string]int{

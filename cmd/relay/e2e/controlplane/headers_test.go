@@ -1,4 +1,4 @@
-package main
+package controlplane
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -47,9 +48,9 @@ func hdrCheck(t *testing.T, what string, h http.Header, jsonBody bool) {
 }
 
 // hdrGet sends method path with optional headers and returns status, headers and body.
-func hdrGet(t *testing.T, ts *testServer, method, path string, hdr map[string]string) (int, http.Header, string) {
+func hdrGet(t *testing.T, ts *relaytest.Server, method, path string, hdr map[string]string) (int, http.Header, string) {
 	t.Helper()
-	c := &client{T: t, Server: ts.Server, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	c := &relaytest.Client{T: t, Server: ts, HTTP: &http.Client{Timeout: 10 * time.Second}}
 	r := c.Send(method, path, "", "", hdr)
 	return r.Status, r.Header, r.Raw
 }
@@ -57,12 +58,12 @@ func hdrGet(t *testing.T, ts *testServer, method, path string, hdr map[string]st
 // TestSecurityHeadersOnConnectionPlane: /emit (200, every error, 429),
 // /emit-tokens/revoke and the refused /ws handshake carry the headers.
 func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "1"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	c := ts.Client()
 
-	check := func(what string, r response, status int, body string) {
+	check := func(what string, r relaytest.Response, status int, body string) {
 		t.Helper()
 		r.Expect(t, status, body)
 		hdrCheck(t, what, r.Header, true)
@@ -140,7 +141,7 @@ func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 // TestSecurityHeadersOnOtherRoutes: health, readiness, the browser client
 // (200 and 304) and JSON 404/401/405 answers carry the headers.
 func TestSecurityHeadersOnOtherRoutes(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	for _, c := range []struct {
 		method, path string
 		status       int
@@ -157,7 +158,7 @@ func TestSecurityHeadersOnOtherRoutes(t *testing.T) {
 		{"POST", "/healthz", 405, `{"error":"method_not_allowed"}`},
 	} {
 		status, h, body := hdrGet(t, ts, c.method, c.path, nil)
-		r := response{Status: status, Header: h, Raw: body}
+		r := relaytest.Response{Status: status, Header: h, Raw: body}
 		r.Expect(t, c.status, c.body)
 		hdrCheck(t, c.method+" "+c.path, h, true)
 	}

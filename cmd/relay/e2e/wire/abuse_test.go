@@ -1,4 +1,4 @@
-package main
+package wire
 
 // Clients that hold the server's resources without finishing a request.
 
@@ -20,7 +20,7 @@ import (
 // everyone else is served.
 func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	addr := strings.TrimPrefix(ts.Base, "http://")
 	const clients = 20
 	// Headers that never end: no blank line ever comes.

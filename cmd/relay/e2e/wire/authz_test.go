@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"net/http"
@@ -19,7 +19,7 @@ import (
 func TestChannelAuthorization(t *testing.T) {
 	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
+		ts := relaytest.Start(t, dbURL, nil)
 		owner := ts.Signup("alice@example.com")
 		p := owner.CreateProject("demo")
 
@@ -175,7 +175,7 @@ func TestChannelAuthorization(t *testing.T) {
 // ignored, as SPEC.md says: revokeTokens revokes nothing (the clientId's
 // client-emit tokens still work).
 func TestDisconnectBodyIgnoredWithoutAuthorization(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
