@@ -85,9 +85,9 @@ func tokenBackend(t *testing.T, target, secret string, now func() time.Time) str
 // The log has token:N per callback call, close:CODE per socket closed,
 // sent:refresh and got:… for the refresh frames, subtoken:CHANNEL per
 // subscribe-token callback call.
-func (p *page) startAuthz(base, publicKey, tokenQuery string) {
-	p.b.t.Helper()
-	p.run(chromedp.Navigate(base + "/demo"))
+func startAuthz(p *relaytest.Tab, base, publicKey, tokenQuery string) {
+	p.B.T.Helper()
+	p.Run(chromedp.Navigate(base + "/demo"))
 	tokenOpt := "undefined"
 	if tokenQuery != "" {
 		tokenOpt = fmt.Sprintf(`() => {
@@ -98,7 +98,7 @@ func (p *page) startAuthz(base, publicKey, tokenQuery string) {
 			return fetch("/token?" + window.tokenQuery).then((r) => r.ok ? r.text() : Promise.reject(new Error("token " + r.status)));
 		}`)
 	}
-	p.eval(fmt.Sprintf(`
+	p.Eval(fmt.Sprintf(`
 		window.log = []; window.calls = 0; window.tokenQuery = %q;
 		window.hang = () => false; window.garble = () => false;
 		import("/client.js").then(({ Relay }) => {
@@ -136,7 +136,7 @@ func (p *page) startAuthz(base, publicKey, tokenQuery string) {
 			} });
 			log.push("loaded");
 		});`, tokenQuery, publicKey, tokenOpt))
-	p.waitFor(0, "loaded")
+	p.WaitFor(0, "loaded")
 }
 
 func TestBrowserAuthorization(t *testing.T) {
@@ -152,7 +152,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	}
 	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	front := tokenBackend(t, px.base(), secret, clock.Now)
-	b := newBrowser(t, front)
+	b := relaytest.NewBrowser(t, front)
 	emit := func(channel string, payload int) uint64 {
 		t.Helper()
 		res, err := backend.Emit(context.Background(), nil, ts.Base+"/emit", p.SecretKey, channel, map[string]int{"n": payload})
@@ -171,51 +171,51 @@ func TestBrowserAuthorization(t *testing.T) {
 
 	// A token granting private-user-42 (with presence) to user-42: the
 	// subscribe is acked, presence as user-42 too, a backend emit arrives.
-	ann := b.newTab(t)
-	ann.startAuthz(front, p.PublicKey, "user=user-42&grant=private-user-42&presence=1&ttl=600")
-	ann.eval(`sub("private-user-42", { presence: true, clientId: "user-42" })`)
-	annAt := ann.waitFor(0, "token:1", "state:open", "sent:subscribe:private-user-42", "ready:private-user-42", "presence:private-user-42:sync:")
-	if !ann.check(`relay.url.endsWith("/ws?publicKey=` + p.PublicKey + `") && relay.ws.url.includes("&token=ey")`) {
-		t.Fatalf("ann's addresses: %q", ann.log())
+	ann := b.NewTab(t)
+	startAuthz(ann, front, p.PublicKey, "user=user-42&grant=private-user-42&presence=1&ttl=600")
+	ann.Eval(`sub("private-user-42", { presence: true, clientId: "user-42" })`)
+	annAt := ann.WaitFor(0, "token:1", "state:open", "sent:subscribe:private-user-42", "ready:private-user-42", "presence:private-user-42:sync:")
+	if !ann.Check(`relay.url.endsWith("/ws?publicKey=` + p.PublicKey + `") && relay.ws.url.includes("&token=ey")`) {
+		t.Fatalf("ann's addresses: %q", ann.Log())
 	}
 	s1 := emit("private-user-42", 1)
-	annAt = ann.waitFor(annAt, msg("private-user-42", s1, 1, false))
+	annAt = ann.WaitFor(annAt, msg("private-user-42", s1, 1, false))
 
 	// No grant (user-7's token grants nothing): channel_forbidden refuses
 	// the subscription (onError and ready), and the client forgets it;
 	// presence under another clientId than the token's sub is refused.
-	bob := b.newTab(t)
-	bob.startAuthz(front, p.PublicKey, "user=user-7&ttl=600")
-	bob.eval(`sub("private-user-42")`)
-	bobAt := bob.waitFor(0, "token:1", "state:open", "suberror:private-user-42:channel_forbidden", "rejected:private-user-42:channel_forbidden")
-	bob.eval(`sub("lobby", { presence: true, clientId: "user-42" })`)
-	bobAt = bob.waitFor(bobAt, "suberror:lobby:client_id_mismatch", "rejected:lobby:client_id_mismatch")
-	if !bob.check(`!relay.subs.has("private-user-42") && !relay.subs.has("lobby")`) {
+	bob := b.NewTab(t)
+	startAuthz(bob, front, p.PublicKey, "user=user-7&ttl=600")
+	bob.Eval(`sub("private-user-42")`)
+	bobAt := bob.WaitFor(0, "token:1", "state:open", "suberror:private-user-42:channel_forbidden", "rejected:private-user-42:channel_forbidden")
+	bob.Eval(`sub("lobby", { presence: true, clientId: "user-42" })`)
+	bobAt = bob.WaitFor(bobAt, "suberror:lobby:client_id_mismatch", "rejected:lobby:client_id_mismatch")
+	if !bob.Check(`!relay.subs.has("private-user-42") && !relay.subs.has("lobby")`) {
 		t.Fatal("bob's refused subscriptions are still held")
 	}
 
 	// A subscribe token from the subscribe's own callback grants
 	// private-doc-9; one for another channel is invalid_subscribe_token.
-	bob.eval(`subWithToken("private-doc-9", "channel=private-doc-9&user=user-7")`)
-	bobAt = bob.waitFor(bobAt, "subtoken:private-doc-9", "sent:subscribe:private-doc-9:token", "ready:private-doc-9")
-	bob.eval(`subWithToken("private-doc-10", "channel=private-doc-9")`)
-	bob.waitFor(bobAt, "subtoken:private-doc-10", "suberror:private-doc-10:invalid_subscribe_token", "rejected:private-doc-10:invalid_subscribe_token")
+	bob.Eval(`subWithToken("private-doc-9", "channel=private-doc-9&user=user-7")`)
+	bobAt = bob.WaitFor(bobAt, "subtoken:private-doc-9", "sent:subscribe:private-doc-9:token", "ready:private-doc-9")
+	bob.Eval(`subWithToken("private-doc-10", "channel=private-doc-9")`)
+	bob.WaitFor(bobAt, "subtoken:private-doc-10", "suberror:private-doc-10:invalid_subscribe_token", "rejected:private-doc-10:invalid_subscribe_token")
 	s2 := emit("private-doc-9", 2)
-	bobAt = bob.waitFor(bobAt, msg("private-doc-9", s2, 2, false))
+	bobAt = bob.WaitFor(bobAt, msg("private-doc-9", s2, 2, false))
 
 	// Without the token option: no token sent, public channels as before,
 	// presence refused with token_required.
-	cat := b.newTab(t)
-	cat.startAuthz(front, p.PublicKey, "")
-	cat.eval(`sub("lobby"); sub("room", { presence: true, clientId: "cat" })`)
-	catAt := cat.waitFor(0, "state:open")
-	cat.waitFor(catAt, "ready:lobby")
-	cat.waitFor(catAt, "suberror:room:token_required", "rejected:room:token_required")
-	if !cat.check(`!relay.ws.url.includes("token") && window.calls === 0`) {
-		t.Fatalf("cat sent a token: %q", cat.log())
+	cat := b.NewTab(t)
+	startAuthz(cat, front, p.PublicKey, "")
+	cat.Eval(`sub("lobby"); sub("room", { presence: true, clientId: "cat" })`)
+	catAt := cat.WaitFor(0, "state:open")
+	cat.WaitFor(catAt, "ready:lobby")
+	cat.WaitFor(catAt, "suberror:room:token_required", "rejected:room:token_required")
+	if !cat.Check(`!relay.ws.url.includes("token") && window.calls === 0`) {
+		t.Fatalf("cat sent a token: %q", cat.Log())
 	}
-	if n := cat.count(0, "error:"); n != 0 {
-		t.Fatalf("cat: %q", cat.log())
+	if n := cat.Count(0, "error:"); n != 0 {
+		t.Fatalf("cat: %q", cat.Log())
 	}
 
 	// A cut connection: each page asks its callbacks again (a fresh
@@ -223,14 +223,14 @@ func TestBrowserAuthorization(t *testing.T) {
 	// since; what was emitted meanwhile comes back replayed.
 	px.holdNew()
 	px.cut()
-	annAt = ann.waitFor(annAt, "state:reconnecting")
-	bobAt = bob.waitFor(bobAt, "state:reconnecting")
+	annAt = ann.WaitFor(annAt, "state:reconnecting")
+	bobAt = bob.WaitFor(bobAt, "state:reconnecting")
 	s3, s4 := emit("private-user-42", 3), emit("private-doc-9", 4)
 	px.release()
-	annAt = ann.waitFor(annAt, "token:2", "state:open", "sent:subscribe:private-user-42:since", msg("private-user-42", s3, 3, true))
-	bobAt = bob.waitFor(bobAt, "token:2", "state:open", "subtoken:private-doc-9", "sent:subscribe:private-doc-9:token:since", msg("private-doc-9", s4, 4, true))
-	if n := bob.count(0, "subtoken:private-doc-9"); n != 2 {
-		t.Fatalf("bob's subscribe-token callback called %d times, want 2: %q", n, bob.log())
+	annAt = ann.WaitFor(annAt, "token:2", "state:open", "sent:subscribe:private-user-42:since", msg("private-user-42", s3, 3, true))
+	bobAt = bob.WaitFor(bobAt, "token:2", "state:open", "subtoken:private-doc-9", "sent:subscribe:private-doc-9:token:since", msg("private-doc-9", s4, 4, true))
+	if n := bob.Count(0, "subtoken:private-doc-9"); n != 2 {
+		t.Fatalf("bob's subscribe-token callback called %d times, want 2: %q", n, bob.Log())
 	}
 
 	// A short token (2 s left on the page's clock; the tokens are minted on
@@ -238,51 +238,51 @@ func TestBrowserAuthorization(t *testing.T) {
 	// token_expiring at once, and the client refreshes on its own timer,
 	// halfway to the exp, a second later (not on the notice, which would
 	// loop with a backend minting short tokens).
-	dan := b.newTab(t)
+	dan := b.NewTab(t)
 	ttl := 2 + int(time.Since(start).Seconds())
-	dan.startAuthz(front, p.PublicKey, fmt.Sprintf("user=user-42&grant=private-user-42&ttl=%d", ttl))
-	dan.waitFor(0, "token:1", "state:open", "got:token_expiring", "token:2", "sent:refresh", "got:refresh:true")
-	if !dan.check(`relay.tokenShort === true`) || dan.count(0, "state:reconnecting") != 0 {
-		t.Fatalf("dan: %q", dan.log())
+	startAuthz(dan, front, p.PublicKey, fmt.Sprintf("user=user-42&grant=private-user-42&ttl=%d", ttl))
+	dan.WaitFor(0, "token:1", "state:open", "got:token_expiring", "token:2", "sent:refresh", "got:refresh:true")
+	if !dan.Check(`relay.tokenShort === true`) || dan.Count(0, "state:reconnecting") != 0 {
+		t.Fatalf("dan: %q", dan.Log())
 	}
-	dan.eval(`relay.close()`)
+	dan.Eval(`relay.close()`)
 
 	// The server's token_expiring (its clock 20 s before the 600 s tokens'
 	// exp): ann and bob refresh. Erin's refresh hangs
 	// in her callback; at exp + 5 s the server closes her socket 4011 and
 	// she reconnects at once (no backoff) with a fresh token, resuming
 	// with since. Her reconnect is held at the proxy while a message goes.
-	erin := b.newTab(t)
-	erin.startAuthz(front, p.PublicKey, "user=user-42&grant=private-user-42&ttl=600")
-	erin.eval(`window.hang = (n) => n === 2; sub("private-user-42")`)
-	erinAt := erin.waitFor(0, "token:1", "state:open", "ready:private-user-42")
+	erin := b.NewTab(t)
+	startAuthz(erin, front, p.PublicKey, "user=user-42&grant=private-user-42&ttl=600")
+	erin.Eval(`window.hang = (n) => n === 2; sub("private-user-42")`)
+	erinAt := erin.WaitFor(0, "token:1", "state:open", "ready:private-user-42")
 	s5 := emit("private-user-42", 5)
-	erinAt = erin.waitFor(erinAt, msg("private-user-42", s5, 5, false))
-	annAt = ann.waitFor(annAt, msg("private-user-42", s5, 5, false))
+	erinAt = erin.WaitFor(erinAt, msg("private-user-42", s5, 5, false))
+	annAt = ann.WaitFor(annAt, msg("private-user-42", s5, 5, false))
 	clock.Set(start.Add(580 * time.Second))
-	annAt = ann.waitFor(annAt, "got:token_expiring", "token:3", "sent:refresh", "got:refresh:true")
-	bobAt = bob.waitFor(bobAt, "got:token_expiring", "token:3", "sent:refresh", "got:refresh:true")
-	erinAt = erin.waitFor(erinAt, "got:token_expiring", "token:2")
+	annAt = ann.WaitFor(annAt, "got:token_expiring", "token:3", "sent:refresh", "got:refresh:true")
+	bobAt = bob.WaitFor(bobAt, "got:token_expiring", "token:3", "sent:refresh", "got:refresh:true")
+	erinAt = erin.WaitFor(erinAt, "got:token_expiring", "token:2")
 	px.holdNew()
 	clock.Set(start.Add(606 * time.Second))
-	erinAt = erin.waitFor(erinAt, "state:reconnecting", "close:4011", "token:3")
+	erinAt = erin.WaitFor(erinAt, "state:reconnecting", "close:4011", "token:3")
 	s6 := emit("private-user-42", 6)
-	annAt = ann.waitFor(annAt, msg("private-user-42", s6, 6, false))
+	annAt = ann.WaitFor(annAt, msg("private-user-42", s6, 6, false))
 	px.release()
-	erinAt = erin.waitFor(erinAt, "state:open", "sent:subscribe:private-user-42:since", msg("private-user-42", s6, 6, true))
-	if !erin.check(`relay.attempt === 0`) || erin.count(0, "sent:refresh") != 0 || erin.count(0, "state:connecting") != 0 {
-		t.Fatalf("erin's reconnect after 4011: %q", erin.log())
+	erinAt = erin.WaitFor(erinAt, "state:open", "sent:subscribe:private-user-42:since", msg("private-user-42", s6, 6, true))
+	if !erin.Check(`relay.attempt === 0`) || erin.Count(0, "sent:refresh") != 0 || erin.Count(0, "state:connecting") != 0 {
+		t.Fatalf("erin's reconnect after 4011: %q", erin.Log())
 	}
-	if ann.count(0, "close:") != 1 || bob.count(0, "close:") != 1 { // the cut only
-		t.Fatalf("ann or bob closed after refreshing: %q %q", ann.log(), bob.log())
+	if ann.Count(0, "close:") != 1 || bob.Count(0, "close:") != 1 { // the cut only
+		t.Fatalf("ann or bob closed after refreshing: %q %q", ann.Log(), bob.Log())
 	}
 
 	// A refresh the server refuses (invalid_token): the error event, then
 	// a reconnect at once with a fresh token.
-	erin.eval(`window.garble = (n) => n === 4; relay.refresh()`)
-	erinAt = erin.waitFor(erinAt, "token:4", "sent:refresh", "got:invalid_token", "error:invalid_token", "state:reconnecting", "token:5", "state:open",
+	erin.Eval(`window.garble = (n) => n === 4; relay.refresh()`)
+	erinAt = erin.WaitFor(erinAt, "token:4", "sent:refresh", "got:invalid_token", "error:invalid_token", "state:reconnecting", "token:5", "state:open",
 		"sent:subscribe:private-user-42:since", "got:subscribe:private-user-42")
 	s7 := emit("private-user-42", 7)
-	erin.waitFor(erinAt, msg("private-user-42", s7, 7, false))
-	b.shot("authz-browser")
+	erin.WaitFor(erinAt, msg("private-user-42", s7, 7, false))
+	b.Shot("authz-browser")
 }

@@ -166,38 +166,38 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
-	b := newBrowser(t, ts.Base)
-	ann, bob := b.newTab(t), b.newTab(t)
-	ann.start(ts.Base, p.PublicKey, "room", "ann", "{}")
-	ann.waitFor(0, "state:open", "presence:sync:")
-	bob.start(ts.Base, p.PublicKey, "room", "bob", "{maxReconnectDelayMs: 300}")
-	bobAt := bob.waitFor(0, "state:open", "presence:sync:ann")
+	b := relaytest.NewBrowser(t, ts.Base)
+	ann, bob := b.NewTab(t), b.NewTab(t)
+	ann.Start(ts.Base, p.PublicKey, "room", "ann", "{}")
+	ann.WaitFor(0, "state:open", "presence:sync:")
+	bob.Start(ts.Base, p.PublicKey, "room", "bob", "{maxReconnectDelayMs: 300}")
+	bobAt := bob.WaitFor(0, "state:open", "presence:sync:ann")
 
 	// 1.
 	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"presence"}, TTL: time.Minute})
-	ann.eval(fmt.Sprintf(`relay.emit("room", "presence", "hi", %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
-	ann.waitForPrefix(0, "emitted:")
-	bob.waitForPrefix(bobAt, "msg:") // fails with bob's log if it never comes as a message
-	if bob.count(bobAt, "msg:") != 1 {
-		t.Errorf("1. bob's log after ann's client-emit of type presence: %q, want a msg: line", bob.log()[bobAt:])
+	ann.Eval(fmt.Sprintf(`relay.emit("room", "presence", "hi", %q).then((s) => log.push("emitted:" + s), (e) => log.push("emitfail:" + e.code))`, tok))
+	ann.WaitForPrefix(0, "emitted:")
+	bob.WaitForPrefix(bobAt, "msg:") // fails with bob's log if it never comes as a message
+	if bob.Count(bobAt, "msg:") != 1 {
+		t.Errorf("1. bob's log after ann's client-emit of type presence: %q, want a msg: line", bob.Log()[bobAt:])
 	}
 	step1At := bobAt // checked again at the end: no second copy came meanwhile
-	bobAt = len(bob.log())
+	bobAt = len(bob.Log())
 
 	// 2.
-	bob.eval(`relay.subscribe("long", {presence: true, clientId: "x".repeat(129), onError: (e) => log.push("suberr:" + e.code)}).ready.catch((e) => log.push("readyfail:" + e.code))`)
+	bob.Eval(`relay.subscribe("long", {presence: true, clientId: "x".repeat(129), onError: (e) => log.push("suberr:" + e.code)}).ready.catch((e) => log.push("readyfail:" + e.code))`)
 	refusedTwice := func(from int) bool {
-		return bob.count(from, "suberr:client_id_too_long") == 1 && bob.count(from, "readyfail:client_id_too_long") == 1
+		return bob.Count(from, "suberr:client_id_too_long") == 1 && bob.Count(from, "readyfail:client_id_too_long") == 1
 	}
 	if !relaytest.Within(5*time.Second, func() bool { return refusedTwice(bobAt) }) {
-		t.Errorf("2. bob's log after a refused subscribe: %q, want suberr: and readyfail:", bob.log()[bobAt:])
+		t.Errorf("2. bob's log after a refused subscribe: %q, want suberr: and readyfail:", bob.Log()[bobAt:])
 	}
-	bob.eval(`relay.unsubscribe("long")`)
+	bob.Eval(`relay.unsubscribe("long")`)
 	step2At := bobAt // checked again at the end: no second report came meanwhile
-	bobAt = len(bob.log())
+	bobAt = len(bob.Log())
 
 	// 3.
-	bob.eval(`{ const c = relay.connect.bind(relay); relay.connect = () => { log.push("connect"); c(); }; }`)
+	bob.Eval(`{ const c = relay.connect.bind(relay); relay.connect = () => { log.push("connect"); c(); }; }`)
 	var keys struct {
 		Keys []struct{ ID, KeyType string } `json:"keys"`
 	}
@@ -211,15 +211,15 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 	}
 	// Time by nature: no retry loop within 5 s (polled, so that a second
 	// attempt fails the test when it comes).
-	relaytest.Within(5*time.Second, func() bool { return bob.count(bobAt, "connect") > 1 })
-	if n := bob.count(bobAt, "connect"); n > 1 || !bob.check(`relay.state === "closed"`) {
-		t.Errorf("3. after 4001: %d connection attempts in 5 s, state not closed; log %q", n, bob.log()[bobAt:])
+	relaytest.Within(5*time.Second, func() bool { return bob.Count(bobAt, "connect") > 1 })
+	if n := bob.Count(bobAt, "connect"); n > 1 || !bob.Check(`relay.state === "closed"`) {
+		t.Errorf("3. after 4001: %d connection attempts in 5 s, state not closed; log %q", n, bob.Log()[bobAt:])
 	}
-	if n := bob.count(step1At, "msg:"); n != 1 {
-		t.Errorf("1. bob's log has %d msg: lines since ann's client-emit, want 1: %q", n, bob.log()[step1At:])
+	if n := bob.Count(step1At, "msg:"); n != 1 {
+		t.Errorf("1. bob's log has %d msg: lines since ann's client-emit, want 1: %q", n, bob.Log()[step1At:])
 	}
 	if !refusedTwice(step2At) {
-		t.Errorf("2. bob's log since the refused subscribe: %q, want one suberr: and one readyfail:", bob.log()[step2At:])
+		t.Errorf("2. bob's log since the refused subscribe: %q, want one suberr: and one readyfail:", bob.Log()[step2At:])
 	}
 }
 
@@ -260,14 +260,14 @@ func TestBrowserClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	p := owner.CreateProject("demo")
 	ts.PresenceSub(t, p.PublicKey, "room", "other").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
 	ts.PresenceSub(t, p.PublicKey, "room", "first").Expect(`{"type":"presence","channel":"room","event":"sync","members":["other"]}`)
-	tab := newBrowser(t, ts.Base).newTab(t)
-	tab.start(ts.Base, p.PublicKey, "room", "first", "{}") // members: other, first (the cap)
-	at := tab.waitFor(0, "state:open", "presence:sync:first,other")
-	tab.eval(`relay.subscribe("room", {presence: true, clientId: "second"}).ready.catch((e) => log.push("readyfail:" + e.code))`)
-	at = tab.waitForPrefix(at, "readyfail:too_many_presence_members")
+	tab := relaytest.NewBrowser(t, ts.Base).NewTab(t)
+	tab.Start(ts.Base, p.PublicKey, "room", "first", "{}") // members: other, first (the cap)
+	at := tab.WaitFor(0, "state:open", "presence:sync:first,other")
+	tab.Eval(`relay.subscribe("room", {presence: true, clientId: "second"}).ready.catch((e) => log.push("readyfail:" + e.code))`)
+	at = tab.WaitForPrefix(at, "readyfail:too_many_presence_members")
 	r := owner.Emit(p.SecretKey, `{"channel":"room","payload":7}`)
 	if r.Status != 200 {
 		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
-	tab.waitForPrefix(at, fmt.Sprintf("msg:%d:7", int64(relaytest.Num(r.JSON, "seq"))))
+	tab.WaitForPrefix(at, fmt.Sprintf("msg:%d:7", int64(relaytest.Num(r.JSON, "seq"))))
 }

@@ -20,37 +20,37 @@ import (
 func TestDashboardBrowserKeyOverlap(t *testing.T) {
 	clock := newClock()
 	ts := startServerAt(t, storetest.SQLiteURL(t), nil, clock.Now)
-	b := newBrowser(t, ts.Base)
+	b := relaytest.NewBrowser(t, ts.Base)
 	emitter := ts.Client()
 	emit := func(secret string) response { return emitter.Emit(secret, `{"channel":"c","payload":1}`) }
 
-	projectPath := b.signUpWithProject("alice@example.com", "Overlap")
-	oldSecret := b.text("#raw-secret-key")
+	projectPath := b.SignUpWithProject("alice@example.com", "Overlap")
+	oldSecret := b.Text("#raw-secret-key")
 	if r := emit(oldSecret); r.Status != http.StatusOK {
 		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
 	used := clock.Now()
-	b.open(projectPath)
-	if n := b.count("#keys-table td.last-used"); n != 2 || b.text("#keys-table tr.key td.last-used") != "never" {
-		t.Fatalf("%d last-used cells, first %q; want 2, never (nothing written yet)", n, b.text("#keys-table tr.key td.last-used"))
+	b.Open(projectPath)
+	if n := b.Count("#keys-table td.last-used"); n != 2 || b.Text("#keys-table tr.key td.last-used") != "never" {
+		t.Fatalf("%d last-used cells, first %q; want 2, never (nothing written yet)", n, b.Text("#keys-table tr.key td.last-used"))
 	}
 
 	// Rotate with a 5-minute overlap chosen in the select.
 	end := clock.Now().Add(5 * time.Minute).UTC().Format("2006-01-02 15:04:05 UTC")
-	browserRun(b, chromedp.Evaluate[chromedp.Void](`document.querySelector("#rotate-secret-overlap").value = "300"`))
-	if got := browserRun(b, chromedp.Evaluate[string](`document.querySelector("#rotate-secret-overlap").selectedOptions[0].textContent`)); got != "valid 5 more minutes" {
+	relaytest.BrowserRun(b, chromedp.Evaluate[chromedp.Void](`document.querySelector("#rotate-secret-overlap").value = "300"`))
+	if got := relaytest.BrowserRun(b, chromedp.Evaluate[string](`document.querySelector("#rotate-secret-overlap").selectedOptions[0].textContent`)); got != "valid 5 more minutes" {
 		t.Fatalf("chosen overlap %q", got)
 	}
-	b.click("#rotate-secret")
-	b.expectPage(http.StatusOK, "#notice", "previous secret key stays valid until "+end)
-	newSecret := b.text("#raw-secret-key")
-	if n := b.count("#keys-table tr.key.overlap"); n != 1 {
+	b.Click("#rotate-secret")
+	b.ExpectPage(http.StatusOK, "#notice", "previous secret key stays valid until "+end)
+	newSecret := b.Text("#raw-secret-key")
+	if n := b.Count("#keys-table tr.key.overlap"); n != 1 {
 		t.Fatalf("%d keys in their overlap window, want 1", n)
 	}
-	if got := b.text("#keys-table tr.key.overlap .badge"); got != "valid until "+end {
+	if got := b.Text("#keys-table tr.key.overlap .badge"); got != "valid until "+end {
 		t.Fatalf("overlap badge %q, want valid until %s", got, end)
 	}
-	b.shot("secret-rotated-with-overlap")
+	b.Shot("secret-rotated-with-overlap")
 	for _, k := range []string{oldSecret, newSecret} {
 		if r := emit(k); r.Status != http.StatusOK {
 			t.Fatalf("emit in the window: %d %s", r.Status, r.Raw)
@@ -62,23 +62,23 @@ func TestDashboardBrowserKeyOverlap(t *testing.T) {
 	clock.Advance(time.Minute)
 	want := used.UTC().Format("2006-01-02 15:04 UTC")
 	relaytest.EventuallyNil(t, 5*time.Second, func() error {
-		b.open(projectPath)
-		if got := b.text("#keys-table tr.key.overlap td.last-used"); got != want {
+		b.Open(projectPath)
+		if got := b.Text("#keys-table tr.key.overlap td.last-used"); got != want {
 			return fmt.Errorf("last used of the old secret key %q, want %q", got, want)
 		}
 		return nil
 	})
-	b.shot("last-used")
+	b.Shot("last-used")
 
 	// After the window: expired, refused.
 	clock.Advance(4 * time.Minute)
 	emit(oldSecret).Expect(t, http.StatusUnauthorized, `{"error":"invalid_secret_key"}`)
-	b.open(projectPath)
-	if b.has("#keys-table tr.key.overlap") || b.count("#keys-table tr.key.revoked") != 1 {
-		t.Fatalf("after the window: %d overlap rows, %d revoked rows", b.count("#keys-table tr.key.overlap"), b.count("#keys-table tr.key.revoked"))
+	b.Open(projectPath)
+	if b.Has("#keys-table tr.key.overlap") || b.Count("#keys-table tr.key.revoked") != 1 {
+		t.Fatalf("after the window: %d overlap rows, %d revoked rows", b.Count("#keys-table tr.key.overlap"), b.Count("#keys-table tr.key.revoked"))
 	}
-	if got := b.text("#keys-table tr.key.revoked .badge"); got != "expired "+end {
+	if got := b.Text("#keys-table tr.key.revoked .badge"); got != "expired "+end {
 		t.Fatalf("expired badge %q, want expired %s", got, end)
 	}
-	b.shot("old-key-expired")
+	b.Shot("old-key-expired")
 }

@@ -1,4 +1,4 @@
-package main
+package browser
 
 import (
 	"fmt"
@@ -19,10 +19,10 @@ import (
 // page without resume starts afresh; subscribe's since starts from a seq by
 // hand.
 func TestBrowserClientResume(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("resume")
-	b := newBrowser(t, ts.Base)
+	b := relaytest.NewBrowser(t, ts.Base)
 	emit := func(payload string) int64 {
 		t.Helper()
 		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"`+payload+`"}`)
@@ -31,9 +31,9 @@ func TestBrowserClientResume(t *testing.T) {
 		}
 		return int64(relaytest.Num(r.JSON, "seq"))
 	}
-	msgs := func(pg *page, from, to int) []string {
+	msgs := func(pg *relaytest.Tab, from, to int) []string {
 		var out []string
-		for _, l := range pg.log()[from:to] {
+		for _, l := range pg.Log()[from:to] {
 			if strings.HasPrefix(l, "msg:") || strings.HasPrefix(l, "gap:") {
 				out = append(out, l)
 			}
@@ -41,57 +41,57 @@ func TestBrowserClientResume(t *testing.T) {
 		return out
 	}
 
-	pg := b.newTab(t)
-	pg.start(ts.Base, p.PublicKey, "feed", "dan", "{resume: true}")
-	at := pg.waitFor(0, "state:open", "presence:sync:")
+	pg := b.NewTab(t)
+	pg.Start(ts.Base, p.PublicKey, "feed", "dan", "{resume: true}")
+	at := pg.WaitFor(0, "state:open", "presence:sync:")
 	one, two := emit("one"), emit("two")
-	at = pg.waitFor(at, fmt.Sprintf(`msg:%d:"one"`, one), fmt.Sprintf(`msg:%d:"two"`, two))
+	at = pg.WaitFor(at, fmt.Sprintf(`msg:%d:"one"`, one), fmt.Sprintf(`msg:%d:"two"`, two))
 
 	// The page is left (pagehide writes what the client has not yet
 	// stored); two emits while no page is open; the page comes back.
-	pg.run(chromedp.Navigate(ts.Base + "/healthz"))
+	pg.Run(chromedp.Navigate(ts.Base + "/healthz"))
 	three, four := emit("three"), emit("four")
-	pg.start(ts.Base, p.PublicKey, "feed", "dan", "{resume: true}")
+	pg.Start(ts.Base, p.PublicKey, "feed", "dan", "{resume: true}")
 	want := []string{fmt.Sprintf(`msg:%d:"three":replay`, three), fmt.Sprintf(`msg:%d:"four":replay`, four)}
-	end := pg.waitFor(0, want...)
+	end := pg.WaitFor(0, want...)
 	five := emit("five")
-	end = pg.waitFor(end, fmt.Sprintf(`msg:%d:"five"`, five))
+	end = pg.WaitFor(end, fmt.Sprintf(`msg:%d:"five"`, five))
 	if got := msgs(pg, 0, end); strings.Join(got, "\n") != strings.Join(append(want, fmt.Sprintf(`msg:%d:"five"`, five)), "\n") {
 		t.Fatalf("after the page came back: %q, want %q then five", got, want)
 	}
 	// Subscribing again on the same page (new handlers) starts where the
 	// subscription it replaces is, even right after a message (its seq not
 	// yet written): nothing it delivered comes again.
-	pg.eval(`relay.subscribe("feed", { presence: true, clientId: "dan", onMessage: (m) => {
+	pg.Eval(`relay.subscribe("feed", { presence: true, clientId: "dan", onMessage: (m) => {
 		log.push("b:" + m.seq + (m.replay ? ":replay" : ""));
 		if (m.payload === "resubscribe") relay.subscribe("feed", { presence: true, clientId: "dan", onMessage: (x) => log.push("again:" + x.seq + (x.replay ? ":replay" : "")) });
 	} })`)
-	relaytest.Eventually(t, 5*time.Second, func() bool { return pg.check(`relay.subs.get("feed").acked === true`) }, "the new subscription acked")
+	relaytest.Eventually(t, 5*time.Second, func() bool { return pg.Check(`relay.subs.get("feed").acked === true`) }, "the new subscription acked")
 	resub := emit("resubscribe")
-	end = pg.waitFor(end, fmt.Sprintf("b:%d", resub))
-	relaytest.Eventually(t, 5*time.Second, func() bool { return pg.check(`relay.subs.get("feed").acked === true`) }, "the third subscription acked")
+	end = pg.WaitFor(end, fmt.Sprintf("b:%d", resub))
+	relaytest.Eventually(t, 5*time.Second, func() bool { return pg.Check(`relay.subs.get("feed").acked === true`) }, "the third subscription acked")
 	after := emit("after")
-	end = pg.waitFor(end, fmt.Sprintf("again:%d", after))
-	if n := pg.count(0, "again:"); n != 1 {
-		t.Fatalf("after subscribing again: %q, want the message after it alone", pg.log())
+	end = pg.WaitFor(end, fmt.Sprintf("again:%d", after))
+	if n := pg.Count(0, "again:"); n != 1 {
+		t.Fatalf("after subscribing again: %q, want the message after it alone", pg.Log())
 	}
 	five = after
 	key := fmt.Sprintf("relay:%s:feed", p.PublicKey)
 	relaytest.Eventually(t, 5*time.Second, func() bool {
-		return pg.check(fmt.Sprintf(`localStorage.getItem(%q) === %q`, key, fmt.Sprint(five)))
+		return pg.Check(fmt.Sprintf(`localStorage.getItem(%q) === %q`, key, fmt.Sprint(five)))
 	}, "localStorage holds the last seq")
 
 	// Without resume: nothing stored is used, nothing replayed.
-	fresh := b.newTab(t)
-	fresh.start(ts.Base, p.PublicKey, "feed", "eve", "{}")
-	fat := fresh.waitFor(0, "state:open", "presence:sync:dan")
+	fresh := b.NewTab(t)
+	fresh.Start(ts.Base, p.PublicKey, "feed", "eve", "{}")
+	fat := fresh.WaitFor(0, "state:open", "presence:sync:dan")
 	six := emit("six")
-	fat = fresh.waitFor(fat, fmt.Sprintf(`msg:%d:"six"`, six))
+	fat = fresh.WaitFor(fat, fmt.Sprintf(`msg:%d:"six"`, six))
 	if got := msgs(fresh, 0, fat); len(got) != 1 {
 		t.Fatalf("a page without resume got %q, want six alone", got)
 	}
 
 	// since by hand, on the same relay: what came after it, replayed.
-	fresh.eval(fmt.Sprintf(`relay.subscribe("feed", { since: %d, onMessage: (m) => log.push("again:" + m.seq + (m.replay ? ":replay" : "")) })`, four))
-	fresh.waitFor(fat, fmt.Sprintf("again:%d:replay", five), fmt.Sprintf("again:%d:replay", six))
+	fresh.Eval(fmt.Sprintf(`relay.subscribe("feed", { since: %d, onMessage: (m) => log.push("again:" + m.seq + (m.replay ? ":replay" : "")) })`, four))
+	fresh.WaitFor(fat, fmt.Sprintf("again:%d:replay", five), fmt.Sprintf("again:%d:replay", six))
 }

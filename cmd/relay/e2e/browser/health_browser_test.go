@@ -1,4 +1,4 @@
-package main
+package browser
 
 import (
 	"fmt"
@@ -16,20 +16,20 @@ import (
 // subscribers and emits made after it (the card reads the owner's JSON
 // route every 5 seconds).
 func TestDashboardBrowserHealth(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	b := newBrowser(t, ts.Base)
-	projectPath := b.signUpWithProject("alice@example.com", "Health")
-	publicKey, secretKey := b.text("#raw-public-key"), b.text("#raw-secret-key")
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
+	b := relaytest.NewBrowser(t, ts.Base)
+	projectPath := b.SignUpWithProject("alice@example.com", "Health")
+	publicKey, secretKey := b.Text("#raw-public-key"), b.Text("#raw-secret-key")
 
-	b.open(projectPath)
+	b.Open(projectPath)
 	for id, want := range map[string]string{"#health-connections": "0", "#health-minute-emits": "0", "#health-hour-deliveries": "0", "#health-minute-p99": "–"} {
-		if got := b.text(id); got != want {
+		if got := b.Text(id); got != want {
 			t.Fatalf("%s = %q on a fresh project, want %q", id, got, want)
 		}
 	}
 
 	// After the page loaded: two subscribers, three emits they read.
-	subs := []*wsClient{ts.Subscribed(t, publicKey, "room"), ts.Subscribed(t, publicKey, "room")}
+	subs := []*relaytest.WS{ts.Subscribed(t, publicKey, "room"), ts.Subscribed(t, publicKey, "room")}
 	emitter := ts.Client()
 	for i := range 3 {
 		r := emitter.Emit(secretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
@@ -48,16 +48,16 @@ func TestDashboardBrowserHealth(t *testing.T) {
 		got := map[string]string{}
 		same := true
 		for id, w := range want {
-			got[id] = b.text(id)
+			got[id] = b.Text(id)
 			same = same && got[id] == w
 		}
-		if p99 := b.text("#health-minute-p99"); !same || !strings.HasSuffix(p99, " ms") {
+		if p99 := b.Text("#health-minute-p99"); !same || !strings.HasSuffix(p99, " ms") {
 			return fmt.Errorf("health card without a reload: %v, p99 %q; want %v and a latency", got, p99, want)
 		}
 		return nil
 	})
-	if b.path() != projectPath {
-		t.Fatalf("the page moved to %s", b.path())
+	if b.Path() != projectPath {
+		t.Fatalf("the page moved to %s", b.Path())
 	}
-	b.shot("health-refreshed")
+	b.Shot("health-refreshed")
 }

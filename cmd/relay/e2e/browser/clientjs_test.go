@@ -1,4 +1,4 @@
-package main
+package browser
 
 import (
 	"net/http"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestClientJSServedWithETag(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	res, err := http.Get(ts.Base + "/client.js")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package browser
 
 // The browser client's types (api/web/client.d.ts) against the client itself
 // (api/web/client.js), by name: tsc checks that the declarations hold
@@ -21,7 +21,7 @@ import (
 
 func readWebFile(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../api/web/" + name)
+	b, err := os.ReadFile("../../../../api/web/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 		}
 	}
 	// The error codes listed are those of proto/PROTOCOL.md's socket table.
-	protocol, err := os.ReadFile("../../proto/PROTOCOL.md")
+	protocol, err := os.ReadFile("../../../../proto/PROTOCOL.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 }
 
 func TestClientTypesServed(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	res, err := http.Get(ts.Base + "/client.d.ts")
 	if err != nil {
 		t.Fatal(err)

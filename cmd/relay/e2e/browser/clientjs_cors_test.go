@@ -1,4 +1,4 @@
-package main
+package browser
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -18,7 +19,7 @@ import (
 // cannot read /demo.js (no CORS header there: only the client's two files
 // are shared with every origin). The response headers are checked too.
 func TestClientJSCrossOrigin(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	for _, path := range []string{"/client.js", "/client.d.ts"} {
 		req, _ := http.NewRequest("GET", ts.Base+path, nil)
 		req.Header.Set("Origin", "http://127.0.0.1:1")
@@ -53,10 +54,10 @@ func TestClientJSCrossOrigin(t *testing.T) {
 		t.Fatal("the page and the relay share an origin")
 	}
 
-	b := newBrowser(t, site.URL)
-	pg := b.newTab(t)
-	pg.run(chromedp.Navigate(site.URL + "/"))
-	pg.eval(fmt.Sprintf(`
+	b := relaytest.NewBrowser(t, site.URL)
+	pg := b.NewTab(t)
+	pg.Run(chromedp.Navigate(site.URL + "/"))
+	pg.Eval(fmt.Sprintf(`
 		window.log = [];
 		import(%q).then(({ Relay }) => {
 			log.push("imported");
@@ -68,9 +69,9 @@ func TestClientJSCrossOrigin(t *testing.T) {
 		fetch(%q).then((r) => r.text()).then((s) => log.push("dts:" + s.includes("export class Relay")), (e) => log.push("dtsfail"));
 		fetch(%q).then(() => log.push("demojs:read"), () => log.push("demojs:refused"));`,
 		ts.Base+"/client.js", ts.Base, p.PublicKey, ts.Base+"/client.d.ts", ts.Base+"/demo.js"))
-	at := pg.waitFor(0, "imported", "state:open", "ready")
+	at := pg.WaitFor(0, "imported", "state:open", "ready")
 	owner.Emit(p.SecretKey, `{"channel":"room","payload":{"from":"curl"}}`)
-	pg.waitFor(at, `msg:{"from":"curl"}`)
-	pg.waitFor(0, "dts:true")
-	pg.waitFor(0, "demojs:refused")
+	pg.WaitFor(at, `msg:{"from":"curl"}`)
+	pg.WaitFor(0, "dts:true")
+	pg.WaitFor(0, "demojs:refused")
 }
