@@ -114,7 +114,7 @@ func TestAdminCommands(t *testing.T) {
 		if r := c.EmitNoFail(sec, `{"channel":"c","payload":1}`); r.Status != 200 {
 			t.Fatalf("emit with the new secret key: %d %s", r.Status, r.Raw)
 		}
-		ts.stop()
+		ts.Stop()
 
 		r := adminOK(t, dbURL, "rotate-key", "--project", pid, "--type", "secret")
 		key := r["key"].(map[string]any)

@@ -150,8 +150,8 @@ func TestBrowserAuthorization(t *testing.T) {
 	if r.Status != http.StatusOK || r.JSON["authorization"] != true || secret == "" {
 		t.Fatalf("turn authorization on: %d %s", r.Status, r.Raw)
 	}
-	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
-	front := tokenBackend(t, px.base(), secret, clock.Now)
+	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	front := tokenBackend(t, px.Base(), secret, clock.Now)
 	b := relaytest.NewBrowser(t, front)
 	emit := func(channel string, payload int) uint64 {
 		t.Helper()
@@ -221,12 +221,12 @@ func TestBrowserAuthorization(t *testing.T) {
 	// A cut connection: each page asks its callbacks again (a fresh
 	// connection token, a fresh subscribe token) and resubscribes with
 	// since; what was emitted meanwhile comes back replayed.
-	px.holdNew()
-	px.cut()
+	px.HoldNew()
+	px.Cut()
 	annAt = ann.WaitFor(annAt, "state:reconnecting")
 	bobAt = bob.WaitFor(bobAt, "state:reconnecting")
 	s3, s4 := emit("private-user-42", 3), emit("private-doc-9", 4)
-	px.release()
+	px.Release()
 	annAt = ann.WaitFor(annAt, "token:2", "state:open", "sent:subscribe:private-user-42:since", msg("private-user-42", s3, 3, true))
 	bobAt = bob.WaitFor(bobAt, "token:2", "state:open", "subtoken:private-doc-9", "sent:subscribe:private-doc-9:token:since", msg("private-doc-9", s4, 4, true))
 	if n := bob.Count(0, "subtoken:private-doc-9"); n != 2 {
@@ -263,12 +263,12 @@ func TestBrowserAuthorization(t *testing.T) {
 	annAt = ann.WaitFor(annAt, "got:token_expiring", "token:3", "sent:refresh", "got:refresh:true")
 	bobAt = bob.WaitFor(bobAt, "got:token_expiring", "token:3", "sent:refresh", "got:refresh:true")
 	erinAt = erin.WaitFor(erinAt, "got:token_expiring", "token:2")
-	px.holdNew()
+	px.HoldNew()
 	clock.Set(start.Add(606 * time.Second))
 	erinAt = erin.WaitFor(erinAt, "state:reconnecting", "close:4011", "token:3")
 	s6 := emit("private-user-42", 6)
 	annAt = ann.WaitFor(annAt, msg("private-user-42", s6, 6, false))
-	px.release()
+	px.Release()
 	erinAt = erin.WaitFor(erinAt, "state:open", "sent:subscribe:private-user-42:since", msg("private-user-42", s6, 6, true))
 	if !erin.Check(`relay.attempt === 0`) || erin.Count(0, "sent:refresh") != 0 || erin.Count(0, "state:connecting") != 0 {
 		t.Fatalf("erin's reconnect after 4011: %q", erin.Log())

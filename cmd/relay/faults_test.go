@@ -88,7 +88,7 @@ func TestDatabaseGoesAwayAndComesBack(t *testing.T) {
 		if now = resourcesOf(t, ts); now.goroutines <= base.goroutines && now.files <= base.files {
 			return nil
 		}
-		return withStacks(fmt.Sprintf("after the outage: goroutines %d → %d, open files %d → %d (pool connections %d → %d)",
+		return relaytest.WithStacks(fmt.Sprintf("after the outage: goroutines %d → %d, open files %d → %d (pool connections %d → %d)",
 			base.goroutines, now.goroutines, base.files, now.files, base.poolConns, now.poolConns))
 	})
 	t.Logf("goroutines %d → %d, open files %d → %d (besides the pool's %d → %d connections)",

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
@@ -69,15 +68,15 @@ func startServerAt(t testing.TB, dbURL string, env map[string]string, now func()
 	}
 	t.Cleanup(func() {
 		if ts.app != nil { // else the test shut it down itself
-			ts.stop()
+			ts.Stop()
 		}
 	})
 	return ts
 }
 
-// stop shuts the in-process server down now, within 10 s, and fails the test
+// Stop shuts the in-process server down now, within 10 s, and fails the test
 // on an error; ts.app is nil afterwards.
-func (ts *testServer) stop() {
+func (ts *testServer) Stop() {
 	ts.T.Helper()
 	a := ts.app
 	ts.app = nil
@@ -115,13 +114,4 @@ func debugServerAt(t testing.TB, env map[string]string, now func() time.Time) *t
 // helpers.
 func binaryServer(t testing.TB, proc *relaytest.Process) *testServer {
 	return &testServer{Server: relaytest.ServerOf(t, proc)}
-}
-
-// withStacks is an error whose text ends with every goroutine's stack,
-// taken only when it is printed (a failing poll would take it every time).
-type withStacks string
-
-func (e withStacks) Error() string {
-	buf := make([]byte, 1<<20)
-	return string(e) + "\n" + string(buf[:runtime.Stack(buf, true)])
 }

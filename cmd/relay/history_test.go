@@ -135,7 +135,7 @@ func TestChannelHistory(t *testing.T) {
 		ws.Conn.Close()
 
 		// A restart: the ring is gone, the store is not.
-		ts.stop()
+		ts.Stop()
 		ts = startServer(t, dbURL, nil)
 		ws = ts.DialWS(p.PublicKey)
 		ws.Send(fmt.Sprintf(`{"action":"subscribe","channel":"room","since":%d}`, seqs[1]))
@@ -207,7 +207,7 @@ func TestChannelHistoryOffAndOnAgain(t *testing.T) {
 		if last, err := ts.app.store.LastHistorySeq(t.Context(), p.ID, "room"); err != nil || last != 0 {
 			t.Fatalf("turned on again, the project still stores up to %d (%v), want nothing from before", last, err)
 		}
-		ts.stop()
+		ts.Stop()
 		ts = startServer(t, dbURL, nil)
 		if seq := emit(2); seq <= unstored {
 			t.Fatalf("seq after the restart %d, not above %d (delivered while the history was off)", seq, unstored)

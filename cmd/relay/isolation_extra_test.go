@@ -74,7 +74,7 @@ func TestIsolationRevokeByJTI(t *testing.T) {
 		}
 
 		// After a restart on the same database: still B's only.
-		ts.stop()
+		ts.Stop()
 		ts2 := startServer(t, url, nil)
 		subA2 := ts2.PresenceSub(t, a.PublicKey, "room", "x")
 		subA2.Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)

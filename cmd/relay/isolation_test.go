@@ -96,7 +96,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	for _, ck := range owner.HTTP.Jar.Cookies(mustURL(ts.Base)) {
 		cookie = ck.Value
 	}
-	ts.stop()
+	ts.Stop()
 	logs := ts.Logs.String()
 	if len(logs) < 500 {
 		t.Fatalf("suspiciously short logs:\n%s", logs)

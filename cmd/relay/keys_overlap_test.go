@@ -229,7 +229,7 @@ func TestKeyLastUsed(t *testing.T) {
 		clock.wait(t) // a tick has moved the use clock
 		t2 := clock.Now()
 		ts.DialWS(p.PublicKey)
-		ts.stop()
+		ts.Stop()
 		ts = startServerAt(t, dbURL, nil, clock.Now)
 		alice = ts.Client()
 		alice.Do("POST", "/api/auth/login", relaytest.JSON(map[string]string{"email": "alice@example.com", "password": relaytest.Password}))

@@ -447,7 +447,7 @@ func TestRevokeEndpoint(t *testing.T) {
 
 		// Revocations survive a restart: the server stops, and a second one
 		// starts on the same database.
-		s.ts.stop()
+		s.ts.Stop()
 		ts2 := startServerAt(t, url, nil, clock.Now)
 		ann2 := ts2.PresenceSub(t, s.p.PublicKey, "chat", "ann")
 		ann2.Expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)

@@ -42,7 +42,7 @@ func TestUsageRowsExact(t *testing.T) {
 		conns[0].Conn.Close()
 		ts.DialWS(p.PublicKey)
 		owner.Emit(p.SecretKey, `{"channel":"b","payload":1}`)
-		ts.stop()
+		ts.Stop()
 		ts2 := startServer(t, url, nil) // read back through a fresh process core
 		us, err := ts2.app.store.Usage(context.Background(), p.ID, day)
 		if err != nil || len(us) != 1 || us[0].ConnectionCount != 4 || us[0].MessageCount != 6 || us[0].PeakConcurrentConnections != 3 ||

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,11 +22,28 @@ type Server struct {
 	Debug string           // http://127.0.0.1:PORT of the operator listener; "" when it is off
 	Logs  *Buffer          // the server's log
 	Now   func() time.Time // the server's clock
+
+	proc *Process // the binary, when it is one
 }
 
 // ServerOf is the binary proc behind the Server's helpers, for test t.
 func ServerOf(t testing.TB, proc *Process) *Server {
-	return &Server{T: t, Base: proc.Base, Debug: proc.Debug, Logs: proc.Logs, Now: time.Now}
+	return &Server{T: t, Base: proc.Base, Debug: proc.Debug, Logs: proc.Logs, Now: time.Now, proc: proc}
+}
+
+// Stop ends the relay as an operator does (SIGTERM) and waits until it has
+// exited, within 20 s, or fails the test.
+func (s *Server) Stop() {
+	s.T.Helper()
+	if s.proc == nil {
+		s.T.Fatal("Stop: this server is not a process of the harness")
+	}
+	s.proc.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.proc.Exited:
+	case <-time.After(20 * time.Second):
+		s.T.Fatalf("the relay did not exit within 20 s of SIGTERM:\n%s", s.Logs)
+	}
 }
 
 // Metrics scrapes the operator listener's /metrics.

@@ -3,6 +3,7 @@ package relaytest
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -47,4 +48,13 @@ func poll(timeout time.Duration, check func() error) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// WithStacks is an error whose text ends with every goroutine's stack,
+// taken only when it is printed (a failing poll would take it every time).
+type WithStacks string
+
+func (e WithStacks) Error() string {
+	buf := make([]byte, 1<<20)
+	return string(e) + "\n" + string(buf[:runtime.Stack(buf, true)])
 }

@@ -1,4 +1,4 @@
-package main
+package wire
 
 // The Go client (api/client) and the browser client (api/web/client.js) at
 // the protocol's edges: subscribe refusals, client-emitted types named like
@@ -36,7 +36,7 @@ func goClient(t *testing.T, base, publicKey string, opts relay.Options) *relay.C
 // subscribed): Subscribe returns the error. It used to know four codes only,
 // and waited for its context.
 func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -51,7 +51,7 @@ func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
 // too_many_channels refuses a subscribe to a new channel past
 // MAX_CHANNELS_PER_PROJECT: Subscribe returns it (it waited for its context).
 func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "1"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "1"})
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -69,20 +69,20 @@ func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
 // channel (it used to: the emit got the subscribe's error and the subscribe
 // hung). A frozen proxy holds both frames so that both wait together.
 func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
-	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
 	ctx := context.Background()
-	c := goClient(t, px.base(), p.PublicKey, relay.Options{})
+	c := goClient(t, px.Base(), p.PublicKey, relay.Options{})
 	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
 		t.Fatal(err)
 	}
 	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: p.ID, Channel: "room", ClientID: "ann", Types: []string{"chat"}, TTL: time.Minute})
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	px.frozen.Store(true)
+	px.Frozen.Store(true)
 	subErr, emitErr := make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := c.Subscribe(sctx, "room", relay.SubscribeOptions{Presence: true, ClientID: strings.Repeat("x", 129)})
@@ -90,13 +90,13 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 	}()
 	// The subscribe is at the proxy (held) before the emit is sent, and the
 	// emit is sent (waiting at the proxy, which reads no more) before both go on.
-	relaytest.Eventually(t, 5*time.Second, func() bool { return px.frozen.heldReads() > 0 }, "the subscribe held at the proxy")
+	relaytest.Eventually(t, 5*time.Second, func() bool { return px.Frozen.HeldReads() > 0 }, "the subscribe held at the proxy")
 	go func() {
 		_, err := c.Emit(sctx, "room", "chat", 1, tok)
 		emitErr <- err
 	}()
-	relaytest.Eventually(t, 5*time.Second, func() bool { return px.unreadFromClients() > 0 }, "the emit waiting at the proxy")
-	px.frozen.Store(false)
+	relaytest.Eventually(t, 5*time.Second, func() bool { return px.UnreadFromClients() > 0 }, "the emit waiting at the proxy")
+	px.Frozen.Store(false)
 	if err := <-emitErr; err != nil {
 		t.Errorf("Emit: %v, want its ack", err)
 	}
@@ -109,7 +109,7 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 // "replay_gap" included: a frame with a seq is a message (proto/PROTOCOL.md ›
 // Server frames). It used to arrive as a presence event or a gap.
 func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
@@ -129,7 +129,7 @@ func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := nextEvent(t, sb)
+		ev := relaytest.NextEvent(t, sb)
 		if ev.Message == nil || ev.Message.Seq != seq || ev.Message.Type != typ {
 			t.Errorf("client-emitted message of type %q arrived as %+v (presence %+v, gap %+v), want a Message with seq %d", typ, ev, ev.Presence, ev.Gap, seq)
 		}
@@ -142,12 +142,12 @@ func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 // A client that gave up (NoReconnect and a drop) is Closed, and Subscribe
 // answers ErrClosed (it waited for a connection that never came).
 func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
-	c := goClient(t, px.base(), p.PublicKey, relay.Options{NoReconnect: true})
-	px.cut()
-	waitState(t, c, relay.Closed)
+	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	c := goClient(t, px.Base(), p.PublicKey, relay.Options{NoReconnect: true})
+	px.Cut()
+	relaytest.WaitState(t, c, relay.Closed)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{}); !errors.Is(err, relay.ErrClosed) {
@@ -162,7 +162,7 @@ func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
 //  3. after close 4001 (key revoked) the client stops, rather than retry a
 //     handshake that can only fail.
 func TestBrowserClientProtocolEdges(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
@@ -228,7 +228,7 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 // the same Subscription. (The client used to drop it, and with it every
 // message the server still sent.)
 func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	ts.PresenceSub(t, p.PublicKey, "room", "first").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
@@ -246,7 +246,7 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 	if r.Status != 200 || relaytest.Num(r.JSON, "subscriberCount") != 2 {
 		t.Fatalf("emit: %d %s", r.Status, r.Raw)
 	}
-	if ev := nextEvent(t, s); ev.Message == nil || string(ev.Message.Payload) != "7" {
+	if ev := relaytest.NextEvent(t, s); ev.Message == nil || string(ev.Message.Payload) != "7" {
 		t.Fatalf("after the refused re-subscribe: %+v, want the message", ev)
 	}
 }
@@ -255,7 +255,7 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 // its ready, and the earlier subscription (whose member stays, held by
 // another socket too) keeps its handlers and gets the channel's messages.
 func TestBrowserClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "2"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "2"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	ts.PresenceSub(t, p.PublicKey, "room", "other").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)

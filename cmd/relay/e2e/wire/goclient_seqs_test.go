@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func (s *seqMap) get(channel string) uint64 {
 // each message once, nothing the first client had. Since, when given, wins;
 // a channel with nothing saved starts from now on.
 func TestGoClientSeqStore(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("seqs")
 	ctx := context.Background()
@@ -75,7 +75,7 @@ func TestGoClientSeqStore(t *testing.T) {
 	}
 	one, two := emit("feed", "one"), emit("feed", "two")
 	for _, want := range []uint64{one, two} {
-		if m := nextMessage(t, sub); m.Seq != want || m.Replay {
+		if m := relaytest.NextMessage(t, sub); m.Seq != want || m.Replay {
 			t.Fatalf("first client got %+v, want seq %d live", m, want)
 		}
 	}
@@ -89,12 +89,12 @@ func TestGoClientSeqStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []uint64{three, four} {
-		if m := nextMessage(t, sub); m.Seq != want || !m.Replay {
+		if m := relaytest.NextMessage(t, sub); m.Seq != want || !m.Replay {
 			t.Fatalf("restarted client got %+v, want seq %d replayed", m, want)
 		}
 	}
 	five := emit("feed", "five")
-	if m := nextMessage(t, sub); m.Seq != five || m.Replay {
+	if m := relaytest.NextMessage(t, sub); m.Seq != five || m.Replay {
 		t.Fatalf("then %+v, want seq %d live", m, five)
 	}
 	relaytest.Eventually(t, 5*time.Second, func() bool { return store.get("feed") == five }, "the store holds seq five")
@@ -106,7 +106,7 @@ func TestGoClientSeqStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []uint64{four, five} {
-		if m := nextMessage(t, sub); m.Seq != want || !m.Replay {
+		if m := relaytest.NextMessage(t, sub); m.Seq != want || !m.Replay {
 			t.Fatalf("with Since %d got %+v, want seq %d replayed", three, m, want)
 		}
 	}

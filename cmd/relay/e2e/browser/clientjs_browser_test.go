@@ -1,4 +1,4 @@
-package main
+package browser
 
 // The browser reference client (/client.js) in real headless Chromium against
 // the real server: subscribe and receive, presence between pages (sync, join,
@@ -24,17 +24,17 @@ func TestBrowserClient(t *testing.T) {
 	url := storetest.SQLiteURL(t)
 	addr := relaytest.FreeAddr(t)
 	env := map[string]string{"RELAY_ADDR": addr}
-	ts := startServer(t, url, env)
+	ts := relaytest.Start(t, url, env)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
-	px := newProxy(t, addr)
-	b := relaytest.NewBrowser(t, px.base())
+	px := relaytest.NewProxy(t, addr)
+	b := relaytest.NewBrowser(t, px.Base())
 
 	ann, bob := b.NewTab(t), b.NewTab(t)
-	ann.Start(px.base(), p.PublicKey, "room", "ann", "{}")
+	ann.Start(px.Base(), p.PublicKey, "room", "ann", "{}")
 	annAt := ann.WaitFor(0, "state:open", "presence:sync:")
-	bob.Start(px.base(), p.PublicKey, "room", "bob", "{}")
+	bob.Start(px.Base(), p.PublicKey, "room", "bob", "{}")
 	bobAt := bob.WaitFor(0, "state:open", "presence:sync:ann")
 	annAt = ann.WaitFor(annAt, "presence:join:bob")
 
@@ -46,7 +46,7 @@ func TestBrowserClient(t *testing.T) {
 
 	// Presence leave: a third page joins and closes; the member list follows.
 	cat := b.NewTab(t)
-	cat.Start(px.base(), p.PublicKey, "room", "cat", "{}")
+	cat.Start(px.Base(), p.PublicKey, "room", "cat", "{}")
 	cat.WaitFor(0, "state:open", "presence:sync:ann,bob")
 	annAt = ann.WaitFor(annAt, "presence:join:bob,cat")
 	bobAt = bob.WaitFor(bobAt, "presence:join:ann,cat")
@@ -82,16 +82,16 @@ func TestBrowserClient(t *testing.T) {
 	// Restart the server on the same address and database. The pages'
 	// reconnects are held at the proxy until the emits are done: they get a
 	// gap (the old ring is gone) and the replay.
-	px.holdNew()
-	ts.stop()
-	ts2 := startServer(t, url, env)
+	px.HoldNew()
+	ts.Stop()
+	ts2 := relaytest.Start(t, url, env)
 	c2 := ts2.Client()
 	var seqs []int64
 	for i := range 2 {
 		r := c2.Emit(p.SecretKey, fmt.Sprintf(`{"channel":"room","payload":%d}`, i))
 		seqs = append(seqs, int64(relaytest.Num(r.JSON, "seq")))
 	}
-	px.release()
+	px.Release()
 	for _, pg := range []*relaytest.Tab{ann, bob} {
 		at := annAt
 		if pg == bob {
@@ -112,13 +112,13 @@ func TestBrowserClient(t *testing.T) {
 
 	// Heartbeat: through a proxy that stops forwarding, the page notices
 	// within interval + ack timeout, and reconnects when it flows again.
-	proxy := newProxy(t, addr)
+	proxy := relaytest.NewProxy(t, addr)
 	hb := b.NewTab(t)
-	hb.Start(proxy.base(), p.PublicKey, "hb", "carol", `{heartbeatIntervalMs: 300, heartbeatAckTimeoutMs: 400}`)
+	hb.Start(proxy.Base(), p.PublicKey, "hb", "carol", `{heartbeatIntervalMs: 300, heartbeatAckTimeoutMs: 400}`)
 	at := hb.WaitFor(0, "state:open")
-	proxy.frozen.Store(true)
+	proxy.Frozen.Store(true)
 	at = hb.WaitFor(at, "state:reconnecting")
-	proxy.frozen.Store(false)
+	proxy.Frozen.Store(false)
 	hb.WaitFor(at, "state:open")
 }
 
@@ -128,11 +128,11 @@ func TestBrowserClient(t *testing.T) {
 // connection starts with a copy of a message the page already has. With
 // reconnect: false a cut ends in the closed state, with no reconnect planned.
 func TestBrowserClientCut(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
-	px := newProxy(t, strings.TrimPrefix(ts.Base, "http://"))
-	b := relaytest.NewBrowser(t, px.base())
+	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	b := relaytest.NewBrowser(t, px.Base())
 	emit := func(payload string) int64 {
 		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"`+payload+`"}`)
 		if r.Status != 200 {
@@ -142,20 +142,20 @@ func TestBrowserClientCut(t *testing.T) {
 	}
 
 	pg := b.NewTab(t)
-	pg.Start(px.base(), p.PublicKey, "feed", "dan", "{}")
+	pg.Start(px.Base(), p.PublicKey, "feed", "dan", "{}")
 	at := pg.WaitFor(0, "state:open", "presence:sync:")
 	first := emit("first")
 	at = pg.WaitFor(at, fmt.Sprintf(`msg:%d:"first"`, first))
 	for round := 1; round <= 2; round++ {
-		px.injectNext(fmt.Sprintf(`{"channel":"feed","payload":"duplicate","seq":%d,"replay":true}`, first))
-		px.holdNew()
-		px.cut()
+		px.InjectNext(fmt.Sprintf(`{"channel":"feed","payload":"duplicate","seq":%d,"replay":true}`, first))
+		px.HoldNew()
+		px.Cut()
 		var away []int64
 		for i := range 3 {
 			away = append(away, emit(fmt.Sprintf("away %d", i)))
 		}
 		at = pg.WaitFor(at, "state:reconnecting")
-		px.release()
+		px.Release()
 		at = pg.WaitFor(at, "state:open")
 		// The channel has the resumed subscription (its ack comes from the
 		// channel) before "live" is emitted, or "live" may be replayed with
@@ -179,13 +179,13 @@ func TestBrowserClientCut(t *testing.T) {
 		}
 		at, first = end, live
 	}
-	px.injectNext("")
+	px.InjectNext("")
 
 	// reconnect: false — a cut ends in the closed state.
 	once := b.NewTab(t)
-	once.Start(px.base(), p.PublicKey, "feed", "eve", "{reconnect: false}")
+	once.Start(px.Base(), p.PublicKey, "feed", "eve", "{reconnect: false}")
 	oat := once.WaitFor(0, "state:open", "presence:sync:dan")
-	px.cut()
+	px.Cut()
 	once.WaitFor(oat, "state:closed")
 	if !once.Check(`relay.state === "closed" && relay.ws === null && relay.reconnectTimer === undefined`) || once.Count(0, "state:reconnecting") != 0 {
 		t.Fatalf("reconnect: false after a cut: %q", once.Log())
