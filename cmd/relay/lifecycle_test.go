@@ -183,10 +183,10 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 			// A close frame with a code, one with none, and the library's own
 			// close: each is echoed and ends the connection.
 			a := ts.DialWS(p.PublicKey)
-			a.SendRaw(clientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
+			a.SendRaw(relaytest.ClientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
 			a.ExpectClose(4000, 5*time.Second)
 			b := ts.DialWS(p.PublicKey)
-			b.SendRaw(clientFrame(0x8, true, nil))
+			b.SendRaw(relaytest.ClientFrame(0x8, true, nil))
 			b.ExpectClose(websocket.CloseNoStatusReceived, 5*time.Second) // an empty close is echoed empty
 			c := ts.DialWS(p.PublicKey)
 			if err := c.Conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"), time.Now().Add(5*time.Second)); err != nil {
@@ -240,7 +240,7 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 			}},
 		{"too_big", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
 			c := ts.DialWS(p.PublicKey)
-			c.SendRaw(clientFrame(0x1, true, make([]byte, 300<<10))) // over the 256 KiB frame cap
+			c.SendRaw(relaytest.ClientFrame(0x1, true, make([]byte, 300<<10))) // over the 256 KiB frame cap
 			c.ExpectClose(1009, 5*time.Second)
 			return result{map[string]int64{"too_big": 1}, map[*regexp.Regexp]int{lcCloseLog("too_big", 1009): 1}}
 		}},
@@ -249,7 +249,7 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 			a.SendRaw([]byte{0x81, 0x02, '{', '}'}) // unmasked client frame
 			a.ExpectClose(1002, 5*time.Second)
 			b := ts.DialWS(p.PublicKey)
-			b.SendRaw(clientFrame(0x1, true, []byte{'"', 0xff, '"'})) // text that is not UTF-8
+			b.SendRaw(relaytest.ClientFrame(0x1, true, []byte{'"', 0xff, '"'})) // text that is not UTF-8
 			b.ExpectClose(1007, 5*time.Second)
 			return result{map[string]int64{"protocol": 2}, map[*regexp.Regexp]int{lcCloseLog("protocol", 1002): 1, lcCloseLog("protocol", 1007): 1}}
 		}},

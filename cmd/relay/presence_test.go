@@ -45,7 +45,7 @@ func TestPresence(t *testing.T) {
 		bob.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"cat"}`)
 		cat.ExpectSilence(100 * time.Millisecond)
 
-		bob.SendRaw(clientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
+		bob.SendRaw(relaytest.ClientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
 		bob.ExpectClose(1000, 5*time.Second)
 		ann.Expect(`{"type":"presence","channel":"room","event":"leave","clientId":"bob"}`)
 

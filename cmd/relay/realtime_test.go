@@ -300,7 +300,7 @@ func TestRawFrames(t *testing.T) {
 
 	t.Run("split frame reassembled", func(t *testing.T) {
 		c := ts.DialWS(p.PublicKey)
-		f := clientFrame(0x1, true, []byte(`{"action":"subscribe","channel":"split"}`))
+		f := relaytest.ClientFrame(0x1, true, []byte(`{"action":"subscribe","channel":"split"}`))
 		for i, part := range [][]byte{f[:1], f[1:3], f[3:10], f[10:]} {
 			c.SendRaw(part)
 			// The server reads each part before the next is sent.
@@ -314,15 +314,15 @@ func TestRawFrames(t *testing.T) {
 	})
 	t.Run("fragmented message", func(t *testing.T) {
 		c := ts.DialWS(p.PublicKey)
-		c.SendRaw(append(append(clientFrame(0x1, false, []byte(`{"action":`)),
-			clientFrame(0x9, true, []byte("hb"))...), // a ping between fragments
-			clientFrame(0x0, true, []byte(`"ping"}`))...))
+		c.SendRaw(append(append(relaytest.ClientFrame(0x1, false, []byte(`{"action":`)),
+			relaytest.ClientFrame(0x9, true, []byte("hb"))...), // a ping between fragments
+			relaytest.ClientFrame(0x0, true, []byte(`"ping"}`))...))
 		c.Expect(`{"action":"pong","ok":true}`)
 		c.Conn.Close()
 	})
 	t.Run("oversize frame closed 1009", func(t *testing.T) {
 		c := ts.DialWS(p.PublicKey)
-		c.SendRaw(clientFrame(0x1, true, make([]byte, 300<<10)))
+		c.SendRaw(relaytest.ClientFrame(0x1, true, make([]byte, 300<<10)))
 		c.ExpectClose(1009, 5*time.Second)
 	})
 	t.Run("garbage bytes closed 1002", func(t *testing.T) {
@@ -337,12 +337,12 @@ func TestRawFrames(t *testing.T) {
 	})
 	t.Run("invalid utf-8 closed 1007", func(t *testing.T) {
 		c := ts.DialWS(p.PublicKey)
-		c.SendRaw(clientFrame(0x1, true, []byte{'"', 0xff, '"'}))
+		c.SendRaw(relaytest.ClientFrame(0x1, true, []byte{'"', 0xff, '"'}))
 		c.ExpectClose(1007, 5*time.Second)
 	})
 	t.Run("client close echoed", func(t *testing.T) {
 		c := ts.DialWS(p.PublicKey)
-		c.SendRaw(clientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
+		c.SendRaw(relaytest.ClientFrame(0x8, true, []byte{0x0f, 0xa0, 'b', 'y', 'e'})) // 4000 "bye"
 		c.ExpectClose(4000, 5*time.Second)
 	})
 	// Every one of those connections is gone from the server.

@@ -90,7 +90,7 @@ func TestWebhooksChannelAndPresence(t *testing.T) {
 		expect(occupied("room"), added("room", "cat"))
 		other := ts.Subscribed(t, p.PublicKey, "other")
 		expect(occupied("other"))
-		cat.SendRaw(clientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
+		cat.SendRaw(relaytest.ClientFrame(0x8, true, []byte{0x03, 0xe8})) // close 1000
 		cat.ExpectClose(1000, 5*time.Second)
 		expect(removed("room", "cat"), vacated("room"))
 		other.Send(`{"action":"unsubscribe","channel":"other"}`)

@@ -122,7 +122,7 @@ func TestWebhooksConnectAndDisconnect(t *testing.T) {
 		// Clean close with a status: the disconnect carries it.
 		c := ts.DialWS(p.PublicKey)
 		id := checkEvent(t, rec.next(t), "connect", p.ID)
-		c.SendRaw(clientFrame(0x8, true, append([]byte{0x0f, 0xa1}, "see you"...))) // 4001
+		c.SendRaw(relaytest.ClientFrame(0x8, true, append([]byte{0x0f, 0xa1}, "see you"...))) // 4001
 		c.ExpectClose(4001, 5*time.Second)
 		ev := rec.next(t)
 		if checkEvent(t, ev, "disconnect", p.ID, "disconnectStatusCode", "disconnectReason") != id ||

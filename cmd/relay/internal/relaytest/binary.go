@@ -56,7 +56,7 @@ var (
 // alice@example.com.
 func StartBinary(t testing.TB, env ...string) *Process {
 	t.Helper()
-	return startProcess(t, binary, env)
+	return startProcess(t, relayBinary, env)
 }
 
 // startProcess is StartBinary with the binary build makes.
@@ -126,19 +126,19 @@ func serveCommand(t testing.TB, build func() (string, error), env []string) *exe
 // Binary is the path of cmd/relay built for this test process.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := binary()
+	bin, err := relayBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
 }
 
-// binary builds cmd/relay once per test binary, into a directory named after
+// relayBinary builds cmd/relay once per test binary, into a directory named after
 // this process; directories left by earlier test processes that are gone
 // are removed first. raceBinary is the same build with the race detector.
 var (
-	binary     = sync.OnceValues(func() (string, error) { return build("relay") })
-	raceBinary = sync.OnceValues(func() (string, error) { return build("relay-race", "-race") })
+	relayBinary = sync.OnceValues(func() (string, error) { return build("relay") })
+	raceBinary  = sync.OnceValues(func() (string, error) { return build("relay-race", "-race") })
 )
 
 func build(name string, flags ...string) (string, error) {

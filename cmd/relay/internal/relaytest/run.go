@@ -16,7 +16,7 @@ import (
 // killed (by its pid) and fails the test.
 func RunBinary(t testing.TB, timeout time.Duration, env ...string) (code int, output string) {
 	t.Helper()
-	cmd := serveCommand(t, binary, env)
+	cmd := serveCommand(t, relayBinary, env)
 	logs := &Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	code, err := run(cmd, timeout)

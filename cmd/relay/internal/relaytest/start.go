@@ -34,7 +34,7 @@ func Start(t testing.TB, dbURL string, env map[string]string) *Server {
 		}
 	}
 	if !raceEnabled {
-		return ServerOf(t, startProcess(t, binary, vars))
+		return ServerOf(t, startProcess(t, relayBinary, vars))
 	}
 	var proc *Process
 	t.Cleanup(func() { // after the kill: cleanups run last first

@@ -1,4 +1,4 @@
-package main
+package controlplane
 
 import (
 	"net/http"
@@ -20,7 +20,7 @@ import (
 // registered.
 func TestRevokeRacingHandshakes(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
-		ts := startServer(t, dbURL, nil)
+		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
 		survivors := 0
 		for round := 0; round < 8 && survivors == 0; round++ {
@@ -28,7 +28,7 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 			keep := ts.DialWS(p.PublicKey) // the project actor runs
 			var (
 				mu     sync.Mutex
-				opened []*wsClient
+				opened []*relaytest.WS
 				stop   atomic.Bool
 				wg     sync.WaitGroup
 			)
@@ -53,7 +53,7 @@ func TestRevokeRacingHandshakes(t *testing.T) {
 			// The handshakes race the rotation: under way, sockets opening.
 			relaytest.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(opened) >= 16 },
 				"round %d: 16 sockets opened before the rotation", round)
-			r := cpRotate(alice, p.ID, `{"keyType":"public"}`)
+			r := alice.Do("POST", "/api/projects/"+p.ID+"/keys", `{"keyType":"public"}`)
 			if r.Status != http.StatusCreated {
 				t.Fatalf("rotate: %d %s", r.Status, r.Raw)
 			}
