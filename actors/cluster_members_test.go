@@ -460,3 +460,123 @@ func TestTwoMembersGracefulLeave(t *testing.T) {
 		}
 	}
 }
+
+// pausedOwner makes m a member that was just paused longer than pauseLimit
+// (SIGSTOP, a stalled VM): its pulse runs, its fence is up, and it asks
+// etcd for its registration, which answers rev once the test sends it.
+func (m *member) pausedOwner(t *testing.T) (answer chan<- int64) {
+	registered := make(chan int64)
+	m.c.fence.registration = func(ctx context.Context) (int64, error) {
+		select {
+		case rev := <-registered:
+			return rev, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	m.c.fence.rev = 7
+	m.c.fence.start = time.Now()
+	m.c.fence.fenced.Store(true) // what the pulse does on a late beat
+	go m.c.pulse()
+	go m.c.liftFence()
+	t.Cleanup(func() { close(m.c.stop) })
+	return registered
+}
+
+// unanswered fails if the emit of res is answered within d.
+func unanswered[T any](t *testing.T, res <-chan T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case r := <-res:
+		t.Fatalf("%s: answered %+v", what, r)
+	case <-time.After(d):
+	}
+}
+
+type publishAnswer struct {
+	res PublishResult
+	err error
+}
+
+// publishLater emits payload through sys, answered on the channel returned.
+func publishLater(sys *System, project, channel string, payload []byte) <-chan publishAnswer {
+	out := make(chan publishAnswer, 1)
+	go func() {
+		res, err := sys.PublishWithin(context.Background(), 10*time.Second, project, channel, payload)
+		out <- publishAnswer{res, err}
+	}()
+	return out
+}
+
+// The owner of a channel wakes from a pause fenced: until etcd confirms its
+// registration is the one it made at join, its grain stamps nothing, and
+// the other member's relay sends the emit again. Once confirmed, the grain
+// stamps it, once, next after what it had: no gap for the subscriber.
+func TestTwoMembersFencedOwnerStampsAfterConfirmation(t *testing.T) {
+	a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
+	project, channel := b.ownedProjectChannel(t)
+	onA := subscribeOne(t, a.c.sys, project, channel, 1)
+	first := publishOK(t, a.c.sys, project, channel, []byte(`{"n":1}`))
+
+	registered := b.pausedOwner(t)
+	second := publishLater(a.c.sys, project, channel, []byte(`{"n":2}`))
+	unanswered(t, second, time.Second, "an emit to a fenced owner")
+	if got := onA.messages(t); len(got) != 2 {
+		t.Fatalf("the subscriber got %v while the owner was fenced, want the ack and the first emit only", got)
+	}
+	registered <- 7 // etcd: the registration of the join, still
+	r := <-second
+	if r.err != nil || r.res.Err != nil || r.res.Seq != first.Seq+1 {
+		t.Fatalf("the emit after the fence lifted: %+v, %v; want seq %d", r.res, r.err, first.Seq+1)
+	}
+	waitFor(t, "the emit on A's socket", func() bool { return len(onA.messages(t)) == 3 })
+	quiet(t, onA, 3)
+	if m := onA.messages(t)[2]; m["type"] != nil || m["seq"] != float64(r.res.Seq) {
+		t.Fatalf("the subscriber got %v, want the emit at seq %d and no gap", m, r.res.Seq)
+	}
+	if !b.hosts(ChannelKind, project+"/"+channel) || a.hosts(ChannelKind, project+"/"+channel) {
+		t.Fatal("want the channel's grain on B still, none on A")
+	}
+}
+
+// The owner wakes fenced and etcd says it was dropped during the pause (its
+// key is another's now): it reports the membership lost and its grain
+// stamps nothing for good. The emit waits until the other member's list
+// drops it, then the grain started there stamps it above what the
+// subscriber had, after an honest replay_gap.
+func TestTwoMembersDroppedOwnerStaysFenced(t *testing.T) {
+	a, b := twoMembers(t, Config{ProjectRatePerMinute: 400})
+	project, channel := b.ownedProjectChannel(t)
+	onA := subscribeOne(t, a.c.sys, project, channel, 1)
+	first := publishOK(t, a.c.sys, project, channel, []byte(`{"n":1}`))
+
+	registered := b.pausedOwner(t)
+	registered <- 8 // etcd: another registration under this node's name
+	select {
+	case err := <-b.c.Lost():
+		if err == nil {
+			t.Fatal("Lost delivered no error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a member dropped during its pause did not report the membership lost")
+	}
+	second := publishLater(a.c.sys, project, channel, []byte(`{"n":2}`))
+	unanswered(t, second, time.Second, "an emit to an owner dropped while paused")
+	if !b.c.fenced() {
+		t.Fatal("the dropped member's fence came down")
+	}
+	a.c.topology(onlyTopology(a, 1)) // the others dropped B
+	r := <-second
+	if r.err != nil || r.res.Err != nil || r.res.Seq <= first.Seq {
+		t.Fatalf("the emit once B was dropped: %+v, %v; want answered above seq %d", r.res, r.err, first.Seq)
+	}
+	waitFor(t, "the gap and the emit on A's socket", func() bool { return len(onA.messages(t)) == 4 })
+	quiet(t, onA, 4)
+	want := fmt.Sprint([]map[string]any{
+		{"channel": channel, "type": "replay_gap", "since": float64(first.Seq)},
+		{"channel": channel, "payload": map[string]any{"n": 2.0}, "seq": float64(r.res.Seq)},
+	})
+	if got := fmt.Sprint(onA.messages(t)[2:]); got != want {
+		t.Fatalf("the subscriber on A got %v, want %v", got, want)
+	}
+}
