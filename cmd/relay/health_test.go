@@ -148,18 +148,18 @@ func TestDeliveryHealthSlowConsumer(t *testing.T) {
 // counts as client_emit_rate_limited, apart from HTTP emits.
 func TestDeliveryHealthClientEmit(t *testing.T) {
 	clock := newClock() // the clientId window does not roll over between the two emits
-	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
+	s := relaytest.NewClientEmitSetup(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
 		"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1",
-	}, clock.Now))
-	s.enable(t)
-	tok := s.token(t, nil)
-	s.ann.Send(emitFrame(tok, "msg", "1"))
-	ack := s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-	s.listener.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":1,"seq":%d,"clientId":"ann"}`, int64(relaytest.Num(ack, "seq"))))
-	s.ann.Send(emitFrame(tok, "msg", "2"))
-	s.ann.Expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
+	}, clock.Now).Server)
+	s.Enable(t)
+	tok := s.Token(t, nil)
+	s.Ann.Send(emitFrame(tok, "msg", "1"))
+	ack := s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+	s.Listener.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":1,"seq":%d,"clientId":"ann"}`, int64(relaytest.Num(ack, "seq"))))
+	s.Ann.Send(emitFrame(tok, "msg", "2"))
+	s.Ann.Expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
 
-	h := s.owner.Health(s.p.ID)
+	h := s.Owner.Health(s.Project.ID)
 	want := relaytest.HealthFigures{Emits: 1, EmitsClient: 1, Deliveries: 1, ClientEmitRateLimited: 1}
 	for name, w := range map[string]relaytest.HealthFigures{"lastMinute": h.LastMinute, "lastHour": h.LastHour} {
 		w.LatencySamples, w.P50, w.P99 = 0, nil, nil // written on the wall clock, not the test's

@@ -177,64 +177,15 @@ func tamper(tok string) string {
 
 // tamperClaims re-signs nothing: it swaps the claims of a valid token for
 // others (clientId changed) and keeps the old signature.
-func tamperClaims(s *clientEmitSetup) string {
-	a := strings.Split(s.tokenFor("ann"), ".")
-	b := strings.Split(s.tokenFor("mallory"), ".")
+func tamperClaims(s *relaytest.ClientEmitSetup) string {
+	a := strings.Split(s.TokenFor("ann"), ".")
+	b := strings.Split(s.TokenFor("mallory"), ".")
 	return a[0] + "." + b[1] + "." + a[2]
 }
 
-// clientEmitSetup: a project with a client-emit secret and a presence
-// subscriber "ann" on channel "chat", plus a plain listener.
-type clientEmitSetup struct {
-	ts       *testServer
-	owner    *client
-	p        project
-	secret   string
-	ann      *wsClient
-	listener *wsClient
-}
-
-func newClientEmitSetup(t *testing.T, url string, env map[string]string) *clientEmitSetup {
-	return clientEmitSetupOn(t, startServer(t, url, env))
-}
-
-// clientEmitSetupOn is newClientEmitSetup on a server already started (on a
-// test clock, say).
-func clientEmitSetupOn(t *testing.T, ts *testServer) *clientEmitSetup {
-	owner := ts.Signup("alice@example.com")
-	p := owner.CreateProject("demo")
-	s := &clientEmitSetup{ts: ts, owner: owner, p: p}
-	s.listener = ts.Subscribed(t, p.PublicKey, "chat")
-	s.ann = ts.PresenceSub(t, p.PublicKey, "chat", "ann")
-	s.ann.Expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
-	return s
-}
-
-func (s *clientEmitSetup) enable(t *testing.T) {
-	r := s.owner.Do("PATCH", "/api/projects/"+s.p.ID+"/client-emit-secret", `{}`)
-	s.secret = r.Str("clientEmitSecret")
-	if r.Status != 200 || len(s.secret) < 32 {
-		t.Fatalf("client-emit secret: %d %s", r.Status, r.Raw)
-	}
-}
-
-// token mints a token of ann for "msg" on chat, issued now on the server's
-// clock, as mod changes it.
-func (s *clientEmitSetup) token(t *testing.T, mod func(*backend.TokenOptions)) string {
-	o := backend.TokenOptions{Secret: s.secret, ProjectID: s.p.ID, Channel: "chat", ClientID: "ann", Types: []string{"msg"}, TTL: time.Minute, Now: s.ts.Now()}
-	if mod != nil {
-		mod(&o)
-	}
-	tok, err := backend.MintClientEmitToken(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
-func (s *clientEmitSetup) tokenFor(clientID string) string {
-	tok, _ := backend.MintClientEmitToken(backend.TokenOptions{Secret: s.secret, ProjectID: s.p.ID, Channel: "chat", ClientID: clientID, Types: []string{"msg"}, TTL: time.Minute})
-	return tok
+// newClientEmitSetup is relaytest.NewClientEmitSetup on a server started here.
+func newClientEmitSetup(t *testing.T, url string, env map[string]string) *relaytest.ClientEmitSetup {
+	return relaytest.NewClientEmitSetup(t, startServer(t, url, env).Server)
 }
 
 // emitFrame is a client emit on channel chat.
@@ -245,37 +196,37 @@ func emitFrame(token, typ, payload string) string {
 func TestClientEmitRules(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		s := newClientEmitSetup(t, url, nil)
-		ann := s.ann
+		ann := s.Ann
 
 		// 1. no secret yet
 		ann.Send(emitFrame("x", "msg", "1"))
 		ann.Expect(`{"error":"client_emit_not_configured","channel":"chat"}`)
-		s.enable(t)
+		s.Enable(t)
 		// 2. token and type
 		ann.Send(`{"action":"emit","channel":"chat","type":"msg","payload":1}`)
 		ann.Expect(`{"error":"token_and_type_required","channel":"chat"}`)
-		ann.Send(`{"action":"emit","channel":"chat","payload":1,"token":"` + s.token(t, nil) + `"}`)
+		ann.Send(`{"action":"emit","channel":"chat","payload":1,"token":"` + s.Token(t, nil) + `"}`)
 		ann.Expect(`{"error":"token_and_type_required","channel":"chat"}`)
 		// 3. signature, expiry, project, channel, type allowlist
 		bad := map[string]string{
 			"garbage":      "not.a.token",
-			"wrong secret": s.token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
-			"expired":      s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
-			"over max ttl": s.token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
-			"project":      s.token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
-			"channel":      s.token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
-			"type":         s.token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
-			"alg none":     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.token(t, nil), ".")[1] + ".",
+			"wrong secret": s.Token(t, func(o *backend.TokenOptions) { o.Secret = strings.Repeat("k", 43) }),
+			"expired":      s.Token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-2 * time.Minute) }),
+			"over max ttl": s.Token(t, func(o *backend.TokenOptions) { o.Now = time.Now().Add(-11 * time.Minute); o.TTL = time.Hour }),
+			"project":      s.Token(t, func(o *backend.TokenOptions) { o.ProjectID = "00000000-0000-0000-0000-000000000000" }),
+			"channel":      s.Token(t, func(o *backend.TokenOptions) { o.Channel = "other" }),
+			"type":         s.Token(t, func(o *backend.TokenOptions) { o.Types = []string{"cursor"} }),
+			"alg none":     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0." + strings.Split(s.Token(t, nil), ".")[1] + ".",
 			// The algorithm is pinned to HS256 (proto/PROTOCOL.md › Client-emit tokens): the same
 			// claims under another algorithm fail, even with the right secret.
-			"hs512 same secret": resign(t, s.token(t, nil), jwa.HS512, []byte(s.secret)),
-			"rs256 signed":      resign(t, s.token(t, nil), jwa.RS256, rsaKey(t)),
+			"hs512 same secret": resign(t, s.Token(t, nil), jwa.HS512, []byte(s.Secret)),
+			"rs256 signed":      resign(t, s.Token(t, nil), jwa.RS256, rsaKey(t)),
 			// Algorithm confusion: an HS256 signature with the right secret
 			// under a header that names another algorithm.
-			"header rs256, hmac": hmacWithHeader(s.token(t, nil), `{"alg":"RS256","typ":"JWT"}`, s.secret),
-			"header none, hmac":  hmacWithHeader(s.token(t, nil), `{"alg":"none","typ":"JWT"}`, s.secret),
-			"header hs512, hmac": hmacWithHeader(s.token(t, nil), `{"alg":"HS512","typ":"JWT"}`, s.secret),
-			"tampered":           tamper(s.token(t, nil)),
+			"header rs256, hmac": hmacWithHeader(s.Token(t, nil), `{"alg":"RS256","typ":"JWT"}`, s.Secret),
+			"header none, hmac":  hmacWithHeader(s.Token(t, nil), `{"alg":"none","typ":"JWT"}`, s.Secret),
+			"header hs512, hmac": hmacWithHeader(s.Token(t, nil), `{"alg":"HS512","typ":"JWT"}`, s.Secret),
+			"tampered":           tamper(s.Token(t, nil)),
 			"swapped claims":     tamperClaims(s),
 		}
 		for name, tok := range bad {
@@ -285,38 +236,38 @@ func TestClientEmitRules(t *testing.T) {
 			}
 		}
 		// 4. identity: the token's clientId must be this connection's presence clientId.
-		ann.Send(emitFrame(s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" }), "msg", "1"))
+		ann.Send(emitFrame(s.Token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" }), "msg", "1"))
 		ann.Expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
-		s.listener.Send(emitFrame(s.token(t, nil), "msg", "1")) // subscribed, but without presence
-		s.listener.Expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
+		s.Listener.Send(emitFrame(s.Token(t, nil), "msg", "1")) // subscribed, but without presence
+		s.Listener.Expect(`{"error":"emit_identity_mismatch","channel":"chat"}`)
 
 		// 8. success: relayed to the others (not the emitter), the emitter gets the ack.
-		ann.Send(emitFrame(s.token(t, nil), "msg", `{"text": "hello"}`))
+		ann.Send(emitFrame(s.Token(t, nil), "msg", `{"text": "hello"}`))
 		ack := ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 		seq := int64(relaytest.Num(ack, "seq"))
-		s.listener.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann"}`, seq))
+		s.Listener.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann"}`, seq))
 		ann.ExpectSilence(100 * time.Millisecond)
 		// It is a message like any other: it takes seq and shows in the replay.
-		r := s.owner.Emit(s.p.SecretKey, `{"channel":"chat","payload":2}`)
+		r := s.Owner.Emit(s.Project.SecretKey, `{"channel":"chat","payload":2}`)
 		if int64(relaytest.Num(r.JSON, "seq")) != seq+1 || relaytest.Num(r.JSON, "delivered") != 2 {
 			t.Fatalf("emit after client-emit: %s", r.Raw)
 		}
-		relaytest.Budget(t, s.ts.Now(), r, "rate_limit", 600, 598) // the client-emit used the channel budget too
-		s.ann.Expect(fmt.Sprintf(`{"channel":"chat","payload":2,"seq":%d}`, seq+1))
-		late := s.ts.DialWS(s.p.PublicKey)
+		relaytest.Budget(t, s.Server.Now(), r, "rate_limit", 600, 598) // the client-emit used the channel budget too
+		s.Ann.Expect(fmt.Sprintf(`{"channel":"chat","payload":2,"seq":%d}`, seq+1))
+		late := s.Server.DialWS(s.Project.PublicKey)
 		late.Send(fmt.Sprintf(`{"action":"subscribe","channel":"chat","since":%d}`, seq-1))
 		late.Expect(fmt.Sprintf(`{"channel":"chat","type":"msg","payload":{"text":"hello"},"seq":%d,"clientId":"ann","replay":true}`, seq))
 
 		// 7. size: serialized {channel,payload} over 128 KiB
 		big := `"` + strings.Repeat("x", 131072) + `"`
-		ann.Send(emitFrame(s.token(t, nil), "msg", big))
+		ann.Send(emitFrame(s.Token(t, nil), "msg", big))
 		ann.Expect(`{"error":"payload_too_large","channel":"chat"}`)
 
 		// Controls for the re-signing helpers of rule 3: with HS256 and the
 		// secret their tokens pass, so the refusals above are the algorithm's.
 		for _, tok := range []string{
-			resign(t, s.token(t, nil), jwa.HS256, []byte(s.secret)),
-			hmacWithHeader(s.token(t, nil), `{"alg":"HS256","typ":"JWT"}`, s.secret),
+			resign(t, s.Token(t, nil), jwa.HS256, []byte(s.Secret)),
+			hmacWithHeader(s.Token(t, nil), `{"alg":"HS256","typ":"JWT"}`, s.Secret),
 		} {
 			ann.Send(emitFrame(tok, "msg", "1"))
 			ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
@@ -328,128 +279,128 @@ func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
 	// 6. per-clientId fixed 1-second window, and the channel budget's minute
 	// window: the clock stands at the start of a second, inside one minute.
 	clock := newClock()
-	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
+	s := relaytest.NewClientEmitSetup(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
 		"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "3", "EMIT_RATE_LIMIT_PER_MINUTE": "5",
-	}, clock.Now))
-	s.enable(t)
-	tok := s.token(t, nil)
+	}, clock.Now).Server)
+	s.Enable(t)
+	tok := s.Token(t, nil)
 	for range 3 {
-		s.ann.Send(emitFrame(tok, "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.Ann.Send(emitFrame(tok, "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	}
-	s.ann.Send(emitFrame(tok, "msg", "1"))
-	s.ann.Expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
+	s.Ann.Send(emitFrame(tok, "msg", "1"))
+	s.Ann.Expect(`{"error":"client_emit_rate_limited","channel":"chat"}`)
 	// Next second: allowed again, until the channel budget (5 a minute) runs out.
 	clock.Advance(time.Second)
 	for range 2 {
-		s.ann.Send(emitFrame(tok, "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.Ann.Send(emitFrame(tok, "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	}
-	s.ann.Send(emitFrame(tok, "msg", "1"))
-	s.ann.Expect(`{"error":"channel_rate_limited","channel":"chat"}`)
+	s.Ann.Send(emitFrame(tok, "msg", "1"))
+	s.Ann.Expect(`{"error":"channel_rate_limited","channel":"chat"}`)
 	for range 5 { // the listener got exactly the five accepted ones
-		s.listener.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
+		s.Listener.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
 	}
-	s.listener.ExpectSilence(100 * time.Millisecond)
+	s.Listener.ExpectSilence(100 * time.Millisecond)
 }
 
 func TestClientEmitProjectBackstop(t *testing.T) {
 	clock := newClock() // one minute window for the backstop
-	s := clientEmitSetupOn(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"}, clock.Now))
-	s.enable(t)
-	if r := s.owner.Emit(s.p.SecretKey, `{"channel":"other","payload":1}`); r.Status != 200 {
+	s := relaytest.NewClientEmitSetup(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"}, clock.Now).Server)
+	s.Enable(t)
+	if r := s.Owner.Emit(s.Project.SecretKey, `{"channel":"other","payload":1}`); r.Status != 200 {
 		t.Fatalf("emit: %s", r.Raw)
 	}
-	s.ann.Send(emitFrame(s.token(t, nil), "msg", "1"))
-	s.ann.Expect(`{"error":"project_rate_limited","channel":"chat"}`)
+	s.Ann.Send(emitFrame(s.Token(t, nil), "msg", "1"))
+	s.Ann.Expect(`{"error":"project_rate_limited","channel":"chat"}`)
 }
 
 func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		s := newClientEmitSetup(t, url, nil)
-		s.enable(t)
-		old := s.token(t, nil)
-		s.ann.Send(emitFrame(old, "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		again := s.owner.Do("PATCH", "/api/projects/"+s.p.ID+"/client-emit-secret", `{}`)
-		if again.Str("clientEmitSecret") != s.secret {
+		s.Enable(t)
+		old := s.Token(t, nil)
+		s.Ann.Send(emitFrame(old, "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		again := s.Owner.Do("PATCH", "/api/projects/"+s.Project.ID+"/client-emit-secret", `{}`)
+		if again.Str("clientEmitSecret") != s.Secret {
 			t.Fatalf("second call without regenerate changed the secret: %s", again.Raw)
 		}
-		r := s.owner.Do("PATCH", "/api/projects/"+s.p.ID+"/client-emit-secret", `{"regenerate":true}`)
-		if r.Str("clientEmitSecret") == s.secret || r.Status != 200 {
+		r := s.Owner.Do("PATCH", "/api/projects/"+s.Project.ID+"/client-emit-secret", `{"regenerate":true}`)
+		if r.Str("clientEmitSecret") == s.Secret || r.Status != 200 {
 			t.Fatalf("regenerate: %s", r.Raw)
 		}
-		s.ann.Send(emitFrame(old, "msg", "1"))
-		s.ann.Expect(`{"error":"invalid_emit_token","channel":"chat"}`)
-		s.secret = r.Str("clientEmitSecret")
-		s.ann.Send(emitFrame(s.token(t, nil), "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.Ann.Send(emitFrame(old, "msg", "1"))
+		s.Ann.Expect(`{"error":"invalid_emit_token","channel":"chat"}`)
+		s.Secret = r.Str("clientEmitSecret")
+		s.Ann.Send(emitFrame(s.Token(t, nil), "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 	})
 }
 
 func TestRevokeEndpoint(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock() // tokens are compared with revocations by the second
-		s := clientEmitSetupOn(t, startServerAt(t, url, nil, clock.Now))
-		s.enable(t)
-		c := s.ts.Client()
+		s := relaytest.NewClientEmitSetup(t, startServerAt(t, url, nil, clock.Now).Server)
+		s.Enable(t)
+		c := s.Server.Client()
 		c.Revoke("", `{"jti":"x"}`).Expect(t, 401, `{"error":"missing_secret_key"}`)
 		c.Revoke("sk_live_nope", `{"jti":"x"}`).Expect(t, 401, `{"error":"invalid_secret_key"}`)
-		c.Revoke(s.p.PublicKey, `{"jti":"x"}`).Expect(t, 401, `{"error":"invalid_secret_key"}`)
-		c.Revoke(s.p.SecretKey, `{"jti":`).Expect(t, 400, `{"error":"invalid_json"}`)
-		c.Revoke(s.p.SecretKey, `{}`).Expect(t, 400, `{"error":"jti_or_client_id_required"}`)
-		c.Revoke(s.p.SecretKey, `{"jti":"","clientId":""}`).Expect(t, 400, `{"error":"jti_or_client_id_required"}`)
-		c.Revoke(s.p.SecretKey, `{"jti":"never-issued"}`).Expect(t, 200, `{"ok":true}`)
-		c.Revoke(s.p.SecretKey, `{"jti":"never-issued"}`).Expect(t, 200, `{"ok":true}`) // idempotent
+		c.Revoke(s.Project.PublicKey, `{"jti":"x"}`).Expect(t, 401, `{"error":"invalid_secret_key"}`)
+		c.Revoke(s.Project.SecretKey, `{"jti":`).Expect(t, 400, `{"error":"invalid_json"}`)
+		c.Revoke(s.Project.SecretKey, `{}`).Expect(t, 400, `{"error":"jti_or_client_id_required"}`)
+		c.Revoke(s.Project.SecretKey, `{"jti":"","clientId":""}`).Expect(t, 400, `{"error":"jti_or_client_id_required"}`)
+		c.Revoke(s.Project.SecretKey, `{"jti":"never-issued"}`).Expect(t, 200, `{"ok":true}`)
+		c.Revoke(s.Project.SecretKey, `{"jti":"never-issued"}`).Expect(t, 200, `{"ok":true}`) // idempotent
 
 		// By jti: that token fails, another of the same clientId works.
-		one := s.token(t, func(o *backend.TokenOptions) { o.JTI = "one" })
-		two := s.token(t, func(o *backend.TokenOptions) { o.JTI = "two" })
-		err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: s.ts.Base + "/emit", SecretKey: s.p.SecretKey, JTI: "one"})
+		one := s.Token(t, func(o *backend.TokenOptions) { o.JTI = "one" })
+		two := s.Token(t, func(o *backend.TokenOptions) { o.JTI = "two" })
+		err := backend.RevokeClientEmitToken(context.Background(), backend.RevokeOptions{EmitURL: s.Server.Base + "/emit", SecretKey: s.Project.SecretKey, JTI: "one"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.ann.Send(emitFrame(one, "msg", "1"))
-		s.ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		s.ann.Send(emitFrame(two, "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.Ann.Send(emitFrame(one, "msg", "1"))
+		s.Ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		s.Ann.Send(emitFrame(two, "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
 		// Both in one body: the jti (of ann's token) and every token of the
 		// clientId (bob's); ann's other tokens keep working.
-		bob := s.ts.PresenceSub(t, s.p.PublicKey, "chat", "bob")
+		bob := s.Server.PresenceSub(t, s.Project.PublicKey, "chat", "bob")
 		bob.Expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
-		s.ann.Expect(`{"type":"presence","channel":"chat","event":"join","clientId":"bob"}`)
-		three := s.token(t, func(o *backend.TokenOptions) { o.JTI = "three" })
-		bobOld := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
-		c.Revoke(s.p.SecretKey, `{"jti":"three","clientId":"bob"}`).Expect(t, 200, `{"ok":true}`)
-		s.ann.Send(emitFrame(three, "msg", "1"))
-		s.ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		s.Ann.Expect(`{"type":"presence","channel":"chat","event":"join","clientId":"bob"}`)
+		three := s.Token(t, func(o *backend.TokenOptions) { o.JTI = "three" })
+		bobOld := s.Token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
+		c.Revoke(s.Project.SecretKey, `{"jti":"three","clientId":"bob"}`).Expect(t, 200, `{"ok":true}`)
+		s.Ann.Send(emitFrame(three, "msg", "1"))
+		s.Ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
 		bob.Send(emitFrame(bobOld, "msg", "1"))
 		bob.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
-		s.ann.Send(emitFrame(two, "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		s.Ann.Send(emitFrame(two, "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 		bob.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"ann"}`, "seq")
 		// A token of bob minted in a later second than the revocation works.
 		clock.Advance(time.Second)
-		bobNew := s.token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
+		bobNew := s.Token(t, func(o *backend.TokenOptions) { o.ClientID = "bob" })
 		bob.Send(emitFrame(bobNew, "msg", "1"))
 		bob.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		s.ann.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"bob"}`, "seq")
+		s.Ann.ExpectExcept(`{"channel":"chat","type":"msg","payload":1,"clientId":"bob"}`, "seq")
 
 		// By clientId: every token issued up to now fails; one minted in a later second works.
-		c.Revoke(s.p.SecretKey, `{"clientId":"ann"}`).Expect(t, 200, `{"ok":true}`)
-		s.ann.Send(emitFrame(two, "msg", "1"))
-		s.ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
+		c.Revoke(s.Project.SecretKey, `{"clientId":"ann"}`).Expect(t, 200, `{"ok":true}`)
+		s.Ann.Send(emitFrame(two, "msg", "1"))
+		s.Ann.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
 		clock.Advance(time.Second)
-		fresh := s.token(t, nil)
-		s.ann.Send(emitFrame(fresh, "msg", "1"))
-		s.ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
+		fresh := s.Token(t, nil)
+		s.Ann.Send(emitFrame(fresh, "msg", "1"))
+		s.Ann.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
 
 		// Revocations survive a restart: the server stops, and a second one
 		// starts on the same database.
-		s.ts.Stop()
+		s.Server.Stop()
 		ts2 := startServerAt(t, url, nil, clock.Now)
-		ann2 := ts2.PresenceSub(t, s.p.PublicKey, "chat", "ann")
+		ann2 := ts2.PresenceSub(t, s.Project.PublicKey, "chat", "ann")
 		ann2.Expect(`{"type":"presence","channel":"chat","event":"sync","members":[]}`)
 		for _, tok := range []string{one, two, three} {
 			ann2.Send(emitFrame(tok, "msg", "1"))
@@ -457,7 +408,7 @@ func TestRevokeEndpoint(t *testing.T) {
 		}
 		ann2.Send(emitFrame(fresh, "msg", "1"))
 		ann2.ExpectExcept(`{"action":"emit","channel":"chat","ok":true}`, "seq")
-		bob2 := ts2.PresenceSub(t, s.p.PublicKey, "chat", "bob")
+		bob2 := ts2.PresenceSub(t, s.Project.PublicKey, "chat", "bob")
 		bob2.Expect(`{"type":"presence","channel":"chat","event":"sync","members":["ann"]}`)
 		bob2.Send(emitFrame(bobOld, "msg", "1"))
 		bob2.Expect(`{"error":"emit_token_revoked","channel":"chat"}`)
@@ -473,20 +424,20 @@ func TestRevokeEndpoint(t *testing.T) {
 // seq belongs to (the payload is the emit's index).
 func TestClientEmitAnswersInOrder(t *testing.T) {
 	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "5"})
-	s.enable(t)
-	tok := s.token(t, nil)
+	s.Enable(t)
+	tok := s.Token(t, nil)
 	const n = 60
 	for i := range n {
 		typ := "msg"
 		if i%4 == 3 {
 			typ = "cursor" // not in the token's types
 		}
-		s.ann.Send(emitFrame(tok, typ, fmt.Sprint(i)))
+		s.Ann.Send(emitFrame(tok, typ, fmt.Sprint(i)))
 	}
 	accepted := map[int64]int{} // seq → index of the emit it answered
 	var order []int64
 	for i := range n {
-		f, ok := s.ann.Next(5 * time.Second)
+		f, ok := s.Ann.Next(5 * time.Second)
 		if !ok || f.Text == "" {
 			t.Fatalf("answer %d: %+v", i, f)
 		}
@@ -511,11 +462,11 @@ func TestClientEmitAnswersInOrder(t *testing.T) {
 		t.Fatalf("%d emits accepted, want at least the cap, 5", len(accepted))
 	}
 	for range accepted {
-		m := s.listener.ExpectExcept(`{"channel":"chat","type":"msg","clientId":"ann"}`, "seq", "payload")
+		m := s.Listener.ExpectExcept(`{"channel":"chat","type":"msg","clientId":"ann"}`, "seq", "payload")
 		seq, payload := int64(relaytest.Num(m, "seq")), int(relaytest.Num(m, "payload"))
 		if i, ok := accepted[seq]; !ok || i != payload {
 			t.Fatalf("seq %d carried emit %d, but its ack came as answer %d (acked seqs in order: %v)", seq, payload, i, order)
 		}
 	}
-	s.listener.ExpectSilence(100 * time.Millisecond)
+	s.Listener.ExpectSilence(100 * time.Millisecond)
 }

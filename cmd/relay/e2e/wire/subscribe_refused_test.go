@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 // channel kept it: the unsubscribe was acked without reaching the channel,
 // and messages kept coming.)
 func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")
 	ts.PresenceSub(t, p.PublicKey, "room", "first").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
@@ -44,7 +44,7 @@ func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
 // clientId "x" has closed, "x" is no longer listed. (It used to stay, with no
 // leave sent: the closing connection did not name the channel.)
 func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")
 	a := ts.PresenceSub(t, p.PublicKey, "room", "x")
@@ -68,18 +68,18 @@ func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
 // (The connection checks its own record, which holds the subscribe from the
 // moment it is sent; the channel now checks again.)
 func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
-	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
-	s.enable(t)
+	s := relaytest.NewClientEmitSetup(t, relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"}))
+	s.Enable(t)
 	for i := 0; i < 10; i++ {
-		bob := s.ts.DialWS(s.p.PublicKey)
+		bob := s.Server.DialWS(s.Project.PublicKey)
 		bob.Send(`{"action":"subscribe","channel":"chat","presence":true,"clientId":"bob"}`)
-		bob.Send(emitFrame(s.tokenFor("bob"), "msg", "1"))
+		bob.Send(relaytest.EmitFrame("chat", "msg", "1", s.TokenFor("bob")))
 		bob.Expect(`{"error":"too_many_presence_members","channel":"chat"}`)
 		f, ok := bob.Next(2 * time.Second)
 		if !ok || f.Text != `{"error":"emit_identity_mismatch","channel":"chat"}` {
 			t.Fatalf("round %d: emit by a refused subscriber answered %+v (ok=%v), want emit_identity_mismatch", i, f, ok)
 		}
-		s.listener.ExpectSilence(100 * time.Millisecond)
+		s.Listener.ExpectSilence(100 * time.Millisecond)
 		bob.Conn.Close()
 	}
 }
@@ -87,7 +87,7 @@ func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
 // A presence subscribe refused by the cap gets its error and nothing of the
 // replay (nor a replay_gap) a subscribe would have had.
 func TestRefusedSubscribeGetsNoReplay(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")
 	ts.PresenceSub(t, p.PublicKey, "room", "x").Expect(`{"type":"presence","channel":"room","event":"sync","members":[]}`)
