@@ -1,15 +1,19 @@
 package main
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/relayhq/relay/actors"
 )
 
 // The package table of the design: who may depend on whom. Each rule names a
@@ -110,13 +114,20 @@ func TestImportBoundariesCatchAWrongImport(t *testing.T) {
 // server, whatever its build tags. What they may use: the harness, storetest
 // (a throwaway PostgreSQL), the client-facing wire shapes (proto) and the
 // client libraries; and the cluster suite alone the cluster port's protocol
-// (proto/clusterpb), which its attack tests speak.
+// (proto/clusterpb), which its attack tests speak. The harness they use is
+// held to the same rule, so that nothing of the server comes in through it;
+// it may also use actors/clustertls, a certificate library with no server
+// state, to make etcd's certificates.
 func TestEndToEndSuitesStayOutside(t *testing.T) {
 	bad, err := e2eViolations("e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range bad {
+	harness, err := e2eViolations("internal/relaytest", module+"/actors/clustertls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range append(bad, harness...) {
 		t.Error(v + ": an end-to-end suite reaches the relay only through its listeners")
 	}
 }
@@ -146,10 +157,11 @@ func TestEndToEndCheckCatchesAWrongImport(t *testing.T) {
 }
 
 // e2eViolations reads the imports of every Go file under dir, build tags
-// ignored, and lists those of this module an end-to-end suite may not use.
-func e2eViolations(dir string) ([]string, error) {
-	allowed := []string{module + "/cmd/relay/internal/relaytest", module + "/cmd/relay/e2e", module + "/store/storetest",
-		module + "/api/client", module + "/api/backend"}
+// ignored, and lists those of this module an end-to-end suite may not use
+// (extra: more it may).
+func e2eViolations(dir string, extra ...string) ([]string, error) {
+	allowed := append([]string{module + "/cmd/relay/internal/relaytest", module + "/cmd/relay/e2e", module + "/store/storetest",
+		module + "/api/client", module + "/api/backend"}, extra...)
 	var out []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
@@ -176,4 +188,31 @@ func e2eViolations(dir string) ([]string, error) {
 		return nil
 	})
 	return out, err
+}
+
+// The cluster suite names the cluster port's actors as an attacker would
+// learn them, by value; they must be the names the relay uses, or its
+// attack tests would aim at actors that do not exist and pass.
+func TestClusterSuiteNamesTheRelaysActors(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "e2e/cluster/main_test.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, spec := range g.Specs {
+				v := spec.(*ast.ValueSpec)
+				for i, name := range v.Names {
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok {
+						got[name.Name], _ = strconv.Unquote(lit.Value)
+					}
+				}
+			}
+		}
+	}
+	want := map[string]string{"nodeActorName": actors.NodeActorName, "channelKind": actors.ChannelKind}
+	if !maps.Equal(got, want) {
+		t.Errorf("e2e/cluster's constants %v, want %v", got, want)
+	}
 }

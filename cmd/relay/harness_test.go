@@ -78,6 +78,10 @@ func startServerAt(t testing.TB, dbURL string, env map[string]string, now func()
 // on an error; ts.app is nil afterwards.
 func (ts *testServer) Stop() {
 	ts.T.Helper()
+	if ts.app == nil { // the binary (binaryServer)
+		ts.Server.Stop()
+		return
+	}
 	a := ts.app
 	ts.app = nil
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -136,7 +136,7 @@ func (st *specTransport) record(k string) {
 	st.mu.Unlock()
 }
 
-// specClient is ts.client() with its exchanges validated by st.
+// specClient is ts.Client() with its exchanges validated by st.
 func (st *specTransport) client(ts *testServer) *client {
 	c := ts.Client()
 	c.HTTP.Transport = st

@@ -6,7 +6,7 @@ package browser
 // server restart mid-stream (reconnect, resubscribe, replay with a gap), a
 // connection cut while the server stays up (replay, no gap, no duplicate),
 // reconnect: false, and a server that stops answering (heartbeat timeout).
-// The pages reach the server through the test proxy (goclient_test.go), which
+// The pages reach the server through the test proxy (relaytest.Proxy), which
 // holds their reconnects until the test has emitted what they must replay.
 
 import (

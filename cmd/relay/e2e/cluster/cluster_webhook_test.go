@@ -44,7 +44,7 @@ func TestClusterWebhooksOncePerTransition(t *testing.T) {
 		t.Helper()
 		// A duplicate from another node would come about as fast: 300 ms
 		// of nothing more once they have come (it was 200 ms before the
-		// wait, then expectEvents' 100 ms).
+		// wait, then ExpectEvents' 100 ms).
 		h.ExpectEventsQuiet(t, secret, &seen, 300*time.Millisecond, want...)
 	}
 	occupied := func(ch string) string { return relaytest.ChannelHook("channel_occupied", p.ID, ch) }

@@ -4,7 +4,8 @@ package wire
 // presence, client-emit and the pairing of emit answers; reconnect after a
 // server restart and after a cut connection (the server staying up), with
 // replay, no gap and no duplicate; heartbeat; backoff through the injected
-// clock; and no goroutine left behind, counted with no slack.
+// clock; and no goroutine of the client left behind, counted with no slack
+// in this process (the relay is another process).
 
 import (
 	"context"

@@ -21,12 +21,14 @@ type Buffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p.
 func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
+// String is everything written so far.
 func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -116,7 +118,7 @@ func serveCommand(t testing.TB, build func() (string, error), env []string) *exe
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), append([]string{
+	cmd.Env = append(hostEnv(), append([]string{
 		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "LOG_FORMAT=text",
 		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",
 	}, env...)...)
@@ -131,6 +133,21 @@ func Binary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// hostEnv is what a relay the harness starts takes from the test's own
+// environment: where programs, home and temporary files are, the time zone
+// and the TLS roots; never a relay setting (RELAY_*, DATABASE_URL, …), which
+// would change what every test checks, nor GORACE, which could divert the
+// race detector's reports from the log the harness reads.
+func hostEnv() []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
 }
 
 // relayBinary builds cmd/relay once per test binary, into a directory named after

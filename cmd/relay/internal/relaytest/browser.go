@@ -113,7 +113,7 @@ func BrowserRun[T any](b *Browser, a chromedp.Action[T]) T {
 	return v
 }
 
-// Load runs steps that make the tab Load a page, waits for it and keeps its
+// Load runs steps that make the tab load a page, waits for it and keeps its
 // status.
 func (b *Browser) Load(steps ...chromedp.Action[chromedp.Void]) {
 	b.T.Helper()
@@ -141,11 +141,13 @@ func (b *Browser) Fill(sel, value string) {
 	))
 }
 
+// Text is the trimmed text of the first element sel matches.
 func (b *Browser) Text(sel string) string {
 	b.T.Helper()
 	return strings.TrimSpace(BrowserRun(b, chromedp.Text(chromedp.CSS(sel))))
 }
 
+// Count is how many elements of the current page sel matches.
 func (b *Browser) Count(sel string) int {
 	b.T.Helper()
 	return BrowserRun(b, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
@@ -154,12 +156,13 @@ func (b *Browser) Count(sel string) int {
 // Has reports whether sel matches an element of the current page.
 func (b *Browser) Has(sel string) bool { b.T.Helper(); return b.Count(sel) > 0 }
 
+// Path is the current page's path on the relay.
 func (b *Browser) Path() string {
 	b.T.Helper()
 	return strings.TrimPrefix(BrowserRun(b, chromedp.Location()), b.base)
 }
 
-// LastPath is path() for error messages: it never fails the test.
+// LastPath is Path for error messages: it never fails the test.
 func (b *Browser) LastPath() string {
 	ctx, cancel := context.WithTimeout(b.Ctx, 2*time.Second)
 	defer cancel()
@@ -263,6 +266,7 @@ func (b *Browser) NewTab(t *testing.T) *Tab {
 	return &Tab{B: b, Ctx: ctx}
 }
 
+// Run runs one action in the tab, within 15 s.
 func (p *Tab) Run(action chromedp.Action[chromedp.Void]) {
 	p.B.T.Helper()
 	ctx, cancel := context.WithTimeout(p.Ctx, 15*time.Second)
@@ -340,6 +344,7 @@ func (p *Tab) Count(from int, prefix string) int {
 	return n
 }
 
+// Log is what the page's client has logged so far (window.log).
 func (p *Tab) Log() []string {
 	ctx, cancel := context.WithTimeout(p.Ctx, 5*time.Second)
 	defer cancel()

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/relayhq/relay/api"
 )
 
 // JSON renders v as JSON, for building exact expected bodies.
@@ -68,7 +66,7 @@ func SessionCookies(t testing.TB, r Response) []*http.Cookie {
 		if err != nil {
 			t.Fatalf("bad Set-Cookie %q: %v", line, err)
 		}
-		if c.Name == api.CookieName {
+		if c.Name == SessionCookie {
 			out = append(out, c)
 		}
 	}
@@ -81,7 +79,7 @@ func SessionCookieIn(t testing.TB, r Response, wantSecure bool) *http.Cookie {
 	t.Helper()
 	cs := SessionCookies(t, r)
 	if len(cs) != 1 {
-		t.Fatalf("want exactly one %s cookie, got %d: %q", api.CookieName, len(cs), r.Header.Values("Set-Cookie"))
+		t.Fatalf("want exactly one %s cookie, got %d: %q", SessionCookie, len(cs), r.Header.Values("Set-Cookie"))
 	}
 	c := cs[0]
 	if c.Value == "" {
@@ -139,10 +137,11 @@ func SessionCookieIn(t testing.TB, r Response, wantSecure bool) *http.Cookie {
 	return c
 }
 
+// NoSessionCookie fails the test if r sets a session cookie.
 func NoSessionCookie(t testing.TB, r Response) {
 	t.Helper()
 	if cs := SessionCookies(t, r); len(cs) != 0 {
-		t.Fatalf("Response sets a session cookie, want none: %q", r.Header.Values("Set-Cookie"))
+		t.Fatalf("response sets a session cookie, want none: %q", r.Header.Values("Set-Cookie"))
 	}
 }
 
@@ -221,6 +220,7 @@ func Keys(c *Client, t testing.TB, projectID string) (keys []map[string]any, raw
 	return body.Keys, r.Raw
 }
 
+// KeyByID is the listed key with id (nil: none).
 func KeyByID(keys []map[string]any, id string) map[string]any {
 	for _, k := range keys {
 		if k["id"] == id {
@@ -230,6 +230,7 @@ func KeyByID(keys []map[string]any, id string) map[string]any {
 	return nil
 }
 
+// ActiveKeys are the listed keys of keyType not revoked.
 func ActiveKeys(keys []map[string]any, keyType string) []map[string]any {
 	var out []map[string]any
 	for _, k := range keys {

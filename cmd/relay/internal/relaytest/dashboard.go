@@ -102,6 +102,7 @@ func (p Page) ByID(id string) string {
 	return FindText(regexp.MustCompile(`id="`+regexp.QuoteMeta(id)+`"[^>]*>([^<]*)<`), p.Body)
 }
 
+// CSRF is the page's CSRF token; a page without one fails the test.
 func (p Page) CSRF(t testing.TB) string {
 	t.Helper()
 	tok := FindText(csrfRe, p.Body)
@@ -111,6 +112,7 @@ func (p Page) CSRF(t testing.TB) string {
 	return tok
 }
 
+// ErrorText and NoticeText are the page's error and notice ("" for none).
 func (p Page) ErrorText() string  { return FindText(errorRe, p.Body) }
 func (p Page) NoticeText() string { return FindText(noticeRe, p.Body) }
 

@@ -47,9 +47,10 @@ func ExpectNoEvent(t testing.TB, s *relay.Subscription) {
 	}
 }
 
-// GoroutineBaseline warms up what the process keeps for good (the actors'
-// pool of turn goroutines, a keep-alive HTTP connection of owner) with one
-// emit, and returns the goroutine count once it holds still.
+// GoroutineBaseline warms up what the test's process keeps for good (a
+// keep-alive HTTP connection of owner; with a relay in the process, its
+// actors' pool of turn goroutines) with one emit, and returns the process's
+// goroutine count once it holds still.
 func GoroutineBaseline(t testing.TB, owner *Client, p Project) int {
 	t.Helper()
 	if r := owner.Emit(p.SecretKey, `{"channel":"warm-up","payload":0}`); r.Status != 200 {
@@ -68,7 +69,7 @@ func GoroutineBaseline(t testing.TB, owner *Client, p Project) int {
 	return last
 }
 
-// SettleGoroutines waits until the process is back to at most before
+// SettleGoroutines waits until the test's process is back to at most before
 // goroutines, with no slack, and dumps every stack if it is not.
 func SettleGoroutines(t testing.TB, before int) {
 	t.Helper()
@@ -155,7 +156,6 @@ func (s *StepClock) Health(t testing.TB) *ClockWait {
 
 // ExactSeq is the seq of an emit answer, read from the body as a uint64 (not
 // through a float64).
-// ExactSeq is an emit answer's seq, read as the exact uint64 it is.
 func ExactSeq(t testing.TB, r Response) uint64 {
 	t.Helper()
 	var v struct {

@@ -3,7 +3,6 @@ package relaytest
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -26,15 +25,15 @@ func RunBinary(t testing.TB, timeout time.Duration, env ...string) (code int, ou
 	return code, logs.String()
 }
 
-// Command runs `relay args…` (cert, admin, …) with env (KEY=VALUE) added to
-// this process's environment, in a fresh temp dir, and returns its exit code,
+// Command runs `relay args…` (cert, admin, …) with env (KEY=VALUE), not this
+// process's settings (hostEnv), in a fresh temp dir, and returns its exit code,
 // its stdout and its stderr. One still running after a minute is killed (by
 // its pid) and fails the test.
 func Command(t testing.TB, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(hostEnv(), env...)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	code, err := run(cmd, time.Minute)

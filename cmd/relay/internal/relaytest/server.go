@@ -2,6 +2,8 @@ package relaytest
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -31,19 +33,29 @@ func ServerOf(t testing.TB, proc *Process) *Server {
 	return &Server{T: t, Base: proc.Base, Debug: proc.Debug, Logs: proc.Logs, Now: time.Now, proc: proc}
 }
 
-// Stop ends the relay as an operator does (SIGTERM) and waits until it has
-// exited, within 20 s, or fails the test.
+// Stop ends the relay as an operator does (SIGTERM) and fails the test
+// unless it exits 0 within 20 s.
 func (s *Server) Stop() {
 	s.T.Helper()
+	if err := s.stop(); err != nil {
+		s.T.Fatal(err)
+	}
+}
+
+func (s *Server) stop() error {
 	if s.proc == nil {
-		s.T.Fatal("Stop: this server is not a process of the harness")
+		return errors.New("Stop: this server is not a process of the harness")
 	}
 	s.proc.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.proc.Exited:
 	case <-time.After(20 * time.Second):
-		s.T.Fatalf("the relay did not exit within 20 s of SIGTERM:\n%s", s.Logs)
+		return fmt.Errorf("the relay did not exit within 20 s of SIGTERM:\n%s", s.Logs)
 	}
+	if code := s.proc.Cmd.ProcessState.ExitCode(); code != 0 {
+		return fmt.Errorf("the relay exited %d after SIGTERM:\n%s", code, s.Logs)
+	}
+	return nil
 }
 
 // Metrics scrapes the operator listener's /metrics.

@@ -22,9 +22,10 @@ var TestEnv = map[string]string{
 
 // Start starts the relay binary on the database dbURL with TestEnv, then
 // env, both listeners on free loopback ports, and returns it behind the
-// Server's helpers, on the wall clock; it is killed when t ends. Under -race
-// the relay is built with the race detector too, and a race it reports
-// fails the test.
+// Server's helpers, on the wall clock. When t ends it is stopped as Stop
+// does, unless the test stopped it: a shutdown that fails or exits non-zero
+// fails the test. Under -race the relay is built with the race detector
+// too, and a race it reports fails the test.
 func Start(t testing.TB, dbURL string, env map[string]string) *Server {
 	t.Helper()
 	vars := []string{"DATABASE_URL=" + dbURL}
@@ -33,15 +34,30 @@ func Start(t testing.TB, dbURL string, env map[string]string) *Server {
 			vars = append(vars, k+"="+v)
 		}
 	}
-	if !raceEnabled {
-		return ServerOf(t, startProcess(t, relayBinary, vars))
+	build := relayBinary
+	if raceEnabled {
+		// The race detector waits a second at exit by default, for other
+		// goroutines to report: a tenth is plenty for a relay that has
+		// stopped its own.
+		build, vars = raceBinary, append(vars, "GORACE=atexit_sleep_ms=100")
 	}
 	var proc *Process
-	t.Cleanup(func() { // after the kill: cleanups run last first
+	t.Cleanup(func() { // after the exit: cleanups run last first
 		if proc != nil && strings.Contains(proc.Logs.String(), "WARNING: DATA RACE") {
 			t.Errorf("the relay reported a data race:\n%s", proc.Logs)
 		}
 	})
-	proc = startProcess(t, raceBinary, vars)
-	return ServerOf(t, proc)
+	proc = startProcess(t, build, vars)
+	s := ServerOf(t, proc)
+	t.Cleanup(func() {
+		select {
+		case <-proc.Exited: // the test stopped it, or it failed
+			return
+		default:
+		}
+		if err := s.stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
 }

@@ -54,6 +54,7 @@ func poll(timeout time.Duration, check func() error) error {
 // taken only when it is printed (a failing poll would take it every time).
 type WithStacks string
 
+// Error is the text, then every goroutine's stack.
 func (e WithStacks) Error() string {
 	buf := make([]byte, 1<<20)
 	return string(e) + "\n" + string(buf[:runtime.Stack(buf, true)])
