@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -18,7 +19,7 @@ import (
 // the connection caps are checked first, for every request; a request that
 // does ask for a WebSocket but gets the handshake wrong is the upgrader's.
 func TestPlainGetOnWS(t *testing.T) {
-	ts := startServer(t, storetest.SQLiteURL(t), nil)
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	addr := strings.TrimPrefix(ts.Base, "http://")
@@ -85,9 +86,9 @@ func TestPlainGetOnWS(t *testing.T) {
 		}
 		ts.Handshake("/ws"+query).Expect(t, http.StatusUnauthorized, `{"error":"unauthorized"}`)
 	}
-	// The plain GETs left no connection behind; a real handshake still opens.
-	if n := ts.app.transport.Len(); n != 0 {
-		t.Fatalf("%d connections registered", n)
+	// The plain GETs opened no connection; a real handshake still opens.
+	if n := ts.Metrics(t).Get(t, "relay_connections_opened_total", ""); n != 0 {
+		t.Fatalf("%v connections opened", n)
 	}
 	if r := ts.Handshake("/ws?publicKey=" + p.PublicKey); r.Status != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: %d %s", r.Status, r.Raw)
