@@ -66,29 +66,18 @@ func startServerAt(t testing.TB, dbURL string, env map[string]string, now func()
 	if a.debugAddr != nil {
 		ts.Debug = "http://" + a.debugAddr.String()
 	}
+	// Stop (the harness's) shuts it down through here; ts.app is nil after.
+	ts.Shutdown = func(ctx context.Context) error {
+		a := ts.app
+		ts.app = nil
+		return a.shutdown(ctx)
+	}
 	t.Cleanup(func() {
 		if ts.app != nil { // else the test shut it down itself
 			ts.Stop()
 		}
 	})
 	return ts
-}
-
-// Stop shuts the in-process server down now, within 10 s, and fails the test
-// on an error; ts.app is nil afterwards.
-func (ts *testServer) Stop() {
-	ts.T.Helper()
-	if ts.app == nil { // the binary (binaryServer)
-		ts.Server.Stop()
-		return
-	}
-	a := ts.app
-	ts.app = nil
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.shutdown(ctx); err != nil {
-		ts.T.Fatalf("shutdown: %v", err)
-	}
 }
 
 // newClock is a test clock standing half-way through the current wall-clock

@@ -1,6 +1,7 @@
 package relaytest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,9 @@ type Server struct {
 	Debug string           // http://127.0.0.1:PORT of the operator listener; "" when it is off
 	Logs  *Buffer          // the server's log
 	Now   func() time.Time // the server's clock
+	// Shutdown stops a server the test started in its own process, for
+	// Stop (nil for the binary, which Stop ends with SIGTERM).
+	Shutdown func(context.Context) error
 
 	proc *Process // the binary, when it is one
 }
@@ -34,7 +38,8 @@ func ServerOf(t testing.TB, proc *Process) *Server {
 }
 
 // Stop ends the relay as an operator does (SIGTERM) and fails the test
-// unless it exits 0 within 20 s.
+// unless it exits 0 within 20 s; a server in the test's own process, unless
+// its Shutdown succeeds within 10 s.
 func (s *Server) Stop() {
 	s.T.Helper()
 	if err := s.stop(); err != nil {
@@ -44,7 +49,15 @@ func (s *Server) Stop() {
 
 func (s *Server) stop() error {
 	if s.proc == nil {
-		return errors.New("Stop: this server is not a process of the harness")
+		if s.Shutdown == nil {
+			return errors.New("Stop: a server with neither a process nor a Shutdown")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		return nil
 	}
 	s.proc.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
