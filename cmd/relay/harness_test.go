@@ -69,6 +69,9 @@ func startServerAt(t testing.TB, dbURL string, env map[string]string, now func()
 	// Stop (the harness's) shuts it down through here; ts.app is nil after.
 	ts.Shutdown = func(ctx context.Context) error {
 		a := ts.app
+		if a == nil { // a test shut it down itself
+			return nil
+		}
 		ts.app = nil
 		return a.shutdown(ctx)
 	}

@@ -263,11 +263,13 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 		}},
 		{"shutdown", nil, func(t *testing.T, ts *testServer, owner *client, p project) result {
 			c := ts.Subscribed(t, p.PublicKey, "a")
+			a := ts.app
+			ts.app = nil // this test shuts it down; its operator listener with it
 			done := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				done <- ts.app.shutdown(ctx)
+				done <- a.shutdown(ctx)
 			}()
 			if f := c.ExpectClose(1001, 5*time.Second); f.Reason != "server shutting down" {
 				t.Fatalf("reason %q", f.Reason)
@@ -275,7 +277,6 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			ts.app = nil // shut down; its operator listener with it
 			return result{map[string]int64{"shutdown": 1}, map[*regexp.Regexp]int{lcCloseLog("shutdown", 1001): 1, regexp.MustCompile(`msg=stopped`): 1}}
 		}},
 	}

@@ -278,11 +278,13 @@ func TestShutdownClosesConnectionsWithGoingAway(t *testing.T) {
 		clients[i].Expect(`{"action":"subscribe","channel":"a","ok":true}`)
 	}
 	r := owner.Emit(p.SecretKey, `{"channel":"a","payload":"last"}`)
+	a := ts.app
+	ts.app = nil // this test shuts it down
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		done <- ts.app.shutdown(ctx)
+		done <- a.shutdown(ctx)
 	}()
 	for _, c := range clients {
 		c.Expect(fmt.Sprintf(`{"channel":"a","payload":"last","seq":%d}`, int64(relaytest.Num(r.JSON, "seq"))))
@@ -291,7 +293,6 @@ func TestShutdownClosesConnectionsWithGoingAway(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ts.app = nil // already shut down
 }
 
 func TestRawFrames(t *testing.T) {

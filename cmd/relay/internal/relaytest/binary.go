@@ -136,15 +136,18 @@ func Binary(t testing.TB) string {
 }
 
 // hostEnv is what a relay the harness starts takes from the test's own
-// environment: where programs, home and temporary files are, the time zone
-// and the TLS roots; never a relay setting (RELAY_*, DATABASE_URL, …), which
+// environment: where programs, home and temporary files are, the time zone,
+// the TLS roots and PostgreSQL's own defaults (PG*, which a database URL may
+// leave to them); never a relay setting (RELAY_*, DATABASE_URL, …), which
 // would change what every test checks, nor GORACE, which could divert the
 // race detector's reports from the log the harness reads.
 func hostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR"} {
-		if v, ok := os.LookupEnv(k); ok {
-			out = append(out, k+"="+v)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "PATH", k == "HOME", k == "TMPDIR", k == "TZ", k == "SSL_CERT_FILE", k == "SSL_CERT_DIR", strings.HasPrefix(k, "PG"):
+			out = append(out, kv)
 		}
 	}
 	return out

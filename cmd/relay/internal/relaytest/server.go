@@ -29,7 +29,8 @@ type Server struct {
 	// Stop (nil for the binary, which Stop ends with SIGTERM).
 	Shutdown func(context.Context) error
 
-	proc *Process // the binary, when it is one
+	proc    *Process // the binary, when it is one
+	stopped bool     // by Stop
 }
 
 // ServerOf is the binary proc behind the Server's helpers, for test t.
@@ -59,6 +60,7 @@ func (s *Server) stop() error {
 		}
 		return nil
 	}
+	s.stopped = true
 	s.proc.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.proc.Exited:

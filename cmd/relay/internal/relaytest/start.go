@@ -51,7 +51,10 @@ func Start(t testing.TB, dbURL string, env map[string]string) *Server {
 	s := ServerOf(t, proc)
 	t.Cleanup(func() {
 		select {
-		case <-proc.Exited: // the test stopped it, or it failed
+		case <-proc.Exited:
+			if !s.stopped { // not by Stop, which checked its exit: on its own
+				t.Errorf("the relay exited during the test (%v):\n%s", proc.Cmd.ProcessState, proc.Logs)
+			}
 			return
 		default:
 		}
