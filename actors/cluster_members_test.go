@@ -463,13 +463,16 @@ func TestTwoMembersGracefulLeave(t *testing.T) {
 
 // pausedOwner makes m a member that was just paused longer than pauseLimit
 // (SIGSTOP, a stalled VM): its pulse runs, its fence is up, and it asks
-// etcd for its registration, which answers rev once the test sends it.
-func (m *member) pausedOwner(t *testing.T) (answer chan<- int64) {
-	registered := make(chan int64)
+// etcd for its registration, which answers rev from the time the test calls
+// answer on (every later check too: a pulse late again under load finds the
+// same answer).
+func (m *member) pausedOwner(t *testing.T) (answer func(rev int64)) {
+	var rev atomic.Int64
+	answered := make(chan struct{})
 	m.c.fence.registration = func(ctx context.Context) (int64, error) {
 		select {
-		case rev := <-registered:
-			return rev, nil
+		case <-answered:
+			return rev.Load(), nil
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -480,7 +483,7 @@ func (m *member) pausedOwner(t *testing.T) (answer chan<- int64) {
 	go m.c.pulse()
 	go m.c.liftFence()
 	t.Cleanup(func() { close(m.c.stop) })
-	return registered
+	return func(r int64) { rev.Store(r); close(answered) }
 }
 
 // unanswered fails if the emit of res is answered within d.
@@ -518,13 +521,13 @@ func TestTwoMembersFencedOwnerStampsAfterConfirmation(t *testing.T) {
 	onA := subscribeOne(t, a.c.sys, project, channel, 1)
 	first := publishOK(t, a.c.sys, project, channel, []byte(`{"n":1}`))
 
-	registered := b.pausedOwner(t)
+	etcdAnswers := b.pausedOwner(t)
 	second := publishLater(a.c.sys, project, channel, []byte(`{"n":2}`))
 	unanswered(t, second, time.Second, "an emit to a fenced owner")
 	if got := onA.messages(t); len(got) != 2 {
 		t.Fatalf("the subscriber got %v while the owner was fenced, want the ack and the first emit only", got)
 	}
-	registered <- 7 // etcd: the registration of the join, still
+	etcdAnswers(7) // the registration of the join, still
 	r := <-second
 	if r.err != nil || r.res.Err != nil || r.res.Seq != first.Seq+1 {
 		t.Fatalf("the emit after the fence lifted: %+v, %v; want seq %d", r.res, r.err, first.Seq+1)
@@ -550,8 +553,7 @@ func TestTwoMembersDroppedOwnerStaysFenced(t *testing.T) {
 	onA := subscribeOne(t, a.c.sys, project, channel, 1)
 	first := publishOK(t, a.c.sys, project, channel, []byte(`{"n":1}`))
 
-	registered := b.pausedOwner(t)
-	registered <- 8 // etcd: another registration under this node's name
+	b.pausedOwner(t)(8) // etcd: another registration under this node's name
 	select {
 	case err := <-b.c.Lost():
 		if err == nil {
