@@ -96,15 +96,15 @@ func TestIsolationWebhooks(t *testing.T) {
 		ts := startServer(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
 		a, b := aliceC.CreateProject("a"), bobC.CreateProject("b")
-		recA, recB := newReceiver(t, "whsec-a", 0), newReceiver(t, "whsec-b", 0)
-		setWebhook(t, ts, a.ID, recA.srv.URL+"/hook", "whsec-a")
-		setWebhook(t, ts, b.ID, recB.srv.URL+"/hook", "whsec-b")
-		silent := func(r *receiver, who string) {
+		recA, recB := relaytest.NewReceiver(t, "whsec-a", 0), relaytest.NewReceiver(t, "whsec-b", 0)
+		setWebhook(t, ts, a.ID, recA.URL+"/hook", "whsec-a")
+		setWebhook(t, ts, b.ID, recB.URL+"/hook", "whsec-b")
+		silent := func(r *relaytest.Receiver, who string) {
 			t.Helper()
 			select {
-			case ev := <-r.events:
+			case ev := <-r.Events:
 				t.Fatalf("%s's webhook received %v", who, ev)
-			case bad := <-r.bad:
+			case bad := <-r.Bad:
 				t.Fatalf("%s's webhook: %s", who, bad)
 			default:
 			}
@@ -113,9 +113,9 @@ func TestIsolationWebhooks(t *testing.T) {
 		// A's traffic: two connections, each connect and disconnect at A.
 		for range 2 {
 			c := ts.DialWS(a.PublicKey)
-			id := checkEvent(t, recA.next(t), "connect", a.ID)
+			id := relaytest.CheckEvent(t, recA.Next(t), "connect", a.ID)
 			c.Conn.Close()
-			if got := checkEvent(t, recA.next(t), "disconnect", a.ID); got != id {
+			if got := relaytest.CheckEvent(t, recA.Next(t), "disconnect", a.ID); got != id {
 				t.Fatalf("disconnect of %s, want %s", got, id)
 			}
 		}
@@ -129,9 +129,9 @@ func TestIsolationWebhooks(t *testing.T) {
 
 		// B's traffic reaches B only.
 		c := ts.DialWS(b.PublicKey)
-		id := checkEvent(t, recB.next(t), "connect", b.ID)
+		id := relaytest.CheckEvent(t, recB.Next(t), "connect", b.ID)
 		c.Conn.Close()
-		if got := checkEvent(t, recB.next(t), "disconnect", b.ID); got != id {
+		if got := relaytest.CheckEvent(t, recB.Next(t), "disconnect", b.ID); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
 		relaytest.Eventually(t, 5*time.Second, func() bool { return ts.app.webhooks.Stats().Sent == 6 }, "six webhooks sent")

@@ -138,8 +138,8 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 	ts := debugServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_ATTEMPTS": "1"})
 	owner := ts.Signup("alice@example.com")
 	good, bad := owner.CreateProject("good"), owner.CreateProject("bad")
-	rec := newReceiver(t, "whsec-good", 0)
-	setWebhook(t, ts, good.ID, rec.srv.URL+"/hook", "whsec-good")
+	rec := relaytest.NewReceiver(t, "whsec-good", 0)
+	setWebhook(t, ts, good.ID, rec.URL+"/hook", "whsec-good")
 	var failing atomic.Int64
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		failing.Add(1)
@@ -149,9 +149,9 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 	setWebhook(t, ts, bad.ID, broken.URL+"/hook", "whsec-bad")
 
 	c := ts.DialWS(good.PublicKey)
-	id := checkEvent(t, rec.next(t), "connect", good.ID)
+	id := relaytest.CheckEvent(t, rec.Next(t), "connect", good.ID)
 	c.Conn.Close()
-	if got := checkEvent(t, rec.next(t), "disconnect", good.ID); got != id {
+	if got := relaytest.CheckEvent(t, rec.Next(t), "disconnect", good.ID); got != id {
 		t.Fatalf("disconnect of %s, want %s", got, id)
 	}
 	c2 := ts.DialWS(bad.PublicKey)
@@ -168,8 +168,8 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 	// The default configuration refuses a loopback target before connecting.
 	ts2 := debugServer(t, nil)
 	p2 := ts2.Signup("alice@example.com").CreateProject("demo")
-	rec2 := newReceiver(t, "s", 0)
-	setWebhook(t, ts2, p2.ID, rec2.srv.URL, "s")
+	rec2 := relaytest.NewReceiver(t, "s", 0)
+	setWebhook(t, ts2, p2.ID, rec2.URL, "s")
 	c3 := ts2.DialWS(p2.PublicKey)
 	mtWaitMetrics(t, ts2, mtSample{"relay_webhooks_total", `outcome="refused"`, 1})
 	c3.Conn.Close()
@@ -179,7 +179,7 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 		mtSample{"relay_webhooks_total", `outcome="failed"`, 0},
 	)
 	select {
-	case ev := <-rec2.events:
+	case ev := <-rec2.Events:
 		t.Fatalf("a refused target received %v", ev)
 	default:
 	}

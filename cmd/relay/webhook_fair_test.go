@@ -101,8 +101,8 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 
 	hangingURL, aRequests := hangingReceiver(t)
 	setWebhook(t, ts, a.ID, hangingURL+"/hook?token=s3cret-a", "whsec-a")
-	rec := newReceiver(t, "whsec-b", 0)
-	setWebhook(t, ts, b.ID, rec.srv.URL+"/hook", "whsec-b")
+	rec := relaytest.NewReceiver(t, "whsec-b", 0)
+	setWebhook(t, ts, b.ID, rec.URL+"/hook", "whsec-b")
 
 	// A churns sockets from 8 goroutines until B is done.
 	churned, stop := churnSockets(t, ts, a.PublicKey, 8)
@@ -124,11 +124,11 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 	for round := 0; round < 5 || churned.Load() < 2000; round++ {
 		start := time.Now()
 		c := ts.DialWS(b.PublicKey)
-		id := checkEvent(t, rec.next(t), "connect", b.ID)
+		id := relaytest.CheckEvent(t, rec.Next(t), "connect", b.ID)
 		within("connect", start)
 		start = time.Now()
 		c.Conn.Close()
-		if got := checkEvent(t, rec.next(t), "disconnect", b.ID); got != id {
+		if got := relaytest.CheckEvent(t, rec.Next(t), "disconnect", b.ID); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
 		within("disconnect", start)

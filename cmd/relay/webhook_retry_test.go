@@ -5,6 +5,7 @@ package main
 // loopback (api/README.md › Webhooks and usage).
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store"
 	"github.com/relayhq/relay/store/storetest"
 )
 
@@ -29,6 +31,16 @@ import (
 type scriptedRequest struct {
 	body, idHeader string
 	ev             map[string]any
+}
+
+// setWebhook stores a project's webhook settings (the dashboard's job) in the
+// server's own store, before the project has any live traffic.
+func setWebhook(t *testing.T, ts *testServer, projectID, url, secret string) {
+	t.Helper()
+	if err := ts.app.store.SaveSettings(context.Background(), store.Settings{ProjectID: projectID, WebhookURL: url, WebhookSecret: secret}); err != nil {
+		t.Fatal(err)
+	}
+	ts.app.actors.SettingsChanged(projectID)
 }
 
 // scriptedReceiver answers each request with the next status of its script
@@ -160,10 +172,10 @@ func TestWebhookRetries(t *testing.T) {
 	ts.DialWS(p.PublicKey)
 	first, second := flaky.next(t), flaky.next(t)
 	id, _ := first.ev["id"].(string)
-	if first.body != second.body || first.idHeader != id || second.idHeader != id || !hookEventIDRe.MatchString(id) {
+	if first.body != second.body || first.idHeader != id || second.idHeader != id || !relaytest.HookEventIDRe.MatchString(id) {
 		t.Fatalf("a retry differs from its first attempt:\n%+v\n%+v", first, second)
 	}
-	checkEvent(t, first.ev, "connect", p.ID)
+	relaytest.CheckEvent(t, first.ev, "connect", p.ID)
 	d := waitDelivery(owner, p.ID, id, 5*time.Second, func(d delivery) bool { return d.Status == "delivered" })
 	if d.Attempts != 2 || intOf(d.StatusCode) != 204 || strOf(d.LastError) != "HTTP 500" || d.Event != "connect" || d.NextAttemptAt != nil {
 		t.Fatalf("delivery %+v", d)
@@ -219,8 +231,8 @@ func TestWebhookFailingProjectDelaysNobody(t *testing.T) {
 	}))
 	t.Cleanup(failing.Close)
 	setWebhook(t, ts, a.ID, failing.URL, "whsec-a")
-	rec := newReceiver(t, "whsec-b", 0)
-	setWebhook(t, ts, b.ID, rec.srv.URL, "whsec-b")
+	rec := relaytest.NewReceiver(t, "whsec-b", 0)
+	setWebhook(t, ts, b.ID, rec.URL, "whsec-b")
 
 	_, stop := churnSockets(t, ts, a.PublicKey, 4)
 	defer stop()
@@ -232,13 +244,13 @@ func TestWebhookFailingProjectDelaysNobody(t *testing.T) {
 	for round := range 5 {
 		start := time.Now()
 		c := ts.DialWS(b.PublicKey)
-		id := checkEvent(t, rec.next(t), "connect", b.ID)
+		id := relaytest.CheckEvent(t, rec.Next(t), "connect", b.ID)
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("round %d: B's connect took %v behind A's retries", round, took)
 		}
 		start = time.Now()
 		c.Conn.Close()
-		if got := checkEvent(t, rec.next(t), "disconnect", b.ID); got != id {
+		if got := relaytest.CheckEvent(t, rec.Next(t), "disconnect", b.ID); got != id {
 			t.Fatalf("disconnect of %s, want %s", got, id)
 		}
 		if took := time.Since(start); took > time.Second {

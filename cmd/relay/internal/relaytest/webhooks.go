@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -137,4 +138,113 @@ func (h *HookLog) Bodies() []string {
 		out[i] = r.body
 	}
 	return out
+}
+
+// Receiver is a webhook endpoint that checks every signature with a
+// constant-time compare and hands over the events it accepted.
+type Receiver struct {
+	URL    string                 // where it listens, on loopback
+	Events chan map[string]any    // the events accepted, in order
+	Bad    chan string            // what it refused, and why
+	secret atomic.Pointer[string] // the signing secret (SetSecret)
+	delay  time.Duration
+}
+
+// NewReceiver starts a receiver checking signatures with secret ("": set
+// it later with SetSecret, before any event can come); delay makes it a slow
+// one, answering after delay. It is closed when t ends.
+func NewReceiver(t testing.TB, secret string, delay time.Duration) *Receiver {
+	r := &Receiver{Events: make(chan map[string]any, 100), Bad: make(chan string, 100), delay: delay}
+	r.SetSecret(secret)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		mac := hmac.New(sha256.New, []byte(*r.secret.Load()))
+		mac.Write(body)
+		want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+		if !hmac.Equal([]byte(req.Header.Get("X-Service-Signature")), []byte(want)) {
+			r.Bad <- "bad signature on " + string(body)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if r.delay > 0 {
+			select { // a slow receiver, until the sender gives up
+			case <-time.After(r.delay):
+			case <-req.Context().Done():
+				return
+			}
+		}
+		var ev map[string]any
+		if err := json.Unmarshal(body, &ev); err != nil {
+			r.Bad <- "not JSON: " + string(body)
+		}
+		r.Events <- ev
+	}))
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
+	return r
+}
+
+// SetSecret is the signing secret the receiver checks from now on.
+func (r *Receiver) SetSecret(secret string) { r.secret.Store(&secret) }
+
+// Next is the next event accepted; a refusal, or none within 5 s, fails
+// the test.
+func (r *Receiver) Next(t testing.TB) map[string]any {
+	t.Helper()
+	select {
+	case ev := <-r.Events:
+		return ev
+	case b := <-r.Bad:
+		t.Fatal(b)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no webhook within 5s")
+	}
+	return nil
+}
+
+// HookEventIDRe is an event's id: 16 random bytes, base64url.
+var HookEventIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
+
+// CheckEvent checks a connect or disconnect event's fields (the common
+// ones, then fields) and values, and returns its connectionId.
+func CheckEvent(t testing.TB, ev map[string]any, kind, projectID string, fields ...string) string {
+	t.Helper()
+	keys := map[string]bool{"id": true, "event": true, "projectId": true, "connectionId": true, "timestamp": true}
+	for _, f := range fields {
+		keys[f] = true
+	}
+	for k := range ev {
+		if !keys[k] {
+			t.Fatalf("unexpected field %q in %v", k, ev)
+		}
+	}
+	if ev["event"] != kind || ev["projectId"] != projectID || len(ev) != len(keys) {
+		t.Fatalf("event %v, want %s for %s with %v", ev, kind, projectID, fields)
+	}
+	if ts, err := time.Parse(time.RFC3339, ev["timestamp"].(string)); err != nil || time.Since(ts) > time.Minute {
+		t.Fatalf("timestamp %v: %v", ev["timestamp"], err)
+	}
+	if id, _ := ev["id"].(string); !HookEventIDRe.MatchString(id) {
+		t.Fatalf("event id %v in %v", ev["id"], ev)
+	}
+	id, _ := ev["connectionId"].(string)
+	if id == "" {
+		t.Fatalf("no connectionId in %v", ev)
+	}
+	return id
+}
+
+// SetWebhook sets the project's webhook URL through the settings API and
+// returns the signing secret the relay made for it (GET …/webhook-secret).
+func (c *Client) SetWebhook(t testing.TB, projectID, url string) (secret string) {
+	t.Helper()
+	cc := c.On(t)
+	if r := cc.Do("PATCH", "/api/projects/"+projectID+"/settings", JSON(map[string]string{"webhookUrl": url})); r.Status != http.StatusOK {
+		t.Fatalf("set the webhook: %d %s", r.Status, r.Raw)
+	}
+	r := cc.Do("GET", "/api/projects/"+projectID+"/webhook-secret", "")
+	if secret = r.Str("webhookSecret"); r.Status != http.StatusOK || secret == "" {
+		t.Fatalf("the webhook secret: %d %s", r.Status, r.Raw)
+	}
+	return secret
 }

@@ -1,0 +1,5 @@
+// Package webhooks holds the end-to-end tests of the webhooks a relay sends
+// (connect and disconnect, signed, to a receiver that is slow, down or on a
+// private address), set up through the settings API, against the relay
+// binary on loopback, with the shared harness cmd/relay/internal/relaytest.
+package webhooks
