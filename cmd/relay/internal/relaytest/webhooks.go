@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -238,8 +239,48 @@ func CheckEvent(t testing.TB, ev map[string]any, kind, projectID string, fields 
 // returns the signing secret the relay made for it (GET …/webhook-secret).
 func (c *Client) SetWebhook(t testing.TB, projectID, url string) (secret string) {
 	t.Helper()
+	return c.setWebhook(t, projectID, map[string]any{"webhookUrl": url})
+}
+
+// SetWebhookEvents is SetWebhook with the events sent beyond connect and
+// disconnect; it returns once the project's actor, when it runs, has them
+// (/debug/actors on the operator listener), as a dashboard user's next
+// action would find them.
+func (c *Client) SetWebhookEvents(t testing.TB, projectID, hookURL string, channel, presence bool) (secret string) {
+	t.Helper()
+	secret = c.setWebhook(t, projectID, map[string]any{"webhookUrl": hookURL, "webhookEvents": map[string]bool{"channel": channel, "presence": presence}})
+	want := []string{}
+	if channel {
+		want = append(want, "channel")
+	}
+	if presence {
+		want = append(want, "presence")
+	}
+	EventuallyNil(t, 5*time.Second, func() error {
+		r, err := Do(nil, "GET", c.Server.Debug+"/debug/actors?project="+url.QueryEscape(projectID), "", nil)
+		if err != nil {
+			return err
+		}
+		var v struct {
+			Projects []struct {
+				WebhookEvents []string `json:"webhookEvents"`
+			} `json:"projects"`
+		}
+		if err := json.Unmarshal([]byte(r.Raw), &v); err != nil {
+			return fmt.Errorf("/debug/actors: %v: %s", err, r.Raw)
+		}
+		if len(v.Projects) > 0 && !slices.Equal(v.Projects[0].WebhookEvents, want) {
+			return fmt.Errorf("webhook events %v, want %v", v.Projects[0].WebhookEvents, want)
+		}
+		return nil
+	})
+	return secret
+}
+
+func (c *Client) setWebhook(t testing.TB, projectID string, settings map[string]any) (secret string) {
+	t.Helper()
 	cc := c.On(t)
-	if r := cc.Do("PATCH", "/api/projects/"+projectID+"/settings", JSON(map[string]string{"webhookUrl": url})); r.Status != http.StatusOK {
+	if r := cc.Do("PATCH", "/api/projects/"+projectID+"/settings", JSON(settings)); r.Status != http.StatusOK {
 		t.Fatalf("set the webhook: %d %s", r.Status, r.Raw)
 	}
 	r := cc.Do("GET", "/api/projects/"+projectID+"/webhook-secret", "")
