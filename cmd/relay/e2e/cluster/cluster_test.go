@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,22 +56,10 @@ func startCluster(t *testing.T, within time.Duration, names []string, env ...str
 	began := time.Now()
 	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t), ca: filepath.Join(t.TempDir(), "ca")}
 	relaytest.CommandOK(t, nil, "cert", "ca", "--out", c.ca)
-	// The nodes start at once, as a deployment's do: each joins before it
-	// listens, about a second apiece.
-	c.nodes = make([]*clusterNode, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done() // also when node fails the test (FailNow ends this goroutine)
-			t0 := time.Now()
-			c.nodes[i] = c.node(t, name, env...)
-			t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
+	for _, name := range names {
+		t0 := time.Now()
+		c.nodes = append(c.nodes, c.node(t, name, env...))
+		t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
 	}
 	for _, n := range c.nodes {
 		n.waitMembers(t, len(names), within)
