@@ -281,8 +281,8 @@ func clusterChaos(t *testing.T, history bool) {
 					refused.Add(1)
 					if w.holds(sent) && (base == a.proc.Base || base == b.proc.Base) {
 						stalled.Add(1)
-						t.Logf("stalled emit %d on %s through %s, sent %v after the window opened: %d %s %v",
-							id, ch, base, time.Duration(sent-w.from.Load()), r.Status, r.Raw, err)
+						t.Logf("stalled emit %d on %s through %s, sent %v after the window opened, answered %v later: %d %s %v",
+							id, ch, base, time.Duration(sent-w.from.Load()), time.Since(time.Unix(0, sent)).Round(time.Millisecond), r.Status, r.Raw, err)
 					}
 					return
 				}
@@ -451,6 +451,13 @@ func clusterChaos(t *testing.T, history bool) {
 	}
 	if n := stalled.Load(); n > 0 { // issue 28: a restart on the same address does not stall
 		t.Errorf("%d emits through the survivors failed from 1 s after the restarted node answered /readyz", n)
+		for _, n := range append([]*clusterNode{a, b}, victims...) { // what the nodes said of it
+			for _, line := range strings.Split(n.proc.Logs.String(), "\n") {
+				if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+					t.Logf("%s: %s", n.name, line)
+				}
+			}
+		}
 	}
 	if len(acks) < 500 {
 		t.Errorf("only %d emits acknowledged: the load did not run", len(acks))
