@@ -451,10 +451,10 @@ func clusterChaos(t *testing.T, history bool) {
 	}
 	if n := stalled.Load(); n > 0 { // issue 28: a restart on the same address does not stall
 		t.Errorf("%d emits through the survivors failed from 1 s after the restarted node answered /readyz", n)
-		for _, n := range append([]*clusterNode{a, b}, victims...) { // what the nodes said of it
-			for _, line := range strings.Split(n.proc.Logs.String(), "\n") {
+		for i, node := range append([]*clusterNode{a, b}, victims...) { // what the nodes said of it
+			for _, line := range strings.Split(node.proc.Logs.String(), "\n") {
 				if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
-					t.Logf("%s: %s", n.name, line)
+					t.Logf("%s (life %d): %s", node.name, i, line)
 				}
 			}
 		}

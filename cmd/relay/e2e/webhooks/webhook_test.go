@@ -97,8 +97,8 @@ func TestWebhookReceiverDownOrPrivate(t *testing.T) {
 	}
 }
 
-// webhooks is how many webhook attempts ended with outcome, from the relay's
-// /metrics (0 before the first).
+// webhooks is how many webhook events ended with outcome, from the relay's
+// /metrics (relay_webhooks_total; 0 before the first).
 func webhooks(t *testing.T, ts *relaytest.Server, outcome string) float64 {
 	v, _ := ts.Metrics(t).Value("relay_webhooks_total", `outcome="`+outcome+`"`)
 	return v

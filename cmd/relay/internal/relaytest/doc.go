@@ -7,7 +7,8 @@
 // clients on an independent library (WS, Frame, ClientFrame), the dashboard
 // (Dash, Page) and a headless Chromium (Browser, Tab), a loopback proxy that
 // cuts, holds and freezes connections (Proxy), the Go client's helpers
-// (StepClock, NextEvent), webhook and JWKS endpoints (HookLog, JWKS),
+// (StepClock, NextEvent), webhook endpoints (HookLog, Receiver, CheckEvent)
+// and their setting through the API (Client.SetWebhook), a JWKS endpoint,
 // control-plane shape checks, polling with a deadline (Eventually), a parsed
 // /metrics scrape, a test clock for the in-process server (Clock), and for
 // the cluster tests a throwaway etcd (StartEtcd) and free loopback addresses

@@ -237,6 +237,8 @@ func CheckEvent(t testing.TB, ev map[string]any, kind, projectID string, fields 
 
 // SetWebhook sets the project's webhook URL through the settings API and
 // returns the signing secret the relay made for it (GET …/webhook-secret).
+// It does not wait for a running project to reload its settings: set it
+// before the project has live traffic, or use SetWebhookEvents, which does.
 func (c *Client) SetWebhook(t testing.TB, projectID, url string) (secret string) {
 	t.Helper()
 	return c.setWebhook(t, projectID, map[string]any{"webhookUrl": url})
@@ -260,6 +262,9 @@ func (c *Client) SetWebhookEvents(t testing.TB, projectID, hookURL string, chann
 		r, err := Do(nil, "GET", c.Server.Debug+"/debug/actors?project="+url.QueryEscape(projectID), "", nil)
 		if err != nil {
 			return err
+		}
+		if r.Status != http.StatusOK {
+			return fmt.Errorf("/debug/actors: %d %s", r.Status, r.Raw)
 		}
 		var v struct {
 			Projects []struct {
