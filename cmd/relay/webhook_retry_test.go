@@ -6,9 +6,6 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,10 +57,9 @@ func newScriptedReceiver(t *testing.T, secret string, statuses ...int) *scripted
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
-		mac := hmac.New(sha256.New, []byte(r.secret))
+		secret := r.secret
 		r.mu.Unlock()
-		mac.Write(body)
-		if !hmac.Equal([]byte(req.Header.Get("X-Service-Signature")), []byte("sha256="+hex.EncodeToString(mac.Sum(nil)))) {
+		if !relaytest.SignedWebhook(req, secret, body) {
 			r.bad <- "bad signature on " + string(body)
 		}
 		hr := scriptedRequest{body: string(body), idHeader: req.Header.Get("X-Relay-Event-Id")}

@@ -19,6 +19,20 @@ import (
 	"time"
 )
 
+// WebhookSignature is the X-Service-Signature of body under secret, worked
+// out here (HMAC-SHA256, hex, "sha256=" first), not by the relay's code.
+func WebhookSignature(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// SignedWebhook tells whether req carries body's signature under secret,
+// compared in constant time, as a receiver should.
+func SignedWebhook(req *http.Request, secret string, body []byte) bool {
+	return hmac.Equal([]byte(req.Header.Get("X-Service-Signature")), []byte(WebhookSignature(secret, body)))
+}
+
 // HookLog is a webhook endpoint that keeps every request's exact body and
 // signature header, for tests that compare bodies byte for byte.
 type HookLog struct {
@@ -60,9 +74,7 @@ func (h *HookLog) ChannelEvents(t testing.TB, secret string) []string {
 	var out []string
 	ids := map[string]bool{}
 	for _, r := range h.bodies {
-		mac := hmac.New(sha256.New, []byte(secret))
-		mac.Write([]byte(r.body))
-		if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); r.signature != want {
+		if want := WebhookSignature(secret, []byte(r.body)); r.signature != want {
 			t.Fatalf("signature %q on %s, want %q", r.signature, r.body, want)
 		}
 		var ev struct{ Event string }
@@ -159,10 +171,7 @@ func NewReceiver(t testing.TB, secret string, delay time.Duration) *Receiver {
 	r.SetSecret(secret)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		mac := hmac.New(sha256.New, []byte(*r.secret.Load()))
-		mac.Write(body)
-		want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
-		if !hmac.Equal([]byte(req.Header.Get("X-Service-Signature")), []byte(want)) {
+		if !SignedWebhook(req, *r.secret.Load(), body) {
 			r.Bad <- "bad signature on " + string(body)
 			w.WriteHeader(http.StatusUnauthorized)
 			return

@@ -121,18 +121,21 @@ func (s *Server) Handshake(pathAndQuery string) Response {
 // Subscribed is a socket subscribed to channel, the answer checked.
 func (s *Server) Subscribed(t testing.TB, publicKey, channel string) *WS {
 	t.Helper()
-	c := s.DialWS(publicKey)
-	c.Send(`{"action":"subscribe","channel":"` + channel + `"}`)
-	c.Expect(`{"action":"subscribe","channel":"` + channel + `","ok":true}`)
-	return c
+	return s.subscribed(t, publicKey, channel, `{"action":"subscribe","channel":"`+channel+`"}`)
 }
 
 // PresenceSub is a socket subscribed to channel with presence as clientID,
 // the answer checked.
 func (s *Server) PresenceSub(t testing.TB, key, channel, clientID string) *WS {
 	t.Helper()
+	return s.subscribed(t, key, channel, `{"action":"subscribe","channel":"`+channel+`","presence":true,"clientId":"`+clientID+`"}`)
+}
+
+// subscribed dials with key, sends the subscribe frame and checks its ok.
+func (s *Server) subscribed(t testing.TB, key, channel, frame string) *WS {
+	t.Helper()
 	c := s.DialWS(key)
-	c.Send(`{"action":"subscribe","channel":"` + channel + `","presence":true,"clientId":"` + clientID + `"}`)
+	c.Send(frame)
 	c.Expect(`{"action":"subscribe","channel":"` + channel + `","ok":true}`)
 	return c
 }
