@@ -96,8 +96,8 @@ func TestSoak(t *testing.T) {
 	if _, _, err := warm.ReadMessage(); err != nil { // the ack
 		t.Fatal(err)
 	}
-	if r, err := relaytest.Emit(proc.Base, p.SecretKey, `{"channel":"warmup","payload":0}`); err != nil || r.Status != 200 {
-		t.Fatalf("warm-up emit: %d %s %v", r.Status, r.Raw, err)
+	if r := srv.Client().EmitNoFail(p.SecretKey, `{"channel":"warmup","payload":0}`); r.Status != 200 {
+		t.Fatalf("warm-up emit: %d %s", r.Status, r.Raw)
 	}
 	if _, _, err := warm.ReadMessage(); err != nil { // the message
 		t.Fatal(err)

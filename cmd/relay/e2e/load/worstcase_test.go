@@ -162,7 +162,8 @@ func publicKeyHolder(t *testing.T, reading bool) {
 // for the project) for 20 s, the replay window (8 s in the short form).
 func TestWorstCaseSecretKeyHolder(t *testing.T) {
 	proc := relaytest.StartBinary(t)
-	p := relaytest.ServerOf(t, proc).Signup("alice@example.com").CreateProject("target")
+	owner := relaytest.ServerOf(t, proc).Signup("alice@example.com")
+	p := owner.CreateProject("target")
 	pid := proc.Cmd.Process.Pid
 	settle()
 	before := relaytest.RSS(t, pid)
@@ -178,7 +179,7 @@ func TestWorstCaseSecretKeyHolder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Now().Before(stop) && i < 400; i++ {
-				r, _ := relaytest.Emit(proc.Base, p.SecretKey, fmt.Sprintf(`{"channel":"c%d","payload":%s}`, (w*400+i)%250, payload))
+				r := owner.EmitNoFail(p.SecretKey, fmt.Sprintf(`{"channel":"c%d","payload":%s}`, (w*400+i)%250, payload))
 				mu.Lock()
 				if r.Status == 200 {
 					ok++
