@@ -24,13 +24,6 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
-// The dashboard client under this package's short names.
-type (
-	dashClient  = relaytest.Dash
-	dashPage    = relaytest.Page
-	dashProject = relaytest.Project
-)
-
 func dashSettings(t testing.TB, ts *testServer, projectID string) store.Settings {
 	t.Helper()
 	st, err := ts.app.store.Settings(context.Background(), projectID)
@@ -676,7 +669,7 @@ func TestDashboardUsage(t *testing.T) {
 }
 
 // dashNewKeysCookie returns the sealed-keys cookie a page sets.
-func dashNewKeysCookie(t testing.TB, p dashPage) *http.Cookie {
+func dashNewKeysCookie(t testing.TB, p relaytest.Page) *http.Cookie {
 	t.Helper()
 	for _, line := range p.Header.Values("Set-Cookie") {
 		c, err := http.ParseSetCookie(line)
@@ -777,7 +770,7 @@ func TestDashboardNewKeysOnce(t *testing.T) {
 		rot := c.Submit(page, page+"/keys/rotate", url.Values{"keyType": {"public"}})
 		rot.ExpectRedirect(t, shownAt)
 		value := dashNewKeysCookie(t, rot).Value
-		withCookie := func(c *dashClient, path, v string) dashPage {
+		withCookie := func(c *relaytest.Dash, path, v string) relaytest.Page {
 			t.Helper()
 			return c.Send("GET", path, "", http.Header{"Cookie": {"relay_new_keys=" + v}})
 		}

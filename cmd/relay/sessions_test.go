@@ -33,7 +33,7 @@ func sessCookie(t testing.TB, ts *testServer, jar http.CookieJar) string {
 }
 
 // dashWithCookie is a fresh dashboard client holding service_session=value.
-func (ts *testServer) dashWithCookie(t testing.TB, value string) *dashClient {
+func (ts *testServer) dashWithCookie(t testing.TB, value string) *relaytest.Dash {
 	c := ts.Dash(t)
 	u, _ := url.Parse(ts.Base)
 	c.HTTP.Jar.SetCookies(u, []*http.Cookie{{Name: api.CookieName, Value: value, Path: "/"}})

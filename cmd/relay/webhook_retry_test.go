@@ -377,7 +377,7 @@ func TestDashboardWebhookDeliveries(t *testing.T) {
 		c.Submit(page, page+"/webhook/test", nil).ExpectRedirect(t, page+"?done=webhook-test")
 		id, _ := rec.next(t).ev["id"].(string) // answered 500: retried
 		rec.next(t)
-		var shown dashPage
+		var shown relaytest.Page
 		relaytest.Eventually(t, 10*time.Second, func() bool {
 			shown = c.Get(page + "?done=webhook-test")
 			return shown.ByID("delivery-status-"+id) == "delivered"
