@@ -50,16 +50,16 @@ func Start(t testing.TB, dbURL string, env map[string]string) *Server {
 	proc = startProcess(t, build, vars)
 	s := ServerOf(t, proc)
 	t.Cleanup(func() {
+		if s.stopped { // Stop checked the exit (or gave up: the kill follows)
+			return
+		}
 		select {
 		case <-proc.Exited:
-			if !s.stopped { // not by Stop, which checked its exit: on its own
-				t.Errorf("the relay exited during the test (%v):\n%s", proc.Cmd.ProcessState, proc.Logs)
-			}
-			return
+			t.Errorf("the relay exited during the test (%v):\n%s", proc.Cmd.ProcessState, proc.Logs)
 		default:
-		}
-		if err := s.stop(); err != nil {
-			t.Error(err)
+			if err := s.stop(); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	return s
