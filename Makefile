@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test test-race cluster-then-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
+.PHONY: build run test test-race test-tool load-then-tool cluster-then-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
 
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build fetches and compiles the dependencies, a few minutes"
@@ -16,22 +16,34 @@ run: build
 	./$(BIN) serve
 
 # The whole suite: format and vet checks, tsc on the browser client's types;
-# then two lanes at once, each printed when it ends: every test with the race
-# detector on SQLite and a throwaway PostgreSQL (test-race), and the cluster
-# tests (test-cluster) followed by every benchmark once (bench-once); then a
-# 40-second soak and the worst-case memory checks in short form, each alone
-# (they measure). Most tests wait on real time (ticks, timeouts, other
-# processes) rather than on the CPU: the two lanes overlap on two cores, and
-# -parallel 4 lets more of the tests marked t.Parallel overlap than there are
-# cores.
+# then three lanes at once, each printed when it ends: every test with the
+# race detector on SQLite and a throwaway PostgreSQL (test-race); the
+# cluster tests (test-cluster) followed by every benchmark once
+# (bench-once); and a 40-second soak, the worst-case memory checks in short
+# form and the load tool's own tests (load-then-tool). Most tests wait on
+# real time (ticks, timeouts, other processes) rather than on the CPU, and
+# most are marked t.Parallel: -parallel 4 lets more of them overlap than
+# there are cores.
 test: lint
 	sh api/web/typecheck/check.sh
-	$(MAKE) -j2 --output-sync=target test-race cluster-then-bench
-	SOAK_DURATION=40s $(MAKE) soak
-	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/e2e/load/
+	$(MAKE) -j3 --output-sync=target test-race cluster-then-bench load-then-tool
+
+# Every package but the load tool's (test-tool, in its own lane in make test),
+# the longest, cmd/relay, first: go test starts them in this order, two at a time.
+RACE_PKGS = ./cmd/relay $(filter-out %/cmd/relay-bench %/cmd/relay,$(shell $(GO) list $(PKGS)))
 
 test-race:
-	$(GO) test -race -count=1 -parallel 4 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -parallel 4 -timeout 15m $(RACE_PKGS)
+
+# The load tool's tests: each scenario at toy sizes against a real relay,
+# the suite, and relay-bench cluster with its own etcd and PostgreSQL.
+test-tool:
+	$(GO) test -race -count=1 -timeout 10m ./cmd/relay-bench/
+
+load-then-tool:
+	SOAK_DURATION=40s $(MAKE) soak
+	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/e2e/load/
+	$(MAKE) test-tool
 
 cluster-then-bench:
 	$(MAKE) test-cluster
@@ -45,7 +57,7 @@ bench-once:
 # processes on loopback. Without -race: protoactor's cluster has a data race of
 # its own in its member list (see the test file).
 test-cluster:
-	$(GO) test -tags cluster -run '^TestCluster' -count=1 -v -timeout 10m ./cmd/relay/e2e/cluster/
+	$(GO) test -tags cluster -run '^TestCluster' -count=1 -v -parallel 4 -timeout 10m ./cmd/relay/e2e/cluster/
 
 # Regenerates proto/clusterpb from proto/cluster.proto with Debian's protoc
 # (protobuf-compiler) and protoc-gen-go at the version go.mod pins for

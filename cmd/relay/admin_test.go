@@ -87,6 +87,7 @@ func keysOf(v any) string {
 // it prints, and that the keys it creates authenticate on a relay started on
 // the same store (the rotated and revoked ones do not).
 func TestAdminCommands(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		u := adminOK(t, dbURL, "create-user", "--email", " Dana@example.com ", "--password", "correct horse")
 		if keysOf(u) != "email,id" || u["email"] != "Dana@example.com" {
@@ -188,6 +189,7 @@ func TestAdminCommands(t *testing.T) {
 // TestAdminUsage: a bad command line exits 2 with a usage message before any
 // store is opened; help goes to stdout.
 func TestAdminUsage(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "never.db")
 	url := "sqlite:" + db
 	for _, tc := range []struct {
@@ -226,6 +228,7 @@ func TestAdminUsage(t *testing.T) {
 // `relay` with no command prints its usage and exits 2: it never serves
 // (on every interface) by accident.
 func TestNoCommandPrintsUsage(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, relaytest.Binary(t))
@@ -240,6 +243,7 @@ func TestNoCommandPrintsUsage(t *testing.T) {
 // TestVersionCommand: `relay version` prints the module version, VCS
 // revision, time and Go version; /metrics has relay_build_info with the same.
 func TestVersionCommand(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := runCommandTo(context.Background(), []string{"version"}, cfgEnv(nil), &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
@@ -269,6 +273,7 @@ func TestVersionCommand(t *testing.T) {
 // as after a dashboard revoke (cmd/relay/README.md › Version and admin command line). Two
 // nodes on one database, each reading the store's key changes on its own.
 func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
 		p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
@@ -363,6 +368,7 @@ func TestAdminKeyChangesReachRunningNodes(t *testing.T) {
 
 // relay admin create-project keeps MAX_PROJECTS_PER_USER like the API.
 func TestAdminProjectsCap(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.SQLiteURL(t)
 	adminOK(t, dbURL, "create-user", "--email", "erin@example.com", "--password", "correct horse")
 	run := func() (string, error) {

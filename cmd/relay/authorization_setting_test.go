@@ -31,6 +31,7 @@ func cpAuthorization(on bool, secret, previousUntil any) string {
 // as valid until the end of the overlap while it lasts; every refusal with
 // its exact body, changing nothing.
 func TestAuthorizationSettingAPI(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
@@ -156,6 +157,7 @@ func TestAuthorizationSettingAPI(t *testing.T) {
 // carry the setting and the secrets a token may be signed with: the current
 // one, and the previous one until its overlap ends.
 func TestAuthorizationSettingsLoader(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ctx := context.Background()
 		st := storetest.Open(t, dbURL)
@@ -220,6 +222,7 @@ func TestAuthorizationSettingsLoader(t *testing.T) {
 // command line before opening the store, and a change reaches a relay
 // running on the same store.
 func TestAdminProjectAuthorization(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
 		p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")
@@ -317,6 +320,7 @@ func TestAdminProjectAuthorization(t *testing.T) {
 // secret shown is the API's; a rotation with an overlap shows until when the
 // old one stays valid; a refused overlap changes nothing.
 func TestDashboardAuthorization(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)

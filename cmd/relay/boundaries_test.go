@@ -71,6 +71,7 @@ func violations(all map[string]pkgDeps) []string {
 }
 
 func TestImportBoundaries(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}|{{join .Imports " "}}|{{join .Deps " "}}`, module+"/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
@@ -92,6 +93,7 @@ func TestImportBoundaries(t *testing.T) {
 
 // The check itself: a wrong import is caught, directly or through another package.
 func TestImportBoundariesCatchAWrongImport(t *testing.T) {
+	t.Parallel()
 	all := map[string]pkgDeps{
 		module + "/transport": {deps: []string{"net/http", module + "/api/web", module + "/store"}},
 		module + "/proto":     {imports: []string{"encoding/json"}, deps: []string{"encoding/json"}},
@@ -119,6 +121,7 @@ func TestImportBoundariesCatchAWrongImport(t *testing.T) {
 // it may also use actors/clustertls, a certificate library with no server
 // state, to make etcd's certificates.
 func TestEndToEndSuitesStayOutside(t *testing.T) {
+	t.Parallel()
 	bad, err := e2eViolations("e2e")
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +139,7 @@ func TestEndToEndSuitesStayOutside(t *testing.T) {
 // allowed packages pass; the cluster port's protocol only in the cluster
 // suite; an exception only where it is given.
 func TestEndToEndCheckCatchesAWrongImport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := func(pkg string, imports ...string) string {
 		os.MkdirAll(filepath.Join(dir, pkg), 0o755)
@@ -201,6 +205,7 @@ func e2eViolations(dir string, extra ...string) ([]string, error) {
 // learn them, by value; they must be the names the relay uses, or its
 // attack tests would aim at actors that do not exist and pass.
 func TestClusterSuiteNamesTheRelaysActors(t *testing.T) {
+	t.Parallel()
 	f, err := parser.ParseFile(token.NewFileSet(), "e2e/cluster/main_test.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 // A presence clientId over MAX_CLIENT_ID_BYTES is refused with an error
 // frame; the connection stays usable.
 func TestClientIDTooLong(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CLIENT_ID_BYTES": "16"})
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	c := ts.DialWS(p.PublicKey)
@@ -35,6 +36,7 @@ func TestClientIDTooLong(t *testing.T) {
 // enough for its write queue (the attack: 36 members with 250 KB clientIds
 // closed every new presence subscriber with 1013).
 func TestPresenceMembersCapped(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "40"})
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	long := func(i int) string { return fmt.Sprintf("%03d", i) + strings.Repeat("m", 125) } // 128 bytes, the default cap
@@ -65,6 +67,7 @@ func TestPresenceMembersCapped(t *testing.T) {
 // MAX_CONNECTIONS_PER_ADDRESS: one client address cannot take a project's
 // connections; other projects, and the slot once freed, are not affected.
 func TestConnectionsPerAddress(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CONNECTIONS_PER_ADDRESS": "3"})
 	owner := ts.Signup("alice@example.com")
 	p, other := owner.CreateProject("a"), owner.CreateProject("b")
@@ -88,6 +91,7 @@ func TestConnectionsPerAddress(t *testing.T) {
 // MAX_CHANNELS_PER_PROJECT: a new channel past the cap is refused (emit
 // 429, subscribe error frame); existing channels and other projects work.
 func TestChannelsPerProject(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "2"})
 	owner := ts.Signup("alice@example.com")
 	p, other := owner.CreateProject("a"), owner.CreateProject("b")
@@ -113,6 +117,7 @@ func TestChannelsPerProject(t *testing.T) {
 // MAX_REPLAY_BYTES_PER_PROJECT: a project's rings together stay under the
 // cap; what had to go is reported as a replay_gap, never silently missing.
 func TestReplayBytesPerProject(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_REPLAY_BYTES_PER_PROJECT": "3000"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")
@@ -134,6 +139,7 @@ func TestReplayBytesPerProject(t *testing.T) {
 
 // MAX_PROJECTS_PER_USER, on both stores, through the API and the dashboard.
 func TestProjectsPerUser(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"MAX_PROJECTS_PER_USER": "2"})
 		owner := ts.Signup("alice@example.com")
@@ -168,6 +174,7 @@ func TestProjectsPerUser(t *testing.T) {
 // is revoked again (it takes no further room); one paired with a new value
 // is not.
 func TestRevocationBounds(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{"MAX_REVOCATIONS_PER_PROJECT": "2", "REVOKE_REQUESTS_PER_MINUTE": "5"}, clock.Now)
@@ -196,6 +203,7 @@ func TestRevocationBounds(t *testing.T) {
 // Revoking or rotating a public key closes the sockets opened with it (4001);
 // sockets of the project's other keys stay.
 func TestRevokedPublicKeyClosesItsSockets(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		owner := ts.Signup("alice@example.com")
@@ -230,6 +238,7 @@ func TestRevokedPublicKeyClosesItsSockets(t *testing.T) {
 // payloads over 250 channels. Before the bounds these added 1.78 GiB and
 // 401 MiB; the figure here is bounded by the limits, not by the traffic.
 func TestAttackRowsStayBounded(t *testing.T) {
+	t.Parallel()
 	proc := relaytest.StartBinary(t)
 	ts := binaryServer(t, proc)
 	owner := ts.Signup("alice@example.com")
@@ -273,6 +282,7 @@ func TestAttackRowsStayBounded(t *testing.T) {
 // is 8 MiB, above the default (2 MiB) by more than those buffers: a setting
 // that did not reach the transport would close it too early.
 func TestQueuedBytesPerConnection(t *testing.T) {
+	t.Parallel()
 	const queueCap = 8 << 20
 	absorbed, ok := lcSocketBuffers()
 	if !ok || 2<<20+absorbed+len(lcBigPayload) >= queueCap {
@@ -317,6 +327,7 @@ func TestQueuedBytesPerConnection(t *testing.T) {
 // A subscribe refused by a cap is not left behind on the connection: it does
 // not use up one of the connection's MAX_SUBSCRIPTIONS_PER_CONNECTION.
 func TestRefusedSubscribeIsForgotten(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_CHANNELS_PER_PROJECT": "2", "MAX_SUBSCRIPTIONS_PER_CONNECTION": "2", "MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")

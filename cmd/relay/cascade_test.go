@@ -19,6 +19,7 @@ import (
 // TestProjectDeleteCascades: DELETE answers {ok:true}; the project, its keys
 // and its usage rows are gone; other projects stay.
 func TestProjectDeleteCascades(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")

@@ -34,6 +34,7 @@ func certDirs(t *testing.T, dir, addr string, names ...string) (ca string, nodes
 // relay cert ca and node write what a node loads; keys are 0600; nothing
 // is overwritten; a bad command line exits 2.
 func TestCertCommands(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca")
 	var out bytes.Buffer
@@ -114,6 +115,7 @@ func TestCertCommands(t *testing.T) {
 // TestLoadConfigClusterTLS: a cluster node needs the remote's three files
 // (or RELAY_CLUSTER_INSECURE=true); a bad file stops it naming the variable.
 func TestLoadConfigClusterTLS(t *testing.T) {
+	t.Parallel()
 	const pg = "postgres://u:p@db.internal:5432/relay?sslmode=disable"
 	dir := t.TempDir()
 	ca, nodes := certDirs(t, dir, "10.0.0.5:7946", "n1")

@@ -167,6 +167,7 @@ func cfgCheck(t *testing.T, c Config, want map[string]any) {
 }
 
 func TestLoadConfigDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := LoadConfig(cfgEnv(nil))
 	if err != nil {
 		t.Fatalf("no variables set: %v", err)
@@ -196,6 +197,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 // TestLoadConfigEmptyMeansDefault: a variable set to "" (or blanks) counts as
 // unset, except RELAY_DEBUG_ADDR where empty disables the debug listener.
 func TestLoadConfigEmptyMeansDefault(t *testing.T) {
+	t.Parallel()
 	for _, blank := range []string{"", "   "} {
 		vars := map[string]string{}
 		for _, v := range configVars {
@@ -220,6 +222,7 @@ func TestLoadConfigEmptyMeansDefault(t *testing.T) {
 // "   "). Either refuse it, naming the variable, or treat it as unset (the
 // cmd/relay/README.md default: generated once and kept in the store).
 func TestLoadConfigBlankSessionSecret(t *testing.T) {
+	t.Parallel()
 	for _, blank := range []string{" ", "   ", "\t", " \n "} {
 		t.Run(fmt.Sprintf("%q", blank), func(t *testing.T) {
 			c, err := LoadConfig(cfgEnv(map[string]string{"SESSION_SECRET": blank}))
@@ -241,6 +244,7 @@ func TestLoadConfigBlankSessionSecret(t *testing.T) {
 // shorter value is refused at start, naming the variable but never echoing
 // the secret. 32 bytes or more are kept verbatim, blanks included.
 func TestLoadConfigSessionSecretLength(t *testing.T) {
+	t.Parallel()
 	for _, short := range []string{"x", "hunter2", strings.Repeat("k", 31), " padded-but-short "} {
 		t.Run(fmt.Sprintf("%d bytes", len(short)), func(t *testing.T) {
 			_, err := LoadConfig(cfgEnv(map[string]string{"SESSION_SECRET": short}))
@@ -264,6 +268,7 @@ func TestLoadConfigSessionSecretLength(t *testing.T) {
 }
 
 func TestLoadConfigDebugAddr(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		vars  map[string]string
@@ -298,6 +303,7 @@ func TestLoadConfigDebugAddr(t *testing.T) {
 }
 
 func TestLoadConfigValues(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, value string
 		want        any
@@ -371,6 +377,7 @@ func TestLoadConfigValues(t *testing.T) {
 // TestLoadConfigHTTPShare: MAX_HTTP_CONNECTIONS_PER_ADDRESS defaults to an
 // eighth of MAX_HTTP_CONNECTIONS (at least 1), and may not exceed it.
 func TestLoadConfigHTTPShare(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		total, share string
 		want         int
@@ -400,6 +407,7 @@ func TestLoadConfigHTTPShare(t *testing.T) {
 // TestLoadConfigRejects: every bad value stops LoadConfig with an error that
 // names the variable (cmd/relay/README.md › Configuration).
 func TestLoadConfigRejects(t *testing.T) {
+	t.Parallel()
 	type bad struct{ name, value string }
 	var cases []bad
 	positives := []string{
@@ -500,6 +508,7 @@ func TestLoadConfigRejects(t *testing.T) {
 // value has; a URL the driver could not parse is refused at start rather than
 // making it panic (quoting the URL) later.
 func TestDatabaseURLPasswordNeverShown(t *testing.T) {
+	t.Parallel()
 	const secret = "Sup3rS3cret"
 	refused := []string{
 		"mysql://admin:" + secret + "@db.internal/relay",
@@ -561,6 +570,7 @@ func TestDatabaseURLPasswordNeverShown(t *testing.T) {
 // not wrap around into a negative or tiny duration that misbehaves later
 // (nothing fails later for a reason that was knowable at start).
 func TestLoadConfigRejectsOverflowingDurations(t *testing.T) {
+	t.Parallel()
 	units := map[string]time.Duration{
 		"CLIENT_EMIT_TOKEN_MAX_TTL_SECONDS": time.Second,
 		"REPLAY_BUFFER_TTL_SECONDS":         time.Second,
@@ -588,6 +598,7 @@ func TestLoadConfigRejectsOverflowingDurations(t *testing.T) {
 
 // TestLoadConfigReportsEveryProblem: one start names every bad variable.
 func TestLoadConfigReportsEveryProblem(t *testing.T) {
+	t.Parallel()
 	_, err := LoadConfig(cfgEnv(map[string]string{
 		"EMIT_RATE_LIMIT_PER_MINUTE": "lots",
 		"DATABASE_URL":               "mysql://x",
@@ -605,6 +616,7 @@ func TestLoadConfigReportsEveryProblem(t *testing.T) {
 }
 
 func TestLoadConfigSignupEmails(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		value string
 		want  []string
@@ -639,6 +651,7 @@ func TestLoadConfigSignupEmails(t *testing.T) {
 // TestRunCommandStopsOnBadConfig: `relay serve` with a bad variable returns an
 // error naming it, before touching the database or binding a port.
 func TestRunCommandStopsOnBadConfig(t *testing.T) {
+	t.Parallel()
 	serveRefused(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "ten minutes"}, "IDLE_TIMEOUT_SECONDS")
 
 	// The same holds for migrate, and a bad command line is refused.
@@ -686,6 +699,7 @@ func serveRefused(t *testing.T, env map[string]string, want ...string) {
 // TestRunCommandMigrate: `relay migrate` with a good configuration creates the
 // schema and returns.
 func TestRunCommandMigrate(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "sub", "relay.db")
 	logs := &relaytest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -705,6 +719,7 @@ func TestRunCommandMigrate(t *testing.T) {
 // (cmd/relay/README.md › Operators), and only then; the debug listener stays off when its address
 // is empty.
 func TestStartLogsClosedSignup(t *testing.T) {
+	t.Parallel()
 	closed := startServer(t, storetest.SQLiteURL(t), map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
 	logs := closed.Logs.String()
 	if !strings.Contains(logs, "signup is closed") || !strings.Contains(logs, "ALLOWED_SIGNUP_EMAILS") {
@@ -736,6 +751,7 @@ func TestStartLogsClosedSignup(t *testing.T) {
 // start with a message naming both variables, before the database or any
 // port is touched; with it, the address is accepted.
 func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
+	t.Parallel()
 	const token = "operator-token-0123456789"
 	for _, addr := range []string{":6060", "0.0.0.0:6060", "[::]:0", "192.168.1.10:6060", "ops.example.com:6060"} {
 		t.Run(addr, func(t *testing.T) {
@@ -772,6 +788,7 @@ func TestDebugAddrOffLoopbackNeedsToken(t *testing.T) {
 // RELAY_CLUSTER_ADDR and a PostgreSQL DATABASE_URL; each refusal names the
 // variable at fault.
 func TestLoadConfigCluster(t *testing.T) {
+	t.Parallel()
 	const pg = "postgres://u:p@db.internal:5432/relay?sslmode=disable"
 	t.Run("accepted", func(t *testing.T) {
 		for _, tc := range []struct {

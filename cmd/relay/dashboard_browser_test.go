@@ -28,6 +28,7 @@ import (
 )
 
 func TestDashboardBrowser(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	// A long rollup period: the usage rows this test writes stay exactly its own.
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"USAGE_ROLLUP_SECONDS": "3600"})

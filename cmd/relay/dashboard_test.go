@@ -43,6 +43,7 @@ func dashProjectName(t testing.TB, ts *testServer, projectID string) string {
 }
 
 func TestDashboardPagesAndHeaders(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)
@@ -116,6 +117,7 @@ func TestDashboardPagesAndHeaders(t *testing.T) {
 }
 
 func TestDashboardSignupAndLoginErrors(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		existing := ts.Dash(t)
@@ -181,6 +183,7 @@ func TestDashboardSignupAndLoginErrors(t *testing.T) {
 // The dashboard shares the brute-force limits of the JSON routes: failed
 // logins through either count against one budget.
 func TestDashboardThrottle(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "2", "SIGNUP_ATTEMPTS_PER_MINUTE": "2"})
 		c := ts.Dash(t)
@@ -212,6 +215,7 @@ func TestDashboardThrottle(t *testing.T) {
 }
 
 func TestDashboardLogout(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)
@@ -234,6 +238,7 @@ func TestDashboardLogout(t *testing.T) {
 }
 
 func TestDashboardCSRF(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice := ts.Dash(t)
@@ -319,6 +324,7 @@ func mustUserID(t testing.TB, ts *testServer, email string) string {
 }
 
 func TestDashboardProjectErrors(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		alice := ts.Dash(t)
@@ -389,6 +395,7 @@ func TestDashboardProjectErrors(t *testing.T) {
 }
 
 func TestDashboardSettings(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)
@@ -506,6 +513,7 @@ func TestDashboardSettings(t *testing.T) {
 }
 
 func TestDashboardKeysRenameDelete(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)
@@ -597,6 +605,7 @@ func TestDashboardKeysRenameDelete(t *testing.T) {
 }
 
 func TestDashboardUsage(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"USAGE_ROLLUP_SECONDS": "3600"})
 		c := ts.Dash(t)
@@ -687,6 +696,7 @@ func dashNewKeysCookie(t testing.TB, p relaytest.Page) *http.Cookie {
 // shows once and clears: a reload shows no key and creates nothing. The
 // cookie opens for no other session, project or time, nor once tampered.
 func TestDashboardNewKeysOnce(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		nodeA := startServerAt(t, dbURL, nil, clock.Now)

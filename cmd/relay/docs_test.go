@@ -112,6 +112,7 @@ func anchors(text string) map[string]bool {
 // directory that exists, and a #fragment names a heading of the Markdown
 // file it points into (or of the file itself).
 func TestMarkdownLinks(t *testing.T) {
+	t.Parallel()
 	files := markdownFiles(t)
 	if !slices.Contains(files, "README.md") || !slices.Contains(files, "cmd/relay/README.md") {
 		t.Fatalf("markdown files %q lack README.md or cmd/relay/README.md", files)
@@ -173,6 +174,7 @@ func TestMarkdownLinks(t *testing.T) {
 // Configuration has exactly one row for each variable LoadConfig reads
 // (configVars), and names no other: one table, one meaning per setting.
 func TestSettingsDocumented(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -132,6 +132,7 @@ func TestColdProjectWithoutSettingsRefusesEmits(t *testing.T) {
 
 // A deleted project's connections close with 4004 and its actor stops.
 func TestDeletedProjectActorStops(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) { deletedProjectActorStops(t, dbURL) })
 }
 

@@ -23,6 +23,7 @@ import (
 // for it with no bound, up to the listener's 30 s ReadTimeout, and held every
 // new emit meanwhile.)
 func TestDrainKeepsTheShutdownBound(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"SHUTDOWN_TIMEOUT_SECONDS": "5"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

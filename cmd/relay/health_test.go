@@ -17,6 +17,7 @@ import (
 )
 
 func TestDeliveryHealth(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, map[string]string{
 			"EMIT_RATE_LIMIT_PER_MINUTE":    "5",
@@ -111,6 +112,7 @@ func TestDeliveryHealth(t *testing.T) {
 // TestDeliveryHealthSlowConsumer: a subscriber that never reads is closed as
 // a slow consumer, and its project's figures say so.
 func TestDeliveryHealthSlowConsumer(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000",
 		"MAX_QUEUED_BYTES_PER_CONNECTION": "262144",
@@ -147,6 +149,7 @@ func TestDeliveryHealthSlowConsumer(t *testing.T) {
 // its fan-out (the emitter skipped), and the per-clientId window's refusal
 // counts as client_emit_rate_limited, apart from HTTP emits.
 func TestDeliveryHealthClientEmit(t *testing.T) {
+	t.Parallel()
 	clock := newClock() // the clientId window does not roll over between the two emits
 	s := relaytest.NewClientEmitSetup(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{
 		"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1",

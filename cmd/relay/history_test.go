@@ -26,6 +26,7 @@ func historyMsg(seq uint64, n int) string {
 // restart gets every message with no replay_gap, and seq goes on from the
 // stored last one, with no jump.
 func TestChannelHistory(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		owner := ts.Signup("alice@example.com")
@@ -155,6 +156,7 @@ func TestChannelHistory(t *testing.T) {
 // TestChannelHistoryOffByDefault: a project that never turns history on
 // stores nothing and gets the ring's answer, body for body as before.
 func TestChannelHistoryOffByDefault(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		owner := ts.Signup("alice@example.com")
@@ -180,6 +182,7 @@ func TestChannelHistoryOffByDefault(t *testing.T) {
 // that starts again (a restart) goes on above the messages delivered
 // meanwhile, not from an older stored seq.
 func TestChannelHistoryOffAndOnAgain(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		owner := ts.Signup("alice@example.com")
@@ -219,6 +222,7 @@ func TestChannelHistoryOffAndOnAgain(t *testing.T) {
 // what is past the project's retention (its clock), and a since that
 // reached it gets a replay_gap; what is younger stays.
 func TestChannelHistorySweep(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
@@ -249,6 +253,7 @@ func TestChannelHistorySweep(t *testing.T) {
 // gap from the store; another project under the cap
 // keeps all of its; the day's usage row says the most each held.
 func TestChannelHistorySizeCap(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		msgBytes := len(historyMsg(1795783384197757, 10)) // each message below: 10 to 19, same length
 		ts := startServer(t, dbURL, map[string]string{"HISTORY_MAX_BYTES_PER_PROJECT": fmt.Sprint(4 * msgBytes)})

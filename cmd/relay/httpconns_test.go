@@ -117,6 +117,7 @@ func (c *rawHTTP) get(path string) {
 // well before ReadHeaderTimeout (5 s) could have done it; one that keeps
 // sending requests is served.
 func TestHTTPIdleConnectionClosed(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"HTTP_IDLE_TIMEOUT_SECONDS": "1"})
 	c := ts.dialHTTP(t)
 	c.get("/healthz")
@@ -155,6 +156,7 @@ func (ts *testServer) httpCounts(t *testing.T, open, idle int, byAddr map[string
 // slot back when they are upgraded: many more than the cap stay open, up to
 // MAX_CONNECTIONS_PER_PROJECT, and HTTP requests are still served beside them.
 func TestHTTPConnectionCap(t *testing.T) {
+	t.Parallel()
 	const maxHTTP, perProject = 3, 8
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		// The sockets come from one address, one after the other, each while
@@ -197,6 +199,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 // when the listener is full, the connection idle the longest makes way, and
 // an address at its share gives up its own idle one first.
 func TestHTTPShareOfAddress(t *testing.T) {
+	t.Parallel()
 	const a, b, c = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_HTTP_CONNECTIONS": "4", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "2",
@@ -282,6 +285,7 @@ func TestHTTPShareOfAddress(t *testing.T) {
 // TestHTTPShareTrustedProxy: a peer in TRUSTED_PROXIES carries every client
 // of a reverse proxy, so it has no share of its own, only the total.
 func TestHTTPShareTrustedProxy(t *testing.T) {
+	t.Parallel()
 	const proxy = "127.0.0.5"
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_HTTP_CONNECTIONS": "4", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "1", "TRUSTED_PROXIES": proxy,

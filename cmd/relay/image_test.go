@@ -32,6 +32,7 @@ import (
 // Where podman is not installed the test skips, unless RELAY_REQUIRE_PODMAN=1
 // (set by .ci/run, which installs podman) makes that a failure.
 func TestContainerImage(t *testing.T) {
+	t.Parallel()
 	podman, err := exec.LookPath("podman")
 	if err != nil {
 		if os.Getenv("RELAY_REQUIRE_PODMAN") == "1" {
@@ -163,6 +164,7 @@ func inspectImage(t *testing.T, podman, tag string) []inspectedImage {
 // `relay healthcheck`, the image's HEALTHCHECK: ok against a serving relay
 // on RELAY_ADDR's port, an error naming the address when nothing answers.
 func TestHealthcheckCommand(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	_, port, _ := strings.Cut(strings.TrimPrefix(ts.Base, "http://"), ":")
 	env := func(addr string) func(string) (string, bool) {

@@ -28,6 +28,7 @@ func isoMint(t *testing.T, secret, projectID, channel, clientID, jti string) str
 // TestIsolationRevokeByJTI: B's secret key revoking a jti revokes B's token
 // with that jti and never A's, also across a restart (revocations persist).
 func TestIsolationRevokeByJTI(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
@@ -92,6 +93,7 @@ func TestIsolationRevokeByJTI(t *testing.T) {
 // TestIsolationWebhooks: each project's connects and disconnects reach its
 // own webhook, signed with its own secret, and never the other's.
 func TestIsolationWebhooks(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
@@ -144,6 +146,7 @@ func TestIsolationWebhooks(t *testing.T) {
 // A's see none of A's joins and leaves (unsubscribe or drop), and A's see
 // none of B's.
 func TestIsolationPresence(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")

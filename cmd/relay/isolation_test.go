@@ -16,6 +16,7 @@ import (
 // TestTenantIsolation: two projects (two owners) use the same channel names
 // and clientIds; no key of one reaches anything of the other, on any surface.
 func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		aliceC, bobC := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
@@ -77,6 +78,7 @@ func TestTenantIsolation(t *testing.T) {
 // TestSecretsNeverLogged runs a full session at debug level and looks for
 // every raw key and secret it created in the logs.
 func TestSecretsNeverLogged(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"SESSION_SECRET": strings.Repeat("s3cr3t-", 6), "LOG_FORMAT": "json"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

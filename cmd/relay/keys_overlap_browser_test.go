@@ -18,6 +18,7 @@ import (
 // clock has passed, and after the window the old key shows "expired …" and
 // is refused.
 func TestDashboardBrowserKeyOverlap(t *testing.T) {
+	t.Parallel()
 	clock := newClock()
 	ts := startServerAt(t, storetest.SQLiteURL(t), nil, clock.Now)
 	b := relaytest.NewBrowser(t, ts.Base)

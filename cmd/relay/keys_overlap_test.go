@@ -257,6 +257,7 @@ func TestKeyLastUsed(t *testing.T) {
 // window shows "valid until …" and keeps working until then, "expired …"
 // after; a value that is not offered is refused with a message.
 func TestDashboardKeyOverlap(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)

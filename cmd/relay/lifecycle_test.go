@@ -319,6 +319,7 @@ func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
 // "connection lifetime exceeded", no sooner than a second after it opened;
 // the client can connect again at once.
 func TestConnectionLifetimeCap(t *testing.T) {
+	t.Parallel()
 	ts, _, p := lcServer(t, map[string]string{"CONNECTION_MAX_LIFETIME_SECONDS": "1"})
 	start := time.Now()
 	c := ts.DialWS(p.PublicKey)
@@ -377,6 +378,7 @@ wait:
 // pong; once the pings stop, the idle close (1001 "idle timeout") follows,
 // not before the timeout has run from the last pong.
 func TestPingResetsIdleClock(t *testing.T) {
+	t.Parallel()
 	ts, _, p := lcServer(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "2"})
 	c := ts.DialWS(p.PublicKey)
 	opened := time.Now()
@@ -417,6 +419,7 @@ func TestPingResetsIdleClock(t *testing.T) {
 // exactly compared 200 bodies show (the first seq of a fresh channel, full
 // budgets).
 func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		// The clock stands still but where the test moves it: exact seqs
 		// and one budget window.
@@ -550,6 +553,7 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 // upgrader hijacks the socket before checking; the transport used to drop it
 // without closing it.)
 func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
+	t.Parallel()
 	ts, _, p := lcServer(t, nil)
 	addr := strings.TrimPrefix(ts.Base, "http://")
 	head := "GET /ws?publicKey=" + p.PublicKey + " HTTP/1.1\r\nHost: " + addr + "\r\n"
@@ -662,6 +666,7 @@ var lcQueueEnv = "MAX_QUEUED_BYTES_PER_CONNECTION=" + strconv.Itoa(lcQueueBytes)
 // reads nothing: its socket is full and its close frame waits behind queued
 // messages until it goes away.
 func TestSignalStopsTheBinaryCleanly(t *testing.T) {
+	t.Parallel()
 	const shutdownTimeout = 5 * time.Second
 	fill, holdDrain := lcFillCount()
 	if !holdDrain {
@@ -754,6 +759,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 // logs that the bound was reached and exits 0 at once after logging the stop, and the usage counted since the last rollup is still written
 // (the final rollup used to run on the expired context and lose it).
 func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
+	t.Parallel()
 	fill, ok := lcFillCount()
 	if !ok {
 		t.Fatal("this host's TCP send buffers (tcp_wmem max over about 5.5 MiB) are too big to hold the drain open with a full socket")

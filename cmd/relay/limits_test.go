@@ -10,6 +10,7 @@ import (
 )
 
 func TestSubscriptionCapPerConnection(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_SUBSCRIPTIONS_PER_CONNECTION": "3"})
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	c := ts.DialWS(p.PublicKey)
@@ -26,6 +27,7 @@ func TestSubscriptionCapPerConnection(t *testing.T) {
 }
 
 func TestConnectionCapPerProject(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"MAX_CONNECTIONS_PER_PROJECT": "2"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -41,6 +43,7 @@ func TestConnectionCapPerProject(t *testing.T) {
 }
 
 func TestLoginAndSignupThrottled(t *testing.T) {
+	t.Parallel()
 	clock := newClock() // one fixed window for the whole test
 	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "3", "SIGNUP_ATTEMPTS_PER_MINUTE": "2"}, clock.Now)
 	ts.Signup("alice@example.com")

@@ -50,6 +50,7 @@ func mtWaitMetrics(t *testing.T, ts *testServer, samples ...mtSample) {
 // subscriberCount - delivered over the emits, relay_deliveries_total the sum
 // of delivered.
 func TestMetricsSlowConsumerAndDrops(t *testing.T) {
+	t.Parallel()
 	ts := debugServer(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -135,6 +136,7 @@ func TestMetricsSlowConsumerAndDrops(t *testing.T) {
 // private target without WEBHOOK_ALLOW_PRIVATE_ADDRESSES), one per connect
 // and disconnect.
 func TestMetricsWebhookOutcomes(t *testing.T) {
+	t.Parallel()
 	ts := debugServer(t, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_ATTEMPTS": "1"})
 	owner := ts.Signup("alice@example.com")
 	good, bad := owner.CreateProject("good"), owner.CreateProject("bad")
@@ -189,6 +191,7 @@ func TestMetricsWebhookOutcomes(t *testing.T) {
 // emits on distinct channels run into project_rate_limited, counted as
 // kind="project" and nothing else.
 func TestMetricsProjectRateLimited(t *testing.T) {
+	t.Parallel()
 	clock := newClock() // the fixed window stays whole
 	ts := debugServerAt(t, map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "2"}, clock.Now)
 	owner := ts.Signup("alice@example.com")
@@ -226,6 +229,7 @@ func TestMetricsProjectRateLimited(t *testing.T) {
 // client-emits in the same second: one relayed (path="client"), one refused
 // (kind="client").
 func TestMetricsClientEmits(t *testing.T) {
+	t.Parallel()
 	clock := newClock() // both client-emits fall in one second of the window
 	ts := debugServerAt(t, map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "1"}, clock.Now)
 	owner := ts.Signup("alice@example.com")
@@ -265,6 +269,7 @@ func TestMetricsClientEmits(t *testing.T) {
 // mailbox depths, and pages through the project actors (sorted by id) with
 // limit and offset.
 func TestMetricsDebugActorsMailboxAndPaging(t *testing.T) {
+	t.Parallel()
 	ts := debugServer(t, nil)
 	owner := ts.Signup("alice@example.com")
 	var ids []string

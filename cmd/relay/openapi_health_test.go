@@ -16,6 +16,7 @@ import (
 // traffic (latency null, then a number), and its refusals, through the
 // validator.
 func TestOpenAPIHealth(t *testing.T) {
+	t.Parallel()
 	router := loadOpenAPI(t)
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	st := &specTransport{t: t, router: router, next: http.DefaultTransport, seen: map[string]bool{}}
@@ -47,6 +48,7 @@ func TestOpenAPIHealth(t *testing.T) {
 // directory moved away), /readyz 503 and /readyz/traffic 200 while an emit
 // with a known key is still 200; draining, both 503; a wrong method, 405.
 func TestOpenAPIReadiness(t *testing.T) {
+	t.Parallel()
 	router := loadOpenAPI(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	ts := startServer(t, "sqlite:"+filepath.Join(dir, "relay.db"), nil)

@@ -15,6 +15,7 @@ import (
 // …/webhook-secret and GET …/usage against the document, every status each can give from outside (200 400 401 404 405
 // 413 415), every 400 code, on both stores.
 func TestOpenAPISettings(t *testing.T) {
+	t.Parallel()
 	router := loadOpenAPI(t)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServerAt(t, dbURL, nil, newClock().Now)

@@ -147,6 +147,7 @@ func (st *specTransport) client(ts *testServer) *client {
 // errors that can be provoked from outside (400 401 403 404 405 409 413 415
 // 429, and 304 and 101), on both stores, through the validator.
 func TestOpenAPI(t *testing.T) {
+	t.Parallel()
 	router := loadOpenAPI(t)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServerAt(t, dbURL, map[string]string{
@@ -390,6 +391,7 @@ func TestOpenAPI(t *testing.T) {
 // TestOpenAPIQueries: the server-side queries and actions against the
 // document, every status each can give.
 func TestOpenAPIQueries(t *testing.T) {
+	t.Parallel()
 	router := loadOpenAPI(t)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServerAt(t, dbURL, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "1"}, newClock().Now)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestOperatorEndpointsDuringTraffic(t *testing.T) {
+	t.Parallel()
 	// The clock stands still: the channel budget's minute window stays whole.
 	ts := debugServerAt(t, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "2"}, newClock().Now)
 	debug := ts.Debug
@@ -124,6 +125,7 @@ func TestOperatorEndpointsDuringTraffic(t *testing.T) {
 // TestShutdownWithThousandConnections: every connection gets 1001, every
 // emit answered 200 reaches every connected subscriber, usage rows are whole.
 func TestShutdownWithThousandConnections(t *testing.T) {
+	t.Parallel()
 	url := storetest.SQLiteURL(t)
 	ts := startServer(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000"})
 	owner := ts.Signup("alice@example.com")

@@ -22,6 +22,7 @@ import (
 )
 
 func TestPresence(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -64,6 +65,7 @@ func TestPresence(t *testing.T) {
 }
 
 func TestPresenceSameClientOnTwoConnections(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	watcher := ts.PresenceSub(t, p.PublicKey, "doc", "w")
@@ -81,6 +83,7 @@ func TestPresenceSameClientOnTwoConnections(t *testing.T) {
 }
 
 func TestReplay(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock()
 		ts := startServerAt(t, url, map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
@@ -194,6 +197,7 @@ func emitFrame(token, typ, payload string) string {
 }
 
 func TestClientEmitRules(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		s := newClientEmitSetup(t, url, nil)
 		ann := s.Ann
@@ -276,6 +280,7 @@ func TestClientEmitRules(t *testing.T) {
 }
 
 func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
+	t.Parallel()
 	// 6. per-clientId fixed 1-second window, and the channel budget's minute
 	// window: the clock stands at the start of a second, inside one minute.
 	clock := newClock()
@@ -305,6 +310,7 @@ func TestClientEmitRateLimitsAndBudgets(t *testing.T) {
 }
 
 func TestClientEmitProjectBackstop(t *testing.T) {
+	t.Parallel()
 	clock := newClock() // one minute window for the backstop
 	s := relaytest.NewClientEmitSetup(t, startServerAt(t, storetest.SQLiteURL(t), map[string]string{"PROJECT_RATE_LIMIT_PER_MINUTE": "1"}, clock.Now).Server)
 	s.Enable(t)
@@ -316,6 +322,7 @@ func TestClientEmitProjectBackstop(t *testing.T) {
 }
 
 func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		s := newClientEmitSetup(t, url, nil)
 		s.Enable(t)
@@ -339,6 +346,7 @@ func TestRegeneratedSecretInvalidatesTokensAtOnce(t *testing.T) {
 }
 
 func TestRevokeEndpoint(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock() // tokens are compared with revocations by the second
 		s := relaytest.NewClientEmitSetup(t, startServerAt(t, url, nil, clock.Now).Server)
@@ -423,6 +431,7 @@ func TestRevokeEndpoint(t *testing.T) {
 // pairs each with its own emit. The listener tells which emit each accepted
 // seq belongs to (the payload is the emit's index).
 func TestClientEmitAnswersInOrder(t *testing.T) {
+	t.Parallel()
 	s := newClientEmitSetup(t, storetest.SQLiteURL(t), map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "5"})
 	s.Enable(t)
 	tok := s.Token(t, nil)

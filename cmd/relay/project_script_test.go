@@ -21,6 +21,7 @@ import (
 // stops the script non-zero with the API's answer, and an `up` refused
 // half-way deletes the project it created.
 func TestProjectScript(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is needed (.ci/run installs it): %v", tool, err)

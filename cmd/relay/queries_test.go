@@ -24,6 +24,7 @@ func budgetJSON(limit, remaining int, reset string) string {
 // TestQueriesChannels covers occupancy, one channel's counts, its members
 // and its messages, with every error they can give.
 func TestQueriesChannels(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock()
 		ts := startServerAt(t, url, nil, clock.Now)
@@ -115,6 +116,7 @@ func TestQueriesChannels(t *testing.T) {
 
 // TestQueriesDisconnect closes every socket of a clientId, with 4003.
 func TestQueriesDisconnect(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -164,6 +166,7 @@ func TestQueriesDisconnect(t *testing.T) {
 // TestQueriesEmitBatch: each message answered in order as POST /emit
 // would, budgets per message.
 func TestQueriesEmitBatch(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock()
 		ts := startServerAt(t, url, map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "2", "PROJECT_RATE_LIMIT_PER_MINUTE": "4"}, clock.Now)
@@ -233,6 +236,7 @@ func TestQueriesEmitBatch(t *testing.T) {
 
 // TestQueriesBackendSDK: the Go backend SDK's call for each query.
 func TestQueriesBackendSDK(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 )
 
 func TestSubscribeAndEmit(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -56,6 +57,7 @@ func TestSubscribeAndEmit(t *testing.T) {
 }
 
 func TestHandshakeAuthentication(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -96,6 +98,7 @@ func TestHandshakeAuthentication(t *testing.T) {
 }
 
 func TestEmitErrors(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -140,6 +143,7 @@ func TestEmitErrors(t *testing.T) {
 }
 
 func TestEmitRateLimits(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		// Fixed windows on minute boundaries: the clock stands still inside one.
 		clock := newClock()
@@ -178,6 +182,7 @@ func TestEmitRateLimits(t *testing.T) {
 }
 
 func TestWebSocketErrors(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		p := ts.Signup("alice@example.com").CreateProject("demo")
@@ -207,6 +212,7 @@ func TestWebSocketErrors(t *testing.T) {
 }
 
 func TestFanOutToManySubscribers(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -243,6 +249,7 @@ func TestFanOutToManySubscribers(t *testing.T) {
 }
 
 func TestProjectDeletedClosesConnections(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := startServer(t, url, nil)
 		owner := ts.Signup("alice@example.com")
@@ -259,6 +266,7 @@ func TestProjectDeletedClosesConnections(t *testing.T) {
 }
 
 func TestIdleConnectionClosed(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{"IDLE_TIMEOUT_SECONDS": "1"})
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	ws := ts.DialWS(p.PublicKey)
@@ -268,6 +276,7 @@ func TestIdleConnectionClosed(t *testing.T) {
 }
 
 func TestShutdownClosesConnectionsWithGoingAway(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -296,6 +305,7 @@ func TestShutdownClosesConnectionsWithGoingAway(t *testing.T) {
 }
 
 func TestRawFrames(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 
@@ -356,6 +366,7 @@ func TestRawFrames(t *testing.T) {
 }
 
 func TestThousandConnectionsSubscribeAtOnce(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -392,6 +403,7 @@ func TestThousandConnectionsSubscribeAtOnce(t *testing.T) {
 // TestSlowReaderDoesNotSlowOthers: a subscriber that never reads is dropped
 // as a slow consumer; the others get every message.
 func TestSlowReaderDoesNotSlowOthers(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"EMIT_RATE_LIMIT_PER_MINUTE": "100000", "PROJECT_RATE_LIMIT_PER_MINUTE": "100000",
 	})
@@ -435,6 +447,7 @@ func TestSlowReaderDoesNotSlowOthers(t *testing.T) {
 }
 
 func TestAbruptDisconnectRemovesSubscriptions(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

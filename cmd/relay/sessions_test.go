@@ -76,6 +76,7 @@ func sessAccepted(t testing.TB, ts *testServer, value, what string) {
 // on the API and the dashboard; the user's other sessions live on. A cookie
 // without a jti (minted by hand with the session secret) is ended too.
 func TestLogoutEndsSessionJSON(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
@@ -119,6 +120,7 @@ func TestLogoutEndsSessionJSON(t *testing.T) {
 // refuses the session meanwhile, and the failure is logged. (It used to
 // answer 500 and keep the cookie.)
 func TestLogoutWithTheStoreFailing(t *testing.T) {
+	t.Parallel()
 	dbURL := storetest.SQLiteURL(t)
 	ts := startServer(t, dbURL, nil)
 	c, _ := ts.SignupID(t, "alice@example.com")
@@ -145,6 +147,7 @@ func TestLogoutWithTheStoreFailing(t *testing.T) {
 // TestLogoutEndsSessionDashboard: the same through the dashboard's POST
 // /logout: the saved cookie is refused afterwards on both surfaces.
 func TestLogoutEndsSessionDashboard(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)
@@ -171,6 +174,7 @@ func TestLogoutEndsSessionDashboard(t *testing.T) {
 // another browser on the dashboard, a JSON client, and a cookie minted by
 // hand; another user's session lives on, and a login right afterwards works.
 func TestLogoutEverywhere(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
@@ -237,6 +241,7 @@ func TestLogoutEverywhere(t *testing.T) {
 // one with a far exp works, an 8-day-old one with a far exp and one without
 // iat are refused.
 func TestSessionAgeCappedByIat(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := startServer(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
@@ -258,6 +263,7 @@ func TestSessionAgeCappedByIat(t *testing.T) {
 // out everywhere on one is refused there at once, and on the other once its
 // cache (10 s) has run out.
 func TestLogoutReachesOtherNodes(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		nodeA := startServerAt(t, dbURL, nil, clock.Now)

@@ -48,6 +48,7 @@ func cpSettings(projectID string, webhookURL any, channel, presence bool, limit 
 // store; changes made in the dashboard shown by the API; the running project
 // applies the new budget.
 func TestSettingsAPI(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, nil)
 		c := ts.Dash(t)
@@ -186,6 +187,7 @@ func TestSettingsAPI(t *testing.T) {
 // exact body, saving nothing), the dashboard's form and its refusal in
 // words, and the value the settings loader hands the actors.
 func TestHistoryRetentionSetting(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"HISTORY_MAX_RETENTION_SECONDS": "3600"})
 		c := ts.Dash(t)
@@ -261,6 +263,7 @@ func usageCounts(u store.Usage) map[string]any {
 // shows (the last 30 UTC days by default), with their total; from and to
 // choose other days; every refusal with its exact body.
 func TestUsageAPI(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"USAGE_ROLLUP_SECONDS": "3600"})
 		c := ts.Dash(t)
@@ -378,6 +381,7 @@ func TestUsageAPI(t *testing.T) {
 // bodies, without secrets; project settings changes as PATCH …/settings
 // does, with its refusals.
 func TestAdminListsAndSettings(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		if v := adminOK(t, dbURL, "list-users"); relaytest.Canonical(v) != `{"users":[]}` {
 			t.Fatalf("list-users on an empty store: %v", v)
@@ -531,6 +535,7 @@ func TestAdminListsAndSettings(t *testing.T) {
 // running project on every node on the same store within about a second:
 // the key change the store records with them makes each node reload them.
 func TestAdminSettingsReachRunningNodes(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		adminOK(t, dbURL, "create-user", "--email", "dana@example.com", "--password", "correct horse")
 		p := adminOK(t, dbURL, "create-project", "--email", "dana@example.com", "--name", "demo")

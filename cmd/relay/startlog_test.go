@@ -48,6 +48,7 @@ func TestStartLogNamesTheDatabaseFile(t *testing.T) {
 // TestStartLogDashboardURL: one line names the dashboard's URL after the
 // public "listening" line, whose format relaytest parses.
 func TestStartLogDashboardURL(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
 	logs := ts.Logs.String()
 	want := "msg=dashboard url=http://" + ts.app.addr.String() + "/\n"
@@ -69,6 +70,7 @@ func TestStartLogDashboardURL(t *testing.T) {
 // TestJSONLogDurations: with LOG_FORMAT=json a duration is a Go duration
 // string, as in the text log, not nanoseconds.
 func TestJSONLogDurations(t *testing.T) {
+	t.Parallel()
 	cfg, err := LoadConfig(cfgEnv(map[string]string{"LOG_FORMAT": "json", "REPLAY_BUFFER_TTL_SECONDS": "90"}))
 	if err != nil {
 		t.Fatal(err)

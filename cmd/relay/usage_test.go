@@ -10,6 +10,7 @@ import (
 )
 
 func TestUsageRowsExact(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		clock := newClock() // one minute window for the budget
 		ts := startServerAt(t, url, map[string]string{"USAGE_ROLLUP_SECONDS": "1", "EMIT_RATE_LIMIT_PER_MINUTE": "5"}, clock.Now)

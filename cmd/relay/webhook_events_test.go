@@ -47,6 +47,7 @@ func setWebhookEvents(t *testing.T, ts *testServer, projectID, url, secret strin
 // answers, fills only its own bounded queue: the rest is dropped and
 // counted, and another project's events still arrive.
 func TestWebhooksChannelStorm(t *testing.T) {
+	t.Parallel()
 	ts := debugServer(t, map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_QUEUE_PER_PROJECT": "50", "WEBHOOK_TIMEOUT_MS": "60000",
 	})

@@ -42,6 +42,7 @@ func hangingReceiver(t *testing.T) (url string, requests *atomic.Int64) {
 // takes the second and last worker; B's connect waits though B has nothing
 // under way, and B's next is dropped for the shared queue.
 func TestWebhookQueueSettings(t *testing.T) {
+	t.Parallel()
 	ts := debugServer(t, map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_TIMEOUT_MS": "60000",
 		"WEBHOOK_WORKERS": "2", "WEBHOOK_IN_FLIGHT_PER_PROJECT": "1", "WEBHOOK_QUEUE_PER_PROJECT": "3", "WEBHOOK_QUEUE_TOTAL": "4",
@@ -91,6 +92,7 @@ func TestWebhookQueueSettings(t *testing.T) {
 // /metrics (totals, no project label) and named once in a warning; no log
 // line shows the query string of A's webhook URL.
 func TestWebhooksFairBetweenProjects(t *testing.T) {
+	t.Parallel()
 	ts := debugServer(t, map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
 		"WEBHOOK_QUEUE_PER_PROJECT":       "200",

@@ -156,6 +156,7 @@ func strOf(p *string) string {
 // and body and then shows as delivered in 2 attempts; a 400 is not retried;
 // a receiver down longer than WEBHOOK_RETRY_MAX_SECONDS is given up on.
 func TestWebhookRetries(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_SECONDS": "2",
 	})
@@ -215,6 +216,7 @@ func TestWebhookRetries(t *testing.T) {
 // everything while A churns sockets, so its events are retried over and
 // over; project B's connects and disconnects still arrive within a second.
 func TestWebhookFailingProjectDelaysNobody(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_QUEUE_PER_PROJECT": "100", "WEBHOOK_WORKERS": "4",
 	})
@@ -272,6 +274,7 @@ func masked(body string) string {
 // TestWebhookDeliveriesAPI: the deliveries list and the test event, their
 // exact bodies and refusals, on both stores.
 func TestWebhookDeliveriesAPI(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		alice, bob := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")
@@ -328,6 +331,7 @@ func TestWebhookDeliveriesAPI(t *testing.T) {
 // TestWebhookTestQueueFull: a test event that finds the project's queue
 // full answers 429 webhook_queue_full at once.
 func TestWebhookTestQueueFull(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_QUEUE_PER_PROJECT": "1", "WEBHOOK_IN_FLIGHT_PER_PROJECT": "1", "WEBHOOK_TIMEOUT_MS": "60000",
 	})
@@ -350,6 +354,7 @@ func TestWebhookTestQueueFull(t *testing.T) {
 // deliveries and its button sends a test event (CSRF-checked); without a
 // URL the button is absent and the route answers 409.
 func TestDashboardWebhookDeliveries(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_RETRY_MAX_SECONDS": "60"})
 		c := ts.Dash(t)
@@ -398,6 +403,7 @@ func TestDashboardWebhookDeliveries(t *testing.T) {
 // every status each can give from outside (503 aside: a node shutting
 // down), on both stores.
 func TestOpenAPIWebhookDeliveries(t *testing.T) {
+	t.Parallel()
 	router := loadOpenAPI(t)
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{

@@ -16,6 +16,7 @@ import (
 // and signs the webhooks that follow (a connect); a URL change keeps it, the
 // URL's removal removes it.
 func TestWebhookSecretAPI(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := startServer(t, dbURL, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		alice, bob := ts.Signup("alice@example.com"), ts.Signup("bob@example.com")

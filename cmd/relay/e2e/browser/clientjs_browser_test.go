@@ -21,6 +21,7 @@ import (
 )
 
 func TestBrowserClient(t *testing.T) {
+	t.Parallel()
 	url := storetest.SQLiteURL(t)
 	addr := relaytest.FreeAddr(t)
 	env := map[string]string{"RELAY_ADDR": addr}
@@ -128,6 +129,7 @@ func TestBrowserClient(t *testing.T) {
 // connection starts with a copy of a message the page already has. With
 // reconnect: false a cut ends in the closed state, with no reconnect planned.
 func TestBrowserClientCut(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

@@ -19,6 +19,7 @@ import (
 // cannot read /demo.js (no CORS header there: only the client's two files
 // are shared with every origin). The response headers are checked too.
 func TestClientJSCrossOrigin(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	for _, path := range []string{"/client.js", "/client.d.ts"} {
 		req, _ := http.NewRequest("GET", ts.Base+path, nil)

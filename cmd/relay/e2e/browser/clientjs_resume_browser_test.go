@@ -19,6 +19,7 @@ import (
 // page without resume starts afresh; subscribe's since starts from a seq by
 // hand.
 func TestBrowserClientResume(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("resume")

@@ -10,6 +10,7 @@ import (
 )
 
 func TestClientJSServedWithETag(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	res, err := http.Get(ts.Base + "/client.js")
 	if err != nil {

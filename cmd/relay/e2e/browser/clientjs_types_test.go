@@ -56,6 +56,7 @@ func names(re *regexp.Regexp, src string) []string {
 }
 
 func TestClientTypesMatchClientJS(t *testing.T) {
+	t.Parallel()
 	js, dts := readWebFile(t, "client.js"), readWebFile(t, "client.d.ts")
 
 	// The same values exported.
@@ -148,6 +149,7 @@ func TestClientTypesMatchClientJS(t *testing.T) {
 }
 
 func TestClientTypesServed(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	res, err := http.Get(ts.Base + "/client.d.ts")
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 // same page, and the page shows the seq; a token the server refuses shows the
 // refusal's code.
 func TestDemoBrowserClientEmit(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

@@ -16,6 +16,7 @@ import (
 // subscribers and emits made after it (the card reads the owner's JSON
 // route every 5 seconds).
 func TestDashboardBrowserHealth(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	b := relaytest.NewBrowser(t, ts.Base)
 	projectPath := b.SignUpWithProject("alice@example.com", "Health")

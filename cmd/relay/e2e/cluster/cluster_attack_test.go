@@ -211,6 +211,7 @@ func attackSnapshot(t *testing.T, nodes []*clusterNode) map[string]float64 {
 }
 
 func TestClusterAttacksFromOutside(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	began := time.Now()
 	cl := startCluster(t, 10*time.Second, []string{"A", "B"})
 	a, b := cl.nodes[0], cl.nodes[1]

@@ -32,6 +32,7 @@ import (
 const etcdAuthUser, etcdAuthPassword = "relay-node", "s3cret-of-the-nodes"
 
 func TestClusterEtcdAuth(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	etcd := relaytest.StartEtcd(t)
 	etcd.EnableAuth(t, etcdAuthUser, etcdAuthPassword)
 	// startCluster's etcd has no users: the cluster is put together here, as it does.

@@ -15,6 +15,7 @@ import (
 // each node made, the 429 the channel grain answered another edge, and a
 // latency for the writes on each.
 func TestClusterHealth(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"}, "EMIT_RATE_LIMIT_PER_MINUTE=5")
 	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
 	owner := a.on(t).Signup("alice@example.com")

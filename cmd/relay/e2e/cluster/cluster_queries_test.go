@@ -16,6 +16,7 @@ import (
 // the store for a history project) and disconnect through each of three
 // nodes agree on the whole cluster.
 func TestClusterQueries(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"})
 	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
 	owner := a.on(t).Signup("alice@example.com")

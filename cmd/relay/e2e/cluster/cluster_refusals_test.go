@@ -20,6 +20,7 @@ import (
 )
 
 func TestClusterPresenceRefusals(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	cl := startCluster(t, 10*time.Second, []string{"A", "B"}, "MAX_PRESENCE_MEMBERS_PER_CHANNEL=1")
 	tsA, tsB := cl.nodes[0].on(t), cl.nodes[1].on(t)
 	owner := tsA.Signup("alice@example.com")

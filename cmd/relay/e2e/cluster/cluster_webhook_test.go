@@ -22,6 +22,7 @@ import (
 )
 
 func TestClusterWebhooksOncePerTransition(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	cl := startCluster(t, 10*time.Second, []string{"A", "B", "C"}, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true")
 	a, b, c := cl.nodes[0], cl.nodes[1], cl.nodes[2]
 	h := relaytest.NewHookLog(t)

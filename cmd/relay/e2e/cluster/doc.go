@@ -6,4 +6,8 @@
 // and operators do, through its listeners and its commands, with the
 // shared harness cmd/relay/internal/relaytest; the attack tests also speak
 // the cluster port's own protocol, as an attacker who reached it would.
+//
+// Tests that check what the cluster does run in parallel (t.Parallel, after
+// the others). Those that time it (failover, a restart's stall, a SIGSTOPped
+// node, HAProxy's health checks) or stop the shared PostgreSQL run alone.
 package cluster

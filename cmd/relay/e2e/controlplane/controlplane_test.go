@@ -22,6 +22,7 @@ import (
 // Auth: signup, login, logout, sessions.
 
 func TestSignupCreatesUserAndSession(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		c := ts.Client()
@@ -46,6 +47,7 @@ func TestSignupCreatesUserAndSession(t *testing.T) {
 // TestSessionCookieSecure: COOKIE_SECURE=auto sets Secure only on HTTPS (or
 // X-Forwarded-Proto: https); true always; false never. Signup and login alike.
 func TestSessionCookieSecure(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		allow := "alice@example.com,bob@example.com,carol@example.com,dave@example.com"
 		servers := map[string]*relaytest.Server{}
@@ -81,6 +83,7 @@ func TestSessionCookieSecure(t *testing.T) {
 }
 
 func TestSignupErrors(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		const required = `{"error":"email_and_password_required"}`
@@ -138,6 +141,7 @@ func TestSignupErrors(t *testing.T) {
 // TestSignupClosedWithEmptyAllowlist: signup only for allowed emails, with an
 // empty ALLOWED_SIGNUP_EMAILS (cmd/relay/README.md › Configuration: signup closed).
 func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, map[string]string{"ALLOWED_SIGNUP_EMAILS": ""})
 		for _, email := range []string{"alice@example.com", "bob@example.com", "anyone@anywhere.test"} {
@@ -151,6 +155,7 @@ func TestSignupClosedWithEmptyAllowlist(t *testing.T) {
 }
 
 func TestLogin(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		_, aliceID := ts.SignupID(t, "alice@example.com")
@@ -196,6 +201,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestLogout(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		c, aliceID := ts.SignupID(t, "alice@example.com")
@@ -231,6 +237,7 @@ func TestLogout(t *testing.T) {
 // {error: unauthorized} without a valid session, whatever the cookie holds,
 // and changes nothing.
 func TestProjectRoutesRequireSession(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		secret := []byte("test-session-secret-0123456789abcdef")
 		ts := relaytest.Start(t, dbURL, map[string]string{"SESSION_SECRET": string(secret)})
@@ -314,6 +321,7 @@ func TestProjectRoutesRequireSession(t *testing.T) {
 // Projects.
 
 func TestProjectsCreateAndList(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -380,6 +388,7 @@ func TestProjectsCreateAndList(t *testing.T) {
 }
 
 func TestProjectGetAndRename(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -419,6 +428,7 @@ func TestProjectGetAndRename(t *testing.T) {
 // TestOtherUsersProjectIsNotFound: every per-project route answers 404
 // project_not_found for a project someone else owns, and changes nothing.
 func TestOtherUsersProjectIsNotFound(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -453,6 +463,7 @@ func TestOtherUsersProjectIsNotFound(t *testing.T) {
 // TestMalformedProjectID: ids that are not a project's answer 404
 // project_not_found on every per-project route (never 400 or 500).
 func TestMalformedProjectID(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -495,6 +506,7 @@ func TestMalformedProjectID(t *testing.T) {
 // spelling names the same project and key, and answers carry the canonical
 // lower-case id.
 func TestIDsAreCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -518,6 +530,7 @@ func TestIDsAreCaseInsensitive(t *testing.T) {
 // Keys.
 
 func TestKeysListIsMasked(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -556,6 +569,7 @@ func TestKeysListIsMasked(t *testing.T) {
 }
 
 func TestKeyRotate(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -647,6 +661,7 @@ func TestKeyRotate(t *testing.T) {
 }
 
 func TestKeyRevoke(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -694,6 +709,7 @@ func TestKeyRevoke(t *testing.T) {
 }
 
 func TestClientEmitSecret(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -754,6 +770,7 @@ func TestClientEmitSecret(t *testing.T) {
 // content types and oversize bodies get JSON errors (never 500, never HTML)
 // on every route that reads a body, and change nothing.
 func TestMalformedRequestBodies(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -847,6 +864,7 @@ func TestMalformedRequestBodies(t *testing.T) {
 }
 
 func TestUnknownRoutesAndMethods(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -943,6 +961,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 }
 
 func TestHealthAndSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		c := ts.Client()
@@ -1000,6 +1019,7 @@ func TestHealthAndSecurityHeaders(t *testing.T) {
 
 // TestConcurrentSignupsSameEmail: one account, the other attempts 409.
 func TestConcurrentSignupsSameEmail(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		created := 0
@@ -1022,6 +1042,7 @@ func TestConcurrentSignupsSameEmail(t *testing.T) {
 // active and every other key a rotation returned is revoked (README.md ›
 // Endpoints: rotation revokes the old key; a key rotated away must not keep working).
 func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")
@@ -1053,6 +1074,7 @@ func TestConcurrentRotationsLeaveOneActiveKey(t *testing.T) {
 // one secret that is kept; a caller must never get a secret that the next
 // call does not return (it could sign only tokens that never verify).
 func TestConcurrentFirstClientEmitSecret(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")

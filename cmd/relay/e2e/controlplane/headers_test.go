@@ -58,6 +58,7 @@ func hdrGet(t *testing.T, ts *relaytest.Server, method, path string, hdr map[str
 // TestSecurityHeadersOnConnectionPlane: /emit (200, every error, 429),
 // /emit-tokens/revoke and the refused /ws handshake carry the headers.
 func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"EMIT_RATE_LIMIT_PER_MINUTE": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -141,6 +142,7 @@ func TestSecurityHeadersOnConnectionPlane(t *testing.T) {
 // TestSecurityHeadersOnOtherRoutes: health, readiness, the browser client
 // (200 and 304) and JSON 404/401/405 answers carry the headers.
 func TestSecurityHeadersOnOtherRoutes(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	for _, c := range []struct {
 		method, path string

@@ -12,6 +12,7 @@ import (
 // A malformed path (empty, "." or ".." segments) answers the JSON 404, not
 // net/http's redirect to the cleaned path.
 func TestMalformedPathsAnswerJSON404(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	c := ts.Signup("alice@example.com")
 	p := c.CreateProject("a")
@@ -38,6 +39,7 @@ func TestMalformedPathsAnswerJSON404(t *testing.T) {
 // whatever its Content-Type says (curl -d declares a form): the protocol
 // defines those bodies as JSON and lists no 415 (api/README.md › Endpoints › HTTP choices).
 func TestConnectionPlaneContentType(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	c := ts.Signup("alice@example.com")
 	p := c.CreateProject("a")

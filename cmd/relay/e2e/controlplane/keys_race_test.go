@@ -19,6 +19,7 @@ import (
 // lifetime cap); the key is now looked up again once the socket is
 // registered.
 func TestRevokeRacingHandshakes(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		alice, aliceID := ts.SignupID(t, "alice@example.com")

@@ -13,6 +13,7 @@ import (
 // listener requires "Authorization: Bearer <token>": none, a wrong one or
 // another scheme gets 401 {"error":"unauthorized"}; the right one gets 200.
 func TestOperatorToken(t *testing.T) {
+	t.Parallel()
 	const token = "operator-token-0123456789"
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"RELAY_DEBUG_TOKEN": token})
 	for _, path := range []string{"/metrics", "/debug/actors", "/debug/", "/debug/pprof/", "/debug/pprof/cmdline", "/nope"} {
@@ -68,6 +69,7 @@ func TestOperatorToken(t *testing.T) {
 // 401. A web page that rebinds its own name to 127.0.0.1 (DNS rebinding)
 // used to read /debug/actors, pprof and /metrics from the operator's browser.
 func TestOperatorWithoutTokenServesLoopbackNames(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	_, port, _ := strings.Cut(strings.TrimPrefix(ts.Debug, "http://"), ":")
 	for _, path := range []string{"/debug/actors", "/debug/pprof/cmdline", "/metrics"} {

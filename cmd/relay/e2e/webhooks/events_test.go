@@ -18,6 +18,7 @@ import (
 // leaves the presence roster (once for a clientId on two connections, and
 // when a subscriber switches clientId), with exact bodies and signatures.
 func TestWebhooksChannelAndPresence(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := relaytest.Start(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		owner := ts.Signup("alice@example.com")
@@ -73,6 +74,7 @@ func TestWebhooksChannelAndPresence(t *testing.T) {
 // events gets connect and disconnect only; each choice sends only its own
 // events; turning them on reaches channels that are already running.
 func TestWebhooksEventsOptIn(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := relaytest.Start(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		owner := ts.Signup("alice@example.com")

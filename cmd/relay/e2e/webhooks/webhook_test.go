@@ -11,6 +11,7 @@ import (
 )
 
 func TestWebhooksConnectAndDisconnect(t *testing.T) {
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, url string) {
 		ts := relaytest.Start(t, url, map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"})
 		owner := ts.Signup("alice@example.com")
@@ -43,6 +44,7 @@ func TestWebhooksConnectAndDisconnect(t *testing.T) {
 }
 
 func TestSlowWebhookDelaysNothing(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true", "WEBHOOK_TIMEOUT_MS": "2000"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -66,6 +68,7 @@ func TestSlowWebhookDelaysNothing(t *testing.T) {
 }
 
 func TestWebhookReceiverDownOrPrivate(t *testing.T) {
+	t.Parallel()
 	// Down: nothing listens on the port.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	down := "http://" + ln.Addr().String() + "/hook"

@@ -26,6 +26,7 @@ import (
 // the set is refused at the handshake. A server with the SSRF guard on
 // (the default) refuses the same token: it will not fetch from loopback.
 func TestJWKSChannelAuthorization(t *testing.T) {
+	t.Parallel()
 	js := relaytest.NewJWKS(t)
 	priv, body, jwksURL := js.Key, js.Body, js.URL
 	exp := func() int64 { return time.Now().Add(time.Hour).Unix() }

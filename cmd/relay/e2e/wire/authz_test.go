@@ -175,6 +175,7 @@ func TestChannelAuthorization(t *testing.T) {
 // ignored, as SPEC.md says: revokeTokens revokes nothing (the clientId's
 // client-emit tokens still work).
 func TestDisconnectBodyIgnoredWithoutAuthorization(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

@@ -36,6 +36,7 @@ func goClient(t *testing.T, base, publicKey string, opts relay.Options) *relay.C
 // subscribed): Subscribe returns the error. It used to know four codes only,
 // and waited for its context.
 func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
@@ -51,6 +52,7 @@ func TestGoClientSubscribeRefusedClientIDTooLong(t *testing.T) {
 // too_many_channels refuses a subscribe to a new channel past
 // MAX_CHANNELS_PER_PROJECT: Subscribe returns it (it waited for its context).
 func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_CHANNELS_PER_PROJECT": "1"})
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	c := goClient(t, ts.Base, p.PublicKey, relay.Options{})
@@ -69,6 +71,7 @@ func TestGoClientSubscribeRefusedTooManyChannels(t *testing.T) {
 // channel (it used to: the emit got the subscribe's error and the subscribe
 // hung). A frozen proxy holds both frames so that both wait together.
 func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -109,6 +112,7 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 // "replay_gap" included: a frame with a seq is a message (proto/PROTOCOL.md ›
 // Server frames). It used to arrive as a presence event or a gap.
 func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -142,6 +146,7 @@ func TestGoClientEmittedTypeNamedLikePresence(t *testing.T) {
 // A client that gave up (NoReconnect and a drop) is Closed, and Subscribe
 // answers ErrClosed (it waited for a connection that never came).
 func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
@@ -162,6 +167,7 @@ func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
 //  3. after close 4001 (key revoked) the client stops, rather than retry a
 //     handshake that can only fail.
 func TestBrowserClientProtocolEdges(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -228,6 +234,7 @@ func TestBrowserClientProtocolEdges(t *testing.T) {
 // the same Subscription. (The client used to drop it, and with it every
 // message the server still sent.)
 func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -255,6 +262,7 @@ func TestGoClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
 // its ready, and the earlier subscription (whose member stays, held by
 // another socket too) keeps its handlers and gets the channel's messages.
 func TestBrowserClientRefusedResubscribeKeepsTheSubscription(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "2"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

@@ -45,6 +45,7 @@ func (s *seqMap) get(channel string) uint64 {
 // each message once, nothing the first client had. Since, when given, wins;
 // a channel with nothing saved starts from now on.
 func TestGoClientSeqStore(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("seqs")

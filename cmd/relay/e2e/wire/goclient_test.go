@@ -23,6 +23,7 @@ import (
 )
 
 func TestGoClientSubscribePresenceEmit(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -106,6 +107,7 @@ func TestGoClientSubscribePresenceEmit(t *testing.T) {
 // must return its own answer. The listener tells which emit each accepted seq
 // belongs to (the payload is the emit's index).
 func TestGoClientPairsEmitAnswers(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"CLIENT_EMIT_RATE_LIMIT_PER_SECOND": "5"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -176,6 +178,7 @@ func TestGoClientPairsEmitAnswers(t *testing.T) {
 }
 
 func TestGoClientReconnectsAndReplays(t *testing.T) {
+	t.Parallel()
 	url := storetest.SQLiteURL(t)
 	addr := relaytest.FreeAddr(t) // the restarted server listens there again
 	env := map[string]string{"RELAY_ADDR": addr}
@@ -259,6 +262,7 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 // no gap. The next connection also starts with a copy of a message the client
 // already has, which it must drop. Three rounds, then no goroutine is left.
 func TestGoClientReplaysAfterCut(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -317,6 +321,7 @@ func TestGoClientReplaysAfterCut(t *testing.T) {
 }
 
 func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -360,6 +365,7 @@ func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 // backoff, and Close while its reconnect hangs in the handshake, both return
 // at once and leave no goroutine.
 func TestGoClientCloseDuringReconnect(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -423,6 +429,7 @@ func TestGoClientCloseDuringReconnect(t *testing.T) {
 // and back to the first step after a healthy connection (HealthyConnection,
 // also on the injected clock), but not after a short one.
 func TestGoClientBackoffThroughClock(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
 	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))

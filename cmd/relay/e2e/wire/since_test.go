@@ -19,6 +19,7 @@ import (
 // included; what a socket refuses (not a number, 1e400) HTTP refuses too,
 // with invalid_since.
 func TestSinceSameOnSocketAndHTTP(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

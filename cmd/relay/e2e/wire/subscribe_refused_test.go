@@ -17,6 +17,7 @@ import (
 // channel kept it: the unsubscribe was acked without reaching the channel,
 // and messages kept coming.)
 func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")
@@ -44,6 +45,7 @@ func TestRefusedResubscribeKeepsTheEarlierSubscription(t *testing.T) {
 // clientId "x" has closed, "x" is no longer listed. (It used to stay, with no
 // leave sent: the closing connection did not name the channel.)
 func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")
@@ -68,6 +70,7 @@ func TestRefusedResubscribeLeavesNoGhostMember(t *testing.T) {
 // (The connection checks its own record, which holds the subscribe from the
 // moment it is sent; the channel now checks again.)
 func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
+	t.Parallel()
 	s := relaytest.NewClientEmitSetup(t, relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"}))
 	s.Enable(t)
 	for i := 0; i < 10; i++ {
@@ -87,6 +90,7 @@ func TestEmitAfterARefusedPresenceSubscribe(t *testing.T) {
 // A presence subscribe refused by the cap gets its error and nothing of the
 // replay (nor a replay_gap) a subscribe would have had.
 func TestRefusedSubscribeGetsNoReplay(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), map[string]string{"MAX_PRESENCE_MEMBERS_PER_CHANNEL": "1"})
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("a")

@@ -19,6 +19,7 @@ import (
 // the connection caps are checked first, for every request; a request that
 // does ask for a WebSocket but gets the handshake wrong is the upgrader's.
 func TestPlainGetOnWS(t *testing.T) {
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
