@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test test-race test-tool load-then-tool cluster-then-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
+.PHONY: build run test test-race test-tool load-tool-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
 
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build fetches and compiles the dependencies, a few minutes"
@@ -18,15 +18,14 @@ run: build
 # The whole suite: format and vet checks, tsc on the browser client's types;
 # then three lanes at once, each printed when it ends: every test with the
 # race detector on SQLite and a throwaway PostgreSQL (test-race); the
-# cluster tests (test-cluster) followed by every benchmark once
-# (bench-once); and a 40-second soak, the worst-case memory checks in short
-# form and the load tool's own tests (load-then-tool). Most tests wait on
-# real time (ticks, timeouts, other processes) rather than on the CPU, and
-# most are marked t.Parallel: -parallel 4 lets more of them overlap than
-# there are cores.
+# cluster tests (test-cluster); and a 40-second soak, the worst-case memory
+# checks in short form, the load tool's own tests and every benchmark once
+# (load-tool-bench). Most tests wait on real time (ticks, timeouts, other
+# processes) rather than on the CPU, and most are marked t.Parallel:
+# -parallel 4 lets more of them overlap than there are cores.
 test: lint
 	sh api/web/typecheck/check.sh
-	$(MAKE) -j3 --output-sync=target test-race cluster-then-bench load-then-tool
+	$(MAKE) -j3 --output-sync=target test-race test-cluster load-tool-bench
 
 # Every package but the load tool's (test-tool, in its own lane in make test),
 # the longest, cmd/relay, first: go test starts them in this order, two at a time.
@@ -40,13 +39,10 @@ test-race:
 test-tool:
 	$(GO) test -race -count=1 -timeout 10m ./cmd/relay-bench/
 
-load-then-tool:
+load-tool-bench:
 	SOAK_DURATION=40s $(MAKE) soak
 	$(GO) test -short -tags worstcase -run WorstCase -count=1 -v -timeout 5m ./cmd/relay/e2e/load/
 	$(MAKE) test-tool
-
-cluster-then-bench:
-	$(MAKE) test-cluster
 	$(MAKE) bench-once
 
 bench-once:

@@ -51,7 +51,7 @@ func expectActors(t *testing.T, ts *testServer, timeout time.Duration, projects,
 // once its last channel and connection are gone; each works as before when
 // used again, with seq still rising.
 func TestIdleProjectActorsStop(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) { idleProjectActorsStop(t, dbURL) })
 }
 
@@ -95,7 +95,7 @@ func idleProjectActorsStop(t *testing.T, dbURL string) {
 // load is retried and emits work again. The keys were used before, so the
 // edge knows them without the store.
 func TestColdProjectWithoutSettingsRefusesEmits(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
 	clock := newClock()
 	ts := startServerAt(t, "sqlite:"+filepath.Join(dir, "relay.db"), map[string]string{

@@ -15,6 +15,11 @@ import (
 // commands, polling, /metrics, webhook and JWKS endpoints) is the one harness
 // in internal/relaytest, which the suites under e2e/ use as well.
 
+// Most tests here are t.Parallel: each has its own server and database, and
+// most wait on real time. Those that are not run first, alone: they stop the
+// shared PostgreSQL (faults_test.go, storehealth_test.go), take or flood the
+// process-wide password-hash slots or set a process-wide test bound
+// (throttle_test.go, proxy_test.go), or change directory (startlog_test.go).
 func TestMain(m *testing.M) { storetest.Main(m) }
 
 // testServer is a relay on a loopback port, stopped when the test ends: a

@@ -38,7 +38,7 @@ func cpKeyOf(keys []map[string]any, raw string) map[string]any {
 // exactly as revoked ones (401, same body), the sockets opened with the old
 // public key close with 4001, and the list shows revokedAt = expiresAt.
 func TestKeyOverlap(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, nil, clock.Now)
@@ -176,7 +176,7 @@ func (k *keyTicks) wait(t *testing.T) {
 // time of use once a minute of the server's clock has passed (not before),
 // for emits and WebSocket handshakes; the dashboard shows it.
 func TestKeyLastUsed(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := &keyTicks{Clock: newClock()}
 		ts := startServerAt(t, dbURL, nil, clock.Now)

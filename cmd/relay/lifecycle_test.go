@@ -169,7 +169,7 @@ func lcPost(t *testing.T, ts *testServer, method, path, auth string, setAuth boo
 // cause's counter on /metrics (every other cause staying at zero) and the
 // transport's debug line "connection closed … cause=X code=N".
 func TestEveryCloseCauseIsCodedCountedAndLogged(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	type result struct {
 		counts map[string]int64 // expected relay_connections_closed_total
 		logs   map[*regexp.Regexp]int

@@ -51,6 +51,7 @@ func expectLoggedIn(r response, t *testing.T, email string) {
 // into X-Forwarded-For itself; the window follows the server's clock.
 func TestTrustedProxyLoginFlood(t *testing.T) {
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		t.Parallel() // each store beside the other: the test is not, see harness_test.go
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{
 			"TRUSTED_PROXIES": "127.0.0.1/32", "LOGIN_ATTEMPTS_PER_MINUTE": "10",
@@ -98,6 +99,7 @@ func TestForwardedForIgnoredFromUntrustedPeers(t *testing.T) {
 		expectThrottled(viaProxy(attacker, xff(perAddr), "/api/auth/login", loginBody("guess-more@example.com", "wrong password")), t)
 	}
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
+		t.Parallel() // each store beside the other: the test is not, see harness_test.go
 		t.Run("no trusted proxies", func(t *testing.T) {
 			ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, newClock().Now)
 			ts.Signup("alice@example.com")
@@ -124,7 +126,7 @@ func TestForwardedForIgnoredFromUntrustedPeers(t *testing.T) {
 // that has not failed, window after window; they only delay it (at most 4 s).
 // An address that keeps failing for the email is refused on its own.
 func TestLoginNotLockedOutFromOtherAddresses(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		clock := newClock()
 		ts := startServerAt(t, dbURL, map[string]string{"LOGIN_ATTEMPTS_PER_MINUTE": "10"}, clock.Now)

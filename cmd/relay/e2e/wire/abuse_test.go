@@ -19,7 +19,7 @@ import (
 // ReadTimeout (30 s) or HTTP_IDLE_TIMEOUT_SECONDS (60 s) could have done it; meanwhile
 // everyone else is served.
 func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	addr := strings.TrimPrefix(ts.Base, "http://")
 	const clients = 20

@@ -17,7 +17,7 @@ import (
 // handshakes check the connection token, private channels need a grant,
 // presence is the token's sub, and live connections follow the setting.
 func TestChannelAuthorization(t *testing.T) {
-	t.Parallel() // waits on real time: it overlaps the others that do (Makefile: -parallel)
+	t.Parallel()
 	storetest.EachDB(t, func(t *testing.T, dbURL string) {
 		ts := relaytest.Start(t, dbURL, nil)
 		owner := ts.Signup("alice@example.com")

@@ -65,11 +65,22 @@ func (c *Dash) Get(path string) Page {
 // Post submits form as a browser would (urlencoded, with Origin).
 func (c *Dash) Post(path string, form url.Values) Page {
 	c.T.Helper()
+	p, err := c.TryPost(path, form)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return p
+}
+
+// TryPost is Post returning its error instead of failing the test, for use
+// off the test's goroutine.
+func (c *Dash) TryPost(path string, form url.Values) (Page, error) {
 	h := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
 	if c.Origin != "" {
 		h.Set("Origin", c.Origin)
 	}
-	return c.Send("POST", path, form.Encode(), h)
+	r, err := Do(c.HTTP, "POST", c.Server.Base+path, form.Encode(), h)
+	return Page{Status: r.Status, Header: r.Header, Body: r.Raw}, err
 }
 
 // Submit posts form with the CSRF token of the page at from.
