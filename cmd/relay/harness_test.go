@@ -41,7 +41,7 @@ type (
 
 // startServer starts a relay on dbURL with env overriding the defaults
 // (RELAY_ADDR on a free loopback port, debug listener off, then
-// relaytest.TestEnv), on the wall clock.
+// relaytest.TestEnv()), on the wall clock.
 func startServer(t testing.TB, dbURL string, env map[string]string) *testServer {
 	t.Helper()
 	return startServerAt(t, dbURL, env, time.Now)
@@ -52,7 +52,7 @@ func startServer(t testing.TB, dbURL string, env map[string]string) *testServer 
 func startServerAt(t testing.TB, dbURL string, env map[string]string, now func() time.Time) *testServer {
 	t.Helper()
 	vars := map[string]string{"RELAY_ADDR": "127.0.0.1:0", "RELAY_DEBUG_ADDR": "", "DATABASE_URL": dbURL}
-	for k, v := range relaytest.TestEnv {
+	for k, v := range relaytest.TestEnv() {
 		vars[k] = v
 	}
 	for k, v := range env {

@@ -1,10 +1,12 @@
 package relaytest
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +140,49 @@ func TestStartBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.Exited
+}
+
+// reports is a testing.TB that keeps what the harness reports with Error
+// and Errorf instead of failing the test, so that a test can provoke the
+// harness's own checks. Everything else goes to the test it wraps.
+type reports struct {
+	testing.TB
+	mu   sync.Mutex
+	errs []string
+}
+
+func (r *reports) Error(args ...any) { r.add(fmt.Sprint(args...)) }
+
+func (r *reports) Errorf(format string, args ...any) { r.add(fmt.Sprintf(format, args...)) }
+
+func (r *reports) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, s)
+}
+
+// A relay that Start started and that exits on its own during the test
+// fails the test, however it exited; one the test stopped with Stop does not.
+func TestStartReportsARelayThatExited(t *testing.T) {
+	var killed, stopped reports
+	t.Run("killed", func(t *testing.T) {
+		killed.TB = t
+		s := Start(&killed, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"), nil)
+		if err := s.proc.Cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-s.proc.Exited
+	})
+	if len(killed.errs) != 1 || !strings.Contains(killed.errs[0], "the relay exited during the test (signal: killed)") {
+		t.Errorf("a relay killed during the test: reported %q", killed.errs)
+	}
+	t.Run("stopped", func(t *testing.T) {
+		stopped.TB = t
+		Start(&stopped, "sqlite:"+filepath.Join(t.TempDir(), "relay.db"), nil).Stop()
+	})
+	if len(stopped.errs) != 0 {
+		t.Errorf("a relay the test stopped: reported %q", stopped.errs)
+	}
 }
 
 func TestRunBinary(t *testing.T) {
