@@ -487,6 +487,7 @@ func clusterChaos(t *testing.T, history bool) {
 // registration to lapse, as after a crash, and gives up with an error that
 // names the address: two nodes configured with one address.
 func TestClusterAddressTaken(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
 	addr := relaytest.FreeAddr(t)
 	cl := startCluster(t, 30*time.Second, []string{"A"}, "RELAY_CLUSTER_ADDR="+addr)
 	code, out := relaytest.RunBinary(t, 30*time.Second, append(cl.nodeEnv(t, addr), "DATABASE_URL="+cl.dbURL, "RELAY_CLUSTER_NAME=relaytest")...)
