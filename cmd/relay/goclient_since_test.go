@@ -20,7 +20,7 @@ import (
 // covers gives a Gap carrying that since as the exact uint64; and until a
 // message arrives, a reconnect resumes from the starting since.
 func TestGoClientSubscribeSince(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines.
 	clock := newClock()
 	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
 	owner := ts.Signup("alice@example.com")

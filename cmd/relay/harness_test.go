@@ -19,7 +19,9 @@ import (
 // most wait on real time. Those that are not run first, alone: they stop the
 // shared PostgreSQL (faults_test.go, storehealth_test.go), take or flood the
 // process-wide password-hash slots or set a process-wide test bound
-// (throttle_test.go, proxy_test.go), or change directory (startlog_test.go).
+// (throttle_test.go, proxy_test.go), change directory (startlog_test.go),
+// count the process's goroutines, or check a bound of a second or two on
+// real time (each of those says so).
 func TestMain(m *testing.M) { storetest.Main(m) }
 
 // testServer is a relay on a loopback port, stopped when the test ends: a

@@ -199,7 +199,7 @@ func TestHTTPConnectionCap(t *testing.T) {
 // when the listener is full, the connection idle the longest makes way, and
 // an address at its share gives up its own idle one first.
 func TestHTTPShareOfAddress(t *testing.T) {
-	t.Parallel()
+	// Not parallel: answers within 1 s.
 	const a, b, c = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_HTTP_CONNECTIONS": "4", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "2",
@@ -285,7 +285,7 @@ func TestHTTPShareOfAddress(t *testing.T) {
 // TestHTTPShareTrustedProxy: a peer in TRUSTED_PROXIES carries every client
 // of a reverse proxy, so it has no share of its own, only the total.
 func TestHTTPShareTrustedProxy(t *testing.T) {
-	t.Parallel()
+	// Not parallel: answers within 1 s.
 	const proxy = "127.0.0.5"
 	ts := startServer(t, storetest.SQLiteURL(t), map[string]string{
 		"MAX_HTTP_CONNECTIONS": "4", "MAX_HTTP_CONNECTIONS_PER_ADDRESS": "1", "TRUSTED_PROXIES": proxy,

@@ -378,7 +378,7 @@ wait:
 // pong; once the pings stop, the idle close (1001 "idle timeout") follows,
 // not before the timeout has run from the last pong.
 func TestPingResetsIdleClock(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a ping every 700 ms against a 2 s idle timeout.
 	ts, _, p := lcServer(t, map[string]string{"IDLE_TIMEOUT_SECONDS": "2"})
 	c := ts.DialWS(p.PublicKey)
 	opened := time.Now()
@@ -759,7 +759,7 @@ func TestSignalStopsTheBinaryCleanly(t *testing.T) {
 // logs that the bound was reached and exits 0 at once after logging the stop, and the usage counted since the last rollup is still written
 // (the final rollup used to run on the expired context and lose it).
 func TestShutdownTimeoutDropsStuckPeerKeepsUsage(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the exit within 3 s of SIGTERM.
 	fill, ok := lcFillCount()
 	if !ok {
 		t.Fatal("this host's TCP send buffers (tcp_wmem max over about 5.5 MiB) are too big to hold the drain open with a full socket")

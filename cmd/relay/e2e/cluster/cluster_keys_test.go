@@ -21,7 +21,7 @@ import (
 // their end); at the end B refuses them with no message from A, and the
 // sockets opened with the old public key on A and on B close with 4001.
 func TestClusterKeyOverlap(t *testing.T) {
-	t.Parallel() // checks what happens, not how fast: see doc.go
+	// Not parallel: the close within 3 s of the overlap's end.
 	cl := startCluster(t, 5*time.Second, []string{"A", "B"})
 	a, b := cl.nodes[0], cl.nodes[1]
 	tsA, tsB := a.on(t), b.on(t)
@@ -87,7 +87,7 @@ func TestClusterKeyOverlap(t *testing.T) {
 // nodes that had them cached, and the sockets opened with the public key on
 // A and on B close with 4001, as after a dashboard revoke.
 func TestClusterAdminRevoke(t *testing.T) {
-	t.Parallel() // checks what happens, not how fast: see doc.go
+	// Not parallel: a revoke applied within 2 s.
 	cl := startCluster(t, 5*time.Second, []string{"A", "B"})
 	tsA, tsB := cl.nodes[0].on(t), cl.nodes[1].on(t)
 	owner := tsA.Signup("alice@example.com")

@@ -9,5 +9,6 @@
 //
 // Tests that check what the cluster does run in parallel (t.Parallel, after
 // the others). Those that time it (failover, a restart's stall, a SIGSTOPped
-// node, HAProxy's health checks) or stop the shared PostgreSQL run alone.
+// node, HAProxy's health checks, a change applied within seconds) or stop
+// the shared PostgreSQL run alone.
 package cluster

@@ -23,7 +23,7 @@ import (
 )
 
 func TestGoClientSubscribePresenceEmit(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines.
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -262,7 +262,7 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 // no gap. The next connection also starts with a copy of a message the client
 // already has, which it must drop. Three rounds, then no goroutine is left.
 func TestGoClientReplaysAfterCut(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines.
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -321,7 +321,7 @@ func TestGoClientReplaysAfterCut(t *testing.T) {
 }
 
 func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines.
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
@@ -365,7 +365,7 @@ func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 // backoff, and Close while its reconnect hangs in the handshake, both return
 // at once and leave no goroutine.
 func TestGoClientCloseDuringReconnect(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines.
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")

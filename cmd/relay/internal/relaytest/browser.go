@@ -23,8 +23,9 @@ import (
 
 const chromiumPath = "/usr/bin/chromium"
 
-// screenshotsEnv names a directory that keeps the screenshots after the test
-// (by default they go to the test's temp dir, removed at its end).
+// screenshotsEnv names a directory that keeps the screenshots after the
+// test, a directory per test in it (by default they go to the test's temp
+// dir, removed at its end).
 const screenshotsEnv = "RELAY_TEST_SCREENSHOTS"
 
 // Browser is one headless Chromium tab pointed at a test server.
@@ -92,7 +93,9 @@ func NewBrowser(t *testing.T, base string) *Browser {
 
 	b := &Browser{T: t, Ctx: ctx, base: base, shots: filepath.Join(t.TempDir(), "screenshots")}
 	if dir := os.Getenv(screenshotsEnv); dir != "" {
-		b.shots = dir // kept after the test, to look at
+		// Kept after the test, to look at; a directory per test, as
+		// tests run in parallel.
+		b.shots = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
 	}
 	if err := os.MkdirAll(b.shots, 0o755); err != nil {
 		t.Fatal(err)
