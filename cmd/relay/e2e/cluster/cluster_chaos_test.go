@@ -119,16 +119,47 @@ func chaosSubscriber(t *testing.T, publicKey, ch string, pick func(attempt int) 
 	}
 }
 
-// stallWindow is when a failed emit counts as stalled: from, until to (0:
-// still open).
-type stallWindow struct{ from, to atomic.Int64 }
+// stallWindow is when a failed emit counts as stalled: sent from from while
+// the window is open. The next fault waits (settle) until every emit sent
+// while it was open has its answer, so that a failure is the restart's and
+// not the next fault's: an emit sent just before a SIGSTOP to the node that
+// owns its channel waits for the freeze, and its 503 says nothing of the
+// restart.
+type stallWindow struct {
+	from    int64
+	mu      sync.Mutex
+	closed  bool
+	pending sync.WaitGroup // emits sent while open, until answered
+}
 
-func (w *stallWindow) holds(at int64) bool {
+// enter counts an emit about to be sent, while the window is open (counted:
+// call pending.Done once it is answered; it stalled if it failed and was
+// sent at or after from).
+func (w *stallWindow) enter() (counted bool) {
 	if w == nil {
 		return false
 	}
-	to := w.to.Load()
-	return at >= w.from.Load() && (to == 0 || at < to)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.pending.Add(1)
+	}
+	return !w.closed
+}
+
+// settle closes the window and waits for the answers of the emits sent
+// while it was open: at most the emits' client timeout and a margin.
+func (w *stallWindow) settle(t *testing.T) {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() { w.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("emits sent in the restart's window still unanswered 10 s after it closed")
+	}
 }
 
 // chaosAck is an acknowledged emit.
@@ -228,7 +259,7 @@ func clusterChaos(t *testing.T, history bool) {
 		ackedOne = make(chan struct{}, 1<<16) // a token per acknowledged emit
 		// Emits sent through A or B from one second after a restarted
 		// victim answered /readyz until 600 more were acknowledged (the
-		// window of the last restart), that failed.
+		// window of the last restart), that failed, whenever answered.
 		window  atomic.Pointer[stallWindow]
 		stalled atomic.Int64
 	)
@@ -275,14 +306,18 @@ func clusterChaos(t *testing.T, history bool) {
 			ewg.Add(1)
 			go func() {
 				defer func() { <-inFlight; ewg.Done() }()
-				sent, w := time.Now().UnixNano(), window.Load()
+				w := window.Load()
+				counted, sent := w.enter(), time.Now().UnixNano()
 				r, err := emitAt(hc, base, p.SecretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
+				if counted {
+					defer w.pending.Done()
+				}
 				if err != nil || r.Status != http.StatusOK {
 					refused.Add(1)
-					if w.holds(sent) && (base == a.proc.Base || base == b.proc.Base) {
+					if counted && sent >= w.from && (base == a.proc.Base || base == b.proc.Base) {
 						stalled.Add(1)
 						t.Logf("stalled emit %d on %s through %s, sent %v after the window opened, answered %v later: %d %s %v",
-							id, ch, base, time.Duration(sent-w.from.Load()), time.Since(time.Unix(0, sent)).Round(time.Millisecond), r.Status, r.Raw, err)
+							id, ch, base, time.Duration(sent-w.from), time.Since(time.Unix(0, sent)).Round(time.Millisecond), r.Status, r.Raw, err)
 					}
 					return
 				}
@@ -309,14 +344,13 @@ func clusterChaos(t *testing.T, history bool) {
 			r, err := relaytest.Do(nil, "GET", victim.proc.Base+"/readyz", "", nil)
 			return err == nil && r.Status == http.StatusOK
 		}, "the restarted victim ready")
-		w := &stallWindow{}
-		w.from.Store(time.Now().Add(time.Second).UnixNano())
+		w := &stallWindow{from: time.Now().Add(time.Second).UnixNano()}
 		window.Store(w)
 		bases.Store("C", victim.proc.Base)
 		t.Logf("victim restarted on %s %s", victimAddr, when)
 		victim.waitMembers(t, 3, 20*time.Second)
 		untilAcked(600, 10*time.Second) // about 4 s of load on the restarted node's channels
-		w.to.Store(time.Now().UnixNano())
+		w.settle(t)
 	}
 
 	// kill -9 of the channels' owner, restarted on the same address at
