@@ -53,7 +53,7 @@ func TestWebhooksChannelStorm(t *testing.T) {
 	})
 	owner := ts.Signup("alice@example.com")
 	a, b := owner.CreateProject("storm"), owner.CreateProject("calm")
-	hanging, _ := hangingReceiver(t)
+	hanging, _ := relaytest.HangingReceiver(t)
 	setWebhookEvents(t, ts, a.ID, hanging, "sa", true, true)
 	h := relaytest.NewHookLog(t)
 	setWebhookEvents(t, ts, b.ID, h.URL, "sb", true, false)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,25 +12,6 @@ import (
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 )
-
-// hangingReceiver is a webhook endpoint that accepts and reads every
-// request and never answers until the test ends; it counts the requests.
-// Start it after the server: its cleanup then runs first, so the server's
-// shutdown does not wait on it.
-func hangingReceiver(t *testing.T) (url string, requests *atomic.Int64) {
-	hang := make(chan struct{})
-	requests = &atomic.Int64{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		select {
-		case <-hang:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(hang) }) // before srv.Close, which waits for the handlers
-	return srv.URL, requests
-}
 
 // TestWebhookQueueSettings: WEBHOOK_WORKERS, WEBHOOK_IN_FLIGHT_PER_PROJECT,
 // WEBHOOK_QUEUE_PER_PROJECT and WEBHOOK_QUEUE_TOTAL each bound the
@@ -52,7 +31,7 @@ func TestWebhookQueueSettings(t *testing.T) {
 	var requests []*atomic.Int64
 	for _, name := range []string{"a", "b", "c"} {
 		p := owner.CreateProject(name)
-		url, n := hangingReceiver(t)
+		url, n := relaytest.HangingReceiver(t)
 		setWebhook(t, ts, p.ID, url, "whsec-"+name)
 		keys, requests = append(keys, p.PublicKey), append(requests, n)
 	}
@@ -101,7 +80,7 @@ func TestWebhooksFairBetweenProjects(t *testing.T) {
 	a := ts.Signup("alice@example.com").CreateProject("attacker")
 	b := ts.Signup("bob@example.com").CreateProject("bystander")
 
-	hangingURL, aRequests := hangingReceiver(t)
+	hangingURL, aRequests := relaytest.HangingReceiver(t)
 	setWebhook(t, ts, a.ID, hangingURL+"/hook?token=s3cret-a", "whsec-a")
 	rec := relaytest.NewReceiver(t, "whsec-b", 0)
 	setWebhook(t, ts, b.ID, rec.URL+"/hook", "whsec-b")

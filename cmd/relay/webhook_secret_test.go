@@ -38,8 +38,8 @@ func TestWebhookSecretAPI(t *testing.T) {
 		adminFails(t, dbURL, 2, "--project is required", "project", "webhook-secret")
 
 		// Set with the URL: the secret read is the stored one, and signs.
-		rec := newScriptedReceiver(t, "", 200)
-		r := alice.Do("PATCH", settings, fmt.Sprintf(`{"webhookUrl":%q}`, rec.srv.URL+"/hook"))
+		rec := relaytest.NewScriptedReceiver(t, "", 200)
+		r := alice.Do("PATCH", settings, fmt.Sprintf(`{"webhookUrl":%q}`, rec.URL+"/hook"))
 		if r.Status != http.StatusOK {
 			t.Fatalf("set the webhook URL: %d %s", r.Status, r.Raw)
 		}
@@ -51,11 +51,9 @@ func TestWebhookSecretAPI(t *testing.T) {
 		if v := adminOK(t, dbURL, "project", "webhook-secret", "--project", p.ID); relaytest.Canonical(v) != fmt.Sprintf(`{"webhookSecret":%q}`, first) {
 			t.Fatalf("relay admin printed %v", v)
 		}
-		rec.mu.Lock()
-		rec.secret = first
-		rec.mu.Unlock()
+		rec.SetSecret(first)
 		alice.Do("POST", "/api/projects/"+p.ID+"/webhook-test", "")
-		rec.next(t)
+		rec.Next(t)
 
 		// Regenerated: a new secret, stored, signing the webhooks that follow
 		// (the project's actor starts with the connect, and loads it).
@@ -65,11 +63,9 @@ func TestWebhookSecretAPI(t *testing.T) {
 		if second == "" || second == first || dashSettings(t, ts, p.ID).WebhookSecret != second {
 			t.Fatalf("regenerated %q (was %q), stored %q", second, first, dashSettings(t, ts, p.ID).WebhookSecret)
 		}
-		rec.mu.Lock()
-		rec.secret = second
-		rec.mu.Unlock()
+		rec.SetSecret(second)
 		ts.DialWS(p.PublicKey)
-		if ev := rec.next(t).ev["event"]; ev != "connect" {
+		if ev := rec.Next(t).Event["event"]; ev != "connect" {
 			t.Fatalf("webhook %v, want connect", ev)
 		}
 

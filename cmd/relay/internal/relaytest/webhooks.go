@@ -303,3 +303,155 @@ func (c *Client) setWebhook(t testing.TB, projectID string, settings map[string]
 	}
 	return secret
 }
+
+// ScriptedRequest is one request a ScriptedReceiver got: its body, its
+// X-Relay-Event-Id header and the body decoded.
+type ScriptedRequest struct {
+	Body, IDHeader string
+	Event          map[string]any
+}
+
+// ScriptedReceiver is a webhook endpoint that answers each request with the
+// next status of its script (the last one repeats), after checking its
+// signature, and hands over the requests.
+type ScriptedReceiver struct {
+	URL      string
+	secret   atomic.Pointer[string]
+	mu       sync.Mutex
+	statuses []int
+	got      chan ScriptedRequest
+	bad      chan string
+}
+
+// NewScriptedReceiver starts a receiver checking signatures with secret
+// ("": set it with SetSecret before any event can come) and answering with
+// statuses. It is closed when t ends.
+func NewScriptedReceiver(t testing.TB, secret string, statuses ...int) *ScriptedReceiver {
+	r := &ScriptedReceiver{statuses: statuses, got: make(chan ScriptedRequest, 1000), bad: make(chan string, 100)}
+	r.SetSecret(secret)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		if !SignedWebhook(req, *r.secret.Load(), body) {
+			r.bad <- "bad signature on " + string(body)
+		}
+		sr := ScriptedRequest{Body: string(body), IDHeader: req.Header.Get("X-Relay-Event-Id")}
+		if err := json.Unmarshal(body, &sr.Event); err != nil {
+			r.bad <- "not JSON: " + string(body)
+		}
+		r.mu.Lock()
+		status := r.statuses[0]
+		if len(r.statuses) > 1 {
+			r.statuses = r.statuses[1:]
+		}
+		r.mu.Unlock()
+		select {
+		case r.got <- sr:
+		default:
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
+	return r
+}
+
+// SetSecret sets the secret signatures are checked with.
+func (r *ScriptedReceiver) SetSecret(secret string) { r.secret.Store(&secret) }
+
+// Next is the next request; a bad one, or none within 10 s, fails the test.
+func (r *ScriptedReceiver) Next(t testing.TB) ScriptedRequest {
+	t.Helper()
+	select {
+	case sr := <-r.got:
+		return sr
+	case b := <-r.bad:
+		t.Fatal(b)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no webhook within 10 s")
+	}
+	return ScriptedRequest{}
+}
+
+// HangingReceiver is a webhook endpoint that accepts and reads every
+// request and never answers until the test ends; it counts the requests.
+// Start it after the server: its cleanup then runs first, so the server's
+// shutdown does not wait on it.
+func HangingReceiver(t testing.TB) (url string, requests *atomic.Int64) {
+	hang := make(chan struct{})
+	requests = &atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hang) }) // before srv.Close, which waits for the handlers
+	return srv.URL, requests
+}
+
+// Delivery is one entry of GET …/webhook-deliveries.
+type Delivery struct {
+	ID            string  `json:"id"`
+	Event         string  `json:"event"`
+	CreatedAt     string  `json:"createdAt"`
+	Status        string  `json:"status"`
+	Attempts      int     `json:"attempts"`
+	StatusCode    *int    `json:"statusCode"`
+	LastError     *string `json:"lastError"`
+	LastAttemptAt *string `json:"lastAttemptAt"`
+	NextAttemptAt *string `json:"nextAttemptAt"`
+}
+
+// Deliveries lists projectID's deliveries through the API.
+func (c *Client) Deliveries(projectID string) []Delivery {
+	c.T.Helper()
+	r := c.Do("GET", "/api/projects/"+projectID+"/webhook-deliveries", "")
+	var out struct{ Deliveries []Delivery }
+	if r.Status != http.StatusOK || json.Unmarshal([]byte(r.Raw), &out) != nil {
+		c.T.Fatalf("deliveries: %d %s", r.Status, r.Raw)
+	}
+	return out.Deliveries
+}
+
+// WaitDelivery polls the API until the delivery with id satisfies ok.
+func (c *Client) WaitDelivery(projectID, id string, within time.Duration, ok func(Delivery) bool) Delivery {
+	c.T.Helper()
+	var found Delivery
+	EventuallyNil(c.T, within, func() error {
+		for _, d := range c.Deliveries(projectID) {
+			if d.ID == id {
+				found = d
+				if ok(d) {
+					return nil
+				}
+				return fmt.Errorf("delivery %+v", d)
+			}
+		}
+		return fmt.Errorf("no delivery %s", id)
+	})
+	return found
+}
+
+var (
+	deliveryIDRe   = regexp.MustCompile(`"id":"([A-Za-z0-9_-]{22})"`)
+	deliveryTimeRe = regexp.MustCompile(`"(createdAt|lastAttemptAt|timestamp)":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"`)
+)
+
+// Masked is a delivery's or an event's JSON with its event ids replaced by
+// I and its times by T, to compare whole bodies.
+func Masked(body string) string {
+	return deliveryTimeRe.ReplaceAllString(deliveryIDRe.ReplaceAllString(body, `"id":"I"`), `"$1":"T"`)
+}
+
+// Got is a request already received and not yet taken, if any: Next
+// without the wait.
+func (r *ScriptedReceiver) Got() (ScriptedRequest, bool) {
+	select {
+	case sr := <-r.got:
+		return sr, true
+	default:
+		return ScriptedRequest{}, false
+	}
+}
