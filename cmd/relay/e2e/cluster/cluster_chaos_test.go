@@ -263,6 +263,10 @@ func clusterChaos(t *testing.T, history bool) {
 		window  atomic.Pointer[stallWindow]
 		stalled atomic.Int64
 	)
+	// stopEmits ends the load and waits for the emits under way, once: at
+	// the end of the run, or when the test fails before it.
+	stopEmits := sync.OnceFunc(func() { close(emitStop); ewg.Wait() })
+	t.Cleanup(stopEmits)
 	// untilAcked waits for n more acknowledged emits, for within at most.
 	untilAcked := func(n int, within time.Duration) int {
 		for drained := false; !drained; { // tokens of earlier emits do not count
@@ -308,10 +312,10 @@ func clusterChaos(t *testing.T, history bool) {
 				defer func() { <-inFlight; ewg.Done() }()
 				w := window.Load()
 				counted, sent := w.enter(), time.Now().UnixNano()
-				r, err := emitAt(hc, base, p.SecretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
 				if counted {
 					defer w.pending.Done()
 				}
+				r, err := emitAt(hc, base, p.SecretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
 				if err != nil || r.Status != http.StatusOK {
 					refused.Add(1)
 					if counted && sent >= w.from && (base == a.proc.Base || base == b.proc.Base) {
@@ -388,8 +392,7 @@ func clusterChaos(t *testing.T, history bool) {
 	if n := untilAcked(300, 10*time.Second); n < 300 { // load after the faults
 		t.Errorf("%d emits acknowledged in 10 s after the faults, want 300", n)
 	}
-	close(emitStop)
-	ewg.Wait()
+	stopEmits()
 	// The last deliveries and reconnects: every subscriber has reached the
 	// last acknowledged seq of its channel (or the checker says what it lacks).
 	lastAcked := map[string]int64{}

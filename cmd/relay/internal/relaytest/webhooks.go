@@ -305,10 +305,12 @@ func (c *Client) setWebhook(t testing.TB, projectID string, settings map[string]
 }
 
 // ScriptedRequest is one request a ScriptedReceiver got: its body, its
-// X-Relay-Event-Id header and the body decoded.
+// X-Relay-Event-Id header and the body decoded; Bad says what was wrong
+// with it ("" for nothing: signed with the secret, and JSON).
 type ScriptedRequest struct {
 	Body, IDHeader string
 	Event          map[string]any
+	Bad            string
 }
 
 // ScriptedReceiver is a webhook endpoint that answers each request with the
@@ -320,23 +322,22 @@ type ScriptedReceiver struct {
 	mu       sync.Mutex
 	statuses []int
 	got      chan ScriptedRequest
-	bad      chan string
 }
 
 // NewScriptedReceiver starts a receiver checking signatures with secret
 // ("": set it with SetSecret before any event can come) and answering with
 // statuses. It is closed when t ends.
 func NewScriptedReceiver(t testing.TB, secret string, statuses ...int) *ScriptedReceiver {
-	r := &ScriptedReceiver{statuses: statuses, got: make(chan ScriptedRequest, 1000), bad: make(chan string, 100)}
+	r := &ScriptedReceiver{statuses: statuses, got: make(chan ScriptedRequest, 1000)}
 	r.SetSecret(secret)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		if !SignedWebhook(req, *r.secret.Load(), body) {
-			r.bad <- "bad signature on " + string(body)
-		}
 		sr := ScriptedRequest{Body: string(body), IDHeader: req.Header.Get("X-Relay-Event-Id")}
 		if err := json.Unmarshal(body, &sr.Event); err != nil {
-			r.bad <- "not JSON: " + string(body)
+			sr.Bad = "not JSON: " + string(body)
+		}
+		if !SignedWebhook(req, *r.secret.Load(), body) {
+			sr.Bad = "bad signature on " + string(body)
 		}
 		r.mu.Lock()
 		status := r.statuses[0]
@@ -363,9 +364,10 @@ func (r *ScriptedReceiver) Next(t testing.TB) ScriptedRequest {
 	t.Helper()
 	select {
 	case sr := <-r.got:
+		if sr.Bad != "" {
+			t.Fatal(sr.Bad)
+		}
 		return sr
-	case b := <-r.bad:
-		t.Fatal(b)
 	case <-time.After(10 * time.Second):
 		t.Fatal("no webhook within 10 s")
 	}
@@ -446,7 +448,7 @@ func Masked(body string) string {
 }
 
 // Got is a request already received and not yet taken, if any: Next
-// without the wait.
+// without the wait (and without the check: see Bad).
 func (r *ScriptedReceiver) Got() (ScriptedRequest, bool) {
 	select {
 	case sr := <-r.got:
