@@ -323,11 +323,13 @@ func probeEtcd(cli *clientv3.Client, endpoints []string) error {
 
 // watchEtcd asks etcd every etcdCheckEvery whether it answers, and logs when
 // it stops and starts answering: while it does not, the membership is frozen
-// (nodes neither join nor leave) and nothing else says so.
+// (nodes neither join nor leave) and nothing else says so. While it answers,
+// it heals a member list that missed a member (healMissedMembers).
 func (c *Cluster) watchEtcd(endpoints []string) {
 	t := time.NewTicker(etcdCheckEvery)
 	defer t.Stop()
 	var downSince time.Time
+	var missing map[string]bool // members missing from this node's list (cluster_missed.go)
 	for {
 		select {
 		case <-c.stop:
@@ -335,6 +337,11 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 		case <-t.C:
 		}
 		err := probeEtcd(c.etcd, endpoints)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
+			missing = c.healMissedMembers(ctx, missing)
+			cancel()
+		}
 		switch {
 		case err != nil && downSince.IsZero():
 			downSince = time.Now()
