@@ -337,11 +337,6 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 		case <-t.C:
 		}
 		err := probeEtcd(c.etcd, endpoints)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
-			missing = c.healMissedMembers(ctx, missing)
-			cancel()
-		}
 		switch {
 		case err != nil && downSince.IsZero():
 			downSince = time.Now()
@@ -353,6 +348,13 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 			c.log.Info("etcd answers again", "down_for", time.Since(downSince).Round(time.Second))
 			downSince = time.Time{}
 		}
+		if err != nil {
+			missing = nil // a check from before the outage is not "the check before"
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), etcdCheckEvery)
+		missing = c.healMissedMembers(ctx, missing)
+		cancel()
 	}
 }
 

@@ -23,10 +23,18 @@ import (
 // rewrites each such key as it is, same value and same lease, which every
 // node's watch hears as a change, so the member is listed within two or
 // three checks. missing is the last check's, keys.
+//
+// A leaving node skips it: its provider's watch has stopped, so every node
+// that joins meanwhile is missing from its list. Not healed: a member that
+// deregisters in the same gap stays listed by the starting node until it
+// leaves or restarts (a node started while another stops).
 func (c *Cluster) healMissedMembers(ctx context.Context, missing map[string]bool) map[string]bool {
+	if c.leaving.Load() {
+		return nil
+	}
 	resp, err := c.etcd.Get(ctx, c.memberPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return missing // etcd does not answer: watchEtcd says so
+		return nil // etcd does not answer (watchEtcd says so): start again when it does
 	}
 	listed := map[string]bool{}
 	for _, m := range c.view.Load().members {
@@ -43,9 +51,13 @@ func (c *Cluster) healMissedMembers(ctx context.Context, missing map[string]bool
 		if !missing[key] {
 			continue
 		}
-		_, err := c.etcd.Put(ctx, key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
+		if _, err := c.etcd.Put(ctx, key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease()); err != nil {
+			c.log.Warn("a member registered in etcd is missing from this node's list, and rewriting its registration failed",
+				"member", id, "address", memberAddr(kv.Value), "err", err)
+			continue
+		}
 		c.log.Warn("a member registered in etcd was missing from this node's list: its registration is rewritten so that every node hears of it",
-			"member", id, "address", memberAddr(kv.Value), "err", err)
+			"member", id, "address", memberAddr(kv.Value))
 	}
 	return now
 }
