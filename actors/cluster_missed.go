@@ -22,7 +22,8 @@ import (
 // (a registration not yet heard of is missing for milliseconds): it
 // rewrites each such key as it is, same value and same lease, which every
 // node's watch hears as a change, so the member is listed within two or
-// three checks. missing is the last check's, keys.
+// three checks. missing holds the keys missing at the last check; the
+// result, those missing at this one.
 //
 // A leaving node skips it: its provider's watch has stopped, so every node
 // that joins meanwhile is missing from its list. Not healed: a member that
