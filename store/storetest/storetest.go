@@ -15,8 +15,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,6 +133,35 @@ func pgVersion(dir string) int {
 	return v
 }
 
+// runPG executes a PostgreSQL tool, as the postgres user when we are root
+// (PostgreSQL refuses to run as root).
+func runPG(args ...string) ([]byte, error) {
+	if os.Geteuid() == 0 {
+		args = append([]string{"-u", "postgres", "--"}, args...)
+		return exec.Command("runuser", args...).CombinedOutput()
+	}
+	return exec.Command(args[0], args[1:]...).CombinedOutput()
+}
+
+// stopStalePostgres stops the throwaway cluster of an earlier test process
+// that is gone without stopping it (a panic ends a test binary before
+// Main's stop), found by the pid in its directory's name, and removes the
+// directory.
+func stopStalePostgres(bin string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "relay-pg-*-*"))
+	for _, d := range dirs {
+		owner, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(d), "relay-pg-"), "-", 2)[0])
+		if err != nil || owner == os.Getpid() || syscall.Kill(owner, 0) != syscall.ESRCH {
+			continue
+		}
+		data := filepath.Join(d, "data")
+		if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+			runPG(filepath.Join(bin, "pg_ctl"), "-D", data, "-w", "-t", "30", "-m", "immediate", "stop")
+		}
+		os.RemoveAll(d)
+	}
+}
+
 // startPostgres initdb's a cluster in a temp dir and starts it listening only
 // on a unix socket there, tuned for tests (no fsync).
 func startPostgres() (url string, stop func(), err error) {
@@ -138,18 +169,10 @@ func startPostgres() (url string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	dir, err := os.MkdirTemp("", "relay-pg-")
+	stopStalePostgres(bin)
+	dir, err := os.MkdirTemp("", fmt.Sprintf("relay-pg-%d-", os.Getpid()))
 	if err != nil {
 		return "", nil, err
-	}
-	// run executes a PostgreSQL tool, as the postgres user when we are root
-	// (PostgreSQL refuses to run as root).
-	run := func(args ...string) ([]byte, error) {
-		if os.Geteuid() == 0 {
-			args = append([]string{"-u", "postgres", "--"}, args...)
-			return exec.Command("runuser", args...).CombinedOutput()
-		}
-		return exec.Command(args[0], args[1:]...).CombinedOutput()
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
@@ -164,22 +187,22 @@ func startPostgres() (url string, stop func(), err error) {
 		}
 	}
 	data := filepath.Join(dir, "data")
-	if out, err := run(filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"); err != nil {
+	if out, err := runPG(filepath.Join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	opts := fmt.Sprintf("-c listen_addresses='' -k %s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", dir)
-	if out, err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "pg.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
+	if out, err := runPG(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "pg.log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "pg.log"))
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("pg_ctl start: %v: %s\n%s", err, out, log)
 	}
 	stop = func() {
-		run(filepath.Join(bin, "pg_ctl"), "-D", data, "-w", "-m", "immediate", "stop")
+		runPG(filepath.Join(bin, "pg_ctl"), "-D", data, "-w", "-m", "immediate", "stop")
 		os.RemoveAll(dir)
 	}
 	pgctl = func(args ...string) ([]byte, error) {
-		return run(append([]string{filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "pg.log"), "-w", "-t", "60", "-o", opts}, args...)...)
+		return runPG(append([]string{filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "pg.log"), "-w", "-t", "60", "-o", opts}, args...)...)
 	}
 	url = fmt.Sprintf("postgres://postgres@/postgres?host=%s&sslmode=disable", filepath.Join(dir, ".s.PGSQL.5432"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
