@@ -21,6 +21,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gorilla/websocket"
+	"github.com/relayhq/relay/store/tempdb"
 )
 
 // The scenarios run against the real relay binary (its in-process start lives
@@ -505,7 +506,7 @@ func TestCluster(t *testing.T) {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("no etcd (apt-get install etcd-server)")
 	}
-	if _, err := pgBinDir(); err != nil {
+	if _, err := tempdb.BinDir(); err != nil {
 		t.Skip(err)
 	}
 	out := captured(t, runCluster, []string{"-relay", relayBin, "-nodes", "2", "-rounds", "1", "-conns-per-node", "200",

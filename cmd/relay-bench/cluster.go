@@ -112,8 +112,8 @@ func runCluster(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer pg.stop()
-	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.pid(), pg.pid())
+	defer pg.Stop()
+	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.pid(), pg.PID())
 
 	// The nodes' actor remotes speak mutual TLS, as in production: a CA
 	// made with the relay's own relay cert, and a certificate per node
@@ -270,7 +270,7 @@ func (cb *clusterBench) with(round, n int, run *topoRun, body func(s *suite, deb
 	var procs []*relayProcess // every relay started here, the nodes after the first
 	defer func() { stopAll(procs) }()
 	s := &suite{ctx: cb.ctx, helpers: []int{cb.etcd.pid()}}
-	if pid := cb.pg.pid(); pid > 0 {
+	if pid := cb.pg.PID(); pid > 0 {
 		s.helpers = append(s.helpers, pid)
 	}
 	// A relay on the same database, not a member and not measured, that
