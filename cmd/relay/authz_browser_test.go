@@ -151,7 +151,7 @@ func TestBrowserAuthorization(t *testing.T) {
 	if r.Status != http.StatusOK || r.JSON["authorization"] != true || secret == "" {
 		t.Fatalf("turn authorization on: %d %s", r.Status, r.Raw)
 	}
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, ts.Addr())
 	front := tokenBackend(t, px.Base(), secret, clock.Now)
 	b := relaytest.NewBrowser(t, front)
 	emit := func(channel string, payload int) uint64 {

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +24,7 @@ func TestGoClientSubscribeSince(t *testing.T) {
 	ts := startServerAt(t, storetest.SQLiteURL(t), map[string]string{"REPLAY_BUFFER_TTL_SECONDS": "2"}, clock.Now)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, ts.Addr())
 	before := relaytest.GoroutineBaseline(t, owner, p)
 	ctx := context.Background()
 	emit := func(channel, payload string) uint64 {

@@ -42,7 +42,7 @@ func (ts *testServer) dialHTTP(t *testing.T) *rawHTTP {
 func (ts *testServer) dialHTTPFrom(t *testing.T, from string) *rawHTTP {
 	t.Helper()
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(ts.Base, "http://"))
+	conn, err := d.Dial("tcp", ts.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func inspectImage(t *testing.T, podman, tag string) []inspectedImage {
 func TestHealthcheckCommand(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, storetest.SQLiteURL(t), nil)
-	_, port, _ := strings.Cut(strings.TrimPrefix(ts.Base, "http://"), ":")
+	_, port, _ := strings.Cut(ts.Addr(), ":")
 	env := func(addr string) func(string) (string, bool) {
 		return func(k string) (string, bool) {
 			if k == "RELAY_ADDR" {
@@ -183,7 +183,7 @@ func TestHealthcheckCommand(t *testing.T) {
 	// in production), not on 127.0.0.1, where nothing answers.
 	one := startServer(t, storetest.SQLiteURL(t), map[string]string{"RELAY_ADDR": "127.0.0.2:0"})
 	out.Reset()
-	if err := runCommandTo(context.Background(), []string{"healthcheck"}, env(strings.TrimPrefix(one.Base, "http://")), &out, io.Discard); err != nil || out.String() != "ok\n" {
+	if err := runCommandTo(context.Background(), []string{"healthcheck"}, env(one.Addr()), &out, io.Discard); err != nil || out.String() != "ok\n" {
 		t.Fatalf("healthcheck of a relay on %s: %v", one.Base, err)
 	}
 	free := relaytest.FreeAddr(t)

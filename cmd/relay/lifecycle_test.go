@@ -555,7 +555,7 @@ func TestConnectionPlaneRoutesAndAuth(t *testing.T) {
 func TestRefusedUpgradeClosesItsConnection(t *testing.T) {
 	t.Parallel()
 	ts, _, p := lcServer(t, nil)
-	addr := strings.TrimPrefix(ts.Base, "http://")
+	addr := ts.Addr()
 	head := "GET /ws?publicKey=" + p.PublicKey + " HTTP/1.1\r\nHost: " + addr + "\r\n"
 	upgrade := "Upgrade: websocket\r\nConnection: Upgrade\r\n"
 	cases := []struct {

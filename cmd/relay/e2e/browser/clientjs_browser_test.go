@@ -133,7 +133,7 @@ func TestBrowserClientCut(t *testing.T) {
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, ts.Addr())
 	b := relaytest.NewBrowser(t, px.Base())
 	emit := func(payload string) int64 {
 		r := owner.Emit(p.SecretKey, `{"channel":"feed","payload":"`+payload+`"}`)

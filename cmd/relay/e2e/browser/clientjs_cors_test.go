@@ -51,7 +51,7 @@ func TestClientJSCrossOrigin(t *testing.T) {
 		fmt.Fprint(w, `<!doctype html><title>another origin</title><p>a page that is not the relay's</p>`)
 	}))
 	t.Cleanup(site.Close)
-	if strings.TrimPrefix(site.URL, "http://") == strings.TrimPrefix(ts.Base, "http://") {
+	if strings.TrimPrefix(site.URL, "http://") == ts.Addr() {
 		t.Fatal("the page and the relay share an origin")
 	}
 

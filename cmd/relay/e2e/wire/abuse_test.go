@@ -21,7 +21,7 @@ import (
 func TestSlowlorisCutOffByReadHeaderTimeout(t *testing.T) {
 	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
-	addr := strings.TrimPrefix(ts.Base, "http://")
+	addr := ts.Addr()
 	const clients = 20
 	// Headers that never end: no blank line ever comes.
 	header := "GET /healthz HTTP/1.1\r\nHost: relay\r\nX-Slow: " + strings.Repeat("a", 200)

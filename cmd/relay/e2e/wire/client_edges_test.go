@@ -76,7 +76,7 @@ func TestGoClientSubscribeRefusalNotTakenByAnEmit(t *testing.T) {
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
 	secret := owner.Do("PATCH", "/api/projects/"+p.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, ts.Addr())
 	ctx := context.Background()
 	c := goClient(t, px.Base(), p.PublicKey, relay.Options{})
 	if _, err := c.Subscribe(ctx, "room", relay.SubscribeOptions{Presence: true, ClientID: "ann"}); err != nil {
@@ -149,7 +149,7 @@ func TestGoClientSubscribeAfterGivingUp(t *testing.T) {
 	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, ts.Addr())
 	c := goClient(t, px.Base(), p.PublicKey, relay.Options{NoReconnect: true})
 	px.Cut()
 	relaytest.WaitState(t, c, relay.Closed)

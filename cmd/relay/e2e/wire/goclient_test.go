@@ -22,6 +22,18 @@ import (
 	"github.com/relayhq/relay/store/storetest"
 )
 
+// proxiedRelay starts what the Go-client tests that cut connections start
+// from: a relay, a project, a proxy in front of the relay, and the test
+// process's goroutine count before any client (GoroutineBaseline).
+func proxiedRelay(t *testing.T) (owner *relaytest.Client, p relaytest.Project, px *relaytest.Proxy, before int) {
+	t.Helper()
+	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
+	owner = ts.Signup("alice@example.com")
+	p = owner.CreateProject("demo")
+	px = relaytest.NewProxy(t, ts.Addr())
+	return owner, p, px, relaytest.GoroutineBaseline(t, owner, p)
+}
+
 func TestGoClientSubscribePresenceEmit(t *testing.T) {
 	// Not parallel: it counts the process's goroutines.
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
@@ -263,11 +275,7 @@ func TestGoClientReconnectsAndReplays(t *testing.T) {
 // already has, which it must drop. Three rounds, then no goroutine is left.
 func TestGoClientReplaysAfterCut(t *testing.T) {
 	// Not parallel: it counts the process's goroutines.
-	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
-	owner := ts.Signup("alice@example.com")
-	p := owner.CreateProject("demo")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
-	before := relaytest.GoroutineBaseline(t, owner, p)
+	owner, p, px, before := proxiedRelay(t)
 	ctx := context.Background()
 
 	clk := relaytest.NewStepClock()
@@ -322,11 +330,7 @@ func TestGoClientReplaysAfterCut(t *testing.T) {
 
 func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 	// Not parallel: it counts the process's goroutines.
-	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
-	owner := ts.Signup("alice@example.com")
-	p := owner.CreateProject("demo")
-	proxy := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
-	before := relaytest.GoroutineBaseline(t, owner, p)
+	owner, p, proxy, before := proxiedRelay(t)
 	c, err := relay.Dial(context.Background(), proxy.Base(), p.PublicKey, relay.Options{
 		HeartbeatInterval: 200 * time.Millisecond, HeartbeatAckTimeout: 300 * time.Millisecond,
 		MaxReconnectDelay: 200 * time.Millisecond,
@@ -366,11 +370,7 @@ func TestGoClientHeartbeatDetectsDeadServer(t *testing.T) {
 // at once and leave no goroutine.
 func TestGoClientCloseDuringReconnect(t *testing.T) {
 	// Not parallel: it counts the process's goroutines.
-	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
-	owner := ts.Signup("alice@example.com")
-	p := owner.CreateProject("demo")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
-	before := relaytest.GoroutineBaseline(t, owner, p)
+	_, p, px, before := proxiedRelay(t)
 	ctx := context.Background()
 
 	closeWithin := func(c *relay.Client) {
@@ -432,7 +432,7 @@ func TestGoClientBackoffThroughClock(t *testing.T) {
 	t.Parallel()
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	p := ts.Signup("alice@example.com").CreateProject("demo")
-	px := relaytest.NewProxy(t, strings.TrimPrefix(ts.Base, "http://"))
+	px := relaytest.NewProxy(t, ts.Addr())
 	ctx := context.Background()
 
 	var mu sync.Mutex

@@ -23,7 +23,7 @@ func TestPlainGetOnWS(t *testing.T) {
 	ts := relaytest.Start(t, storetest.SQLiteURL(t), nil)
 	owner := ts.Signup("alice@example.com")
 	p := owner.CreateProject("demo")
-	addr := strings.TrimPrefix(ts.Base, "http://")
+	addr := ts.Addr()
 	// exchange sends one request on a new connection and reads the answer,
 	// then (closes) whether the server closes the connection after it.
 	exchange := func(request string, closes bool) (*http.Response, string, error) {

@@ -33,6 +33,9 @@ type Server struct {
 	stopped bool     // by Stop
 }
 
+// Addr is the server's host:port, as a proxy or a dialer takes it.
+func (s *Server) Addr() string { return strings.TrimPrefix(s.Base, "http://") }
+
 // ServerOf is the binary proc behind the Server's helpers, for test t.
 func ServerOf(t testing.TB, proc *Process) *Server {
 	return &Server{T: t, Base: proc.Base, Debug: proc.Debug, Logs: proc.Logs, Now: time.Now, proc: proc}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +32,7 @@ type Frame struct {
 
 // WSURL is the WebSocket address of the server for publicKey ("" for none).
 func (s *Server) WSURL(publicKey string) string {
-	u := "ws://" + strings.TrimPrefix(s.Base, "http://") + "/ws"
+	u := "ws://" + s.Addr() + "/ws"
 	if publicKey != "" {
 		u += "?publicKey=" + url.QueryEscape(publicKey)
 	}
@@ -104,7 +103,7 @@ func (c *WS) Read() { go c.readLoop() }
 func (s *Server) Handshake(pathAndQuery string) Response {
 	s.T.Helper()
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	conn, res, err := d.Dial("ws://"+strings.TrimPrefix(s.Base, "http://")+pathAndQuery, nil)
+	conn, res, err := d.Dial("ws://"+s.Addr()+pathAndQuery, nil)
 	if err == nil {
 		conn.Close()
 		return Response{Status: res.StatusCode, Header: res.Header}
