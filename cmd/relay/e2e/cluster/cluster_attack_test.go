@@ -158,9 +158,9 @@ func etcdPutHTTP(endpoint string, cfg *tls.Config, key, value string) error {
 	return fmt.Errorf("etcd answered the put: %d %s", res.StatusCode, b)
 }
 
-// etcdMembers lists the member keys under prefix, read with the cluster's
-// own etcd client certificate.
-func etcdMembers(t *testing.T, e *relaytest.Etcd, prefix string) map[string]string {
+// etcdClient is an etcd client with the cluster's own client certificate,
+// closed when t ends.
+func etcdClient(t *testing.T, e *relaytest.Etcd) *clientv3.Client {
 	t.Helper()
 	pair, err := tls.LoadX509KeyPair(e.Cert, e.Key)
 	if err != nil {
@@ -172,7 +172,15 @@ func etcdMembers(t *testing.T, e *relaytest.Etcd, prefix string) map[string]stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// etcdMembers lists the member keys under prefix, read with the cluster's
+// own etcd client certificate.
+func etcdMembers(t *testing.T, e *relaytest.Etcd, prefix string) map[string]string {
+	t.Helper()
+	cli := etcdClient(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())

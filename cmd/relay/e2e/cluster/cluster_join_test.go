@@ -10,6 +10,7 @@ package cluster
 // loopback and ends only the processes it started.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
 	"github.com/relayhq/relay/store/storetest"
@@ -370,5 +373,58 @@ func TestClusterNodesStartedTogether(t *testing.T) {
 			}
 			t.Logf("every node lists all three %v after they started", time.Since(began).Round(time.Millisecond))
 		})
+	}
+}
+
+// TestClusterHealsAMissedMember: a member registered in etcd that a node
+// does not list is what the node's provider missed (actors/cluster_missed.go).
+// A key the provider cannot read stands for one here: the node never lists
+// it, so the heal must rewrite it at each check after the second, with its
+// value and lease as they are, and say so; the node's own key stays as it is.
+func TestClusterHealsAMissedMember(t *testing.T) {
+	t.Parallel() // checks what happens, not how fast: see doc.go
+	cl := startCluster(t, 10*time.Second, []string{"A"})
+	a := cl.nodes[0]
+	cli := etcdClient(t, cl.etcd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "/relay/relaytest//relaytest/"
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missed, value := prefix+"relaytest@missed", "not a member the provider can read"
+	if _, err := cli.Put(ctx, missed, value, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	get := func(key string) *clientv3.GetResponse {
+		t.Helper()
+		r, err := cli.Get(ctx, key)
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("etcd get %s: %v %v", key, r, err)
+		}
+		return r
+	}
+	before := get(missed).Kvs[0]
+	own, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaytest.Eventually(t, 10*time.Second, func() bool { return get(missed).Kvs[0].ModRevision != before.ModRevision }, "the missed member's key rewritten")
+	after := get(missed).Kvs[0]
+	if string(after.Value) != value || after.Lease != int64(lease.ID) || after.CreateRevision != before.CreateRevision {
+		t.Fatalf("rewritten as %q, lease %x, created at %d; want %q, lease %x, created at %d",
+			after.Value, after.Lease, after.CreateRevision, value, lease.ID, before.CreateRevision)
+	}
+	for _, kv := range own.Kvs {
+		if string(kv.Key) != missed && get(string(kv.Key)).Kvs[0].ModRevision != kv.ModRevision {
+			t.Errorf("%s, which the node lists, was rewritten", kv.Key)
+		}
+	}
+	if !strings.Contains(a.proc.Logs.String(), "was missing from this node's list") {
+		t.Errorf("the node did not say it healed a missed member:\n%s", a.proc.Logs)
+	}
+	if ms, err := a.members(t); err != nil || len(ms) != 1 {
+		t.Errorf("A lists %v (%v), want itself alone", ms, err)
 	}
 }
