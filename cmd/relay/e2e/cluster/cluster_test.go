@@ -370,8 +370,10 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("project budgets move with their grain when a node joins and when it stops", func(t *testing.T) {
-		// Fixed wall-clock minutes: keep the whole subtest inside one.
-		awaitWindow(t, time.Minute, 25*time.Second, 100*time.Millisecond)
+		// Fixed wall-clock minutes: keep the whole subtest inside one. It
+		// takes about 3.4 s here (10 runs of make test); 15 s of room leaves
+		// a loaded machine four times that.
+		awaitWindow(t, time.Minute, 15*time.Second, 100*time.Millisecond)
 		// Projects whose backstop is used up, their grains on A, B and C.
 		viaA := a.on(t).Client()
 		var spent []relaytest.Project
