@@ -298,7 +298,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err := c.startFence(); err != nil {
 		return fail(fmt.Errorf("join cluster %q at %s: read this node's registration: %w", cfg.Name, cfg.Addr, err))
 	}
-	go c.watchEtcd(cfg.Etcd)
+	go c.watchEtcd()
 	go c.shareConnections()
 	s.cluster.Store(c)
 	return c, nil
@@ -325,7 +325,7 @@ func probeEtcd(cli *clientv3.Client, endpoints []string) error {
 // it stops and starts answering: while it does not, the membership is frozen
 // (nodes neither join nor leave) and nothing else says so. While it answers,
 // it heals a member list that missed a member (healMissedMembers).
-func (c *Cluster) watchEtcd(endpoints []string) {
+func (c *Cluster) watchEtcd() {
 	t := time.NewTicker(etcdCheckEvery)
 	defer t.Stop()
 	var downSince time.Time
@@ -336,7 +336,10 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 			return
 		case <-t.C:
 		}
-		err := probeEtcd(c.etcd, endpoints)
+		// The member list is the probe: etcd answers, and the heal reads it.
+		ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
+		members, err := c.etcd.Get(ctx, c.memberPrefix(), clientv3.WithPrefix())
+		cancel()
 		switch {
 		case err != nil && downSince.IsZero():
 			downSince = time.Now()
@@ -352,8 +355,8 @@ func (c *Cluster) watchEtcd(endpoints []string) {
 			missing = nil // a check from before the outage is not "the check before"
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), etcdCheckEvery)
-		missing = c.healMissedMembers(ctx, missing)
+		ctx, cancel = context.WithTimeout(context.Background(), etcdCheckEvery)
+		missing = c.healMissedMembers(ctx, members, missing)
 		cancel()
 	}
 }

@@ -17,10 +17,10 @@ import (
 // copy of the provider, to provoke it), 2 of 3 rounds missed a member for
 // good; with the heal, each node listed all three within 7 s.
 //
-// healMissedMembers, at each etcd check, looks for members registered in
-// etcd but missing from this node's list at this check and the one before
-// (a registration not yet heard of is missing for milliseconds): it
-// rewrites each such key as it is, same value and same lease, which every
+// healMissedMembers, at each etcd check (resp: the member keys it read),
+// looks for members registered in etcd but missing from this node's list at
+// this check and the one before (a registration not yet heard of is missing
+// for milliseconds): it rewrites each such key as it is, same value and same lease, which every
 // node's watch hears as a change, so the member is listed within two or
 // three checks. missing holds the keys missing at the last check; the
 // result, those missing at this one.
@@ -29,13 +29,9 @@ import (
 // that joins meanwhile is missing from its list. Not healed: a member that
 // deregisters in the same gap stays listed by the starting node until it
 // leaves or restarts (a node started while another stops).
-func (c *Cluster) healMissedMembers(ctx context.Context, missing map[string]bool) map[string]bool {
+func (c *Cluster) healMissedMembers(ctx context.Context, resp *clientv3.GetResponse, missing map[string]bool) map[string]bool {
 	if c.leaving.Load() {
 		return nil
-	}
-	resp, err := c.etcd.Get(ctx, c.memberPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil // etcd does not answer (watchEtcd says so): start again when it does
 	}
 	listed := map[string]bool{}
 	for _, m := range c.view.Load().members {
