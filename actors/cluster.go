@@ -16,7 +16,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/etcd"
 	"github.com/asynkron/protoactor-go/remote"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -24,12 +23,14 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/relayhq/relay/actors/clustertls"
+	"github.com/relayhq/relay/actors/membership"
 	"github.com/relayhq/relay/proto/clusterpb"
 )
 
-// Several nodes as one relay: membership through etcd (protoactor's etcd
-// provider, disthash identity lookup); control-plane changes applied on
-// every member before the API answers; channels as grains (cluster_channel_grain.go)
+// Several nodes as one relay: membership through etcd (actors/membership,
+// our own provider for protoactor's cluster), disthash identity lookup
+// (cluster_placement.go); control-plane changes applied on every member
+// before the API answers; channels as grains (cluster_channel_grain.go)
 // that each node's relays (cluster_channel_relay.go) register with, so an emit made
 // on any node reaches the subscribers of every node. Project actors are
 // still per node, but what they count for the cluster is not: the project
@@ -131,8 +132,8 @@ type Cluster struct {
 	node         *actor.PID
 
 	pc       *cluster.Cluster // nil in tests that drive the node actor alone
-	provider *etcd.Provider
-	etcd     *clientv3.Client // our own client: the start probe and watchEtcd
+	provider *membership.Provider
+	etcd     *clientv3.Client // the start probe, the member list, watchEtcd
 	etcdUp   atomic.Bool
 	stop     chan struct{} // closed by Leave
 
@@ -221,6 +222,9 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	fail := func(err error) (*Cluster, error) {
+		if c.provider != nil {
+			c.provider.Shutdown(false) // deregisters, if it got that far
+		}
 		if c.etcd != nil {
 			c.etcd.Close()
 		}
@@ -247,21 +251,13 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err := c.awaitPreviousLife(cfg.Addr); err != nil {
 		return fail(fmt.Errorf("join cluster %q at %s: %w", cfg.Name, cfg.Addr, err))
 	}
-	// The provider watches the prefix BASE/NAME, so a cluster named "relay"
-	// would also see the members of "relay2": a base key that ends in the
-	// name and a slash keeps each name's members apart.
-	provider, err := etcd.NewWithConfig("/relay/"+cfg.Name+"/", etcdCfg)
-	if err != nil {
-		return fail(fmt.Errorf("etcd client: %w", err))
-	}
-	c.provider = provider
+	c.provider = membership.New(membership.Config{Client: c.etcd, Prefix: c.memberPrefix(), Lost: c.lose, Logger: c.log})
 	channelKind := cluster.NewKind(ChannelKind, actor.PropsFromProducer(func() actor.Actor { return newChannelGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
 	projectKind := cluster.NewKind(ProjectKind, actor.PropsFromProducer(func() actor.Actor { return newProjectGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
-	etcdCfg.TLS = etcdTLS(cfg) // the provider's own copy
 	c.place = &placement{c: c}
-	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, provider, c.place,
+	c.pc = cluster.New(s.as, cluster.Configure(cfg.Name, c.provider, c.place,
 		// protoactor preallocates each peer's send queue at 1 000 000
 		// slots (16 MB of heap per member, which also raises how much freed
 		// memory the runtime keeps); the queue doubles when full, so start small.
@@ -323,22 +319,19 @@ func probeEtcd(cli *clientv3.Client, endpoints []string) error {
 
 // watchEtcd asks etcd every etcdCheckEvery whether it answers, and logs when
 // it stops and starts answering: while it does not, the membership is frozen
-// (nodes neither join nor leave) and nothing else says so. While it answers,
-// it heals a member list that missed a member (healMissedMembers).
+// (nodes neither join nor leave) and nothing else says so.
 func (c *Cluster) watchEtcd() {
 	t := time.NewTicker(etcdCheckEvery)
 	defer t.Stop()
 	var downSince time.Time
-	var missing map[string]bool // members missing from this node's list (cluster_missed.go)
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 		}
-		// The member list is the probe: etcd answers, and the heal reads it.
 		ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
-		members, err := c.etcd.Get(ctx, c.memberPrefix(), clientv3.WithPrefix())
+		_, err := c.etcd.Get(ctx, "/relay/probe", clientv3.WithCountOnly())
 		cancel()
 		switch {
 		case err != nil && downSince.IsZero():
@@ -351,13 +344,6 @@ func (c *Cluster) watchEtcd() {
 			c.log.Info("etcd answers again", "down_for", time.Since(downSince).Round(time.Second))
 			downSince = time.Time{}
 		}
-		if err != nil {
-			missing = nil // a check from before the outage is not "the check before"
-			continue
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), etcdCheckEvery)
-		missing = c.healMissedMembers(ctx, members, missing)
-		cancel()
 	}
 }
 

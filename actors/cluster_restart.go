@@ -2,12 +2,10 @@ package actors
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
+	"github.com/relayhq/relay/actors/membership"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -28,8 +26,9 @@ const previousLifeWait = 10 * time.Second
 // told of (an etcd watch event), before this node starts listening.
 const dropSettle = 500 * time.Millisecond
 
-// memberPrefix is where protoactor's etcd provider registers the members
-// (base key, cluster name).
+// memberPrefix is where the members register (actors/membership): the
+// keys protoactor's etcd provider wrote, base key and cluster name, so that
+// nodes of an older version read the same list.
 func (c *Cluster) memberPrefix() string { return "/relay/" + c.name + "//" + c.name + "/" }
 
 // awaitPreviousLife waits until no member is registered at addr.
@@ -75,14 +74,11 @@ func (c *Cluster) awaitPreviousLife(addr string) error {
 }
 
 // memberAddr is the HOST:PORT a registration advertises ("" when it is not
-// one protoactor's provider wrote).
+// a member's registration).
 func memberAddr(value []byte) string {
-	var n struct {
-		Host string `json:"host"`
-		Port int    `json:"port"`
-	}
-	if json.Unmarshal(value, &n) != nil || n.Host == "" {
+	n, err := membership.ParseNode(value)
+	if err != nil {
 		return ""
 	}
-	return net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
+	return n.Addr()
 }

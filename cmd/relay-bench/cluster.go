@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/relayhq/relay/actors/membership/tempetcd"
 )
 
 // cluster: several nodes as one relay (cmd/relay/CLUSTER.md)
@@ -103,17 +105,17 @@ func runCluster(ctx context.Context, args []string) error {
 	defer cancel()
 
 	began := time.Now()
-	etcd, err := startEtcd(ctx)
+	etcd, err := tempetcd.Start(ctx, "relay-bench-etcd")
 	if err != nil {
 		return err
 	}
-	defer etcd.stop()
+	defer etcd.Stop()
 	pg, err := startPostgres(ctx)
 	if err != nil {
 		return err
 	}
 	defer pg.Stop()
-	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.pid(), pg.PID())
+	progress("etcd and PostgreSQL up in %v (etcd pid %d, postmaster pid %d)", time.Since(began).Round(time.Millisecond), etcd.PID(), pg.PID())
 
 	// The nodes' actor remotes speak mutual TLS, as in production: a CA
 	// made with the relay's own relay cert, and a certificate per node
@@ -212,7 +214,7 @@ func runCluster(ctx context.Context, args []string) error {
 type clusterBench struct {
 	ctx   context.Context
 	bin   string
-	etcd  *etcdProcess
+	etcd  *tempetcd.Etcd
 	pg    *pgServer
 	certs string // the cluster CA in certs/ca, node certificates beside it; "" without TLS
 	env   []string
@@ -265,11 +267,11 @@ func (cb *clusterBench) with(round, n int, run *topoRun, body func(s *suite, deb
 	base := append(append([]string(nil), cb.env...), "DATABASE_URL="+url)
 	env := base
 	if n > 1 {
-		env = append(append([]string(nil), base...), "RELAY_CLUSTER_ETCD="+cb.etcd.endpoint, fmt.Sprintf("RELAY_CLUSTER_NAME=bench-r%d", round))
+		env = append(append([]string(nil), base...), "RELAY_CLUSTER_ETCD="+cb.etcd.Endpoint, fmt.Sprintf("RELAY_CLUSTER_NAME=bench-r%d", round))
 	}
 	var procs []*relayProcess // every relay started here, the nodes after the first
 	defer func() { stopAll(procs) }()
-	s := &suite{ctx: cb.ctx, helpers: []int{cb.etcd.pid()}}
+	s := &suite{ctx: cb.ctx, helpers: []int{cb.etcd.PID()}}
 	if pid := cb.pg.PID(); pid > 0 {
 		s.helpers = append(s.helpers, pid)
 	}

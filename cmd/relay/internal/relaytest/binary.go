@@ -118,6 +118,7 @@ func serveCommand(t testing.TB, build func() (string, error), env []string) *exe
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a test binary that crashes leaves no relay behind
 	cmd.Env = append(hostEnv(), append([]string{
 		"RELAY_ADDR=127.0.0.1:0", "RELAY_DEBUG_ADDR=127.0.0.1:0", "LOG_FORMAT=text",
 		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",

@@ -20,7 +20,8 @@ import (
 )
 
 // Etcd is a throwaway single-member etcd (Debian's etcd-server) on loopback,
-// its data in the test's temp dir. It is killed, by its pid, when the test ends.
+// its data in the test's temp dir. It is killed, by its pid, when the test
+// ends, and with the test process if that dies first.
 // Its clients speak TLS and must show a certificate of etcd's own CA
 // (--client-cert-auth), as in production; Env has what a node needs.
 type Etcd struct {
@@ -139,6 +140,7 @@ func (e *Etcd) start(health *http.Client) error {
 		"--listen-peer-urls", "http://"+e.peer, "--initial-advertise-peer-urls", "http://"+e.peer,
 		"--initial-cluster", "relaytest=http://"+e.peer)
 	e.cmd.Stdout, e.cmd.Stderr = e.Logs, e.Logs
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a test binary that crashes leaves no etcd behind
 	if err := e.cmd.Start(); err != nil {
 		return fmt.Errorf("start etcd: %w", err)
 	}

@@ -1,0 +1,337 @@
+// Package membership is the cluster's member list in etcd: protoactor's
+// ClusterProvider, written for the relay instead of protoactor's own etcd
+// provider, which loses events. That one lists the members, then watches for
+// changes from whenever its watch starts, not from the list's revision: a
+// node that registers or leaves in between (nodes started together) is
+// missed for good, and two nodes can each own a channel. It also watches
+// again after a failed watch without listing again, and its data is shared
+// by goroutines without a lock.
+//
+// Here a member registers its key under a lease, lists the prefix, and
+// watches from the list's revision plus one, so no event falls between the
+// two; a watch that fails (its revision compacted, say) is followed by a
+// fresh list, which replaces the member set whole. The keys and their JSON
+// are the ones protoactor's provider writes, so nodes of either kind read
+// each other (a rolling upgrade).
+package membership
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL = 3 * time.Second // the lease: a member that stops renewing it is dropped this long after
+	retryEvery = time.Second     // a failed list or lease is tried again this often
+	callBound  = 5 * time.Second // one etcd call
+)
+
+// Config is what New needs.
+type Config struct {
+	Client *clientv3.Client
+	// Prefix holds one key per member: PREFIX + member id.
+	Prefix string
+	TTL    time.Duration
+	// Lost is called once if this member's key is gone from etcd while it
+	// runs (its lease lapsed: the others have dropped it).
+	Lost   func(error)
+	Logger *slog.Logger
+
+	listed func() // test hook: runs between the list and the watch
+}
+
+// Provider registers one member and publishes the member list to protoactor.
+type Provider struct {
+	cfg  Config
+	key  string
+	self Node
+
+	ctx     context.Context // ends at Shutdown
+	stop    context.CancelFunc
+	mu      sync.Mutex // Shutdown against itself
+	stopped bool
+	lostOne sync.Once
+	publish func(cluster.Members) // protoactor's member list
+	done    chan struct{}         // the watch has ended; nil until it starts
+}
+
+// Node is a member's registration, as protoactor's etcd provider writes it.
+type Node struct {
+	ID      string   `json:"id"`
+	Name    string   `json:"name"`
+	Host    string   `json:"host"`
+	Address string   `json:"address"`
+	Port    int      `json:"port"`
+	Kinds   []string `json:"kinds"`
+	Alive   bool     `json:"alive"`
+}
+
+// Addr is the HOST:PORT the member's actor remote listens on.
+func (n Node) Addr() string { return net.JoinHostPort(n.Host, strconv.Itoa(n.Port)) }
+
+// ParseNode reads a registration ("" Host: not one).
+func ParseNode(value []byte) (Node, error) {
+	var n Node
+	if err := json.Unmarshal(value, &n); err != nil {
+		return Node{}, err
+	}
+	if n.Host == "" {
+		n.Host = n.Address
+	}
+	if n.ID == "" || n.Host == "" {
+		return Node{}, errors.New("a registration without an id or a host")
+	}
+	return n, nil
+}
+
+func (n Node) member() *cluster.Member {
+	kinds := n.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return &cluster.Member{Id: n.ID, Host: n.Host, Port: int32(n.Port), Kinds: kinds}
+}
+
+// New makes a provider; protoactor's cluster starts it (StartMember).
+func New(cfg Config) *Provider {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Lost == nil {
+		cfg.Lost = func(error) {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Provider{cfg: cfg, ctx: ctx, stop: stop}
+}
+
+// StartMember registers this member (NAME@SYSTEM-ID, as protoactor's
+// provider names it), publishes the member list and keeps both up to date.
+func (p *Provider) StartMember(c *cluster.Cluster) error {
+	host, portText, err := net.SplitHostPort(c.ActorSystem.Address())
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return fmt.Errorf("actor system address %q: %w", c.ActorSystem.Address(), err)
+	}
+	id := c.Config.Name + "@" + c.ActorSystem.ID
+	self := Node{ID: id, Name: id, Host: host, Address: host, Port: port, Kinds: c.GetClusterKinds(), Alive: true}
+	return p.start(self, c.MemberList.UpdateClusterTopology)
+}
+
+// StartClient is not used: every node is a member.
+func (p *Provider) StartClient(*cluster.Cluster) error {
+	return errors.New("membership: a client that is not a member is not supported")
+}
+
+// start registers self, lists the members, publishes them, and goes on
+// beside the caller: the lease's renewal and the watch.
+func (p *Provider) start(self Node, publish func(cluster.Members)) error {
+	p.self, p.key, p.publish = self, p.cfg.Prefix+self.ID, publish
+	value, err := json.Marshal(self)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, callBound)
+	defer cancel()
+	lease, err := p.cfg.Client.Grant(ctx, int64(p.cfg.TTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("etcd lease: %w", err)
+	}
+	put, err := p.cfg.Client.Put(ctx, p.key, string(value), clientv3.WithLease(lease.ID))
+	if err != nil {
+		return fmt.Errorf("register %s: %w", p.key, err)
+	}
+	members, rev, err := p.list(ctx)
+	if err != nil {
+		return err
+	}
+	p.publishMembers(members)
+	if p.cfg.listed != nil {
+		p.cfg.listed()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return errors.New("membership: shut down while starting")
+	}
+	p.done = make(chan struct{})
+	go p.renew(lease.ID, put.Header.Revision, string(value))
+	go p.watch(members, rev)
+	return nil
+}
+
+// list reads every registration and the revision it was read at.
+func (p *Provider) list(ctx context.Context) (map[string]Node, int64, error) {
+	resp, err := p.cfg.Client.Get(ctx, p.cfg.Prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("list the members: %w", err)
+	}
+	members := map[string]Node{}
+	for _, kv := range resp.Kvs {
+		if n, ok := p.read(kv.Key, kv.Value); ok {
+			members[string(kv.Key)] = n
+		}
+	}
+	return members, resp.Header.Revision, nil
+}
+
+// read parses a registration; one that does not parse is logged and left
+// out (a newer version's, or not a member's).
+func (p *Provider) read(key, value []byte) (Node, bool) {
+	n, err := ParseNode(value)
+	if err != nil {
+		p.cfg.Logger.Warn("a key under the member prefix is not a member's registration: ignored", "key", string(key), "err", err)
+		return Node{}, false
+	}
+	return n, true
+}
+
+func (p *Provider) publishMembers(members map[string]Node) {
+	out := make(cluster.Members, 0, len(members))
+	for _, n := range members {
+		out = append(out, n.member())
+	}
+	p.publish(out)
+}
+
+// watch applies every change after rev to members and publishes the result;
+// when the watch ends without Shutdown, it lists again and watches from there.
+func (p *Provider) watch(members map[string]Node, rev int64) {
+	defer close(p.done)
+	for p.ctx.Err() == nil {
+		for resp := range p.cfg.Client.Watch(p.ctx, p.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if err := resp.Err(); err != nil {
+				p.cfg.Logger.Warn("the member watch failed: listing the members again", "err", err)
+				break
+			}
+			for _, ev := range resp.Events {
+				key := string(ev.Kv.Key)
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(members, key)
+				} else if n, ok := p.read(ev.Kv.Key, ev.Kv.Value); ok {
+					members[key] = n
+				}
+			}
+			rev = resp.Header.Revision
+			p.publishMembers(members)
+		}
+		for p.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(p.ctx, callBound)
+			listed, listRev, err := p.list(ctx)
+			cancel()
+			if err == nil {
+				members, rev = listed, listRev
+				p.publishMembers(members)
+				break
+			}
+			p.sleep(retryEvery)
+		}
+	}
+}
+
+// renew keeps the lease alive. When the renewal ends without Shutdown
+// (etcd did not answer within the lease's time, so the client gave up on
+// it), it leases the key again, once etcd answers, if the key is still this
+// member's registration (created at created): an etcd that was down
+// restores its leases, so the key is still there. A key that is gone
+// lapsed: the others have dropped this member (Lost).
+func (p *Provider) renew(lease clientv3.LeaseID, created int64, value string) {
+	for {
+		if alive, err := p.cfg.Client.KeepAlive(p.ctx, lease); err == nil {
+			for range alive {
+			}
+		}
+		if p.ctx.Err() != nil {
+			return
+		}
+		for {
+			p.sleep(retryEvery)
+			if p.ctx.Err() != nil {
+				return
+			}
+			var err error
+			lease, err = p.relet(created, value)
+			if errors.Is(err, errLapsed) {
+				p.lostOne.Do(func() { p.cfg.Lost(err) })
+				return
+			}
+			if err == nil {
+				break
+			}
+			p.cfg.Logger.Warn("renewing this member's etcd registration failed: trying again", "err", err)
+		}
+	}
+}
+
+var errLapsed = errors.New("this member's etcd registration lapsed (its lease was not renewed in time): the other members have dropped it")
+
+// relet puts the key under a new lease if it is still the registration
+// created at created.
+func (p *Provider) relet(created int64, value string) (clientv3.LeaseID, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, callBound)
+	defer cancel()
+	lease, err := p.cfg.Client.Grant(ctx, int64(p.cfg.TTL/time.Second))
+	if err != nil {
+		return 0, err
+	}
+	resp, err := p.cfg.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(p.key), "=", created)).
+		Then(clientv3.OpPut(p.key, value, clientv3.WithLease(lease.ID))).
+		Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		p.cfg.Client.Revoke(ctx, lease.ID)
+		return 0, errLapsed
+	}
+	return lease.ID, nil
+}
+
+func (p *Provider) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.ctx.Done():
+	}
+}
+
+// Shutdown deregisters this member (the others drop it at once) and stops
+// watching; a second call does nothing.
+func (p *Provider) Shutdown(bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil
+	}
+	p.stopped = true
+	p.stop()
+	if p.done == nil {
+		return nil // never started, or its start failed: its lease lapses
+	}
+	<-p.done // no list published after this
+	ctx, cancel := context.WithTimeout(context.Background(), callBound)
+	defer cancel()
+	if _, err := p.cfg.Client.Delete(ctx, p.key); err != nil {
+		return fmt.Errorf("deregister %s: %w", strings.TrimPrefix(p.key, p.cfg.Prefix), err)
+	}
+	return nil
+}
