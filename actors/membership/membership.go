@@ -143,14 +143,26 @@ func (p *Provider) StartClient(*cluster.Cluster) error {
 // start registers self, lists the members, publishes them, and goes on
 // beside the caller: the lease's renewal and the watch.
 func (p *Provider) start(self Node, publish func(cluster.Members)) error {
-	p.self, p.key, p.publish = self, p.cfg.Prefix+self.ID, publish
 	value, err := json.Marshal(self)
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return errors.New("membership: shut down before it started")
+	}
+	p.self, p.key, p.publish = self, p.cfg.Prefix+self.ID, publish // Shutdown deletes the key from here on
+	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(p.ctx, callBound)
 	defer cancel()
 	lease, err := p.cfg.Client.Grant(ctx, int64(p.cfg.TTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("etcd lease: %w", err)
+	}
+	// Renewed from now on: the rest of the start may take longer than the
+	// lease on a loaded machine.
+	alive, err := p.cfg.Client.KeepAlive(p.ctx, lease.ID)
 	if err != nil {
 		return fmt.Errorf("etcd lease: %w", err)
 	}
@@ -172,7 +184,7 @@ func (p *Provider) start(self Node, publish func(cluster.Members)) error {
 		return errors.New("membership: shut down while starting")
 	}
 	p.done = make(chan struct{})
-	go p.renew(lease.ID, put.Header.Revision, string(value))
+	go p.renew(alive, put.Header.Revision, string(value))
 	go p.watch(members, rev)
 	return nil
 }
@@ -252,11 +264,9 @@ func (p *Provider) watch(members map[string]Node, rev int64) {
 // member's registration (created at created): an etcd that was down
 // restores its leases, so the key is still there. A key that is gone
 // lapsed: the others have dropped this member (Lost).
-func (p *Provider) renew(lease clientv3.LeaseID, created int64, value string) {
+func (p *Provider) renew(alive <-chan *clientv3.LeaseKeepAliveResponse, created int64, value string) {
 	for {
-		if alive, err := p.cfg.Client.KeepAlive(p.ctx, lease); err == nil {
-			for range alive {
-			}
+		for range alive {
 		}
 		if p.ctx.Err() != nil {
 			return
@@ -266,14 +276,15 @@ func (p *Provider) renew(lease clientv3.LeaseID, created int64, value string) {
 			if p.ctx.Err() != nil {
 				return
 			}
-			var err error
-			lease, err = p.relet(created, value)
+			lease, err := p.relet(created, value)
 			if errors.Is(err, errLapsed) {
 				p.lostOne.Do(func() { p.cfg.Lost(err) })
 				return
 			}
 			if err == nil {
-				break
+				if alive, err = p.cfg.Client.KeepAlive(p.ctx, lease); err == nil {
+					break
+				}
 			}
 			p.cfg.Logger.Warn("renewing this member's etcd registration failed: trying again", "err", err)
 		}
@@ -324,10 +335,12 @@ func (p *Provider) Shutdown(bool) error {
 	}
 	p.stopped = true
 	p.stop()
-	if p.done == nil {
-		return nil // never started, or its start failed: its lease lapses
+	if p.key == "" {
+		return nil // never started
 	}
-	<-p.done // no list published after this
+	if p.done != nil {
+		<-p.done // no list published after this
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), callBound)
 	defer cancel()
 	if _, err := p.cfg.Client.Delete(ctx, p.key); err != nil {

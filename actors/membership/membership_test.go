@@ -165,6 +165,44 @@ func TestAFailedWatchListsAgain(t *testing.T) {
 	a.lists(t, "test@a", "test@joining", "test@later")
 }
 
+// A start slower than the lease (a loaded machine, an etcd slow to write)
+// keeps its registration: the lease is renewed from its grant on.
+func TestASlowStartKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	a := f.start("test@a", func() { time.Sleep(DefaultTTL + 500*time.Millisecond) })
+	created := f.key("test@a").CreateRevision
+	time.Sleep(2 * time.Second) // a lapse would be reported within a second or two
+	select {
+	case err := <-a.lost:
+		t.Fatalf("lost after a slow start: %v", err)
+	default:
+	}
+	if f.key("test@a").CreateRevision != created {
+		t.Fatal("the registration was made again")
+	}
+}
+
+// Shutdown while the start is under way (a join that timed out) leaves no
+// registration behind, and the start fails.
+func TestShutdownDuringTheStart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var p *Provider
+	p = New(Config{Client: f.cli, Prefix: prefix, Logger: slog.New(slog.DiscardHandler), listed: func() {
+		if err := p.Shutdown(true); err != nil {
+			t.Error(err)
+		}
+	}})
+	self := Node{ID: "test@a", Name: "test@a", Host: "127.0.0.1", Address: "127.0.0.1", Port: 8000, Alive: true}
+	if err := p.start(self, func(cluster.Members) {}); err == nil {
+		t.Fatal("a start that Shutdown interrupted succeeded")
+	}
+	if resp, err := f.cli.Get(f.ctx, prefix+"test@a"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the registration after Shutdown: %v %v", resp, err)
+	}
+}
+
 // Members see each other come and go, and Shutdown deregisters at once.
 func TestMembersSeeEachOther(t *testing.T) {
 	t.Parallel()

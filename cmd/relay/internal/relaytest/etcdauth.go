@@ -40,10 +40,11 @@ func (e *Etcd) EnableAuth(t testing.TB, user, password string) {
 		{"add user root", func() error { _, err := cli.UserAdd(ctx, "root", rand.Text()); return err }},
 		{"grant role root to root", func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err }},
 		{"add role readwrite", func() error { _, err := cli.RoleAdd(ctx, "readwrite"); return err }},
-		// The whole keyspace: etcd spells it ["\x00", "\x00") (as etcdctl
-		// grant-permission --prefix ""); "" to GetPrefixRangeEnd("") grants nothing.
-		{"grant readwrite on every key", func() error {
-			_, err := cli.RoleGrantPermission(ctx, "readwrite", "\x00", "\x00", clientv3.PermissionType(clientv3.PermReadWrite))
+		// What CLUSTER.md says a node needs: the keys under /relay/NAME/
+		// (the suite's cluster name is relaytest), and no others.
+		{"grant readwrite on /relay/relaytest/", func() error {
+			_, err := cli.RoleGrantPermission(ctx, "readwrite", "/relay/relaytest/", clientv3.GetPrefixRangeEnd("/relay/relaytest/"),
+				clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		}},
 		{"add user " + user, func() error { _, err := cli.UserAdd(ctx, user, password); return err }},
