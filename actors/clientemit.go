@@ -37,7 +37,9 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		fail(proto.CodeEmitTokenRevoked)
 		return
 	}
-	if a.budgets != nil { // rule 6 counts the whole cluster: ask the project grain
+	// Rule 6 counts the whole cluster: ask the project grain, unless this
+	// node holds the clientId's window (then a.clientWindows counts it).
+	if a.budgets != nil && !a.heldWindow(ctx, claims.clientID, m.sink, now) {
 		a.askClientWindow(ctx, m, claims.clientID)
 		return
 	}
@@ -46,6 +48,9 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		a.usage.health.add(hLimitedClient, 1, now.UnixNano())
 		fail(proto.CodeClientEmitRateLimited)
 		return
+	}
+	if a.budgets != nil {
+		a.countedHere(claims.clientID)
 	}
 	if msg.PayloadErr != nil { // 7: size (measured at the edge, as for POST /emit), then the budgets
 		fail(msg.PayloadErr.Code)

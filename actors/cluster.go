@@ -34,9 +34,10 @@ import (
 // that each node's relays (cluster_channel_relay.go) register with, so an emit made
 // on any node reaches the subscribers of every node. Project actors are
 // still per node, but what they count for the cluster is not: the project
-// backstop and the per-clientId client-emit windows are asked of the
-// project's grain (cluster_project_budgets.go), and the connection cap adds
-// the other nodes' counts, shared each second (cluster_conns.go).
+// backstop and the per-clientId client-emit windows are the project grain's,
+// lent to the nodes a share or a window at a time (cluster_project_budgets.go,
+// cluster_client_holds.go), and the connection cap adds the other nodes'
+// counts, shared each second (cluster_conns.go).
 
 // NodeActorName is the fixed name of the per-node actor every member runs:
 // it applies the control-plane changes other members send it.
@@ -245,7 +246,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if c.etcd, err = clientv3.New(etcdCfg); err != nil {
 		return fail(fmt.Errorf("etcd client: %w", err))
 	}
-	if err := probeEtcd(c.etcd, cfg.Etcd); err != nil {
+	if err := probeEtcd(c.etcd, cfg.Etcd, c.memberPrefix()); err != nil {
 		return fail(err)
 	}
 	if err := c.awaitPreviousLife(cfg.Addr); err != nil {
@@ -300,12 +301,12 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	return c, nil
 }
 
-// probeEtcd fails fast when no endpoint answers: the provider itself would
-// wait for etcd forever.
-func probeEtcd(cli *clientv3.Client, endpoints []string) error {
+// probeEtcd fails fast when no endpoint answers, or refuses to read the
+// members (prefix): joining would wait for etcd for JoinTimeout.
+func probeEtcd(cli *clientv3.Client, endpoints []string, prefix string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
 	defer cancel()
-	if _, err := cli.Get(ctx, "/relay/probe", clientv3.WithCountOnly()); err != nil {
+	if _, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		// etcd answered, but its authentication refuses this node's user (or,
 		// without one, the client certificate's CommonName).
 		var coded interface{ Code() codes.Code }
@@ -331,7 +332,7 @@ func (c *Cluster) watchEtcd() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), etcdProbeTimeout)
-		_, err := c.etcd.Get(ctx, "/relay/probe", clientv3.WithCountOnly())
+		_, err := c.etcd.Get(ctx, c.memberPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		switch {
 		case err != nil && downSince.IsZero():

@@ -22,12 +22,14 @@ import (
 
 // inProcessNode is projectNode with the grains found in its own actor
 // system. The project grain sits behind a proxy that counts the asks it
-// forwards, and drops them while frozen (its node stopped).
+// forwards (renewals of a hold included), and drops them and the releases
+// while frozen (its node stopped).
 type inProcessNode struct {
-	c      *Cluster
-	asks   atomic.Int64
-	frozen atomic.Bool
-	grains startedGrains
+	c          *Cluster
+	asks       atomic.Int64
+	clientAsks atomic.Int64 // of them, a client emit's (rule 6) or a hold's renewal
+	frozen     atomic.Bool
+	grains     startedGrains
 }
 
 func newInProcessNode(t *testing.T, cfg Config) *inProcessNode {
@@ -51,9 +53,19 @@ func (n *inProcessNode) grain(kind, identity string) *actor.PID {
 		}
 		real := startProjectGrain(n.c, identity)
 		return n.c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-			if m, ok := ctx.Message().(*clusterpb.ProjectTake); ok && !n.frozen.Load() {
-				n.asks.Add(1)
-				ctx.RequestWithCustomSender(real, m, ctx.Sender())
+			switch m := ctx.Message().(type) {
+			case *clusterpb.ProjectTake:
+				if !n.frozen.Load() {
+					n.asks.Add(1)
+					if m.ClientId != "" {
+						n.clientAsks.Add(1)
+					}
+					ctx.RequestWithCustomSender(real, m, ctx.Sender())
+				}
+			case *clusterpb.ClientRelease:
+				if !n.frozen.Load() {
+					ctx.RequestWithCustomSender(real, m, ctx.Sender())
+				}
 			}
 		}))
 	})

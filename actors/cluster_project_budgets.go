@@ -34,10 +34,11 @@ import (
 // share goes on. The share ends by this node's clock (the grain says how
 // long its window has left), so the two clocks need not agree.
 //
-// A client emit asks the grain for its clientId's window (rule 6) once per
-// emit: a window of a second per clientId is too small to share out. Those
-// asks are answered in the order they came, so that a socket's emits are
-// still answered in order, then spend the backstop like an HTTP emit.
+// A client emit asks the grain for its clientId's window (rule 6), unless
+// this node holds that window (cluster_client_holds.go): a window of a
+// second per clientId is too small to share out, but it can be lent whole.
+// Those asks are answered in the order they came, so that a socket's emits
+// are still answered in order, then spend the backstop like an HTTP emit.
 //
 // An ask left unanswered for publishRetryAfter is sent again with the same
 // id (the grain answers a repeat from memory). A client emit left waiting
@@ -52,6 +53,9 @@ type projectBudgets struct {
 	clients  []*clientAsk // client emits waiting for rule 6, in the order they came
 	byID     map[string]*clientAsk
 	retrying bool
+	holds    map[string]*nodeHold // clientId → this node's hold of its window
+	renewals map[string]string    // renewal ask id → clientId
+	recalled map[string]time.Time // hold ids recalled before their grant came
 }
 
 // leaseShares: a share is this fraction of the backstop's limit (see leaseShare).
@@ -169,7 +173,8 @@ func (l *backstopLease) budget() Budget {
 type budgetTick struct{}
 
 func newProjectBudgets(c *Cluster, projectID string) *projectBudgets {
-	return &projectBudgets{grain: grainLookup{c: c, kind: ProjectKind, identity: projectID}, byID: map[string]*clientAsk{}}
+	return &projectBudgets{grain: grainLookup{c: c, kind: ProjectKind, identity: projectID}, byID: map[string]*clientAsk{},
+		holds: map[string]*nodeHold{}, renewals: map[string]string{}, recalled: map[string]time.Time{}}
 }
 
 // startBudgets is the project actor starting in a cluster.
@@ -190,7 +195,8 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 		b.retrying = false
 		a.retryBudgets(ctx)
 	case *grainResolved:
-		if b.grain.resolved(ctx, m) { // a new grain: everything unanswered again, in order
+		if b.grain.resolved(ctx, m) { // a new grain: the holds back to it, everything unanswered again, in order
+			a.releaseIdleHolds(ctx, a.cfg.Now(), true)
 			if b.leasing != nil {
 				a.sendAsk(ctx, b.leasing)
 			}
@@ -202,6 +208,8 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 		}
 	case *resolveAgain:
 		b.grain.retry(ctx, m)
+	case *clusterpb.ClientRecall:
+		a.recall(ctx, m)
 	case *actor.Terminated:
 		return b.grain.terminated(ctx, m.Who)
 	default:
@@ -272,10 +280,11 @@ func (a *projectActor) askLease(ctx actor.Context, want int) {
 // askClientWindow sends a client emit's rule-6 ask to the project grain and holds the emit.
 func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientID string) {
 	b := a.budgets
+	a.releaseHold(ctx, clientID, b.grain.pid) // the grain counts from here
 	ask := &clientAsk{emit: m, channel: m.msg.Channel, sink: m.sink, clientID: clientID}
 	ask.came = a.cfg.Now()
 	ask.msg = &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
-		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond)}
+		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond), Hold: true}
 	b.clients = append(b.clients, ask)
 	b.byID[ask.msg.Id] = ask
 	a.sendAsk(ctx, &ask.grainAsk)
@@ -340,7 +349,7 @@ func (a *projectActor) sendAsk(ctx actor.Context, ask *grainAsk) {
 
 func (a *projectActor) scheduleBudgetRetry(ctx actor.Context) {
 	b := a.budgets
-	if b.retrying || (b.leasing == nil && len(b.clients) == 0 && len(b.held) == 0) {
+	if b.retrying || !b.waiting() {
 		return
 	}
 	b.retrying = true
@@ -378,6 +387,7 @@ func (a *projectActor) retryBudgets(ctx actor.Context) {
 	b.held = kept
 	a.releaseHeld(ctx) // a slow grain: the share goes on with its old answer
 	a.releaseClients(ctx)
+	a.releaseIdleHolds(ctx, now, false)
 	if b.grain.pid == nil && (b.leasing != nil || len(b.clients) > 0) {
 		b.grain.resolveOnce(ctx)
 	}
@@ -396,10 +406,18 @@ func (a *projectActor) budgetAnswered(ctx actor.Context, m *clusterpb.ProjectTak
 		a.releaseHeld(ctx)
 		return
 	}
+	if clientID, ok := b.renewals[m.Id]; ok {
+		delete(b.renewals, m.Id)
+		a.renewed(ctx, clientID, m)
+		return
+	}
 	if ask, ok := b.byID[m.Id]; ok && ask.answer == nil && !ask.gaveUp {
 		ask.answer = m
+		a.holdAnswered(ask, m)
 		a.releaseClients(ctx)
+		return
 	}
+	a.strayGrant(ctx, m)
 }
 
 // releaseHeld sends on the held emits the node's share now covers, and the
@@ -491,7 +509,8 @@ func (a *projectActor) refuseHeldBudgets(ctx actor.Context) {
 	b.clients, b.held = nil, nil
 }
 
-// waiting reports whether an emit or an ask waits for the grain.
+// waiting reports whether an emit or an ask waits for the grain, or this
+// node holds a clientId's window.
 func (b *projectBudgets) waiting() bool {
-	return b.leasing != nil || len(b.clients) > 0 || len(b.held) > 0
+	return b.leasing != nil || len(b.clients) > 0 || len(b.held) > 0 || len(b.holds) > 0
 }

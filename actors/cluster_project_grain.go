@@ -29,6 +29,7 @@ type projectGrain struct {
 
 	backstop fixedWindow // counts every unit leased out
 	clients  clientWindows
+	holds    map[string]*clientHold // clientId → the node that counts its window (cluster_client_holds.go)
 	answers  answerMemory[*clusterpb.ProjectTaken]
 	quiet    quietPeriod
 
@@ -44,7 +45,7 @@ type freezeProject struct{ reply chan *clusterpb.ProjectState }
 
 func newProjectGrain(c *Cluster) *projectGrain {
 	g := &projectGrain{c: c, cfg: c.sys.cfg, backstop: fixedWindow{size: time.Minute},
-		clients: clientWindows{}, answers: newAnswerMemory[*clusterpb.ProjectTaken]()}
+		clients: clientWindows{}, holds: map[string]*clientHold{}, answers: newAnswerMemory[*clusterpb.ProjectTaken]()}
 	g.receive = g.owning
 	return g
 }
@@ -92,6 +93,10 @@ func (g *projectGrain) owning(ctx actor.Context) {
 		if g.c.refsItsSender(ctx, m) {
 			g.take(ctx, m)
 		}
+	case *clusterpb.ClientRelease:
+		if g.c.refsItsSender(ctx, m) {
+			g.released(ctx, m)
+		}
 	case *clusterpb.ProjectRefund: // an older node's: the unit stays counted
 	case *quietTick:
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
@@ -129,11 +134,14 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 		g.refuseNotOwner(ctx, m)
 		return
 	}
+	if m.ClientId != "" && g.waitForHold(ctx, m, now) {
+		return // answered once the window is back
+	}
 	replyTo := actor.NewPID(m.ReplyTo.GetAddress(), m.ReplyTo.GetId())
 	ans := &clusterpb.ProjectTaken{Id: m.Id}
 	g.answers.remember(m.Id, now, ans)
 	if m.ClientId != "" {
-		ans.ClientDenied = !g.clients.take(m.ClientId, now, int(m.ClientLimit))
+		g.clientTake(m, now, ans)
 	}
 	if m.ProjectLimit > 0 && !ans.ClientDenied { // a lease ask (refresh: of no units)
 		want := int(m.Lease)
@@ -151,7 +159,7 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 func (g *projectGrain) dormant() bool {
 	now := g.cfg.Now()
 	g.answers.forget(now)
-	return g.backstop.idle(now) && g.clients.idle(now) && g.answers.len() == 0
+	return g.backstop.idle(now) && g.clients.idle(now) && g.holdsIdle(now) && g.answers.len() == 0
 }
 
 // state is what a project grain hands to the project's next owner.
@@ -162,6 +170,12 @@ func (g *projectGrain) state() *clusterpb.ProjectState {
 	for id, w := range g.clients {
 		if !w.idle(now) {
 			st.Clients = append(st.Clients, &clusterpb.ClientWindow{ClientId: id, StartUnixNano: w.start.UnixNano(), Count: int32(w.count)})
+		}
+	}
+	for id, h := range g.holds { // the asks waiting for a recall are asked again of the next owner
+		if h.holder != nil {
+			st.Clients = append(st.Clients, &clusterpb.ClientWindow{ClientId: id, Holder: h.holder, HoldId: h.id,
+				HoldUntilUnixNano: h.until.UnixNano(), Count: int32(h.limit)})
 		}
 	}
 	g.answers.each(func(id string, at time.Time, ans *clusterpb.ProjectTaken) {
@@ -176,12 +190,11 @@ func (g *projectGrain) state() *clusterpb.ProjectState {
 func (g *projectGrain) adopt(st *clusterpb.ProjectState) {
 	g.backstop.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, cw := range st.Clients {
-		w, ok := g.clients[cw.ClientId]
-		if !ok {
-			w = &fixedWindow{size: time.Second}
-			g.clients[cw.ClientId] = w
+		if cw.Holder != nil { // a hold: count is the clientId's limit
+			g.holds[cw.ClientId] = &clientHold{holder: cw.Holder, id: cw.HoldId, until: time.Unix(0, cw.HoldUntilUnixNano), limit: int(cw.Count)}
+			continue
 		}
-		w.merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))
+		g.clientWindow(cw.ClientId).merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))
 	}
 	for _, a := range st.Answered {
 		if a.Answer != nil {

@@ -54,27 +54,36 @@ func startProjectGrain(c *Cluster, id string) *actor.PID {
 // budgetAsker stands for one node's project actor: take sends an ask and
 // returns the grain's answer.
 type budgetAsker struct {
-	t     *testing.T
-	c     *Cluster
-	grain *actor.PID
-	pid   *actor.PID
-	got   chan *clusterpb.ProjectTaken
+	t       *testing.T
+	c       *Cluster
+	grain   *actor.PID
+	pid     *actor.PID
+	got     chan *clusterpb.ProjectTaken
+	recalls chan *clusterpb.ClientRecall // the grain's recalls of a hold
 }
 
 func newBudgetAsker(t *testing.T, c *Cluster, grain *actor.PID) *budgetAsker {
-	b := &budgetAsker{t: t, c: c, grain: grain, got: make(chan *clusterpb.ProjectTaken, 16)}
+	b := &budgetAsker{t: t, c: c, grain: grain, got: make(chan *clusterpb.ProjectTaken, 16), recalls: make(chan *clusterpb.ClientRecall, 4)}
 	b.pid = c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
-		if m, ok := ctx.Message().(*clusterpb.ProjectTaken); ok {
+		switch m := ctx.Message().(type) {
+		case *clusterpb.ProjectTaken:
 			b.got <- m
+		case *clusterpb.ClientRecall:
+			b.recalls <- m
 		}
 	}))
 	return b
 }
 
-func (b *budgetAsker) take(m *clusterpb.ProjectTake) *clusterpb.ProjectTaken {
-	b.t.Helper()
+// send sends an ask without waiting for its answer.
+func (b *budgetAsker) send(m *clusterpb.ProjectTake) {
 	m.ReplyTo = ref(b.pid)
 	sendFrom(b.c, b.grain, b.pid, m)
+}
+
+func (b *budgetAsker) take(m *clusterpb.ProjectTake) *clusterpb.ProjectTaken {
+	b.t.Helper()
+	b.send(m)
 	select {
 	case ans := <-b.got:
 		if ans.Id != m.Id {

@@ -323,6 +323,7 @@ func (a *projectActor) common(ctx actor.Context) {
 	case *actor.Stopping:
 		a.authz.loaded.Store(false) // the next handshake's reading stands in until a new actor loads
 		if a.budgets != nil {
+			a.releaseIdleHolds(ctx, a.cfg.Now(), true)
 			a.budgets.grain.stop(ctx)
 		}
 	default:

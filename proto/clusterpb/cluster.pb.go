@@ -2106,8 +2106,15 @@ type ClientWindow struct {
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	StartUnixNano int64                  `protobuf:"varint,2,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
 	Count         int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A hold of the window (ClientRecall), handed with the grain's state:
+	// the node's project actor that holds it, the ask that granted it, and
+	// until when it is the holder's, on the grain's clock; count is then the
+	// clientId's limit.
+	Holder            *Ref   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	HoldId            string `protobuf:"bytes,5,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	HoldUntilUnixNano int64  `protobuf:"varint,6,opt,name=hold_until_unix_nano,json=holdUntilUnixNano,proto3" json:"hold_until_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClientWindow) Reset() {
@@ -2157,6 +2164,27 @@ func (x *ClientWindow) GetStartUnixNano() int64 {
 func (x *ClientWindow) GetCount() int32 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *ClientWindow) GetHolder() *Ref {
+	if x != nil {
+		return x.Holder
+	}
+	return nil
+}
+
+func (x *ClientWindow) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
+	}
+	return ""
+}
+
+func (x *ClientWindow) GetHoldUntilUnixNano() int64 {
+	if x != nil {
+		return x.HoldUntilUnixNano
 	}
 	return 0
 }
@@ -2557,15 +2585,20 @@ func (x *AnsweredPublish) GetAnswer() *ChannelPublished {
 // window's remaining only. An ask of an older node sets neither lease nor
 // refresh: it takes one unit, for the emit that asks.
 type ProjectTake struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	ReplyTo       *Ref                   `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
-	ProjectLimit  int32                  `protobuf:"varint,3,opt,name=project_limit,json=projectLimit,proto3" json:"project_limit,omitempty"` // PROJECT_RATE_LIMIT_PER_MINUTE
-	ClientId      string                 `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	ClientLimit   int32                  `protobuf:"varint,5,opt,name=client_limit,json=clientLimit,proto3" json:"client_limit,omitempty"` // per second
-	ClientOnly    bool                   `protobuf:"varint,6,opt,name=client_only,json=clientOnly,proto3" json:"client_only,omitempty"`    // an older node's: no unit for this emit
-	Lease         int32                  `protobuf:"varint,7,opt,name=lease,proto3" json:"lease,omitempty"`
-	Refresh       bool                   `protobuf:"varint,8,opt,name=refresh,proto3" json:"refresh,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ReplyTo      *Ref                   `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	ProjectLimit int32                  `protobuf:"varint,3,opt,name=project_limit,json=projectLimit,proto3" json:"project_limit,omitempty"` // PROJECT_RATE_LIMIT_PER_MINUTE
+	ClientId     string                 `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientLimit  int32                  `protobuf:"varint,5,opt,name=client_limit,json=clientLimit,proto3" json:"client_limit,omitempty"` // per second
+	ClientOnly   bool                   `protobuf:"varint,6,opt,name=client_only,json=clientOnly,proto3" json:"client_only,omitempty"`    // an older node's: no unit for this emit
+	Lease        int32                  `protobuf:"varint,7,opt,name=lease,proto3" json:"lease,omitempty"`
+	Refresh      bool                   `protobuf:"varint,8,opt,name=refresh,proto3" json:"refresh,omitempty"`
+	// hold: this node would count the clientId's window itself for a while
+	// (ProjectTaken.hold_nanos); renew: extend this node's hold of client_id,
+	// counting no emit.
+	Hold          bool `protobuf:"varint,9,opt,name=hold,proto3" json:"hold,omitempty"`
+	Renew         bool `protobuf:"varint,10,opt,name=renew,proto3" json:"renew,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2656,6 +2689,20 @@ func (x *ProjectTake) GetRefresh() bool {
 	return false
 }
 
+func (x *ProjectTake) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
+}
+
+func (x *ProjectTake) GetRenew() bool {
+	if x != nil {
+		return x.Renew
+	}
+	return false
+}
+
 // ProjectTaken answers ProjectTake. error is empty or "not_owner" (this
 // grain no longer owns the project: resolve and retry). leased: the units
 // granted (fewer than asked, or none, when the window runs out);
@@ -2675,6 +2722,11 @@ type ProjectTaken struct {
 	Leased        int32                  `protobuf:"varint,6,opt,name=leased,proto3" json:"leased,omitempty"`
 	Leases        bool                   `protobuf:"varint,7,opt,name=leases,proto3" json:"leases,omitempty"`
 	ResetInNanos  int64                  `protobuf:"varint,8,opt,name=reset_in_nanos,json=resetInNanos,proto3" json:"reset_in_nanos,omitempty"`
+	// hold_nanos: the clientId's window is the asking node's to count, from
+	// its ask, for this long (granted or renewed; 0: not held, or no longer);
+	// client_window: the window as the grain counted it, this emit included.
+	HoldNanos     int64         `protobuf:"varint,9,opt,name=hold_nanos,json=holdNanos,proto3" json:"hold_nanos,omitempty"`
+	ClientWindow  *ClientWindow `protobuf:"bytes,10,opt,name=client_window,json=clientWindow,proto3" json:"client_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2765,6 +2817,139 @@ func (x *ProjectTaken) GetResetInNanos() int64 {
 	return 0
 }
 
+func (x *ProjectTaken) GetHoldNanos() int64 {
+	if x != nil {
+		return x.HoldNanos
+	}
+	return 0
+}
+
+func (x *ProjectTaken) GetClientWindow() *ClientWindow {
+	if x != nil {
+		return x.ClientWindow
+	}
+	return nil
+}
+
+// ClientRecall asks the node holding a clientId's window (hold_id: the ask
+// that granted the hold) to give it back: another node's client emit of
+// that clientId waits for it. The node answers ClientRelease to the sender.
+type ClientRecall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	HoldId        string                 `protobuf:"bytes,2,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientRecall) Reset() {
+	*x = ClientRecall{}
+	mi := &file_proto_cluster_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientRecall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientRecall) ProtoMessage() {}
+
+func (x *ClientRecall) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientRecall.ProtoReflect.Descriptor instead.
+func (*ClientRecall) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ClientRecall) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClientRecall) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
+	}
+	return ""
+}
+
+// ClientRelease ends a node's hold of a clientId's window, recalled or no
+// longer used: window.count is what the node counted itself since the grant
+// (in window.start's window), for the grain to add. relay: the holding
+// project actor.
+type ClientRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Relay         *Ref                   `protobuf:"bytes,1,opt,name=relay,proto3" json:"relay,omitempty"`
+	HoldId        string                 `protobuf:"bytes,2,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	Window        *ClientWindow          `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientRelease) Reset() {
+	*x = ClientRelease{}
+	mi := &file_proto_cluster_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientRelease) ProtoMessage() {}
+
+func (x *ClientRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_cluster_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientRelease.ProtoReflect.Descriptor instead.
+func (*ClientRelease) Descriptor() ([]byte, []int) {
+	return file_proto_cluster_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ClientRelease) GetRelay() *Ref {
+	if x != nil {
+		return x.Relay
+	}
+	return nil
+}
+
+func (x *ClientRelease) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
+	}
+	return ""
+}
+
+func (x *ClientRelease) GetWindow() *ClientWindow {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
 // ProjectRefund gives back the unit an older node's ask took for an emit
 // that was not stamped. A grain of this version ignores it (the unit stays
 // counted): nodes now give units back to their own share.
@@ -2777,7 +2962,7 @@ type ProjectRefund struct {
 
 func (x *ProjectRefund) Reset() {
 	*x = ProjectRefund{}
-	mi := &file_proto_cluster_proto_msgTypes[39]
+	mi := &file_proto_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +2974,7 @@ func (x *ProjectRefund) String() string {
 func (*ProjectRefund) ProtoMessage() {}
 
 func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[39]
+	mi := &file_proto_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +2987,7 @@ func (x *ProjectRefund) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectRefund.ProtoReflect.Descriptor instead.
 func (*ProjectRefund) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{39}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ProjectRefund) GetId() string {
@@ -2828,7 +3013,7 @@ type NodeConnections struct {
 
 func (x *NodeConnections) Reset() {
 	*x = NodeConnections{}
-	mi := &file_proto_cluster_proto_msgTypes[40]
+	mi := &file_proto_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +3025,7 @@ func (x *NodeConnections) String() string {
 func (*NodeConnections) ProtoMessage() {}
 
 func (x *NodeConnections) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[40]
+	mi := &file_proto_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +3038,7 @@ func (x *NodeConnections) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConnections.ProtoReflect.Descriptor instead.
 func (*NodeConnections) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{40}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeConnections) GetMember() string {
@@ -2895,7 +3080,7 @@ type ChannelQuery struct {
 
 func (x *ChannelQuery) Reset() {
 	*x = ChannelQuery{}
-	mi := &file_proto_cluster_proto_msgTypes[41]
+	mi := &file_proto_cluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3092,7 @@ func (x *ChannelQuery) String() string {
 func (*ChannelQuery) ProtoMessage() {}
 
 func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[41]
+	mi := &file_proto_cluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3105,7 @@ func (x *ChannelQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQuery.ProtoReflect.Descriptor instead.
 func (*ChannelQuery) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{41}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ChannelQuery) GetKind() int32 {
@@ -2964,7 +3149,7 @@ type ChannelQueryAnswer struct {
 
 func (x *ChannelQueryAnswer) Reset() {
 	*x = ChannelQueryAnswer{}
-	mi := &file_proto_cluster_proto_msgTypes[42]
+	mi := &file_proto_cluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3161,7 @@ func (x *ChannelQueryAnswer) String() string {
 func (*ChannelQueryAnswer) ProtoMessage() {}
 
 func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_cluster_proto_msgTypes[42]
+	mi := &file_proto_cluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3174,7 @@ func (x *ChannelQueryAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelQueryAnswer.ProtoReflect.Descriptor instead.
 func (*ChannelQueryAnswer) Descriptor() ([]byte, []int) {
-	return file_proto_cluster_proto_rawDescGZIP(), []int{42}
+	return file_proto_cluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ChannelQueryAnswer) GetSubscribers() int32 {
@@ -3177,11 +3362,14 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x16window_start_unix_nano\x18\x02 \x01(\x03R\x13windowStartUnixNano\x12!\n" +
 	"\fwindow_count\x18\x03 \x01(\x05R\vwindowCount\x125\n" +
 	"\aclients\x18\x04 \x03(\v2\x1b.relay.cluster.ClientWindowR\aclients\x127\n" +
-	"\banswered\x18\x05 \x03(\v2\x1b.relay.cluster.AnsweredTakeR\banswered\"i\n" +
+	"\banswered\x18\x05 \x03(\v2\x1b.relay.cluster.AnsweredTakeR\banswered\"\xdf\x01\n" +
 	"\fClientWindow\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12&\n" +
 	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x05R\x05count\"\x81\x01\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x12*\n" +
+	"\x06holder\x18\x04 \x01(\v2\x12.relay.cluster.RefR\x06holder\x12\x17\n" +
+	"\ahold_id\x18\x05 \x01(\tR\x06holdId\x12/\n" +
+	"\x14hold_until_unix_nano\x18\x06 \x01(\x03R\x11holdUntilUnixNano\"\x81\x01\n" +
 	"\fAnsweredTake\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
@@ -3212,7 +3400,7 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
 	"atUnixNano\x127\n" +
-	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answer\"\x82\x02\n" +
+	"\x06answer\x18\x03 \x01(\v2\x1f.relay.cluster.ChannelPublishedR\x06answer\"\xac\x02\n" +
 	"\vProjectTake\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\breply_to\x18\x02 \x01(\v2\x12.relay.cluster.RefR\areplyTo\x12#\n" +
@@ -3222,7 +3410,10 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\vclient_only\x18\x06 \x01(\bR\n" +
 	"clientOnly\x12\x14\n" +
 	"\x05lease\x18\a \x01(\x05R\x05lease\x12\x18\n" +
-	"\arefresh\x18\b \x01(\bR\arefresh\"\x87\x02\n" +
+	"\arefresh\x18\b \x01(\bR\arefresh\x12\x12\n" +
+	"\x04hold\x18\t \x01(\bR\x04hold\x12\x14\n" +
+	"\x05renew\x18\n" +
+	" \x01(\bR\x05renew\"\xe8\x02\n" +
 	"\fProjectTaken\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12#\n" +
@@ -3231,7 +3422,18 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\aproject\x18\x05 \x01(\v2\x15.relay.cluster.BudgetR\aproject\x12\x16\n" +
 	"\x06leased\x18\x06 \x01(\x05R\x06leased\x12\x16\n" +
 	"\x06leases\x18\a \x01(\bR\x06leases\x12$\n" +
-	"\x0ereset_in_nanos\x18\b \x01(\x03R\fresetInNanos\"\x1f\n" +
+	"\x0ereset_in_nanos\x18\b \x01(\x03R\fresetInNanos\x12\x1d\n" +
+	"\n" +
+	"hold_nanos\x18\t \x01(\x03R\tholdNanos\x12@\n" +
+	"\rclient_window\x18\n" +
+	" \x01(\v2\x1b.relay.cluster.ClientWindowR\fclientWindow\"D\n" +
+	"\fClientRecall\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
+	"\ahold_id\x18\x02 \x01(\tR\x06holdId\"\x87\x01\n" +
+	"\rClientRelease\x12(\n" +
+	"\x05relay\x18\x01 \x01(\v2\x12.relay.cluster.RefR\x05relay\x12\x17\n" +
+	"\ahold_id\x18\x02 \x01(\tR\x06holdId\x123\n" +
+	"\x06window\x18\x03 \x01(\v2\x1b.relay.cluster.ClientWindowR\x06window\"\x1f\n" +
 	"\rProjectRefund\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xbc\x01\n" +
 	"\x0fNodeConnections\x12\x16\n" +
@@ -3265,7 +3467,7 @@ func file_proto_cluster_proto_rawDescGZIP() []byte {
 	return file_proto_cluster_proto_rawDescData
 }
 
-var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_proto_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_proto_cluster_proto_goTypes = []any{
 	(*Broadcast)(nil),               // 0: relay.cluster.Broadcast
 	(*ProjectDeleted)(nil),          // 1: relay.cluster.ProjectDeleted
@@ -3306,11 +3508,13 @@ var file_proto_cluster_proto_goTypes = []any{
 	(*AnsweredPublish)(nil),         // 36: relay.cluster.AnsweredPublish
 	(*ProjectTake)(nil),             // 37: relay.cluster.ProjectTake
 	(*ProjectTaken)(nil),            // 38: relay.cluster.ProjectTaken
-	(*ProjectRefund)(nil),           // 39: relay.cluster.ProjectRefund
-	(*NodeConnections)(nil),         // 40: relay.cluster.NodeConnections
-	(*ChannelQuery)(nil),            // 41: relay.cluster.ChannelQuery
-	(*ChannelQueryAnswer)(nil),      // 42: relay.cluster.ChannelQueryAnswer
-	nil,                             // 43: relay.cluster.NodeConnections.CountsEntry
+	(*ClientRecall)(nil),            // 39: relay.cluster.ClientRecall
+	(*ClientRelease)(nil),           // 40: relay.cluster.ClientRelease
+	(*ProjectRefund)(nil),           // 41: relay.cluster.ProjectRefund
+	(*NodeConnections)(nil),         // 42: relay.cluster.NodeConnections
+	(*ChannelQuery)(nil),            // 43: relay.cluster.ChannelQuery
+	(*ChannelQueryAnswer)(nil),      // 44: relay.cluster.ChannelQueryAnswer
+	nil,                             // 45: relay.cluster.NodeConnections.CountsEntry
 }
 var file_proto_cluster_proto_depIdxs = []int32{
 	1,  // 0: relay.cluster.Broadcast.project_deleted:type_name -> relay.cluster.ProjectDeleted
@@ -3338,22 +3542,26 @@ var file_proto_cluster_proto_depIdxs = []int32{
 	29, // 22: relay.cluster.GrainHandoff.projects:type_name -> relay.cluster.ProjectState
 	30, // 23: relay.cluster.ProjectState.clients:type_name -> relay.cluster.ClientWindow
 	31, // 24: relay.cluster.ProjectState.answered:type_name -> relay.cluster.AnsweredTake
-	38, // 25: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
-	34, // 26: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
-	35, // 27: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
-	36, // 28: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
-	14, // 29: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
-	15, // 30: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
-	24, // 31: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
-	14, // 32: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
-	23, // 33: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
-	43, // 34: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
-	14, // 35: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	14, // 25: relay.cluster.ClientWindow.holder:type_name -> relay.cluster.Ref
+	38, // 26: relay.cluster.AnsweredTake.answer:type_name -> relay.cluster.ProjectTaken
+	34, // 27: relay.cluster.GrainState.replay:type_name -> relay.cluster.ReplayEntry
+	35, // 28: relay.cluster.GrainState.relays:type_name -> relay.cluster.RelaySubs
+	36, // 29: relay.cluster.GrainState.answered:type_name -> relay.cluster.AnsweredPublish
+	14, // 30: relay.cluster.RelaySubs.relay:type_name -> relay.cluster.Ref
+	15, // 31: relay.cluster.RelaySubs.subs:type_name -> relay.cluster.Subscriber
+	24, // 32: relay.cluster.AnsweredPublish.answer:type_name -> relay.cluster.ChannelPublished
+	14, // 33: relay.cluster.ProjectTake.reply_to:type_name -> relay.cluster.Ref
+	23, // 34: relay.cluster.ProjectTaken.project:type_name -> relay.cluster.Budget
+	30, // 35: relay.cluster.ProjectTaken.client_window:type_name -> relay.cluster.ClientWindow
+	14, // 36: relay.cluster.ClientRelease.relay:type_name -> relay.cluster.Ref
+	30, // 37: relay.cluster.ClientRelease.window:type_name -> relay.cluster.ClientWindow
+	45, // 38: relay.cluster.NodeConnections.counts:type_name -> relay.cluster.NodeConnections.CountsEntry
+	14, // 39: relay.cluster.ChannelQuery.reply_to:type_name -> relay.cluster.Ref
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_proto_cluster_proto_init() }
@@ -3378,7 +3586,7 @@ func file_proto_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_cluster_proto_rawDesc), len(file_proto_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

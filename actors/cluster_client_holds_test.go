@@ -1,0 +1,218 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/relayhq/relay/proto/clusterpb"
+)
+
+// A clientId's window held by the node its socket is on
+// (cluster_client_holds.go): counted there without an ask per emit, and
+// exact when another node's emit of that clientId needs it back.
+
+const holdsSecret = "0123456789abcdef0123456789abcdef"
+
+// clientEmitter is one socket subscribed with presence as clientId, and
+// its client emits.
+type clientEmitter struct {
+	t    *testing.T
+	k    *sink
+	sess *Session
+	tok  string
+	ch   string
+	sent int
+}
+
+func newClientEmitter(t *testing.T, sys *System, project, channel, clientID string, id uint64, now time.Time) *clientEmitter {
+	t.Helper()
+	e := &clientEmitter{t: t, k: &sink{id: id}, ch: channel, tok: mintForTest(t, holdsSecret, project, channel, clientID, now)}
+	e.sess = openConn(sys, project, e.k)
+	e.sess.HandleMessage(fmt.Appendf(nil, `{"action":"subscribe","channel":%q,"presence":true,"clientId":%q}`, channel, clientID))
+	waitFor(t, "subscribe ack", func() bool { return len(e.k.messages(t)) >= 2 }) // the ack and the sync
+	return e
+}
+
+// emit sends one client emit and returns its answer: "ack" or the error code.
+func (e *clientEmitter) emit() string {
+	e.t.Helper()
+	before := len(e.answers())
+	e.sess.HandleMessage(fmt.Appendf(nil, `{"action":"emit","channel":%q,"type":"msg","payload":%d,"token":%q}`, e.ch, e.sent, e.tok))
+	e.sent++
+	waitFor(e.t, "the emit's answer", func() bool { return len(e.answers()) > before })
+	return e.answers()[before]
+}
+
+func (e *clientEmitter) answers() []string {
+	var out []string
+	for _, m := range e.k.messages(e.t) {
+		switch {
+		case m["action"] == "emit" && m["ok"] == true:
+			out = append(out, "ack")
+		case m["error"] != nil:
+			out = append(out, fmt.Sprint(m["error"]))
+		}
+	}
+	return out
+}
+
+func holdsConfig(now func() time.Time) Config {
+	return Config{ClientEmitRatePerSecond: 3, Now: now,
+		LoadSettings: func(context.Context, string) (Settings, error) { return Settings{ClientEmitSecret: holdsSecret}, nil }}
+}
+
+// One node: the first emit asks the grain and gets the window; the rest of
+// that second's emits are counted here (the 4th refused, at the limit of
+// 3), with no ask. A second later the hold is renewed beside an emit, and
+// once the clientId stops emitting it goes back, so the next emit asks.
+func TestInProcessClientWindowHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newInProcessNode(t, holdsConfig(time.Now))
+		project, channel := n.ownedProjectChannel(t)
+		advance(time.Second - time.Duration(time.Now().UnixNano())%time.Second) // the start of a second
+		e := newClientEmitter(t, n.c.sys, project, channel, "ann", 1, time.Now())
+		for i, want := range []string{"ack", "ack", "ack", "client_emit_rate_limited"} {
+			if got := e.emit(); got != want {
+				t.Fatalf("emit %d in the first second: %s, want %s", i, got, want)
+			}
+		}
+		if asks := n.clientAsks.Load(); asks != 1 {
+			t.Fatalf("%d asks of the project grain for 4 emits, want 1", asks)
+		}
+		advance(time.Second)
+		for i := range 3 {
+			if got := e.emit(); got != "ack" {
+				t.Fatalf("emit %d in the next second: %s", i, got)
+			}
+		}
+		if asks := n.clientAsks.Load(); asks != 2 {
+			t.Fatalf("%d asks after the next second's emits, want 2: the grant and one renewal", asks)
+		}
+		advance(holdFor + time.Second) // unused: given back
+		if e.emit(); n.clientAsks.Load() != 3 {
+			t.Fatalf("%d asks after an idle hold, want 3: the emit after it asks again", n.clientAsks.Load())
+		}
+		e.sess.HandleClose(CloseStatus{}) // its presence leaves while the channel runs (no dead letter in the bubble)
+		synctest.Wait()
+	})
+}
+
+// Two members: A's socket holds clientId ann's window and fills it (3 of 3,
+// two counted on A alone); B's emit of ann recalls the window and is
+// refused, then B's and A's next emits ask per emit for a while (contested).
+// Without the recall the grain would count 1 and accept B's emit.
+func TestTwoMembersRecallAHeldClientWindow(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
+	clock.Store(t0.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	a, b := twoMembers(t, holdsConfig(now))
+	project, channel := b.ownedProjectChannel(t) // the project grain on B
+	onA := newClientEmitter(t, a.c.sys, project, channel, "ann", 1, t0)
+	onB := newClientEmitter(t, b.c.sys, project, channel, "ann", 2, t0)
+	for i := range 3 {
+		if got := onA.emit(); got != "ack" {
+			t.Fatalf("A's emit %d: %s", i, got)
+		}
+	}
+	if got := onB.emit(); got != "client_emit_rate_limited" {
+		t.Fatalf("B's emit after A's 3 in one window: %s, want client_emit_rate_limited", got)
+	}
+	if got := onA.emit(); got != "client_emit_rate_limited" {
+		t.Fatalf("A's 4th emit in the window: %s", got)
+	}
+
+	// The next second: 3 again for the cluster, through both members.
+	clock.Add(int64(time.Second))
+	var got []string
+	for _, e := range []*clientEmitter{onB, onA, onB, onA} {
+		got = append(got, e.emit())
+	}
+	if fmt.Sprint(got) != "[ack ack ack client_emit_rate_limited]" {
+		t.Fatalf("the next second through B, A, B, A: %v, want three acks, then refused", got)
+	}
+}
+
+// A holder that does not answer the recall (its node died): the waiting
+// emit is answered once the hold has ended on the grain's clock, with the
+// window the hold ended in counted as full (the holder may have filled
+// it); the window after it is the clientId's again.
+func TestTwoMembersHolderGone(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
+	clock.Store(t0.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	a, b := twoMembers(t, holdsConfig(now))
+	project, channel := b.ownedProjectChannel(t)
+	onA := newClientEmitter(t, a.c.sys, project, channel, "ann", 1, t0)
+	onB := newClientEmitter(t, b.c.sys, project, channel, "ann", 2, t0)
+	if got := onA.emit(); got != "ack" {
+		t.Fatalf("A's emit: %s", got)
+	}
+	a.crash(b)
+	onB.sess.HandleMessage(fmt.Appendf(nil, `{"action":"emit","channel":%q,"type":"msg","payload":1,"token":%q}`, channel, onB.tok))
+	<-time.After(3 * publishRetryAfter) // asked again and again: it waits for the recall
+	if ans := onB.answers(); len(ans) != 0 {
+		t.Fatalf("B's emit answered %v while A's hold lasts", ans)
+	}
+	clock.Add(int64(holdFor)) // the hold ends, in the window of t0+2s
+	waitFor(t, "B's emit answered", func() bool { return len(onB.answers()) == 1 })
+	if ans := onB.answers()[0]; ans != "client_emit_rate_limited" {
+		t.Fatalf("B's emit in the window A's hold ended in: %s, want client_emit_rate_limited", ans)
+	}
+	clock.Add(int64(time.Second))
+	if got := onB.emit(); got != "ack" {
+		t.Fatalf("B's emit in the window after: %s", got)
+	}
+}
+
+// A hold moves with the project grain's state: the next owner recalls it
+// from its holder before it answers another node's ask.
+func TestProjectGrainHandsAHoldOver(t *testing.T) {
+	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
+	c := projectNode(t, func() time.Time { return at })
+	id := ownedProject(t, c)
+	old := startProjectGrain(c, id)
+	holder := newBudgetAsker(t, c, old)
+	granted := holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	if granted.HoldNanos != int64(holdFor) || granted.GetClientWindow().GetCount() != 1 || granted.GetClientWindow().GetHoldId() != "a#1" {
+		t.Fatalf("a hold ask answered %v, want the window (1 counted) held for %v", granted, holdFor)
+	}
+	reply := make(chan *clusterpb.ProjectState, 1)
+	c.sys.root.Send(old, &freezeProject{reply: reply})
+	st := <-reply
+	next := startProjectGrain(c, id)
+	c.sys.root.Send(next, st)
+
+	other := newBudgetAsker(t, c, next)
+	other.send(&clusterpb.ProjectTake{Id: "b#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	var r *clusterpb.ClientRecall
+	select {
+	case r = <-holder.recalls:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the next owner did not recall the hold it was handed")
+	}
+	if r.ClientId != "u1" || r.HoldId != "a#1" {
+		t.Fatalf("recall %v", r)
+	}
+	select {
+	case ans := <-other.got:
+		t.Fatalf("the other node's ask answered %v before the window came back", ans)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// The holder counted 2 more: the other node's ask finds 3 of 3.
+	sendFrom(c, next, holder.pid, &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
+		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}})
+	select {
+	case ans := <-other.got:
+		if !ans.ClientDenied || ans.HoldNanos != 0 {
+			t.Fatalf("the other node's ask after the release: %v, want refused, and no hold", ans)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the other node's ask not answered after the release")
+	}
+}
