@@ -39,6 +39,22 @@ import (
 // cluster_client_holds.go), and the connection cap adds the other nodes'
 // counts, shared each second (cluster_conns.go).
 
+// wireVersion is the version of the messages between nodes this node speaks,
+// written in its registration (membership.Node.Wire), so that a message
+// type added in a version goes only to members that know it (a node drops
+// a batch with a type it cannot name): 1 adds the holds of clientId windows
+// (ClientRecall, ClientRelease; cluster_client_holds.go).
+const wireVersion = 1
+
+// speaks: the member at addr knows the messages of wire version v (this
+// node does; so does every member of a test cluster without etcd).
+func (c *Cluster) speaks(addr string, v int) bool {
+	if c.provider == nil || addr == c.sys.as.Address() {
+		return true
+	}
+	return c.provider.Wire(addr) >= v
+}
+
 // NodeActorName is the fixed name of the per-node actor every member runs:
 // it applies the control-plane changes other members send it.
 const NodeActorName = "relay-node"
@@ -252,7 +268,7 @@ func (s *System) JoinCluster(cfg ClusterConfig) (*Cluster, error) {
 	if err := c.awaitPreviousLife(cfg.Addr); err != nil {
 		return fail(fmt.Errorf("join cluster %q at %s: %w", cfg.Name, cfg.Addr, err))
 	}
-	c.provider = membership.New(membership.Config{Client: c.etcd, Prefix: c.memberPrefix(), Lost: c.lose, Logger: c.log})
+	c.provider = membership.New(membership.Config{Client: c.etcd, Prefix: c.memberPrefix(), Lost: c.lose, Wire: wireVersion, Logger: c.log})
 	channelKind := cluster.NewKind(ChannelKind, actor.PropsFromProducer(func() actor.Actor { return newChannelGrain(c) },
 		actor.WithSupervisor(resumeOnPanic)))
 	projectKind := cluster.NewKind(ProjectKind, actor.PropsFromProducer(func() actor.Actor { return newProjectGrain(c) },

@@ -31,16 +31,28 @@ import (
 //     until it ends on the grain's clock; the grain then counts the window
 //     the hold ended in as full, since the holder may have filled it. So a
 //     clientId whose holder died is refused for up to holdFor + 1 s.
-//   - A node that finds a new project grain (the project moved, or its
-//     grain restarted) gives its holds back to it first. A grain that
+//   - Holds move with the grain's state. A node that finds a new project
+//     grain (the project moved, or its grain restarted) gives its holds
+//     back to it, and sends again the releases of the last holdFor: one
+//     that reached the old grain after it handed its state over is not
+//     counted there (a frozen grain ignores releases). A recall of a hold
+//     the node gave back is answered with that release again. A grain that
 //     started without its predecessor's state (that node crashed) knows of
 //     no hold: until the holders notice, for a lookup's time, another node
 //     can be granted the same window, so a clientId emitting through two
 //     nodes then may get up to twice its rate for a moment.
+//   - The two new messages go only to members whose registration says they
+//     know them (wireVersion): in a rolling upgrade, a node of this version
+//     holds no window of a grain on an older node, which counts per ask.
 
 const (
 	holdFor    = 2 * time.Second
 	contestFor = time.Second
+	holdsWire  = 1 // the wire version that has ClientRecall and ClientRelease
+	// endedKept: how long a node remembers a hold it gave back, for a
+	// recall or a grant answer that comes late (a grain holds a hold it
+	// was handed for holdFor at most).
+	endedKept = 5 * holdFor
 )
 
 // clientHold is the grain's record of one clientId's hold; holder nil: not
@@ -57,19 +69,19 @@ type clientHold struct {
 
 // waitForHold: another node holds m's clientId window, and m waits until
 // it comes back (recalled now if it was not yet). A hold that ended on the
-// grain's clock ends here first, its window counted as full.
+// grain's clock ends here first (lapse).
 func (g *projectGrain) waitForHold(ctx actor.Context, m *clusterpb.ProjectTake, now time.Time) bool {
 	h := g.holds[m.ClientId]
 	switch {
 	case h == nil || h.holder == nil:
 		return false
-	case !now.Before(h.until): // never given back: the holder may have filled the window the hold ended in
-		g.clientWindow(m.ClientId).merge(h.until.Truncate(time.Second), h.limit)
+	case !now.Before(h.until):
 		h.waiting = slices.DeleteFunc(h.waiting, func(w *clusterpb.ProjectTake) bool { return w.Id == m.Id })
-		g.endHold(ctx, m.ClientId, h, now)
+		g.lapse(m.ClientId, h, now)
+		g.answerWaiting(ctx, h)
 		return false
 	case sameRef(h.holder, m.ReplyTo):
-		return false // the holder itself: a renewal, or an ask after its release
+		return false // the holder itself: a renewal, or an ask sent before its grant reached it
 	}
 	if !h.recalled {
 		h.recalled = true
@@ -85,6 +97,13 @@ func (g *projectGrain) waitForHold(ctx actor.Context, m *clusterpb.ProjectTake, 
 	return true
 }
 
+// lapse ends a hold that its holder never gave back: the holder may have
+// filled the window the hold ended in, so that window counts as full.
+func (g *projectGrain) lapse(clientID string, h *clientHold, now time.Time) {
+	g.clientWindow(clientID).merge(h.until.Truncate(time.Second), h.limit)
+	g.endHold(clientID, h, now)
+}
+
 // clientTake applies rule 6 to a client ask (or renews a hold) and fills ans.
 func (g *projectGrain) clientTake(m *clusterpb.ProjectTake, now time.Time, ans *clusterpb.ProjectTaken) {
 	h := g.holds[m.ClientId]
@@ -97,13 +116,13 @@ func (g *projectGrain) clientTake(m *clusterpb.ProjectTake, now time.Time, ans *
 	}
 	ans.ClientDenied = !g.clients.take(m.ClientId, now, int(m.ClientLimit))
 	switch {
+	case h != nil && h.holder != nil && h.recalled:
+		return // the holder's ask, sent before its grant reached it: counted; the hold is going back
 	case h != nil && h.holder != nil:
-		// The holder's own ask, sent before its grant reached it (a node
-		// asks only when it holds nothing): counted here, and the answer
-		// tells the holder the window's count.
-		if !h.recalled {
-			h.until = now.Add(holdFor)
-		}
+		// The holder's ask, sent before its grant reached it (a node asks
+		// only when it holds nothing): counted here, and the answer tells
+		// the holder the window's count.
+		h.until = now.Add(holdFor)
 	case ans.ClientDenied || !m.Hold || (h != nil && now.Before(h.contested)):
 		return
 	default:
@@ -125,15 +144,20 @@ func (g *projectGrain) released(ctx actor.Context, m *clusterpb.ClientRelease) {
 	if cw.Count > 0 {
 		g.clientWindow(cw.ClientId).merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))
 	}
-	g.endHold(ctx, cw.ClientId, h, g.cfg.Now())
+	g.endHold(cw.ClientId, h, g.cfg.Now())
+	g.answerWaiting(ctx, h)
 }
 
-// endHold ends a hold and answers the asks that waited for it, in order.
-func (g *projectGrain) endHold(ctx actor.Context, clientID string, h *clientHold, now time.Time) {
+// endHold ends a hold; one that was recalled leaves the clientId contested.
+func (g *projectGrain) endHold(clientID string, h *clientHold, now time.Time) {
 	delete(g.holds, clientID)
 	if h.recalled {
 		g.holds[clientID] = &clientHold{contested: now.Add(contestFor)}
 	}
+}
+
+// answerWaiting answers the asks that waited for an ended hold, in order.
+func (g *projectGrain) answerWaiting(ctx actor.Context, h *clientHold) {
 	for _, m := range h.waiting {
 		g.take(ctx, m)
 	}
@@ -148,17 +172,18 @@ func (g *projectGrain) clientWindow(clientID string) *fixedWindow {
 	return w
 }
 
-// holdsIdle: no clientId is held or contested.
-func (g *projectGrain) holdsIdle(now time.Time) bool {
+// lapseHolds ends the holds past their end that no ask waits for (their
+// holder gone, or its release lost), and forgets contests that are over;
+// a waiting ask ends its hold itself when it is asked again.
+func (g *projectGrain) lapseHolds(now time.Time) {
 	for id, h := range g.holds {
-		if h.holder != nil {
-			return false
-		}
-		if !now.Before(h.contested) {
+		switch {
+		case h.holder == nil && !now.Before(h.contested):
 			delete(g.holds, id)
+		case h.holder != nil && !now.Before(h.until) && len(h.waiting) == 0:
+			g.lapse(id, h, now)
 		}
 	}
-	return len(g.holds) == 0
 }
 
 func sameRef(a, b *clusterpb.Ref) bool {
@@ -176,6 +201,13 @@ type nodeHold struct {
 	ownStart time.Time
 	own      int
 	renewing string // the renewal in flight ("": none)
+}
+
+// endedHold is a hold this node gave back (or one recalled before its grant
+// came), and its release: a recall of it, or a new grain, gets the release again.
+type endedHold struct {
+	at      time.Time
+	release *clusterpb.ClientRelease
 }
 
 // heldWindow: this node holds clientID's window and may count the emit
@@ -205,6 +237,12 @@ func (a *projectActor) heldWindow(ctx actor.Context, clientID string, sink Sink,
 	return true
 }
 
+// asksHold: the client ask may take a hold (the grain's member knows how
+// to give it back).
+func (b *projectBudgets) asksHold() bool {
+	return b.grain.pid != nil && b.grain.c.speaks(b.grain.pid.Address, holdsWire)
+}
+
 // asking: a client emit of clientID waits for the grain.
 func (b *projectBudgets) asking(clientID string) bool {
 	return slices.ContainsFunc(b.clients, func(ask *clientAsk) bool { return ask.clientID == clientID && ask.waiting() })
@@ -229,7 +267,7 @@ func (a *projectActor) holdAnswered(ask *clientAsk, m *clusterpb.ProjectTaken) {
 	if m.HoldNanos <= 0 || cw.GetClientId() != ask.clientID {
 		return
 	}
-	if _, ok := b.recalled[cw.HoldId]; ok { // recalled before it came: given back empty already
+	if _, ok := b.ended[cw.HoldId]; ok { // given back (or recalled) already
 		return
 	}
 	h := b.holds[ask.clientID]
@@ -269,28 +307,30 @@ func (a *projectActor) renewed(ctx actor.Context, clientID string, m *clusterpb.
 // strayGrant gives back a hold granted to an ask nobody waits for any more.
 func (a *projectActor) strayGrant(ctx actor.Context, m *clusterpb.ProjectTaken) {
 	b, cw := a.budgets, m.GetClientWindow()
-	if m.HoldNanos <= 0 || cw == nil || b.grain.pid == nil {
+	if m.HoldNanos <= 0 || cw == nil {
 		return
 	}
 	if h := b.holds[cw.ClientId]; h != nil && h.id == cw.HoldId {
 		return // this node holds by it
 	}
-	b.grain.c.send(ctx, b.grain.pid, &clusterpb.ClientRelease{Relay: b.self, HoldId: cw.HoldId,
-		Window: &clusterpb.ClientWindow{ClientId: cw.ClientId}})
-}
-
-// recall gives a hold back to the grain that asks for it (or, for a grant
-// not come yet, says so and remembers not to take it).
-func (a *projectActor) recall(ctx actor.Context, m *clusterpb.ClientRecall) {
-	b := a.budgets
-	if h := b.holds[m.ClientId]; h != nil && h.id == m.HoldId {
-		a.releaseHold(ctx, m.ClientId, ctx.Sender())
+	if _, ok := b.ended[cw.HoldId]; ok {
 		return
 	}
-	b.recalled[m.HoldId] = a.cfg.Now()
-	if ctx.Sender() != nil {
-		b.grain.c.send(ctx, ctx.Sender(), &clusterpb.ClientRelease{Relay: b.self, HoldId: m.HoldId,
-			Window: &clusterpb.ClientWindow{ClientId: m.ClientId}})
+	a.ended(ctx, cw.HoldId, cw.ClientId, &clusterpb.ClientWindow{ClientId: cw.ClientId}, b.grain.pid)
+}
+
+// recall gives a hold back to the grain that asks for it; a hold given back
+// already is given back again (the release may have reached a grain that
+// had handed its state on), and one whose grant has not come yet, empty.
+func (a *projectActor) recall(ctx actor.Context, m *clusterpb.ClientRecall) {
+	b := a.budgets
+	switch h, e := b.holds[m.ClientId], b.ended[m.HoldId]; {
+	case h != nil && h.id == m.HoldId:
+		a.releaseHold(ctx, m.ClientId, ctx.Sender())
+	case e != nil:
+		a.sendRelease(ctx, e.release, ctx.Sender())
+	default:
+		a.ended(ctx, m.HoldId, m.ClientId, &clusterpb.ClientWindow{ClientId: m.ClientId}, ctx.Sender())
 	}
 }
 
@@ -308,14 +348,39 @@ func (a *projectActor) releaseHold(ctx actor.Context, clientID string, to *actor
 	if h.own > 0 {
 		cw.StartUnixNano, cw.Count = h.ownStart.UnixNano(), int32(h.own)
 	}
-	if to != nil {
-		b.grain.c.send(ctx, to, &clusterpb.ClientRelease{Relay: b.self, HoldId: h.id, Window: cw})
+	a.ended(ctx, h.id, clientID, cw, to)
+}
+
+// ended records a hold as given back with window, and sends the release.
+func (a *projectActor) ended(ctx actor.Context, holdID, clientID string, cw *clusterpb.ClientWindow, to *actor.PID) {
+	b := a.budgets
+	rel := &clusterpb.ClientRelease{Relay: b.self, HoldId: holdID, Window: cw}
+	b.ended[holdID] = &endedHold{at: a.cfg.Now(), release: rel}
+	a.sendRelease(ctx, rel, to)
+}
+
+// sendRelease sends a release to a grain whose member knows the message.
+func (a *projectActor) sendRelease(ctx actor.Context, rel *clusterpb.ClientRelease, to *actor.PID) {
+	if c := a.budgets.grain.c; to != nil && c.speaks(to.Address, holdsWire) {
+		c.send(ctx, to, rel)
 	}
+}
+
+// newGrain gives the holds back to a grain just found, and sends it again
+// the releases of the last holdFor.
+func (a *projectActor) newGrain(ctx actor.Context) {
+	b, now := a.budgets, a.cfg.Now()
+	for _, e := range b.ended {
+		if now.Sub(e.at) < holdFor {
+			a.sendRelease(ctx, e.release, b.grain.pid)
+		}
+	}
+	a.releaseIdleHolds(ctx, now, true)
 }
 
 // releaseIdleHolds gives back the holds not renewed for a while (their
 // clientIds stopped emitting here), and all of them when all is set (a new
-// grain, or the actor stopping).
+// grain, or the actor stopping), and forgets what is old.
 func (a *projectActor) releaseIdleHolds(ctx actor.Context, now time.Time, all bool) {
 	b := a.budgets
 	for id, h := range b.holds {
@@ -323,9 +388,9 @@ func (a *projectActor) releaseIdleHolds(ctx actor.Context, now time.Time, all bo
 			a.releaseHold(ctx, id, b.grain.pid)
 		}
 	}
-	for id, at := range b.recalled {
-		if now.Sub(at) > time.Minute {
-			delete(b.recalled, id)
+	for id, e := range b.ended {
+		if now.Sub(e.at) > endedKept {
+			delete(b.ended, id)
 		}
 	}
 	for id, clientID := range b.renewals {

@@ -3,10 +3,13 @@ package actors
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/relayhq/relay/proto/clusterpb"
 )
@@ -214,5 +217,195 @@ func TestProjectGrainHandsAHoldOver(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("the other node's ask not answered after the release")
+	}
+}
+
+// A node's second ask, sent before the grant of its first came back,
+// reaches the grain after another node's ask made it recall the hold: the
+// answer to it carries no hold, so the node, having given the hold back,
+// counts no emit itself (the grain alone knows the count).
+func TestPipelinedAskAfterARecall(t *testing.T) {
+	at := time.Date(2026, 11, 28, 12, 0, 10, 100*int(time.Millisecond), time.UTC)
+	sys := newTestSystem(t, holdsConfig(func() time.Time { return at }))
+	sys.as.ProcessRegistry.Address = "127.0.0.1:1"
+	n := &inProcessNode{c: newTestCluster(t, sys, nil)}
+	c := n.c
+	c.topology(projectTopology(c))
+	c.moves.joinedAt.Store(time.Now().Add(-time.Hour).UnixNano())
+	var other *budgetAsker
+	var mu sync.Mutex
+	var held []*clusterpb.ProjectTake
+	c.place = &placement{c: c, local: func(kind, identity string) *actor.PID {
+		return n.grains.get(kind, identity, func() *actor.PID {
+			if kind == ChannelKind {
+				return startGrain(n.c, identity)
+			}
+			real := startProjectGrain(n.c, identity)
+			other = newBudgetAsker(t, c, real)
+			// The node's first two client asks are held, then sent with
+			// the other node's ask between them.
+			return n.c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+				switch m := ctx.Message().(type) {
+				case *clusterpb.ProjectTake:
+					mu.Lock()
+					defer mu.Unlock()
+					if m.ClientId == "" || len(held) >= 2 {
+						ctx.RequestWithCustomSender(real, m, ctx.Sender())
+						return
+					}
+					if held = append(held, m); len(held) == 2 {
+						ctx.RequestWithCustomSender(real, held[0], ctx.Sender())
+						other.send(&clusterpb.ProjectTake{Id: "b#1", ClientId: "ann", ClientLimit: 3, Hold: true})
+						ctx.RequestWithCustomSender(real, held[1], ctx.Sender())
+					}
+				case *clusterpb.ClientRelease:
+					ctx.RequestWithCustomSender(real, m, ctx.Sender())
+				}
+			}))
+		})
+	}}
+	sys.cluster.Store(c)
+	project, channel := n.ownedProjectChannel(t)
+	e := newClientEmitter(t, sys, project, channel, "ann", 1, at)
+	for i := range 2 {
+		e.sess.HandleMessage(fmt.Appendf(nil, `{"action":"emit","channel":%q,"type":"msg","payload":%d,"token":%q}`, e.ch, i, e.tok))
+		e.sent++
+	}
+	waitFor(t, "the node's two answers", func() bool { return len(e.answers()) == 2 })
+	var b *clusterpb.ProjectTaken
+	select {
+	case b = <-other.got:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the other node's ask not answered")
+	}
+	third := e.emit()
+	accepted := 0
+	for _, ans := range append(e.answers(), map[bool]string{false: "ack", true: "refused"}[b.ClientDenied]) {
+		if ans == "ack" {
+			accepted++
+		}
+	}
+	if accepted != 3 || third != "client_emit_rate_limited" {
+		t.Fatalf("the node's %v and the other's (denied %v): %d accepted in one window of 3", e.answers(), b.ClientDenied, accepted)
+	}
+}
+
+// A release that reaches the grain after it handed its state on is not
+// counted there: the holder sends it again to the next owner, or answers
+// that owner's recall with it, and the count is whole.
+func TestAReleaseToAFrozenGrainCountsAtTheNext(t *testing.T) {
+	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
+	c := projectNode(t, func() time.Time { return at })
+	id := ownedProject(t, c)
+	old := startProjectGrain(c, id)
+	holder := newBudgetAsker(t, c, old)
+	holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	reply := make(chan *clusterpb.ProjectState, 1)
+	c.sys.root.Send(old, &freezeProject{reply: reply})
+	st := <-reply
+	// The holder counted 2 itself, and gives the hold back to the grain it knows.
+	release := &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
+		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}}
+	sendFrom(c, old, holder.pid, release)
+	next := startProjectGrain(c, id)
+	c.sys.root.Send(next, st)
+	other := newBudgetAsker(t, c, next)
+	other.send(&clusterpb.ProjectTake{Id: "b#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	select {
+	case <-holder.recalls: // the next owner recalls what the frozen grain was told
+	case <-time.After(2 * time.Second):
+		t.Fatal("no recall from the next owner")
+	}
+	sendFrom(c, next, holder.pid, release) // as recall() answers a hold given back
+	select {
+	case ans := <-other.got:
+		if !ans.ClientDenied {
+			t.Fatalf("the 4th emit of a window of 3 accepted: %v", ans)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the other node's ask not answered")
+	}
+}
+
+// A hold that is never given back and that no ask waits for ends on the
+// grain's clock, the window it ended in counted as full (the same check
+// lets the grain go dormant): it is not handed on past its end.
+func TestAnAbandonedHoldEnds(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
+	clock.Store(t0.UnixNano())
+	c := projectNode(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	id := ownedProject(t, c)
+	grain := startProjectGrain(c, id)
+	holder := newBudgetAsker(t, c, grain)
+	holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	clock.Add(int64(holdFor))
+	reply := make(chan *clusterpb.ProjectState, 1)
+	c.sys.root.Send(grain, &freezeProject{reply: reply})
+	st := <-reply
+	for _, cw := range st.Clients {
+		if cw.Holder != nil {
+			t.Fatalf("a hold past its end handed on: %v", cw)
+		}
+	}
+	if len(st.Clients) != 1 || st.Clients[0].Count != 3 || st.Clients[0].StartUnixNano != t0.Add(holdFor).Truncate(time.Second).UnixNano() {
+		t.Fatalf("handed %v, want u1's window of the hold's end, full", st.Clients)
+	}
+}
+
+// A recall of a hold the node has given back already (its release went to
+// a grain that had handed its state on, whose successor recalls the hold)
+// is answered with that release again, count and all, not an empty one.
+func TestARecallOfAHoldGivenBackGetsItsRelease(t *testing.T) {
+	at := time.Date(2026, 11, 28, 12, 0, 10, 100*int(time.Millisecond), time.UTC)
+	sys := newTestSystem(t, holdsConfig(func() time.Time { return at }))
+	sys.as.ProcessRegistry.Address = "127.0.0.1:1"
+	n := &inProcessNode{c: newTestCluster(t, sys, nil)}
+	c := n.c
+	c.topology(projectTopology(c))
+	c.moves.joinedAt.Store(time.Now().Add(-time.Hour).UnixNano())
+	holdIDs := make(chan string, 4)
+	c.place = &placement{c: c, local: func(kind, identity string) *actor.PID {
+		return n.grains.get(kind, identity, func() *actor.PID {
+			if kind == ChannelKind {
+				return startGrain(n.c, identity)
+			}
+			real := startProjectGrain(n.c, identity)
+			return n.c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+				if m, ok := ctx.Message().(*clusterpb.ProjectTake); ok && m.ClientId != "" && m.Hold {
+					holdIDs <- m.Id
+				}
+				if _, ok := ctx.Message().(*actor.Started); !ok {
+					ctx.RequestWithCustomSender(real, ctx.Message(), ctx.Sender())
+				}
+			}))
+		})
+	}}
+	sys.cluster.Store(c)
+	project, channel := n.ownedProjectChannel(t)
+	e := newClientEmitter(t, sys, project, channel, "ann", 1, at)
+	for i := range 3 {
+		if got := e.emit(); got != "ack" {
+			t.Fatalf("emit %d: %s", i, got)
+		}
+	}
+	holdID := <-holdIDs
+	releases := make(chan *clusterpb.ClientRelease, 4)
+	recaller := sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if m, ok := ctx.Message().(*clusterpb.ClientRelease); ok {
+			releases <- m
+		}
+	}))
+	v, _ := sys.projects.Load(project)
+	for _, what := range []string{"the recall", "a second recall, of the hold given back"} {
+		sys.root.RequestWithCustomSender(v.(*projectRef).pid, &clusterpb.ClientRecall{ClientId: "ann", HoldId: holdID}, recaller)
+		select {
+		case r := <-releases:
+			if r.HoldId != holdID || r.GetWindow().GetCount() != 2 || r.GetWindow().GetStartUnixNano() != at.Truncate(time.Second).UnixNano() {
+				t.Fatalf("%s answered %v, want the 2 emits the node counted itself", what, r)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s not answered", what)
+		}
 	}
 }

@@ -53,9 +53,9 @@ type projectBudgets struct {
 	clients  []*clientAsk // client emits waiting for rule 6, in the order they came
 	byID     map[string]*clientAsk
 	retrying bool
-	holds    map[string]*nodeHold // clientId → this node's hold of its window
-	renewals map[string]string    // renewal ask id → clientId
-	recalled map[string]time.Time // hold ids recalled before their grant came
+	holds    map[string]*nodeHold  // clientId → this node's hold of its window
+	renewals map[string]string     // renewal ask id → clientId
+	ended    map[string]*endedHold // hold id → given back, for endedKept
 }
 
 // leaseShares: a share is this fraction of the backstop's limit (see leaseShare).
@@ -174,7 +174,7 @@ type budgetTick struct{}
 
 func newProjectBudgets(c *Cluster, projectID string) *projectBudgets {
 	return &projectBudgets{grain: grainLookup{c: c, kind: ProjectKind, identity: projectID}, byID: map[string]*clientAsk{},
-		holds: map[string]*nodeHold{}, renewals: map[string]string{}, recalled: map[string]time.Time{}}
+		holds: map[string]*nodeHold{}, renewals: map[string]string{}, ended: map[string]*endedHold{}}
 }
 
 // startBudgets is the project actor starting in a cluster.
@@ -196,7 +196,7 @@ func (a *projectActor) budgetMessage(ctx actor.Context, msg any) bool {
 		a.retryBudgets(ctx)
 	case *grainResolved:
 		if b.grain.resolved(ctx, m) { // a new grain: the holds back to it, everything unanswered again, in order
-			a.releaseIdleHolds(ctx, a.cfg.Now(), true)
+			a.newGrain(ctx)
 			if b.leasing != nil {
 				a.sendAsk(ctx, b.leasing)
 			}
@@ -284,7 +284,7 @@ func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientI
 	ask := &clientAsk{emit: m, channel: m.msg.Channel, sink: m.sink, clientID: clientID}
 	ask.came = a.cfg.Now()
 	ask.msg = &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
-		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond), Hold: true}
+		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond), Hold: b.asksHold()}
 	b.clients = append(b.clients, ask)
 	b.byID[ask.msg.Id] = ask
 	a.sendAsk(ctx, &ask.grainAsk)

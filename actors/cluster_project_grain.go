@@ -54,13 +54,17 @@ func (g *projectGrain) Receive(ctx actor.Context) { g.receive(ctx) }
 
 // frozen answers asks it answered before, and refuses new ones.
 func (g *projectGrain) frozen(ctx actor.Context) {
-	if m, ok := ctx.Message().(*clusterpb.ProjectTake); ok {
+	switch m := ctx.Message().(type) {
+	case *clusterpb.ProjectTake:
 		if g.c.refsItsSender(ctx, m) && !g.answerRepeat(ctx, m, g.cfg.Now()) {
 			g.refuseNotOwner(ctx, m)
 		}
-		return
+	case *clusterpb.ClientRelease:
+		// Its hold went with the state handed on: the holder sends the
+		// release again to the grain it finds next.
+	default:
+		g.owning(ctx)
 	}
-	g.owning(ctx)
 }
 
 func (g *projectGrain) owning(ctx actor.Context) {
@@ -159,13 +163,15 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 func (g *projectGrain) dormant() bool {
 	now := g.cfg.Now()
 	g.answers.forget(now)
-	return g.backstop.idle(now) && g.clients.idle(now) && g.holdsIdle(now) && g.answers.len() == 0
+	g.lapseHolds(now)
+	return g.backstop.idle(now) && g.clients.idle(now) && len(g.holds) == 0 && g.answers.len() == 0
 }
 
 // state is what a project grain hands to the project's next owner.
 func (g *projectGrain) state() *clusterpb.ProjectState {
 	now := g.cfg.Now()
 	g.answers.forget(now)
+	g.lapseHolds(now)
 	st := &clusterpb.ProjectState{ProjectId: g.id, WindowStartUnixNano: g.backstop.start.UnixNano(), WindowCount: int32(g.backstop.count)}
 	for id, w := range g.clients {
 		if !w.idle(now) {
@@ -175,7 +181,7 @@ func (g *projectGrain) state() *clusterpb.ProjectState {
 	for id, h := range g.holds { // the asks waiting for a recall are asked again of the next owner
 		if h.holder != nil {
 			st.Clients = append(st.Clients, &clusterpb.ClientWindow{ClientId: id, Holder: h.holder, HoldId: h.id,
-				HoldUntilUnixNano: h.until.UnixNano(), Count: int32(h.limit)})
+				HoldLeftNanos: int64(h.until.Sub(now)), Count: int32(h.limit)})
 		}
 	}
 	g.answers.each(func(id string, at time.Time, ans *clusterpb.ProjectTaken) {
@@ -191,7 +197,7 @@ func (g *projectGrain) adopt(st *clusterpb.ProjectState) {
 	g.backstop.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
 	for _, cw := range st.Clients {
 		if cw.Holder != nil { // a hold: count is the clientId's limit
-			g.holds[cw.ClientId] = &clientHold{holder: cw.Holder, id: cw.HoldId, until: time.Unix(0, cw.HoldUntilUnixNano), limit: int(cw.Count)}
+			g.holds[cw.ClientId] = &clientHold{holder: cw.Holder, id: cw.HoldId, until: g.cfg.Now().Add(time.Duration(cw.HoldLeftNanos)), limit: int(cw.Count)}
 			continue
 		}
 		g.clientWindow(cw.ClientId).merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
@@ -46,7 +47,11 @@ type Config struct {
 	TTL    time.Duration
 	// Lost is called once if this member's key is gone from etcd while it
 	// runs (its lease lapsed: the others have dropped it).
-	Lost   func(error)
+	Lost func(error)
+	// Wire is the version of the messages between nodes this member
+	// speaks, written in its registration (Node.Wire): a node sends a
+	// message type added later only to members that speak it.
+	Wire   int
 	Logger *slog.Logger
 
 	listed func() // test hook: runs between the list and the watch
@@ -65,6 +70,7 @@ type Provider struct {
 	lostOne sync.Once
 	publish func(cluster.Members) // protoactor's member list
 	done    chan struct{}         // the watch has ended; nil until it starts
+	wires   atomic.Pointer[map[string]int]
 }
 
 // Node is a member's registration, as protoactor's etcd provider writes it.
@@ -76,6 +82,9 @@ type Node struct {
 	Port    int      `json:"port"`
 	Kinds   []string `json:"kinds"`
 	Alive   bool     `json:"alive"`
+	// Wire: the member's version of the messages between nodes (Config.Wire);
+	// 0 for a member of a version before it was written.
+	Wire int `json:"wire,omitempty"`
 }
 
 // Addr is the HOST:PORT the member's actor remote listens on.
@@ -131,7 +140,7 @@ func (p *Provider) StartMember(c *cluster.Cluster) error {
 		return fmt.Errorf("actor system address %q: %w", c.ActorSystem.Address(), err)
 	}
 	id := c.Config.Name + "@" + c.ActorSystem.ID
-	self := Node{ID: id, Name: id, Host: host, Address: host, Port: port, Kinds: c.GetClusterKinds(), Alive: true}
+	self := Node{ID: id, Name: id, Host: host, Address: host, Port: port, Kinds: c.GetClusterKinds(), Alive: true, Wire: p.cfg.Wire}
 	return p.start(self, c.MemberList.UpdateClusterTopology)
 }
 
@@ -217,10 +226,22 @@ func (p *Provider) read(key, value []byte) (Node, bool) {
 
 func (p *Provider) publishMembers(members map[string]Node) {
 	out := make(cluster.Members, 0, len(members))
+	wires := make(map[string]int, len(members))
 	for _, n := range members {
 		out = append(out, n.member())
+		wires[n.Addr()] = n.Wire
 	}
+	p.wires.Store(&wires)
 	p.publish(out)
+}
+
+// Wire is the wire version of the member at addr (HOST:PORT) in the latest
+// member list; 0 when it is not listed or wrote none.
+func (p *Provider) Wire(addr string) int {
+	if w := p.wires.Load(); w != nil {
+		return (*w)[addr]
+	}
+	return 0
 }
 
 // watch applies every change after rev to members and publishes the result;

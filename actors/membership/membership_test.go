@@ -25,10 +25,11 @@ import (
 const prefix = "/relay/test//test/"
 
 type fixture struct {
-	t    *testing.T
-	etcd *tempetcd.Etcd
-	cli  *clientv3.Client
-	ctx  context.Context
+	t     *testing.T
+	etcd  *tempetcd.Etcd
+	cli   *clientv3.Client
+	ctx   context.Context
+	ports int // members started: each listens (as it says) on port 8000 + its number
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -84,8 +85,9 @@ func (f *fixture) start(id string, listed func()) *member {
 	f.t.Helper()
 	m := &member{logs: &syncBuffer{}, lost: make(chan error, 1)}
 	m.p = New(Config{Client: f.cli, Prefix: prefix, Logger: slog.New(slog.NewTextHandler(m.logs, nil)),
-		Lost: func(err error) { m.lost <- err }, listed: listed})
-	self := Node{ID: id, Name: id, Host: "127.0.0.1", Address: "127.0.0.1", Port: 8000, Kinds: []string{"channel"}, Alive: true}
+		Lost: func(err error) { m.lost <- err }, Wire: 7, listed: listed})
+	f.ports++
+	self := Node{ID: id, Name: id, Host: "127.0.0.1", Address: "127.0.0.1", Port: 8000 + f.ports, Kinds: []string{"channel"}, Alive: true, Wire: 7}
 	if err := m.p.start(self, func(ms cluster.Members) {
 		ids := make([]string, 0, len(ms))
 		for _, x := range ms {
@@ -211,6 +213,12 @@ func TestMembersSeeEachOther(t *testing.T) {
 	b := f.start("test@b", nil)
 	a.lists(t, "test@a", "test@b")
 	b.lists(t, "test@a", "test@b")
+	f.register("test@older") // a registration without a wire version, as an older node writes it
+	a.lists(t, "test@a", "test@b", "test@older")
+	if w, older := a.p.Wire("127.0.0.1:8002"), a.p.Wire("127.0.0.1:9000"); w != 7 || older != 0 {
+		t.Fatalf("a reads b's wire version as %d and the older node's as %d, want 7 and 0", w, older)
+	}
+	f.deregister("test@older")
 	if err := b.p.Shutdown(true); err != nil {
 		t.Fatal(err)
 	}

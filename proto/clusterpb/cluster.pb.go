@@ -2108,13 +2108,13 @@ type ClientWindow struct {
 	Count         int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
 	// A hold of the window (ClientRecall), handed with the grain's state:
 	// the node's project actor that holds it, the ask that granted it, and
-	// until when it is the holder's, on the grain's clock; count is then the
-	// clientId's limit.
-	Holder            *Ref   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
-	HoldId            string `protobuf:"bytes,5,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
-	HoldUntilUnixNano int64  `protobuf:"varint,6,opt,name=hold_until_unix_nano,json=holdUntilUnixNano,proto3" json:"hold_until_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// how long it has left (a time left, not a time: the next owner's clock
+	// may not agree); count is then the clientId's limit.
+	Holder        *Ref   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	HoldId        string `protobuf:"bytes,5,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	HoldLeftNanos int64  `protobuf:"varint,6,opt,name=hold_left_nanos,json=holdLeftNanos,proto3" json:"hold_left_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClientWindow) Reset() {
@@ -2182,9 +2182,9 @@ func (x *ClientWindow) GetHoldId() string {
 	return ""
 }
 
-func (x *ClientWindow) GetHoldUntilUnixNano() int64 {
+func (x *ClientWindow) GetHoldLeftNanos() int64 {
 	if x != nil {
-		return x.HoldUntilUnixNano
+		return x.HoldLeftNanos
 	}
 	return 0
 }
@@ -3362,14 +3362,14 @@ const file_proto_cluster_proto_rawDesc = "" +
 	"\x16window_start_unix_nano\x18\x02 \x01(\x03R\x13windowStartUnixNano\x12!\n" +
 	"\fwindow_count\x18\x03 \x01(\x05R\vwindowCount\x125\n" +
 	"\aclients\x18\x04 \x03(\v2\x1b.relay.cluster.ClientWindowR\aclients\x127\n" +
-	"\banswered\x18\x05 \x03(\v2\x1b.relay.cluster.AnsweredTakeR\banswered\"\xdf\x01\n" +
+	"\banswered\x18\x05 \x03(\v2\x1b.relay.cluster.AnsweredTakeR\banswered\"\xd6\x01\n" +
 	"\fClientWindow\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12&\n" +
 	"\x0fstart_unix_nano\x18\x02 \x01(\x03R\rstartUnixNano\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x12*\n" +
 	"\x06holder\x18\x04 \x01(\v2\x12.relay.cluster.RefR\x06holder\x12\x17\n" +
-	"\ahold_id\x18\x05 \x01(\tR\x06holdId\x12/\n" +
-	"\x14hold_until_unix_nano\x18\x06 \x01(\x03R\x11holdUntilUnixNano\"\x81\x01\n" +
+	"\ahold_id\x18\x05 \x01(\tR\x06holdId\x12&\n" +
+	"\x0fhold_left_nanos\x18\x06 \x01(\x03R\rholdLeftNanos\"\x81\x01\n" +
 	"\fAnsweredTake\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\fat_unix_nano\x18\x02 \x01(\x03R\n" +
