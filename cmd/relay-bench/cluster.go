@@ -65,7 +65,9 @@ func runCluster(ctx context.Context, args []string) error {
 	emitChannels := fs.Int("emit-channels", 100, "channels of the HTTP emit run")
 	emitSubs := fs.Int("emit-subs", -1, "subscribers of the HTTP emit run (-1: one per node of the cluster)")
 	duration := fs.Duration("duration", 10*time.Second, "length of the fan-out and HTTP emit runs")
-	only := fs.String("only", "conns,fanout,latency,emit", "the measurements to make, comma-separated")
+	only := fs.String("only", "conns,fanout,latency,emit,clientemit", "the measurements to make, comma-separated")
+	ceClients := fs.Int("clientemit-clients", 20, "sockets of the client-emit run, each its own clientId and channel, spread over the nodes")
+	ceRate := fs.Float64("clientemit-rate", 5, "client emits per second of each socket")
 	connsSettle := fs.Duration("conns-settle", 3*time.Second, "idle time of the memory run before its last reading")
 	timeout := fs.Duration("timeout", 45*time.Minute, "hard bound on the whole run")
 	remoteTLS := fs.Bool("remote-tls", true, "the nodes' actor remotes speak mutual TLS (false: RELAY_CLUSTER_INSECURE=true, to measure what TLS costs)")
@@ -87,10 +89,10 @@ func runCluster(ctx context.Context, args []string) error {
 	want := map[string]bool{}
 	for _, m := range strings.Split(*only, ",") {
 		switch m = strings.TrimSpace(m); m {
-		case "conns", "fanout", "latency", "emit":
+		case "conns", "fanout", "latency", "emit", "clientemit":
 			want[m] = true
 		default:
-			return fmt.Errorf("-only: unknown measurement %q (conns, fanout, latency, emit)", m)
+			return fmt.Errorf("-only: unknown measurement %q (conns, fanout, latency, emit, clientemit)", m)
 		}
 	}
 	if _, err := os.Stat(*bin); err != nil {
@@ -194,6 +196,13 @@ func runCluster(ctx context.Context, args []string) error {
 					}
 					run.emit = out
 				}
+				if want["clientemit"] {
+					out, err := s.run(runClientEmit, "-clients", fmt.Sprint(*ceClients), "-rate", fmtFloat(*ceRate), "-duration", dur)
+					if err != nil {
+						return err
+					}
+					run.clientEmit = out
+				}
 				return nil
 			})
 			if err != nil {
@@ -206,6 +215,7 @@ func runCluster(ctx context.Context, args []string) error {
 		ConnsPerNode: *connsPerNode, FanoutSubs: *fanoutSubs, FanoutRates: fanoutRates,
 		LatencyChannels: *latChannels, LatencyRate: *latRate, EmitRate: *emitRate, EmitChannels: *emitChannels,
 		EmitSubs: *emitSubs, Duration: dur, LatencyDuration: latDuration.String(), RemoteTLS: *remoteTLS,
+		ClientEmitClients: *ceClients, ClientEmitRate: *ceRate,
 	})
 	progress("done in %v", time.Since(began).Round(time.Second))
 	return nil
@@ -241,13 +251,14 @@ type topoRun struct {
 	Round, Nodes         int
 	StartSeconds         float64
 	conns, latency, emit map[string]any
+	clientEmit           map[string]any
 	fanout               []map[string]any // one per -fanout-rates
 }
 
 // outputs are the run's JSON lines by measurement.
 func (r topoRun) outputs() map[string][]map[string]any {
 	out := map[string][]map[string]any{"fanout": r.fanout}
-	for k, v := range map[string]map[string]any{"conns": r.conns, "latency": r.latency, "emit": r.emit} {
+	for k, v := range map[string]map[string]any{"conns": r.conns, "latency": r.latency, "emit": r.emit, "clientemit": r.clientEmit} {
 		if v != nil {
 			out[k] = []map[string]any{v}
 		}
@@ -482,6 +493,9 @@ type clusterSetup struct {
 	Duration        string    `json:"duration"`
 	LatencyDuration string    `json:"latency_duration"`
 	RemoteTLS       bool      `json:"remote_tls"`
+	// The client-emit run: sockets, and emits per second of each.
+	ClientEmitClients int     `json:"client_emit_clients"`
+	ClientEmitRate    float64 `json:"client_emit_rate"`
 }
 
 // figures are one topology's numbers for the targets (0 when not measured).
@@ -501,6 +515,8 @@ type figures struct {
 	EmitP99            float64               `json:"emit_http_p99_ms,omitempty"`
 	EmitOKPerSec       float64               `json:"emit_ok_per_sec,omitempty"`
 	EmitCPU            float64               `json:"emit_cpu_us_per_emit,omitempty"` // server CPU summed over the nodes, per accepted emit
+	ClientEmitP50      float64               `json:"client_emit_p50_ms,omitempty"`
+	ClientEmitP99      float64               `json:"client_emit_p99_ms,omitempty"`
 	Lost               float64               `json:"lost"`
 	Failed             float64               `json:"emits_failed"`
 	Saturated          []string              `json:"saturated,omitempty"`
@@ -547,6 +563,10 @@ func (r topoRun) figures() figures {
 				f.Hops[h] = [2]float64{num(r.latency, "by_hops."+h+".latency.p50_ms"), num(r.latency, "by_hops."+h+".latency.p99_ms")}
 			}
 		}
+	}
+	if r.clientEmit != nil {
+		f.ClientEmitP50, f.ClientEmitP99 = num(r.clientEmit, "latency.p50_ms"), num(r.clientEmit, "latency.p99_ms")
+		f.Failed += num(r.clientEmit, "unanswered") + num(r.clientEmit, "refused_total")
 	}
 	if r.emit != nil {
 		f.EmitP50, f.EmitP99 = num(r.emit, "emits.http_latency.p50_ms"), num(r.emit, "emits.http_latency.p99_ms")
@@ -796,6 +816,32 @@ func (cb *clusterBench) summary(nodes, rounds int, setup clusterSetup) {
 			fmt.Sprintf("%s (median %s; %d of %d rounds within)", cmp, ratio(cmed), within(ratios, within15), len(ratios)),
 			len(ratios) > 0 && within15(cmed), len(ratios) > 0, "", ""})
 		targets["cpu_per_emit_ratio"] = map[string]any{"per_round": ratios, "median": cmed, "goal": 1.5}
+	}
+
+	// Client-emit ack latency: the clientId's window (rule 6, the project
+	// grain's) and the channel's grain, each on some node.
+	{
+		one50, _ := spanOf(collect(single, func(f figures) float64 { return f.ClientEmitP50 }), ms)
+		one99, _ := spanOf(collect(single, func(f figures) float64 { return f.ClientEmitP99 }), ms)
+		many50, _ := spanOf(collect(multi, func(f figures) float64 { return f.ClientEmitP50 }), ms)
+		many99, _ := spanOf(collect(multi, func(f figures) float64 { return f.ClientEmitP99 }), ms)
+		var a50, a99 []float64
+		for i := 0; i < pairs; i++ {
+			if single[i].ClientEmitP50 > 0 && multi[i].ClientEmitP50 > 0 {
+				a50 = append(a50, multi[i].ClientEmitP50-single[i].ClientEmitP50)
+				a99 = append(a99, multi[i].ClientEmitP99-single[i].ClientEmitP99)
+			}
+		}
+		c50, m50 := spanOf(a50, signedMS)
+		c99, m99 := spanOf(a99, signedMS)
+		compared := ""
+		if len(a50) > 0 {
+			compared = fmt.Sprintf("p50 %s, p99 %s (medians %s, %s)", c50, c99, signedMS(m50), signedMS(m99))
+		}
+		rows = append(rows, row{fmt.Sprintf("client emit over WebSocket, %d sockets × %s emits/s, ack latency", setup.ClientEmitClients, fmtFloat(setup.ClientEmitRate)),
+			"(no target)", fmt.Sprintf("p50 %s, p99 %s", one50, one99), fmt.Sprintf("p50 %s, p99 %s", many50, many99), compared,
+			true, false, note("clientemit", -1), fmt.Sprintf("clientemit -clients %d -rate %s", setup.ClientEmitClients, fmtFloat(setup.ClientEmitRate))})
+		targets["client_emit_added_ms"] = map[string]any{"p50_per_round": a50, "p99_per_round": a99, "p50_median": m50, "p99_median": m99}
 	}
 
 	// Idle memory per connection.

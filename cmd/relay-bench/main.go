@@ -30,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|cluster|fanout|conns|emit|churn|naive [flags] (-h for a scenario's flags)")
+		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|cluster|fanout|conns|emit|clientemit|churn|naive [flags] (-h for a scenario's flags)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -43,6 +43,8 @@ func main() {
 		err = runFanout(ctx, os.Args[2:])
 	case "emit":
 		err = runEmit(ctx, os.Args[2:])
+	case "clientemit":
+		err = runClientEmit(ctx, os.Args[2:])
 	case "churn":
 		err = runChurn(ctx, os.Args[2:])
 	case "suite":
