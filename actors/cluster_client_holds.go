@@ -31,16 +31,23 @@ import (
 //     until it ends on the grain's clock; the grain then counts the window
 //     the hold ended in as full, since the holder may have filled it. So a
 //     clientId whose holder died is refused for up to holdFor + 1 s.
-//   - Holds move with the grain's state. A node that finds a new project
+//   - Holds move with the grain's state, and the next grain recalls each
+//     at once: until its holder's count is back, every ask of that
+//     clientId waits, the holder's own too. A node that finds a new project
 //     grain (the project moved, or its grain restarted) gives its holds
 //     back to it, and sends again the releases of the last holdFor: one
 //     that reached the old grain after it handed its state over is not
-//     counted there (a frozen grain ignores releases). A recall of a hold
-//     the node gave back is answered with that release again. A grain that
-//     started without its predecessor's state (that node crashed) knows of
-//     no hold: until the holders notice, for a lookup's time, another node
-//     can be granted the same window, so a clientId emitting through two
-//     nodes then may get up to twice its rate for a moment.
+//     counted there (a frozen grain ignores releases), and one that reaches
+//     the new grain before the state is kept until the state comes. A
+//     recall of a hold the node gave back is answered with that release
+//     again. A grain that starts without its predecessor's state lends no
+//     window for holdFor, so that a state coming late finds no hold of its
+//     own beside the handed ones (one that comes later still: the handed
+//     hold lapses, its window counted full). A grain that never gets its
+//     predecessor's state (that node crashed) knows of no hold: until the
+//     holders notice, for a lookup's time, another node can be granted the
+//     same window, so a clientId emitting through two nodes then may get up
+//     to twice its rate for a moment.
 //   - The two new messages go only to members whose registration says they
 //     know them (wireVersion): in a rolling upgrade, a node of this version
 //     holds no window of a grain on an older node, which counts per ask.
@@ -53,6 +60,8 @@ const (
 	// recall or a grant answer that comes late (a grain holds a hold it
 	// was handed for holdFor at most).
 	endedKept = 5 * holdFor
+	// maxOrphans bounds the releases a grain keeps for a state to come.
+	maxOrphans = 4096
 )
 
 // clientHold is the grain's record of one clientId's hold; holder nil: not
@@ -63,8 +72,16 @@ type clientHold struct {
 	until     time.Time // on the grain's clock
 	limit     int       // the clientId's limit when granted
 	recalled  bool
-	waiting   []*clusterpb.ProjectTake // other nodes' asks, waiting for the window back
+	handed    bool                     // from the previous grain's state: the holder's asks wait too
+	waiting   []*clusterpb.ProjectTake // asks waiting for the window back
 	contested time.Time
+}
+
+// orphanRelease is a release of a hold this grain does not know, kept for
+// the handed state that may name it.
+type orphanRelease struct {
+	release *clusterpb.ClientRelease
+	at      time.Time
 }
 
 // waitForHold: another node holds m's clientId window, and m waits until
@@ -80,21 +97,52 @@ func (g *projectGrain) waitForHold(ctx actor.Context, m *clusterpb.ProjectTake, 
 		g.lapse(m.ClientId, h, now)
 		g.answerWaiting(ctx, h)
 		return false
-	case sameRef(h.holder, m.ReplyTo):
+	case sameRef(h.holder, m.ReplyTo) && !h.handed:
 		return false // the holder itself: a renewal, or an ask sent before its grant reached it
 	}
-	if !h.recalled {
-		h.recalled = true
-		holder := actor.NewPID(h.holder.GetAddress(), h.holder.GetId())
-		if holder.Address != ctx.Self().Address {
-			g.c.crossNode.Add(1)
-		}
-		ctx.Request(holder, &clusterpb.ClientRecall{ClientId: m.ClientId, HoldId: h.id})
-	}
+	g.recall(ctx, m.ClientId, h)
 	if !slices.ContainsFunc(h.waiting, func(w *clusterpb.ProjectTake) bool { return w.Id == m.Id }) {
 		h.waiting = append(h.waiting, m)
 	}
 	return true
+}
+
+// recall asks the holder for the window back, once.
+func (g *projectGrain) recall(ctx actor.Context, clientID string, h *clientHold) {
+	if h.recalled {
+		return
+	}
+	h.recalled = true
+	holder := actor.NewPID(h.holder.GetAddress(), h.holder.GetId())
+	if !g.c.speaks(holder.Address, holdsWire) {
+		return // it lapses
+	}
+	if holder.Address != ctx.Self().Address {
+		g.c.crossNode.Add(1)
+	}
+	ctx.Request(holder, &clusterpb.ClientRecall{ClientId: clientID, HoldId: h.id})
+}
+
+// adoptHold takes a hold from the previous grain's state and recalls it at
+// once (its holder's count since the grant is not in the state), unless
+// its release came first. One beside a hold of this grain's own (a state
+// later than holdFor) lapses at once: its window counts as full.
+func (g *projectGrain) adoptHold(ctx actor.Context, cw *clusterpb.ClientWindow) {
+	now := g.cfg.Now()
+	h := &clientHold{holder: cw.Holder, id: cw.HoldId, until: now.Add(time.Duration(cw.HoldLeftNanos)), limit: int(cw.Count), handed: true}
+	if o, ok := g.orphans[cw.HoldId]; ok && sameRef(o.release.Relay, cw.Holder) {
+		delete(g.orphans, cw.HoldId)
+		if w := o.release.GetWindow(); w.GetCount() > 0 {
+			g.clientWindow(cw.ClientId).merge(time.Unix(0, w.StartUnixNano), int(w.Count))
+		}
+		return
+	}
+	if own := g.holds[cw.ClientId]; own != nil && own.holder != nil {
+		g.clientWindow(cw.ClientId).merge(h.until.Truncate(time.Second), h.limit)
+		return
+	}
+	g.holds[cw.ClientId] = h
+	g.recall(ctx, cw.ClientId, h)
 }
 
 // lapse ends a hold that its holder never gave back: the holder may have
@@ -123,7 +171,7 @@ func (g *projectGrain) clientTake(m *clusterpb.ProjectTake, now time.Time, ans *
 		// only when it holds nothing): counted here, and the answer tells
 		// the holder the window's count.
 		h.until = now.Add(holdFor)
-	case ans.ClientDenied || !m.Hold || (h != nil && now.Before(h.contested)):
+	case ans.ClientDenied || !m.Hold || (h != nil && now.Before(h.contested)) || now.Before(g.noHoldsUntil):
 		return
 	default:
 		h = &clientHold{holder: m.ReplyTo, id: m.Id, until: now.Add(holdFor), limit: int(m.ClientLimit)}
@@ -139,7 +187,11 @@ func (g *projectGrain) released(ctx actor.Context, m *clusterpb.ClientRelease) {
 	cw := m.GetWindow()
 	h := g.holds[cw.GetClientId()]
 	if h == nil || h.holder == nil || h.id != m.HoldId || !sameRef(h.holder, m.Relay) {
-		return // a hold that ended already
+		// A hold that ended already, or one whose state has not come yet.
+		if len(g.orphans) < maxOrphans {
+			g.orphans[m.HoldId] = orphanRelease{release: m, at: g.cfg.Now()}
+		}
+		return
 	}
 	if cw.Count > 0 {
 		g.clientWindow(cw.ClientId).merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))
@@ -172,16 +224,29 @@ func (g *projectGrain) clientWindow(clientID string) *fixedWindow {
 	return w
 }
 
-// lapseHolds ends the holds past their end that no ask waits for (their
-// holder gone, or its release lost), and forgets contests that are over;
-// a waiting ask ends its hold itself when it is asked again.
-func (g *projectGrain) lapseHolds(now time.Time) {
+// lapseHolds ends the holds past their end (their holder gone, or its
+// release lost) and answers the asks that waited for them (ctx nil: they
+// are dropped, and asked again of the next owner), and forgets contests
+// and orphans that are over.
+func (g *projectGrain) lapseHolds(ctx actor.Context, now time.Time) {
+	var lapsed []*clientHold
 	for id, h := range g.holds {
 		switch {
 		case h.holder == nil && !now.Before(h.contested):
 			delete(g.holds, id)
-		case h.holder != nil && !now.Before(h.until) && len(h.waiting) == 0:
+		case h.holder != nil && !now.Before(h.until):
 			g.lapse(id, h, now)
+			lapsed = append(lapsed, h)
+		}
+	}
+	for _, h := range lapsed {
+		if ctx != nil {
+			g.answerWaiting(ctx, h)
+		}
+	}
+	for id, o := range g.orphans {
+		if now.Sub(o.at) >= holdFor {
+			delete(g.orphans, id)
 		}
 	}
 }
@@ -282,10 +347,11 @@ func (a *projectActor) holdAnswered(ask *clientAsk, m *clusterpb.ProjectTaken) {
 	case w == nil || start.After(w.start):
 		a.clientWindows[ask.clientID] = &fixedWindow{size: time.Second, start: start, count: int(cw.Count)}
 	case start.Equal(w.start):
-		w.count = int(cw.Count)
+		n := int(cw.Count) // a repeat from the grain's memory may be older than an answer before it
 		if h.ownStart.Equal(start) {
-			w.count += h.own
+			n += h.own
 		}
+		w.count = max(w.count, n)
 	}
 }
 

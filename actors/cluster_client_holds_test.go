@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/relayhq/relay/proto/clusterpb"
 )
@@ -102,6 +103,24 @@ func TestInProcessClientWindowHeld(t *testing.T) {
 		e.sess.HandleClose(CloseStatus{}) // its presence leaves while the channel runs (no dead letter in the bubble)
 		synctest.Wait()
 	})
+}
+
+// A project grain that started without its predecessor's state lends no
+// window for holdFor (a state coming late must find no hold of its own
+// beside the handed ones); after that it does.
+func TestAFreshProjectGrainLendsNoWindowAtFirst(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
+	clock.Store(t0.UnixNano())
+	c := projectNode(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	asker := newBudgetAsker(t, c, startFreshProjectGrain(c, ownedProject(t, c)))
+	if ans := asker.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.ClientDenied || ans.HoldNanos != 0 {
+		t.Fatalf("a fresh grain answered %v, want accepted without a hold", ans)
+	}
+	clock.Add(int64(holdFor))
+	if ans := asker.take(&clusterpb.ProjectTake{Id: "a#2", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.HoldNanos != int64(holdFor) {
+		t.Fatalf("after holdFor: %v, want a hold", ans)
+	}
 }
 
 // Two members: A's socket holds clientId ann's window and fills it (3 of 3,
@@ -407,5 +426,142 @@ func TestARecallOfAHoldGivenBackGetsItsRelease(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatalf("%s not answered", what)
 		}
+	}
+}
+
+// A release that reaches the next grain before the previous one's state
+// (a join: the holder found the new grain first) is kept, and counted when
+// the state names its hold: the holder's next ask finds the whole count.
+func TestAReleaseBeforeTheStateCounts(t *testing.T) {
+	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
+	c := projectNode(t, func() time.Time { return at })
+	id := ownedProject(t, c)
+	old := startProjectGrain(c, id)
+	holder := newBudgetAsker(t, c, old)
+	if ans := holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.HoldNanos <= 0 {
+		t.Fatalf("no hold: %v", ans)
+	}
+	reply := make(chan *clusterpb.ProjectState, 1)
+	c.sys.root.Send(old, &freezeProject{reply: reply})
+	st := <-reply
+	next := startFreshProjectGrain(c, id)
+	sendFrom(c, next, holder.pid, &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
+		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}})
+	c.sys.root.Send(next, st)
+	holder.grain = next
+	if ans := holder.take(&clusterpb.ProjectTake{Id: "a#2", ClientId: "u1", ClientLimit: 3, Hold: true}); !ans.ClientDenied {
+		t.Fatalf("the 4th emit of a window of 3 accepted: %v", ans)
+	}
+}
+
+// A state that comes later than holdFor after its grain started, naming a
+// hold beside one that grain has lent since: the handed hold lapses at
+// once, its window counted full, so no node's count is lost.
+func TestALateStateBesideAHoldOfTheGrains(t *testing.T) {
+	var clock atomic.Int64
+	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
+	clock.Store(at.UnixNano())
+	c := projectNode(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	id := ownedProject(t, c)
+	old := startProjectGrain(c, id)
+	a := newBudgetAsker(t, c, old)
+	a.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	reply := make(chan *clusterpb.ProjectState, 1)
+	c.sys.root.Send(old, &freezeProject{reply: reply})
+	st := <-reply
+	next := startFreshProjectGrain(c, id)
+	b := newBudgetAsker(t, c, next)
+	b.take(&clusterpb.ProjectTake{Id: "b#0", ClientId: "u2", ClientLimit: 3}) // the grain has started
+	clock.Add(int64(holdFor))                                                 // the handed hold has about holdFor left when it comes
+	if ans := b.take(&clusterpb.ProjectTake{Id: "b#1", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.HoldNanos <= 0 {
+		t.Fatalf("b#1 after holdFor: %v, want a hold", ans)
+	}
+	c.sys.root.Send(next, st)
+	sendFrom(c, next, b.pid, &clusterpb.ClientRelease{Relay: ref(b.pid), HoldId: "b#1",
+		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: time.Unix(0, clock.Load()).Truncate(time.Second).UnixNano(), Count: 2}})
+	b.take(&clusterpb.ProjectTake{Id: "b#2", ClientId: "u2", ClientLimit: 3}) // the state and the release are in
+	clock.Add(int64(holdFor))                                                 // into the second the handed hold ends in
+	other := newBudgetAsker(t, c, next)
+	if ans := other.take(&clusterpb.ProjectTake{Id: "c#1", ClientId: "u1", ClientLimit: 3, Hold: true}); !ans.ClientDenied {
+		t.Fatalf("an ask in the second the handed hold ends in: %v, want refused (that window counts full)", ans)
+	}
+	select {
+	case r := <-a.recalls:
+		t.Fatalf("the handed hold was recalled (%v), want it lapsed", r)
+	default:
+	}
+}
+
+// The answer to a node's first ask (granting the hold, count 1) is lost;
+// its second ask, sent before, is answered "held, count 2". The retry of
+// the first is answered from the grain's memory (count 1): the node keeps
+// the higher count, and accepts no more than the limit.
+func TestAStaleRepeatKeepsTheHeldCount(t *testing.T) {
+	var clock atomic.Int64
+	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
+	clock.Store(t0.UnixNano())
+	sys := newTestSystem(t, holdsConfig(func() time.Time { return time.Unix(0, clock.Load()) }))
+	sys.as.ProcessRegistry.Address = "127.0.0.1:1"
+	n := &inProcessNode{c: newTestCluster(t, sys, nil)}
+	c := n.c
+	c.topology(projectTopology(c))
+	c.moves.joinedAt.Store(time.Now().Add(-time.Hour).UnixNano())
+	var dropped, passed atomic.Int32 // answers with a window: the first dropped, the others passed on
+	var node atomic.Pointer[actor.PID]
+	c.place = &placement{c: c, local: func(kind, identity string) *actor.PID {
+		return n.grains.get(kind, identity, func() *actor.PID {
+			if kind == ChannelKind {
+				return startGrain(n.c, identity)
+			}
+			real := startProjectGrain(n.c, identity)
+			// Between the node and the grain both ways: the answer to the
+			// node's first client ask is lost.
+			return n.c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+				self := ref(ctx.Self())
+				switch m := ctx.Message().(type) {
+				case *clusterpb.ProjectTake:
+					node.Store(actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id))
+					cp := gproto.Clone(m).(*clusterpb.ProjectTake)
+					cp.ReplyTo = self
+					ctx.RequestWithCustomSender(real, cp, ctx.Self())
+				case *clusterpb.ClientRelease:
+					cp := gproto.Clone(m).(*clusterpb.ClientRelease)
+					cp.Relay = self
+					ctx.RequestWithCustomSender(real, cp, ctx.Self())
+				case *clusterpb.ProjectTaken:
+					if m.ClientWindow != nil && dropped.CompareAndSwap(0, 1) {
+						return
+					}
+					ctx.Send(node.Load(), m)
+					if m.ClientWindow != nil {
+						passed.Add(1)
+					}
+				case *clusterpb.ClientRecall:
+					ctx.RequestWithCustomSender(node.Load(), m, ctx.Self())
+				}
+			}))
+		})
+	}}
+	sys.cluster.Store(c)
+	project, channel := n.ownedProjectChannel(t)
+	e := newClientEmitter(t, sys, project, channel, "ann", 1, t0)
+	for i := range 2 {
+		e.sess.HandleMessage(fmt.Appendf(nil, `{"action":"emit","channel":%q,"type":"msg","payload":%d,"token":%q}`, e.ch, i, e.tok))
+		e.sent++
+	}
+	waitFor(t, "a#1's lost answer", func() bool { return dropped.Load() == 1 })
+	waitFor(t, "a#2's answer", func() bool { return passed.Load() == 1 })
+	clock.Add(int64(400 * time.Millisecond)) // the budget tick retries a#1: answered from memory
+	waitFor(t, "the node's two answers", func() bool { return len(e.answers()) == 2 })
+	e.emit()
+	e.emit()
+	accepted := 0
+	for _, a := range e.answers() {
+		if a == "ack" {
+			accepted++
+		}
+	}
+	if accepted > 3 {
+		t.Fatalf("%v: %d accepted in one window of 3", e.answers(), accepted)
 	}
 }

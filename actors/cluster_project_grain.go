@@ -30,8 +30,15 @@ type projectGrain struct {
 	backstop fixedWindow // counts every unit leased out
 	clients  clientWindows
 	holds    map[string]*clientHold // clientId → the node that counts its window (cluster_client_holds.go)
-	answers  answerMemory[*clusterpb.ProjectTaken]
-	quiet    quietPeriod
+	// orphans are releases of holds not known here, for holdFor: the
+	// handed state that names the hold may come next.
+	orphans map[string]orphanRelease
+	// noHoldsUntil: a grain that started without its predecessor's state
+	// lends no window for a while, so that a state coming late finds no
+	// hold of this grain's beside its own.
+	noHoldsUntil time.Time
+	answers      answerMemory[*clusterpb.ProjectTaken]
+	quiet        quietPeriod
 
 	// receive is the grain's behaviour: owning, or frozen once its state is
 	// handed over (it answers repeats from memory, refuses the rest
@@ -45,7 +52,8 @@ type freezeProject struct{ reply chan *clusterpb.ProjectState }
 
 func newProjectGrain(c *Cluster) *projectGrain {
 	g := &projectGrain{c: c, cfg: c.sys.cfg, backstop: fixedWindow{size: time.Minute},
-		clients: clientWindows{}, holds: map[string]*clientHold{}, answers: newAnswerMemory[*clusterpb.ProjectTaken]()}
+		clients: clientWindows{}, holds: map[string]*clientHold{}, orphans: map[string]orphanRelease{},
+		answers: newAnswerMemory[*clusterpb.ProjectTaken]()}
 	g.receive = g.owning
 	return g
 }
@@ -84,13 +92,15 @@ func (g *projectGrain) owning(ctx actor.Context) {
 		}
 		g.c.projectGrains.Store(g.id, ctx.Self())
 		if st, ok := claimHanded(&g.c.projectHandoffs, g.id, time.Now()); ok {
-			g.adopt(st.(*clusterpb.ProjectState))
+			g.adopt(ctx, st.(*clusterpb.ProjectState))
+		} else {
+			g.noHoldsUntil = g.cfg.Now().Add(holdFor)
 		}
 	case *freezeProject:
 		g.receive = g.frozen
 		m.reply <- g.state()
 	case *clusterpb.ProjectState:
-		g.adopt(m)
+		g.adopt(ctx, m)
 	case *actor.Stopped:
 		g.c.projectGrains.CompareAndDelete(g.id, ctx.Self())
 	case *clusterpb.ProjectTake:
@@ -104,6 +114,7 @@ func (g *projectGrain) owning(ctx actor.Context) {
 	case *clusterpb.ProjectRefund: // an older node's: the unit stays counted
 	case *quietTick:
 		scheduleQuietTick(ctx, g.cfg.ActorDormancy)
+		g.lapseHolds(ctx, g.cfg.Now())
 		if g.quiet.dormantAgain(g.dormant()) {
 			ctx.Poison(ctx.Self())
 		}
@@ -163,7 +174,7 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 func (g *projectGrain) dormant() bool {
 	now := g.cfg.Now()
 	g.answers.forget(now)
-	g.lapseHolds(now)
+	g.lapseHolds(nil, now)
 	return g.backstop.idle(now) && g.clients.idle(now) && len(g.holds) == 0 && g.answers.len() == 0
 }
 
@@ -171,7 +182,7 @@ func (g *projectGrain) dormant() bool {
 func (g *projectGrain) state() *clusterpb.ProjectState {
 	now := g.cfg.Now()
 	g.answers.forget(now)
-	g.lapseHolds(now)
+	g.lapseHolds(nil, now) // the asks waiting for them are asked again of the next owner
 	st := &clusterpb.ProjectState{ProjectId: g.id, WindowStartUnixNano: g.backstop.start.UnixNano(), WindowCount: int32(g.backstop.count)}
 	for id, w := range g.clients {
 		if !w.idle(now) {
@@ -193,15 +204,20 @@ func (g *projectGrain) state() *clusterpb.ProjectState {
 // adopt adds a former owner's counts to this grain's: usually it has just
 // started; if it has counted already (an ask reached it first), the counts
 // of the same window add up.
-func (g *projectGrain) adopt(st *clusterpb.ProjectState) {
+func (g *projectGrain) adopt(ctx actor.Context, st *clusterpb.ProjectState) {
 	g.backstop.merge(time.Unix(0, st.WindowStartUnixNano), int(st.WindowCount))
+	var holds []*clusterpb.ClientWindow
 	for _, cw := range st.Clients {
-		if cw.Holder != nil { // a hold: count is the clientId's limit
-			g.holds[cw.ClientId] = &clientHold{holder: cw.Holder, id: cw.HoldId, until: g.cfg.Now().Add(time.Duration(cw.HoldLeftNanos)), limit: int(cw.Count)}
+		if cw.Holder != nil { // a hold, after the windows: count is the clientId's limit
+			holds = append(holds, cw)
 			continue
 		}
 		g.clientWindow(cw.ClientId).merge(time.Unix(0, cw.StartUnixNano), int(cw.Count))
 	}
+	for _, cw := range holds {
+		g.adoptHold(ctx, cw)
+	}
+	g.noHoldsUntil = time.Time{}
 	for _, a := range st.Answered {
 		if a.Answer != nil {
 			g.answers.adopt(a.Id, time.Unix(0, a.AtUnixNano), a.Answer)

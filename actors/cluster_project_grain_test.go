@@ -45,7 +45,16 @@ func ownedProject(t *testing.T, c *Cluster) string {
 	return owned(t, c, ProjectKind, "proj-%d")
 }
 
+// startProjectGrain starts a project grain as a move starts it, with its
+// predecessor's state (empty): it lends clientId windows at once.
 func startProjectGrain(c *Cluster, id string) *actor.PID {
+	pid := startFreshProjectGrain(c, id)
+	c.sys.root.Send(pid, &clusterpb.ProjectState{ProjectId: id})
+	return pid
+}
+
+// startFreshProjectGrain starts a project grain with no predecessor's state.
+func startFreshProjectGrain(c *Cluster, id string) *actor.PID {
 	pid := c.sys.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newProjectGrain(c) }))
 	c.sys.root.Send(pid, &pcluster.ClusterInit{Identity: &pcluster.ClusterIdentity{Kind: ProjectKind, Identity: id}})
 	return pid

@@ -76,14 +76,15 @@ type member struct {
 	logs *syncBuffer
 	lost chan error
 
-	mu     sync.Mutex
-	latest []string // member ids, sorted
+	mu      sync.Mutex
+	latest  []string      // member ids, sorted
+	changed chan struct{} // closed at the next list published
 }
 
 // start starts a provider for id; listed runs between its list and its watch.
 func (f *fixture) start(id string, listed func()) *member {
 	f.t.Helper()
-	m := &member{logs: &syncBuffer{}, lost: make(chan error, 1)}
+	m := &member{logs: &syncBuffer{}, lost: make(chan error, 1), changed: make(chan struct{})}
 	m.p = New(Config{Client: f.cli, Prefix: prefix, Logger: slog.New(slog.NewTextHandler(m.logs, nil)),
 		Lost: func(err error) { m.lost <- err }, Wire: 7, listed: listed})
 	f.ports++
@@ -96,6 +97,8 @@ func (f *fixture) start(id string, listed func()) *member {
 		slices.Sort(ids)
 		m.mu.Lock()
 		m.latest = ids
+		close(m.changed)
+		m.changed = make(chan struct{})
 		m.mu.Unlock()
 	}); err != nil {
 		f.t.Fatal(err)
@@ -104,26 +107,35 @@ func (f *fixture) start(id string, listed func()) *member {
 	return m
 }
 
-func (m *member) ids() []string {
+// ids is the member list last published, and a channel closed at the next.
+func (m *member) ids() ([]string, <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.latest
+	return m.latest, m.changed
 }
 
-// lists waits until the member lists exactly want (sorted), then checks it
-// still does a moment later.
+// lists waits until the member lists exactly want (sorted), then checks
+// that no other list follows within a moment (a silence: time by nature).
 func (m *member) lists(t *testing.T, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(m.ids(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the member list is %v, want %v\nlogs:\n%s", m.ids(), want, m.logs)
+	deadline := time.After(10 * time.Second)
+	for {
+		ids, changed := m.ids()
+		if slices.Equal(ids, want) {
+			select {
+			case <-changed:
+				if got, _ := m.ids(); !slices.Equal(got, want) {
+					t.Fatalf("the member list became %v, want %v", got, want)
+				}
+			case <-time.After(300 * time.Millisecond):
+			}
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if got := m.ids(); !slices.Equal(got, want) {
-		t.Fatalf("the member list became %v, want %v", got, want)
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("the member list is %v, want %v\nlogs:\n%s", ids, want, m.logs)
+		}
 	}
 }
 
@@ -174,11 +186,10 @@ func TestASlowStartKeepsItsLease(t *testing.T) {
 	f := newFixture(t)
 	a := f.start("test@a", func() { time.Sleep(DefaultTTL + 500*time.Millisecond) })
 	created := f.key("test@a").CreateRevision
-	time.Sleep(2 * time.Second) // a lapse would be reported within a second or two
 	select {
 	case err := <-a.lost:
 		t.Fatalf("lost after a slow start: %v", err)
-	default:
+	case <-time.After(2 * time.Second): // a lapse would be reported within a second or two
 	}
 	if f.key("test@a").CreateRevision != created {
 		t.Fatal("the registration was made again")
@@ -247,15 +258,14 @@ func TestAnEtcdOutageKeepsTheRegistration(t *testing.T) {
 	f.register("test@b")
 	a.lists(t, "test@a", "test@b")
 	// Past the restored lease's own time: the key is kept by a live lease.
-	time.Sleep(2 * DefaultTTL)
-	after := f.key("test@a")
-	if after.CreateRevision != before.CreateRevision {
-		t.Fatalf("the registration was made again (created at %d, then at %d)", before.CreateRevision, after.CreateRevision)
-	}
 	select {
 	case err := <-a.lost:
 		t.Fatalf("lost: %v", err)
-	default:
+	case <-time.After(2 * DefaultTTL):
+	}
+	after := f.key("test@a")
+	if after.CreateRevision != before.CreateRevision {
+		t.Fatalf("the registration was made again (created at %d, then at %d)", before.CreateRevision, after.CreateRevision)
 	}
 }
 
