@@ -5,7 +5,7 @@ BIN      := bin/relay
 PKGS     := ./...
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')
 
-.PHONY: build run test test-race test-tool load-tool-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster image
+.PHONY: build run test test-race test-tool load-tool-bench bench-once bench bench-cluster lint vet fmt-check fuzz clean soak worstcase proto test-cluster test-upgrade image
 
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build fetches and compiles the dependencies, a few minutes"
@@ -65,6 +65,16 @@ bench-once:
 # its own in its member list (see the test file).
 test-cluster:
 	$(GO) test -tags cluster -run '^TestCluster' -count=1 -v -parallel 4 -timeout 10m ./cmd/relay/e2e/cluster/
+
+# A rolling upgrade half done: one node of the relay at git revision
+# UPGRADE_FROM (built in a temporary worktree), two of this tree, one
+# cluster. Not part of make test: it builds a second relay.
+UPGRADE_FROM ?= 0baf891
+test-upgrade:
+	@tmp=$$(mktemp -d) && trap 'git worktree remove --force "$$tmp/src" 2>/dev/null; rm -rf "$$tmp"' EXIT && \
+	git worktree add --detach "$$tmp/src" $(UPGRADE_FROM) >/dev/null && \
+	(cd "$$tmp/src" && $(GO) build -o "$$tmp/relay-old" ./cmd/relay) && \
+	RELAY_OLD_BINARY="$$tmp/relay-old" $(GO) test -tags cluster -run '^TestUpgrade' -count=1 -v -timeout 5m ./cmd/relay/e2e/cluster/
 
 # Regenerates proto/clusterpb from proto/cluster.proto with Debian's protoc
 # (protobuf-compiler) and protoc-gen-go at the version go.mod pins for

@@ -204,3 +204,10 @@ func RSS(t testing.TB, pid int) float64 {
 	t.Fatalf("no VmRSS for pid %d", pid)
 	return 0
 }
+
+// StartBinaryFile is StartBinary with a relay binary built elsewhere: another
+// version of the relay, for a rolling upgrade.
+func StartBinaryFile(t testing.TB, bin string, env ...string) *Process {
+	t.Helper()
+	return startProcess(t, func() (string, error) { return bin, nil }, env)
+}
