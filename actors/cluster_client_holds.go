@@ -42,8 +42,10 @@ import (
 //     recall of a hold the node gave back is answered with that release
 //     again. A grain that starts without its predecessor's state lends no
 //     window for holdFor, so that a state coming late finds no hold of its
-//     own beside the handed ones (one that comes later still: the handed
-//     hold lapses, its window counted full). A grain that never gets its
+//     own beside the handed ones. One that comes later still: two nodes
+//     may have counted the same seconds, so the clientId may pass its
+//     limit once; both are recalled and the clientId is refused until the
+//     handed hold's second is over. A grain that never gets its
 //     predecessor's state (that node crashed) knows of no hold: until the
 //     holders notice, for a lookup's time, another node can be granted the
 //     same window, so a clientId emitting through two nodes then may get up
@@ -75,6 +77,9 @@ type clientHold struct {
 	handed    bool                     // from the previous grain's state: the holder's asks wait too
 	waiting   []*clusterpb.ProjectTake // asks waiting for the window back
 	contested time.Time
+	// refuseUntil (holder nil): two holders counted at once; the clientId's
+	// emits are refused until then (adoptHold).
+	refuseUntil time.Time
 }
 
 // orphanRelease is a release of a hold this grain does not know, kept for
@@ -126,7 +131,10 @@ func (g *projectGrain) recall(ctx actor.Context, clientID string, h *clientHold)
 // adoptHold takes a hold from the previous grain's state and recalls it at
 // once (its holder's count since the grant is not in the state), unless
 // its release came first. One beside a hold of this grain's own (a state
-// later than holdFor) lapses at once: its window counts as full.
+// later than holdFor): two nodes may have counted the same seconds, and
+// neither count can be trusted to complete the other's; both holds are
+// recalled, so that they stop counting, and the clientId is refused until
+// the second the handed hold ends in is over.
 func (g *projectGrain) adoptHold(ctx actor.Context, cw *clusterpb.ClientWindow) {
 	now := g.cfg.Now()
 	h := &clientHold{holder: cw.Holder, id: cw.HoldId, until: now.Add(time.Duration(cw.HoldLeftNanos)), limit: int(cw.Count), handed: true}
@@ -138,7 +146,11 @@ func (g *projectGrain) adoptHold(ctx actor.Context, cw *clusterpb.ClientWindow) 
 		return
 	}
 	if own := g.holds[cw.ClientId]; own != nil && own.holder != nil {
-		g.clientWindow(cw.ClientId).merge(h.until.Truncate(time.Second), h.limit)
+		g.recall(ctx, cw.ClientId, own)
+		g.recall(ctx, cw.ClientId, h)
+		end := h.until.Truncate(time.Second).Add(time.Second)
+		g.holds[cw.ClientId] = &clientHold{refuseUntil: end, contested: end}
+		g.answerWaiting(ctx, own)
 		return
 	}
 	g.holds[cw.ClientId] = h
@@ -160,6 +172,10 @@ func (g *projectGrain) clientTake(m *clusterpb.ProjectTake, now time.Time, ans *
 			h.until = now.Add(holdFor)
 			ans.HoldNanos = int64(holdFor)
 		}
+		return
+	}
+	if h != nil && h.holder == nil && now.Before(h.refuseUntil) {
+		ans.ClientDenied = true
 		return
 	}
 	ans.ClientDenied = !g.clients.take(m.ClientId, now, int(m.ClientLimit))
