@@ -204,9 +204,7 @@ func TestProjectGrainHandsAHoldOver(t *testing.T) {
 	if granted.HoldNanos != int64(holdFor) || granted.GetClientWindow().GetCount() != 1 || granted.GetClientWindow().GetHoldId() != "a#1" {
 		t.Fatalf("a hold ask answered %v, want the window (1 counted) held for %v", granted, holdFor)
 	}
-	reply := make(chan *clusterpb.ProjectState, 1)
-	c.sys.root.Send(old, &freezeProject{reply: reply})
-	st := <-reply
+	st := freezeGrain(t, c, old)
 	next := startProjectGrain(c, id)
 	c.sys.root.Send(next, st)
 
@@ -319,9 +317,7 @@ func TestAReleaseToAFrozenGrainCountsAtTheNext(t *testing.T) {
 	old := startProjectGrain(c, id)
 	holder := newBudgetAsker(t, c, old)
 	holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
-	reply := make(chan *clusterpb.ProjectState, 1)
-	c.sys.root.Send(old, &freezeProject{reply: reply})
-	st := <-reply
+	st := freezeGrain(t, c, old)
 	// The holder counted 2 itself, and gives the hold back to the grain it knows.
 	release := &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
 		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}}
@@ -359,9 +355,7 @@ func TestAnAbandonedHoldEnds(t *testing.T) {
 	holder := newBudgetAsker(t, c, grain)
 	holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
 	clock.Add(int64(holdFor))
-	reply := make(chan *clusterpb.ProjectState, 1)
-	c.sys.root.Send(grain, &freezeProject{reply: reply})
-	st := <-reply
+	st := freezeGrain(t, c, grain)
 	for _, cw := range st.Clients {
 		if cw.Holder != nil {
 			t.Fatalf("a hold past its end handed on: %v", cw)
@@ -441,9 +435,7 @@ func TestAReleaseBeforeTheStateCounts(t *testing.T) {
 	if ans := holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.HoldNanos <= 0 {
 		t.Fatalf("no hold: %v", ans)
 	}
-	reply := make(chan *clusterpb.ProjectState, 1)
-	c.sys.root.Send(old, &freezeProject{reply: reply})
-	st := <-reply
+	st := freezeGrain(t, c, old)
 	next := startFreshProjectGrain(c, id)
 	sendFrom(c, next, holder.pid, &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
 		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}})
@@ -468,9 +460,7 @@ func TestALateStateBesideAHoldOfTheGrains(t *testing.T) {
 	old := startProjectGrain(c, id)
 	a := newBudgetAsker(t, c, old)
 	a.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
-	reply := make(chan *clusterpb.ProjectState, 1)
-	c.sys.root.Send(old, &freezeProject{reply: reply})
-	st := <-reply
+	st := freezeGrain(t, c, old)
 	next := startFreshProjectGrain(c, id)
 	b := newBudgetAsker(t, c, next)
 	b.take(&clusterpb.ProjectTake{Id: "b#0", ClientId: "u2", ClientLimit: 3}) // the grain has started
@@ -569,5 +559,19 @@ func TestAStaleRepeatKeepsTheHeldCount(t *testing.T) {
 	}
 	if accepted > 3 {
 		t.Fatalf("%v: %d accepted in one window of 3", e.answers(), accepted)
+	}
+}
+
+// freezeGrain freezes a project grain and returns the state it hands on.
+func freezeGrain(t *testing.T, c *Cluster, grain *actor.PID) *clusterpb.ProjectState {
+	t.Helper()
+	reply := make(chan *clusterpb.ProjectState, 1)
+	c.sys.root.Send(grain, &freezeProject{reply: reply})
+	select {
+	case st := <-reply:
+		return st
+	case <-time.After(2 * time.Second):
+		t.Fatal("no state from the frozen grain")
+		return nil
 	}
 }

@@ -156,7 +156,7 @@ func TestClusterJoin(t *testing.T) {
 	var moved []string
 	defer func() {
 		if t.Failed() {
-			for _, n := range cl.nodes {
+			for _, n := range append(cl.nodes, c) { // C's too: a handoff it refused says so there
 				t.Logf("log of %s:\n%s", n.name, n.proc.Logs)
 			}
 		}
