@@ -45,8 +45,9 @@ type Config struct {
 	// Prefix holds one key per member: PREFIX + member id.
 	Prefix string
 	TTL    time.Duration
-	// Lost is called once if this member's key is gone from etcd while it
-	// runs (its lease lapsed: the others have dropped it).
+	// Lost is called once if this member's lease lapsed (its renewal found
+	// the key gone): the others have dropped it. A key deleted otherwise
+	// shows in the member list, without this member.
 	Lost func(error)
 	// Wire is the version of the messages between nodes this member
 	// speaks, written in its registration (Node.Wire): a node sends a
@@ -183,7 +184,13 @@ func (p *Provider) start(self Node, publish func(cluster.Members)) error {
 	if err != nil {
 		return err
 	}
+	p.mu.Lock() // no list published once Shutdown has begun
+	if p.stopped {
+		p.mu.Unlock()
+		return errors.New("membership: shut down while starting")
+	}
 	p.publishMembers(members)
+	p.mu.Unlock()
 	if p.cfg.listed != nil {
 		p.cfg.listed()
 	}
@@ -229,7 +236,9 @@ func (p *Provider) publishMembers(members map[string]Node) {
 	wires := make(map[string]int, len(members))
 	for _, n := range members {
 		out = append(out, n.member())
-		wires[n.Addr()] = n.Wire
+		if w, ok := wires[n.Addr()]; !ok || n.Wire < w {
+			wires[n.Addr()] = n.Wire // two on one address (misconfigured): the older version decides
+		}
 	}
 	p.wires.Store(&wires)
 	p.publish(out)
@@ -249,7 +258,10 @@ func (p *Provider) Wire(addr string) int {
 func (p *Provider) watch(members map[string]Node, rev int64) {
 	defer close(p.done)
 	for p.ctx.Err() == nil {
-		for resp := range p.cfg.Client.Watch(p.ctx, p.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		// WithRequireLeader: an etcd member cut off from the others ends the
+		// watch (ErrNoLeader) instead of leaving it silent; the list and
+		// watch start again, on a member that has a leader.
+		for resp := range p.cfg.Client.Watch(clientv3.WithRequireLeader(p.ctx), p.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 			if err := resp.Err(); err != nil {
 				p.cfg.Logger.Warn("the member watch failed: listing the members again", "err", err)
 				break
