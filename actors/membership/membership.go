@@ -55,7 +55,10 @@ type Config struct {
 	Wire   int
 	Logger *slog.Logger
 
-	listed func() // test hook: runs between the list and the watch
+	// Test hooks: listed runs between the list and the watch; renewal,
+	// with true at each renewal of the lease, false when the renewals end.
+	listed  func()
+	renewal func(renewed bool)
 }
 
 // Provider registers one member and publishes the member list to protoactor.
@@ -171,7 +174,8 @@ func (p *Provider) start(self Node, publish func(cluster.Members)) error {
 		return fmt.Errorf("etcd lease: %w", err)
 	}
 	// Renewed from now on: the rest of the start may take longer than the
-	// lease on a loaded machine.
+	// lease on a loaded machine. The renewal ends with Shutdown, which a
+	// failed start's caller runs.
 	alive, err := p.cfg.Client.KeepAlive(p.ctx, lease.ID)
 	if err != nil {
 		return fmt.Errorf("etcd lease: %w", err)
@@ -180,6 +184,7 @@ func (p *Provider) start(self Node, publish func(cluster.Members)) error {
 	if err != nil {
 		return fmt.Errorf("register %s: %w", p.key, err)
 	}
+	go p.renew(alive, put.Header.Revision, string(value))
 	members, rev, err := p.list(ctx)
 	if err != nil {
 		return err
@@ -200,7 +205,6 @@ func (p *Provider) start(self Node, publish func(cluster.Members)) error {
 		return errors.New("membership: shut down while starting")
 	}
 	p.done = make(chan struct{})
-	go p.renew(alive, put.Header.Revision, string(value))
 	go p.watch(members, rev)
 	return nil
 }
@@ -300,7 +304,9 @@ func (p *Provider) watch(members map[string]Node, rev int64) {
 func (p *Provider) renew(alive <-chan *clientv3.LeaseKeepAliveResponse, created int64, value string) {
 	for {
 		for range alive {
+			p.hook(true)
 		}
+		p.hook(false)
 		if p.ctx.Err() != nil {
 			return
 		}
@@ -347,6 +353,12 @@ func (p *Provider) relet(created int64, value string) (clientv3.LeaseID, error) 
 		return 0, errLapsed
 	}
 	return lease.ID, nil
+}
+
+func (p *Provider) hook(renewed bool) {
+	if p.cfg.renewal != nil {
+		p.cfg.renewal(renewed)
+	}
 }
 
 func (p *Provider) sleep(d time.Duration) {

@@ -75,18 +75,50 @@ type member struct {
 	p    *Provider
 	logs *syncBuffer
 	lost chan error
+	// renewed gets a token at each renewal of the lease, renewalsEnded
+	// one when they end (etcd did not answer within the lease).
+	renewed, renewalsEnded chan struct{}
 
 	mu      sync.Mutex
 	latest  []string      // member ids, sorted
 	changed chan struct{} // closed at the next list published
 }
 
+func (m *member) renewal(renewed bool) {
+	ch := m.renewalsEnded
+	if renewed {
+		ch = m.renewed
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// await waits for n tokens on ch (at most 15 s); false when they did not come.
+func await(ch <-chan struct{}, n int) bool {
+	timeout := time.After(15 * time.Second)
+	for range n {
+		select {
+		case <-ch:
+		case <-timeout:
+			return false
+		}
+	}
+	return true
+}
+
 // start starts a provider for id; listed runs between its list and its watch.
-func (f *fixture) start(id string, listed func()) *member {
+func (f *fixture) start(id string, listed func(*member)) *member {
 	f.t.Helper()
-	m := &member{logs: &syncBuffer{}, lost: make(chan error, 1), changed: make(chan struct{})}
-	m.p = New(Config{Client: f.cli, Prefix: prefix, Logger: slog.New(slog.NewTextHandler(m.logs, nil)),
-		Lost: func(err error) { m.lost <- err }, Wire: 7, listed: listed})
+	m := &member{logs: &syncBuffer{}, lost: make(chan error, 1), changed: make(chan struct{}),
+		renewed: make(chan struct{}, 64), renewalsEnded: make(chan struct{}, 8)}
+	cfg := Config{Client: f.cli, Prefix: prefix, Logger: slog.New(slog.NewTextHandler(m.logs, nil)),
+		Lost: func(err error) { m.lost <- err }, Wire: 7, renewal: m.renewal}
+	if listed != nil {
+		cfg.listed = func() { listed(m) }
+	}
+	m.p = New(cfg)
 	f.ports++
 	self := Node{ID: id, Name: id, Host: "127.0.0.1", Address: "127.0.0.1", Port: 8000 + f.ports, Kinds: []string{"channel"}, Alive: true, Wire: 7}
 	if err := m.p.start(self, func(ms cluster.Members) {
@@ -146,7 +178,7 @@ func TestNoChangeFallsBetweenListAndWatch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.register("test@leaving")
-	a := f.start("test@a", func() {
+	a := f.start("test@a", func(*member) {
 		f.register("test@joining")
 		f.deregister("test@leaving")
 	})
@@ -159,7 +191,7 @@ func TestAFailedWatchListsAgain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.register("test@leaving")
-	a := f.start("test@a", func() {
+	a := f.start("test@a", func(*member) {
 		f.register("test@joining")
 		f.deregister("test@leaving")
 		resp, err := f.cli.Get(f.ctx, "any")
@@ -180,11 +212,18 @@ func TestAFailedWatchListsAgain(t *testing.T) {
 }
 
 // A start slower than the lease (a loaded machine, an etcd slow to write)
-// keeps its registration: the lease is renewed from its grant on.
+// keeps its registration: the lease is renewed from its grant on. Here the
+// start lasts until the lease has been renewed five times, a second apart
+// (the client renews at a third of its 3 s), longer than the lease; with
+// renewals only after the start it would never end.
 func TestASlowStartKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	a := f.start("test@a", func() { time.Sleep(DefaultTTL + 500*time.Millisecond) })
+	a := f.start("test@a", func(m *member) {
+		if !await(m.renewed, 5) {
+			t.Error("the lease was not renewed during the start")
+		}
+	})
 	created := f.key("test@a").CreateRevision
 	select {
 	case err := <-a.lost:
@@ -251,7 +290,9 @@ func TestAnEtcdOutageKeepsTheRegistration(t *testing.T) {
 	a := f.start("test@a", nil)
 	before := f.key("test@a")
 	f.etcd.Kill()
-	time.Sleep(DefaultTTL + 1500*time.Millisecond)
+	if !await(a.renewalsEnded, 1) { // the client gives the lease up once it has had no answer for its TTL
+		t.Fatal("the renewals did not end with etcd down")
+	}
 	if err := f.etcd.Restart(f.ctx); err != nil {
 		t.Fatal(err)
 	}
