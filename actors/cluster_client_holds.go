@@ -77,9 +77,9 @@ type clientHold struct {
 	handed    bool                     // from the previous grain's state: the holder's asks wait too
 	waiting   []*clusterpb.ProjectTake // asks waiting for the window back
 	contested time.Time
-	// refuseUntil (holder nil): two holders counted at once; the clientId's
-	// emits are refused until then (adoptHold).
-	refuseUntil time.Time
+	// refusing (holder nil): two holders counted at once; the clientId's
+	// emits are refused until contested (adoptHold).
+	refusing bool
 }
 
 // orphanRelease is a release of a hold this grain does not know, kept for
@@ -149,7 +149,7 @@ func (g *projectGrain) adoptHold(ctx actor.Context, cw *clusterpb.ClientWindow) 
 		g.recall(ctx, cw.ClientId, own)
 		g.recall(ctx, cw.ClientId, h)
 		end := h.until.Truncate(time.Second).Add(time.Second)
-		g.holds[cw.ClientId] = &clientHold{refuseUntil: end, contested: end}
+		g.holds[cw.ClientId] = &clientHold{contested: end, refusing: true}
 		g.answerWaiting(ctx, own)
 		return
 	}
@@ -174,7 +174,7 @@ func (g *projectGrain) clientTake(m *clusterpb.ProjectTake, now time.Time, ans *
 		}
 		return
 	}
-	if h != nil && h.holder == nil && now.Before(h.refuseUntil) {
+	if h != nil && h.refusing && now.Before(h.contested) {
 		ans.ClientDenied = true
 		return
 	}
