@@ -109,10 +109,9 @@ func TestInProcessClientWindowHeld(t *testing.T) {
 // window for holdFor (a state coming late must find no hold of its own
 // beside the handed ones); after that it does.
 func TestAFreshProjectGrainLendsNoWindowAtFirst(t *testing.T) {
-	var clock atomic.Int64
 	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
-	clock.Store(t0.UnixNano())
-	c := projectNode(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	clock, now := steppedClock(t0)
+	c := projectNode(t, now)
 	asker := newBudgetAsker(t, c, startFreshProjectGrain(c, ownedProject(t, c)))
 	if ans := asker.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.ClientDenied || ans.HoldNanos != 0 {
 		t.Fatalf("a fresh grain answered %v, want accepted without a hold", ans)
@@ -128,10 +127,8 @@ func TestAFreshProjectGrainLendsNoWindowAtFirst(t *testing.T) {
 // refused, then B's and A's next emits ask per emit for a while (contested).
 // Without the recall the grain would count 1 and accept B's emit.
 func TestTwoMembersRecallAHeldClientWindow(t *testing.T) {
-	var clock atomic.Int64
 	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
-	clock.Store(t0.UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock, now := steppedClock(t0)
 	a, b := twoMembers(t, holdsConfig(now))
 	project, channel := b.ownedProjectChannel(t) // the project grain on B
 	onA := newClientEmitter(t, a.c.sys, project, channel, "ann", 1, t0)
@@ -164,10 +161,8 @@ func TestTwoMembersRecallAHeldClientWindow(t *testing.T) {
 // window the hold ended in counted as full (the holder may have filled
 // it); the window after it is the clientId's again.
 func TestTwoMembersHolderGone(t *testing.T) {
-	var clock atomic.Int64
 	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
-	clock.Store(t0.UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock, now := steppedClock(t0)
 	a, b := twoMembers(t, holdsConfig(now))
 	project, channel := b.ownedProjectChannel(t)
 	onA := newClientEmitter(t, a.c.sys, project, channel, "ann", 1, t0)
@@ -198,13 +193,7 @@ func TestProjectGrainHandsAHoldOver(t *testing.T) {
 	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
 	c := projectNode(t, func() time.Time { return at })
 	id := ownedProject(t, c)
-	old := startProjectGrain(c, id)
-	holder := newBudgetAsker(t, c, old)
-	granted := holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
-	if granted.HoldNanos != int64(holdFor) || granted.GetClientWindow().GetCount() != 1 || granted.GetClientWindow().GetHoldId() != "a#1" {
-		t.Fatalf("a hold ask answered %v, want the window (1 counted) held for %v", granted, holdFor)
-	}
-	st := freezeGrain(t, c, old)
+	holder, st := heldAndHanded(t, c, id)
 	next := startProjectGrain(c, id)
 	c.sys.root.Send(next, st)
 
@@ -314,10 +303,8 @@ func TestAReleaseToAFrozenGrainCountsAtTheNext(t *testing.T) {
 	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
 	c := projectNode(t, func() time.Time { return at })
 	id := ownedProject(t, c)
-	old := startProjectGrain(c, id)
-	holder := newBudgetAsker(t, c, old)
-	holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
-	st := freezeGrain(t, c, old)
+	holder, st := heldAndHanded(t, c, id)
+	old := holder.grain
 	// The holder counted 2 itself, and gives the hold back to the grain it knows.
 	release := &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
 		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}}
@@ -346,10 +333,9 @@ func TestAReleaseToAFrozenGrainCountsAtTheNext(t *testing.T) {
 // grain's clock, the window it ended in counted as full (the same check
 // lets the grain go dormant): it is not handed on past its end.
 func TestAnAbandonedHoldEnds(t *testing.T) {
-	var clock atomic.Int64
 	t0 := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
-	clock.Store(t0.UnixNano())
-	c := projectNode(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	clock, now := steppedClock(t0)
+	c := projectNode(t, now)
 	id := ownedProject(t, c)
 	grain := startProjectGrain(c, id)
 	holder := newBudgetAsker(t, c, grain)
@@ -430,12 +416,7 @@ func TestAReleaseBeforeTheStateCounts(t *testing.T) {
 	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
 	c := projectNode(t, func() time.Time { return at })
 	id := ownedProject(t, c)
-	old := startProjectGrain(c, id)
-	holder := newBudgetAsker(t, c, old)
-	if ans := holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true}); ans.HoldNanos <= 0 {
-		t.Fatalf("no hold: %v", ans)
-	}
-	st := freezeGrain(t, c, old)
+	holder, st := heldAndHanded(t, c, id)
 	next := startFreshProjectGrain(c, id)
 	sendFrom(c, next, holder.pid, &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
 		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}})
@@ -452,15 +433,11 @@ func TestAReleaseBeforeTheStateCounts(t *testing.T) {
 // until the second the handed hold ends in is over, in this second too;
 // then it is the clientId's again.
 func TestALateStateBesideAHoldOfTheGrains(t *testing.T) {
-	var clock atomic.Int64
 	at := time.Date(2026, 11, 27, 12, 0, 10, 300*int(time.Millisecond), time.UTC)
-	clock.Store(at.UnixNano())
-	c := projectNode(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	clock, now := steppedClock(at)
+	c := projectNode(t, now)
 	id := ownedProject(t, c)
-	old := startProjectGrain(c, id)
-	a := newBudgetAsker(t, c, old)
-	a.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
-	st := freezeGrain(t, c, old)
+	a, st := heldAndHanded(t, c, id)
 	next := startFreshProjectGrain(c, id)
 	b := newBudgetAsker(t, c, next)
 	b.take(&clusterpb.ProjectTake{Id: "b#0", ClientId: "u2", ClientLimit: 3}) // the grain has started
@@ -493,10 +470,9 @@ func TestALateStateBesideAHoldOfTheGrains(t *testing.T) {
 // the first is answered from the grain's memory (count 1): the node keeps
 // the higher count, and accepts no more than the limit.
 func TestAStaleRepeatKeepsTheHeldCount(t *testing.T) {
-	var clock atomic.Int64
 	t0 := time.Date(2026, 11, 28, 12, 0, 10, 0, time.UTC)
-	clock.Store(t0.UnixNano())
-	sys := newTestSystem(t, holdsConfig(func() time.Time { return time.Unix(0, clock.Load()) }))
+	clock, now := steppedClock(t0)
+	sys := newTestSystem(t, holdsConfig(now))
 	sys.as.ProcessRegistry.Address = "127.0.0.1:1"
 	n := &inProcessNode{c: newTestCluster(t, sys, nil)}
 	c := n.c
@@ -574,4 +550,24 @@ func freezeGrain(t *testing.T, c *Cluster, grain *actor.PID) *clusterpb.ProjectS
 		t.Fatal("no state from the frozen grain")
 		return nil
 	}
+}
+
+// steppedClock is a clock at t0 that a test moves (clock.Add).
+func steppedClock(t0 time.Time) (clock *atomic.Int64, now func() time.Time) {
+	clock = &atomic.Int64{}
+	clock.Store(t0.UnixNano())
+	return clock, func() time.Time { return time.Unix(0, clock.Load()) }
+}
+
+// heldAndHanded starts project id's grain, where holder's ask a#1 gets
+// clientId u1's window (limit 3, 1 counted), then freezes the grain and
+// returns the state it hands on, the hold in it.
+func heldAndHanded(t *testing.T, c *Cluster, id string) (holder *budgetAsker, st *clusterpb.ProjectState) {
+	t.Helper()
+	holder = newBudgetAsker(t, c, startProjectGrain(c, id))
+	ans := holder.take(&clusterpb.ProjectTake{Id: "a#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	if ans.HoldNanos != int64(holdFor) || ans.GetClientWindow().GetCount() != 1 || ans.GetClientWindow().GetHoldId() != "a#1" {
+		t.Fatalf("a hold ask answered %v, want the window (1 counted) held for %v", ans, holdFor)
+	}
+	return holder, freezeGrain(t, c, holder.grain)
 }

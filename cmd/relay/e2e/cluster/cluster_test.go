@@ -312,20 +312,7 @@ func TestCluster(t *testing.T) {
 			// Each socket: its two answers and the messages the others had accepted.
 			frames := collectEach(socks, 2, time.Now().Add(5*time.Second), 500*time.Millisecond)
 			took := time.Since(began) - 500*time.Millisecond
-			acks, limited := 0, 0
-			for i, fs := range frames {
-				for _, f := range fs {
-					switch {
-					case sameJSON(f.Text, `{"error":"client_emit_rate_limited","channel":"room"}`):
-						limited++
-					case strings.HasPrefix(f.Text, `{"action":"emit"`):
-						acks++
-					case strings.HasPrefix(f.Text, `{"channel":"room"`):
-					default:
-						t.Fatalf("socket on %s: unexpected %+v", nodes[i].name, f)
-					}
-				}
-			}
+			acks, limited := countEmitAnswers(t, frames, func(i int) string { return nodes[i].name })
 			t.Logf("round %d: %d accepted, %d client_emit_rate_limited, answers within %v", round, acks, limited, took.Round(time.Millisecond))
 			if acks == clusterClientCap && limited == 6-clusterClientCap {
 				return
@@ -657,4 +644,25 @@ func TestCluster(t *testing.T) {
 	// Last, on the member left: hostile peers must not disturb the runs above.
 	t.Run("the actor remote takes only the cluster's certificates", func(t *testing.T) { checkRemoteWire(t, cl, a) })
 	t.Logf("cluster tests took %v", time.Since(began).Round(100*time.Millisecond))
+}
+
+// countEmitAnswers counts the client-emit acks and client_emit_rate_limited
+// refusals on room among each socket's frames (socket i on the node named
+// node(i)); a frame that is neither, nor a message of room, fails the test.
+func countEmitAnswers(t *testing.T, frames [][]relaytest.Frame, node func(int) string) (acks, limited int) {
+	t.Helper()
+	for i, fs := range frames {
+		for _, f := range fs {
+			switch {
+			case sameJSON(f.Text, `{"error":"client_emit_rate_limited","channel":"room"}`):
+				limited++
+			case strings.HasPrefix(f.Text, `{"action":"emit"`):
+				acks++
+			case strings.HasPrefix(f.Text, `{"channel":"room"`):
+			default:
+				t.Fatalf("socket on %s: unexpected %+v", node(i), f)
+			}
+		}
+	}
+	return acks, limited
 }
