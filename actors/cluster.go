@@ -562,6 +562,9 @@ func (c *Cluster) deregister(ctx context.Context) error {
 		return nil
 	}
 	err := bounded(ctx, leaveTimeout, func() error { return c.provider.Shutdown(true) })
+	if errors.Is(err, membership.ErrEtcdDown) {
+		err = ErrLeaveTimeout
+	}
 	if err != nil && !errors.Is(err, ErrLeaveTimeout) && !errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("deregister from etcd: %w", err)
 	}

@@ -30,6 +30,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults of Config.
@@ -388,8 +390,26 @@ func (p *Provider) Shutdown(bool) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callBound)
 	defer cancel()
-	if _, err := p.cfg.Client.Delete(ctx, p.key); err != nil {
-		return fmt.Errorf("deregister %s: %w", strings.TrimPrefix(p.key, p.cfg.Prefix), err)
+	for {
+		_, err := p.cfg.Client.Delete(ctx, p.key)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("deregister %s: %w (%v)", strings.TrimPrefix(p.key, p.cfg.Prefix), ErrEtcdDown, err)
+		case status.Code(err) != codes.Unavailable:
+			return fmt.Errorf("deregister %s: %w", strings.TrimPrefix(p.key, p.cfg.Prefix), err)
+		}
+		// A connection that broke as etcd went away fails the delete at once
+		// (the client does not send a change twice): ask again until etcd
+		// answers or the bound is up.
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return nil
 }
+
+// ErrEtcdDown: Shutdown could not deregister, etcd not answering within its
+// bound; the member's key goes when its lease runs out.
+var ErrEtcdDown = errors.New("etcd did not answer")

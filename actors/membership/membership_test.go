@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -358,4 +359,22 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Shutdown with etcd gone cannot deregister: it asks again until its bound
+// (a broken connection fails the delete at once) and says etcd is down, so
+// that the node leaves as documented (its key goes with its lease).
+func TestShutdownWithEtcdDown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	a := f.start("test@a", nil)
+	f.etcd.Kill()
+	began := time.Now()
+	err := a.p.Shutdown(true)
+	if !errors.Is(err, ErrEtcdDown) {
+		t.Fatalf("Shutdown with etcd down: %v, want ErrEtcdDown", err)
+	}
+	if took := time.Since(began); took < callBound/2 {
+		t.Fatalf("Shutdown gave up after %v, want it to ask again until its bound (%v)", took, callBound)
+	}
 }
