@@ -696,19 +696,19 @@ wait:
 // takes the grain states a leaving member hands over.
 type nodeActor struct {
 	c     *Cluster
-	conns remoteConns // the other members' live connections per project
+	conns remoteConns    // the other members' live connections per project
+	early []earlyHandoff // handoffs from members not listed here yet
 }
 
 func (n *nodeActor) Receive(ctx actor.Context) {
-	if n.connsMessage(ctx) {
+	switch m := ctx.Message().(type) {
+	case *membersChanged, *earlyHandoffDue:
+		n.takeEarlyHandoffs(ctx) // and a member list goes on to connsMessage
+	case *clusterpb.GrainHandoff:
+		n.takeHandoff(ctx, m)
 		return
 	}
-	if h, ok := ctx.Message().(*clusterpb.GrainHandoff); ok {
-		if !n.c.sentByMember(ctx, h.From) {
-			return // unanswered: a real member's handoff would time out and say so
-		}
-		n.c.takeHandoff(h)
-		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
+	if n.connsMessage(ctx) {
 		return
 	}
 	if q, ok := ctx.Message().(*clusterpb.ChannelQuery); ok {

@@ -402,6 +402,63 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 	c.log.Info("took channel grains from another member", "from", h.From, "grains", len(h.Grains))
 }
 
+// A joining node can be handed grains before it lists their sender: the
+// sender saw the new registration in its watch while this node still reads
+// the member list it registered in. Such a handoff (from a member id this
+// node does not list) waits for the next member lists, up to the sender's
+// own ack bound; one from a listed member's id at another address is
+// refused at once.
+
+// earlyHandoffMax bounds the handoffs kept waiting for a member list.
+const earlyHandoffMax = 64
+
+// earlyHandoff is a handoff kept until its sender is listed, or until.
+type earlyHandoff struct {
+	h      *clusterpb.GrainHandoff
+	sender *actor.PID
+	until  time.Time
+}
+
+// earlyHandoffDue asks the node actor to drop the early handoffs whose wait
+// is over.
+type earlyHandoffDue struct{}
+
+// takeHandoff takes a handoff from a listed member and acks it, keeps one
+// from a member not listed yet, and refuses the rest unanswered (a real
+// member's handoff then times out and says so).
+func (n *nodeActor) takeHandoff(ctx actor.Context, h *clusterpb.GrainHandoff) {
+	ok, listed := n.c.memberAt(h.From, ctx.Sender())
+	switch {
+	case ok:
+		n.c.takeHandoff(h)
+		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
+	case !listed && ctx.Sender() != nil && len(n.early) < earlyHandoffMax:
+		n.early = append(n.early, earlyHandoff{h: h, sender: ctx.Sender(), until: time.Now().Add(n.c.ackTimeout)})
+		node, root := ctx.Self(), ctx.ActorSystem().Root
+		time.AfterFunc(n.c.ackTimeout, func() { root.Send(node, &earlyHandoffDue{}) })
+	default:
+		n.c.refuseContent("member id not at its sender's address", h.From)
+	}
+}
+
+// takeEarlyHandoffs takes the early handoffs whose senders are listed now,
+// and refuses those whose wait is over.
+func (n *nodeActor) takeEarlyHandoffs(ctx actor.Context) {
+	now := time.Now()
+	n.early = slices.DeleteFunc(n.early, func(e earlyHandoff) bool {
+		if ok, _ := n.c.memberAt(e.h.From, e.sender); ok {
+			n.c.takeHandoff(e.h)
+			ctx.Send(e.sender, &clusterpb.GrainHandoffAck{Taken: int32(len(e.h.Grains))})
+			return true
+		}
+		if now.Before(e.until) {
+			return false
+		}
+		n.c.refuseContent("member id not at its sender's address", e.h.From)
+		return true
+	})
+}
+
 // Project grains move the same way, without the wait: a project grain that
 // starts before its state arrives counts from zero, and the state, when it
 // comes, adds its counts to the same windows (projectGrain.adopt).

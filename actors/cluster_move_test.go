@@ -226,3 +226,53 @@ func TestStrayGrainStops(t *testing.T) {
 		}
 	})
 }
+
+// A joining node can be handed grains before its own member list shows
+// their sender (the sender saw the registration in its watch first): the
+// handoff waits for the list, then is taken and acked. One from a member
+// that is never listed is refused, unanswered, once the sender's ack bound
+// has passed. In a testing/synctest bubble.
+func TestHandoffBeforeItsSenderIsListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := newTestSystem(t, Config{})
+		sys.as.ProcessRegistry.Address = "127.0.0.1:1"
+		c := newTestCluster(t, sys, nil) // lists no member yet: it has just registered
+		acks := make(chan *clusterpb.GrainHandoffAck, 4)
+		ackTo := c.sys.root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+			if a, ok := ctx.Message().(*clusterpb.GrainHandoffAck); ok {
+				acks <- a
+			}
+		}))
+		process, _ := c.sys.as.ProcessRegistry.GetLocal(ackTo.Id)
+		c.sys.as.ProcessRegistry.RegisterAddressResolver(func(to *actor.PID) (actor.Process, bool) {
+			return process, to.Address == "127.0.0.1:2"
+		})
+		from := actor.NewPID("127.0.0.1:2", NodeActorName)
+		sendFrom(c, c.node, from, &clusterpb.GrainHandoff{From: "t@other", Grains: []*clusterpb.GrainState{{Identity: "p/early", Seq: 5000}}})
+		sendFrom(c, c.node, from, &clusterpb.GrainHandoff{From: "t@never"})
+		advance(c.ackTimeout / 2)
+		if _, taken := c.handoffs.Load("p/early"); taken || len(acks) > 0 || c.badContent.Load() != 0 {
+			t.Fatalf("before the member list: taken %v, %d acks, %d refused; want it kept, unanswered", taken, len(acks), c.badContent.Load())
+		}
+
+		c.topology(&pcluster.ClusterTopology{Members: []*pcluster.Member{
+			{Id: c.self, Host: "127.0.0.1", Port: 1, Kinds: []string{ChannelKind}},
+			{Id: "t@other", Host: "127.0.0.1", Port: 2, Kinds: []string{ChannelKind}},
+		}})
+		synctest.Wait()
+		if _, taken := c.handoffs.Load("p/early"); !taken || len(acks) != 1 {
+			t.Fatalf("once its sender is listed: taken %v, %d acks; want it taken and acked", taken, len(acks))
+		}
+		if a := <-acks; a.Taken != 1 {
+			t.Errorf("acked %d grains, want 1", a.Taken)
+		}
+		if n := c.badContent.Load(); n != 0 {
+			t.Errorf("%d refused before the ack bound, want 0", n)
+		}
+
+		advance(c.ackTimeout / 2)
+		if n := c.badContent.Load(); n != 1 || len(acks) != 0 {
+			t.Errorf("after the ack bound: %d refused, %d acks; want the unlisted sender's handoff refused, unanswered", n, len(acks))
+		}
+	})
+}

@@ -310,13 +310,19 @@ func refOf(msg any) (ref *clusterpb.Ref, named bool) {
 // sentByMember: the message came from the node of member id in the latest
 // member list (a handoff, a connection count).
 func (c *Cluster) sentByMember(ctx actor.Context, id string) bool {
-	members := c.view.Load().members
-	i := slices.IndexFunc(members, func(m Member) bool { return m.ID == id })
-	if s := ctx.Sender(); s != nil && i >= 0 && members[i].Address == s.Address {
+	if ok, _ := c.memberAt(id, ctx.Sender()); ok {
 		return true
 	}
 	c.refuseContent("member id not at its sender's address", id)
 	return false
+}
+
+// memberAt: member id is in the latest member list (listed), at sender's
+// address (ok).
+func (c *Cluster) memberAt(id string, sender *actor.PID) (ok, listed bool) {
+	members := c.view.Load().members
+	i := slices.IndexFunc(members, func(m Member) bool { return m.ID == id })
+	return i >= 0 && sender != nil && members[i].Address == sender.Address, i >= 0
 }
 
 func truncate(s string, n int) string {
