@@ -240,15 +240,6 @@ func parseToken(ctx context.Context, keys *jwksCache, az *ProjectAuthz, token st
 	return nil, ErrInvalidToken
 }
 
-// VerifyConnectionToken checks an HS256 connection token against secrets.
-func VerifyConnectionToken(token string, secrets []string, now time.Time) (*Identity, error) {
-	c, err := parseHS256(token, secrets, now)
-	if err != nil {
-		return nil, err
-	}
-	return identityOf(c)
-}
-
 // VerifyConnectionToken checks a connection token against the project's
 // keys (az): its secrets, and its JWKS through this process's cache.
 func (s *System) VerifyConnectionToken(ctx context.Context, token string, az *ProjectAuthz, now time.Time) (*Identity, error) {

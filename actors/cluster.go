@@ -610,24 +610,13 @@ func (c *Cluster) broadcast(projectID string, b *clusterpb.Broadcast) {
 	if c == nil || c.leaving.Load() {
 		return
 	}
-	c.broadcastTo(c.peers(), projectID, b)
+	c.broadcastTo(c.peers(), projectID, b, nil)
 }
 
-// broadcastTo is broadcast to given node actors; it returns how many acked.
-func (c *Cluster) broadcastTo(targets []*actor.PID, projectID string, b *clusterpb.Broadcast) int {
-	acked, _ := c.broadcastCounting(targets, projectID, b)
-	return acked
-}
-
-// broadcastCounting is broadcastTo that also sums the acks' closed counts
-// (ClientDisconnect).
-func (c *Cluster) broadcastCounting(targets []*actor.PID, projectID string, b *clusterpb.Broadcast) (acked, closed int) {
-	return c.broadcastCollect(targets, projectID, b, nil)
-}
-
-// broadcastCollect is broadcastCounting that also hands each ack to
-// collect (on the caller's goroutine).
-func (c *Cluster) broadcastCollect(targets []*actor.PID, projectID string, b *clusterpb.Broadcast, collect func(*clusterpb.BroadcastAck)) (acked, closed int) {
+// broadcastTo is broadcast to given node actors: how many acked, the sum of
+// the acks' closed counts (ClientDisconnect), each ack handed to collect
+// (nil: none) on the caller's goroutine.
+func (c *Cluster) broadcastTo(targets []*actor.PID, projectID string, b *clusterpb.Broadcast, collect func(*clusterpb.BroadcastAck)) (acked, closed int) {
 	if len(targets) == 0 {
 		return 0, 0
 	}
@@ -802,43 +791,13 @@ func isQuery(b *clusterpb.Broadcast) bool {
 	return false
 }
 
+// changeName is the change's field name in the Broadcast oneof.
 func changeName(b *clusterpb.Broadcast) string {
-	switch b.Change.(type) {
-	case *clusterpb.Broadcast_ProjectDeleted:
-		return "project_deleted"
-	case *clusterpb.Broadcast_KeysRevoked:
-		return "keys_revoked"
-	case *clusterpb.Broadcast_SettingsChanged:
-		return "settings_changed"
-	case *clusterpb.Broadcast_ClientEmitSecretChanged:
-		return "client_emit_secret_changed"
-	case *clusterpb.Broadcast_TokensRevoked:
-		return "tokens_revoked"
-	case *clusterpb.Broadcast_ClientDisconnect:
-		return "client_disconnect"
-	case *clusterpb.Broadcast_OccupancyQuery:
-		return "occupancy_query"
-	case *clusterpb.Broadcast_HealthQuery:
-		return "health_query"
-	case *clusterpb.Broadcast_AuthorizationChanged:
-		return "authorization_changed"
+	m := b.ProtoReflect()
+	if f := m.WhichOneof(m.Descriptor().Oneofs().ByName("change")); f != nil {
+		return string(f.Name())
 	}
 	return "unknown"
-}
-
-// The control-plane methods of System send their change on with these (a
-// no-op on one node).
-
-func (s *System) clusterProjectDeleted(id string) {
-	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{ProjectDeleted: &clusterpb.ProjectDeleted{}}})
-}
-
-func (s *System) clusterKeysRevoked(id string, hashes []string) {
-	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_KeysRevoked{KeysRevoked: &clusterpb.KeysRevoked{KeyHashes: hashes}}})
-}
-
-func (s *System) clusterSettingsChanged(id string) {
-	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}})
 }
 
 func (s *System) clusterAuthorizationChanged(id string, az ProjectAuthz) {
@@ -857,20 +816,6 @@ func authzFromProto(m *clusterpb.AuthorizationChanged) ProjectAuthz {
 	return az
 }
 
-func (s *System) clusterClientEmitSecret(id, secret string) {
-	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ClientEmitSecretChanged{
-		ClientEmitSecretChanged: &clusterpb.ClientEmitSecretChanged{Secret: secret}}})
-}
-
-func (s *System) clusterRevoke(id string, revs []Revocation) {
-	c := s.cluster.Load()
-	if c == nil {
-		return
-	}
-	c.broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_TokensRevoked{TokensRevoked: &clusterpb.TokensRevoked{
-		Revocations: revocationsToProto(revs)}}})
-}
-
 // clusterDisconnect asks every other member to close the clientId's sockets
 // and returns how many they closed (0 on one node).
 func (s *System) clusterDisconnect(id, clientID string) int {
@@ -878,8 +823,8 @@ func (s *System) clusterDisconnect(id, clientID string) int {
 	if c == nil || c.leaving.Load() {
 		return 0
 	}
-	_, closed := c.broadcastCounting(c.peers(), id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ClientDisconnect{
-		ClientDisconnect: &clusterpb.ClientDisconnect{ClientId: clientID}}})
+	_, closed := c.broadcastTo(c.peers(), id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ClientDisconnect{
+		ClientDisconnect: &clusterpb.ClientDisconnect{ClientId: clientID}}}, nil)
 	return closed
 }
 
@@ -900,6 +845,3 @@ func revocationsFromProto(in []*clusterpb.Revocation) []Revocation {
 	}
 	return out
 }
-
-// Cluster is the node's membership, nil on one node.
-func (s *System) Cluster() *Cluster { return s.cluster.Load() }

@@ -38,7 +38,7 @@ func TestNodeActorAppliesAndAcks(t *testing.T) {
 	k := subscribeOne(t, sys, "p", "room", 1) // opened with "pk-hash"
 
 	b := &clusterpb.Broadcast{Change: &clusterpb.Broadcast_KeysRevoked{KeysRevoked: &clusterpb.KeysRevoked{KeyHashes: []string{"pk-hash"}}}}
-	if n := c.broadcastTo([]*actor.PID{c.node}, "p", b); n != 1 {
+	if n, _ := c.broadcastTo([]*actor.PID{c.node}, "p", b, nil); n != 1 {
 		t.Fatalf("acked by %d, want 1", n)
 	}
 	waitFor(t, "close 4001", func() bool { return k.closed.Load() == int32(proto.CloseKeyRevoked) })
@@ -52,12 +52,12 @@ func TestNodeActorAppliesAndAcks(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 
-	c.broadcastTo([]*actor.PID{c.node}, "p", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{ProjectDeleted: &clusterpb.ProjectDeleted{}}})
+	c.broadcastTo([]*actor.PID{c.node}, "p", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{ProjectDeleted: &clusterpb.ProjectDeleted{}}}, nil)
 	k2 := subscribeOne(t, sys, "q", "room", 2)
-	c.broadcastTo([]*actor.PID{c.node}, "q", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{ProjectDeleted: &clusterpb.ProjectDeleted{}}})
+	c.broadcastTo([]*actor.PID{c.node}, "q", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{ProjectDeleted: &clusterpb.ProjectDeleted{}}}, nil)
 	waitFor(t, "close 4004", func() bool { return k2.closed.Load() == int32(proto.CloseProjectDeleted) })
 	// A change of a kind this version does not know (a newer member's) is acked, not applied.
-	if n := c.broadcastTo([]*actor.PID{c.node}, "q", &clusterpb.Broadcast{}); n != 1 {
+	if n, _ := c.broadcastTo([]*actor.PID{c.node}, "q", &clusterpb.Broadcast{}, nil); n != 1 {
 		t.Errorf("an unknown change: acked by %d", n)
 	}
 }
@@ -71,12 +71,12 @@ func TestBroadcastBound(t *testing.T) {
 	gone := sys.as.NewLocalPID("no-such-actor")
 
 	began := time.Now()
-	n := c.broadcastTo([]*actor.PID{gone}, "p", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}})
+	n, _ := c.broadcastTo([]*actor.PID{gone}, "p", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}}, nil)
 	if took := time.Since(began); n != 0 || took > 200*time.Millisecond {
 		t.Errorf("a member without a node actor: %d acks after %v", n, took)
 	}
 	began = time.Now()
-	n = c.broadcastTo([]*actor.PID{c.node, silent}, "p", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}})
+	n, _ = c.broadcastTo([]*actor.PID{c.node, silent}, "p", &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{SettingsChanged: &clusterpb.SettingsChanged{}}}, nil)
 	took := time.Since(began)
 	if n != 1 || took < 300*time.Millisecond || took > time.Second {
 		t.Errorf("one silent member of two: %d acks after %v, want 1 after the 300 ms bound", n, took)

@@ -385,7 +385,7 @@ func (s *System) ProjectHealth(projectID string) Health {
 	if c == nil || c.leaving.Load() {
 		return out
 	}
-	c.broadcastCollect(c.peers(), projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_HealthQuery{HealthQuery: &clusterpb.HealthQuery{}}},
+	c.broadcastTo(c.peers(), projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_HealthQuery{HealthQuery: &clusterpb.HealthQuery{}}},
 		func(ack *clusterpb.BroadcastAck) {
 			h := ack.GetHealth()
 			out.Add(Health{

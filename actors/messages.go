@@ -21,7 +21,6 @@ func (*Publish) fromEdge()          {}
 func (*connOpened) fromEdge()       {}
 func (*authzChanged) fromEdge()     {}
 func (*usageDrain) fromEdge()       {}
-func (*statsRequest) fromEdge()     {}
 func (*historyModeAsk) fromEdge()   {}
 func (*inspectProject) fromEdge()   {}
 func (*revoked) fromEdge()          {}
@@ -253,16 +252,6 @@ type settingsLoaded struct {
 	gen      uint64 // the project's change generation when the load began
 	err      error
 }
-
-// Stats is a snapshot of a project actor for the edge (tests, debug).
-type Stats struct {
-	Connections int
-	Channels    int
-	Connects    int64 // connects counted since start (usage)
-	Emits       int64 // emits counted since start (usage)
-}
-
-type statsRequest struct{ reply chan Stats }
 
 // historyModeAsk asks a project actor whether it keeps channel history.
 type historyModeAsk struct{ reply chan historyMode }

@@ -312,8 +312,6 @@ func (a *projectActor) common(ctx actor.Context) {
 		m.reply <- u
 	case *historyModeAsk:
 		m.reply <- a.historyMode()
-	case *statsRequest:
-		m.reply <- Stats{Connections: len(a.conns), Channels: len(a.channels), Connects: a.connects, Emits: a.usage.emits.Load()}
 	case *quietTick:
 		scheduleQuietTick(ctx, a.cfg.ActorDormancy)
 		if a.quiet.dormantAgain(a.dormant()) && a.ref.retire(a.processed) {

@@ -170,7 +170,7 @@ func (s *System) Occupancy(ctx context.Context, projectID string) ([]ChannelAnsw
 	for _, a := range here {
 		sum[a.Channel] += a.Subscribers
 	}
-	c.broadcastCollect(c.peers(), projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_OccupancyQuery{OccupancyQuery: &clusterpb.OccupancyQuery{}}},
+	c.broadcastTo(c.peers(), projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_OccupancyQuery{OccupancyQuery: &clusterpb.OccupancyQuery{}}},
 		func(ack *clusterpb.BroadcastAck) {
 			for _, ch := range ack.GetChannels() {
 				sum[ch.GetChannel()] += int(ch.GetSubscribers())

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/lestrrat-go/jwx/v2/jwk"
+
+	"github.com/relayhq/relay/proto/clusterpb"
 )
 
 // Config is what the actors need from the service configuration.
@@ -134,24 +137,12 @@ func NewSystem(cfg Config) *System {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.ActorDormancy == 0 {
-		cfg.ActorDormancy = 30 * time.Second
-	}
-	if cfg.ReplayTTL == 0 {
-		cfg.ReplayTTL = 20 * time.Second
-	}
-	if cfg.ReplayMaxBytes == 0 {
-		cfg.ReplayMaxBytes = DefaultReplayMaxBytes
-	}
-	if cfg.ClientEmitRatePerSecond == 0 {
-		cfg.ClientEmitRatePerSecond = 15
-	}
-	if cfg.TokenMaxTTL == 0 {
-		cfg.TokenMaxTTL = 10 * time.Minute
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.ActorDormancy = cmp.Or(cfg.ActorDormancy, 30*time.Second)
+	cfg.ReplayTTL = cmp.Or(cfg.ReplayTTL, 20*time.Second)
+	cfg.ReplayMaxBytes = cmp.Or(cfg.ReplayMaxBytes, DefaultReplayMaxBytes)
+	cfg.ClientEmitRatePerSecond = cmp.Or(cfg.ClientEmitRatePerSecond, 15)
+	cfg.TokenMaxTTL = cmp.Or(cfg.TokenMaxTTL, 10*time.Minute)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.counters = &Counters{}
 	cfg.jwks = newJWKSCache(cfg.JWKSClient, cfg.Logger, cfg.Now)
 	cfg.health = &healthBook{m: map[string]*projectHealth{}}
@@ -233,17 +224,6 @@ func (s *System) spawnProject(id string) {
 	}
 	ref.pid = pid
 	s.projects.Store(id, ref)
-}
-
-// Publish runs one emit through the project and channel actors and returns
-// the channel actor's answer. When ctx ends first the emit is abandoned: it
-// is answered ErrTimeout and never delivered later.
-func (s *System) Publish(ctx context.Context, projectID, channel string, payload []byte) (PublishResult, error) {
-	timeout := time.Duration(-1)
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
-	return s.PublishWithin(ctx, timeout, projectID, channel, payload)
 }
 
 // PublishWithin is Publish bounded by timeout (negative: by ctx alone). It
@@ -364,13 +344,6 @@ func decrement(m map[string]int, k string) {
 	}
 }
 
-// Open starts the connection actor of a new socket opened with the public
-// key whose hash is keyHash, on a slot from Reserve, and returns the session
-// the transport feeds. The connect is counted for usage.
-func (s *System) Open(l *Lease, keyHash string, sink Sink) *Session {
-	return s.OpenAuthorized(l, keyHash, sink, nil, nil)
-}
-
 // OpenAuthorized is Open on a project whose channel authorization the
 // handshake read as az (nil: off), with the identity of the connection's
 // token (nil: none, or anonymous). az stands for the project's settings
@@ -393,7 +366,9 @@ func (s *System) KeysRevoked(projectID string, keyHashes []string) {
 	if len(keyHashes) > 0 {
 		s.tellRunning(projectID, &keysRevoked{hashes: keyHashes})
 	}
-	s.clusterKeysRevoked(projectID, keyHashes) // other nodes also drop their cached keys
+	// Other nodes also drop their cached keys.
+	s.cluster.Load().broadcast(projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_KeysRevoked{
+		KeysRevoked: &clusterpb.KeysRevoked{KeyHashes: keyHashes}}})
 }
 
 // CloseKeySockets closes this node's sockets of a project opened with these
@@ -445,14 +420,18 @@ func (s *System) eachProject(msg edgeMessage) {
 func (s *System) ProjectDeleted(id string) {
 	s.tellRunning(id, &projectDeleted{})
 	s.cfg.health.forget(id)
-	s.clusterProjectDeleted(id)
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ProjectDeleted{
+		ProjectDeleted: &clusterpb.ProjectDeleted{}}})
 }
 
 // Revoke applies stored revocations to a running project actor at once (a
 // project actor started later loads them from the store).
 func (s *System) Revoke(projectID string, revs []Revocation) {
 	s.tellRunning(projectID, &revoked{revs: revs})
-	s.clusterRevoke(projectID, revs)
+	if c := s.cluster.Load(); c != nil {
+		c.broadcast(projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_TokensRevoked{
+			TokensRevoked: &clusterpb.TokensRevoked{Revocations: revocationsToProto(revs)}}})
+	}
 }
 
 // ClientEmitSecretChanged applies a new client-emit secret to a running
@@ -460,7 +439,8 @@ func (s *System) Revoke(projectID string, revs []Revocation) {
 // passes afterwards.
 func (s *System) ClientEmitSecretChanged(projectID, secret string) {
 	s.tellRunning(projectID, &clientEmitSecret{secret: secret})
-	s.clusterClientEmitSecret(projectID, secret)
+	s.cluster.Load().broadcast(projectID, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_ClientEmitSecretChanged{
+		ClientEmitSecretChanged: &clusterpb.ClientEmitSecretChanged{Secret: secret}}})
 }
 
 // AuthorizationChanged applies a project's new channel authorization on
@@ -533,22 +513,8 @@ func (s *System) HistoryOn(ctx context.Context, projectID string) (on, known boo
 // SettingsChanged makes a running project actor reload its settings.
 func (s *System) SettingsChanged(id string) {
 	s.tellRunning(id, &settingsChanged{})
-	s.clusterSettingsChanged(id)
-}
-
-// ProjectStats asks a running project actor for its counters; ok is false
-// when the project has no actor.
-func (s *System) ProjectStats(ctx context.Context, id string) (Stats, bool, error) {
-	reply := make(chan Stats, 1)
-	if !s.tellRunning(id, &statsRequest{reply: reply}) {
-		return Stats{}, false, nil
-	}
-	select {
-	case st := <-reply:
-		return st, true, nil
-	case <-ctx.Done():
-		return Stats{}, true, ErrTimeout
-	}
+	s.cluster.Load().broadcast(id, &clusterpb.Broadcast{Change: &clusterpb.Broadcast_SettingsChanged{
+		SettingsChanged: &clusterpb.SettingsChanged{}}})
 }
 
 // Shutdown stops every project actor (and with them their channels), letting

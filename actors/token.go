@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"slices"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -46,16 +47,9 @@ func verifyEmitToken(token, secret, projectID, channel, typ string, now time.Tim
 	}
 	raw, _ := t.Get("types")
 	types, _ := raw.([]string)
-	allowed := false
-	for _, ty := range types {
-		if ty == typ {
-			allowed = true
-			break
-		}
-	}
 	cid, _ := t.Get("clientId")
 	clientID, _ := cid.(string)
-	if !allowed || clientID == "" || t.JwtID() == "" {
+	if !slices.Contains(types, typ) || clientID == "" || t.JwtID() == "" {
 		return emitClaims{}, false
 	}
 	return emitClaims{clientID: clientID, jti: t.JwtID(), iat: t.IssuedAt()}, true
