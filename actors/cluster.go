@@ -684,9 +684,10 @@ wait:
 // nodeActor applies the changes other members send, then acks them, and
 // takes the grain states a leaving member hands over.
 type nodeActor struct {
-	c     *Cluster
-	conns remoteConns    // the other members' live connections per project
-	early []earlyHandoff // handoffs from members not listed here yet
+	c          *Cluster
+	conns      remoteConns    // the other members' live connections per project
+	early      []earlyHandoff // handoffs from members not listed here yet
+	earlyBytes int            // their size
 }
 
 func (n *nodeActor) Receive(ctx actor.Context) {

@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -146,7 +148,7 @@ func (g *channelGrain) awaiting(ctx actor.Context, msg any) {
 			g.endWait(ctx, "nothing to come", g.owning)
 		}
 	case *waitOver:
-		g.endWait(ctx, "timed out", g.owning)
+		g.endWait(ctx, waitTimedOut, g.owning)
 	case *freeze:
 		g.freeze(ctx, m.reply)                  // once the held messages land (cluster_channel_history.go)
 		g.endWait(ctx, "frozen", g.frozenGrain) // what it held is refused or ignored now
@@ -332,12 +334,19 @@ func (g *channelGrain) hold(ctx actor.Context, msg any) bool {
 	return true
 }
 
+// waitTimedOut: a grain's wait for its previous owner's state ended at stateWait.
+const waitTimedOut = "timed out"
+
 // endWait ends awaiting: the grain turns to next, which handles what it
 // held, in the order it came.
 func (g *channelGrain) endWait(ctx actor.Context, why string, next func(actor.Context, any)) {
 	g.receive = next
 	g.c.moves.waiting.CompareAndDelete(g.identity, ctx.Self())
-	g.c.log.Debug("channel grain waited for its previous owner's state", "channel", g.identity, "end", why,
+	level := slog.LevelDebug
+	if why == waitTimedOut { // its subscribers that resume get replay_gap
+		level = slog.LevelWarn
+	}
+	g.c.log.Log(context.Background(), level, "channel grain waited for its previous owner's state", "channel", g.identity, "end", why,
 		"waited", g.cfg.Now().Sub(g.waitStart), "held", len(g.held))
 	held := g.held
 	g.held, g.heldPubs = nil, 0

@@ -405,16 +405,23 @@ func (c *Cluster) takeHandoff(h *clusterpb.GrainHandoff) {
 // A joining node can be handed grains before it lists their sender: the
 // sender saw the new registration in its watch while this node still reads
 // the member list it registered in. Such a handoff (from a member id this
-// node does not list) waits for the next member lists, up to the sender's
-// own ack bound; one from a listed member's id at another address is
-// refused at once.
+// node does not list) waits for the next member lists, up to the ack bound
+// (this node's, counted from its arrival; the new grains themselves wait
+// for a state at most stateWait); one from a listed member's id at another
+// address is refused at once.
 
-// earlyHandoffMax bounds the handoffs kept waiting for a member list.
-const earlyHandoffMax = 64
+// earlyHandoffBytes and earlyHandoffMax bound the handoffs kept waiting
+// for a member list: a joining node takes about handoffChunk per message,
+// and a peer cannot pin more than this much memory with made-up member ids.
+const (
+	earlyHandoffBytes = 32 * handoffChunk
+	earlyHandoffMax   = 256
+)
 
 // earlyHandoff is a handoff kept until its sender is listed, or until.
 type earlyHandoff struct {
 	h      *clusterpb.GrainHandoff
+	bytes  int
 	sender *actor.PID
 	until  time.Time
 }
@@ -432,8 +439,14 @@ func (n *nodeActor) takeHandoff(ctx actor.Context, h *clusterpb.GrainHandoff) {
 	case ok:
 		n.c.takeHandoff(h)
 		ctx.Respond(&clusterpb.GrainHandoffAck{Taken: int32(len(h.Grains))})
-	case !listed && ctx.Sender() != nil && len(n.early) < earlyHandoffMax:
-		n.early = append(n.early, earlyHandoff{h: h, sender: ctx.Sender(), until: time.Now().Add(n.c.ackTimeout)})
+	case !listed && ctx.Sender() != nil:
+		size := proto.Size(h)
+		if len(n.early) >= earlyHandoffMax || n.earlyBytes+size > earlyHandoffBytes {
+			n.c.refuseContent("handoff from a member not listed here, past the bound of those kept", h.From)
+			return
+		}
+		n.early = append(n.early, earlyHandoff{h: h, bytes: size, sender: ctx.Sender(), until: time.Now().Add(n.c.ackTimeout)})
+		n.earlyBytes += size
 		node, root := ctx.Self(), ctx.ActorSystem().Root
 		time.AfterFunc(n.c.ackTimeout, func() { root.Send(node, &earlyHandoffDue{}) })
 	default:
@@ -446,15 +459,19 @@ func (n *nodeActor) takeHandoff(ctx actor.Context, h *clusterpb.GrainHandoff) {
 func (n *nodeActor) takeEarlyHandoffs(ctx actor.Context) {
 	now := time.Now()
 	n.early = slices.DeleteFunc(n.early, func(e earlyHandoff) bool {
-		if ok, _ := n.c.memberAt(e.h.From, e.sender); ok {
+		ok, listed := n.c.memberAt(e.h.From, e.sender)
+		switch {
+		case ok:
 			n.c.takeHandoff(e.h)
 			ctx.Send(e.sender, &clusterpb.GrainHandoffAck{Taken: int32(len(e.h.Grains))})
-			return true
-		}
-		if now.Before(e.until) {
+		case listed:
+			n.c.refuseContent("member id not at its sender's address", e.h.From)
+		case now.Before(e.until):
 			return false
+		default:
+			n.c.refuseContent("handoff from a member still not listed here after the ack bound", e.h.From)
 		}
-		n.c.refuseContent("member id not at its sender's address", e.h.From)
+		n.earlyBytes -= e.bytes
 		return true
 	})
 }

@@ -244,10 +244,10 @@ func TestHandoffBeforeItsSenderIsListed(t *testing.T) {
 			}
 		}))
 		process, _ := c.sys.as.ProcessRegistry.GetLocal(ackTo.Id)
+		from := actor.NewPID("127.0.0.1:2", "future$7") // the sender's future: the ack goes there, nowhere else
 		c.sys.as.ProcessRegistry.RegisterAddressResolver(func(to *actor.PID) (actor.Process, bool) {
-			return process, to.Address == "127.0.0.1:2"
+			return process, to.Equal(from)
 		})
-		from := actor.NewPID("127.0.0.1:2", NodeActorName)
 		sendFrom(c, c.node, from, &clusterpb.GrainHandoff{From: "t@other", Grains: []*clusterpb.GrainState{{Identity: "p/early", Seq: 5000}}})
 		sendFrom(c, c.node, from, &clusterpb.GrainHandoff{From: "t@never"})
 		advance(c.ackTimeout / 2)
@@ -273,6 +273,28 @@ func TestHandoffBeforeItsSenderIsListed(t *testing.T) {
 		advance(c.ackTimeout / 2)
 		if n := c.badContent.Load(); n != 1 || len(acks) != 0 {
 			t.Errorf("after the ack bound: %d refused, %d acks; want the unlisted sender's handoff refused, unanswered", n, len(acks))
+		}
+	})
+}
+
+// The handoffs kept for members not listed yet are bounded: past
+// earlyHandoffMax (or earlyHandoffBytes), one is refused at once.
+func TestEarlyHandoffsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sys := newTestSystem(t, Config{})
+		sys.as.ProcessRegistry.Address = "127.0.0.1:1"
+		c := newTestCluster(t, sys, nil)
+		from := actor.NewPID("127.0.0.1:2", "future$1")
+		for i := range earlyHandoffMax + 1 {
+			sendFrom(c, c.node, from, &clusterpb.GrainHandoff{From: fmt.Sprintf("t@made-up-%d", i)})
+		}
+		synctest.Wait()
+		if n := c.badContent.Load(); n != 1 {
+			t.Fatalf("%d refused before the ack bound, want the one past %d", n, earlyHandoffMax)
+		}
+		advance(c.ackTimeout)
+		if n := c.badContent.Load(); n != earlyHandoffMax+1 {
+			t.Errorf("%d refused after the ack bound, want all %d", n, earlyHandoffMax+1)
 		}
 	})
 }

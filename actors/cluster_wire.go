@@ -307,14 +307,16 @@ func refOf(msg any) (ref *clusterpb.Ref, named bool) {
 	return nil, false
 }
 
-// sentByMember: the message came from the node of member id in the latest
-// member list (a handoff, a connection count).
+// sentByMember: the message (a connection count) came from the node of
+// member id in the latest member list. One from a member not listed is
+// dropped without a word: a node that has just joined hears from members
+// before it has read the list.
 func (c *Cluster) sentByMember(ctx actor.Context, id string) bool {
-	if ok, _ := c.memberAt(id, ctx.Sender()); ok {
-		return true
+	ok, listed := c.memberAt(id, ctx.Sender())
+	if !ok && (listed || ctx.Sender() == nil) {
+		c.refuseContent("member id not at its sender's address", id)
 	}
-	c.refuseContent("member id not at its sender's address", id)
-	return false
+	return ok
 }
 
 // memberAt: member id is in the latest member list (listed), at sender's
