@@ -45,6 +45,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "transport-peer" { // relay-bench transport's two ends
+		if err := runTransportPeer(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(runWithRelay(m))
 }
 
@@ -619,5 +626,23 @@ func TestNaiveHub(t *testing.T) {
 	wantEq(t, run, "emits.failed", 0)
 	if err := runEmit(context.Background(), []string{"-base", srv.URL, "-secret-key", naiveSecretKey, "-subs", "1"}); err == nil {
 		t.Error("-secret-key with subscribers was accepted")
+	}
+}
+
+// The transport scenario at toy size: each transport's two processes
+// answer every request, and the figures are there.
+func TestTransport(t *testing.T) {
+	out := captured(t, runTransport, []string{"-rounds", "1", "-rate", "200", "-warmup", "100ms", "-duration", "500ms"})
+	var v struct {
+		Runs map[string][]transportRun `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(strings.SplitN(out.String(), "\n", 2)[0]), &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range transports {
+		runs := v.Runs[tr]
+		if len(runs) != 1 || runs[0].RoundTrips < 50 || runs[0].CPUSeconds < 0 || (tr != "none" && runs[0].P50us <= 0) {
+			t.Errorf("%s: %+v, want one run of about 100 round trips with its CPU and latency", tr, runs)
+		}
 	}
 }

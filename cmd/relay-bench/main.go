@@ -30,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|cluster|fanout|conns|emit|clientemit|churn|naive [flags] (-h for a scenario's flags)")
+		fmt.Fprintln(os.Stderr, "usage: relay-bench suite|cluster|fanout|conns|emit|clientemit|churn|naive|transport [flags] (-h for a scenario's flags)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -53,6 +53,10 @@ func main() {
 		err = runCluster(ctx, os.Args[2:])
 	case "naive":
 		err = runNaive(ctx, os.Args[2:])
+	case "transport":
+		err = runTransport(ctx, os.Args[2:])
+	case "transport-peer":
+		err = runTransportPeer(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown scenario %q", os.Args[1])
 	}
