@@ -169,17 +169,32 @@ type chaosAck struct {
 }
 
 func TestClusterChaos(t *testing.T) {
-	t.Run("ring", func(t *testing.T) { clusterChaos(t, false) })
-	t.Run("history", func(t *testing.T) { clusterChaos(t, true) })
+	t.Run("ring", func(t *testing.T) { clusterChaos(t, false, false) })
+	t.Run("history", func(t *testing.T) { clusterChaos(t, true, false) })
 }
 
-func clusterChaos(t *testing.T, history bool) {
+// TestClusterPartition: the same load and checker, the fault a partition
+// (see partition): the owner of the busy channels is cut off from etcd and
+// the other nodes for longer than its lease while its clients still reach
+// it; the others take its channels over, and it leaves once the network
+// heals and it finds itself dropped. It checks what happens, not how fast,
+// so it runs beside the other tests.
+func TestClusterPartition(t *testing.T) {
+	t.Parallel()
+	clusterChaos(t, false, true)
+}
+
+func clusterChaos(t *testing.T, history, partitioned bool) {
 	// Budgets out of the way: the load is what the test is about.
 	limits := []string{"EMIT_RATE_LIMIT_PER_MINUTE=1000000", "PROJECT_RATE_LIMIT_PER_MINUTE=1000000", "LOG_LEVEL=info"}
 	cl := startCluster(t, 30*time.Second, []string{"A", "B"}, limits...)
 	victimAddr := relaytest.FreeAddr(t)
 	victimEnv := append(slices.Clone(limits), "RELAY_CLUSTER_ADDR="+victimAddr)
-	victim := cl.node(t, "C", victimEnv...)
+	uid := 0 // the partition tells the victim's packets by their owner
+	if partitioned {
+		uid = partitionUID
+	}
+	victim := cl.nodeAs(t, "C", uid, victimEnv...)
 	victims := []*clusterNode{victim}
 	a, b := cl.nodes[0], cl.nodes[1]
 	for _, n := range []*clusterNode{a, b, victim} {
@@ -357,38 +372,58 @@ func clusterChaos(t *testing.T, history bool) {
 		w.settle(t)
 	}
 
-	// kill -9 of the channels' owner, restarted on the same address at
-	// once, as a supervisor does (its previous life is still a member).
-	if err := syscall.Kill(victim.pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	bases.Store("C", "")
-	<-victim.proc.Exited
-	restartVictim("at once")
+	if partitioned {
+		// Cut off until the others have dropped it and 600 more emits were
+		// acknowledged (about 4 s of load, with the victim still taking
+		// emits from its clients); healed, it finds itself dropped and leaves.
+		heal := partition(t, victim.addr, []string{a.addr, b.addr}, cl.etcd.Endpoint)
+		cut := time.Now()
+		a.waitMembers(t, 2, 20*time.Second)
+		b.waitMembers(t, 2, 20*time.Second)
+		t.Logf("the others dropped the cut-off node %v after the cut", time.Since(cut).Round(time.Millisecond))
+		untilAcked(600, 10*time.Second)
+		heal()
+		select {
+		case <-victim.proc.Exited:
+			t.Logf("the cut-off node left %v after the cut, once healed (exit %d)", time.Since(cut).Round(time.Millisecond), victim.proc.Cmd.ProcessState.ExitCode())
+		case <-time.After(20 * time.Second):
+			t.Fatal("the cut-off node did not leave within 20 s of the heal")
+		}
+		bases.Store("C", "") // its subscribers resume on the others
+	} else {
+		// kill -9 of the channels' owner, restarted on the same address at
+		// once, as a supervisor does (its previous life is still a member).
+		if err := syscall.Kill(victim.pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		bases.Store("C", "")
+		<-victim.proc.Exited
+		restartVictim("at once")
 
-	// SIGSTOP of the owner until the others drop it (its etcd lease, 3 s,
-	// runs out): they take its channels over, and it leaves once it runs
-	// again.
-	if err := syscall.Kill(victim.pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
+		// SIGSTOP of the owner until the others drop it (its etcd lease, 3 s,
+		// runs out): they take its channels over, and it leaves once it runs
+		// again.
+		if err := syscall.Kill(victim.pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		bases.Store("C", "")
+		frozen := time.Now()
+		a.waitMembers(t, 2, 20*time.Second)
+		b.waitMembers(t, 2, 20*time.Second)
+		if err := syscall.Kill(victim.pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the victim was frozen %v, until the others dropped it", time.Since(frozen).Round(time.Millisecond))
+		select {
+		case <-victim.proc.Exited:
+			t.Logf("the frozen node left after it resumed (exit %d)", victim.proc.Cmd.ProcessState.ExitCode())
+		case <-time.After(20 * time.Second):
+			t.Fatal("the frozen node did not leave within 20 s of resuming")
+		}
+		// Restarted once the others dropped it (and its peers may still be
+		// sending to its address).
+		restartVictim("after it was dropped")
 	}
-	bases.Store("C", "")
-	frozen := time.Now()
-	a.waitMembers(t, 2, 20*time.Second)
-	b.waitMembers(t, 2, 20*time.Second)
-	if err := syscall.Kill(victim.pid(), syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the victim was frozen %v, until the others dropped it", time.Since(frozen).Round(time.Millisecond))
-	select {
-	case <-victim.proc.Exited:
-		t.Logf("the frozen node left after it resumed (exit %d)", victim.proc.Cmd.ProcessState.ExitCode())
-	case <-time.After(20 * time.Second):
-		t.Fatal("the frozen node did not leave within 20 s of resuming")
-	}
-	// Restarted once the others dropped it (and its peers may still be
-	// sending to its address).
-	restartVictim("after it was dropped")
 	if n := untilAcked(300, 10*time.Second); n < 300 { // load after the faults
 		t.Errorf("%d emits acknowledged in 10 s after the faults, want 300", n)
 	}

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,11 +74,23 @@ func startCluster(t *testing.T, within time.Duration, names []string, env ...str
 // serves (it joins before it listens). The node is killed when t ends.
 func (c *testCluster) node(t *testing.T, name string, env ...string) *clusterNode {
 	t.Helper()
+	return c.nodeAs(t, name, 0, env...)
+}
+
+// nodeAs is node run as the user uid (0: as the test), for partition.
+func (c *testCluster) nodeAs(t *testing.T, name string, uid int, env ...string) *clusterNode {
+	t.Helper()
 	addr := relaytest.FreeAddr(t)
+	if i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "RELAY_CLUSTER_ADDR=") }); i >= 0 {
+		addr = strings.TrimPrefix(env[i], "RELAY_CLUSTER_ADDR=") // the caller's, for its certificate too
+	}
 	base := append(c.nodeEnv(t, addr), "DATABASE_URL="+c.dbURL, "RELAY_CLUSTER_NAME=relaytest",
 		"MAX_CONNECTIONS_PER_ADDRESS=100000", "SHUTDOWN_TIMEOUT_SECONDS=10")
-	proc := relaytest.StartBinary(t, append(base, env...)...)
-	return &clusterNode{name: name, addr: addr, proc: proc}
+	env = append(base, env...)
+	if uid != 0 {
+		return &clusterNode{name: name, addr: addr, proc: relaytest.StartBinaryAs(t, uid, env...)}
+	}
+	return &clusterNode{name: name, addr: addr, proc: relaytest.StartBinary(t, env...)}
 }
 
 // nodeEnv is what a node at addr needs to join: etcd over TLS with its

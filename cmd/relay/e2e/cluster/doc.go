@@ -6,6 +6,9 @@
 // and operators do, through its listeners and its commands, with the
 // shared harness cmd/relay/internal/relaytest; the attack tests also speak
 // the cluster port's own protocol, as an attacker who reached it would.
+// The partition test runs one node as another user and drops its packets
+// with iptables (as root), in chains named after the test process that it
+// removes at its end.
 //
 // Tests that check what the cluster does run in parallel (t.Parallel, after
 // the others). Those that time it (failover, a restart's stall, a SIGSTOPped

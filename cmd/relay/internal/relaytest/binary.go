@@ -3,6 +3,7 @@ package relaytest
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,10 +62,29 @@ func StartBinary(t testing.TB, env ...string) *Process {
 	return startProcess(t, relayBinary, env)
 }
 
+// StartBinaryAs is StartBinary as the user uid (the test runs as root), so
+// that firewall rules can match the process's packets by owner: a
+// partition. The files env names (its certificates and keys, its working
+// directory, the PostgreSQL socket's directory) are made readable to it.
+func StartBinaryAs(t testing.TB, uid int, env ...string) *Process {
+	t.Helper()
+	return startProcessAs(t, relayBinary, env, &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)})
+}
+
 // startProcess is StartBinary with the binary build makes.
 func startProcess(t testing.TB, build func() (string, error), env []string) *Process {
 	t.Helper()
+	return startProcessAs(t, build, env, nil)
+}
+
+// startProcessAs is startProcess as the user of cred (nil: this process's).
+func startProcessAs(t testing.TB, build func() (string, error), env []string, cred *syscall.Credential) *Process {
+	t.Helper()
 	p := &Process{Cmd: serveCommand(t, build, env), Logs: &Buffer{}, Exited: make(chan struct{})}
+	if cred != nil {
+		p.Cmd.SysProcAttr.Credential = cred
+		openTo(t, p.Cmd)
+	}
 	debugOn := true
 	for _, kv := range p.Cmd.Env { // the last one counts, as for exec
 		if v, ok := strings.CutPrefix(kv, "RELAY_DEBUG_ADDR="); ok {
@@ -124,6 +144,40 @@ func serveCommand(t testing.TB, build func() (string, error), env []string) *exe
 		"DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"), "ALLOWED_SIGNUP_EMAILS=alice@example.com",
 	}, env...)...)
 	return cmd
+}
+
+// openTo makes what cmd reads readable by any user: its binary, its
+// working directory (writable too), the files its environment names and the
+// PostgreSQL socket's directory. They are a test's temporary files.
+func openTo(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	paths := []string{cmd.Path}
+	for _, kv := range cmd.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "RELAY_CLUSTER_TLS_"), strings.HasPrefix(k, "RELAY_CLUSTER_ETCD_") && k != "RELAY_CLUSTER_ETCD_USERNAME" && k != "RELAY_CLUSTER_ETCD_PASSWORD":
+			paths = append(paths, v)
+		case k == "DATABASE_URL":
+			if u, err := url.Parse(v); err == nil && u.Query().Get("host") != "" {
+				paths = append(paths, u.Query().Get("host")) // the socket: its directory is opened below
+			}
+		}
+	}
+	if err := os.Chmod(cmd.Dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range append(paths, filepath.Join(cmd.Dir, ".")) {
+		for p := path; p != "/" && p != "."; p = filepath.Dir(p) {
+			st, err := os.Stat(p)
+			if err != nil || st.Mode().Perm()&0o055 == 0o055 {
+				continue // /tmp and the like: open already (and sticky, which a chmod here would drop)
+			}
+			keep := st.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
+			if err := os.Chmod(p, keep|0o055); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 // Binary is the path of cmd/relay built for this test process.
