@@ -189,6 +189,9 @@ func clusterChaos(t *testing.T, history, partitioned bool) {
 	limits := []string{"EMIT_RATE_LIMIT_PER_MINUTE=1000000", "PROJECT_RATE_LIMIT_PER_MINUTE=1000000", "LOG_LEVEL=info"}
 	cl := startCluster(t, 30*time.Second, []string{"A", "B"}, limits...)
 	victimAddr := relaytest.FreeAddr(t)
+	if partitioned {
+		victimAddr = partitionAddr(t)
+	}
 	victimEnv := append(slices.Clone(limits), "RELAY_CLUSTER_ADDR="+victimAddr)
 	uid := 0 // the partition tells the victim's packets by their owner
 	if partitioned {
@@ -277,6 +280,10 @@ func clusterChaos(t *testing.T, history, partitioned bool) {
 		// window of the last restart), that failed, whenever answered.
 		window  atomic.Pointer[stallWindow]
 		stalled atomic.Int64
+		// Emits through the victim acknowledged while it is cut off (from
+		// the cut until the heal), and all emits through it meanwhile.
+		cutOff             atomic.Bool
+		cutAcked, cutTried atomic.Int64
 	)
 	// stopEmits ends the load and waits for the emits under way, once: at
 	// the end of the run, or when the test fails before it.
@@ -330,7 +337,14 @@ func clusterChaos(t *testing.T, history, partitioned bool) {
 				if counted {
 					defer w.pending.Done()
 				}
+				viaCutOff := cutOff.Load() && base == victim.proc.Base
+				if viaCutOff {
+					cutTried.Add(1)
+				}
 				r, err := emitAt(hc, base, p.SecretKey, ch, fmt.Sprintf(`{"id":%d}`, id))
+				if viaCutOff && err == nil && r.Status == http.StatusOK {
+					cutAcked.Add(1)
+				}
 				if err != nil || r.Status != http.StatusOK {
 					refused.Add(1)
 					if counted && sent >= w.from && (base == a.proc.Base || base == b.proc.Base) {
@@ -378,14 +392,27 @@ func clusterChaos(t *testing.T, history, partitioned bool) {
 		// emits from its clients); healed, it finds itself dropped and leaves.
 		heal := partition(t, victim.addr, []string{a.addr, b.addr}, cl.etcd.Endpoint)
 		cut := time.Now()
+		cutOff.Store(true)
 		a.waitMembers(t, 2, 20*time.Second)
 		b.waitMembers(t, 2, 20*time.Second)
 		t.Logf("the others dropped the cut-off node %v after the cut", time.Since(cut).Round(time.Millisecond))
 		untilAcked(600, 10*time.Second)
+		select {
+		case <-victim.proc.Exited: // it heard of its drop: the cut leaked
+			t.Fatalf("the cut-off node left during the cut (exit %d):\n%s", victim.proc.Cmd.ProcessState.ExitCode(), victim.proc.Logs)
+		default:
+		}
+		cutOff.Store(false)
 		heal()
+		healed := time.Now()
+		t.Logf("healed %v after the cut; through the cut-off node meanwhile, %d of %d emits acknowledged",
+			healed.Sub(cut).Round(time.Millisecond), cutAcked.Load(), cutTried.Load())
 		select {
 		case <-victim.proc.Exited:
-			t.Logf("the cut-off node left %v after the cut, once healed (exit %d)", time.Since(cut).Round(time.Millisecond), victim.proc.Cmd.ProcessState.ExitCode())
+			t.Logf("the cut-off node left %v after the heal (exit %d)", time.Since(healed).Round(time.Millisecond), victim.proc.Cmd.ProcessState.ExitCode())
+			if code := victim.proc.Cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(victim.proc.Logs.String(), "cluster membership lost") {
+				t.Errorf("the cut-off node exited %d, want 1 after it logged that its membership was lost:\n%s", code, victim.proc.Logs)
+			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("the cut-off node did not leave within 20 s of the heal")
 		}

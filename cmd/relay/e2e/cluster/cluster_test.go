@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,18 +76,21 @@ func (c *testCluster) node(t *testing.T, name string, env ...string) *clusterNod
 	return c.nodeAs(t, name, 0, env...)
 }
 
-// nodeAs is node run as the user uid (0: as the test), for partition.
+// nodeAs is node run as the user uid (0: as the test; else in the group
+// partitionGID), for partition.
 func (c *testCluster) nodeAs(t *testing.T, name string, uid int, env ...string) *clusterNode {
 	t.Helper()
 	addr := relaytest.FreeAddr(t)
-	if i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "RELAY_CLUSTER_ADDR=") }); i >= 0 {
-		addr = strings.TrimPrefix(env[i], "RELAY_CLUSTER_ADDR=") // the caller's, for its certificate too
+	for _, kv := range env { // the caller's, for its certificate too (the last one wins, as for exec)
+		if v, ok := strings.CutPrefix(kv, "RELAY_CLUSTER_ADDR="); ok {
+			addr = v
+		}
 	}
 	base := append(c.nodeEnv(t, addr), "DATABASE_URL="+c.dbURL, "RELAY_CLUSTER_NAME=relaytest",
 		"MAX_CONNECTIONS_PER_ADDRESS=100000", "SHUTDOWN_TIMEOUT_SECONDS=10")
 	env = append(base, env...)
 	if uid != 0 {
-		return &clusterNode{name: name, addr: addr, proc: relaytest.StartBinaryAs(t, uid, env...)}
+		return &clusterNode{name: name, addr: addr, proc: relaytest.StartBinaryAs(t, uid, partitionGID, env...)}
 	}
 	return &clusterNode{name: name, addr: addr, proc: relaytest.StartBinary(t, env...)}
 }

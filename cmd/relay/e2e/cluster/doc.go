@@ -6,9 +6,10 @@
 // and operators do, through its listeners and its commands, with the
 // shared harness cmd/relay/internal/relaytest; the attack tests also speak
 // the cluster port's own protocol, as an attacker who reached it would.
-// The partition test runs one node as another user and drops its packets
-// with iptables (as root), in chains named after the test process that it
-// removes at its end.
+// The partition test runs one node as another user, on a loopback address
+// of its own, and drops its packets with iptables (as root), in chains
+// named after the test process: removed at its end, or by the next run
+// when a killed test process left them.
 //
 // Tests that check what the cluster does run in parallel (t.Parallel, after
 // the others). Those that time it (failover, a restart's stall, a SIGSTOPped

@@ -62,13 +62,15 @@ func StartBinary(t testing.TB, env ...string) *Process {
 	return startProcess(t, relayBinary, env)
 }
 
-// StartBinaryAs is StartBinary as the user uid (the test runs as root), so
-// that firewall rules can match the process's packets by owner: a
-// partition. The files env names (its certificates and keys, its working
-// directory, the PostgreSQL socket's directory) are made readable to it.
-func StartBinaryAs(t testing.TB, uid int, env ...string) *Process {
+// StartBinaryAs is StartBinary as the user uid in the group gid (the test
+// runs as root), so that firewall rules can match the process's packets by
+// owner: a partition. The files it must read (its binary, working
+// directory, certificates and keys, the PostgreSQL socket's directory) and
+// the temporary directories above them are opened to gid, which should be
+// a group of no one else's.
+func StartBinaryAs(t testing.TB, uid, gid int, env ...string) *Process {
 	t.Helper()
-	return startProcessAs(t, relayBinary, env, &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)})
+	return startProcessAs(t, relayBinary, env, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)})
 }
 
 // startProcess is StartBinary with the binary build makes.
@@ -146,34 +148,44 @@ func serveCommand(t testing.TB, build func() (string, error), env []string) *exe
 	return cmd
 }
 
-// openTo makes what cmd reads readable by any user: its binary, its
-// working directory (writable too), the files its environment names and the
-// PostgreSQL socket's directory. They are a test's temporary files.
+// openTo opens what cmd reads to its group: its binary, its working
+// directory (writable too), the certificate files its environment names and
+// the PostgreSQL socket's directory, with the directories above them up to
+// the system's temporary directory. They are a test's temporary files.
 func openTo(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
-	paths := []string{cmd.Path}
+	gid := int(cmd.SysProcAttr.Credential.Gid)
+	paths := []string{cmd.Path, cmd.Dir}
 	for _, kv := range cmd.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "RELAY_CLUSTER_TLS_"), strings.HasPrefix(k, "RELAY_CLUSTER_ETCD_") && k != "RELAY_CLUSTER_ETCD_USERNAME" && k != "RELAY_CLUSTER_ETCD_PASSWORD":
+		case strings.HasPrefix(k, "RELAY_CLUSTER_") && (strings.HasSuffix(k, "_CA") || strings.HasSuffix(k, "_CERT") || strings.HasSuffix(k, "_KEY")):
 			paths = append(paths, v)
 		case k == "DATABASE_URL":
 			if u, err := url.Parse(v); err == nil && u.Query().Get("host") != "" {
-				paths = append(paths, u.Query().Get("host")) // the socket: its directory is opened below
+				paths = append(paths, filepath.Dir(u.Query().Get("host"))) // the socket's directory
 			}
 		}
 	}
-	if err := os.Chmod(cmd.Dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	for _, path := range append(paths, filepath.Join(cmd.Dir, ".")) {
-		for p := path; p != "/" && p != "."; p = filepath.Dir(p) {
+	top := filepath.Clean(os.TempDir())
+	for _, path := range paths {
+		for p := filepath.Clean(path); p != top && strings.HasPrefix(p, top+string(filepath.Separator)); p = filepath.Dir(p) {
 			st, err := os.Stat(p)
-			if err != nil || st.Mode().Perm()&0o055 == 0o055 {
-				continue // /tmp and the like: open already (and sticky, which a chmod here would drop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			add := os.FileMode(0o040) // read
+			if st.IsDir() {
+				add = 0o050 // list and enter
+			}
+			if p == cmd.Dir {
+				add = 0o070
 			}
 			keep := st.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
-			if err := os.Chmod(p, keep|0o055); err != nil {
+			if err := os.Chown(p, -1, gid); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, keep|add); err != nil { // a chown clears setuid and setgid: set them back
 				t.Fatal(err)
 			}
 		}
