@@ -407,6 +407,9 @@ func clusterChaos(t *testing.T, history, partitioned bool) {
 		healed := time.Now()
 		t.Logf("healed %v after the cut; through the cut-off node meanwhile, %d of %d emits acknowledged",
 			healed.Sub(cut).Round(time.Millisecond), cutAcked.Load(), cutTried.Load())
+		if cutAcked.Load() == 0 {
+			t.Error("the cut-off node acknowledged no emit during the cut: it should serve its clients on its own channels")
+		}
 		select {
 		case <-victim.proc.Exited:
 			t.Logf("the cut-off node left %v after the heal (exit %d)", time.Since(healed).Round(time.Millisecond), victim.proc.Cmd.ProcessState.ExitCode())
