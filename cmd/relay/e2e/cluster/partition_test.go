@@ -15,6 +15,17 @@ import (
 	"testing"
 )
 
+// TestClusterPartition: the chaos test's load and checker (clusterChaos),
+// the fault a partition: the owner of the busy channels is cut off from
+// etcd and the other nodes for longer than its lease while its clients
+// still reach it; the others take its channels over, and it leaves once the
+// network heals and it finds itself dropped. It checks what happens, not
+// how fast, so it runs beside the other tests.
+func TestClusterPartition(t *testing.T) {
+	t.Parallel()
+	clusterChaos(t, false, true)
+}
+
 // A node to be cut off runs as partitionUID, in a group of its own
 // (partitionGID: the files it must read are opened to that group alone),
 // with its actor remote on a loopback address of its own (partitionAddr).
