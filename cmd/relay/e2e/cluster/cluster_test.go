@@ -17,7 +17,9 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,18 +50,29 @@ type testCluster struct {
 	nodes []*clusterNode
 }
 
-// startCluster starts etcd, PostgreSQL and a node per name, then waits until
-// every node sees all of them as members, each within within. env is added
-// to every node's environment (see node).
+// startCluster starts etcd, PostgreSQL and a node per name, the nodes at
+// once as a deployment starts them, then waits until every node sees all
+// of them as members, each within within. env is added to every node's
+// environment (see node).
 func startCluster(t *testing.T, within time.Duration, names []string, env ...string) *testCluster {
 	t.Helper()
 	began := time.Now()
 	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t), ca: filepath.Join(t.TempDir(), "ca")}
 	relaytest.CommandOK(t, nil, "cert", "ca", "--out", c.ca)
-	for _, name := range names {
-		t0 := time.Now()
-		c.nodes = append(c.nodes, c.node(t, name, env...))
-		t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
+	c.nodes = make([]*clusterNode, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() { // a start that fails says why and leaves its node nil
+			defer wg.Done()
+			t0 := time.Now()
+			c.nodes[i] = c.node(t, name, env...)
+			t.Logf("node %s serving %v after its start (it joins before it listens)", name, time.Since(t0).Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	if slices.Contains(c.nodes, nil) {
+		t.FailNow()
 	}
 	for _, n := range c.nodes {
 		n.waitMembers(t, len(names), within)
