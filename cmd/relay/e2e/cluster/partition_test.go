@@ -23,7 +23,7 @@ import (
 // how fast, so it runs beside the other tests.
 func TestClusterPartition(t *testing.T) {
 	t.Parallel()
-	clusterChaos(t, false, true)
+	clusterChaos(t, false, partitioned)
 }
 
 // A node to be cut off runs as partitionUID, in a group of its own
