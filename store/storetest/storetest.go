@@ -117,6 +117,25 @@ func startPostgres() (url string, stop func(), err error) {
 	return s.URL("postgres"), s.Stop, nil
 }
 
+// OwnPostgres starts a PostgreSQL server of the test's own, stopped when the
+// test ends, and returns its DATABASE_URL and its control: stop (a fast
+// shutdown: sessions are cut) and start again on the same socket. A fault
+// test stops it without touching the server the other tests share.
+func OwnPostgres(t testing.TB) (url string, stop, start func()) {
+	t.Helper()
+	s, err := tempdb.Start(context.Background(), "relay-pg")
+	if err != nil {
+		t.Fatalf("start a throwaway PostgreSQL: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	ctl := func(args ...string) {
+		if out, err := s.Ctl(args...); err != nil {
+			t.Errorf("pg_ctl %v: %v: %s", args, err, out)
+		}
+	}
+	return s.URL("postgres"), func() { ctl("-m", "fast", "stop") }, func() { ctl("start") }
+}
+
 // StopPostgres stops the throwaway cluster (fast shutdown: sessions are cut)
 // and StartPostgres brings it back on the same socket, for fault tests.
 func StopPostgres(t testing.TB) {

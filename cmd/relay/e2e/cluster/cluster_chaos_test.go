@@ -29,6 +29,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/relayhq/relay/cmd/relay/internal/relaytest"
+	"github.com/relayhq/relay/store/storetest"
 )
 
 // chaosRecord is what one subscriber saw, across its reconnects.
@@ -173,13 +174,14 @@ func TestClusterChaos(t *testing.T) {
 	t.Run("history", func(t *testing.T) { clusterChaos(t, true, crashAndFreeze) })
 }
 
-// TestClusterEtcdOutage: the same load and checker, the fault etcd down for
-// 6 s, twice its lease: every node keeps serving and stays a member, and
+// TestClusterOutages: the same load and checker, the faults etcd down for
+// 6 s (twice its lease), then the database down for 6 s (the cluster's own
+// PostgreSQL server): every node keeps serving and stays a member, and
 // nothing is lost, doubled or covered by a replay_gap. It checks what
 // happens, not how fast, so it runs beside the other tests.
-func TestClusterEtcdOutage(t *testing.T) {
+func TestClusterOutages(t *testing.T) {
 	t.Parallel()
-	clusterChaos(t, false, etcdOutage)
+	clusterChaos(t, false, outages)
 }
 
 // chaosFault is what clusterChaos does to the cluster under load.
@@ -188,13 +190,21 @@ type chaosFault int
 const (
 	crashAndFreeze chaosFault = iota // kill -9 of the victim, a restart on its address, then SIGSTOP
 	partitioned                      // the victim cut off from etcd and the others (partition)
-	etcdOutage                       // etcd stopped, then started again
+	outages                          // etcd stopped and started again, then PostgreSQL
 )
 
 func clusterChaos(t *testing.T, history bool, fault chaosFault) {
 	// Budgets out of the way: the load is what the test is about.
 	limits := []string{"EMIT_RATE_LIMIT_PER_MINUTE=1000000", "PROJECT_RATE_LIMIT_PER_MINUTE=1000000", "LOG_LEVEL=info"}
-	cl := startCluster(t, 30*time.Second, []string{"A", "B"}, limits...)
+	var cl *testCluster
+	var stopDB, startDB func()
+	if fault == outages {
+		var url string
+		url, stopDB, startDB = storetest.OwnPostgres(t)
+		cl = startClusterOn(t, 30*time.Second, url, []string{"A", "B"}, limits...)
+	} else {
+		cl = startCluster(t, 30*time.Second, []string{"A", "B"}, limits...)
+	}
 	victimAddr := relaytest.FreeAddr(t)
 	if fault == partitioned {
 		victimAddr = partitionAddr(t)
@@ -394,21 +404,27 @@ func clusterChaos(t *testing.T, history bool, fault chaosFault) {
 	}
 
 	switch fault {
-	case etcdOutage:
-		cl.etcd.Stop()
-		down := time.Now()
-		untilAcked(900, 10*time.Second) // about 6 s of load
-		cl.etcd.Start()
-		t.Logf("etcd down %v", time.Since(down).Round(time.Millisecond))
-		untilAcked(300, 10*time.Second)
-		for _, n := range []*clusterNode{a, b, victim} {
-			select {
-			case <-n.proc.Exited:
-				t.Fatalf("node %s exited during or after the etcd outage:\n%s", n.name, n.proc.Logs)
-			default:
-			}
-			if ms, err := n.members(t); err != nil || len(ms) != 3 {
-				t.Errorf("node %s lists %v after the etcd outage (%v), want all three", n.name, ms, err)
+	case outages:
+		for _, o := range []struct {
+			what        string
+			stop, start func()
+		}{{"etcd", cl.etcd.Stop, cl.etcd.Start}, {"PostgreSQL", stopDB, startDB}} {
+			o.stop()
+			down, before := time.Now(), refused.Load()
+			n := untilAcked(900, 10*time.Second) // about 6 s of load
+			o.start()
+			t.Logf("%s down %v: %d emits acknowledged meanwhile, %d refused or unanswered", o.what,
+				time.Since(down).Round(time.Millisecond), n, refused.Load()-before)
+			untilAcked(300, 10*time.Second)
+			for _, n := range []*clusterNode{a, b, victim} {
+				select {
+				case <-n.proc.Exited:
+					t.Fatalf("node %s exited during or after the %s outage:\n%s", n.name, o.what, n.proc.Logs)
+				default:
+				}
+				if ms, err := n.members(t); err != nil || len(ms) != 3 {
+					t.Errorf("node %s lists %v after the %s outage (%v), want all three", n.name, ms, o.what, err)
+				}
 			}
 		}
 	case partitioned:
@@ -589,7 +605,7 @@ func clusterChaos(t *testing.T, history bool, fault chaosFault) {
 	if len(acks) < 500 {
 		t.Errorf("only %d emits acknowledged: the load did not run", len(acks))
 	}
-	if (history || fault == etcdOutage) && gaps > 0 {
+	if (history || fault == outages) && gaps > 0 {
 		t.Errorf("%d replay_gaps (history %v, fault %d), want none", gaps, history, fault)
 	}
 	// With history, seq goes on from the stored last one after a crash: no

@@ -56,8 +56,14 @@ type testCluster struct {
 // environment (see node).
 func startCluster(t *testing.T, within time.Duration, names []string, env ...string) *testCluster {
 	t.Helper()
+	return startClusterOn(t, within, storetest.PostgresURL(t), names, env...)
+}
+
+// startClusterOn is startCluster on the database at dbURL.
+func startClusterOn(t *testing.T, within time.Duration, dbURL string, names []string, env ...string) *testCluster {
+	t.Helper()
 	began := time.Now()
-	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: storetest.PostgresURL(t), ca: filepath.Join(t.TempDir(), "ca")}
+	c := &testCluster{etcd: relaytest.StartEtcd(t), dbURL: dbURL, ca: filepath.Join(t.TempDir(), "ca")}
 	relaytest.CommandOK(t, nil, "cert", "ca", "--out", c.ca)
 	c.nodes = make([]*clusterNode, len(names))
 	var wg sync.WaitGroup
