@@ -175,8 +175,8 @@ func TestClusterChaos(t *testing.T) {
 }
 
 // TestClusterOutages: the same load and checker, the faults etcd down for
-// 6 s (twice its lease), then the database down for 6 s (the cluster's own
-// PostgreSQL server): every node keeps serving and stays a member, and
+// about 5 s (past its 3 s lease), then the database for about 4 s (the
+// cluster's own PostgreSQL server): every node keeps serving and stays a member, and
 // nothing is lost, doubled or covered by a replay_gap. It checks what
 // happens, not how fast, so it runs beside the other tests.
 func TestClusterOutages(t *testing.T) {
@@ -411,11 +411,11 @@ func clusterChaos(t *testing.T, history bool, fault chaosFault) {
 		}{{"etcd", cl.etcd.Stop, cl.etcd.Start}, {"PostgreSQL", stopDB, startDB}} {
 			o.stop()
 			down, before := time.Now(), refused.Load()
-			n := untilAcked(900, 10*time.Second) // about 6 s of load
+			n := untilAcked(600, 10*time.Second) // about 4 s of load: with etcd's restart, past its 3 s lease
 			o.start()
 			t.Logf("%s down %v: %d emits acknowledged meanwhile, %d refused or unanswered", o.what,
 				time.Since(down).Round(time.Millisecond), n, refused.Load()-before)
-			untilAcked(300, 10*time.Second)
+			untilAcked(150, 10*time.Second)
 			for _, n := range []*clusterNode{a, b, victim} {
 				select {
 				case <-n.proc.Exited:
