@@ -5,7 +5,7 @@ package main
 // streams underneath, as the relay configures it) and over a plain TCP
 // connection with length-prefixed frames, paced as a cluster's emits are. A
 // cluster emit whose channel another node owns makes one such round trip
-// (CLUSTER.md › Cost), so this is the floor under what it adds to a single
+// (relay-bench README › Performance of a cluster), so this is the floor under what it adds to a single
 // node's emit. Both processes are this binary (transport-peer); nothing else
 // is measured.
 
@@ -220,10 +220,10 @@ func procCPU(pid int) float64 {
 	return st.CPUSeconds
 }
 
-// The relay's remote settings that bear on a message's cost (actors/cluster_wire.go,
-// without TLS: about 3 % of a cluster emit's CPU).
+// The relay's remote settings that bear on a message's cost (actors/cluster_wire.go:
+// its HTTP/2 windows and send queue; without TLS, about 3 % of a cluster emit's CPU).
 func remoteConfig(port int) *remote.Config {
-	const window = 1 << 20
+	const window = 4 << 20
 	return remote.Configure("127.0.0.1", port,
 		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window)),

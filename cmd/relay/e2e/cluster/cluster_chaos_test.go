@@ -6,7 +6,7 @@ package cluster
 // cluster address) and freezes (SIGSTOP longer than its etcd lease) under
 // load, with subscribers on every node; a checker then reads every
 // subscriber's record message by message. What a subscriber may rely on
-// (proto/PROTOCOL.md › Several nodes): every acknowledged emit reaches it or
+// (proto/PROTOCOL.md › Replay and seq): every acknowledged emit reaches it or
 // is covered by a replay_gap it got, no message twice, seq rising. With the
 // project's channel history on, no replay_gap at all: what an owner stored
 // and did not deliver before it died, its successor reads from the store.
