@@ -38,19 +38,23 @@ func (a *projectActor) clientEmit(ctx actor.Context, m *clientEmit) {
 		return
 	}
 	// Rule 6 counts the whole cluster: ask the project grain, unless this
-	// node holds the clientId's window (then a.clientWindows counts it).
-	if a.budgets != nil && !a.heldWindow(ctx, claims.clientID, m.sink, now) {
-		a.askClientWindow(ctx, m, claims.clientID)
-		return
+	// node holds the clientId's window (then the hold counts it).
+	var ok6 bool
+	if a.budgets != nil {
+		h := a.heldWindow(ctx, claims.clientID, m.sink, now)
+		if h == nil {
+			a.askClientWindow(ctx, m, claims.clientID)
+			return
+		}
+		ok6 = h.take(now, a.cfg.ClientEmitRatePerSecond)
+	} else {
+		ok6 = a.clientWindows.take(claims.clientID, now, a.cfg.ClientEmitRatePerSecond)
 	}
-	if !a.clientWindows.take(claims.clientID, now, a.cfg.ClientEmitRatePerSecond) { // 6
+	if !ok6 { // 6
 		a.cfg.counters.RateLimitedClient.Add(1)
 		a.usage.health.add(hLimitedClient, 1, now.UnixNano())
 		fail(proto.CodeClientEmitRateLimited)
 		return
-	}
-	if a.budgets != nil {
-		a.countedHere(claims.clientID)
 	}
 	if msg.PayloadErr != nil { // 7: size (measured at the edge, as for POST /emit), then the budgets
 		fail(msg.PayloadErr.Code)

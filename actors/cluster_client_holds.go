@@ -271,14 +271,14 @@ func sameRef(a, b *clusterpb.Ref) bool {
 	return a.GetAddress() == b.GetAddress() && a.GetId() == b.GetId()
 }
 
-// nodeHold is a node's hold of a clientId's window; a.clientWindows counts
-// it: the grain's count at its last answer plus what this node counted
-// since (own, in the window starting at ownStart), which goes back with the
-// release.
+// nodeHold is a node's hold of a clientId's window. w counts it: the
+// grain's count at its last answer plus what this node counted since (own,
+// in the window starting at ownStart), which goes back with the release.
 type nodeHold struct {
 	id       string    // the ask that granted it
 	until    time.Time // on this node's clock
 	asked    time.Time // when the grant or the last renewal was asked
+	w        fixedWindow
 	ownStart time.Time
 	own      int
 	renewing string // the renewal in flight ("": none)
@@ -296,15 +296,11 @@ type endedHold struct {
 // grain's count is ahead of this node's; while one of the socket's (under
 // another clientId) is, its answer must come first. Either way the emit
 // asks too, and the hold goes back first.
-func (a *projectActor) heldWindow(ctx actor.Context, clientID string, sink Sink, now time.Time) bool {
+func (a *projectActor) heldWindow(ctx actor.Context, clientID string, sink Sink, now time.Time) *nodeHold {
 	b := a.budgets
 	h := b.holds[clientID]
-	switch {
-	case h == nil:
-		return false
-	case !now.Before(h.until) || b.asking(clientID) || b.inClients(sink):
-		a.releaseHold(ctx, clientID, b.grain.pid)
-		return false
+	if h == nil || !now.Before(h.until) || b.asking(clientID) || b.inClients(sink) {
+		return nil // askClientWindow gives it back
 	}
 	if h.renewing == "" && now.Sub(h.asked) >= holdFor/2 {
 		h.renewing, h.asked = b.grain.c.publishID(), now
@@ -315,13 +311,7 @@ func (a *projectActor) heldWindow(ctx actor.Context, clientID string, sink Sink,
 		}
 		a.scheduleBudgetRetry(ctx)
 	}
-	return true
-}
-
-// asksHold: the client ask may take a hold (the grain's member knows how
-// to give it back).
-func (b *projectBudgets) asksHold() bool {
-	return b.grain.pid != nil && b.grain.c.speaks(b.grain.pid.Address, holdsWire)
+	return h
 }
 
 // asking: a client emit of clientID waits for the grain.
@@ -329,16 +319,16 @@ func (b *projectBudgets) asking(clientID string) bool {
 	return slices.ContainsFunc(b.clients, func(ask *clientAsk) bool { return ask.clientID == clientID && ask.waiting() })
 }
 
-// countedHere records an emit this node counted in its hold of clientID.
-func (a *projectActor) countedHere(clientID string) {
-	h, w := a.budgets.holds[clientID], a.clientWindows[clientID]
-	if h == nil || w == nil {
-		return
+// take counts an emit in the held window, and as this node's own.
+func (h *nodeHold) take(now time.Time, limit int) bool {
+	if _, ok := h.w.take(now, limit); !ok {
+		return false
 	}
-	if !w.start.Equal(h.ownStart) {
-		h.ownStart, h.own = w.start, 0
+	if !h.w.start.Equal(h.ownStart) {
+		h.ownStart, h.own = h.w.start, 0
 	}
 	h.own++
+	return true
 }
 
 // holdAnswered takes the hold an ask's answer grants (or the window's count
@@ -353,15 +343,14 @@ func (a *projectActor) holdAnswered(ask *clientAsk, m *clusterpb.ProjectTaken) {
 	}
 	h := b.holds[ask.clientID]
 	if h == nil || h.id != cw.HoldId {
-		h = &nodeHold{id: cw.HoldId}
+		h = &nodeHold{id: cw.HoldId, w: fixedWindow{size: time.Second}}
 		b.holds[ask.clientID] = h
-		delete(a.clientWindows, ask.clientID)
 	}
 	h.until, h.asked = ask.came.Add(time.Duration(m.HoldNanos)), ask.came
 	start := time.Unix(0, cw.StartUnixNano)
-	switch w := a.clientWindows[ask.clientID]; {
-	case w == nil || start.After(w.start):
-		a.clientWindows[ask.clientID] = &fixedWindow{size: time.Second, start: start, count: int(cw.Count)}
+	switch w := &h.w; {
+	case w.start.IsZero() || start.After(w.start):
+		w.start, w.count = start, int(cw.Count)
 	case start.Equal(w.start):
 		n := int(cw.Count) // a repeat from the grain's memory may be older than an answer before it
 		if h.ownStart.Equal(start) {
@@ -425,7 +414,6 @@ func (a *projectActor) releaseHold(ctx actor.Context, clientID string, to *actor
 		return
 	}
 	delete(b.holds, clientID)
-	delete(a.clientWindows, clientID)
 	cw := &clusterpb.ClientWindow{ClientId: clientID}
 	if h.own > 0 {
 		cw.StartUnixNano, cw.Count = h.ownStart.UnixNano(), int32(h.own)

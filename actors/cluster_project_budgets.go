@@ -284,7 +284,7 @@ func (a *projectActor) askClientWindow(ctx actor.Context, m *clientEmit, clientI
 	ask := &clientAsk{emit: m, channel: m.msg.Channel, sink: m.sink, clientID: clientID}
 	ask.came = a.cfg.Now()
 	ask.msg = &clusterpb.ProjectTake{Id: b.grain.c.publishID(), ReplyTo: b.self,
-		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond), Hold: b.asksHold()}
+		ClientId: clientID, ClientLimit: int32(a.cfg.ClientEmitRatePerSecond), Hold: true}
 	b.clients = append(b.clients, ask)
 	b.byID[ask.msg.Id] = ask
 	a.sendAsk(ctx, &ask.grainAsk)
