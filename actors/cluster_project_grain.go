@@ -170,11 +170,11 @@ func (g *projectGrain) take(ctx actor.Context, m *clusterpb.ProjectTake) {
 	g.c.send(ctx, replyTo, ans)
 }
 
-// dormant: the windows ran out and no answer is remembered.
+// dormant: the windows ran out and no answer is remembered (quietTick
+// lapses the holds that ended, and answers their waiting asks, first).
 func (g *projectGrain) dormant() bool {
 	now := g.cfg.Now()
 	g.answers.forget(now)
-	g.lapseHolds(nil, now)
 	return g.backstop.idle(now) && g.clients.idle(now) && len(g.holds) == 0 && g.answers.len() == 0
 }
 
