@@ -96,7 +96,13 @@ func TestInProcessClientWindowHeld(t *testing.T) {
 		if asks := n.clientAsks.Load(); asks != 2 {
 			t.Fatalf("%d asks after the next second's emits, want 2: the grant and one renewal", asks)
 		}
+		if r := n.releases.Load(); r != 0 {
+			t.Fatalf("%d releases while the hold is used, want 0", r)
+		}
 		advance(holdFor + time.Second) // unused: given back
+		if r := n.releases.Load(); r != 1 {
+			t.Fatalf("%d releases of the idle hold, want 1: it goes back unused", r)
+		}
 		if e.emit(); n.clientAsks.Load() != 3 {
 			t.Fatalf("%d asks after an idle hold, want 3: the emit after it asks again", n.clientAsks.Load())
 		}

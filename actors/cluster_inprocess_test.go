@@ -22,12 +22,13 @@ import (
 
 // inProcessNode is projectNode with the grains found in its own actor
 // system. The project grain sits behind a proxy that counts the asks it
-// forwards (renewals of a hold included), and drops them and the releases
+// forwards (renewals of a hold included) and the releases, and drops both
 // while frozen (its node stopped).
 type inProcessNode struct {
 	c          *Cluster
 	asks       atomic.Int64
 	clientAsks atomic.Int64 // of them, a client emit's (rule 6) or a hold's renewal
+	releases   atomic.Int64 // holds given back
 	frozen     atomic.Bool
 	grains     startedGrains
 }
@@ -64,6 +65,7 @@ func (n *inProcessNode) grain(kind, identity string) *actor.PID {
 				}
 			case *clusterpb.ClientRelease:
 				if !n.frozen.Load() {
+					n.releases.Add(1)
 					ctx.RequestWithCustomSender(real, m, ctx.Sender())
 				}
 			}
