@@ -38,10 +38,13 @@ const (
 )
 
 // partitionAddr is a free cluster address on a loopback address of its own
-// (127.100.0.0 to 127.199.255.255): rules that name it cannot touch another
-// process, even left behind by a test process that was killed.
+// (127.100.0.0 to 127.199.255.255), for the node to cut off. The rules that
+// name it cannot touch another process; those that name partitionUID's
+// connections could cut the next such node, so the chains a killed test
+// process left are removed here, before that node starts.
 func partitionAddr(t *testing.T) string {
 	t.Helper()
+	sweepPartitions(t)
 	for range 20 {
 		addr := fmt.Sprintf("127.%d.%d.%d:%d", 100+rand.IntN(100), rand.IntN(256), 1+rand.IntN(254), 20000+rand.IntN(20000))
 		if l, err := net.Listen("tcp", addr); err == nil {
@@ -60,17 +63,10 @@ func partitionAddr(t *testing.T) string {
 // that user opens to the peers' and etcd's ports (marked as it sends), is
 // dropped. Its HTTP and operator listeners stay reachable, as through a
 // load balancer on the node's side of the failure. The rules sit in two
-// chains of this run's own; chains left by a test process that is gone
-// are removed first. heal removes the rules (once); so does the test's end.
+// chains of this run's own (partitionAddr removed those of test processes
+// that are gone). heal removes the rules (once); so does the test's end.
 func partition(t *testing.T, ownAddr string, peerAddrs []string, etcdEndpoint string) (heal func()) {
 	t.Helper()
-	iptables := func(args ...string) error {
-		if b, err := exec.Command("iptables", append([]string{"-w", "10"}, args...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("iptables %s: %v: %s", strings.Join(args, " "), err, b)
-		}
-		return nil
-	}
-	sweepPartitions(t, iptables)
 	split := func(addr string) (string, string) {
 		host, port, err := net.SplitHostPort(strings.TrimPrefix(addr, "https://"))
 		if err != nil {
@@ -126,9 +122,17 @@ func partition(t *testing.T, ownAddr string, peerAddrs []string, etcdEndpoint st
 	return heal
 }
 
+// iptables runs iptables, waiting up to 10 s for its lock.
+func iptables(args ...string) error {
+	if b, err := exec.Command("iptables", append([]string{"-w", "10"}, args...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables %s: %v: %s", strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
 // sweepPartitions removes the chains (and their jumps) of test processes
 // that are gone.
-func sweepPartitions(t *testing.T, iptables func(...string) error) {
+func sweepPartitions(t *testing.T) {
 	t.Helper()
 	b, err := exec.Command("iptables", "-w", "10", "-S").Output()
 	if err != nil {

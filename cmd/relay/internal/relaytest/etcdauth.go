@@ -13,7 +13,8 @@ import (
 )
 
 // EnableAuth turns etcd's authentication on: user, with password, may read
-// and write every key; root, which etcd 3.4 requires before it turns
+// and write the keys under /relay/relaytest/ (the cluster suite's nodes'
+// registrations) and no others; root, which etcd 3.4 requires before it turns
 // authentication on, gets a password nobody knows. Nodes then need
 // RELAY_CLUSTER_ETCD_USERNAME and _PASSWORD (user and password).
 //
