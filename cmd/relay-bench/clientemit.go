@@ -63,7 +63,7 @@ func runClientEmit(ctx context.Context, args []string) error {
 			return fmt.Errorf("socket %d: %w", i, err)
 		}
 	}
-	sampler := startSampler(c.serverPIDs, c.helperPIDs)
+	sampler, meter := startSampler(c.serverPIDs, c.helperPIDs), startClientMeter()
 	var wg sync.WaitGroup
 	began := time.Now()
 	every := time.Duration(float64(time.Second) / *rate)
@@ -97,8 +97,9 @@ func runClientEmit(ctx context.Context, args []string) error {
 		"seconds": elapsed.Seconds(), "sent": sent, "acked": acked, "refused": refused, "refused_total": sent - acked - unanswered, "unanswered": unanswered,
 		"latency": lat, "server": usage,
 	}
-	report(line, fmt.Sprintf("clientemit over %d nodes: %d sockets at %s/s, %d sent, %d acked, %d refused, %d unanswered; ack latency %s",
-		len(c.bases), *clients, fmtFloat(*rate), sent, acked, sent-acked-unanswered, unanswered, lat))
+	human := fmt.Sprintf("clientemit over %d nodes: %d sockets at %s/s, %d sent, %d acked, %d refused, %d unanswered; ack latency %s",
+		len(c.bases), *clients, fmtFloat(*rate), sent, acked, sent-acked-unanswered, unanswered, lat)
+	report(line, usageNotes(line, human, &c, usage, meter.stop(), false, emitTotals{}, true, ""))
 	return nil
 }
 

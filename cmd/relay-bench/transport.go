@@ -22,7 +22,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,11 +82,11 @@ func runTransport(ctx context.Context, args []string) error {
 		for _, r := range runs[t] {
 			cpu = append(cpu, r.cpuPerRoundTrip())
 		}
-		slices.Sort(cpu)
-		median[t] = cpu[len(cpu)/2]
+		span, med := spanOf(cpu, func(v float64) string { return fmt.Sprintf("%.0f", v) })
+		median[t] = med
 		last := runs[t][len(runs[t])-1]
-		human = append(human, fmt.Sprintf("%s %.0f µs CPU per round trip (%.0f–%.0f; latency of the last run p50 %.0f µs, p99 %.0f µs)",
-			t, median[t], cpu[0], cpu[len(cpu)-1], last.P50us, last.P99us))
+		human = append(human, fmt.Sprintf("%s %.0f µs CPU per round trip (%s; latency of the last run p50 %.0f µs, p99 %.0f µs)",
+			t, med, span, last.P50us, last.P99us))
 	}
 	pa, tcp := median["protoactor"]-median["none"], median["tcp"]-median["none"]
 	out["cpu_us_per_round_trip"] = median
@@ -103,28 +102,27 @@ func runTransport(ctx context.Context, args []string) error {
 // returns what the client measured; both end before it returns.
 func measureTransport(ctx context.Context, self, t string, rate int, warmup, d time.Duration) (transportRun, error) {
 	var r transportRun
-	ports, err := freePorts(2)
+	serverAddr, err := freeAddr()
 	if err != nil {
 		return r, err
 	}
-	server := exec.CommandContext(ctx, self, "transport-peer", "-t", t, "-port", strconv.Itoa(ports[0]))
-	stdin, _ := server.StdinPipe() // the server ends when this closes
+	clientAddr, err := freeAddr()
+	if err != nil {
+		return r, err
+	}
+	server := exec.CommandContext(ctx, self, "transport-peer", "-t", t, "-addr", serverAddr)
+	stdin, _ := server.StdinPipe() // the server also ends when this closes: with this process
 	stdout, _ := server.StdoutPipe()
 	server.Stderr = os.Stderr
 	if err := server.Start(); err != nil {
 		return r, err
 	}
-	defer func() {
-		stdin.Close()
-		if server.Wait() != nil {
-			server.Process.Kill()
-		}
-	}()
+	defer func() { stdin.Close(); server.Process.Kill(); server.Wait() }()
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 		return r, fmt.Errorf("server: %q %v", line, err)
 	}
-	client := exec.CommandContext(ctx, self, "transport-peer", "-t", t, "-port", strconv.Itoa(ports[0]),
-		"-client-port", strconv.Itoa(ports[1]), "-server-pid", strconv.Itoa(server.Process.Pid),
+	client := exec.CommandContext(ctx, self, "transport-peer", "-t", t, "-addr", serverAddr,
+		"-client-addr", clientAddr, "-server-pid", strconv.Itoa(server.Process.Pid),
 		"-rate", strconv.Itoa(rate), "-warmup", warmup.String(), "-duration", d.String())
 	client.Stderr = os.Stderr
 	out, err := client.Output()
@@ -137,26 +135,13 @@ func measureTransport(ctx context.Context, self, t string, rate int, warmup, d t
 	return r, nil
 }
 
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // runTransportPeer is one end: with -server-pid the client, else the server
 // (an echo, until its standard input closes).
 func runTransportPeer(args []string) error {
 	fs := flag.NewFlagSet("transport-peer", flag.ExitOnError)
-	t := fs.String("t", "tcp", "protoactor or tcp")
-	port := fs.Int("port", 0, "the server's loopback port")
-	clientPort := fs.Int("client-port", 0, "the client's own port (protoactor's remote listens at both ends)")
+	t := fs.String("t", "tcp", "protoactor, tcp or none")
+	addr := fs.String("addr", "", "the server's loopback HOST:PORT")
+	clientAddr := fs.String("client-addr", "", "the client's own HOST:PORT (protoactor's remote listens at both ends)")
 	serverPID := fs.Int("server-pid", 0, "the server's process id: run as the client")
 	rate := fs.Int("rate", 1000, "round trips per second")
 	duration := fs.Duration("duration", 8*time.Second, "measured traffic")
@@ -165,7 +150,7 @@ func runTransportPeer(args []string) error {
 		return err
 	}
 	if *serverPID == 0 {
-		if err := serveTransport(*t, *port); err != nil {
+		if err := serveTransport(*t, *addr); err != nil {
 			return err
 		}
 		fmt.Println("ready")
@@ -176,12 +161,13 @@ func runTransportPeer(args []string) error {
 		fmt.Fprintln(os.Stderr, "transport-peer: no end after", *duration+time.Minute)
 		os.Exit(1)
 	})
-	ask, err := dialTransport(*t, *port, *clientPort)
+	ask, err := dialTransport(*t, *addr, *clientAddr)
 	if err != nil {
 		return err
 	}
 	payload := make([]byte, 100) // about an emit's ask
-	pace := func(d time.Duration, lat []time.Duration) ([]time.Duration, int) {
+	var lat latHist              // of the measured run
+	pace := func(d time.Duration, lat *latHist) int {
 		every := time.Second / time.Duration(*rate)
 		n, next, end := 0, time.Now(), time.Now().Add(d)
 		for now := time.Now(); now.Before(end); now = time.Now() {
@@ -193,25 +179,26 @@ func runTransportPeer(args []string) error {
 			sent := time.Now()
 			binary.BigEndian.PutUint64(payload, uint64(n))
 			if err := ask(payload); err != nil {
-				return lat, -1
+				return -1
 			}
-			lat = append(lat, time.Since(sent))
+			lat.record(uint64(time.Since(sent).Microseconds()))
 			n++
 		}
-		return lat, n
+		return n
 	}
-	if _, n := pace(*warmup, nil); n < 0 {
+	if n := pace(*warmup, &latHist{}); n < 0 {
 		return errors.New("no answer in the warm-up")
 	}
 	cpu0 := selfProc().CPUSeconds + procCPU(*serverPID)
 	began := time.Now()
-	lat, n := pace(*duration, make([]time.Duration, 0, int(duration.Seconds()*float64(*rate))+1))
+	n := pace(*duration, &lat)
 	if n <= 0 {
 		return errors.New("no answer")
 	}
 	r := transportRun{RoundTrips: n, Seconds: time.Since(began).Seconds(), CPUSeconds: selfProc().CPUSeconds + procCPU(*serverPID) - cpu0}
-	slices.Sort(lat)
-	r.P50us, r.P99us = float64(lat[len(lat)/2].Microseconds()), float64(lat[len(lat)*99/100].Microseconds())
+	var m mergedHist
+	m.add(&lat)
+	r.P50us, r.P99us = float64(m.quantile(.5)), float64(m.quantile(.99))
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
@@ -222,9 +209,11 @@ func procCPU(pid int) float64 {
 
 // The relay's remote settings that bear on a message's cost (actors/cluster_wire.go:
 // its HTTP/2 windows and send queue; without TLS, about 3 % of a cluster emit's CPU).
-func remoteConfig(port int) *remote.Config {
+func remoteConfig(addr string) *remote.Config {
 	const window = 4 << 20
-	return remote.Configure("127.0.0.1", port,
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	return remote.Configure(host, p,
 		remote.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithInitialWindowSize(window), grpc.WithInitialConnWindowSize(window)),
 		remote.WithServerOptions(grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window)),
@@ -237,11 +226,11 @@ func quietActorSystem() *actor.ActorSystem {
 	}))
 }
 
-func serveTransport(t string, port int) error {
+func serveTransport(t, addr string) error {
 	switch t {
 	case "protoactor":
 		sys := quietActorSystem()
-		remote.NewRemote(sys, remoteConfig(port)).Start()
+		remote.NewRemote(sys, remoteConfig(addr)).Start()
 		_, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 			if m, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
 				ctx.Respond(m)
@@ -251,7 +240,7 @@ func serveTransport(t string, port int) error {
 	case "none":
 		return nil
 	case "tcp":
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			return err
 		}
@@ -280,7 +269,7 @@ func serveTransport(t string, port int) error {
 
 // dialTransport returns ask, which sends one request and waits for its
 // answer, delivered by a goroutine of the transport's as a real message is.
-func dialTransport(t string, port, clientPort int) (ask func([]byte) error, err error) {
+func dialTransport(t, addr, clientAddr string) (ask func([]byte) error, err error) {
 	answers := make(chan []byte, 1)
 	wait := func() error { <-answers; return nil } // a lost answer: the client's watchdog ends it
 	switch t {
@@ -288,7 +277,7 @@ func dialTransport(t string, port, clientPort int) (ask func([]byte) error, err 
 		return func([]byte) error { return nil }, nil
 	case "protoactor":
 		sys := quietActorSystem()
-		remote.NewRemote(sys, remoteConfig(clientPort)).Start()
+		remote.NewRemote(sys, remoteConfig(clientAddr)).Start()
 		me, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(ctx actor.Context) {
 			if m, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
 				answers <- m.Value
@@ -297,13 +286,13 @@ func dialTransport(t string, port, clientPort int) (ask func([]byte) error, err 
 		if err != nil {
 			return nil, err
 		}
-		echo := actor.NewPID(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), "echo")
+		echo := actor.NewPID(addr, "echo")
 		return func(p []byte) error {
 			sys.Root.RequestWithCustomSender(echo, &wrapperspb.BytesValue{Value: p}, me)
 			return wait()
 		}, nil
 	case "tcp":
-		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			return nil, err
 		}
