@@ -44,7 +44,10 @@ func TestUpgradeMixedVersions(t *testing.T) {
 		n.waitMembers(t, 3, 20*time.Second)
 	}
 	owner := b.on(t).Signup("alice@example.com")
-	for p := range 6 { // project grains on old and new nodes
+	// Six projects at least, and more until their grains have run on both
+	// the old node and a new one.
+	onOld, onNew := 0, 0
+	for p := 0; p < 6 || (onOld == 0 || onNew == 0) && p < 24; p++ {
 		q := owner.CreateProject(fmt.Sprintf("p%d", p))
 		secret := owner.Do("PATCH", "/api/projects/"+q.ID+"/client-emit-secret", `{}`).Str("clientEmitSecret")
 		tok, err := backend.MintClientEmitToken(backend.TokenOptions{Secret: secret, ProjectID: q.ID, Channel: "room",
@@ -74,7 +77,16 @@ func TestUpgradeMixedVersions(t *testing.T) {
 					clusterClientCap, 5-clusterClientCap)
 			}
 		}
+		if a.hostsProject(t, q.ID) {
+			onOld++
+		} else {
+			onNew++
+		}
 	}
+	if onOld == 0 || onNew == 0 {
+		t.Errorf("project grains: %d on the old node, %d on new ones; want both kinds", onOld, onNew)
+	}
+	t.Logf("project grains: %d on the old node, %d on new ones", onOld, onNew)
 	for _, n := range nodes {
 		for _, bad := range []string{"unknown message type", "panic", "level=ERROR"} {
 			if strings.Contains(n.proc.Logs.String(), bad) {
