@@ -194,7 +194,8 @@ func TestTwoMembersHolderGone(t *testing.T) {
 }
 
 // A hold moves with the project grain's state: the next owner recalls it
-// from its holder before it answers another node's ask.
+// from its holder at once, and answers no ask of that clientId, the
+// holder's own included, before the window is back.
 func TestProjectGrainHandsAHoldOver(t *testing.T) {
 	at := time.Date(2026, 11, 27, 12, 0, 10, 0, time.UTC)
 	c := projectNode(t, func() time.Time { return at })
@@ -203,32 +204,38 @@ func TestProjectGrainHandsAHoldOver(t *testing.T) {
 	next := startProjectGrain(c, id)
 	c.sys.root.Send(next, st)
 
-	other := newBudgetAsker(t, c, next)
-	other.send(&clusterpb.ProjectTake{Id: "b#1", ClientId: "u1", ClientLimit: 3, Hold: true})
 	var r *clusterpb.ClientRecall
 	select {
-	case r = <-holder.recalls:
+	case r = <-holder.recalls: // before any ask
 	case <-time.After(2 * time.Second):
 		t.Fatal("the next owner did not recall the hold it was handed")
 	}
 	if r.ClientId != "u1" || r.HoldId != "a#1" {
 		t.Fatalf("recall %v", r)
 	}
+	other := newBudgetAsker(t, c, next)
+	other.send(&clusterpb.ProjectTake{Id: "b#1", ClientId: "u1", ClientLimit: 3, Hold: true})
+	holder.grain = next
+	holder.send(&clusterpb.ProjectTake{Id: "a#2", ClientId: "u1", ClientLimit: 3, Hold: true})
 	select {
 	case ans := <-other.got:
 		t.Fatalf("the other node's ask answered %v before the window came back", ans)
+	case ans := <-holder.got:
+		t.Fatalf("the holder's own ask answered %v before its window came back", ans)
 	case <-time.After(100 * time.Millisecond):
 	}
 	// The holder counted 2 more: the other node's ask finds 3 of 3.
 	sendFrom(c, next, holder.pid, &clusterpb.ClientRelease{Relay: ref(holder.pid), HoldId: "a#1",
 		Window: &clusterpb.ClientWindow{ClientId: "u1", StartUnixNano: at.Truncate(time.Second).UnixNano(), Count: 2}})
-	select {
-	case ans := <-other.got:
-		if !ans.ClientDenied || ans.HoldNanos != 0 {
-			t.Fatalf("the other node's ask after the release: %v, want refused, and no hold", ans)
+	for name, asker := range map[string]*budgetAsker{"the other node's": other, "the holder's": holder} {
+		select {
+		case ans := <-asker.got:
+			if !ans.ClientDenied || ans.HoldNanos != 0 {
+				t.Fatalf("%s ask after the release: %v, want refused, and no hold", name, ans)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s ask not answered after the release", name)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the other node's ask not answered after the release")
 	}
 }
 
